@@ -1,0 +1,87 @@
+"""The interface every backend implements, and the values it hands back to sessions."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = ["Backend", "DeviceDescription", "KernelDescription", "LoadedModule"]
+
+
+@dataclass(frozen=True)
+class DeviceDescription:
+    """What `cuDeviceGet*` answers: the backend describes the device it provides."""
+
+    name: str
+    uuid: bytes
+    total_memory: int
+    compute_capability: tuple[int, int]
+    attributes: dict[int, int]  # CUdevice_attribute value -> int
+
+
+@dataclass(frozen=True)
+class KernelDescription:
+    """A kernel's parameter layout and attributes, as the client needs them to launch."""
+
+    name: str
+    param_offsets: list[int]
+    param_sizes: list[int]
+    param_buffer_size: int
+    attributes: dict[str, int]  # num_regs, shared_size_bytes, max_threads_per_block, ...
+
+
+@dataclass
+class LoadedModule:
+    """A module a backend has loaded: its kernels and its module-scope variables."""
+
+    kernels: dict[str, KernelDescription]
+    variables: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (addr, size)
+    handle: object = None  # backend-private
+
+
+class Backend(abc.ABC):
+    """One session's view of a device. Addresses come from the session's VaArena."""
+
+    name: str
+
+    @abc.abstractmethod
+    def describe(self) -> DeviceDescription: ...
+
+    @abc.abstractmethod
+    def map(self, address: int, size: int, backing: memoryview | None = None) -> None:
+        """Back [address, address+size) with device memory (or with a host buffer)."""
+
+    @abc.abstractmethod
+    def unmap(self, address: int) -> None: ...
+
+    @abc.abstractmethod
+    def write(self, address: int, data: memoryview) -> None: ...
+
+    @abc.abstractmethod
+    def read_into(self, address: int, out: memoryview) -> None: ...
+
+    @abc.abstractmethod
+    def copy(self, dst: int, src: int, size: int) -> None: ...
+
+    @abc.abstractmethod
+    def fill(self, address: int, pattern: bytes, count: int) -> None: ...
+
+    @abc.abstractmethod
+    def load_module(self, image: bytes, allocate: Callable[[int], int]) -> LoadedModule:
+        """Load a module image; `allocate(size)` gives arena addresses for its variables."""
+
+    @abc.abstractmethod
+    def unload_module(self, module: LoadedModule) -> None: ...
+
+    @abc.abstractmethod
+    def launch(self, module: LoadedModule, kernel: str, grid: tuple[int, int, int],
+               block: tuple[int, int, int], shared_bytes: int, params: bytes) -> str:
+        """Run a kernel to completion (or queue it); returns device printf output."""
+
+    @abc.abstractmethod
+    def synchronize(self) -> None: ...
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release everything this backend holds."""

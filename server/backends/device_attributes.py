@@ -1,0 +1,77 @@
+"""The attribute table of the emulated device: what cuDeviceGetAttribute answers under emu.
+
+Limits are those of an Ampere-class part (compute capability 8.0) because that is what the
+emulator enforces: 1024 threads per block, 48 KiB static shared memory per block (opt-in up to
+163 KiB), warps of 32. Capabilities the emulator lacks (managed memory, cooperative launch,
+VMM, IPC, textures) are reported as 0 so applications take their fallback paths.
+"""
+
+from __future__ import annotations
+
+__all__ = ["emu_attributes", "EMU_LIMITS"]
+
+EMU_LIMITS = {
+    "MAX_THREADS_PER_BLOCK": 1024,
+    "MAX_BLOCK_DIM_X": 1024,
+    "MAX_BLOCK_DIM_Y": 1024,
+    "MAX_BLOCK_DIM_Z": 64,
+    "MAX_GRID_DIM_X": 2**31 - 1,
+    "MAX_GRID_DIM_Y": 65535,
+    "MAX_GRID_DIM_Z": 65535,
+    "MAX_SHARED_MEMORY_PER_BLOCK": 48 * 1024,
+    "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 163 * 1024,
+    "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR": 164 * 1024,
+    "TOTAL_CONSTANT_MEMORY": 64 * 1024,
+    "WARP_SIZE": 32,
+    "MAX_PITCH": 2**31 - 1,
+    "MAX_REGISTERS_PER_BLOCK": 65536,
+    "MAX_REGISTERS_PER_MULTIPROCESSOR": 65536,
+    "CLOCK_RATE": 1410000,
+    "MEMORY_CLOCK_RATE": 1215000,
+    "GLOBAL_MEMORY_BUS_WIDTH": 5120,
+    "L2_CACHE_SIZE": 40 * 1024 * 1024,
+    "TEXTURE_ALIGNMENT": 512,
+    "TEXTURE_PITCH_ALIGNMENT": 32,
+    "SURFACE_ALIGNMENT": 512,
+    "GPU_OVERLAP": 1,
+    "MULTIPROCESSOR_COUNT": 4,
+    "MAX_THREADS_PER_MULTIPROCESSOR": 2048,
+    "MAX_BLOCKS_PER_MULTIPROCESSOR": 32,
+    "ASYNC_ENGINE_COUNT": 1,
+    "CONCURRENT_KERNELS": 1,
+    "CAN_MAP_HOST_MEMORY": 1,
+    "UNIFIED_ADDRESSING": 1,
+    "STREAM_PRIORITIES_SUPPORTED": 1,
+    "GLOBAL_L1_CACHE_SUPPORTED": 1,
+    "LOCAL_L1_CACHE_SUPPORTED": 1,
+    "HOST_REGISTER_SUPPORTED": 1,
+    "MEMORY_POOLS_SUPPORTED": 1,
+    "COMPUTE_PREEMPTION_SUPPORTED": 1,
+    "SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO": 2,
+    "RESERVED_SHARED_MEMORY_PER_BLOCK": 1024,
+    "PCI_BUS_ID": 0,
+    "PCI_DEVICE_ID": 0,
+    "PCI_DOMAIN_ID": 0,
+    "COMPUTE_MODE": 0,  # CU_COMPUTEMODE_DEFAULT
+    "NUMA_ID": -1,
+    "HOST_NUMA_ID": -1,
+    "MEM_SYNC_DOMAIN_COUNT": 1,
+}
+
+
+def emu_attributes(compute_capability: tuple[int, int]) -> dict[int, int]:
+    """Every CUdevice_attribute of cuda.h -> value (0 for what the emulator does not offer)."""
+    from vgpu.api.cudadefs import CUdevice_attribute
+
+    values = dict.fromkeys((int(a) for a in CUdevice_attribute), 0)
+    prefix = "CU_DEVICE_ATTRIBUTE_"
+    for attr in CUdevice_attribute:
+        key = attr.name.removeprefix(prefix)
+        if key in EMU_LIMITS:
+            values[int(attr)] = EMU_LIMITS[key]
+    major, minor = compute_capability
+    values[int(CUdevice_attribute[prefix + "COMPUTE_CAPABILITY_MAJOR"])] = major
+    values[int(CUdevice_attribute[prefix + "COMPUTE_CAPABILITY_MINOR"])] = minor
+    values[int(CUdevice_attribute[prefix + "SHARED_MEMORY_PER_BLOCK"])] = 48 * 1024
+    values[int(CUdevice_attribute[prefix + "REGISTERS_PER_BLOCK"])] = 65536
+    return values

@@ -1,0 +1,115 @@
+"""EmuBackend: device memory in host buffers and kernels run by the PTX emulator."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+from vgpu.errors import CudaError
+
+from ..emu import DeviceMemory, LaunchError, PtxError, PtxModule, launch, link
+from ..emu.errors import IllegalAddress
+from .base import Backend, DeviceDescription, KernelDescription, LoadedModule
+from .device_attributes import emu_attributes
+from .images import ModuleImage, decode_image
+
+__all__ = ["EmuBackend", "EMU_TOTAL_MEMORY"]
+
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_NO_BINARY_FOR_GPU = 209
+CUDA_ERROR_INVALID_PTX = 218
+CUDA_ERROR_ILLEGAL_ADDRESS = 700
+
+# The emulated device reports 16 GiB; host pages are committed only when touched.
+EMU_TOTAL_MEMORY = 16 << 30
+EMU_COMPUTE_CAPABILITY = (8, 0)
+
+
+class EmuBackend(Backend):
+    name = "emu"
+
+    def __init__(self) -> None:
+        self.memory = DeviceMemory()
+
+    def describe(self) -> DeviceDescription:
+        return DeviceDescription(
+            name="vgpu emulated GPU (PTX on CPU)",
+            uuid=hashlib.md5(b"vgpu-emu-device-0").digest(),
+            total_memory=EMU_TOTAL_MEMORY,
+            compute_capability=EMU_COMPUTE_CAPABILITY,
+            attributes=emu_attributes(EMU_COMPUTE_CAPABILITY),
+        )
+
+    def map(self, address: int, size: int, backing: memoryview | None = None) -> None:
+        self.memory.map(address, size, backing)
+
+    def unmap(self, address: int) -> None:
+        self.memory.unmap(address)
+
+    def write(self, address: int, data: memoryview) -> None:
+        self._checked(self.memory.view, address, len(data))[:] = data
+
+    def read_into(self, address: int, out: memoryview) -> None:
+        out[:] = self._checked(self.memory.view, address, len(out))
+
+    def copy(self, dst: int, src: int, size: int) -> None:
+        self._checked(self.memory.copy, dst, src, size)
+
+    def fill(self, address: int, pattern: bytes, count: int) -> None:
+        self._checked(self.memory.fill, address, pattern, count)
+
+    @staticmethod
+    def _checked(fn, *args):
+        try:
+            return fn(*args)
+        except IllegalAddress as exc:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, str(exc)) from None
+
+    def load_module(self, image: bytes, allocate: Callable[[int], int]) -> LoadedModule:
+        decoded: ModuleImage = decode_image(image)
+        if not decoded.ptx:
+            raise CudaError(CUDA_ERROR_NO_BINARY_FOR_GPU, decoded.why_no_ptx
+                            or "the module image holds no PTX, which the emu backend needs")
+        try:
+            module = link(decoded.ptx) if len(decoded.ptx) > 1 else PtxModule.parse(decoded.ptx[0])
+        except PtxError as exc:
+            raise CudaError(CUDA_ERROR_INVALID_PTX, str(exc)) from None
+        variables = {}
+        for name, var in module.variables.items():
+            address = allocate(var.size)
+            self.memory.map(address, var.size)
+            if var.init:
+                self.memory.write(address, var.init)
+            variables[name] = (address, var.size)
+        kernels = {
+            name: KernelDescription(
+                name=name,
+                param_offsets=[p.offset for p in info.params],
+                param_sizes=[p.size for p in info.params],
+                param_buffer_size=info.param_size,
+                attributes=dict(info.attributes),
+            )
+            for name, info in module.kernels.items()
+        }
+        return LoadedModule(kernels=kernels, variables=variables, handle=module)
+
+    def unload_module(self, module: LoadedModule) -> None:
+        for address, _ in module.variables.values():
+            self.memory.unmap(address)
+
+    def launch(self, module: LoadedModule, kernel: str, grid, block, shared_bytes: int,
+               params: bytes) -> str:
+        symbols = {name: addr for name, (addr, _) in module.variables.items()}
+        try:
+            result = launch(module.handle, kernel, grid=tuple(grid), block=tuple(block),
+                            shared_bytes=shared_bytes, params=params, memory=self.memory,
+                            symbols=symbols)
+        except LaunchError as exc:
+            raise CudaError(exc.code, str(exc)) from None
+        return result.printf
+
+    def synchronize(self) -> None:
+        """Kernels run to completion inside `launch`; nothing is ever outstanding."""
+
+    def close(self) -> None:
+        self.memory = DeviceMemory()

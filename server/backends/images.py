@@ -1,0 +1,49 @@
+"""Turn a module image (PTX, fatbin, cubin, vgpu link output) into what the emulator loads."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from vgpu.module_image import (
+    ELF_MAGIC,
+    FATBIN_CONTAINER_MAGIC,
+    FATBIN_WRAPPER_MAGIC,
+    LINKED_PTX_MAGIC,
+    unpack_linked_ptx,
+)
+
+__all__ = ["ModuleImage", "decode_image"]
+
+
+@dataclass
+class ModuleImage:
+    ptx: list[str]
+    why_no_ptx: str = ""
+
+
+def _text(ptx: bytes) -> str:
+    return ptx.rstrip(b"\0").decode("utf-8", errors="replace")
+
+
+def decode_image(image: bytes) -> ModuleImage:
+    if len(image) < 8:
+        return ModuleImage([], "the module image is empty or truncated")
+    magic32 = struct.unpack_from("<I", image)[0]
+    if image[:8] == LINKED_PTX_MAGIC:
+        return ModuleImage([_text(p) for p in unpack_linked_ptx(image)])
+    if magic32 in (FATBIN_CONTAINER_MAGIC, FATBIN_WRAPPER_MAGIC):
+        from vgpu.shim.fatbin import FatbinError, parse_fatbin, select_ptx
+
+        try:
+            ptx = select_ptx(parse_fatbin(image))
+        except FatbinError as exc:
+            return ModuleImage([], str(exc))
+        if ptx is None:
+            return ModuleImage([], "the fatbin embeds no PTX (only cubins), which the emu "
+                                   "backend needs: rebuild with PTX, e.g. nvcc -arch=compute_75")
+        return ModuleImage([ptx])
+    if image[:4] == ELF_MAGIC:
+        return ModuleImage([], "the module is a cubin (SASS only); the emu backend runs PTX: "
+                               "load PTX instead (e.g. compile with -ptx or keep compute_XX)")
+    return ModuleImage([_text(image)])

@@ -1,0 +1,64 @@
+"""Exceptions raised by the PTX emulator, and the CUDA error codes they carry.
+
+    Exception
+    ├── PtxError        a module that cannot be loaded (syntax, unknown instruction or
+    │                   directive, unresolved external): raised at load, never at run time
+    ├── IllegalAddress  a DeviceMemory access outside every live allocation
+    └── LaunchError     a launch that failed; `code` is the CUresult CUDA itself would report
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CUDA_ERROR_ASSERT",
+    "CUDA_ERROR_ILLEGAL_ADDRESS",
+    "CUDA_ERROR_INVALID_VALUE",
+    "CUDA_ERROR_LAUNCH_FAILED",
+    "CUDA_ERROR_MISALIGNED_ADDRESS",
+    "CUDA_ERROR_NOT_FOUND",
+    "CUDA_ERROR_NOT_SUPPORTED",
+    "IllegalAddress",
+    "LaunchError",
+    "PtxError",
+]
+
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_NOT_FOUND = 500
+CUDA_ERROR_ILLEGAL_ADDRESS = 700
+CUDA_ERROR_ASSERT = 710
+CUDA_ERROR_MISALIGNED_ADDRESS = 716
+CUDA_ERROR_LAUNCH_FAILED = 719
+CUDA_ERROR_NOT_SUPPORTED = 801
+
+
+class PtxError(Exception):
+    """A PTX module that cannot be loaded; the message names the line and the construct."""
+
+    def __init__(self, message: str, line: int | None = None):
+        self.line = line
+        super().__init__(f"line {line}: {message}" if line is not None else message)
+
+
+class IllegalAddress(Exception):
+    """An access of `size` bytes at `address` that is not inside one live allocation.
+
+    `index` is the position of the first offending lane when the access was a vector of
+    per-lane addresses (`DeviceMemory.gather` and friends), else None.
+    """
+
+    def __init__(self, address: int, size: int, index: int | None = None):
+        self.address = int(address)
+        self.size = int(size)
+        self.index = index
+        super().__init__(f"illegal address 0x{self.address:x} (size {self.size})")
+
+
+class LaunchError(Exception):
+    """A failed launch. `code` is the CUresult value; `output` is the device printf text
+    produced before the failure (assert messages included), in deterministic order."""
+
+    def __init__(self, code: int, message: str, output: str = ""):
+        self.code = int(code)
+        self.message = message
+        self.output = output
+        super().__init__(message)

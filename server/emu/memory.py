@@ -1,0 +1,218 @@
+"""Sparse device memory: the emu backend's global (and const) memory for a whole session.
+
+Each allocation is a numpy uint8 array placed at a device address the server chose; it is
+either fresh and zero-filled or a view over a buffer the caller owns (an mmap'd shared-memory
+segment for host-mapped memory). Every access must lie inside one live allocation, as CUDA's
+own memory checker demands; anything else raises `IllegalAddress`.
+
+Scalar accesses (`read`, `write`, `view`, `fill`, `copy`) serve the server's memcpy/memset
+calls. Vector accesses (`gather`, `scatter`, `segments`) serve the executor: one address per
+lane, every lane checked, with a fast path when all lanes fall into the same allocation (the
+usual case: a kernel walking one array).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+
+import numpy as np
+
+from .address_space import DEVICE_ADDRESS_LIMIT
+from .errors import IllegalAddress
+
+__all__ = ["DeviceMemory"]
+
+
+class DeviceMemory:
+    """Allocations keyed by base address, found by binary search."""
+
+    def __init__(self) -> None:
+        self._bases: list[int] = []          # sorted
+        self._arrays: list[np.ndarray] = []  # parallel to _bases
+        self._np_bases = np.empty(0, np.uint64)
+        self._np_sizes = np.empty(0, np.uint64)
+
+    # -- allocation ---------------------------------------------------------------------
+    def map(self, address: int, size: int, backing: memoryview | None = None) -> None:
+        """Place a new allocation of `size` bytes at `address` (zero-filled unless backed)."""
+        if size <= 0:
+            raise ValueError(f"allocation size must be positive, got {size}")
+        if address < 0 or address + size > DEVICE_ADDRESS_LIMIT:
+            raise ValueError(
+                f"allocation [0x{address:x}, +{size}) is outside the device address range "
+                f"(below 0x{DEVICE_ADDRESS_LIMIT:x})")
+        pos = bisect.bisect_right(self._bases, address)
+        if pos > 0 and self._bases[pos - 1] + self._arrays[pos - 1].size > address:
+            raise ValueError(f"allocation at 0x{address:x} overlaps 0x{self._bases[pos - 1]:x}")
+        if pos < len(self._bases) and address + size > self._bases[pos]:
+            raise ValueError(f"allocation at 0x{address:x} overlaps 0x{self._bases[pos]:x}")
+        if backing is None:
+            array = np.zeros(size, np.uint8)
+        else:
+            view = memoryview(backing).cast("B")
+            if view.readonly:
+                raise ValueError("backing buffer must be writable")
+            if view.nbytes < size:
+                raise ValueError(f"backing buffer holds {view.nbytes} bytes, {size} needed")
+            array = np.frombuffer(view, np.uint8, count=size)
+        self._bases.insert(pos, address)
+        self._arrays.insert(pos, array)
+        self._reindex()
+
+    def unmap(self, address: int) -> None:
+        """Remove the allocation whose base is `address`."""
+        pos = bisect.bisect_left(self._bases, address)
+        if pos == len(self._bases) or self._bases[pos] != address:
+            raise IllegalAddress(address, 0)
+        del self._bases[pos]
+        del self._arrays[pos]
+        self._reindex()
+
+    def _reindex(self) -> None:
+        self._np_bases = np.array(self._bases, np.uint64)
+        self._np_sizes = np.array([a.size for a in self._arrays], np.uint64)
+
+    def find(self, address: int) -> tuple[int, int] | None:
+        """(base, size) of the allocation containing `address`, or None."""
+        pos = bisect.bisect_right(self._bases, address) - 1
+        if pos >= 0 and address < self._bases[pos] + self._arrays[pos].size:
+            return self._bases[pos], int(self._arrays[pos].size)
+        return None
+
+    def allocations(self) -> list[tuple[int, int]]:
+        """(base, size) of every live allocation, in address order."""
+        return [(b, int(a.size)) for b, a in zip(self._bases, self._arrays, strict=True)]
+
+    # -- scalar access ------------------------------------------------------------------
+    def _locate(self, address: int, size: int) -> tuple[np.ndarray, int]:
+        pos = bisect.bisect_right(self._bases, address) - 1
+        if pos >= 0:
+            offset = address - self._bases[pos]
+            array = self._arrays[pos]
+            if size >= 0 and offset + size <= array.size:
+                return array, offset
+        raise IllegalAddress(address, size)
+
+    def read(self, address: int, size: int) -> bytes:
+        array, offset = self._locate(address, size)
+        return array[offset:offset + size].tobytes()
+
+    def write(self, address: int, data) -> None:
+        source = np.frombuffer(memoryview(data).cast("B"), np.uint8)
+        array, offset = self._locate(address, source.size)
+        array[offset:offset + source.size] = source
+
+    def view(self, address: int, size: int) -> memoryview:
+        """A zero-copy writable view of `size` bytes inside one allocation."""
+        array, offset = self._locate(address, size)
+        return memoryview(array[offset:offset + size])
+
+    def fill(self, address: int, pattern: bytes, count: int) -> None:
+        """memset D8/D16/D32: `pattern` (1, 2 or 4 bytes) repeated `count` times."""
+        if len(pattern) not in (1, 2, 4):
+            raise ValueError(f"fill pattern must be 1, 2 or 4 bytes, got {len(pattern)}")
+        array, offset = self._locate(address, len(pattern) * count)
+        target = array[offset:offset + len(pattern) * count]
+        target.reshape(count, len(pattern))[:] = np.frombuffer(pattern, np.uint8)
+
+    def copy(self, dst: int, src: int, size: int) -> None:
+        src_array, src_offset = self._locate(src, size)
+        dst_array, dst_offset = self._locate(dst, size)
+        # numpy detects overlap within one buffer and copies through a temporary.
+        dst_array[dst_offset:dst_offset + size] = src_array[src_offset:src_offset + size]
+
+    # -- per-lane access ----------------------------------------------------------------
+    def segments(self, addrs: np.ndarray, size: int
+                 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+        """Split per-lane accesses of `size` bytes by allocation.
+
+        Yields (allocation bytes, byte offsets, lane positions or None for "all lanes").
+        Raises IllegalAddress naming the first lane whose access is not inside one live
+        allocation. Lane order is preserved inside each segment.
+        """
+        addrs = np.asarray(addrs, np.uint64)
+        if addrs.size == 0:
+            return
+        lo = int(addrs.min())
+        hi = int(addrs.max())
+        pos = bisect.bisect_right(self._bases, lo) - 1
+        if pos >= 0 and hi + size <= self._bases[pos] + self._arrays[pos].size:
+            yield self._arrays[pos], addrs - np.uint64(self._bases[pos]), None
+            return
+        idx = np.searchsorted(self._np_bases, addrs, side="right").astype(np.int64) - 1
+        safe = np.maximum(idx, 0)
+        sizes = self._np_sizes[safe] if self._np_sizes.size else np.zeros_like(addrs)
+        offsets = addrs - (self._np_bases[safe] if self._np_bases.size else 0)
+        valid = (idx >= 0) & (sizes >= np.uint64(size)) & (offsets <= sizes - np.uint64(size))
+        if not valid.all():
+            bad = int(np.flatnonzero(~valid)[0])
+            raise IllegalAddress(int(addrs[bad]), size, index=bad)
+        order = np.argsort(idx, kind="stable")
+        sorted_idx = idx[order]
+        starts = np.flatnonzero(np.diff(sorted_idx)) + 1
+        for lanes in np.split(order, starts):
+            yield self._arrays[int(idx[lanes[0]])], offsets[lanes], lanes
+
+    def gather(self, addrs: np.ndarray, dtype, count: int = 1) -> np.ndarray:
+        """Per-lane loads of `count` consecutive `dtype` elements: shape (n,) or (n, count)."""
+        dtype = np.dtype(dtype)
+        addrs = np.asarray(addrs, np.uint64)
+        shape = (addrs.size,) if count == 1 else (addrs.size, count)
+        out = None
+        for array, offsets, lanes in self.segments(addrs, dtype.itemsize * count):
+            values = load_elements(array, offsets, dtype, count)
+            if lanes is None:
+                return values
+            if out is None:
+                out = np.empty(shape, dtype)
+            out[lanes] = values
+        return out if out is not None else np.empty(shape, dtype)
+
+    def scatter(self, addrs: np.ndarray, values: np.ndarray) -> None:
+        """Per-lane stores; `values` has shape (n,) or (n, count). Later lanes win ties."""
+        values = np.asarray(values)
+        count = 1 if values.ndim == 1 else values.shape[1]
+        for array, offsets, lanes in self.segments(addrs, values.dtype.itemsize * count):
+            store_elements(array, offsets, values if lanes is None else values[lanes])
+
+
+def _element_index(array: np.ndarray, offsets: np.ndarray, dtype: np.dtype
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+    """A typed view of `array` and element indices, when every offset is element-aligned."""
+    size = dtype.itemsize
+    if size > 1 and (offsets & np.uint64(size - 1)).any():
+        return None
+    typed = array[:array.size - array.size % size].view(dtype)
+    return typed, (offsets // np.uint64(size)).astype(np.intp)
+
+
+def load_elements(array: np.ndarray, offsets: np.ndarray, dtype: np.dtype,
+                  count: int = 1) -> np.ndarray:
+    """Elements of `dtype` at byte `offsets` of the uint8 `array` (bounds already checked)."""
+    dtype = np.dtype(dtype)
+    found = _element_index(array, offsets, dtype)
+    if found is not None:
+        typed, index = found
+        if count == 1:
+            return typed[index]
+        return typed[index[:, None] + np.arange(count)]
+    byte_index = offsets.astype(np.intp)[:, None] + np.arange(dtype.itemsize * count)
+    values = np.ascontiguousarray(array[byte_index]).view(dtype)
+    return values[:, 0] if count == 1 else values
+
+
+def store_elements(array: np.ndarray, offsets: np.ndarray, values: np.ndarray) -> None:
+    """Store `values` (shape (n,) or (n, count)) at byte `offsets` of the uint8 `array`."""
+    count = 1 if values.ndim == 1 else values.shape[1]
+    found = _element_index(array, offsets, values.dtype)
+    if found is not None:
+        typed, index = found
+        if count == 1:
+            typed[index] = values
+        else:
+            typed[index[:, None] + np.arange(count)] = values
+        return
+    raw = np.ascontiguousarray(values).reshape(len(offsets), -1).view(np.uint8)
+    byte_index = offsets.astype(np.intp)[:, None] + np.arange(raw.shape[1])
+    array[byte_index] = raw

@@ -1,0 +1,51 @@
+"""Tables of client-chosen object handles, one per kind (DESIGN.md decision 4).
+
+Clients pick handle values themselves so that creating an object needs no round trip; the
+server only checks that a handle is live and of the right kind. Handles are never reused by a
+client, so a stale handle is simply an unknown one.
+"""
+
+from __future__ import annotations
+
+from typing import Generic, TypeVar
+
+from vgpu.errors import CudaError
+
+__all__ = ["HandleTable"]
+
+T = TypeVar("T")
+CUDA_ERROR_INVALID_HANDLE = 400
+CUDA_ERROR_INVALID_CONTEXT = 201
+
+
+class HandleTable(Generic[T]):
+    def __init__(self, kind: str, error_code: int = CUDA_ERROR_INVALID_HANDLE):
+        self.kind = kind
+        self.error_code = error_code
+        self._objects: dict[int, T] = {}
+
+    def add(self, handle: int, obj: T) -> None:
+        if not handle or handle in self._objects:
+            raise CudaError(self.error_code, f"{self.kind} handle 0x{handle:x} is not new")
+        self._objects[handle] = obj
+
+    def get(self, handle: int) -> T:
+        try:
+            return self._objects[handle]
+        except KeyError:
+            raise CudaError(self.error_code,
+                            f"unknown or destroyed {self.kind} handle 0x{handle:x}") from None
+
+    def pop(self, handle: int) -> T:
+        obj = self.get(handle)
+        del self._objects[handle]
+        return obj
+
+    def __contains__(self, handle: int) -> bool:
+        return handle in self._objects
+
+    def items(self):
+        return list(self._objects.items())
+
+    def __len__(self) -> int:
+        return len(self._objects)

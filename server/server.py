@@ -1,0 +1,206 @@
+"""ProxyServer: owns the device, serves every client session over one zmq ROUTER socket.
+
+One thread, one socket: messages from all clients are handled in arrival order, each against
+its own Session. A client that sends garbage gets an error (or nothing, if not even its header
+decodes) and the others keep being served; a client that exits says BYE, and one that crashes
+is noticed by a periodic check of its pid (clients on this host) and its session is released.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import traceback
+
+import zmq
+
+from vgpu.protocol import ADMIN, BYE, CALLS, HELLO, PROTOCOL_VERSION, ProtocolError, pack, unpack
+
+from .arena import VaArena
+from .backends import open_backend
+from .session import Session
+
+__all__ = ["ProxyServer", "ARENA_BASE", "ARENA_SPAN"]
+
+log = logging.getLogger("vgpu.server")
+
+# Session arenas live between 16 TiB and 80 TiB of the address space, away from where Linux
+# places executables (low), heaps (0x55...) and mmaps (0x7f...), one TiB per session slot.
+ARENA_BASE = 0x1000_0000_0000
+ARENA_SPAN = 1 << 40
+ARENA_SLOTS = 64
+LIVENESS_INTERVAL_S = 0.5
+
+
+class ProxyServer:
+    def __init__(self, address: str, backend: str = "auto"):
+        self.address = address
+        self.backend_name = backend
+        open_backend(backend).close()  # fail now, not at the first client, if it cannot start
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.bind(address)
+        self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.sessions: dict[bytes, Session] = {}
+        self.slots: dict[bytes, int] = {}  # client identity -> arena slot
+        self._next_session_id = 1
+        self.host = socket.gethostname()
+        self.started_at = time.time()
+        self._running = False
+
+    # ----------------------------------------------------------------- main loop
+
+    def serve_forever(self) -> None:
+        self._running = True
+        poller = zmq.Poller()
+        poller.register(self.socket, zmq.POLLIN)
+        next_check = time.monotonic() + LIVENESS_INTERVAL_S
+        try:
+            while self._running:
+                timeout_ms = max(0, int((next_check - time.monotonic()) * 1000))
+                if poller.poll(timeout_ms):
+                    self._handle(self.socket.recv_multipart(copy=False))
+                if time.monotonic() >= next_check:
+                    self._reap_dead_clients()
+                    next_check = time.monotonic() + LIVENESS_INTERVAL_S
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        self._running = False
+
+    def close(self) -> None:
+        for identity in list(self.sessions):
+            self._close_session(identity, "server shutting down")
+        self.socket.close(0)
+        self.context.term()
+
+    # ----------------------------------------------------------------- messages
+
+    def _handle(self, frames: list) -> None:
+        identity = frames[0].bytes
+        try:
+            kind, seq, body = unpack(frames[1].buffer)
+        except (ProtocolError, ValueError, TypeError, IndexError) as exc:
+            log.warning("dropping malformed message from %r: %s", identity[:8], exc)
+            return
+        payloads = [f.buffer for f in frames[2:]]
+        try:
+            if kind == CALLS:
+                self._calls(identity, seq, body, payloads)
+            elif kind == HELLO:
+                self._hello(identity, seq, body)
+            elif kind == ADMIN:
+                self._admin(identity, seq, body)
+            elif kind == BYE:
+                self._close_session(identity, "client said goodbye")
+            else:
+                self._reply(identity, seq, 1, f"unknown message kind {kind!r}")
+        except Exception:  # the server must survive any client; log and keep serving
+            log.error("internal error serving %r:\n%s", identity[:8], traceback.format_exc())
+            self._reply(identity, seq, 999, "internal server error")
+
+    def _reply(self, identity: bytes, seq, code: int, result=None, deferred: int = 0,
+               output: str = "", payloads=()) -> None:
+        if not seq:
+            return
+        self.socket.send_multipart([identity, pack([seq, code, result, deferred, output]),
+                                    *payloads], copy=False)
+
+    def _hello(self, identity: bytes, seq, body) -> None:
+        if not isinstance(body, dict) or body.get("version") != PROTOCOL_VERSION:
+            self._reply(identity, seq, 803, f"protocol version mismatch: server speaks "
+                                            f"{PROTOCOL_VERSION}, client sent {body!r:.60}")
+            return
+        if identity in self.sessions:
+            self._close_session(identity, "client reconnected")
+        slot = self._free_slot()
+        if slot is None:
+            self._reply(identity, seq, 2, "the server has no free session slot")
+            return
+        arena = VaArena(ARENA_BASE + slot * ARENA_SPAN, ARENA_SPAN)
+        session = Session(self._next_session_id, body, open_backend(self.backend_name), arena)
+        self._next_session_id += 1
+        self.sessions[identity] = session
+        self.slots[identity] = slot
+        device = session.device
+        log.info("session %d opened: pid %d %s", session.id, session.pid, " ".join(session.argv))
+        self._reply(identity, seq, 0, {
+            "session": session.id,
+            "server_pid": os.getpid(),
+            "host": self.host,
+            "backend": session.backend.name,
+            "shm": session.staging is not None,
+            "device": {
+                "name": device.name,
+                "uuid": device.uuid,
+                "total_memory": device.total_memory,
+                "compute_capability": list(device.compute_capability),
+                "attributes": device.attributes,
+            },
+        })
+
+    def _free_slot(self) -> int | None:
+        used = set(self.slots.values())
+        return next((i for i in range(ARENA_SLOTS) if i not in used), None)
+
+    def _calls(self, identity: bytes, seq, body, payloads) -> None:
+        session = self.sessions.get(identity)
+        if session is None:
+            self._reply(identity, seq, 46, "no session: say hello first")
+            return
+        if not isinstance(body, list):
+            self._reply(identity, seq, 1, "malformed call batch")
+            return
+        code, result, out = session.execute(body, payloads)
+        if seq:
+            if code and session.last_error_message:
+                result = session.last_error_message if result is None else result
+            self._reply(identity, seq, code, result, session.take_deferred(),
+                        session.take_output(), out)
+
+    def _admin(self, identity: bytes, seq, body) -> None:
+        if body == ["ps", []] or body == ["ps"]:
+            self._reply(identity, seq, 0, self.describe_sessions())
+        else:
+            self._reply(identity, seq, 1, f"unknown admin request {body!r:.60}")
+
+    def describe_sessions(self) -> list[dict]:
+        return [{
+            "session": s.id, "pid": s.pid, "host": s.host, "command": " ".join(s.argv),
+            "backend": s.backend.name, "memory": s.memory_in_use(), "calls": s.calls_served,
+            "since": s.started_at,
+        } for s in self.sessions.values()]
+
+    # ----------------------------------------------------------------- liveness
+
+    def _close_session(self, identity: bytes, why: str) -> None:
+        session = self.sessions.pop(identity, None)
+        self.slots.pop(identity, None)
+        if session is not None:
+            log.info("session %d closed (%s); %d bytes released", session.id, why,
+                     session.memory_in_use())
+            session.close()
+
+    def _reap_dead_clients(self) -> None:
+        for identity, session in list(self.sessions.items()):
+            if session.host == self.host and session.pid and not _pid_alive(session.pid):
+                self._close_session(identity, f"client pid {session.pid} is gone")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by its parent) holds no more GPU work.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True

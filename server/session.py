@@ -1,0 +1,502 @@
+"""Session: one client process's device state on the server, and the handlers of its calls.
+
+Each op is a driver-API call (DESIGN.md decision 1) named as the client's shim exports it.
+Handlers raise CudaError for CUDA failures; `Session.execute` turns that into the reply code
+of a synchronizing call or into the deferred error of a queued one. Kernel faults are sticky
+(decision 9): once one happens, every call but a context reset reports it.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from vgpu.errors import CudaError
+
+from .arena import VaArena
+from .backends import Backend, LoadedModule
+from .handles import HandleTable
+
+__all__ = ["Session", "OPS"]
+
+CUDA_SUCCESS = 0
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_INVALID_CONTEXT = 201
+CUDA_ERROR_INVALID_HANDLE = 400
+CUDA_ERROR_NOT_FOUND = 500
+CUDA_ERROR_UNKNOWN = 999
+STICKY_ERRORS = frozenset({700, 710, 714, 715, 716, 717, 718, 719})
+CU_EVENT_DISABLE_TIMING = 0x2
+# Streams every context has without creating them: 0 (NULL), CU_STREAM_LEGACY, PER_THREAD.
+BUILTIN_STREAMS = frozenset({0, 1, 2})
+
+OPS: dict[str, Callable] = {}
+
+
+def op(name: str):
+    """Register a Session method as the handler of wire op `name`."""
+
+    def register(fn):
+        OPS[name] = fn
+        return fn
+
+    return register
+
+
+@dataclass
+class Context:
+    device: int
+    flags: int
+    allocations: set[int] = field(default_factory=set)
+    modules: set[int] = field(default_factory=set)
+    streams: set[int] = field(default_factory=set)
+    events: set[int] = field(default_factory=set)
+
+
+@dataclass
+class Module:
+    context: int
+    loaded: LoadedModule
+    functions: set[int] = field(default_factory=set)
+
+
+@dataclass
+class Function:
+    module: int
+    name: str
+
+
+@dataclass
+class Event:
+    context: int
+    flags: int
+    recorded_at: float | None = None
+
+
+class Session:
+    def __init__(self, session_id: int, hello: dict, backend: Backend, arena: VaArena):
+        self.id = session_id
+        self.pid = int(hello.get("pid", 0))
+        self.host = str(hello.get("host", ""))
+        self.argv = [str(a) for a in hello.get("argv", [])]
+        self.backend = backend
+        self.arena = arena
+        self.device = backend.describe()
+        self.started_at = time.time()
+        self.calls_served = 0
+        self.deferred_error = CUDA_SUCCESS
+        self.sticky_error = CUDA_SUCCESS
+        self.last_error_message = ""
+        self.output: list[str] = []
+        self.contexts: HandleTable[Context] = HandleTable("context", CUDA_ERROR_INVALID_CONTEXT)
+        self.modules: HandleTable[Module] = HandleTable("module")
+        self.functions: HandleTable[Function] = HandleTable("function")
+        self.streams: HandleTable[int] = HandleTable("stream")
+        self.events: HandleTable[Event] = HandleTable("event")
+        self.allocation_owner: dict[int, int] = {}  # address -> context handle
+        self.staging: mmap.mmap | None = None
+        self.segments: dict[int, tuple[mmap.mmap, int | None]] = {}  # id -> (map, device addr)
+        self._attach_staging(hello.get("shm"))
+
+    # ----------------------------------------------------------------- plumbing
+
+    def _attach_staging(self, shm: dict | None) -> None:
+        if shm:
+            try:
+                self.staging = _map_file(shm["path"], int(shm["size"]))
+            except (OSError, KeyError, ValueError, TypeError):
+                self.staging = None  # the client falls back to payload frames
+
+    def execute(self, calls: list, frames: list) -> tuple[int, object, list]:
+        """Run calls in order; returns (code of the last call, its result, reply frames)."""
+        code, result, out_frames = CUDA_SUCCESS, None, []
+        last = len(calls) - 1
+        for i, call in enumerate(calls):
+            self.calls_served += 1
+            code, result, out_frames = self._run_one(call, frames)
+            if code != CUDA_SUCCESS and i != last and self.deferred_error == CUDA_SUCCESS:
+                self.deferred_error = code
+        return code, result, out_frames
+
+    def _run_one(self, call, frames: list) -> tuple[int, object, list]:
+        try:
+            name, args = call
+            handler = OPS[name]
+        except (TypeError, ValueError, KeyError):
+            self.last_error_message = f"malformed or unknown call {str(call)[:80]}"
+            return CUDA_ERROR_INVALID_VALUE, None, []
+        if self.sticky_error and name not in STICKY_EXEMPT:
+            return self.sticky_error, None, []
+        out_frames: list = []
+        try:
+            result = handler(self, *args, frames=frames, out_frames=out_frames)
+            return CUDA_SUCCESS, result, out_frames
+        except CudaError as exc:
+            self.last_error_message = exc.message
+            if exc.code in STICKY_ERRORS:
+                self.sticky_error = exc.code
+            return exc.code, None, []
+        except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
+            # A malformed argument list from a buggy or hostile client: refuse the call.
+            self.last_error_message = f"{name}: bad arguments ({exc})"
+            return CUDA_ERROR_INVALID_VALUE, None, []
+
+    def take_deferred(self) -> int:
+        code, self.deferred_error = self.deferred_error, CUDA_SUCCESS
+        return self.sticky_error or code
+
+    def take_output(self) -> str:
+        text = "".join(self.output)
+        self.output.clear()
+        return text
+
+    def memory_in_use(self) -> int:
+        return self.arena.bytes_in_use
+
+    def close(self) -> None:
+        """Release everything the session holds (client exit, crash or disconnect)."""
+        for handle, _ in self.contexts.items():
+            self._destroy_context_resources(handle)
+        self.backend.close()
+        for seg, _ in self.segments.values():
+            seg.close()
+        self.segments.clear()
+        if self.staging is not None:
+            self.staging.close()
+            self.staging = None
+
+    # ----------------------------------------------------------------- data specs
+
+    def _source(self, spec, size: int, frames: list) -> memoryview:
+        kind = spec[0]
+        if kind == "shm":
+            return self._window(self.staging, int(spec[1]), size)
+        if kind == "seg":
+            return self._window(self._segment(spec[1])[0], int(spec[2]), size)
+        if kind == "frame":
+            data = memoryview(frames[int(spec[1])])
+            if len(data) != size:
+                raise CudaError(CUDA_ERROR_INVALID_VALUE, "payload size does not match the copy")
+            return data
+        if kind == "inline":
+            data = memoryview(spec[1])
+            if len(data) != size:
+                raise CudaError(CUDA_ERROR_INVALID_VALUE, "payload size does not match the copy")
+            return data
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"unknown data location {kind!r}")
+
+    @staticmethod
+    def _window(buffer, offset: int, size: int) -> memoryview:
+        if buffer is None:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, "no shared-memory segment is attached")
+        if offset < 0 or size < 0 or offset + size > len(buffer):
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, "copy exceeds the shared-memory segment")
+        return memoryview(buffer)[offset:offset + size]
+
+    def _segment(self, seg_id: int):
+        try:
+            return self.segments[int(seg_id)]
+        except KeyError:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"unknown host segment {seg_id}") from None
+
+    def _check_range(self, address: int, size: int) -> None:
+        """A copy or memset must stay inside one live allocation (or mapped host segment)."""
+        found = self.arena.find(address)
+        if found is None:
+            for _, dev_addr in self.segments.values():
+                if dev_addr is not None:
+                    mapped = self._segment_range(dev_addr)
+                    if mapped and mapped[0] <= address and address + size <= sum(mapped):
+                        return
+            raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                            f"0x{address:x} is not inside a live device allocation")
+        start, length = found
+        if size < 0 or address + size > start + length:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                            f"range 0x{address:x}+{size} runs past its allocation "
+                            f"0x{start:x}+{length}")
+
+    def _segment_range(self, dev_addr: int) -> tuple[int, int] | None:
+        for seg, addr in self.segments.values():
+            if addr == dev_addr:
+                return addr, len(seg)
+        return None
+
+    # ----------------------------------------------------------------- contexts
+
+    @op("cuCtxCreate")
+    def ctx_create(self, handle: int, flags: int, device: int, **_):
+        self._check_device(device)
+        self.contexts.add(handle, Context(device, flags))
+
+    @op("cuDevicePrimaryCtxRetain")
+    def primary_ctx_retain(self, handle: int, device: int, **_):
+        self._check_device(device)
+        if handle not in self.contexts:
+            self.contexts.add(handle, Context(device, 0))
+
+    @op("cuCtxDestroy")
+    def ctx_destroy(self, handle: int, **_):
+        self.contexts.get(handle)
+        self._destroy_context_resources(handle)
+        self.contexts.pop(handle)
+
+    @op("cuDevicePrimaryCtxReset")
+    def primary_ctx_reset(self, handle: int, **_):
+        if handle in self.contexts:
+            self._destroy_context_resources(handle)
+        self.sticky_error = CUDA_SUCCESS
+
+    def _destroy_context_resources(self, handle: int) -> None:
+        ctx = self.contexts.get(handle)
+        for m in list(ctx.modules):
+            self.module_unload(m)
+        for address in list(ctx.allocations):
+            self.mem_free(address)
+        for s in list(ctx.streams):
+            self.streams.pop(s)
+        for e in list(ctx.events):
+            self.events.pop(e)
+        ctx.streams.clear()
+        ctx.events.clear()
+
+    def _check_device(self, device: int) -> None:
+        if device != 0:
+            raise CudaError(101, f"invalid device ordinal {device}")
+
+    @op("vgpuSynchronize")
+    def synchronize(self, **_):
+        """cuCtxSynchronize, cuStreamSynchronize, cuEventSynchronize and the queries."""
+        self.backend.synchronize()
+
+    # ----------------------------------------------------------------- memory
+
+    @op("cuMemAlloc")
+    def mem_alloc(self, context: int, size: int, **_):
+        ctx = self.contexts.get(context)
+        if size <= 0:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, "allocation size must be positive")
+        if size > self.device.total_memory - self.arena.bytes_in_use:
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of device memory ({size} bytes)")
+        address = self.arena.alloc(size)
+        if address is None:
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of device memory ({size} bytes)")
+        self.backend.map(address, size)
+        self.allocation_owner[address] = context
+        ctx.allocations.add(address)
+        return address
+
+    @op("cuMemFree")
+    def mem_free(self, address: int, **_):
+        if address not in self.allocation_owner:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                            f"0x{address:x} is not the start of a live allocation")
+        self.backend.unmap(address)
+        self.arena.free(address)
+        ctx = self.allocation_owner.pop(address)
+        if ctx in self.contexts:
+            self.contexts.get(ctx).allocations.discard(address)
+
+    @op("cuMemGetInfo")
+    def mem_get_info(self, **_):
+        total = self.device.total_memory
+        return [total - self.arena.bytes_in_use, total]
+
+    @op("vgpuMapHostSegment")
+    def map_host_segment(self, seg_id: int, path: str, size: int, device_address, **_):
+        """Attach a pinned host buffer the client allocated in a shared-memory file."""
+        try:
+            seg = _map_file(path, size)
+        except OSError as exc:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"cannot map host segment: {exc}") from None
+        if device_address is not None:
+            self.backend.map(device_address, size, memoryview(seg))
+        self.segments[int(seg_id)] = (seg, device_address)
+
+    @op("vgpuUnmapHostSegment")
+    def unmap_host_segment(self, seg_id: int, **_):
+        seg, device_address = self.segments.pop(int(seg_id), (None, None))
+        if seg is None:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"unknown host segment {seg_id}")
+        if device_address is not None:
+            self.backend.unmap(device_address)
+        seg.close()
+
+    @op("cuMemcpyHtoD")
+    def memcpy_htod(self, dst: int, src_spec, size: int, **kw):
+        self._check_range(dst, size)
+        self.backend.write(dst, self._source(src_spec, size, kw["frames"]))
+
+    @op("cuMemcpyDtoH")
+    def memcpy_dtoh(self, src: int, size: int, dst_spec, **kw):
+        self._check_range(src, size)
+        if dst_spec[0] == "frame":
+            out = bytearray(size)
+            self.backend.read_into(src, memoryview(out))
+            kw["out_frames"].append(out)
+            return None
+        self.backend.read_into(src, self._source(dst_spec, size, kw["frames"]))
+
+    @op("cuMemcpyDtoD")
+    def memcpy_dtod(self, dst: int, src: int, size: int, **_):
+        self._check_range(dst, size)
+        self._check_range(src, size)
+        self.backend.copy(dst, src, size)
+
+    @op("vgpuMemset")
+    def memset(self, dst: int, pattern: bytes, count: int, **_):
+        """cuMemsetD8/D16/D32 (and async): `pattern` is 1, 2 or 4 bytes, repeated `count` times."""
+        if len(pattern) not in (1, 2, 4):
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, "memset element must be 1, 2 or 4 bytes")
+        self._check_range(dst, len(pattern) * count)
+        self.backend.fill(dst, bytes(pattern), count)
+
+    # ----------------------------------------------------------------- modules and launches
+
+    @op("cuModuleLoadData")
+    def module_load(self, handle: int, context: int, image_spec, image_size: int, **kw):
+        ctx = self.contexts.get(context)
+        image = bytes(self._source(image_spec, image_size, kw["frames"]))
+        allocated: list[int] = []
+
+        def allocate(size: int) -> int:
+            address = self.arena.alloc(size)
+            if address is None:
+                raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, "no room for module variables")
+            allocated.append(address)
+            return address
+
+        try:
+            loaded = self.backend.load_module(image, allocate)
+        except BaseException:
+            for address in allocated:
+                self.arena.free(address)
+            raise
+        self.modules.add(handle, Module(context, loaded))
+        ctx.modules.add(handle)
+        return {
+            "kernels": {name: [k.param_offsets, k.param_sizes, k.param_buffer_size, k.attributes]
+                        for name, k in loaded.kernels.items()},
+            "variables": {name: list(v) for name, v in loaded.variables.items()},
+        }
+
+    @op("cuModuleUnload")
+    def module_unload(self, handle: int, **_):
+        module = self.modules.pop(handle)
+        for f in module.functions:
+            self.functions.pop(f)
+        self.backend.unload_module(module.loaded)
+        for address, _ in module.loaded.variables.values():
+            self.arena.free(address)
+        if module.context in self.contexts:
+            self.contexts.get(module.context).modules.discard(handle)
+
+    @op("cuModuleGetFunction")
+    def module_get_function(self, handle: int, module_handle: int, name: str, **_):
+        module = self.modules.get(module_handle)
+        if name not in module.loaded.kernels:
+            raise CudaError(CUDA_ERROR_NOT_FOUND, f"no kernel named {name!r} in the module")
+        self.functions.add(handle, Function(module_handle, name))
+        module.functions.add(handle)
+
+    @op("cuLaunchKernel")
+    def launch_kernel(self, function: int, grid, block, shared_bytes: int, stream: int,
+                      params: bytes, **_):
+        fn = self.functions.get(function)
+        self._check_stream(stream)
+        module = self.modules.get(fn.module)
+        kernel = module.loaded.kernels[fn.name]
+        _check_launch_config(kernel.attributes, grid, block, shared_bytes, self.device.attributes)
+        if len(params) != kernel.param_buffer_size:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                            f"kernel {fn.name!r} takes {kernel.param_buffer_size} bytes of "
+                            f"parameters, got {len(params)}")
+        printed = self.backend.launch(module.loaded, fn.name, grid, block, shared_bytes,
+                                      bytes(params))
+        if printed:
+            self.output.append(printed)
+
+    # ----------------------------------------------------------------- streams and events
+
+    def _check_stream(self, stream: int) -> None:
+        if stream not in BUILTIN_STREAMS:
+            self.streams.get(stream)
+
+    @op("cuStreamCreate")
+    def stream_create(self, handle: int, context: int, flags: int, priority: int, **_):
+        self.contexts.get(context).streams.add(handle)
+        self.streams.add(handle, context)
+
+    @op("cuStreamDestroy")
+    def stream_destroy(self, handle: int, **_):
+        context = self.streams.pop(handle)
+        if context in self.contexts:
+            self.contexts.get(context).streams.discard(handle)
+
+    @op("cuStreamWaitEvent")
+    def stream_wait_event(self, stream: int, event: int, **_):
+        """Work runs in arrival order on this server, so a wait is already satisfied."""
+        self._check_stream(stream)
+        self.events.get(event)
+
+    @op("cuEventCreate")
+    def event_create(self, handle: int, context: int, flags: int, **_):
+        self.contexts.get(context).events.add(handle)
+        self.events.add(handle, Event(context, flags))
+
+    @op("cuEventRecord")
+    def event_record(self, handle: int, stream: int, **_):
+        self._check_stream(stream)
+        self.backend.synchronize()
+        self.events.get(handle).recorded_at = time.perf_counter()
+
+    @op("cuEventDestroy")
+    def event_destroy(self, handle: int, **_):
+        event = self.events.pop(handle)
+        if event.context in self.contexts:
+            self.contexts.get(event.context).events.discard(handle)
+
+    @op("cuEventElapsedTime")
+    def event_elapsed_time(self, start: int, end: int, **_):
+        a, b = self.events.get(start), self.events.get(end)
+        if (a.flags | b.flags) & CU_EVENT_DISABLE_TIMING:
+            raise CudaError(CUDA_ERROR_INVALID_HANDLE, "event created with DISABLE_TIMING")
+        if a.recorded_at is None or b.recorded_at is None:
+            raise CudaError(CUDA_ERROR_INVALID_HANDLE, "event has not been recorded")
+        return (b.recorded_at - a.recorded_at) * 1000.0
+
+
+# Calls that still work after a sticky error: the ones that tear state down.
+STICKY_EXEMPT = frozenset({"cuCtxDestroy", "cuDevicePrimaryCtxReset", "cuMemFree",
+                           "cuModuleUnload", "cuStreamDestroy", "cuEventDestroy",
+                           "vgpuUnmapHostSegment"})
+
+
+def _check_launch_config(kernel_attrs: dict, grid, block, shared_bytes: int,
+                         device_attrs: dict) -> None:
+    gx, gy, gz = (int(v) for v in grid)
+    bx, by, bz = (int(v) for v in block)
+    if min(gx, gy, gz, bx, by, bz) <= 0:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, "grid and block dimensions must be positive")
+    threads = bx * by * bz
+    limit = min(kernel_attrs.get("max_threads_per_block", 1024), 1024)
+    if threads > limit or bx > 1024 or by > 1024 or bz > 64:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                        f"block of {threads} threads exceeds the kernel's limit of {limit}")
+    if gy > 65535 or gz > 65535 or gx > 2**31 - 1:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, "grid dimension too large")
+    static_shared = kernel_attrs.get("shared_size_bytes", 0)
+    if shared_bytes < 0 or shared_bytes + static_shared > 163 * 1024:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, "too much shared memory requested")
+
+
+def _map_file(path: str, size: int) -> mmap.mmap:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)

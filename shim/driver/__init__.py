@@ -1,0 +1,38 @@
+"""The CUDA driver API, implemented in the client on top of the vgpu protocol.
+
+Every public `cu*` name here is an exported C symbol of our libcuda (`cuMemAlloc_v2`, not the
+`cuMemAlloc` macro): the dispatcher of the generated C stubs looks implementations up by
+symbol name, decodes the C arguments (integers as ints, pointers as cffi cdata) and returns
+the int CUresult the function gives. Symbols absent here answer CUDA_ERROR_NOT_SUPPORTED.
+
+Implementations are grouped by object kind, one module each. Per-thread-default-stream
+variants (`_ptds`, `_ptsz`) share the implementation of their base symbol: the server runs
+all work in arrival order, which satisfies both stream semantics.
+"""
+
+from __future__ import annotations
+
+from . import context, device, launch, memory, module, stream
+
+_MODULES = (device, context, memory, module, launch, stream)
+
+
+def _implemented() -> dict:
+    names = {}
+    for mod in _MODULES:
+        for name, value in vars(mod).items():
+            if name.startswith("cu") and callable(value):
+                names[name] = value
+    return names
+
+
+globals().update(_implemented())
+
+
+def __getattr__(name: str):
+    # The dispatcher looks symbols up by name; per-thread-stream variants resolve to their base.
+    if name.startswith("cu") and name.endswith(("_ptds", "_ptsz")):
+        base = globals().get(name[:-5])
+        if callable(base):
+            return base
+    raise AttributeError(name)

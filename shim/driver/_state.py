@@ -1,0 +1,209 @@
+"""Process-wide state of the driver layer: the connection, the mirror of server objects, the
+per-thread context stack, and the decorator every API function goes through.
+
+The client mirrors what it created (handles, allocations, kernels' parameter layouts) so that
+it can validate calls and answer queries locally, with CUDA's error codes and no round trip;
+the server remains the authority and re-validates everything it is sent.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import itertools
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+
+from vgpu.api.cudadefs import CUresult
+from vgpu.errors import CudaError, DeviceUnavailable
+
+from .._libcuda import ffi
+
+__all__ = ["ffi", "api", "state", "CudaError", "E", "handle_of", "ptr", "check_out", "Kind"]
+
+E = CUresult  # short alias for error codes: E.CUDA_ERROR_INVALID_VALUE
+
+
+class Kind:
+    """Handle kinds; a handle carries its kind so a wrong-kind handle is caught (ZLUDA's cookie)."""
+
+    CONTEXT, MODULE, FUNCTION, STREAM, EVENT, LIBRARY, KERNEL, LINK, POOL = range(1, 10)
+
+
+_HANDLE_MARK = 0x7667 << 48  # "vg": every vgpu handle has this in its top bits
+_KIND_SHIFT = 40
+
+
+def handle_kind(handle: int) -> int:
+    return (handle >> _KIND_SHIFT) & 0xFF if handle >> 48 == 0x7667 else 0
+
+
+@dataclass
+class KernelLayout:
+    name: str
+    offsets: list[int]
+    sizes: list[int]
+    buffer_size: int
+    attributes: dict[str, int]
+    module: int
+    max_dynamic_shared: int = 48 * 1024
+
+
+@dataclass
+class ModuleInfo:
+    context: int
+    kernels: dict[str, list]
+    variables: dict[str, list]
+    functions: dict[str, int] = field(default_factory=dict)  # kernel name -> function handle
+
+
+@dataclass
+class HostAllocation:
+    size: int
+    flags: int
+    segment: int | None  # shared-memory segment id known to the server, if any
+    mapping: object = None  # keeps the mmap alive
+    device_pointer: int | None = None
+
+
+class DriverState:
+    def __init__(self) -> None:
+        self.connection = None
+        self.initialized = False
+        self.device = None  # the server's description of device 0
+        self._counter = itertools.count(1)
+        self.contexts: dict[int, dict] = {}  # handle -> {"device", "flags", "primary"}
+        self.primary: dict[int, list[int]] = {}  # device -> [handle, refcount]
+        self.allocations: dict[int, int] = {}  # device address -> size
+        self.allocation_context: dict[int, int] = {}  # device address -> context handle
+        self._allocation_starts: list[int] = []
+        self.host_allocations: dict[int, HostAllocation] = {}
+        self.modules: dict[int, ModuleInfo] = {}
+        self.functions: dict[int, KernelLayout] = {}
+        self.streams: dict[int, dict] = {}
+        self.events: dict[int, dict] = {}  # handle -> {"context", "flags"}
+        self.thread = threading.local()
+        self.lost_reported = False
+
+    def new_handle(self, kind: int) -> int:
+        return _HANDLE_MARK | (kind << _KIND_SHIFT) | next(self._counter)
+
+    # ----------------------------------------------------------------- context stack
+
+    def stack(self) -> list[int]:
+        stack = getattr(self.thread, "stack", None)
+        if stack is None:
+            stack = self.thread.stack = []
+        return stack
+
+    def current_context(self) -> int:
+        """The calling thread's current context; CUDA_ERROR_INVALID_CONTEXT when none."""
+        self.require_init()
+        stack = self.stack()
+        if not stack or stack[-1] not in self.contexts:
+            raise CudaError(E.CUDA_ERROR_INVALID_CONTEXT, "no current context on this thread")
+        return stack[-1]
+
+    def require_init(self) -> None:
+        if not self.initialized:
+            raise CudaError(E.CUDA_ERROR_NOT_INITIALIZED, "cuInit has not been called")
+
+    # ----------------------------------------------------------------- allocations
+
+    def add_allocation(self, address: int, size: int, context: int) -> None:
+        self.allocations[address] = size
+        self.allocation_context[address] = context
+        bisect.insort(self._allocation_starts, address)
+
+    def remove_allocation(self, address: int) -> None:
+        del self.allocations[address]
+        del self.allocation_context[address]
+        self._allocation_starts.pop(bisect.bisect_left(self._allocation_starts, address))
+
+    def find_allocation(self, address: int) -> tuple[int, int] | None:
+        i = bisect.bisect_right(self._allocation_starts, address) - 1
+        if i >= 0:
+            start = self._allocation_starts[i]
+            if address < start + self.allocations[start]:
+                return start, self.allocations[start]
+        return None
+
+    def find_host(self, address: int) -> tuple[int, HostAllocation] | None:
+        for start, alloc in self.host_allocations.items():
+            if start <= address < start + alloc.size:
+                return start, alloc
+        return None
+
+    def check_device_range(self, address: int, size: int) -> None:
+        """A device range used by a copy or memset must lie inside one live allocation."""
+        found = self.find_allocation(address)
+        if found is None:
+            host = self.find_host(address)
+            if host and host[1].device_pointer is not None and \
+                    address + size <= host[0] + host[1].size:
+                return
+            raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                            f"0x{address:x} is not a live device allocation")
+        start, length = found
+        if address + size > start + length:
+            raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                            f"0x{address:x}+{size} runs past the allocation 0x{start:x}+{length}")
+
+    # ----------------------------------------------------------------- server
+
+    def conn(self):
+        self.require_init()
+        if self.connection is None:
+            raise DeviceUnavailable("no vgpu server connection")
+        return self.connection
+
+    def after_fork_in_child(self) -> None:
+        """A forked child must open its own session: the parent's socket is not ours to use."""
+        self.__init__()
+
+
+state = DriverState()
+os.register_at_fork(after_in_child=state.after_fork_in_child)
+
+
+def api(fn):
+    """Wrap a driver API implementation: CudaError -> its code; a lost server -> code 46."""
+
+    @functools.wraps(fn)
+    def wrapper(*args):
+        try:
+            fn(*args)
+            return 0
+        except DeviceUnavailable as exc:
+            if not state.lost_reported:
+                state.lost_reported = True
+                print(f"vgpu: {exc.message}: CUDA calls fail with "
+                      "CUDA_ERROR_DEVICE_UNAVAILABLE", file=sys.stderr, flush=True)
+            return exc.code
+        except CudaError as exc:
+            if os.environ.get("VGPU_TRACE") and exc.message:
+                print(f"vgpu trace: {fn.__name__}: {exc.message}", file=sys.stderr, flush=True)
+            return exc.code
+
+    return wrapper
+
+
+def ptr(value) -> int:
+    """A cdata pointer or handle as an int address."""
+    return int(ffi.cast("uintptr_t", value))
+
+
+def handle_of(value, kind: int, table: dict, error=E.CUDA_ERROR_INVALID_HANDLE) -> int:
+    """Decode a handle argument, checking it is live and of the expected kind."""
+    handle = ptr(value)
+    if handle_kind(handle) != kind or handle not in table:
+        raise CudaError(error, f"invalid or destroyed handle 0x{handle:x}")
+    return handle
+
+
+def check_out(pointer) -> None:
+    """An output pointer must not be NULL."""
+    if pointer == ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "output pointer is NULL")

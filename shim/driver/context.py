@@ -1,0 +1,218 @@
+"""Contexts: primary and created ones, and the per-thread current-context stack.
+
+Contexts live in the client (which one is current is a per-thread matter); the server is
+told about each so it can release a context's allocations, modules, streams and events with
+it.
+"""
+
+from __future__ import annotations
+
+from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, ptr, state
+
+CU_CTX_FLAGS_MASK = 0xFF
+
+
+def _context_arg(ctx) -> int:
+    return handle_of(ctx, Kind.CONTEXT, state.contexts, E.CUDA_ERROR_INVALID_CONTEXT)
+
+
+def _create(pctx, flags: int, dev: int) -> None:
+    check_out(pctx)
+    state.require_init()
+    if dev != 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {dev}")
+    handle = state.new_handle(Kind.CONTEXT)
+    state.conn().post("cuCtxCreate", handle, flags, dev)
+    state.contexts[handle] = {"device": dev, "flags": flags, "primary": False}
+    state.stack().append(handle)
+    pctx[0] = ffi.cast("CUcontext", handle)
+
+
+@api
+def cuCtxCreate(pctx, flags, dev):
+    _create(pctx, flags, dev)
+
+
+cuCtxCreate_v2 = cuCtxCreate
+
+
+@api
+def cuCtxCreate_v3(pctx, params, num_params, flags, dev):
+    if num_params:
+        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "execution affinity is not supported")
+    _create(pctx, flags, dev)
+
+
+@api
+def cuCtxCreate_v4(pctx, create_params, flags, dev):
+    if create_params != ffi.NULL and (create_params.execAffinityParams != ffi.NULL
+                                      or create_params.cigParams != ffi.NULL):
+        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "context create parameters not supported")
+    _create(pctx, flags, dev)
+
+
+@api
+def cuCtxDestroy_v2(ctx):
+    handle = _context_arg(ctx)
+    if state.contexts[handle]["primary"]:
+        raise CudaError(E.CUDA_ERROR_INVALID_CONTEXT, "cannot destroy a primary context")
+    state.conn().post("cuCtxDestroy", handle)
+    _forget_context(handle)
+
+
+def _forget_context(handle: int) -> None:
+    state.contexts.pop(handle, None)
+    for address in [a for a, c in state.allocation_context.items() if c == handle]:
+        state.remove_allocation(address)
+    for table in (state.streams, state.events):
+        for h in [h for h, s in table.items() if s["context"] == handle]:
+            del table[h]
+    for m in [m for m, info in state.modules.items() if info.context == handle]:
+        for f in state.modules.pop(m).functions.values():
+            state.functions.pop(f, None)
+    stack = state.stack()
+    stack[:] = [c for c in stack if c != handle]
+
+
+@api
+def cuCtxPushCurrent_v2(ctx):
+    state.stack().append(_context_arg(ctx))
+
+
+@api
+def cuCtxPopCurrent_v2(pctx):
+    state.require_init()
+    stack = state.stack()
+    if not stack:
+        raise CudaError(E.CUDA_ERROR_INVALID_CONTEXT, "the context stack is empty")
+    handle = stack.pop()
+    if pctx != ffi.NULL:
+        pctx[0] = ffi.cast("CUcontext", handle)
+
+
+@api
+def cuCtxGetCurrent(pctx):
+    check_out(pctx)
+    state.require_init()
+    stack = state.stack()
+    pctx[0] = ffi.cast("CUcontext", stack[-1] if stack else 0)
+
+
+@api
+def cuCtxSetCurrent(ctx):
+    state.require_init()
+    stack = state.stack()
+    handle = ptr(ctx)
+    if handle == 0:
+        if stack:
+            stack.pop()
+        return
+    handle = _context_arg(ctx)
+    if stack:
+        stack[-1] = handle
+    else:
+        stack.append(handle)
+
+
+@api
+def cuCtxGetDevice(device):
+    check_out(device)
+    device[0] = state.contexts[state.current_context()]["device"]
+
+
+@api
+def cuCtxGetFlags(flags):
+    check_out(flags)
+    flags[0] = state.contexts[state.current_context()]["flags"]
+
+
+@api
+def cuCtxGetApiVersion(ctx, version):
+    check_out(version)
+    if ptr(ctx):
+        _context_arg(ctx)
+    else:
+        state.current_context()
+    version[0] = 13000
+
+
+@api
+def cuCtxSynchronize():
+    state.current_context()
+    state.conn().call("vgpuSynchronize")
+
+
+# Limits a context reports (cuCtxGetLimit / cudaDeviceGetLimit); settable ones are kept.
+_LIMITS = {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 0, 6: 0}
+
+
+@api
+def cuCtxGetLimit(value, limit):
+    check_out(value)
+    state.current_context()
+    if limit not in _LIMITS:
+        raise CudaError(E.CUDA_ERROR_UNSUPPORTED_LIMIT, f"unsupported limit {limit}")
+    value[0] = _LIMITS[limit]
+
+
+@api
+def cuCtxSetLimit(limit, value):
+    state.current_context()
+    if limit not in _LIMITS:
+        raise CudaError(E.CUDA_ERROR_UNSUPPORTED_LIMIT, f"unsupported limit {limit}")
+    _LIMITS[limit] = value
+
+
+# ----------------------------------------------------------------- primary contexts
+
+def _primary(dev: int) -> int:
+    state.require_init()
+    if dev != 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {dev}")
+    entry = state.primary.get(dev)
+    if entry is None:
+        handle = state.new_handle(Kind.CONTEXT)
+        state.contexts[handle] = {"device": dev, "flags": 0, "primary": True}
+        state.conn().post("cuDevicePrimaryCtxRetain", handle, dev)
+        entry = state.primary[dev] = [handle, 0]
+    return entry
+
+
+@api
+def cuDevicePrimaryCtxRetain(pctx, dev):
+    check_out(pctx)
+    entry = _primary(dev)
+    entry[1] += 1
+    pctx[0] = ffi.cast("CUcontext", entry[0])
+
+
+@api
+def cuDevicePrimaryCtxRelease_v2(dev):
+    entry = _primary(dev)
+    if entry[1] <= 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_CONTEXT, "primary context is not retained")
+    entry[1] -= 1
+
+
+@api
+def cuDevicePrimaryCtxReset_v2(dev):
+    handle = _primary(dev)[0]
+    state.conn().post("cuDevicePrimaryCtxReset", handle)
+    flags = state.contexts[handle]["flags"]
+    _forget_context(handle)
+    state.contexts[handle] = {"device": dev, "flags": flags, "primary": True}
+
+
+@api
+def cuDevicePrimaryCtxGetState(dev, flags, active):
+    check_out(flags)
+    check_out(active)
+    entry = _primary(dev)
+    flags[0] = state.contexts[entry[0]]["flags"]
+    active[0] = 1 if entry[1] > 0 else 0
+
+
+@api
+def cuDevicePrimaryCtxSetFlags_v2(dev, flags):
+    entry = _primary(dev)
+    state.contexts[entry[0]]["flags"] = flags & CU_CTX_FLAGS_MASK

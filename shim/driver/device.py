@@ -1,0 +1,102 @@
+"""Initialization, versions and device queries. The device is described by the server."""
+
+from __future__ import annotations
+
+from vgpu.client import Connection
+
+from ._state import CudaError, E, api, check_out, ffi, state
+
+DRIVER_VERSION = 13000
+DEVICE_COUNT = 1
+
+
+@api
+def cuInit(flags):
+    if flags != 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "cuInit flags must be 0")
+    if state.initialized:
+        return
+    state.initialized = True
+    try:
+        state.connection = Connection()
+    except CudaError:
+        state.initialized = False
+        raise
+    info = state.connection.info["device"]
+    info["attributes"] = {int(k): v for k, v in info["attributes"].items()}
+    state.device = info
+
+
+@api
+def cuDriverGetVersion(driver_version):
+    check_out(driver_version)
+    driver_version[0] = DRIVER_VERSION
+
+
+def _device(ordinal: int) -> dict:
+    state.require_init()
+    if not 0 <= ordinal < DEVICE_COUNT:
+        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {ordinal}")
+    return state.device
+
+
+@api
+def cuDeviceGet(device, ordinal):
+    check_out(device)
+    _device(ordinal)
+    device[0] = ordinal
+
+
+@api
+def cuDeviceGetCount(count):
+    check_out(count)
+    state.require_init()
+    count[0] = DEVICE_COUNT
+
+
+@api
+def cuDeviceGetName(name, length, dev):
+    check_out(name)
+    if length <= 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "name buffer length must be positive")
+    raw = _device(dev)["name"].encode()[: length - 1]
+    ffi.memmove(name, raw + b"\0", len(raw) + 1)
+
+
+@api
+def cuDeviceGetUuid(uuid, dev):
+    check_out(uuid)
+    ffi.memmove(uuid, _device(dev)["uuid"], 16)
+
+
+cuDeviceGetUuid_v2 = cuDeviceGetUuid
+
+
+@api
+def cuDeviceTotalMem_v2(nbytes, dev):
+    check_out(nbytes)
+    nbytes[0] = _device(dev)["total_memory"]
+
+
+@api
+def cuDeviceGetAttribute(value, attrib, dev):
+    check_out(value)
+    attributes = _device(dev)["attributes"]
+    if attrib not in attributes:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown device attribute {attrib}")
+    value[0] = attributes[attrib]
+
+
+@api
+def cuDeviceComputeCapability(major, minor, dev):
+    check_out(major)
+    check_out(minor)
+    major[0], minor[0] = _device(dev)["compute_capability"]
+
+
+@api
+def cuDeviceGetPCIBusId(pci_bus_id, length, dev):
+    check_out(pci_bus_id)
+    _device(dev)
+    raw = b"0000:00:00.0"[: max(length - 1, 0)]
+    ffi.memmove(pci_bus_id, raw + b"\0", len(raw) + 1)

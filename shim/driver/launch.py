@@ -1,0 +1,176 @@
+"""Kernel launches and function attributes.
+
+A launch never waits for the server (DESIGN.md decision 4): the parameter buffer is packed
+here from the kernel's layout (known since the module was loaded), the configuration is
+checked against the kernel's limits, and the call is queued.
+"""
+
+from __future__ import annotations
+
+from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, ptr, state
+from .memory import _check_stream
+
+CU_LAUNCH_PARAM_END, CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2
+CU_LAUNCH_ATTRIBUTE_COOPERATIVE, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 2, 4
+
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
+MAX_SHARED_OPTIN = 163 * 1024
+MAX_THREADS_PER_BLOCK = 1024
+
+
+def _function_arg(f):
+    return state.functions[handle_of(f, Kind.FUNCTION, state.functions)], ptr(f)
+
+
+def _pack_params(layout, kernel_params, extra) -> bytes:
+    if kernel_params != ffi.NULL:
+        buffer = bytearray(layout.buffer_size)
+        for i, (offset, size) in enumerate(zip(layout.offsets, layout.sizes, strict=True)):
+            if kernel_params[i] == ffi.NULL:
+                raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"kernel parameter {i} is NULL")
+            buffer[offset:offset + size] = ffi.buffer(kernel_params[i], size)
+        return bytes(buffer)
+    if extra != ffi.NULL:
+        data, size, i = None, None, 0
+        while int(ffi.cast("uintptr_t", extra[i])) != CU_LAUNCH_PARAM_END:
+            key = int(ffi.cast("uintptr_t", extra[i]))
+            if key == CU_LAUNCH_PARAM_BUFFER_POINTER:
+                data = extra[i + 1]
+            elif key == CU_LAUNCH_PARAM_BUFFER_SIZE:
+                size = ffi.cast("size_t *", extra[i + 1])[0]
+            else:
+                raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown launch extra key {key}")
+            i += 2
+        if data is None or size is None:
+            raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "extra lacks the buffer or its size")
+        if size != layout.buffer_size:
+            raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                            f"kernel {layout.name!r} takes {layout.buffer_size} bytes of "
+                            f"parameters, the launch gives {size}")
+        return ffi.buffer(data, size)[:]
+    if layout.buffer_size:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        f"kernel {layout.name!r} takes parameters and none were given")
+    return b""
+
+
+def _launch(f, grid, block, shared_bytes: int, stream, kernel_params, extra) -> None:
+    state.current_context()
+    layout, handle = _function_arg(f)
+    stream_handle = _check_stream(stream)
+    if min(*grid, *block) <= 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "grid and block dimensions must be >= 1")
+    threads = block[0] * block[1] * block[2]
+    limit = layout.attributes.get("max_threads_per_block", MAX_THREADS_PER_BLOCK)
+    if threads > limit or block[2] > 64:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        f"{threads} threads per block exceed kernel {layout.name!r}'s limit "
+                        f"of {limit}")
+    if grid[1] > 65535 or grid[2] > 65535 or grid[0] > 2**31 - 1:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "grid dimension too large")
+    if shared_bytes > layout.max_dynamic_shared:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        f"{shared_bytes} bytes of dynamic shared memory exceed the kernel's "
+                        f"limit of {layout.max_dynamic_shared}")
+    params = _pack_params(layout, kernel_params, extra)
+    state.conn().post("cuLaunchKernel", handle, grid, block, shared_bytes, stream_handle,
+                      params)
+
+
+@api
+def cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared_bytes, stream, kernel_params, extra):
+    _launch(f, (gx, gy, gz), (bx, by, bz), shared_bytes, stream, kernel_params, extra)
+
+
+@api
+def cuLaunchKernelEx(config, f, kernel_params, extra):
+    check_out(config)
+    for i in range(config.numAttrs):
+        attr = config.attrs[i]
+        if attr.id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE and attr.value.cooperative:
+            raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "cooperative launches are not supported")
+        if attr.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+            dims = attr.value.clusterDim
+            if dims.x * dims.y * dims.z > 1:
+                raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "thread block clusters are not "
+                                                            "supported")
+    _launch(f, (config.gridDimX, config.gridDimY, config.gridDimZ),
+            (config.blockDimX, config.blockDimY, config.blockDimZ), config.sharedMemBytes,
+            config.hStream, kernel_params, extra)
+
+
+@api
+def cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared_bytes, stream, kernel_params):
+    raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "cooperative launches are not supported")
+
+
+# ----------------------------------------------------------------- attributes
+
+_FUNC_ATTRIBUTES = {
+    0: "max_threads_per_block", 1: "shared_size_bytes", 2: "const_size_bytes",
+    3: "local_size_bytes", 4: "num_regs", 5: "ptx_version", 6: "binary_version",
+}
+
+
+def _attribute(layout, attrib: int) -> int:
+    if attrib in _FUNC_ATTRIBUTES:
+        return int(layout.attributes.get(_FUNC_ATTRIBUTES[attrib], 0))
+    if attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+        return layout.max_dynamic_shared
+    if attrib == 7:  # CACHE_MODE_CA
+        return 0
+    if attrib == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+        return -1
+    if attrib in (10, 11, 12, 13, 14, 15):  # cluster attributes
+        return 0
+    raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown function attribute {attrib}")
+
+
+@api
+def cuFuncGetAttribute(pi, attrib, f):
+    check_out(pi)
+    pi[0] = _attribute(_function_arg(f)[0], attrib)
+
+
+@api
+def cuKernelGetAttribute(pi, attrib, kernel, dev):
+    check_out(pi)
+    if dev != 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {dev}")
+    pi[0] = _attribute(_function_arg(kernel)[0], attrib)
+
+
+def _set_attribute(layout, attrib: int, value: int) -> None:
+    if attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+        if not 0 <= value <= MAX_SHARED_OPTIN - layout.attributes.get("shared_size_bytes", 0):
+            raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"dynamic shared size {value} too large")
+        layout.max_dynamic_shared = value
+    elif attrib == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+        if not -1 <= value <= 100:
+            raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "carveout must be -1..100")
+    elif attrib not in (10, 11, 12, 13, 14, 15):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"function attribute {attrib} is read-only")
+
+
+@api
+def cuFuncSetAttribute(f, attrib, value):
+    _set_attribute(_function_arg(f)[0], attrib, value)
+
+
+@api
+def cuKernelSetAttribute(attrib, value, kernel, dev):
+    _set_attribute(_function_arg(kernel)[0], attrib, value)
+
+
+@api
+def cuFuncSetCacheConfig(f, config):
+    _function_arg(f)
+
+
+@api
+def cuFuncGetName(name, f):
+    from .module import _interned_name
+
+    check_out(name)
+    name[0] = _interned_name(_function_arg(f)[0].name)

@@ -1,0 +1,589 @@
+"""Device memory, page-locked host memory, copies, memsets, pointer queries, memory pools."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+
+from ._state import (
+    CudaError,
+    E,
+    HostAllocation,
+    Kind,
+    api,
+    check_out,
+    ffi,
+    handle_of,
+    ptr,
+    state,
+)
+from .hostmem import map_anonymous, map_shared, unmap
+
+CU_MEMHOSTALLOC_DEVICEMAP = 0x02
+CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
+CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_ARRAY, CU_MEMORYTYPE_UNIFIED = 1, 2, 3, 4
+PITCH_ALIGNMENT = 512
+
+
+# ----------------------------------------------------------------- device memory
+
+def _alloc(size: int) -> int:
+    context = state.current_context()
+    if size == 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes")
+    address, _ = state.conn().call("cuMemAlloc", context, size)
+    state.add_allocation(address, size, context)
+    return address
+
+
+@api
+def cuMemAlloc_v2(dptr, bytesize):
+    check_out(dptr)
+    dptr[0] = _alloc(bytesize)
+
+
+@api
+def cuMemAllocPitch_v2(dptr, pitch, width, height, element_size):
+    check_out(dptr)
+    check_out(pitch)
+    if element_size not in (4, 8, 16) or width == 0 or height == 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "invalid pitched allocation request")
+    row = (width + PITCH_ALIGNMENT - 1) // PITCH_ALIGNMENT * PITCH_ALIGNMENT
+    dptr[0] = _alloc(row * height)
+    pitch[0] = row
+
+
+def _free(address: int) -> None:
+    state.current_context()
+    if address not in state.allocations:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        f"0x{address:x} is not the start of a live allocation")
+    state.remove_allocation(address)
+    state.conn().post("cuMemFree", address)
+
+
+@api
+def cuMemFree_v2(dptr):
+    _free(dptr)
+
+
+@api
+def cuMemGetInfo_v2(free, total):
+    check_out(free)
+    check_out(total)
+    state.current_context()
+    (free[0], total[0]), _ = state.conn().call("cuMemGetInfo")
+
+
+@api
+def cuMemGetAddressRange_v2(pbase, psize, dptr):
+    found = state.find_allocation(dptr)
+    if found is None:
+        raise CudaError(E.CUDA_ERROR_NOT_FOUND, f"0x{dptr:x} is not in a device allocation")
+    if pbase != ffi.NULL:
+        pbase[0] = found[0]
+    if psize != ffi.NULL:
+        psize[0] = found[1]
+
+
+# ----------------------------------------------------------------- page-locked host memory
+
+_segment_ids = iter(range(1, 1 << 62))
+
+
+def _host_alloc(size: int, flags: int) -> int:
+    state.current_context()
+    if size == 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes")
+    conn = state.conn()
+    if conn.ring is None:  # a remote server cannot share pages with us: plain pinned memory
+        address = map_anonymous(size)
+        state.host_allocations[address] = HostAllocation(size, flags, None)
+        return address
+    try:
+        address, path = map_shared(size)
+    except OSError as exc:
+        raise CudaError(E.CUDA_ERROR_OUT_OF_MEMORY, f"cannot allocate host memory: {exc}") from None
+    segment = next(_segment_ids)
+    try:
+        conn.call("vgpuMapHostSegment", segment, path, size, address)
+    finally:
+        os.unlink(path)
+    state.host_allocations[address] = HostAllocation(size, flags, segment, None, address)
+    return address
+
+
+@api
+def cuMemAllocHost_v2(pp, bytesize):
+    check_out(pp)
+    pp[0] = ffi.cast("void *", _host_alloc(bytesize, 0))
+
+
+@api
+def cuMemHostAlloc(pp, bytesize, flags):
+    check_out(pp)
+    if flags & ~0x7:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown cuMemHostAlloc flags 0x{flags:x}")
+    pp[0] = ffi.cast("void *", _host_alloc(bytesize, flags))
+
+
+@api
+def cuMemFreeHost(p):
+    address = ptr(p)
+    alloc = state.host_allocations.get(address)
+    if alloc is None or alloc.flags & _REGISTERED:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"0x{address:x} was not allocated by "
+                                                    "cuMemAllocHost/cuMemHostAlloc")
+    del state.host_allocations[address]
+    if alloc.segment is not None:
+        state.conn().call("vgpuUnmapHostSegment", alloc.segment)
+    unmap(address, alloc.size)
+
+
+@api
+def cuMemHostGetDevicePointer_v2(pdptr, p, flags):
+    check_out(pdptr)
+    if flags != 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "flags must be 0")
+    state.current_context()
+    found = state.find_host(ptr(p))
+    if found is None or found[1].device_pointer is None:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        "the pointer is not in device-mapped page-locked host memory")
+    pdptr[0] = ptr(p)  # unified addressing: device pointer == host pointer
+
+
+@api
+def cuMemHostGetFlags(pflags, p):
+    check_out(pflags)
+    found = state.find_host(ptr(p))
+    if found is None:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "not page-locked host memory")
+    pflags[0] = found[1].flags & ~_REGISTERED
+
+
+# Registered (cuMemHostRegister) memory is marked so cuMemFreeHost refuses it.
+_REGISTERED = 1 << 30
+
+
+@api
+def cuMemHostRegister_v2(p, bytesize, flags):
+    state.current_context()
+    address = ptr(p)
+    if address == 0 or bytesize == 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "NULL pointer or zero size")
+    if state.find_host(address) or state.find_host(address + bytesize - 1):
+        raise CudaError(E.CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "already registered")
+    if flags & CU_MEMHOSTREGISTER_DEVICEMAP:
+        # The server cannot see arbitrary pages of this process; say so rather than pretend.
+        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "vgpu cannot map registered host memory "
+                                                    "into the device; use cuMemHostAlloc")
+    state.host_allocations[address] = HostAllocation(bytesize, flags | _REGISTERED, None)
+
+
+@api
+def cuMemHostUnregister(p):
+    address = ptr(p)
+    alloc = state.host_allocations.get(address)
+    if alloc is None or not alloc.flags & _REGISTERED:
+        raise CudaError(E.CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "not registered")
+    del state.host_allocations[address]
+
+
+# ----------------------------------------------------------------- copies
+
+def _pinned_spec(address: int, size: int):
+    """The server-visible location of pinned host memory, or None for pageable memory."""
+    found = state.find_host(address)
+    if found is None or found[1].segment is None:
+        return None
+    start, alloc = found
+    if address + size > start + alloc.size:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "copy runs past the host allocation")
+    return ["seg", alloc.segment, address - start]
+
+
+def _check_stream(stream) -> int:
+    handle = ptr(stream)
+    if handle in (0, 1, 2):
+        return handle
+    return handle_of(stream, Kind.STREAM, state.streams)
+
+
+def _htod(dst: int, src: int, size: int, queued: bool) -> None:
+    state.current_context()
+    if size == 0:
+        return
+    if src == 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "source pointer is NULL")
+    state.check_device_range(dst, size)
+    spec = _pinned_spec(src, size)
+    conn = state.conn()
+    if spec is None:
+        conn.write_device("cuMemcpyHtoD", dst, src, size)
+    elif queued:
+        conn.post("cuMemcpyHtoD", dst, spec, size)
+    else:  # synchronous from pinned memory: the buffer is the app's again once we return
+        conn.call("cuMemcpyHtoD", dst, spec, size)
+
+
+def _dtoh(dst: int, src: int, size: int, queued: bool) -> None:
+    state.current_context()
+    if size == 0:
+        return
+    if dst == 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "destination pointer is NULL")
+    state.check_device_range(src, size)
+    spec = _pinned_spec(dst, size)
+    conn = state.conn()
+    if spec is None:
+        conn.read_device("cuMemcpyDtoH", src, dst, size)
+    elif queued:
+        conn.post("cuMemcpyDtoH", src, size, spec)
+    else:
+        conn.call("cuMemcpyDtoH", src, size, spec)
+
+
+def _dtod(dst: int, src: int, size: int) -> None:
+    state.current_context()
+    if size == 0:
+        return
+    state.check_device_range(dst, size)
+    state.check_device_range(src, size)
+    state.conn().post("cuMemcpyDtoD", dst, src, size)
+
+
+@api
+def cuMemcpyHtoD_v2(dst, src, size):
+    _htod(dst, ptr(src), size, queued=False)
+
+
+@api
+def cuMemcpyHtoDAsync_v2(dst, src, size, stream):
+    _check_stream(stream)
+    _htod(dst, ptr(src), size, queued=True)
+
+
+@api
+def cuMemcpyDtoH_v2(dst, src, size):
+    _dtoh(ptr(dst), src, size, queued=False)
+
+
+@api
+def cuMemcpyDtoHAsync_v2(dst, src, size, stream):
+    _check_stream(stream)
+    _dtoh(ptr(dst), src, size, queued=True)
+
+
+@api
+def cuMemcpyDtoD_v2(dst, src, size):
+    _dtod(dst, src, size)
+
+
+@api
+def cuMemcpyDtoDAsync_v2(dst, src, size, stream):
+    _check_stream(stream)
+    _dtod(dst, src, size)
+
+
+def _is_device(address: int) -> bool:
+    return state.find_allocation(address) is not None
+
+
+def _copy_unified(dst: int, src: int, size: int, queued: bool) -> None:
+    """cuMemcpy with unified addressing: the pointers themselves say where they live."""
+    dst_dev, src_dev = _is_device(dst), _is_device(src)
+    if dst_dev and src_dev:
+        _dtod(dst, src, size)
+    elif dst_dev:
+        _htod(dst, src, size, queued)
+    elif src_dev:
+        _dtoh(dst, src, size, queued)
+    else:
+        state.current_context()
+        ctypes.memmove(dst, src, size)
+
+
+@api
+def cuMemcpy(dst, src, size):
+    _copy_unified(dst, src, size, queued=False)
+
+
+@api
+def cuMemcpyAsync(dst, src, size, stream):
+    _check_stream(stream)
+    _copy_unified(dst, src, size, queued=True)
+
+
+def _copy_2d(p, queued: bool) -> None:
+    """CUDA_MEMCPY2D, row by row (one copy when both sides are contiguous)."""
+    if p == ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "CUDA_MEMCPY2D pointer is NULL")
+    width, height = p.WidthInBytes, p.Height
+
+    def side(memory_type, host, device, x, y, pitch):
+        if memory_type == CU_MEMORYTYPE_HOST:
+            return False, ptr(host) + y * pitch + x
+        if memory_type == CU_MEMORYTYPE_DEVICE:
+            return True, device + y * pitch + x
+        if memory_type == CU_MEMORYTYPE_UNIFIED:
+            return _is_device(device), device + y * pitch + x
+        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "CUDA arrays are not supported")
+
+    src_pitch = p.srcPitch or width
+    dst_pitch = p.dstPitch or width
+    if src_pitch < width or dst_pitch < width:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "pitch smaller than the row width")
+    src_dev, src = side(p.srcMemoryType, p.srcHost, p.srcDevice, p.srcXInBytes, p.srcY,
+                        src_pitch)
+    dst_dev, dst = side(p.dstMemoryType, p.dstHost, p.dstDevice, p.dstXInBytes, p.dstY,
+                        dst_pitch)
+    rows = [(0, width * height)] if src_pitch == dst_pitch == width else \
+        [(r, width) for r in range(height)]
+    for row, n in rows:
+        s, d = src + row * src_pitch, dst + row * dst_pitch
+        if src_dev and dst_dev:
+            _dtod(d, s, n)
+        elif dst_dev:
+            _htod(d, s, n, queued)
+        elif src_dev:
+            _dtoh(d, s, n, queued)
+        else:
+            ctypes.memmove(d, s, n)
+
+
+@api
+def cuMemcpy2D_v2(p):
+    _copy_2d(p, queued=False)
+
+
+cuMemcpy2DUnaligned_v2 = cuMemcpy2D_v2
+
+
+@api
+def cuMemcpy2DAsync_v2(p, stream):
+    _check_stream(stream)
+    _copy_2d(p, queued=True)
+
+
+# ----------------------------------------------------------------- memsets
+
+def _memset(dst: int, element: bytes, count: int) -> None:
+    state.current_context()
+    if count == 0:
+        return
+    if dst % len(element):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "memset destination is misaligned")
+    state.check_device_range(dst, len(element) * count)
+    state.conn().post("vgpuMemset", dst, element, count)
+
+
+@api
+def cuMemsetD8_v2(dst, value, count):
+    _memset(dst, struct.pack("<B", value & 0xFF), count)
+
+
+@api
+def cuMemsetD16_v2(dst, value, count):
+    _memset(dst, struct.pack("<H", value & 0xFFFF), count)
+
+
+@api
+def cuMemsetD32_v2(dst, value, count):
+    _memset(dst, struct.pack("<I", value & 0xFFFFFFFF), count)
+
+
+@api
+def cuMemsetD8Async(dst, value, count, stream):
+    _check_stream(stream)
+    _memset(dst, struct.pack("<B", value & 0xFF), count)
+
+
+@api
+def cuMemsetD16Async(dst, value, count, stream):
+    _check_stream(stream)
+    _memset(dst, struct.pack("<H", value & 0xFFFF), count)
+
+
+@api
+def cuMemsetD32Async(dst, value, count, stream):
+    _check_stream(stream)
+    _memset(dst, struct.pack("<I", value & 0xFFFFFFFF), count)
+
+
+def _memset_2d(dst: int, pitch: int, element: bytes, width: int, height: int) -> None:
+    for row in range(height):
+        _memset(dst + row * pitch, element, width)
+
+
+@api
+def cuMemsetD2D8_v2(dst, pitch, value, width, height):
+    _memset_2d(dst, pitch, struct.pack("<B", value & 0xFF), width, height)
+
+
+@api
+def cuMemsetD2D32_v2(dst, pitch, value, width, height):
+    _memset_2d(dst, pitch, struct.pack("<I", value & 0xFFFFFFFF), width, height)
+
+
+@api
+def cuMemsetD2D8Async(dst, pitch, value, width, height, stream):
+    _check_stream(stream)
+    _memset_2d(dst, pitch, struct.pack("<B", value & 0xFF), width, height)
+
+
+# ----------------------------------------------------------------- pointer attributes
+
+def _pointer_attribute(attribute: int, address: int):
+    """(C type, value) of one CUpointer_attribute, or CudaError for an unknown pointer."""
+    device = state.find_allocation(address)
+    host = state.find_host(address)
+    if device is None and host is None:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"0x{address:x} is not known to CUDA")
+    context = state.allocation_context[device[0]] if device else state.current_context()
+    start, size = device if device else (host[0], host[1].size)
+    mapped_device = device is not None or host[1].device_pointer is not None
+    values = {
+        1: ("CUcontext", context),  # CONTEXT
+        2: ("unsigned int", CU_MEMORYTYPE_DEVICE if device else CU_MEMORYTYPE_HOST),
+        3: ("CUdeviceptr", address if mapped_device else 0),  # DEVICE_POINTER
+        4: ("void *", 0 if device else address),  # HOST_POINTER
+        6: ("unsigned int", 1),  # SYNC_MEMOPS
+        7: ("unsigned long long", start),  # BUFFER_ID
+        8: ("unsigned int", 0),  # IS_MANAGED
+        9: ("int", 0),  # DEVICE_ORDINAL
+        11: ("CUdeviceptr", start),  # RANGE_START_ADDR
+        12: ("size_t", size),  # RANGE_SIZE
+        13: ("unsigned int", 1),  # MAPPED
+        15: ("unsigned long long", 0),  # ALLOWED_HANDLE_TYPES
+        16: ("unsigned int", 0),  # IS_GPU_DIRECT_RDMA_CAPABLE
+        17: ("unsigned int", 0),  # ACCESS_FLAGS
+        18: ("CUmemoryPool", 0),  # MEMPOOL_HANDLE
+    }
+    if attribute not in values:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unsupported pointer attribute {attribute}")
+    return values[attribute]
+
+
+def _write(data, ctype: str, value) -> None:
+    if ctype in ("CUcontext", "void *", "CUmemoryPool"):
+        ffi.cast(f"{ctype} *", data)[0] = ffi.cast(ctype, value)
+    else:
+        ffi.cast(f"{ctype} *", data)[0] = value
+
+
+@api
+def cuPointerGetAttribute(data, attribute, dptr):
+    check_out(data)
+    state.require_init()
+    _write(data, *_pointer_attribute(attribute, dptr))
+
+
+@api
+def cuPointerGetAttributes(num_attributes, attributes, data, dptr):
+    state.require_init()
+    for i in range(num_attributes):
+        try:
+            ctype, value = _pointer_attribute(attributes[i], dptr)
+        except CudaError:
+            # For unknown pointers this call reports "not CUDA memory" instead of failing.
+            ctype, value = ("unsigned int", 0) if attributes[i] != 1 else ("CUcontext", 0)
+        if data[i] != ffi.NULL:
+            _write(data[i], ctype, value)
+
+
+# ----------------------------------------------------------------- stream-ordered allocation
+
+POOL_HANDLE = None  # created with the first query, one per device
+
+
+def _pool() -> int:
+    global POOL_HANDLE
+    if POOL_HANDLE is None:
+        POOL_HANDLE = state.new_handle(Kind.POOL)
+    return POOL_HANDLE
+
+
+_pool_attributes = {1: 1, 2: 1, 3: 1, 4: 0}
+_pool_usage = {"current": 0, "high": 0}
+
+
+@api
+def cuDeviceGetDefaultMemPool(pool, dev):
+    check_out(pool)
+    state.require_init()
+    if dev != 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {dev}")
+    pool[0] = ffi.cast("CUmemoryPool", _pool())
+
+
+cuDeviceGetMemPool = cuDeviceGetDefaultMemPool
+
+
+def _pool_arg(pool) -> None:
+    if ptr(pool) != _pool():
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "unknown memory pool")
+
+
+@api
+def cuMemPoolGetAttribute(pool, attr, value):
+    check_out(value)
+    _pool_arg(pool)
+    if attr in (1, 2, 3):
+        ffi.cast("int *", value)[0] = _pool_attributes[attr]
+    elif attr == 4:
+        ffi.cast("cuuint64_t *", value)[0] = _pool_attributes[4]
+    elif attr in (5, 7):
+        ffi.cast("cuuint64_t *", value)[0] = _pool_usage["current"]
+    elif attr in (6, 8):
+        ffi.cast("cuuint64_t *", value)[0] = _pool_usage["high"]
+    else:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown pool attribute {attr}")
+
+
+@api
+def cuMemPoolSetAttribute(pool, attr, value):
+    _pool_arg(pool)
+    if attr in (1, 2, 3):
+        _pool_attributes[attr] = ffi.cast("int *", value)[0]
+    elif attr == 4:
+        _pool_attributes[4] = ffi.cast("cuuint64_t *", value)[0]
+    elif attr in (6, 8):
+        _pool_usage["high"] = _pool_usage["current"]
+    else:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"pool attribute {attr} cannot be set")
+
+
+_pool_allocations: set[int] = set()
+
+
+def _alloc_async(dptr, size: int, stream) -> None:
+    check_out(dptr)
+    _check_stream(stream)
+    address = _alloc(size)
+    _pool_allocations.add(address)
+    _pool_usage["current"] += size
+    _pool_usage["high"] = max(_pool_usage["high"], _pool_usage["current"])
+    dptr[0] = address
+
+
+@api
+def cuMemAllocAsync(dptr, bytesize, stream):
+    _alloc_async(dptr, bytesize, stream)
+
+
+@api
+def cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream):
+    _pool_arg(pool)
+    _alloc_async(dptr, bytesize, stream)
+
+
+@api
+def cuMemFreeAsync(dptr, stream):
+    _check_stream(stream)
+    size = state.allocations.get(dptr, 0)
+    _free(dptr)
+    if dptr in _pool_allocations:
+        _pool_allocations.discard(dptr)
+        _pool_usage["current"] -= size

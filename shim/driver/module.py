@@ -1,0 +1,304 @@
+"""Modules, libraries (context-independent modules) and the PTX linker.
+
+Loading is the one module call that waits for the server: it returns every kernel's
+parameter layout and every module variable's address, so that cuModuleGetFunction,
+cuModuleGetGlobal and launches are answered and validated here without a round trip.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vgpu.module_image import ImageError, pack_linked_ptx, read_image
+
+from ._state import (
+    CudaError,
+    E,
+    KernelLayout,
+    Kind,
+    ModuleInfo,
+    api,
+    check_out,
+    ffi,
+    handle_of,
+    ptr,
+    state,
+)
+
+CU_JIT_INPUT_CUBIN, CU_JIT_INPUT_PTX, CU_JIT_INPUT_FATBINARY = 0, 1, 2
+CU_JIT_INFO_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER = 3, 5
+CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 4, 6
+
+
+def _load(image: bytes, context: int) -> int:
+    conn = state.conn()
+    handle = state.new_handle(Kind.MODULE)
+    spec = ["inline", image] if len(image) <= 1 << 20 else conn.frame(image)
+    result, _ = conn.call("cuModuleLoadData", handle, context, spec, len(image))
+    state.modules[handle] = ModuleInfo(context, result["kernels"], result["variables"])
+    return handle
+
+
+def _load_from_pointer(image_ptr) -> int:
+    context = state.current_context()
+    try:
+        image = read_image(ptr(image_ptr))
+    except ImageError as exc:
+        raise CudaError(E.CUDA_ERROR_INVALID_IMAGE, str(exc)) from None
+    return _load(image, context)
+
+
+def _clear_jit_logs(num_options: int, options, values) -> None:
+    """JIT options ask for log buffers; the server's loader writes nothing into them."""
+    for i in range(num_options):
+        if options[i] in (CU_JIT_INFO_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER) and \
+                values[i] != ffi.NULL:
+            ffi.cast("char *", values[i])[0] = b"\0"
+
+
+@api
+def cuModuleLoadData(module, image):
+    check_out(module)
+    module[0] = ffi.cast("CUmodule", _load_from_pointer(image))
+
+
+@api
+def cuModuleLoadDataEx(module, image, num_options, options, option_values):
+    check_out(module)
+    _clear_jit_logs(num_options, options, option_values)
+    module[0] = ffi.cast("CUmodule", _load_from_pointer(image))
+
+
+cuModuleLoadFatBinary = cuModuleLoadData
+
+
+@api
+def cuModuleLoad(module, fname):
+    check_out(module)
+    context = state.current_context()
+    path = Path(ffi.string(fname).decode(errors="replace"))
+    try:
+        image = path.read_bytes()
+    except OSError as exc:
+        raise CudaError(E.CUDA_ERROR_FILE_NOT_FOUND, f"cannot read {path}: {exc}") from None
+    module[0] = ffi.cast("CUmodule", _load(image, context))
+
+
+def _module_arg(module) -> int:
+    return handle_of(module, Kind.MODULE, state.modules)
+
+
+@api
+def cuModuleUnload(module):
+    handle = _module_arg(module)
+    info = state.modules.pop(handle)
+    for function in info.functions.values():
+        state.functions.pop(function, None)
+    state.conn().post("cuModuleUnload", handle)
+
+
+def _function_for(module_handle: int, name: str, kind: int = Kind.FUNCTION) -> int:
+    info = state.modules[module_handle]
+    if name not in info.kernels:
+        raise CudaError(E.CUDA_ERROR_NOT_FOUND, f"no kernel named {name!r} in the module")
+    handle = info.functions.get(name)
+    if handle is None:
+        handle = state.new_handle(kind)
+        offsets, sizes, buffer_size, attributes = info.kernels[name]
+        state.functions[handle] = KernelLayout(name, offsets, sizes, buffer_size, attributes,
+                                               module_handle)
+        info.functions[name] = handle
+        state.conn().post("cuModuleGetFunction", handle, module_handle, name)
+    return handle
+
+
+@api
+def cuModuleGetFunction(hfunc, module, name):
+    check_out(hfunc)
+    check_out(name)
+    handle = _function_for(_module_arg(module), ffi.string(name).decode())
+    hfunc[0] = ffi.cast("CUfunction", handle)
+
+
+def _global(module_handle: int, name: str) -> list:
+    variables = state.modules[module_handle].variables
+    if name not in variables:
+        raise CudaError(E.CUDA_ERROR_NOT_FOUND, f"no global named {name!r} in the module")
+    return variables[name]
+
+
+@api
+def cuModuleGetGlobal_v2(dptr, nbytes, module, name):
+    check_out(name)
+    address, size = _global(_module_arg(module), ffi.string(name).decode())
+    if dptr != ffi.NULL:
+        dptr[0] = address
+    if nbytes != ffi.NULL:
+        nbytes[0] = size
+
+
+# ----------------------------------------------------------------- libraries
+
+# A library is loaded into the primary context of device 0: vgpu offers one device, so the
+# context-independence of CUlibrary has nothing more to bind to.
+def _library_context() -> int:
+    from .context import _primary
+
+    return _primary(0)[0]
+
+
+@api
+def cuLibraryLoadData(library, code, jit_options, jit_values, num_jit_options,
+                      library_options, library_values, num_library_options):
+    check_out(library)
+    _clear_jit_logs(num_jit_options, jit_options, jit_values)
+    try:
+        image = read_image(ptr(code))
+    except ImageError as exc:
+        raise CudaError(E.CUDA_ERROR_INVALID_IMAGE, str(exc)) from None
+    library[0] = ffi.cast("CUlibrary", _load(image, _library_context()))
+
+
+@api
+def cuLibraryLoadFromFile(library, filename, jit_options, jit_values, num_jit_options,
+                          library_options, library_values, num_library_options):
+    check_out(library)
+    path = Path(ffi.string(filename).decode(errors="replace"))
+    try:
+        image = path.read_bytes()
+    except OSError as exc:
+        raise CudaError(E.CUDA_ERROR_FILE_NOT_FOUND, f"cannot read {path}: {exc}") from None
+    library[0] = ffi.cast("CUlibrary", _load(image, _library_context()))
+
+
+def _library_arg(library) -> int:
+    # Libraries share the module table: a library is a module loaded in the primary context.
+    return handle_of(library, Kind.MODULE, state.modules)
+
+
+@api
+def cuLibraryUnload(library):
+    cuModuleUnload.__wrapped__(library)
+
+
+@api
+def cuLibraryGetKernel(pkernel, library, name):
+    check_out(pkernel)
+    check_out(name)
+    handle = _function_for(_library_arg(library), ffi.string(name).decode())
+    pkernel[0] = ffi.cast("CUkernel", handle)
+
+
+@api
+def cuLibraryGetModule(pmod, library):
+    check_out(pmod)
+    pmod[0] = ffi.cast("CUmodule", _library_arg(library))
+
+
+@api
+def cuLibraryGetGlobal(dptr, nbytes, library, name):
+    cuModuleGetGlobal_v2.__wrapped__(dptr, nbytes, library, name)
+
+
+@api
+def cuKernelGetFunction(pfunc, kernel):
+    check_out(pfunc)
+    # A kernel handle is also a valid function handle (CUDA lets CUkernel stand for CUfunction).
+    pfunc[0] = ffi.cast("CUfunction", handle_of(kernel, Kind.FUNCTION, state.functions))
+
+
+@api
+def cuKernelGetName(name, kernel):
+    check_out(name)
+    layout = state.functions[handle_of(kernel, Kind.FUNCTION, state.functions)]
+    name[0] = _interned_name(layout.name)
+
+
+_names: dict[str, object] = {}
+
+
+def _interned_name(name: str):
+    """A C string that lives as long as the process, as CUDA's returned names do."""
+    if name not in _names:
+        _names[name] = ffi.new("char[]", name.encode())
+    return _names[name]
+
+
+# ----------------------------------------------------------------- linker (PTX only)
+
+_link_states: dict[int, list[bytes]] = {}
+_link_outputs: dict[int, object] = {}
+
+
+def _ptx_from(input_type: int, data: bytes, what: str) -> bytes:
+    if input_type == CU_JIT_INPUT_PTX:
+        return data.rstrip(b"\0")
+    if input_type == CU_JIT_INPUT_FATBINARY:
+        from ..fatbin import FatbinError, parse_fatbin, select_ptx
+
+        try:
+            ptx = select_ptx(parse_fatbin(data))
+        except FatbinError as exc:
+            raise CudaError(E.CUDA_ERROR_INVALID_IMAGE, f"{what}: {exc}") from None
+        if ptx is None:
+            raise CudaError(E.CUDA_ERROR_NO_BINARY_FOR_GPU, f"{what}: the fatbin has no PTX")
+        return ptx.encode()
+    raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED,
+                    f"{what}: the vgpu linker takes PTX (and fatbins carrying PTX) only")
+
+
+def _link_arg(link_state) -> int:
+    handle = ptr(link_state)
+    if handle not in _link_states:
+        raise CudaError(E.CUDA_ERROR_INVALID_HANDLE, "invalid link state")
+    return handle
+
+
+@api
+def cuLinkCreate_v2(num_options, options, option_values, state_out):
+    check_out(state_out)
+    state.current_context()
+    _clear_jit_logs(num_options, options, option_values)
+    handle = state.new_handle(Kind.LINK)
+    _link_states[handle] = []
+    state_out[0] = ffi.cast("CUlinkState", handle)
+
+
+@api
+def cuLinkAddData_v2(link_state, input_type, data, size, name, num_options, options, values):
+    handle = _link_arg(link_state)
+    if data == ffi.NULL or size == 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "no data to link")
+    what = ffi.string(name).decode(errors="replace") if name != ffi.NULL else "input"
+    _link_states[handle].append(_ptx_from(input_type, ffi.buffer(data, size)[:], what))
+
+
+@api
+def cuLinkAddFile_v2(link_state, input_type, path, num_options, options, values):
+    handle = _link_arg(link_state)
+    file = Path(ffi.string(path).decode(errors="replace"))
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise CudaError(E.CUDA_ERROR_FILE_NOT_FOUND, f"cannot read {file}: {exc}") from None
+    _link_states[handle].append(_ptx_from(input_type, data, str(file)))
+
+
+@api
+def cuLinkComplete(link_state, cubin_out, size_out):
+    handle = _link_arg(link_state)
+    check_out(cubin_out)
+    if not _link_states[handle]:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "nothing was added to the link")
+    image = pack_linked_ptx(_link_states[handle])
+    buffer = _link_outputs[handle] = ffi.new("char[]", image)  # lives until cuLinkDestroy
+    cubin_out[0] = ffi.cast("void *", buffer)
+    if size_out != ffi.NULL:
+        size_out[0] = len(image)
+
+
+@api
+def cuLinkDestroy(link_state):
+    handle = _link_arg(link_state)
+    del _link_states[handle]
+    _link_outputs.pop(handle, None)

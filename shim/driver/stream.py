@@ -1,0 +1,187 @@
+"""Streams and events.
+
+The server runs work in arrival order, so stream order always holds and a wait on an event
+is satisfied by construction; synchronizing is one round trip that also collects the errors
+of queued work. Event timestamps are taken by the server when it reaches the record.
+"""
+
+from __future__ import annotations
+
+from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, state
+from .memory import _check_stream
+
+CU_STREAM_NON_BLOCKING = 0x1
+CU_EVENT_FLAGS_MASK = 0xF
+LEAST_PRIORITY, GREATEST_PRIORITY = 0, -5
+
+
+def _create_stream(ph_stream, flags: int, priority: int) -> None:
+    check_out(ph_stream)
+    context = state.current_context()
+    if flags & ~CU_STREAM_NON_BLOCKING:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown stream flags 0x{flags:x}")
+    priority = min(max(priority, GREATEST_PRIORITY), LEAST_PRIORITY)
+    handle = state.new_handle(Kind.STREAM)
+    state.conn().post("cuStreamCreate", handle, context, flags, priority)
+    state.streams[handle] = {"context": context, "flags": flags, "priority": priority}
+    ph_stream[0] = ffi.cast("CUstream", handle)
+
+
+@api
+def cuStreamCreate(ph_stream, flags):
+    _create_stream(ph_stream, flags, 0)
+
+
+@api
+def cuStreamCreateWithPriority(ph_stream, flags, priority):
+    _create_stream(ph_stream, flags, priority)
+
+
+@api
+def cuCtxGetStreamPriorityRange(least, greatest):
+    state.current_context()
+    if least != ffi.NULL:
+        least[0] = LEAST_PRIORITY
+    if greatest != ffi.NULL:
+        greatest[0] = GREATEST_PRIORITY
+
+
+def _stream_info(stream) -> dict:
+    handle = _check_stream(stream)
+    if handle in (0, 1, 2):
+        return {"context": state.current_context(), "flags": 0, "priority": 0}
+    return state.streams[handle]
+
+
+@api
+def cuStreamGetPriority(stream, priority):
+    check_out(priority)
+    priority[0] = _stream_info(stream)["priority"]
+
+
+@api
+def cuStreamGetFlags(stream, flags):
+    check_out(flags)
+    flags[0] = _stream_info(stream)["flags"]
+
+
+@api
+def cuStreamGetCtx(stream, pctx):
+    check_out(pctx)
+    pctx[0] = ffi.cast("CUcontext", _stream_info(stream)["context"])
+
+
+@api
+def cuStreamDestroy_v2(stream):
+    handle = handle_of(stream, Kind.STREAM, state.streams)
+    del state.streams[handle]
+    state.conn().post("cuStreamDestroy", handle)
+
+
+def _synchronize() -> None:
+    state.current_context()
+    state.conn().call("vgpuSynchronize")
+
+
+@api
+def cuStreamSynchronize(stream):
+    _check_stream(stream)
+    _synchronize()
+
+
+@api
+def cuStreamQuery(stream):
+    _check_stream(stream)
+    _synchronize()  # everything queued is done once the server has answered
+
+
+@api
+def cuStreamWaitEvent(stream, event, flags):
+    stream_handle = _check_stream(stream)
+    event_handle = handle_of(event, Kind.EVENT, state.events)
+    state.conn().post("cuStreamWaitEvent", stream_handle, event_handle)
+
+
+@api
+def cuStreamIsCapturing(stream, status):
+    check_out(status)
+    _check_stream(stream)
+    status[0] = 0  # CU_STREAM_CAPTURE_STATUS_NONE: vgpu does not capture graphs
+
+
+@api
+def cuStreamAddCallback(stream, callback, user_data, flags):
+    """The callback runs once the work queued before it is done, here, in this thread."""
+    if flags != 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "flags must be 0")
+    stream_handle = _check_stream(stream)
+    try:
+        _synchronize()
+        code = 0
+    except CudaError as exc:
+        code = exc.code
+    callback(ffi.cast("CUstream", stream_handle), code, user_data)
+
+
+@api
+def cuLaunchHostFunc(stream, fn, user_data):
+    _check_stream(stream)
+    _synchronize()
+    fn(user_data)
+
+
+# ----------------------------------------------------------------- events
+
+@api
+def cuEventCreate(ph_event, flags):
+    check_out(ph_event)
+    context = state.current_context()
+    if flags & ~CU_EVENT_FLAGS_MASK:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown event flags 0x{flags:x}")
+    handle = state.new_handle(Kind.EVENT)
+    state.conn().post("cuEventCreate", handle, context, flags)
+    state.events[handle] = {"context": context, "flags": flags}
+    ph_event[0] = ffi.cast("CUevent", handle)
+
+
+@api
+def cuEventRecord(event, stream):
+    handle = handle_of(event, Kind.EVENT, state.events)
+    state.conn().post("cuEventRecord", handle, _check_stream(stream))
+
+
+@api
+def cuEventRecordWithFlags(event, stream, flags):
+    handle = handle_of(event, Kind.EVENT, state.events)
+    state.conn().post("cuEventRecord", handle, _check_stream(stream))
+
+
+@api
+def cuEventSynchronize(event):
+    handle_of(event, Kind.EVENT, state.events)
+    _synchronize()
+
+
+@api
+def cuEventQuery(event):
+    handle_of(event, Kind.EVENT, state.events)
+    _synchronize()
+
+
+@api
+def cuEventElapsedTime_v2(ms, start, end):
+    check_out(ms)
+    a = handle_of(start, Kind.EVENT, state.events)
+    b = handle_of(end, Kind.EVENT, state.events)
+    result, _ = state.conn().call("cuEventElapsedTime", a, b)
+    ms[0] = result
+
+
+cuEventElapsedTime = cuEventElapsedTime_v2
+
+
+@api
+def cuEventDestroy_v2(event):
+    handle = handle_of(event, Kind.EVENT, state.events)
+    del state.events[handle]
+    state.conn().post("cuEventDestroy", handle)

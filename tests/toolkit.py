@@ -1,0 +1,130 @@
+"""Finds the CUDA compilers the tests build their programs with, and compiles each program once.
+
+nvcc comes from PATH or, on a fresh machine, from the `nvidia-cuda-nvcc` wheel that the
+project's `test` extra installs (it lands in site-packages as `nvidia/cu13/bin/nvcc`). A missing
+compiler is an error, never a skip: the test extra is what provides it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
+
+__all__ = ["Toolkit", "find_toolkit"]
+
+
+class Toolkit:
+    """A located CUDA toolkit: compiles CUDA C to PTX, to executables, or C against cuda.h."""
+
+    def __init__(self, nvcc: Path, cache_dir: Path):
+        self.nvcc = nvcc
+        self.root = nvcc.resolve().parent.parent
+        self.include = self.root / "include"
+        if not (self.include / "cuda.h").exists():  # system toolkit layout
+            self.include = self.root / "targets" / "x86_64-linux" / "include"
+        self.cache_dir = cache_dir
+        cache_dir.mkdir(parents=True, exist_ok=True)
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PATH"] = f"{self.nvcc.parent}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def _cached(self, kind: str, source: str, flags: list[str], suffix: str) -> tuple[Path, bool]:
+        key = hashlib.sha256(f"{kind}\0{source}\0{flags}".encode()).hexdigest()[:16]
+        path = self.cache_dir / f"{kind}-{key}{suffix}"
+        return path, path.exists()
+
+    def _run(self, cmd: list[str], cwd: Path) -> None:
+        proc = subprocess.run(cmd, cwd=cwd, env=self._env(), capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"compile failed: {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
+
+    def ptx(self, source: str, arch: str = "compute_75", flags: list[str] | None = None) -> str:
+        """CUDA C++ source -> PTX text (cached by source and flags)."""
+        flags = list(flags or [])
+        out, hit = self._cached("ptx", source, [arch, *flags], ".ptx")
+        if not hit:
+            src = out.with_suffix(".cu")
+            src.write_text(source)
+            self._run([str(self.nvcc), "-ptx", f"-arch={arch}", *flags, str(src), "-o", str(out)],
+                      self.cache_dir)
+        return out.read_text()
+
+    def executable(self, source: str, flags: list[str] | None = None,
+                   extra_sources: dict[str, str] | None = None) -> Path:
+        """CUDA C++ source (plus named extra files) -> executable built with nvcc."""
+        flags = list(flags or [])
+        extra_sources = extra_sources or {}
+        out, hit = self._cached("exe", source + repr(sorted(extra_sources.items())), flags, "")
+        if not hit:
+            work = out.with_name(out.name + ".d")
+            work.mkdir(exist_ok=True)
+            (work / "main.cu").write_text(source)
+            files = ["main.cu"]
+            for name, text in extra_sources.items():
+                (work / name).write_text(text)
+                files.append(name)
+            self._run([str(self.nvcc), *flags, *self._libdirs(), *files, "-o", str(out)], work)
+        return out
+
+    def c_program(self, source: str, flags: list[str] | None = None) -> Path:
+        """C source using cuda.h -> executable linked against libcuda.so.1 by name only.
+
+        No libcuda exists at build time on a machine without a driver, so the program is
+        linked with `--unresolved-symbols` allowed and records `libcuda.so.1` as NEEDED; at run
+        time the dynamic loader finds whichever libcuda.so.1 is on the search path (ours).
+        """
+        flags = list(flags or [])
+        out, hit = self._cached("c", source, flags, "")
+        if not hit:
+            src = out.with_suffix(".c")
+            src.write_text(source)
+            self._run(["gcc", "-O1", "-o", str(out), str(src), f"-I{self.include}", *flags,
+                       "-Wl,--no-as-needed", "-Wl,--unresolved-symbols=ignore-all",
+                       *self._stub_libcuda()], self.cache_dir)
+        return out
+
+    def _stub_libcuda(self) -> list[str]:
+        """An empty shared object named libcuda.so.1 to record the NEEDED entry against."""
+        stub_dir = self.cache_dir / "stub"
+        stub = stub_dir / "libcuda.so"
+        if not stub.exists():
+            stub_dir.mkdir(exist_ok=True)
+            (stub_dir / "empty.c").write_text("int vgpu_link_stub;\n")
+            self._run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(stub),
+                       str(stub_dir / "empty.c")], stub_dir)
+        return [f"-L{stub_dir}", "-lcuda"]
+
+    def _libdirs(self) -> list[str]:
+        """Library dirs for `-cudart shared` (the wheel has libcudart.so.13, no libcudart.so)."""
+        lib_dir = self.cache_dir / "cudart-link"
+        lib_dir.mkdir(exist_ok=True)
+        link = lib_dir / "libcudart.so"
+        if not link.exists():
+            for cand in (self.root / "lib" / "libcudart.so.13",
+                         self.root / "targets" / "x86_64-linux" / "lib" / "libcudart.so.13"):
+                if cand.exists():
+                    link.symlink_to(cand)
+                    break
+        return [f"-L{lib_dir}"]
+
+
+def _wheel_nvcc() -> Path | None:
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    cand = purelib / "nvidia" / "cu13" / "bin" / "nvcc"
+    return cand if cand.exists() else None
+
+
+def find_toolkit(cache_dir: Path) -> Toolkit:
+    found = shutil.which("nvcc")
+    nvcc = Path(found) if found else _wheel_nvcc()
+    if nvcc is None:
+        raise RuntimeError(
+            "nvcc not found on PATH nor in site-packages/nvidia/cu13/bin: "
+            "install the test extra (pip install -e '.[test]')")
+    return Toolkit(nvcc, cache_dir)

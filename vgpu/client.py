@@ -1,0 +1,301 @@
+"""Connection: the client end of the vgpu protocol, as it runs inside the application.
+
+It queues calls whose result the application does not need yet and sends them in batches
+(DESIGN.md decision 4), moves bulk data through a shared-memory staging ring when the server
+is on this host (decision 5), and never hangs: a server that does not answer within a bounded
+time, or whose process is gone, turns into CUDA_ERROR_DEVICE_UNAVAILABLE.
+
+Kept light on purpose (decision 10): the standard library, pyzmq and msgpack only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import mmap
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+
+import zmq
+
+from .errors import CudaError, DeviceUnavailable
+from .protocol import (
+    BYE,
+    CALLS,
+    DEFAULT_TIMEOUT_S,
+    HANDSHAKE_TIMEOUT_S,
+    HELLO,
+    PROTOCOL_VERSION,
+    pack,
+    unpack,
+)
+
+__all__ = ["Connection", "default_server_address", "STAGING_BYTES", "CHUNK_BYTES"]
+
+STAGING_BYTES = 64 << 20  # the shared-memory ring bulk copies go through
+CHUNK_BYTES = 8 << 20  # bulk copies are pipelined in chunks of this size
+MAX_QUEUED_CALLS = 512  # a batch is sent once this many calls are waiting
+INLINE_BYTES = 4096  # small copies travel inside the message; no staging needed
+POLL_SLICE_MS = 100
+
+
+def default_server_address() -> str:
+    """Where a client looks for a server when VGPU_SERVER does not say."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/vgpu-{os.getuid()}"
+    return f"ipc://{runtime}/vgpu/server.sock"
+
+
+class StagingRing:
+    """A shared-memory file mapped by client and server; bulk data is staged through it."""
+
+    def __init__(self, size: int):
+        self.path = f"/dev/shm/vgpu-{os.getpid()}-{secrets.token_hex(4)}"
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            self.map = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.size = size
+        self.address = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
+        self.position = 0
+        self.pending = 0  # bytes staged that the server has not confirmed consuming
+
+    def unlink(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class Connection:
+    """One application's session with a vgpu server."""
+
+    def __init__(self, address: str | None = None, timeout: float | None = None):
+        self.address = address or os.environ.get("VGPU_SERVER") or default_server_address()
+        self.timeout = timeout or float(os.environ.get("VGPU_TIMEOUT", DEFAULT_TIMEOUT_S))
+        self._lock = threading.RLock()
+        self._zmq = zmq.Context()
+        self._socket = self._zmq.socket(zmq.DEALER)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.connect(self.address)
+        self._queue: list = []
+        self._frames: list = []
+        self._seq = 0
+        self._lost: str | None = None
+        self.stdout_writer = _c_stdout_writer()
+        self.ring: StagingRing | None = None
+        self.server_pid: int | None = None
+        self.info = self._hello()
+
+    # ----------------------------------------------------------------- session
+
+    def _hello(self) -> dict:
+        try:
+            self.ring = StagingRing(STAGING_BYTES)
+        except OSError:
+            self.ring = None  # no /dev/shm: bulk data goes inline
+        body = {
+            "version": PROTOCOL_VERSION, "pid": os.getpid(), "host": socket.gethostname(),
+            "argv": _command_line(),
+            "shm": {"path": self.ring.path, "size": self.ring.size} if self.ring else None,
+        }
+        seq = self._send(HELLO, body, [])
+        try:
+            code, info = self._wait(seq, HANDSHAKE_TIMEOUT_S)[:2]
+        finally:
+            if self.ring:
+                self.ring.unlink()  # both ends have mapped it (or never will)
+        if code:
+            raise CudaError(code, f"the vgpu server at {self.address} refused the session: {info}")
+        if info["host"] == socket.gethostname():
+            self.server_pid = info["server_pid"]
+        if not info["shm"]:
+            self.ring = None
+        atexit.register(self.close)
+        return info
+
+    def close(self) -> None:
+        with self._lock:
+            if self._lost is None:
+                try:
+                    self._socket.send_multipart([pack([BYE, 0, None])], flags=zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass
+                self._lost = "the connection was closed"
+            self._socket.close(linger=100)
+
+    # ----------------------------------------------------------------- calls
+
+    def post(self, op: str, *args) -> None:
+        """Queue a call whose result nobody waits for; its error surfaces at the next sync."""
+        with self._lock:
+            self._queue.append([op, args])
+            if len(self._queue) >= MAX_QUEUED_CALLS:
+                self._flush()
+
+    def call(self, op: str, *args) -> tuple[object, list]:
+        """Run a call now (after everything queued); returns (result, reply payload frames).
+
+        Raises CudaError with the call's own code, or with the first error of queued work.
+        """
+        with self._lock:
+            self._queue.append([op, args])
+            seq = self._flush(want_reply=True)
+            return self._finish(self._wait(seq, self.timeout))
+
+    def frame(self, payload) -> list:
+        """A reference to `payload` sent as a raw frame with the next message."""
+        self._frames.append(payload)
+        return ["frame", len(self._frames) - 1]
+
+    def flush(self) -> None:
+        with self._lock:
+            self._flush()
+
+    def _flush(self, want_reply: bool = False) -> int:
+        if not self._queue:
+            return 0
+        calls, frames = self._queue, self._frames
+        self._queue, self._frames = [], []
+        return self._send(CALLS, calls, frames, want_reply)
+
+    def _send(self, kind: str, body, frames: list, want_reply: bool = True) -> int:
+        if self._lost:
+            raise DeviceUnavailable(self._lost)
+        seq = 0
+        if want_reply:
+            self._seq += 1
+            seq = self._seq
+        self._socket.send_multipart([pack([kind, seq, body]), *frames], copy=False)
+        return seq
+
+    def _wait(self, seq: int, timeout: float) -> list:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._socket.poll(POLL_SLICE_MS):
+                frames = self._socket.recv_multipart(copy=False)
+                reply = unpack(frames[0].buffer)
+                if reply[0] == seq:
+                    return [*reply[1:], [f.buffer for f in frames[1:]]]
+                continue  # a reply to a request abandoned after a timeout
+            if self.server_pid is not None and not _pid_alive(self.server_pid):
+                self._lost = f"the vgpu server (pid {self.server_pid}) at {self.address} is gone"
+                raise DeviceUnavailable(self._lost)
+            if time.monotonic() > deadline:
+                self._lost = (f"no answer from the vgpu server at {self.address} "
+                              f"within {timeout:g} s")
+                raise DeviceUnavailable(self._lost)
+
+    def _finish(self, reply: list) -> tuple[object, list]:
+        code, result, deferred, output, frames = reply
+        if self.ring:
+            self.ring.pending = 0  # the server has consumed everything sent before
+        if output:
+            self.stdout_writer(output)
+        if deferred:
+            raise CudaError(deferred, "an earlier queued call failed")
+        if code:
+            raise CudaError(code, result if isinstance(result, str) else "")
+        return result, frames
+
+    # ----------------------------------------------------------------- bulk data
+
+    def write_device(self, op: str, dst: int, src: int, size: int, *extra) -> None:
+        """Copy host memory at address `src` to the device at `dst` (cuMemcpyHtoD and kin).
+
+        Returns once the host buffer may be reused: the data is staged (or sent), not
+        necessarily applied. Large copies go in chunks so client and server copy in parallel.
+        """
+        with self._lock:
+            if size <= INLINE_BYTES or self.ring is None:
+                spec = ["inline", ctypes.string_at(src, size)] if size <= INLINE_BYTES else \
+                    self.frame(ctypes.string_at(src, size))
+                self._queue.append([op, (dst, spec, size, *extra)])
+                return
+            ring = self.ring
+            for offset in range(0, size, CHUNK_BYTES):
+                n = min(CHUNK_BYTES, size - offset)
+                slot = self._stage(n)
+                ctypes.memmove(ring.address + slot, src + offset, n)
+                self._queue.append([op, (dst + offset, ["shm", slot], n, *extra)])
+                self._flush()  # start the server on this chunk while we stage the next
+
+    def _stage(self, n: int) -> int:
+        ring = self.ring
+        if ring.position + n > ring.size:
+            ring.pending += ring.size - ring.position  # the unused tail, until it wraps back
+            ring.position = 0
+        if ring.pending + n > ring.size:
+            self._queue.append(["vgpuSynchronize", ()])
+            self._finish(self._wait(self._flush(want_reply=True), self.timeout))
+        slot = ring.position
+        ring.position += n
+        ring.pending += n
+        return slot
+
+    def read_device(self, op: str, src: int, dst: int, size: int, *extra) -> None:
+        """Copy device memory at `src` into host memory at address `dst` (waits for it)."""
+        with self._lock:
+            if self.ring is None or size <= INLINE_BYTES:
+                self._queue.append([op, (src, size, ["frame"], *extra)])
+                _, frames = self._finish(self._wait(self._flush(True), self.timeout))
+                ctypes.memmove(dst, bytes(frames[0]) if frames else b"", size)
+                return
+            # Two chunks in flight: the server fills one half of the ring while we drain the
+            # other. Everything queued earlier runs first, so the whole ring is free to use.
+            half = min(CHUNK_BYTES, self.ring.size // 2)
+            in_flight: list[tuple[int, int, int, int]] = []
+            for i, offset in enumerate(range(0, size, half)):
+                n = min(half, size - offset)
+                slot = (i % 2) * half
+                if len(in_flight) == 2:  # this slot still holds chunk i-2: drain it first
+                    self._drain(in_flight.pop(0), dst)
+                self._queue.append([op, (src + offset, n, ["shm", slot], *extra)])
+                in_flight.append((self._flush(want_reply=True), offset, n, slot))
+            for chunk in in_flight:
+                self._drain(chunk, dst)
+
+    def _drain(self, chunk: tuple[int, int, int, int], dst: int) -> None:
+        seq, offset, n, slot = chunk
+        self._finish(self._wait(seq, self.timeout))
+        ctypes.memmove(dst + offset, self.ring.address + slot, n)
+
+
+def _c_stdout_writer():
+    """Device printf goes through C stdio's stdout, in order with the program's own printf."""
+    try:
+        libc = ctypes.CDLL(None)
+        stdout = ctypes.c_void_p.in_dll(libc, "stdout")
+        fwrite = libc.fwrite
+        fwrite.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p]
+
+        def write(text: str) -> None:
+            data = text.encode()
+            fwrite(data, 1, len(data), stdout)
+
+        return write
+    except (OSError, ValueError, AttributeError):
+        return lambda text: (sys.stdout.write(text), sys.stdout.flush())
+
+
+def _command_line() -> list[str]:
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return list(sys.argv)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True

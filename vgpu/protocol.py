@@ -1,0 +1,57 @@
+"""The vgpu wire protocol: framing, versions and the handshake (DESIGN.md decisions 1, 4, 5).
+
+Transport: a zmq DEALER (client) to ROUTER (server) pair. Every message is a multipart zmq
+message whose first frame is a msgpack header and whose further frames are raw payloads
+(bulk data sent without copying into the header).
+
+    client -> server   [header, payload*]   header = [kind, seq, body]
+    server -> client   [header, payload*]   header = [seq, code, result, deferred, output]
+
+kind is one of:
+    HELLO   body = {"version", "pid", "host", "argv", "shm"}: opens the session
+    CALLS   body = [[op, args], ...]: driver calls in order; the server replies only when the
+            header's seq is non-zero (the last call then is the synchronizing one)
+    ADMIN   body = [op, args]: `ps` and friends, answered without a session
+    BYE     body = None: the client is leaving; its session is released
+
+Ops inside CALLS are driver-API names (`cuMemAlloc_v2`, `cuLaunchKernel`, ...) plus a few
+`vgpu*` transport helpers; see `vgpu.server.session` for the handlers. In a reply, `code` is
+the CUresult of the synchronizing call, `deferred` the first error raised by queued calls
+since the previous reply (DESIGN.md decision 4: such errors surface at the next synchronizing
+call), and `output` device printf text to write to the application's stdout.
+
+Bulk data travels as `("shm", offset)` into the session's staging segment when client and
+server share a host, as `("seg", segment_id, offset)` into a pinned host segment, or as
+`("frame", index)` into the message's payload frames otherwise.
+"""
+
+from __future__ import annotations
+
+import msgpack
+
+__all__ = [
+    "PROTOCOL_VERSION", "HELLO", "CALLS", "ADMIN", "BYE", "pack", "unpack", "ProtocolError",
+    "DEFAULT_TIMEOUT_S", "HANDSHAKE_TIMEOUT_S",
+]
+
+PROTOCOL_VERSION = 1
+HELLO, CALLS, ADMIN, BYE = "hello", "calls", "admin", "bye"
+
+# How long a client waits for a server that has gone silent before declaring the device lost.
+DEFAULT_TIMEOUT_S = 60.0
+HANDSHAKE_TIMEOUT_S = 5.0
+
+
+class ProtocolError(ValueError):
+    """A message that does not follow this protocol."""
+
+
+def pack(obj) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def unpack(data) -> object:
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise ProtocolError(f"undecodable message header: {exc}") from None

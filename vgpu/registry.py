@@ -1,0 +1,47 @@
+"""Where running vgpu servers announce themselves, so `vgpu ps` can find them all.
+
+Each server writes its address to `<runtime dir>/servers/<pid>` while it runs; entries of
+servers that are gone are ignored and removed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["runtime_dir", "announce", "withdraw", "live_servers"]
+
+
+def runtime_dir() -> Path:
+    base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/vgpu-{os.getuid()}"
+    path = Path(base) / "vgpu"
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def _servers_dir() -> Path:
+    path = runtime_dir() / "servers"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def announce(address: str) -> None:
+    (_servers_dir() / str(os.getpid())).write_text(address)
+
+
+def withdraw() -> None:
+    (_servers_dir() / str(os.getpid())).unlink(missing_ok=True)
+
+
+def live_servers() -> list[tuple[int, str]]:
+    found = []
+    for entry in _servers_dir().iterdir():
+        try:
+            pid = int(entry.name)
+            os.kill(pid, 0)
+            found.append((pid, entry.read_text().strip()))
+        except (ValueError, ProcessLookupError):
+            entry.unlink(missing_ok=True)
+        except (PermissionError, OSError):
+            continue
+    return sorted(found)
