@@ -1,0 +1,42 @@
+"""Fixtures: a vgpu server in its own process, on a private ipc address."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+class ServerProcess:
+    def __init__(self, address: str):
+        self.address = address
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "vgpu.cli", "server", "--listen", address, "--backend", "emu"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("vgpu server listening"):
+            self.proc.kill()
+            raise RuntimeError(f"server did not start: {line}{self.proc.stderr.read()}")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        _, err = self.proc.communicate(timeout=10)
+        return err
+
+
+@pytest.fixture
+def server(tmp_path):
+    srv = ServerProcess(f"ipc://{tmp_path}/server.sock")
+    yield srv
+    if srv.alive():
+        srv.stop()
+
+
+@pytest.fixture
+def client_env(server):
+    return {**os.environ, "VGPU_SERVER": server.address}

@@ -1,0 +1,124 @@
+"""The server survives its clients: garbage, crashes and disconnects (issue: foundation)."""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import zmq
+
+from vgpu.client import Connection
+from vgpu.errors import CudaError, DeviceUnavailable
+from vgpu.protocol import ADMIN, CALLS, pack, unpack
+
+CONTEXT = 0x7667_0100_0000_0001
+
+
+def _ps(address: str) -> list[dict]:
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(address)
+    sock.send_multipart([pack([ADMIN, 7, ["ps", []]])])
+    assert sock.poll(5000), "server did not answer ps"
+    reply = unpack(sock.recv_multipart()[0])
+    sock.close()
+    return reply[2]
+
+
+def _open(address: str) -> Connection:
+    conn = Connection(address)
+    conn.post("cuDevicePrimaryCtxRetain", CONTEXT, 0)
+    return conn
+
+
+def test_allocations_round_trip_and_errors_carry_cuda_codes(server):
+    conn = _open(server.address)
+    address, _ = conn.call("cuMemAlloc", CONTEXT, 4096)
+    data = bytes(range(256)) * 16
+    buf = (ctypes.c_char * 4096).from_buffer_copy(data)
+    conn.write_device("cuMemcpyHtoD", address, ctypes.addressof(buf), 4096)
+    out = (ctypes.c_char * 4096)()
+    conn.read_device("cuMemcpyDtoH", address, ctypes.addressof(out), 4096)
+    assert bytes(out) == data
+    with pytest.raises(CudaError) as err:
+        conn.call("cuMemcpyDtoD", address + 4000, address, 200)  # runs past the allocation
+    assert err.value.code == 1
+    conn.post("cuMemFree", address)
+    with pytest.raises(CudaError) as err:
+        conn.call("cuMemFree", address)  # double free
+    assert err.value.code == 1
+    conn.close()
+
+
+def test_queued_errors_surface_at_the_next_synchronizing_call(server):
+    conn = _open(server.address)
+    conn.post("cuMemFree", 0x1234)  # not an allocation: fails, but nobody waits for it
+    with pytest.raises(CudaError) as err:
+        conn.call("vgpuSynchronize")
+    assert err.value.code == 1
+    conn.call("vgpuSynchronize")  # reported once, then cleared
+    conn.close()
+
+
+def test_malformed_messages_leave_the_server_serving_others(server):
+    good = _open(server.address)
+    ctx = zmq.Context.instance()
+    bad = ctx.socket(zmq.DEALER)
+    bad.setsockopt(zmq.LINGER, 0)
+    bad.connect(server.address)
+    for frames in ([b"\xc1garbage"], [pack(["calls", 5, "not a list"])],
+                   [pack([CALLS, 6, [["cuMemAlloc", ["x"]]]])], [pack(42)], [b""]):
+        bad.send_multipart(frames)
+    time.sleep(0.3)
+    assert server.alive()
+    address, _ = good.call("cuMemAlloc", CONTEXT, 1 << 20)
+    assert address
+    bad.close()
+    good.close()
+
+
+def test_a_killed_client_releases_its_session_and_memory(server, client_env):
+    code = (
+        "import sys, time\n"
+        "from vgpu.client import Connection\n"
+        f"c = Connection(); c.post('cuDevicePrimaryCtxRetain', {CONTEXT}, 0)\n"
+        f"c.call('cuMemAlloc', {CONTEXT}, 64 << 20)\n"
+        "print('allocated', flush=True); time.sleep(60)\n"
+    )
+    victim = subprocess.Popen([sys.executable, "-c", code], env=client_env,
+                              stdout=subprocess.PIPE, text=True)
+    assert victim.stdout.readline().strip() == "allocated"
+    sessions = _ps(server.address)
+    assert [s["memory"] for s in sessions if s["pid"] == victim.pid] == [64 << 20]
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if not any(s["pid"] == victim.pid for s in _ps(server.address)):
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the dead client's session was not released")
+    assert server.alive()
+
+
+def test_no_server_gives_device_unavailable_quickly(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(DeviceUnavailable) as err:
+        Connection(f"ipc://{tmp_path}/nobody.sock")
+    assert time.monotonic() - start < 10
+    assert "no answer from the vgpu server" in str(err.value)
+    assert err.value.code == 46
+
+
+def test_server_death_mid_session_is_device_unavailable(server):
+    conn = _open(server.address)
+    conn.call("vgpuSynchronize")
+    server.proc.kill()
+    server.proc.wait()
+    with pytest.raises(DeviceUnavailable):
+        conn.call("vgpuSynchronize")
