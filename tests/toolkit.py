@@ -22,7 +22,7 @@ class Toolkit:
 
     def __init__(self, nvcc: Path, cache_dir: Path):
         self.nvcc = nvcc
-        self.root = nvcc.resolve().parent.parent
+        self.root = _toolkit_root(nvcc)
         self.include = self.root / "include"
         if not (self.include / "cuda.h").exists():  # system toolkit layout
             self.include = self.root / "targets" / "x86_64-linux" / "include"
@@ -73,32 +73,20 @@ class Toolkit:
         return out
 
     def c_program(self, source: str, flags: list[str] | None = None) -> Path:
-        """C source using cuda.h -> executable linked against libcuda.so.1 by name only.
+        """C source using cuda.h -> executable that needs libcuda.so.1, as any driver-API
+        program does. It is linked against vgpu's libcuda (this machine has no other); the
+        result records only the NEEDED name, so at run time whichever libcuda.so.1 the loader
+        finds first is used."""
+        from vgpu.shim.loader import shim_library_dir
 
-        No libcuda exists at build time on a machine without a driver, so the program is
-        linked with `--unresolved-symbols` allowed and records `libcuda.so.1` as NEEDED; at run
-        time the dynamic loader finds whichever libcuda.so.1 is on the search path (ours).
-        """
         flags = list(flags or [])
         out, hit = self._cached("c", source, flags, "")
         if not hit:
             src = out.with_suffix(".c")
             src.write_text(source)
             self._run(["gcc", "-O1", "-o", str(out), str(src), f"-I{self.include}", *flags,
-                       "-Wl,--no-as-needed", "-Wl,--unresolved-symbols=ignore-all",
-                       *self._stub_libcuda()], self.cache_dir)
+                       f"-L{shim_library_dir()}", "-lcuda"], self.cache_dir)
         return out
-
-    def _stub_libcuda(self) -> list[str]:
-        """An empty shared object named libcuda.so.1 to record the NEEDED entry against."""
-        stub_dir = self.cache_dir / "stub"
-        stub = stub_dir / "libcuda.so"
-        if not stub.exists():
-            stub_dir.mkdir(exist_ok=True)
-            (stub_dir / "empty.c").write_text("int vgpu_link_stub;\n")
-            self._run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(stub),
-                       str(stub_dir / "empty.c")], stub_dir)
-        return [f"-L{stub_dir}", "-lcuda"]
 
     def _libdirs(self) -> list[str]:
         """Library dirs for `-cudart shared` (the wheel has libcudart.so.13, no libcudart.so)."""
@@ -112,6 +100,16 @@ class Toolkit:
                     link.symlink_to(cand)
                     break
         return [f"-L{lib_dir}"]
+
+
+def _toolkit_root(nvcc: Path) -> Path:
+    """The toolkit's top directory, as nvcc itself reports it (nvcc may be a wrapper script)."""
+    proc = subprocess.run([str(nvcc), "--dryrun", "-x", "cu", "-E", os.devnull],
+                          capture_output=True, text=True)
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if line.startswith("#$ TOP="):
+            return Path(line.split("=", 1)[1].strip()).resolve()
+    return nvcc.resolve().parent.parent
 
 
 def _wheel_nvcc() -> Path | None:

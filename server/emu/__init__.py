@@ -1,0 +1,29 @@
+"""PTX emulator: the `emu` backend's CPU execution of CUDA kernels.
+
+    module = PtxModule.parse(ptx_text)      # or link([ptx1, ptx2]) for separate compilation
+    result = launch(module, "kernel", grid=(gx, gy, gz), block=(bx, by, bz),
+                    shared_bytes=0, params=b"...", memory=DeviceMemory(), symbols={...})
+    result.printf                           # device printf output, deterministic order
+
+See README.md for what is supported and how it works.
+"""
+
+from .errors import IllegalAddress, LaunchError, PtxError
+from .executor import LaunchResult, launch
+from .linker import link
+from .memory import DeviceMemory
+from .module import KernelInfo, ModuleVariable, ParamInfo, PtxModule
+
+__all__ = [
+    "DeviceMemory",
+    "IllegalAddress",
+    "KernelInfo",
+    "LaunchError",
+    "LaunchResult",
+    "ModuleVariable",
+    "ParamInfo",
+    "PtxError",
+    "PtxModule",
+    "launch",
+    "link",
+]

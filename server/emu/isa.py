@@ -23,6 +23,7 @@ __all__ = [
     "CompileContext",
     "Compiled",
     "Modifiers",
+    "find_compiler",
     "narrow",
     "opcode",
 ]
@@ -51,15 +52,23 @@ class Compiled:
     arrive: Callable | None = None             # bar: work done when lanes reach it
 
 
-OPCODES: dict[str, Callable[[Instruction, CompileContext], Compiled]] = {}
+# (opcode, floating) -> compile function. `floating` is True/False for opcodes whose
+# integer and float forms compile differently (decided by the type modifier), None otherwise.
+OPCODES: dict[tuple[str, bool | None], Callable[[Instruction, CompileContext], Compiled]] = {}
+FLOAT_TYPE_NAMES = frozenset({"f16", "bf16", "f16x2", "bf16x2", "f32", "f64"})
 
 
-def opcode(*names: str):
+def opcode(*names: str, floating: bool | None = None):
     def register(fn):
         for name in names:
-            OPCODES[name] = fn
+            OPCODES[(name, floating)] = fn
         return fn
     return register
+
+
+def find_compiler(instr: Instruction):
+    floating = any(m in FLOAT_TYPE_NAMES for m in instr.modifiers)
+    return OPCODES.get((instr.opcode, floating)) or OPCODES.get((instr.opcode, None))
 
 
 class CompileContext:

@@ -21,7 +21,7 @@ import numpy as np
 from .address_space import DEVICE_ADDRESS_LIMIT
 from .errors import IllegalAddress
 
-__all__ = ["DeviceMemory"]
+__all__ = ["DeviceMemory", "load_elements", "store_elements", "typed_elements"]
 
 
 class DeviceMemory:
@@ -177,21 +177,30 @@ class DeviceMemory:
             store_elements(array, offsets, values if lanes is None else values[lanes])
 
 
-def _element_index(array: np.ndarray, offsets: np.ndarray, dtype: np.dtype
+def typed_elements(array: np.ndarray, offsets: np.ndarray, dtype
                    ) -> tuple[np.ndarray, np.ndarray] | None:
-    """A typed view of `array` and element indices, when every offset is element-aligned."""
+    """A typed view of the uint8 `array` and element indices for byte `offsets`, when all
+    offsets are congruent modulo the element size (else None)."""
+    dtype = np.dtype(dtype)
     size = dtype.itemsize
-    if size > 1 and (offsets & np.uint64(size - 1)).any():
+    if size == 1:
+        return array, offsets.astype(np.intp)
+    if len(offsets) == 0:
+        return array[:0].view(dtype), offsets.astype(np.intp)
+    shift = int(offsets[0]) % size
+    relative = offsets - np.uint64(shift) if shift else offsets
+    if (relative & np.uint64(size - 1)).any():
         return None
-    typed = array[:array.size - array.size % size].view(dtype)
-    return typed, (offsets // np.uint64(size)).astype(np.intp)
+    usable = (array.size - shift) // size * size
+    typed = array[shift:shift + usable].view(dtype)
+    return typed, (relative // np.uint64(size)).astype(np.intp)
 
 
 def load_elements(array: np.ndarray, offsets: np.ndarray, dtype: np.dtype,
                   count: int = 1) -> np.ndarray:
     """Elements of `dtype` at byte `offsets` of the uint8 `array` (bounds already checked)."""
     dtype = np.dtype(dtype)
-    found = _element_index(array, offsets, dtype)
+    found = typed_elements(array, offsets, dtype)
     if found is not None:
         typed, index = found
         if count == 1:
@@ -205,7 +214,7 @@ def load_elements(array: np.ndarray, offsets: np.ndarray, dtype: np.dtype,
 def store_elements(array: np.ndarray, offsets: np.ndarray, values: np.ndarray) -> None:
     """Store `values` (shape (n,) or (n, count)) at byte `offsets` of the uint8 `array`."""
     count = 1 if values.ndim == 1 else values.shape[1]
-    found = _element_index(array, offsets, values.dtype)
+    found = typed_elements(array, offsets, values.dtype)
     if found is not None:
         typed, index = found
         if count == 1:

@@ -24,16 +24,19 @@ class Fault(Exception):
     """A failed instruction; the executor adds the kernel, thread and block to the message.
 
     `head` reads like "Invalid __global__ read of size 4 at 0x10", `reason` like "address is
-    out of bounds"; `lane` is the chunk lane that failed.
+    out of bounds"; `lane` is the chunk lane that failed. A `verbatim` fault (a failed
+    assert) already carries CUDA's complete message in `head`.
     """
 
-    def __init__(self, code: int, head: str, reason: str, lane: int, line: int = 0):
+    def __init__(self, code: int, head: str, reason: str, lane: int, line: int = 0,
+                 verbatim: bool = False):
         super().__init__(head)
         self.code = code
         self.head = head
         self.reason = reason
         self.lane = lane
         self.line = line
+        self.verbatim = verbatim
 
 
 def lane_count(state: State, lanes) -> int:
@@ -46,6 +49,7 @@ class ThreadLayout:
     block: tuple[int, int, int]
     nblocks: int
     threads: int = 0
+    nwarps: int = 0
     thread_linear: np.ndarray = field(default=None)
     slot: np.ndarray = field(default=None)       # block slot in the chunk, per lane
     tid: tuple[np.ndarray, np.ndarray, np.ndarray] = field(default=None)
@@ -69,6 +73,7 @@ class ThreadLayout:
         self.laneid = lin & np.uint32(31)
         self.warpid = lin >> np.uint32(5)
         warps_per_block = (t + 31) // 32
+        self.nwarps = warps_per_block * self.nblocks
         self.warp_index = self.slot * warps_per_block + self.warpid.astype(np.intp)
         self.warp_first = np.arange(n, dtype=np.intp) - self.laneid.astype(np.intp)
         self.warp_size = np.minimum(32, t - self.warpid.astype(np.intp) * 32)
@@ -114,7 +119,9 @@ class State:
         self.shared = np.zeros(self.shared_stride * nblocks, np.uint8)
         self.local_stride = _round16(max(ctx.local_size, 1))
         self.local = np.zeros(self.local_stride * self.n, np.uint8)
-        self.barrier_values: np.ndarray | None = None  # bar.red operands per lane
+        # bar.red: each arriving lane's predicate, and which lanes arrived, until release
+        self.barrier_values: np.ndarray | None = None
+        self.barrier_arrived: np.ndarray | None = None
         gx, gy, _ = ctx.grid
         block_linear = np.arange(first_block, first_block + nblocks, dtype=np.uint32)
         ctaid = (block_linear % np.uint32(gx), (block_linear // np.uint32(gx)) % np.uint32(gy),

@@ -21,7 +21,8 @@ from vgpu.errors import CudaError, DeviceUnavailable
 
 from .._libcuda import ffi
 
-__all__ = ["ffi", "api", "state", "CudaError", "E", "handle_of", "ptr", "check_out", "Kind"]
+__all__ = ["ffi", "api", "state", "CudaError", "E", "handle_of", "ptr", "check_out", "Kind",
+           "report_failure"]
 
 E = CUresult  # short alias for error codes: E.CUDA_ERROR_INVALID_VALUE
 
@@ -78,6 +79,7 @@ class DriverState:
         self.primary: dict[int, list[int]] = {}  # device -> [handle, refcount]
         self.allocations: dict[int, int] = {}  # device address -> size
         self.allocation_context: dict[int, int] = {}  # device address -> context handle
+        self.module_variables: set[int] = set()  # addresses above that belong to a module
         self._allocation_starts: list[int] = []
         self.host_allocations: dict[int, HostAllocation] = {}
         self.modules: dict[int, ModuleInfo] = {}
@@ -112,14 +114,19 @@ class DriverState:
 
     # ----------------------------------------------------------------- allocations
 
-    def add_allocation(self, address: int, size: int, context: int) -> None:
+    def add_allocation(self, address: int, size: int, context: int,
+                       module_variable: bool = False) -> None:
+        """Record device memory: an allocation, or a module's variable (not freeable)."""
         self.allocations[address] = size
         self.allocation_context[address] = context
+        if module_variable:
+            self.module_variables.add(address)
         bisect.insort(self._allocation_starts, address)
 
     def remove_allocation(self, address: int) -> None:
         del self.allocations[address]
         del self.allocation_context[address]
+        self.module_variables.discard(address)
         self._allocation_starts.pop(bisect.bisect_left(self._allocation_starts, address))
 
     def find_allocation(self, address: int) -> tuple[int, int] | None:
@@ -176,18 +183,26 @@ def api(fn):
         try:
             fn(*args)
             return 0
-        except DeviceUnavailable as exc:
-            if not state.lost_reported:
-                state.lost_reported = True
-                print(f"vgpu: {exc.message}: CUDA calls fail with "
-                      "CUDA_ERROR_DEVICE_UNAVAILABLE", file=sys.stderr, flush=True)
-            return exc.code
         except CudaError as exc:
-            if os.environ.get("VGPU_TRACE") and exc.message:
-                print(f"vgpu trace: {fn.__name__}: {exc.message}", file=sys.stderr, flush=True)
-            return exc.code
+            return report_failure(exc, fn.__name__)
 
     return wrapper
+
+
+def report_failure(exc: CudaError, where: str) -> int:
+    """Tell the user what they need to know about a failed call; returns its code.
+
+    A lost server is said once, on stderr; other failures only under VGPU_TRACE. Shared with
+    the runtime layer, whose calls fail through the same connection.
+    """
+    if isinstance(exc, DeviceUnavailable):
+        if not state.lost_reported:
+            state.lost_reported = True
+            print(f"vgpu: {exc.message}: CUDA calls fail with "
+                  "CUDA_ERROR_DEVICE_UNAVAILABLE", file=sys.stderr, flush=True)
+    elif os.environ.get("VGPU_TRACE") and exc.message:
+        print(f"vgpu trace: {where}: {exc.message}", file=sys.stderr, flush=True)
+    return exc.code
 
 
 def ptr(value) -> int:

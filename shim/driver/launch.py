@@ -59,6 +59,21 @@ def _launch(f, grid, block, shared_bytes: int, stream, kernel_params, extra) -> 
     state.current_context()
     layout, handle = _function_arg(f)
     stream_handle = _check_stream(stream)
+    _check_config(layout, grid, block, shared_bytes)
+    _submit(handle, layout, grid, block, shared_bytes, stream_handle, kernel_params, extra)
+
+
+def _submit(handle: int, layout, grid, block, shared_bytes: int, stream_handle: int,
+            kernel_params, extra) -> None:
+    """Queue a launch whose function, stream and configuration are already checked."""
+    params = _pack_params(layout, kernel_params, extra)
+    state.conn().post("cuLaunchKernel", handle, grid, block, shared_bytes, stream_handle,
+                      params)
+
+
+def _check_config(layout, grid, block, shared_bytes: int) -> None:
+    """The launch configuration against the kernel's limits (the runtime reports these
+    failures as cudaErrorInvalidConfiguration, hence a function of its own)."""
     if min(*grid, *block) <= 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "grid and block dimensions must be >= 1")
     threads = block[0] * block[1] * block[2]
@@ -73,9 +88,6 @@ def _launch(f, grid, block, shared_bytes: int, stream, kernel_params, extra) -> 
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
                         f"{shared_bytes} bytes of dynamic shared memory exceed the kernel's "
                         f"limit of {layout.max_dynamic_shared}")
-    params = _pack_params(layout, kernel_params, extra)
-    state.conn().post("cuLaunchKernel", handle, grid, block, shared_bytes, stream_handle,
-                      params)
 
 
 @api

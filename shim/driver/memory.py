@@ -56,7 +56,7 @@ def cuMemAllocPitch_v2(dptr, pitch, width, height, element_size):
 
 def _free(address: int) -> None:
     state.current_context()
-    if address not in state.allocations:
+    if address not in state.allocations or address in state.module_variables:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
                         f"0x{address:x} is not the start of a live allocation")
     state.remove_allocation(address)
@@ -146,12 +146,16 @@ def cuMemHostGetDevicePointer_v2(pdptr, p, flags):
     check_out(pdptr)
     if flags != 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "flags must be 0")
+    pdptr[0] = _host_device_pointer(ptr(p))
+
+
+def _host_device_pointer(address: int) -> int:
     state.current_context()
-    found = state.find_host(ptr(p))
+    found = state.find_host(address)
     if found is None or found[1].device_pointer is None:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
                         "the pointer is not in device-mapped page-locked host memory")
-    pdptr[0] = ptr(p)  # unified addressing: device pointer == host pointer
+    return address  # unified addressing: device pointer == host pointer
 
 
 @api
@@ -339,6 +343,12 @@ def _copy_2d(p, queued: bool) -> None:
                         src_pitch)
     dst_dev, dst = side(p.dstMemoryType, p.dstHost, p.dstDevice, p.dstXInBytes, p.dstY,
                         dst_pitch)
+    _copy_rows(dst_dev, dst, dst_pitch, src_dev, src, src_pitch, width, height, queued)
+
+
+def _copy_rows(dst_dev: bool, dst: int, dst_pitch: int, src_dev: bool, src: int,
+               src_pitch: int, width: int, height: int, queued: bool) -> None:
+    """A 2D copy between pitched rows, one copy when both sides are contiguous."""
     rows = [(0, width * height)] if src_pitch == dst_pitch == width else \
         [(r, width) for r in range(height)]
     for row, n in rows:
@@ -560,12 +570,16 @@ _pool_allocations: set[int] = set()
 
 def _alloc_async(dptr, size: int, stream) -> None:
     check_out(dptr)
+    dptr[0] = _pool_alloc(size, stream)
+
+
+def _pool_alloc(size: int, stream) -> int:
     _check_stream(stream)
     address = _alloc(size)
     _pool_allocations.add(address)
     _pool_usage["current"] += size
     _pool_usage["high"] = max(_pool_usage["high"], _pool_usage["current"])
-    dptr[0] = address
+    return address
 
 
 @api
@@ -581,6 +595,10 @@ def cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream):
 
 @api
 def cuMemFreeAsync(dptr, stream):
+    _free_async(dptr, stream)
+
+
+def _free_async(dptr: int, stream) -> None:
     _check_stream(stream)
     size = state.allocations.get(dptr, 0)
     _free(dptr)

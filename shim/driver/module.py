@@ -36,6 +36,8 @@ def _load(image: bytes, context: int) -> int:
     spec = ["inline", image] if len(image) <= 1 << 20 else conn.frame(image)
     result, _ = conn.call("cuModuleLoadData", handle, context, spec, len(image))
     state.modules[handle] = ModuleInfo(context, result["kernels"], result["variables"])
+    for address, size in result["variables"].values():
+        state.add_allocation(address, size, context, module_variable=True)
     return handle
 
 
@@ -94,6 +96,8 @@ def cuModuleUnload(module):
     info = state.modules.pop(handle)
     for function in info.functions.values():
         state.functions.pop(function, None)
+    for address, _ in info.variables.values():
+        state.remove_allocation(address)
     state.conn().post("cuModuleUnload", handle)
 
 

@@ -17,6 +17,10 @@ LEAST_PRIORITY, GREATEST_PRIORITY = 0, -5
 
 def _create_stream(ph_stream, flags: int, priority: int) -> None:
     check_out(ph_stream)
+    ph_stream[0] = ffi.cast("CUstream", _new_stream(flags, priority))
+
+
+def _new_stream(flags: int, priority: int) -> int:
     context = state.current_context()
     if flags & ~CU_STREAM_NON_BLOCKING:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown stream flags 0x{flags:x}")
@@ -24,7 +28,7 @@ def _create_stream(ph_stream, flags: int, priority: int) -> None:
     handle = state.new_handle(Kind.STREAM)
     state.conn().post("cuStreamCreate", handle, context, flags, priority)
     state.streams[handle] = {"context": context, "flags": flags, "priority": priority}
-    ph_stream[0] = ffi.cast("CUstream", handle)
+    return handle
 
 
 @api
@@ -135,13 +139,17 @@ def cuLaunchHostFunc(stream, fn, user_data):
 @api
 def cuEventCreate(ph_event, flags):
     check_out(ph_event)
+    ph_event[0] = ffi.cast("CUevent", _new_event(flags))
+
+
+def _new_event(flags: int) -> int:
     context = state.current_context()
     if flags & ~CU_EVENT_FLAGS_MASK:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown event flags 0x{flags:x}")
     handle = state.new_handle(Kind.EVENT)
     state.conn().post("cuEventCreate", handle, context, flags)
     state.events[handle] = {"context": context, "flags": flags}
-    ph_event[0] = ffi.cast("CUevent", handle)
+    return handle
 
 
 @api

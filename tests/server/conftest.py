@@ -24,7 +24,8 @@ class ServerProcess:
         return self.proc.poll() is None
 
     def stop(self) -> str:
-        self.proc.terminate()
+        if self.alive():
+            self.proc.terminate()
         _, err = self.proc.communicate(timeout=10)
         return err
 
@@ -33,8 +34,7 @@ class ServerProcess:
 def server(tmp_path):
     srv = ServerProcess(f"ipc://{tmp_path}/server.sock")
     yield srv
-    if srv.alive():
-        srv.stop()
+    srv.stop()
 
 
 @pytest.fixture

@@ -96,6 +96,7 @@ def test_a_killed_client_releases_its_session_and_memory(server, client_env):
     assert [s["memory"] for s in sessions if s["pid"] == victim.pid] == [64 << 20]
     victim.send_signal(signal.SIGKILL)
     victim.wait()
+    victim.stdout.close()
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         if not any(s["pid"] == victim.pid for s in _ps(server.address)):

@@ -13,25 +13,26 @@ from __future__ import annotations
 
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import cffi
 from pycparser import c_ast
 
 from vgpu.api.header_parser import (
-    Prototype,
-    evaluate_int_expressions,
+    ApiHeaders,
+    Declarations,
+    check_same_types,
+    enum_types,
     fold_array_sizes,
-    int_macro_names,
+    int_macros,
     keep_lines_from,
     parse_declarations,
     preprocess,
     render,
 )
-from vgpu.api.proc_address import ProcAddressEntry, map_pfn_typedefs
+from vgpu.api.proc_address import ProcAddressEntry, map_pfn_typedefs, pfn_name
 
-__all__ = ["DriverHeaders", "EnumType", "read_driver_headers"]
+__all__ = ["DriverHeaders", "read_driver_headers", "FOREIGN_TYPES"]
 
 HEADERS = ("cuda.h", "cudaProfiler.h", "cudaGL.h", "cudaVDPAU.h", "cudaEGL.h")
 TYPEDEF_HEADERS = ("cudaTypedefs.h", "cudaProfilerTypedefs.h", "cudaGLTypedefs.h",
@@ -60,32 +61,12 @@ FOREIGN_TYPES = "".join(FOREIGN_HEADERS.values())
 _MACRO_PATTERN = r"CUDA_VERSION|CU_[A-Z0-9_]+|CUDA_[A-Z0-9_]+"
 
 
-@dataclass(frozen=True, slots=True)
-class EnumType:
-    """A C enum under its typedef name, members in header order, and the typedefs aliasing it."""
-
-    name: str
-    members: tuple[tuple[str, int], ...]
-    aliases: tuple[str, ...]
-
-
 @dataclass
-class DriverHeaders:
-    """The driver API as the headers declare it."""
+class DriverHeaders(ApiHeaders):
+    """The driver API as the headers declare it, with what only the driver needs."""
 
-    types_text: str                      # typedefs, structs, unions, enums (cffi-parsable C)
-    prototypes: dict[str, Prototype]     # every exported symbol, sorted by name
-    proc_address: list[ProcAddressEntry]
-    enums: list[EnumType]
-    macros: dict[str, int]
-    result_docs: dict[int, str]          # CUresult value -> its doc comment in cuda.h
-
-    def enum_of(self, ctype: str) -> str | None:
-        """The enum a parameter type names (through aliases), if it is one."""
-        for enum in self.enums:
-            if ctype == enum.name or ctype in enum.aliases:
-                return enum.name
-        return None
+    proc_address: list[ProcAddressEntry] = field(default_factory=list)
+    result_docs: dict[int, str] = field(default_factory=dict)  # CUresult -> cuda.h's comment
 
 
 def read_driver_headers(include: Path) -> DriverHeaders:
@@ -105,70 +86,40 @@ def _includes(headers: tuple[str, ...], defines: tuple[str, ...] = ()) -> str:
 
 
 def _read(include: Path, dirs: list[Path]) -> DriverHeaders:
-    def declarations(headers: tuple[str, ...], defines: tuple[str, ...]):
-        own = keep_lines_from(preprocess(_includes(headers), dirs, defines), include)
-        return parse_declarations(own, FOREIGN_TYPES)
+    def declarations(headers: tuple[str, ...], defines: tuple[str, ...]) -> Declarations:
+        source = _includes(headers, defines)
+        decls = parse_declarations(keep_lines_from(preprocess(source, dirs), include),
+                                   FOREIGN_TYPES)
+        fold_array_sizes(decls, source, dirs)
+        return decls
 
     public = declarations(HEADERS, PUBLIC_DEFINES)
     internal = declarations(HEADERS, INTERNAL_DEFINES)
-    fold_array_sizes(internal, _includes(HEADERS, INTERNAL_DEFINES), dirs)
     prototypes = dict(internal.prototypes)
     for name, proto in public.prototypes.items():
         if name in prototypes and prototypes[name].signature != proto.signature:
             raise ValueError(f"{name} differs between the public and internal views")
         prototypes[name] = proto  # the public view has the documented parameter names
     prototypes = dict(sorted(prototypes.items()))
-
     types_text = internal.types_text()
-    ffi = cffi.FFI()
-    ffi.cdef(FOREIGN_TYPES + types_text)
+    # What the shim's C compiles: if gcc accepts it, the declarations are complete.
+    c_source = ("#include <stdint.h>\n#include <stddef.h>\n" + FOREIGN_TYPES + types_text
+                + "".join(f"{proto.declaration}\n" for proto in prototypes.values()))
 
-    typedefs = declarations(TYPEDEF_HEADERS, INTERNAL_DEFINES)
-    fold_array_sizes(typedefs, _includes(TYPEDEF_HEADERS, INTERNAL_DEFINES), dirs)
-    pfns = [node for node in typedefs.types
+    pfns = [node for node in declarations(TYPEDEF_HEADERS, INTERNAL_DEFINES).types
             if isinstance(node, c_ast.Typedef) and node.name.startswith("PFN_")]
-    ffi.cdef(render(pfns))
-    proc_address = map_pfn_typedefs(
-        [node.name for node in pfns], prototypes,
-        lambda pfn, symbol: ffi.typeof(pfn) is ffi.typeof(_pointer_type(prototypes[symbol])))
+    proc_address = map_pfn_typedefs([node.name for node in pfns], prototypes)
+    check_same_types([(pfn_name(e), f"&{e.symbol}") for e in proc_address],
+                     c_source + render(pfns), [])
 
-    macro_source = _includes(HEADERS)
-    macros = evaluate_int_expressions(
-        macro_source, dirs, int_macro_names(macro_source, dirs, _MACRO_PATTERN))
     return DriverHeaders(
         types_text=types_text,
         prototypes=prototypes,
+        enums=enum_types(internal.types, c_source),
+        macros=int_macros(_includes(HEADERS), dirs, _MACRO_PATTERN),
         proc_address=proc_address,
-        enums=_enums(internal.types, ffi),
-        macros=macros,
         result_docs=_result_docs((include / "cuda.h").read_text()),
     )
-
-
-def _pointer_type(proto: Prototype) -> str:
-    return f"{proto.restype} (*)({', '.join(p.ctype for p in proto.params) or 'void'})"
-
-
-def _enums(types: list[c_ast.Node], ffi: cffi.FFI) -> list[EnumType]:
-    """Enums with a body, named by the typedef that declares them; other typedefs are aliases."""
-    primary: dict[str, list[str]] = {}  # typedef name -> member names, in header order
-    for node in types:
-        if (isinstance(node, c_ast.Typedef) and isinstance(node.type, c_ast.TypeDecl)
-                and isinstance(node.type.type, c_ast.Enum) and node.type.type.values):
-            primary[node.name] = [e.name for e in node.type.type.values.enumerators]
-    by_ctype = {ffi.typeof(name): name for name in primary}
-    aliases: dict[str, list[str]] = {name: [] for name in primary}
-    for node in types:
-        if isinstance(node, c_ast.Typedef) and node.name not in primary:
-            target = by_ctype.get(ffi.typeof(node.name))
-            if target is not None:
-                aliases[target].append(node.name)
-    enums = []
-    for name, members in primary.items():
-        values = ffi.typeof(name).relements
-        enums.append(EnumType(name, tuple((m, values[m]) for m in members),
-                              tuple(aliases[name])))
-    return enums
 
 
 _RESULT_DOC = re.compile(r"/\*\*(.*?)\*/\s*(CUDA_[A-Z0-9_]+)\s*=\s*(\d+)", re.DOTALL)

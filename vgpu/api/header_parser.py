@@ -12,7 +12,7 @@ import copy
 import re
 import subprocess
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,13 +22,18 @@ __all__ = [
     "Param",
     "Prototype",
     "Declarations",
+    "EnumType",
+    "ApiHeaders",
+    "enum_types",
+    "int_macros",
     "preprocess",
     "keep_lines_from",
     "parse_declarations",
     "render",
-    "int_macro_names",
+    "strip_attributes",
     "evaluate_int_expressions",
     "fold_array_sizes",
+    "check_same_types",
 ]
 
 # Types the headers take from libc; pycparser needs them declared before it can parse.
@@ -66,6 +71,34 @@ class Prototype:
         return (self.restype, *(param.ctype for param in self.params))
 
 
+@dataclass(frozen=True, slots=True)
+class EnumType:
+    """A C enum: its Python name, members in header order, the typedefs aliasing it, and
+    every way C spells its type (`cudaMemcpyKind`, `enum cudaMemcpyKind`)."""
+
+    name: str
+    members: tuple[tuple[str, int], ...]
+    aliases: tuple[str, ...]
+    c_spellings: frozenset[str]
+
+
+@dataclass
+class ApiHeaders:
+    """An API as its headers declare it: what every generator output is made from."""
+
+    types_text: str                      # typedefs, structs, unions, enums (cffi-parsable C)
+    prototypes: dict[str, Prototype]     # every exported symbol, sorted by name
+    enums: list[EnumType]
+    macros: dict[str, int]
+
+    def enum_of(self, ctype: str) -> str | None:
+        """The enum a parameter type names (through aliases), if it is one."""
+        for enum in self.enums:
+            if ctype in enum.c_spellings:
+                return enum.name
+        return None
+
+
 @dataclass
 class Declarations:
     """What a header declares: type declarations (in order) and function prototypes by name."""
@@ -75,6 +108,33 @@ class Declarations:
 
     def types_text(self) -> str:
         return render(self.types)
+
+
+def strip_attributes(text: str) -> tuple[str, list[tuple[str, str]]]:
+    """Removes GNU `__attribute__((...))`, which neither pycparser nor cffi read.
+
+    Returns the text and, for each struct or union that carried one (`struct
+    __attribute__((aligned(8))) int2`), its name and the attribute: its layout is then not
+    what the bare declaration says, and cffi must take it from the compiler.
+    """
+    pieces: list[str] = []
+    marked: list[tuple[str, str]] = []
+    position = 0
+    for match in re.finditer(r"__attribute__\s*\(\(", text):
+        if match.start() < position:
+            continue  # inside an attribute already removed
+        depth, end = 0, match.end() - 2
+        for end in range(match.end() - 2, len(text)):
+            depth += {"(": 1, ")": -1}.get(text[end], 0)
+            if depth == 0:
+                break
+        tagged = re.match(r"\s*(\w+)", text[end + 1:])
+        if re.search(r"\b(struct|union)\s*$", text[position:match.start()]) and tagged:
+            marked.append((tagged.group(1), text[match.start():end + 1]))
+        pieces.append(text[position:match.start()])
+        position = end + 1
+    pieces.append(text[position:])
+    return "".join(pieces), marked
 
 
 def render(nodes: Iterable[c_ast.Node]) -> str:
@@ -111,6 +171,8 @@ def parse_declarations(text: str, prelude: str = "") -> Declarations:
     types: list[c_ast.Node] = []
     prototypes: dict[str, Prototype] = {}
     for node in nodes:
+        if isinstance(node, (c_ast.Pragma, c_ast.FuncDef)):
+            continue  # no declarations: `#pragma GCC diagnostic`, static inline helpers
         if isinstance(node, c_ast.Decl) and isinstance(node.type, c_ast.FuncDecl):
             proto = _prototype(node)
             known = prototypes.setdefault(proto.name, proto)
@@ -150,20 +212,58 @@ def _prototype(node: c_ast.Decl) -> Prototype:
         if ctype == "void" and not param.name:
             continue  # `f(void)`
         params.append(Param(ctype, param.name or f"arg{index}"))
+    node = copy.copy(node)
+    node.storage = []  # `extern`: the declaration is also the stub's definition line
     declaration = _GENERATOR.visit(c_ast.FileAST(ext=[node])).strip()
     return Prototype(node.name, _type_text(func.type), tuple(params), declaration)
 
 
-def int_macro_names(source: str, include_dirs: Sequence[Path], pattern: str) -> list[str]:
-    """Names of the macros defined after preprocessing `source` that match `pattern`."""
+def int_macros(source: str, include_dirs: Sequence[Path], pattern: str,
+               exclude: Callable[[str], bool] = lambda value: False) -> dict[str, int]:
+    """Object-like macros named like `pattern` whose value is an integer (or a pointer
+    constant, given as its integer); `exclude(expansion)` drops others, such as macros that
+    rename functions (`#define cudaMemcpy cudaMemcpy_ptds` would "evaluate" to an address)."""
     cmd = ["gcc", "-E", "-dM", *(f"-I{d}" for d in include_dirs), "-x", "c", "-"]
     out = subprocess.run(cmd, input=source, capture_output=True, text=True, check=True).stdout
     names = []
     for line in out.splitlines():
         parts = line.split(None, 2)
-        if len(parts) == 3 and "(" not in parts[1] and re.fullmatch(pattern, parts[1]):
+        if (len(parts) == 3 and "(" not in parts[1] and re.fullmatch(pattern, parts[1])
+                and not exclude(parts[2].strip())):
             names.append(parts[1])
-    return sorted(names)
+    return evaluate_int_expressions(source, include_dirs, sorted(names))
+
+
+def enum_types(types: list[c_ast.Node], c_source: str) -> list[EnumType]:
+    """The enums with a body among `types`, values computed by gcc compiling `c_source`.
+
+    `typedef enum X_enum {...} X;` is named X; `enum X {...};` (the runtime's style) is named
+    X, and `typedef enum X X_t;` makes X_t an alias.
+    """
+    members: dict[str, list[str]] = {}          # name -> member names, in header order
+    spellings: dict[str, set[str]] = {}
+    aliases: dict[str, list[str]] = {}
+    by_spelling: dict[str, str] = {}
+    for node in types:
+        typedef = isinstance(node, c_ast.Typedef) and isinstance(node.type, c_ast.TypeDecl)
+        target = node.type.type if typedef else getattr(node, "type", None)
+        if isinstance(target, c_ast.Enum) and target.values:
+            name = node.name if typedef else target.name
+            members[name] = [e.name for e in target.values.enumerators]
+            spellings[name] = {name} | ({f"enum {target.name}"} if target.name else set())
+            aliases[name] = []
+            by_spelling.update(dict.fromkeys(spellings[name], name))
+        elif typedef and isinstance(target, (c_ast.IdentifierType, c_ast.Enum)):
+            spelled = (f"enum {target.name}" if isinstance(target, c_ast.Enum)
+                       else " ".join(target.names))
+            if spelled in by_spelling:
+                name = by_spelling[spelled]
+                aliases[name].append(node.name)
+                spellings[name].add(node.name)
+                by_spelling[node.name] = name
+    values = evaluate_int_expressions(c_source, [], [m for ms in members.values() for m in ms])
+    return [EnumType(name, tuple((m, values[m]) for m in ms), tuple(aliases[name]),
+                     frozenset(spellings[name])) for name, ms in members.items()]
 
 
 def evaluate_int_expressions(source: str, include_dirs: Sequence[Path],
@@ -212,3 +312,19 @@ def _walk(node: c_ast.Node) -> Iterable[c_ast.Node]:
     yield node
     for _, child in node.children():
         yield from _walk(child)
+
+
+def check_same_types(pairs: Iterable[tuple[str, str]], source: str,
+                     include_dirs: Sequence[Path]) -> None:
+    """Asserts, through gcc, that each (type, expression) pair has the same type.
+
+    gcc sees through typedefs exactly as a C caller does, so `PFN_cuMemAlloc_v3020` and
+    `&cuMemAlloc_v2` compare equal even when spelled with different typedef names.
+    """
+    checks = "".join(f'_Static_assert(__builtin_types_compatible_p({kind}, __typeof__({expr})), '
+                     f'"{kind} is not the type of {expr}");\n' for kind, expr in pairs)
+    build = subprocess.run(["gcc", "-fsyntax-only", "-x", "c", "-",
+                            *(f"-I{d}" for d in include_dirs)],
+                           input=f"{source}\n{checks}", text=True, capture_output=True)
+    if build.returncode != 0:
+        raise ValueError(f"type mismatch:\n{build.stderr}")

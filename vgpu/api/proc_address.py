@@ -3,17 +3,18 @@
 cudaTypedefs.h declares one `PFN_<base>_v<version>[_ptds|_ptsz]` typedef per exported symbol:
 the version is the CUDA release at which that symbol became the answer for `<base>`. The
 symbols of one base and flavour (`cuCtxCreate`, `cuCtxCreate_v2`, `_v3`, `_v4`) appeared in the
-same order as those versions (3020, 11040, 12050 ...), so they pair up in order; each pair is
-then checked to have the same signature, which catches a header that breaks the pattern.
+same order as those versions (3020, 11040, 12050 ...), so they pair up in order. The caller
+checks that each pair has the same signature (see `pfn_name`), which catches a header that
+breaks the pattern.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["ProcAddressEntry", "split_symbol", "map_pfn_typedefs"]
+__all__ = ["ProcAddressEntry", "split_symbol", "map_pfn_typedefs", "pfn_name"]
 
 _PFN_NAME = re.compile(r"PFN_(\w+?)_v(\d+)(_ptds|_ptsz)?")
 _SYMBOL_NAME = re.compile(r"(\w+?)(?:_v(\d+))?(_ptds|_ptsz)?")
@@ -40,16 +41,20 @@ def split_symbol(symbol: str) -> tuple[str, int, str]:
     return match.group(1), int(match.group(2) or 1), match.group(3) or ""
 
 
-def map_pfn_typedefs(pfn_names: Iterable[str], symbols: Iterable[str],
-                     same_signature: Callable[[str, str], bool]) -> list[ProcAddressEntry]:
-    """Pairs each PFN typedef with its symbol; `same_signature(pfn, symbol)` checks each pair."""
-    versions: dict[tuple[str, str], list[tuple[int, str]]] = {}
+def pfn_name(entry: ProcAddressEntry) -> str:
+    """The cudaTypedefs.h typedef an entry comes from: `PFN_cuMemAlloc_v3020`."""
+    return f"PFN_{entry.base}_v{entry.version}{entry.flavour}"
+
+
+def map_pfn_typedefs(pfn_names: Iterable[str], symbols: Iterable[str]) -> list[ProcAddressEntry]:
+    """Pairs each PFN typedef with the exported symbol it types."""
+    versions: dict[tuple[str, str], list[int]] = {}
     for pfn in pfn_names:
         match = _PFN_NAME.fullmatch(pfn)
         if match is None:
             raise ValueError(f"unexpected typedef name {pfn}")
         key = (match.group(1), match.group(3) or "")
-        versions.setdefault(key, []).append((int(match.group(2)), pfn))
+        versions.setdefault(key, []).append(int(match.group(2)))
     variants: dict[tuple[str, str], list[tuple[int, str]]] = {}
     for symbol in symbols:
         base, number, flavour = split_symbol(symbol)
@@ -58,12 +63,10 @@ def map_pfn_typedefs(pfn_names: Iterable[str], symbols: Iterable[str],
         raise ValueError("PFN typedefs and symbols disagree on (base, flavour): "
                          f"{sorted(versions.keys() ^ variants.keys())}")
     entries = []
-    for key, pfns in versions.items():
+    for key, numbers in versions.items():
         syms = variants[key]
-        if len(pfns) != len(syms):
-            raise ValueError(f"{key}: {len(pfns)} PFN typedefs for {len(syms)} symbols")
-        for (version, pfn), (_, symbol) in zip(sorted(pfns), sorted(syms), strict=True):
-            if not same_signature(pfn, symbol):
-                raise ValueError(f"{pfn} does not have the signature of {symbol}")
+        if len(numbers) != len(syms):
+            raise ValueError(f"{key}: {len(numbers)} PFN typedefs for {len(syms)} symbols")
+        for version, (_, symbol) in zip(sorted(numbers), sorted(syms), strict=True):
             entries.append(ProcAddressEntry(key[0], version, key[1], symbol))
     return sorted(entries)

@@ -1,0 +1,144 @@
+"""Transport benchmarks (issue 2): vgpu against raw pyzmq and in-process copies, same run.
+
+    python benchmarks/bench_transport.py            # prints a table; figures go to BENCHMARKS.md
+
+Figures, each a ratio against a baseline measured in this run:
+- round trip of an idle cuCtxSynchronize vs a raw pyzmq DEALER/ROUTER round trip (<= 1.25x)
+- queued empty-kernel launches per second, client side and end to end, vs raw pipelined
+  pyzmq messages per second (>= 1.0x)
+- 64 MiB HtoD/DtoH (pageable and pinned) vs an in-process numpy copy (>= 0.7x)
+- resident memory the shim adds to a C program; resident memory of an idle server
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import zmq
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from toolkit import find_toolkit  # noqa: E402
+
+SYNCS, LAUNCHES, MIB = 2000, 20000, 64
+
+
+def _echo_server(address: str) -> subprocess.Popen:
+    code = (
+        "import zmq, sys\n"
+        "s = zmq.Context().socket(zmq.ROUTER); s.bind(sys.argv[1]); print('up', flush=True)\n"
+        "while True:\n"
+        "    f = s.recv_multipart()\n"
+        "    if f[1] == b'stop': break\n"
+        "    if f[1] != b'no-reply': s.send_multipart(f)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, address], stdout=subprocess.PIPE)
+    proc.stdout.readline()
+    return proc
+
+
+def raw_zmq(address: str) -> dict[str, float]:
+    """Baselines: pyzmq round trip, and pipelined one-way messages per second."""
+    server = _echo_server(address)
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.connect(address)
+    for _ in range(100):
+        sock.send(b"x")
+        sock.recv()
+    t = time.perf_counter()
+    for _ in range(SYNCS):
+        sock.send(b"x")
+        sock.recv()
+    rtt = (time.perf_counter() - t) / SYNCS
+    payload = b"l" * 64  # about the size of one queued launch
+    t = time.perf_counter()
+    for _ in range(LAUNCHES):
+        sock.send_multipart([b"no-reply", payload])
+    sock.send(b"x")
+    sock.recv()
+    rate = LAUNCHES / (time.perf_counter() - t)
+    sock.send(b"stop")
+    server.wait()
+    sock.close()
+    return {"rtt_s": rtt, "pipelined_msgs_per_s": rate}
+
+
+def numpy_copy_rate() -> float:
+    src = np.full(MIB << 20, 7, dtype=np.uint8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    t = time.perf_counter()
+    for _ in range(5):
+        np.copyto(dst, src)
+    return 5 * src.nbytes / (time.perf_counter() - t)
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return -1
+
+
+def vgpu_figures(work: Path) -> dict[str, float]:
+    toolkit = find_toolkit(work / "build")
+    program = toolkit.c_program((HERE / "bench_transport.c").read_text())
+    address = f"ipc://{work}/vgpu.sock"
+    server = subprocess.Popen([sys.executable, "-m", "vgpu.cli", "server", "--listen", address,
+                               "--backend", "emu"], stdout=subprocess.PIPE, text=True)
+    server.stdout.readline()
+    time.sleep(0.5)
+    idle_rss = rss_kib(server.pid)
+    out = subprocess.run([sys.executable, "-m", "vgpu.cli", "run", "--server", address, "--",
+                          str(program), str(SYNCS), str(LAUNCHES), str(MIB)],
+                         capture_output=True, text=True, check=True).stdout
+    server.terminate()
+    server.wait()
+    figures = {k: float(v) for k, v in (line.split() for line in out.splitlines())}
+    figures["server_idle_rss_kib"] = idle_rss
+    return figures
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        raw = raw_zmq(f"ipc://{work}/raw.sock")
+        copy = numpy_copy_rate()
+        v = vgpu_figures(work)
+    gb = 1e9
+    rows = [
+        ("idle cuCtxSynchronize round trip", f"{v['sync_round_trip_s'] * 1e6:.1f} us",
+         f"raw pyzmq RTT {raw['rtt_s'] * 1e6:.1f} us", v["sync_round_trip_s"] / raw["rtt_s"],
+         "<= 1.25x"),
+        ("queued empty launches, client side", f"{v['launch_rate_client_per_s']:.0f}/s",
+         f"raw pipelined {raw['pipelined_msgs_per_s']:.0f} msg/s",
+         v["launch_rate_client_per_s"] / raw["pipelined_msgs_per_s"], ">= 1.0x"),
+        ("queued empty launches, end to end", f"{v['launch_rate_end_to_end_per_s']:.0f}/s",
+         f"raw pipelined {raw['pipelined_msgs_per_s']:.0f} msg/s",
+         v["launch_rate_end_to_end_per_s"] / raw["pipelined_msgs_per_s"], ">= 1.0x"),
+    ]
+    for key, label in (("htod_bytes_per_s", "HtoD 64 MiB pageable"),
+                       ("dtoh_bytes_per_s", "DtoH 64 MiB pageable"),
+                       ("htod_pinned_bytes_per_s", "HtoD 64 MiB pinned"),
+                       ("dtoh_pinned_bytes_per_s", "DtoH 64 MiB pinned")):
+        rows.append((label, f"{v[key] / gb:.2f} GB/s", f"numpy copy {copy / gb:.2f} GB/s",
+                     v[key] / copy, ">= 0.7x"))
+    added = v["rss_after_init_kib"] - v["rss_before_init_kib"]
+    print(f"{'figure':40} {'vgpu':>14}  {'baseline':32} {'ratio':>7}  target")
+    for name, value, base, ratio, target in rows:
+        print(f"{name:40} {value:>14}  {base:32} {ratio:7.2f}  {target}")
+    print(f"{'RSS the shim adds to a C program':40} {added / 1024:>11.1f} MiB  "
+          f"(before cuInit {v['rss_before_init_kib'] / 1024:.1f} MiB)")
+    print(f"{'RSS of an idle server':40} {v['server_idle_rss_kib'] / 1024:>11.1f} MiB")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

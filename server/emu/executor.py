@@ -1,0 +1,273 @@
+"""Runs a kernel launch: blocks become numpy lanes, a scheduler drives them through the code.
+
+Blocks are executed in chunks of consecutive blocks whose threads together make about
+`LANES_PER_CHUNK` lanes, so a uniform kernel runs many blocks per numpy operation while
+memory stays bounded (one chunk's registers, shared and local memory at a time).
+
+Scheduling: lanes at the same place form a group, keyed by their call stack and program
+counter: `(call pc, ..., call pc, block start)`. Each step runs the whole basic block of the
+smallest key for its group. Taking the smallest key first makes diverged lanes reconverge
+where their paths join (the join point is after both sides in the code layout, and lanes
+inside a call sort before lanes waiting after it), and handles any control flow: loops with
+per-thread trip counts, early exits, returns from device functions. A group that reaches a
+barrier waits there until no other group can run; then every waiting group is released
+(threads that exited count as arrived, as on the GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import (
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_NOT_FOUND,
+    CUDA_ERROR_NOT_SUPPORTED,
+    LaunchError,
+)
+from .memory import DeviceMemory
+from .state import Fault, LaunchContext, State, ThreadLayout
+
+__all__ = ["LANES_PER_CHUNK", "LaunchResult", "launch"]
+
+LANES_PER_CHUNK = 1 << 16
+MAX_THREADS_PER_BLOCK = 1024
+MAX_SHARED_PER_BLOCK = 227 * 1024   # what an sm_90 block may opt in to
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_BLOCK = (1024, 1024, 64)
+
+
+@dataclass
+class LaunchResult:
+    printf: str = ""
+
+
+def launch(module, kernel_name: str, grid, block, shared_bytes: int = 0, params: bytes = b"",
+           memory: DeviceMemory | None = None, symbols: dict[str, int] | None = None
+           ) -> LaunchResult:
+    """Run `kernel_name` of `module` (a PtxModule) over `grid` x `block` threads."""
+    program = module.program
+    kernel = program.kernels.get(kernel_name)
+    if kernel is None:
+        raise LaunchError(CUDA_ERROR_NOT_FOUND, f"no kernel named {kernel_name!r} in module")
+    grid = _dims(grid, "grid", MAX_GRID)
+    block = _dims(block, "block", MAX_BLOCK)
+    info = module.kernels[kernel_name]
+    threads = block[0] * block[1] * block[2]
+    limit = info.attributes["max_threads_per_block"]
+    if threads > limit:
+        raise LaunchError(CUDA_ERROR_INVALID_VALUE,
+                          f"block of {threads} threads exceeds {limit} for {kernel_name!r}")
+    required = kernel.function.directives.get("reqntid")
+    if required and tuple(required) + (1,) * (3 - len(required)) != block:
+        raise LaunchError(CUDA_ERROR_INVALID_VALUE,
+                          f"{kernel_name!r} requires a block of {tuple(required)}")
+    if shared_bytes < 0 or kernel.dynamic_offset + shared_bytes > MAX_SHARED_PER_BLOCK:
+        raise LaunchError(CUDA_ERROR_INVALID_VALUE,
+                          f"{shared_bytes} bytes of dynamic shared memory is too much")
+    params = bytes(params)
+    if len(params) != kernel.param_size:
+        raise LaunchError(CUDA_ERROR_INVALID_VALUE,
+                          f"{kernel_name!r} takes {kernel.param_size} bytes of parameters, "
+                          f"got {len(params)}")
+    symbols = dict(symbols or {})
+    missing = sorted(kernel.global_symbols - symbols.keys())
+    if missing:
+        raise LaunchError(CUDA_ERROR_INVALID_VALUE,
+                          f"module variable(s) {', '.join(missing)} have no device address")
+    ctx = LaunchContext(
+        program=program, kernel=kernel, grid=grid, block=block,
+        memory=memory if memory is not None else DeviceMemory(), symbols=symbols,
+        params=np.frombuffer(params, np.uint8).copy(), shared_offsets=kernel.shared_offsets,
+        shared_size=(kernel.dynamic_offset + shared_bytes if shared_bytes
+                     else kernel.static_shared),
+        dynamic_shared=shared_bytes, local_size=kernel.local_size)
+    nblocks = grid[0] * grid[1] * grid[2]
+    per_chunk = max(1, LANES_PER_CHUNK // threads)
+    layouts: dict[int, ThreadLayout] = {}
+    with np.errstate(all="ignore"):
+        for first in range(0, nblocks, per_chunk):
+            count = min(per_chunk, nblocks - first)
+            layout = layouts.get(count)
+            if layout is None:
+                layout = layouts[count] = ThreadLayout(block, count)
+            state = State(ctx, layout, first, count, len(program.register_dtypes),
+                          program.register_dtypes)
+            try:
+                _run(program, kernel, state)
+            except Fault as fault:
+                raise _launch_error(fault, state, kernel_name, ctx) from None
+    return LaunchResult(printf=_printf_text(ctx))
+
+
+def _dims(value, what: str, limits) -> tuple[int, int, int]:
+    dims = tuple(int(v) for v in (value if hasattr(value, "__len__") else (value,)))
+    dims = dims + (1,) * (3 - len(dims))
+    if len(dims) != 3 or any(d <= 0 for d in dims):
+        raise LaunchError(CUDA_ERROR_INVALID_VALUE, f"invalid {what} dimensions {dims}")
+    if any(d > m for d, m in zip(dims, limits, strict=True)):
+        raise LaunchError(CUDA_ERROR_INVALID_VALUE, f"{what} dimensions {dims} exceed {limits}")
+    return dims
+
+
+def _printf_text(ctx: LaunchContext) -> str:
+    return "".join(text for *_, text in sorted(ctx.printf))
+
+
+def _launch_error(fault: Fault, state: State, kernel_name: str, ctx) -> LaunchError:
+    if fault.verbatim:
+        message = fault.head
+    else:
+        tid, ctaid = state.thread_of(fault.lane)
+        message = (f"{fault.head} by thread ({tid[0]},{tid[1]},{tid[2]}) in block "
+                   f"({ctaid[0]},{ctaid[1]},{ctaid[2]}) of kernel '{kernel_name}' "
+                   f"(PTX line {fault.line}): {fault.reason}")
+    return LaunchError(fault.code, message, output=_printf_text(ctx))
+
+
+_EMPTY = np.empty(0, np.intp)
+
+
+def _merge(old, new, n: int):
+    if old is None or new is None:
+        return None
+    merged = np.concatenate((old, new))
+    merged.sort()
+    return None if len(merged) == n else merged
+
+
+def _split(lanes, mask: np.ndarray):
+    """(lanes where mask, lanes where not mask); None = all lanes, empty = none."""
+    if mask.all():
+        return lanes, _EMPTY
+    if not mask.any():
+        return _EMPTY, lanes
+    if lanes is None:
+        return np.flatnonzero(mask), np.flatnonzero(~mask)
+    return lanes[mask], lanes[~mask]
+
+
+def _run(program, kernel, state: State) -> None:
+    blocks = program.blocks
+    code = program.code
+    n = state.n
+    ctx = state.ctx
+    groups: dict[tuple, object] = {(kernel.entry_pc,): None}
+    waiting: dict[tuple, tuple] = {}
+
+    def push(key, lanes) -> None:
+        if lanes is not None and len(lanes) == 0:
+            return
+        if key in groups:
+            groups[key] = _merge(groups[key], lanes, n)
+        else:
+            groups[key] = lanes
+
+    while True:
+        if not groups:
+            if not waiting:
+                return
+            _release(state, waiting, push)
+            continue
+        if len(groups) == 1:
+            key, lanes = groups.popitem()
+        else:
+            key = min(groups)
+            lanes = groups.pop(key)
+        block = blocks[key[-1]]
+        ctx.clock += len(block.ops) + 1
+        ops = block.ops
+        index = 0
+        try:
+            for index, op in enumerate(ops):  # noqa: B007  (index names the failing op)
+                op(state, lanes)
+        except Fault as fault:
+            if not fault.line:
+                fault.line = block.lines[index]
+            raise
+        term = block.term
+        stack = key[:-1]
+        if term is None:
+            push(stack + (block.next_pc,), lanes)
+            continue
+        taken = lanes
+        if term.guard is not None:
+            taken, rest = _split(lanes, term.guard(state, lanes))
+            push(stack + (block.next_pc,), rest)
+            if taken is not None and len(taken) == 0:
+                continue
+        kind = term.kind
+        if kind == "bra":
+            push(stack + (term.target_pc,), taken)
+        elif kind == "ret":
+            if stack:
+                call = code[stack[-1]]
+                _copy_frame(state, taken, call.results, program.module.functions[
+                    call.callee].returns)
+                push(stack[:-1] + (stack[-1] + 1,), taken)
+        elif kind == "exit":
+            pass
+        elif kind == "call":
+            _enter(program, state, stack, term, taken, block, push)
+        elif kind == "bar":
+            if term.arrive is not None:
+                term.arrive(state, taken)
+            wait_key = stack + (block.term_pc,)
+            previous = waiting.get(wait_key)
+            waiting[wait_key] = (taken if previous is None else _merge(previous[0], taken, n),
+                                 term)
+        elif kind == "brx":
+            _indexed_branch(state, stack, term, taken, push)
+        else:
+            raise AssertionError(kind)
+
+
+def _enter(program, state, stack, term, lanes, block, push) -> None:
+    callee = program.module.functions[term.callee]
+    active = {program.code[pc].callee for pc in stack}
+    if term.callee in active:
+        raise Fault(CUDA_ERROR_NOT_SUPPORTED, f"recursive call to {term.callee}",
+                    "recursion is not supported by the emulator",
+                    0 if lanes is None else int(lanes[0]), term.line)
+    _copy_frame(state, lanes, callee.params, term.arguments)
+    push(stack + (block.term_pc, program.entries[term.callee]), lanes)
+
+
+def _copy_frame(state, lanes, destinations, sources) -> None:
+    """Copy .param variables (call arguments in, return values out) in local memory."""
+    offsets = state.ctx.kernel.local_offsets
+    stride = state.local_stride
+    ids = state.lane_ids(lanes) * stride
+    for dst, src in zip(destinations, sources, strict=False):
+        size = min(dst.size, src.size)
+        d, s = offsets[id(dst)], offsets[id(src)]
+        columns = np.arange(size)
+        state.local[ids[:, None] + (d + columns)] = state.local[ids[:, None] + (s + columns)]
+
+
+def _indexed_branch(state, stack, term, lanes, push) -> None:
+    index = np.asarray(term.index(state, lanes))
+    index = np.broadcast_to(index, (state.n if lanes is None else len(lanes),))
+    ids = state.lane_ids(lanes)
+    for k, target in enumerate(term.target_pcs):
+        chosen = ids[index == k]
+        if len(chosen):
+            push(stack + (target,), None if len(chosen) == state.n else chosen)
+    out_of_range = index >= len(term.target_pcs)
+    if out_of_range.any():
+        raise Fault(CUDA_ERROR_NOT_SUPPORTED, "brx.idx index out of range",
+                    "branch index beyond the target list", int(ids[out_of_range][0]),
+                    term.line)
+
+
+def _release(state: State, waiting: dict, push) -> None:
+    """Every remaining thread waits at a barrier: open them all."""
+    released = list(waiting.items())
+    waiting.clear()
+    for key, (lanes, term) in released:
+        if term.release is not None:
+            term.release(state, lanes)
+    state.barrier_values = state.barrier_arrived = None
+    for key, (lanes, _) in released:
+        push(key[:-1] + (key[-1] + 1,), lanes)

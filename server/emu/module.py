@@ -1,0 +1,105 @@
+"""PtxModule: a loaded PTX module, with what the driver API reports about its kernels and
+variables. Loading parses and compiles every function, so anything unsupported fails here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import PtxError
+from .ir import Module
+from .parser import parse_module
+from .program import KernelProgram, Program
+
+__all__ = ["KernelInfo", "ModuleVariable", "ParamInfo", "PtxModule"]
+
+# What the emulated device reports as its binary version (sm_75, the nvcc 13 default).
+BINARY_VERSION = 75
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    name: str
+    offset: int
+    size: int
+    align: int
+
+
+@dataclass
+class KernelInfo:
+    name: str
+    params: list[ParamInfo]
+    param_size: int
+    attributes: dict[str, int]
+
+
+@dataclass
+class ModuleVariable:
+    """A module-scope .global or .const variable; the backend maps it and writes `init`.
+
+    `relocations` lists (offset, symbol, addend) for initializers holding the address of
+    another variable (`.u64 p = generic(x)`); `initial_bytes(symbols)` applies them.
+    """
+    name: str
+    space: str
+    size: int
+    align: int
+    init: bytes
+    relocations: list[tuple[int, str, int]] = field(default_factory=list)
+
+    def initial_bytes(self, symbols: dict[str, int]) -> bytes:
+        data = bytearray(self.init.ljust(self.size, b"\0"))
+        for offset, name, addend in self.relocations:
+            if name not in symbols:
+                raise KeyError(f"{self.name} refers to {name!r}, which has no address")
+            width = min(8, self.size - offset)
+            value = (symbols[name] + addend) & ((1 << (8 * width)) - 1)
+            data[offset:offset + width] = value.to_bytes(width, "little")
+        return bytes(data)
+
+
+class PtxModule:
+    def __init__(self, module: Module):
+        _check_externals(module)
+        self.ir = module
+        self.version = module.version
+        self.target = module.target
+        self.program = Program(module)
+        self.kernels: dict[str, KernelInfo] = {
+            name: self._kernel_info(kp) for name, kp in self.program.kernels.items()}
+        self.variables: dict[str, ModuleVariable] = {
+            v.name: ModuleVariable(v.name, v.space, v.size, v.align, v.init,
+                                   [(o, n, a) for o, n, a, _ in v.relocations])
+            for v in module.variables.values() if v.space in ("global", "const")}
+
+    @classmethod
+    def parse(cls, text: str) -> PtxModule:
+        return cls(parse_module(text))
+
+    def _kernel_info(self, kp: KernelProgram) -> KernelInfo:
+        fn = kp.function
+        params = [ParamInfo(p.name, offset, p.size, p.align) for p, offset in kp.params]
+        maxntid = fn.directives.get("maxntid") or fn.directives.get("reqntid")
+        max_threads = 1024
+        if maxntid:
+            product = 1
+            for value in maxntid:
+                product *= value
+            max_threads = min(max_threads, product)
+        const_size = sum(v.size for v in self.ir.variables.values() if v.space == "const")
+        registers = sum(len(self.ir.functions[f].registers) for f in kp.functions)
+        attributes = {
+            "num_regs": min(registers, 255),
+            "shared_size_bytes": kp.static_shared,
+            "const_size_bytes": const_size,
+            "local_size_bytes": kp.local_variables_size,
+            "max_threads_per_block": max_threads,
+            "ptx_version": self.version[0] * 10 + self.version[1],
+            "binary_version": BINARY_VERSION,
+        }
+        return KernelInfo(kp.name, params, kp.param_size, attributes)
+
+
+def _check_externals(module: Module) -> None:
+    for var in module.variables.values():
+        if var.linkage == "extern" and var.space in ("global", "const"):
+            raise PtxError(f"unresolved external variable {var.name!r}", var.line)

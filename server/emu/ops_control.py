@@ -1,0 +1,196 @@
+"""Control flow and synchronization: bra brx.idx call ret exit trap bar/barrier membar
+fence nanosleep.
+
+Branches, calls, returns, exits and blocking barriers compile to control records that the
+executor's scheduler interprets (see `executor.py`). `bar.sync a, b` with a thread count
+waits for every thread of the block like `bar.sync a` (nvcc only emits counts equal to the
+block size); `bar.arrive` does not wait, so it is an empty operation here. Memory fences
+need nothing: instructions execute one at a time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import CUDA_ERROR_LAUNCH_FAILED
+from .ir import ListOperand, RegisterOperand, Symbol
+from .isa import CompileContext, Modifiers, opcode
+from .operands import reader, writer
+from .ops_builtin import BUILTINS
+from .ptx_types import TYPES
+from .state import Fault
+
+__all__: list[str] = []
+
+_PRED = TYPES["pred"]
+
+
+@opcode("bra")
+def _bra(instr, ctx: CompileContext):
+    mods = Modifiers(ctx)
+    mods.take("uni")
+    mods.done()
+    ctx.operand_count(1)
+    target = instr.operands[0]
+    if not isinstance(target, Symbol) or target.name not in ctx.function.labels:
+        raise ctx.error("branch target must be a label of this function")
+    return ctx.control("bra", target=target.name)
+
+
+@opcode("brx")
+def _brx(instr, ctx: CompileContext):
+    mods = Modifiers(ctx)
+    if not mods.has("idx"):
+        raise ctx.error("only brx.idx exists")
+    mods.take("uni")
+    mods.done()
+    ctx.operand_count(2)
+    table = instr.operands[1]
+    if not isinstance(table, Symbol) or table.name not in ctx.function.branch_tables:
+        raise ctx.error("brx.idx needs a .branchtargets label")
+    targets = ctx.function.branch_tables[table.name]
+    missing = [t for t in targets if t not in ctx.function.labels]
+    if missing:
+        raise ctx.error(f"unknown branch target(s) {', '.join(missing)}")
+    return ctx.control("brx", index=reader(instr.operands[0], TYPES["u32"], ctx),
+                       targets=targets)
+
+
+@opcode("call")
+def _call(instr, ctx: CompileContext):
+    mods = Modifiers(ctx)
+    mods.take("uni")
+    mods.done()
+    operands = list(instr.operands)
+    results: list = []
+    if operands and isinstance(operands[0], ListOperand):
+        results = operands.pop(0).elements
+    if not operands:
+        raise ctx.error("call needs a target")
+    callee = operands.pop(0)
+    if isinstance(callee, RegisterOperand):
+        raise ctx.error("indirect calls through a register are not supported")
+    if not isinstance(callee, Symbol):
+        raise ctx.error("call target must be a function name")
+    arguments: list = []
+    if operands and isinstance(operands[0], ListOperand):
+        arguments = operands.pop(0).elements
+    if operands:
+        raise ctx.error("call prototypes (indirect calls) are not supported")
+    function = ctx.module.functions.get(callee.name)
+    if function is None:
+        raise ctx.error(f"call to undeclared function {callee.name!r}")
+    for operand in (*results, *arguments):
+        if not (isinstance(operand, Symbol) and operand.variable is not None
+                and operand.variable.space == "param"):
+            raise ctx.error("call arguments and results must be .param variables")
+    result_vars = [r.variable for r in results]
+    argument_vars = [a.variable for a in arguments]
+    if len(argument_vars) != len(function.params) or len(result_vars) > len(function.returns):
+        raise ctx.error(f"call to {callee.name!r} does not match its declaration")
+    if function.body is None:
+        builtin = BUILTINS.get(callee.name)
+        if builtin is None:
+            raise ctx.error(f"function {callee.name!r} is declared but never defined")
+        return ctx.op(builtin(ctx, argument_vars, result_vars))
+    return ctx.control("call", callee=callee.name, arguments=argument_vars,
+                       results=result_vars)
+
+
+@opcode("ret", "exit")
+def _ret_exit(instr, ctx: CompileContext):
+    mods = Modifiers(ctx)
+    mods.take("uni")
+    mods.done()
+    ctx.operand_count(0)
+    return ctx.control(instr.opcode)
+
+
+@opcode("trap")
+def _trap(instr, ctx: CompileContext):
+    Modifiers(ctx).done()
+    line = instr.line
+
+    def run(state, lanes):
+        lane = 0 if lanes is None else int(lanes[0])
+        raise Fault(CUDA_ERROR_LAUNCH_FAILED, "trap instruction executed", "kernel trapped",
+                    lane, line)
+    return ctx.op(run)
+
+
+@opcode("bar", "barrier")
+def _bar(instr, ctx: CompileContext):
+    mods = Modifiers(ctx)
+    mods.take("aligned")
+    kind = mods.take("sync", "arrive", "red", "warp", "cta")
+    if kind == "cta":
+        kind = mods.take("sync", "arrive", "red")
+    if kind == "warp":
+        if not mods.has("sync"):
+            raise ctx.error("expected bar.warp.sync")
+        mods.done()
+        ctx.operand_count(1)
+        return ctx.op(lambda state, lanes: None)
+    if kind is None and instr.opcode == "barrier":
+        raise ctx.error("expected barrier.sync, .arrive or .red")
+    kind = kind or "sync"  # plain `bar 0` is bar.sync
+    mods.take("aligned")
+    if kind == "arrive":
+        mods.done()
+        ctx.operand_count(2)
+        return ctx.op(lambda state, lanes: None)
+    if kind == "sync":
+        mods.done()
+        ctx.operand_count(1, 2)
+        return ctx.control("bar")
+    return _bar_red(instr, ctx, mods)
+
+
+def _bar_red(instr, ctx: CompileContext, mods: Modifiers):
+    op = mods.take("popc", "and", "or")
+    if op is None:
+        raise ctx.error("bar.red needs .popc, .and or .or")
+    ptype = mods.type({"u32"} if op == "popc" else {"pred"})
+    mods.done()
+    ctx.operand_count(3, 4)
+    write = writer(instr.operands[0], ptype, ctx)
+    read = reader(instr.operands[-1], _PRED, ctx)
+
+    def arrive(state, lanes):
+        if state.barrier_values is None:
+            state.barrier_values = np.zeros(state.n, bool)
+            state.barrier_arrived = np.zeros(state.n, bool)
+        ids = state.lane_ids(lanes)
+        state.barrier_values[ids] = read(state, lanes)
+        state.barrier_arrived[ids] = True
+
+    def release(state, lanes):
+        slots = state.layout.slot
+        nblocks = state.nblocks
+        true_count = np.bincount(slots, weights=state.barrier_values, minlength=nblocks)
+        arrived = np.bincount(slots, weights=state.barrier_arrived, minlength=nblocks)
+        mine = slots if lanes is None else slots[lanes]
+        if op == "popc":
+            write(state, lanes, true_count[mine].astype(np.uint32))
+        elif op == "and":
+            write(state, lanes, (true_count == arrived)[mine])
+        else:
+            write(state, lanes, (true_count > 0)[mine])
+    return ctx.control("bar", arrive=arrive, release=release)
+
+
+@opcode("membar", "fence", "nanosleep", "pmevent", "griddepcontrol")
+def _no_effect(instr, ctx: CompileContext):
+    if instr.opcode == "nanosleep":
+        mods = Modifiers(ctx)
+        mods.type({"u32"})
+        mods.done()
+        ctx.operand_count(1)
+    elif instr.opcode in ("membar", "fence"):
+        allowed = {"cta", "gl", "sys", "gpu", "cluster", "sc", "acq_rel", "proxy", "async",
+                   "alias", "global", "shared::cta", "shared::cluster", "tensormap",
+                   "release", "acquire", "mbarrier_init", "shared"}
+        unknown = [m for m in instr.modifiers if m not in allowed]
+        if unknown:
+            raise ctx.error(f"unsupported modifier(s) {', '.join(unknown)}")
+    return ctx.op(lambda state, lanes: None)

@@ -1,0 +1,220 @@
+"""A parsed module compiled for execution: flat code, basic blocks and per-kernel layouts.
+
+Every function's instructions are compiled (to closures, see `isa.py`) into one flat code
+array, so a program counter names an instruction anywhere in the module. Basic blocks start
+at function entries, labels, and after every control transfer; the scheduler always runs a
+whole block for a group of lanes.
+
+Each kernel gets its own layout of the memory its reachable functions use: static shared
+variables (module-scope ones it references and the function-scope ones nvcc "demotes"),
+followed by dynamic (`extern` unsized) shared memory, and per-thread local memory holding
+the `.local` variables and the `.param` variables of device-function calls (call arguments,
+formal parameters and return values). Recursion is refused at run time because those
+frames are allocated once per function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import (  # noqa: F401  (importing registers the opcodes)
+    ops_atomic,
+    ops_builtin,
+    ops_compare,
+    ops_control,
+    ops_convert,
+    ops_data,
+    ops_float,
+    ops_integer,
+    ops_logic,
+    ops_memory,
+    ops_warp,
+)
+from .errors import PtxError
+from .ir import Address, Function, ListOperand, Module, Symbol, Variable, Vector
+from .isa import CompileContext, Compiled, find_compiler
+from .operands import kernel_param_layout
+
+__all__ = ["Block", "KernelProgram", "Program"]
+
+_CONTROL = {"bra", "brx", "call", "ret", "exit", "bar"}
+
+
+@dataclass(eq=False)
+class Block:
+    start: int
+    ops: list = field(default_factory=list)     # run(state, lanes) closures
+    lines: list = field(default_factory=list)   # PTX line of each op
+    term: Compiled | None = None                # control transfer ending the block
+    term_pc: int = -1
+    next_pc: int = -1                           # fall-through successor
+
+
+@dataclass(eq=False)
+class KernelProgram:
+    name: str
+    function: Function
+    entry_pc: int
+    params: list[tuple[Variable, int]]
+    param_size: int
+    functions: list[str]                        # reachable, the kernel first
+    shared_offsets: dict[int, int]              # id(Variable) -> offset
+    static_shared: int
+    dynamic_offset: int
+    local_offsets: dict[int, int]
+    local_size: int                             # bytes of local memory per thread
+    local_variables_size: int                   # the .local part of it (the "stack")
+    global_symbols: set[str]                    # module variables the kernel addresses
+
+
+class Program:
+    def __init__(self, module: Module):
+        self.module = module
+        self.code: list[Compiled] = []
+        self.entries: dict[str, int] = {}
+        self.ends: dict[str, int] = {}
+        self.callees: dict[str, set[str]] = {}
+        self.symbols_used: dict[str, set[str]] = {}
+        self.register_dtypes: list[np.dtype] = []
+        self._number_registers()
+        for fn in module.functions.values():
+            if fn.body is not None:
+                self._compile_function(fn)
+        self.blocks = self._build_blocks()
+        self.kernels = {name: self._kernel(fn) for name, fn in module.functions.items()
+                        if fn.is_entry and fn.body is not None}
+
+    def _number_registers(self) -> None:
+        for fn in self.module.functions.values():
+            for reg in fn.registers:
+                reg.id = len(self.register_dtypes)
+                self.register_dtypes.append(reg.type.dtype)
+
+    def _compile_function(self, fn: Function) -> None:
+        entry = len(self.code)
+        self.entries[fn.name] = entry
+        callees: set[str] = set()
+        for instr in fn.body:
+            compile_fn = find_compiler(instr)
+            if compile_fn is None:
+                raise PtxError(f"unsupported instruction {instr.text!r}", instr.line)
+            compiled = compile_fn(instr, CompileContext(self.module, fn, instr))
+            if compiled.kind == "call":
+                callees.add(compiled.callee)
+            self.code.append(compiled)
+        last = self.code[-1] if len(self.code) > entry else None
+        if last is None or last.guard is not None or last.kind not in ("ret", "exit", "bra"):
+            end_line = fn.body[-1].line if fn.body else fn.line
+            self.code.append(Compiled("ret", end_line, "ret"))
+        self.ends[fn.name] = len(self.code)
+        for compiled in self.code[entry:]:
+            if compiled.target is not None:
+                compiled.target_pc = entry + fn.labels[compiled.target]
+            if compiled.targets:
+                compiled.target_pcs = [entry + fn.labels[t] for t in compiled.targets]
+        self.callees[fn.name] = callees
+        self.symbols_used[fn.name] = _referenced_symbols(fn)
+
+    def _build_blocks(self) -> dict[int, Block]:
+        leaders = set(self.entries.values())
+        for name, entry in self.entries.items():
+            fn = self.module.functions[name]
+            leaders.update(entry + index for index in fn.labels.values())
+        for pc, compiled in enumerate(self.code):
+            if compiled.kind in _CONTROL:
+                leaders.add(pc + 1)
+        blocks: dict[int, Block] = {}
+        current: Block | None = None
+        for pc, compiled in enumerate(self.code):
+            if pc in leaders or current is None:
+                if current is not None and current.term is None:
+                    current.next_pc = pc
+                current = blocks[pc] = Block(pc)
+            if compiled.kind == "op":
+                current.ops.append(compiled.run)
+                current.lines.append(compiled.line)
+            else:
+                current.term = compiled
+                current.term_pc = pc
+                current.next_pc = pc + 1
+        return blocks
+
+    # -- kernels ----------------------------------------------------------------------------
+    def _reachable(self, name: str) -> list[str]:
+        order = [name]
+        seen = {name}
+        for current in order:
+            for callee in sorted(self.callees.get(current, ())):
+                if callee not in seen and callee in self.entries:
+                    seen.add(callee)
+                    order.append(callee)
+        return order
+
+    def _kernel(self, fn: Function) -> KernelProgram:
+        params = kernel_param_layout(fn.params)
+        param_size = max((offset + p.size for p, offset in params), default=0)
+        functions = self._reachable(fn.name)
+        module_vars = self.module.variables
+        used = set().union(*(self.symbols_used[f] for f in functions))
+        shared_vars: list[Variable] = []
+        for f in functions:
+            shared_vars += [v for v in self.module.functions[f].variables if v.space == "shared"]
+        shared_vars += [module_vars[n] for n in sorted(used)
+                        if n in module_vars and module_vars[n].space == "shared"]
+        shared_offsets: dict[int, int] = {}
+        offset = 0
+        dynamic = [v for v in shared_vars if v.unsized]
+        for var in shared_vars:
+            if not var.unsized:
+                offset = _align(offset, var.align)
+                shared_offsets[id(var)] = offset
+                offset += var.size
+        static_shared = offset
+        dynamic_offset = _align(offset, max([16] + [v.align for v in dynamic]))
+        for var in dynamic:
+            shared_offsets[id(var)] = dynamic_offset
+        local_offsets: dict[int, int] = {}
+        local = 0
+        local_vars = 0
+        for f in functions:
+            function = self.module.functions[f]
+            frame = [v for v in function.variables if v.space in ("local", "param")]
+            if f != fn.name:
+                frame += function.params + function.returns
+            for var in frame:
+                local = _align(local, var.align)
+                local_offsets[id(var)] = local
+                local += var.size
+                if var.space == "local":
+                    local_vars += var.size
+        global_symbols = {n for n in used if n in module_vars
+                          and module_vars[n].space in ("global", "const")}
+        return KernelProgram(fn.name, fn, self.entries[fn.name], params, param_size,
+                             functions, shared_offsets, static_shared, dynamic_offset,
+                             local_offsets, local, local_vars, global_symbols)
+
+
+def _align(value: int, align: int) -> int:
+    align = max(align, 1)
+    return (value + align - 1) // align * align
+
+
+def _referenced_symbols(fn: Function) -> set[str]:
+    """Names of module-scope symbols a function's instructions mention."""
+    names: set[str] = set()
+
+    def visit(operand) -> None:
+        if isinstance(operand, Symbol):
+            if operand.variable is None:
+                names.add(operand.name)
+        elif isinstance(operand, Address):
+            visit(operand.base)
+        elif isinstance(operand, (Vector, ListOperand)):
+            for element in operand.elements:
+                visit(element)
+    for instr in fn.body:
+        for operand in instr.operands:
+            visit(operand)
+    return names

@@ -1,0 +1,60 @@
+/* Driver functions that must answer even when the embedded Python runtime cannot start:
+   the error texts (an application reporting that very failure asks for them), and
+   cuGetExportTable, which only NVIDIA's own (statically linked) cudart calls. */
+#include <stdatomic.h>
+#include <stdio.h>
+
+#include "driver_shim.h"
+
+static const struct vgpu_result_text *find_result(CUresult error)
+{
+    size_t low = 0, high = vgpu_driver_result_count;
+
+    while (low < high) {
+        size_t middle = low + (high - low) / 2;
+        if (vgpu_driver_results[middle].value < (int)error)
+            low = middle + 1;
+        else
+            high = middle;
+    }
+    if (low < vgpu_driver_result_count && vgpu_driver_results[low].value == (int)error)
+        return &vgpu_driver_results[low];
+    return NULL;
+}
+
+CUresult cuGetErrorName(CUresult error, const char **pStr)
+{
+    const struct vgpu_result_text *result = find_result(error);
+
+    if (pStr == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pStr = result != NULL ? result->name : NULL;
+    return result != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGetErrorString(CUresult error, const char **pStr)
+{
+    const struct vgpu_result_text *result = find_result(error);
+
+    if (pStr == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pStr = result != NULL ? result->text : NULL;
+    return result != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* NVIDIA's cudart reaches the driver through private export tables; ours does not. A
+   program asking for them carries NVIDIA's cudart, linked statically (nvcc's default). */
+CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
+{
+    static atomic_flag reported = ATOMIC_FLAG_INIT;
+
+    (void)pExportTableId;
+    if (ppExportTable != NULL)
+        *ppExportTable = NULL;
+    if (!atomic_flag_test_and_set(&reported)) {
+        fputs("vgpu: this program carries NVIDIA's CUDA runtime linked statically; vgpu cannot "
+              "run it. Rebuild it with 'nvcc -cudart shared'.\n", stderr);
+        fflush(stderr);
+    }
+    return CUDA_ERROR_NOT_SUPPORTED;
+}

@@ -1,0 +1,47 @@
+/* Declarations shared by the driver shim's C files (hand-written and generated). */
+#ifndef VGPU_DRIVER_SHIM_H
+#define VGPU_DRIVER_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda_types.h"
+#include "cuda_functions.h"
+
+/* Which default stream a cuGetProcAddress answer serves: the legacy one, or the
+   per-thread one (symbols suffixed _ptds / _ptsz). */
+enum vgpu_flavour { VGPU_FLAVOUR_LEGACY = 0, VGPU_FLAVOUR_PER_THREAD = 1 };
+
+/* `function` answers `base` from CUDA `version` on, in `flavour`. */
+struct vgpu_proc_entry {
+    const char *base;
+    int version;
+    int flavour;
+    void *function;
+};
+
+struct vgpu_result_text {
+    int value;
+    const char *name; /* CUDA_ERROR_INVALID_VALUE */
+    const char *text; /* cuGetErrorString's answer */
+};
+
+/* Generated tables (driver_tables.c). */
+extern const size_t vgpu_driver_symbol_count;
+extern const char *const vgpu_driver_symbols[];    /* by fn_id */
+extern void *const vgpu_driver_entries[];          /* by fn_id */
+extern const size_t vgpu_driver_proc_entry_count;
+extern const struct vgpu_proc_entry vgpu_driver_proc_entries[];
+extern const size_t vgpu_driver_result_count;
+extern const struct vgpu_result_text vgpu_driver_results[];
+
+/* Every generated stub calls this: starts the embedded runtime if needed, then runs the
+   Python handler of `fn_id` with pointers to the call's arguments. (`result` is for
+   functions that return something other than CUresult: none in the driver API.) */
+int vgpu_driver_dispatch(int fn_id, void **args, void *result);
+
+/* For Python (declared in the cffi cdef too): the stub of `fn_id`, or NULL. */
+void *vgpu_driver_entry(int fn_id);
+const char *vgpu_driver_symbol_name(int fn_id);
+
+#endif

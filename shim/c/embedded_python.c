@@ -1,0 +1,160 @@
+/* See embedded_python.h. Build-time facts arrive as macros from the cffi builder:
+   VGPU_PYTHON_EXECUTABLE, the interpreter vgpu was installed with (its environment holds
+   the `vgpu` package and its dependencies). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "embedded_python.h"
+
+#ifndef VGPU_PYTHON_EXECUTABLE
+#error "VGPU_PYTHON_EXECUTABLE must name the interpreter recorded at build time"
+#endif
+
+static const struct vgpu_embedding *embedding;
+static pthread_once_t start_once = PTHREAD_ONCE_INIT;
+static int ready;
+
+static void report_failure(const char *why)
+{
+    fprintf(stderr, "vgpu: cannot start the shim's Python runtime (%s): every %s call will fail\n",
+            why, embedding->api);
+    fflush(stderr);
+}
+
+/* The interpreter this process already runs, or the one we linked, must be the
+   major.minor we were compiled for: a 3.11 shim calling into a 3.12 runtime through
+   the 3.11 ABI hangs or crashes. dlsym(RTLD_DEFAULT) finds the same Py_GetVersion that
+   our own calls would bind to, so it is asked before any other Python API is used. */
+static int python_version_matches(char *why, size_t size)
+{
+    const char *(*get_version)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "Py_GetVersion");
+    char expected[16];
+    size_t length;
+    const char *found;
+
+    if (get_version == NULL)
+        get_version = Py_GetVersion;
+    found = get_version();
+    length = (size_t)snprintf(expected, sizeof expected, "%d.%d", PY_MAJOR_VERSION, PY_MINOR_VERSION);
+    if (strncmp(found, expected, length) == 0 && (found[length] == '.' || found[length] == ' '
+                                                  || found[length] == '\0'))
+        return 1;
+    snprintf(why, size, "the shim was built for Python %s but this process runs Python %.*s; "
+             "rebuild vgpu with this Python", expected, (int)strcspn(found, " "), found);
+    return 0;
+}
+
+/* While Python initializes, it may print a multi-line path dump before failing; stderr is
+   captured into a temporary file so that on failure only our one line is shown, and on
+   success whatever was written (by Python or another thread) is passed on unchanged. */
+struct captured_stderr {
+    int saved_fd;
+    FILE *file;
+};
+
+static struct captured_stderr capture_stderr(void)
+{
+    struct captured_stderr capture = {-1, tmpfile()};
+    fflush(stderr);
+    if (capture.file != NULL) {
+        capture.saved_fd = dup(STDERR_FILENO);
+        if (capture.saved_fd < 0 || dup2(fileno(capture.file), STDERR_FILENO) < 0) {
+            if (capture.saved_fd >= 0)
+                close(capture.saved_fd);
+            fclose(capture.file);
+            capture.file = NULL;
+            capture.saved_fd = -1;
+        }
+    }
+    return capture;
+}
+
+static void release_stderr(struct captured_stderr capture, int pass_on)
+{
+    char buffer[4096];
+    size_t count;
+
+    if (capture.file == NULL)
+        return;
+    fflush(stderr);
+    dup2(capture.saved_fd, STDERR_FILENO);
+    close(capture.saved_fd);
+    if (pass_on) {
+        rewind(capture.file);
+        while ((count = fread(buffer, 1, sizeof buffer, capture.file)) > 0)
+            if (write(STDERR_FILENO, buffer, count) < 0)
+                break;
+    }
+    fclose(capture.file);
+}
+
+/* A C program: start the interpreter ourselves, pinned to the recorded executable so that
+   its prefix (and the environment's site-packages) are found whatever PATH says. Python's
+   own environment variables (PYTHONHOME, PYTHONPATH) are honoured, as for any Python. */
+static int initialize_interpreter(char *why, size_t size)
+{
+    PyConfig config;
+    PyStatus status;
+    struct captured_stderr capture;
+
+    PyConfig_InitPythonConfig(&config);
+    config.install_signal_handlers = 0; /* the application owns SIGINT and friends */
+    config.parse_argv = 0;
+    status = PyConfig_SetBytesString(&config, &config.program_name, VGPU_PYTHON_EXECUTABLE);
+    if (!PyStatus_Exception(status))
+        status = PyConfig_SetBytesString(&config, &config.executable, VGPU_PYTHON_EXECUTABLE);
+    if (!PyStatus_Exception(status)) {
+        capture = capture_stderr();
+        status = Py_InitializeFromConfig(&config);
+        release_stderr(capture, !PyStatus_Exception(status));
+    }
+    PyConfig_Clear(&config);
+    if (PyStatus_Exception(status)) {
+        if (PyStatus_IsExit(status))
+            snprintf(why, size, "Python exited with status %d while starting", status.exitcode);
+        else
+            snprintf(why, size, "%s%s%s; interpreter %s%s%s", status.func ? status.func : "",
+                     status.func ? ": " : "", status.err_msg ? status.err_msg : "unknown error",
+                     VGPU_PYTHON_EXECUTABLE, getenv("PYTHONHOME") ? ", PYTHONHOME=" : "",
+                     getenv("PYTHONHOME") ? getenv("PYTHONHOME") : "");
+        return 0;
+    }
+    PyEval_SaveThread(); /* release the GIL: cffi takes it per call, from any thread */
+    return 1;
+}
+
+static void start(void)
+{
+    char why[1024] = "";
+
+    if (!python_version_matches(why, sizeof why))
+        goto failed;
+    if (!Py_IsInitialized() && !initialize_interpreter(why, sizeof why))
+        goto failed;
+    if (embedding->start_cffi() != 0) {
+        snprintf(why, sizeof why, "the shim's cffi module failed to initialize; see above");
+        goto failed;
+    }
+    if (embedding->boot(why, sizeof why) != 1) {
+        if (why[0] == '\0')
+            snprintf(why, sizeof why, "the boot function failed; see above");
+        goto failed;
+    }
+    ready = 1;
+    return;
+failed:
+    report_failure(why);
+}
+
+int vgpu_embedded_python_ready(const struct vgpu_embedding *shim_embedding)
+{
+    embedding = shim_embedding;
+    pthread_once(&start_once, start);
+    return ready;
+}

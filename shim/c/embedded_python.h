@@ -1,0 +1,24 @@
+/* Starting the Python runtime a shim embeds, once per process, and owning its failure.
+
+   A shim library (libcuda.so.1, libcudart.so.13) is loaded into arbitrary processes: C
+   programs with no Python at all, and Python programs whose interpreter may not be the one
+   the shim was built against. This code decides which case it is in before touching any
+   Python API, and turns every way of failing into one line on stderr and an error code,
+   never a crash, a hang or a false success. */
+#ifndef VGPU_EMBEDDED_PYTHON_H
+#define VGPU_EMBEDDED_PYTHON_H
+
+#include <stddef.h>
+
+/* What a shim gives the starter; the functions come from its cffi module. */
+struct vgpu_embedding {
+    const char *api;                          /* "CUDA": named in the failure line */
+    int (*start_cffi)(void);                  /* cffi_start_python(): 0 on success */
+    int (*boot)(char *error, size_t size);    /* the Python boot: 1 on success */
+};
+
+/* 1 once the runtime is up and booted, 0 if it cannot start (reported once on stderr).
+   Thread-safe; the first caller does the work, the others wait for it. */
+int vgpu_embedded_python_ready(const struct vgpu_embedding *embedding);
+
+#endif

@@ -1,0 +1,82 @@
+"""Where an application finds our libcuda.so.1: a directory to put first on LD_LIBRARY_PATH.
+
+The shim is built as a Python extension (`vgpu/shim/_libcuda.cpython-*.so`); the dynamic
+loader looks for `libcuda.so.1` (applications, cudart) and `libcuda.so` (numba-cuda tries it
+first). This module makes a directory with both names as symlinks to the built extension,
+one directory per build (keyed by the extension's path, size and mtime), so a rebuild never
+leaves a stale link behind and concurrent `vgpu run`s share one directory. Finding the
+extension does not load it: the CLI process stays free of the shim.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+__all__ = ["shim_library_dir", "SHIM_LIBRARY_NAMES"]
+
+# Library file name -> the extension module that provides it.
+SHIM_LIBRARY_NAMES = {
+    "libcuda.so.1": "vgpu.shim._libcuda",
+    "libcuda.so": "vgpu.shim._libcuda",
+}
+
+
+def _extension_path(module: str) -> Path:
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise RuntimeError(f"the shim extension {module} is not built: reinstall vgpu "
+                           "(pip install -e . or pip install .)")
+    return Path(spec.origin).resolve()
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(base) / "vgpu" / "shim"
+
+
+def _build_key(targets: dict[str, Path]) -> str:
+    digest = hashlib.sha256()
+    for name, path in sorted(targets.items()):
+        stat = path.stat()
+        digest.update(f"{name}\0{path}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+def _is_complete(directory: Path, targets: dict[str, Path]) -> bool:
+    return all((directory / name).is_symlink() and (directory / name).resolve() == target
+               for name, target in targets.items())
+
+
+def _make(root: Path, targets: dict[str, Path]) -> Path:
+    directory = root / _build_key(targets)
+    if _is_complete(directory, targets):
+        return directory
+    root.mkdir(parents=True, exist_ok=True)
+    # Built aside and renamed into place, so a concurrent reader never sees half a directory.
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
+    try:
+        for name, target in targets.items():
+            (staging / name).symlink_to(target)
+        try:
+            staging.rename(directory)
+        except OSError:  # another process made it first, or a stale one is in the way
+            if not _is_complete(directory, targets):
+                shutil.rmtree(directory, ignore_errors=True)
+                staging.rename(directory)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return directory
+
+
+def shim_library_dir() -> Path:
+    """A directory holding libcuda.so.1 and libcuda.so for this build of the shim."""
+    targets = {name: _extension_path(module) for name, module in SHIM_LIBRARY_NAMES.items()}
+    try:
+        return _make(_cache_root(), targets)
+    except OSError:  # no writable home: fall back to a per-user temporary directory
+        return _make(Path(tempfile.gettempdir()) / f"vgpu-shim-{os.getuid()}", targets)

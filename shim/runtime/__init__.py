@@ -1,0 +1,40 @@
+"""The CUDA runtime API (libcudart.so.13), implemented in the client on top of vgpu's driver
+layer (DESIGN.md decision 1: NVIDIA's cudart cannot run on a replacement libcuda).
+
+Every public `cuda*` and `__cuda*` name here is an exported C symbol of our libcudart: the
+dispatcher of its C stubs looks implementations up by symbol name, decodes the C arguments
+(integers as ints, pointers as cffi cdata) and returns what the function returns (the int
+cudaError_t for almost all of them). Symbols absent here answer cudaErrorNotSupported.
+
+Implementations are grouped by concern, one module each: registration of the program's
+device code, launches, device management, memory, streams and events, errors, occupancy.
+Per-thread-default-stream variants (`_ptsz`, `_ptds`) share the implementation of their
+base symbol: the server runs all work in arrival order, which satisfies both semantics.
+"""
+
+from __future__ import annotations
+
+from . import device, errors, launch, memory, occupancy, registration, stream
+
+_MODULES = (registration, launch, device, errors, memory, stream, occupancy)
+
+
+def _implemented() -> dict:
+    names = {}
+    for module in _MODULES:
+        for name in module.__all__:
+            if name.startswith(("cuda", "__cuda")):
+                names[name] = getattr(module, name)
+    return names
+
+
+globals().update(_implemented())
+
+
+def __getattr__(name: str):
+    # The dispatcher looks symbols up by name; per-thread-stream variants resolve to their base.
+    if name.startswith(("cuda", "__cuda")) and name.endswith(("_ptds", "_ptsz")):
+        base = globals().get(name[:-5])
+        if callable(base):
+            return base
+    raise AttributeError(name)

@@ -1,0 +1,164 @@
+"""Process state of the runtime layer, and the decorators every runtime API function goes
+through.
+
+The runtime runs inside the application on top of vgpu's driver layer and calls its Python
+internals directly (DESIGN.md decision 1): one connection, one handle space. What it adds:
+
+- the primary context of device 0, retained by the first call that needs the device and made
+  current on every thread that has no context yet, as NVIDIA's cudart does;
+- the per-thread last error (`cudaGetLastError`, `cudaPeekAtLastError`) and the process's
+  sticky error: once a kernel has faulted (700 illegal address, 710 assert, ...) every call
+  that uses the device reports it, until `cudaDeviceReset`;
+- the per-thread stack of launch configurations that `<<<...>>>` pushes and pops.
+
+Implementations raise CudaError with a driver code (from the driver layer or the server) or a
+runtime code of their own; the decorators translate through DRIVER_TO_RUNTIME, the identity
+wherever both enums define a number, so runtime-only codes pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+
+from vgpu.errors import CudaError
+
+from ..driver import context as driver_context
+from ..driver import device as driver_device
+from ..driver._state import check_out, ffi, ptr, report_failure
+from ..driver._state import state as driver_state
+from .error_table import DRIVER_TO_RUNTIME
+
+__all__ = ["CudaError", "ffi", "ptr", "check_out", "driver_state", "runtime", "api",
+           "query_api", "current_context", "initialize", "set_pointer", "warn_once", "Code",
+           "STICKY_ERRORS"]
+
+
+class Code:
+    """The cudaError_t values the runtime raises itself (driver_types.h)."""
+
+    SUCCESS = 0
+    INVALID_VALUE = 1
+    MEMORY_ALLOCATION = 2
+    INITIALIZATION_ERROR = 3
+    INVALID_CONFIGURATION = 9
+    INVALID_SYMBOL = 13
+    INVALID_MEMCPY_DIRECTION = 21
+    MISSING_CONFIGURATION = 52
+    INVALID_DEVICE_FUNCTION = 98
+    INVALID_DEVICE = 101
+    NO_KERNEL_IMAGE_FOR_DEVICE = 209
+    INVALID_RESOURCE_HANDLE = 400
+    NOT_READY = 600
+    NOT_SUPPORTED = 801
+
+
+# Errors after which the context is unusable (the server keeps the same set).
+STICKY_ERRORS = frozenset({700, 710, 714, 715, 716, 717, 718, 719})
+
+
+class RuntimeState:
+    def __init__(self) -> None:
+        self.thread = threading.local()
+        self.sticky_error = 0
+        self.primary_context: int | None = None
+        self.lock = threading.Lock()
+        self.warned: set = set()
+
+    def last_error(self) -> int:
+        return getattr(self.thread, "last_error", 0)
+
+    def set_last_error(self, code: int) -> None:
+        self.thread.last_error = code
+
+    def fail(self, exc: CudaError, where: str) -> int:
+        """The cudaError_t a failed call returns, recorded as the thread's last error."""
+        code = report_failure(exc, where)
+        code = DRIVER_TO_RUNTIME.get(code, code)
+        self.thread.last_error = code
+        if code in STICKY_ERRORS:
+            self.sticky_error = code
+        return code
+
+    def after_fork_in_child(self) -> None:
+        """The child has a session of its own (the driver layer reconnects): no context yet."""
+        self.sticky_error = 0
+        self.primary_context = None
+        self.lock = threading.Lock()
+
+
+runtime = RuntimeState()
+os.register_at_fork(after_in_child=runtime.after_fork_in_child)
+
+
+def api(fn):
+    """A runtime call that uses the device: it makes a context current first (as every such
+    CUDA call does implicitly), reports the sticky error once there is one, and its failure
+    becomes the calling thread's last error."""
+
+    @functools.wraps(fn)
+    def wrapper(*args):
+        if runtime.sticky_error:
+            runtime.thread.last_error = runtime.sticky_error
+            return runtime.sticky_error
+        try:
+            current_context()
+            fn(*args)
+            return 0
+        except CudaError as exc:
+            return runtime.fail(exc, fn.__name__)
+
+    return wrapper
+
+
+def query_api(fn):
+    """A runtime call answered from descriptions (versions, device properties): it works
+    after a kernel fault too, as CUDA's do; its failure becomes the thread's last error."""
+
+    @functools.wraps(fn)
+    def wrapper(*args):
+        try:
+            fn(*args)
+            return 0
+        except CudaError as exc:
+            return runtime.fail(exc, fn.__name__)
+
+    return wrapper
+
+
+def initialize() -> None:
+    """Connect the driver layer to the server if nothing has yet (cuInit)."""
+    if not driver_state.initialized:
+        driver_device.cuInit.__wrapped__(0)
+
+
+def current_context() -> int:
+    """The calling thread's current context; device 0's primary context is retained and made
+    current on first use if the thread has none."""
+    stack = getattr(driver_state.thread, "stack", None)
+    if stack and stack[-1] in driver_state.contexts:
+        return stack[-1]
+    with runtime.lock:
+        initialize()
+        if runtime.primary_context is None:
+            out = ffi.new("CUcontext *")
+            driver_context.cuDevicePrimaryCtxRetain.__wrapped__(out, 0)
+            runtime.primary_context = ptr(out[0])
+    driver_state.stack().append(runtime.primary_context)
+    return runtime.primary_context
+
+
+def set_pointer(out, value: int) -> None:
+    """Write an address or handle through a `T **` out-parameter (`void *` converts to any
+    pointer type, whichever cffi instance declared it)."""
+    check_out(out)
+    out[0] = ffi.cast("void *", value)
+
+
+def warn_once(key, message: str) -> None:
+    """One line on stderr the first time `key` comes up: for what a user must act on."""
+    if key not in runtime.warned:
+        runtime.warned.add(key)
+        print(f"vgpu: {message}", file=sys.stderr, flush=True)

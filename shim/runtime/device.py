@@ -1,0 +1,238 @@
+"""Device management, versions, limits, and the profiler switches.
+
+vgpu offers one device, ordinal 0, described by the server. Its primary context is the
+runtime's context (see _state.current_context); `cudaDeviceReset` resets it: allocations,
+modules, streams and events go, and so does a sticky error.
+"""
+
+from __future__ import annotations
+
+from vgpu.errors import DeviceUnavailable
+
+from ..driver import context as driver_context
+from ..driver import device as driver_device
+from ..driver import memory as driver_memory
+from ..driver import stream as driver_stream
+from ._state import (
+    Code,
+    CudaError,
+    api,
+    check_out,
+    current_context,
+    driver_state,
+    ffi,
+    initialize,
+    query_api,
+    runtime,
+    set_pointer,
+)
+from .device_properties import fill_device_properties
+from .registration import registry
+
+__all__ = [
+    "RUNTIME_VERSION",
+    "cudaGetDeviceCount",
+    "cudaGetDevice",
+    "cudaSetDevice",
+    "cudaInitDevice",
+    "cudaChooseDevice",
+    "cudaGetDeviceProperties",
+    "cudaDeviceGetAttribute",
+    "cudaDeviceGetPCIBusId",
+    "cudaDeviceCanAccessPeer",
+    "cudaDeviceSynchronize",
+    "cudaDeviceReset",
+    "cudaSetDeviceFlags",
+    "cudaGetDeviceFlags",
+    "cudaDriverGetVersion",
+    "cudaRuntimeGetVersion",
+    "cudaDeviceGetLimit",
+    "cudaDeviceSetLimit",
+    "cudaDeviceGetStreamPriorityRange",
+    "cudaDeviceGetCacheConfig",
+    "cudaDeviceSetCacheConfig",
+    "cudaDeviceGetDefaultMemPool",
+    "cudaDeviceGetMemPool",
+    "cudaProfilerStart",
+    "cudaProfilerStop",
+]
+
+RUNTIME_VERSION = 13000
+CUDA_DEVICE_MAP_HOST = 0x08  # always in effect: vgpu maps page-locked memory (UVA)
+CUDA_DEVICE_FLAGS_MASK = 0xFF
+CUDA_FUNC_CACHE_PREFER_EQUAL = 3
+
+
+def _check_device(device: int) -> dict:
+    initialize()
+    if not 0 <= device < driver_device.DEVICE_COUNT:
+        raise CudaError(Code.INVALID_DEVICE, f"invalid device ordinal {device}")
+    return driver_state.device
+
+
+@query_api
+def cudaGetDeviceCount(count):
+    check_out(count)
+    initialize()
+    count[0] = driver_device.DEVICE_COUNT
+
+
+@query_api
+def cudaGetDevice(device):
+    check_out(device)
+    initialize()
+    device[0] = 0
+
+
+@query_api
+def cudaSetDevice(device):
+    _check_device(device)
+    current_context()
+
+
+@query_api
+def cudaInitDevice(device, device_flags, flags):
+    _check_device(device)
+    if device_flags:
+        cudaSetDeviceFlags.__wrapped__(device_flags)
+    current_context()
+
+
+@query_api
+def cudaChooseDevice(device, prop):
+    check_out(device)
+    initialize()
+    device[0] = 0  # the only one there is
+
+
+@query_api
+def cudaGetDeviceProperties(prop, device):
+    check_out(prop)
+    fill_device_properties(prop, _check_device(device))
+
+
+@query_api
+def cudaDeviceGetAttribute(value, attribute, device):
+    check_out(value)
+    attributes = _check_device(device)["attributes"]
+    if attribute not in attributes:
+        raise CudaError(Code.INVALID_VALUE, f"unknown device attribute {attribute}")
+    value[0] = attributes[attribute]
+
+
+@query_api
+def cudaDeviceGetPCIBusId(pci_bus_id, length, device):
+    _check_device(device)
+    driver_device.cuDeviceGetPCIBusId.__wrapped__(pci_bus_id, length, device)
+
+
+@query_api
+def cudaDeviceCanAccessPeer(can_access, device, peer_device):
+    check_out(can_access)
+    _check_device(device)
+    _check_device(peer_device)
+    can_access[0] = 0  # a device is never its own peer, and there is no other
+
+
+@api
+def cudaDeviceSynchronize():
+    driver_context.cuCtxSynchronize.__wrapped__()
+
+
+@query_api
+def cudaDeviceReset():
+    """Works after a kernel fault: it is how a program recovers from one."""
+    if runtime.primary_context is None:
+        return  # nothing was ever created
+    driver_context.cuDevicePrimaryCtxReset_v2.__wrapped__(0)
+    try:
+        # Errors of work queued before the reset belong to the context it destroyed.
+        driver_state.conn().call("vgpuSynchronize")
+    except DeviceUnavailable:
+        raise
+    except CudaError:
+        pass
+    registry.forget_loaded()
+    runtime.sticky_error = 0
+    runtime.set_last_error(0)
+
+
+@query_api
+def cudaSetDeviceFlags(flags):
+    if flags & ~CUDA_DEVICE_FLAGS_MASK:
+        raise CudaError(Code.INVALID_VALUE, f"unknown device flags 0x{flags:x}")
+    initialize()
+    driver_context.cuDevicePrimaryCtxSetFlags_v2.__wrapped__(0, flags)
+
+
+@query_api
+def cudaGetDeviceFlags(flags):
+    check_out(flags)
+    initialize()
+    active = ffi.new("int *")
+    driver_context.cuDevicePrimaryCtxGetState.__wrapped__(flags, active, 0)
+    flags[0] |= CUDA_DEVICE_MAP_HOST
+
+
+@query_api
+def cudaDriverGetVersion(version):
+    check_out(version)
+    version[0] = driver_device.DRIVER_VERSION
+
+
+@query_api
+def cudaRuntimeGetVersion(version):
+    check_out(version)
+    version[0] = RUNTIME_VERSION
+
+
+@api
+def cudaDeviceGetLimit(value, limit):
+    driver_context.cuCtxGetLimit.__wrapped__(value, limit)
+
+
+@api
+def cudaDeviceSetLimit(limit, value):
+    driver_context.cuCtxSetLimit.__wrapped__(limit, value)
+
+
+@api
+def cudaDeviceGetStreamPriorityRange(least, greatest):
+    driver_stream.cuCtxGetStreamPriorityRange.__wrapped__(least, greatest)
+
+
+_cache_config = [0]  # cudaFuncCachePreferNone: a preference the emulated device ignores
+
+
+@query_api
+def cudaDeviceGetCacheConfig(cache_config):
+    check_out(cache_config)
+    cache_config[0] = _cache_config[0]
+
+
+@query_api
+def cudaDeviceSetCacheConfig(cache_config):
+    if not 0 <= cache_config <= CUDA_FUNC_CACHE_PREFER_EQUAL:
+        raise CudaError(Code.INVALID_VALUE, f"unknown cache configuration {cache_config}")
+    _cache_config[0] = cache_config
+
+
+@query_api
+def cudaDeviceGetDefaultMemPool(pool, device):
+    _check_device(device)
+    set_pointer(pool, driver_memory._pool())
+
+
+cudaDeviceGetMemPool = cudaDeviceGetDefaultMemPool
+
+
+# The profiler switches bracket what a profiler records; with none attached, as under vgpu,
+# NVIDIA documents them as having no effect.
+@query_api
+def cudaProfilerStart():
+    initialize()
+
+
+@query_api
+def cudaProfilerStop():
+    initialize()

@@ -1,0 +1,48 @@
+"""Errors: the last error of each thread, the process's sticky error, names and texts.
+
+CUDA's semantics: every failing runtime call sets the calling thread's last error;
+`cudaGetLastError` returns it and resets it to cudaSuccess, `cudaPeekAtLastError` only
+returns it. A sticky error (a kernel fault) cannot be reset: both keep reporting it until
+`cudaDeviceReset`. Errors of queued work (a launch, an async copy) surface at the next call
+that synchronizes, as on a GPU.
+"""
+
+from __future__ import annotations
+
+from ._state import ffi, runtime
+from .error_table import RUNTIME_ERRORS
+
+__all__ = ["cudaGetLastError", "cudaPeekAtLastError", "cudaGetErrorName", "cudaGetErrorString"]
+
+_UNRECOGNIZED = "unrecognized error code"
+
+
+def cudaGetLastError():
+    code = runtime.sticky_error or runtime.last_error()
+    runtime.set_last_error(0)
+    return code
+
+
+def cudaPeekAtLastError():
+    return runtime.sticky_error or runtime.last_error()
+
+
+# C strings handed out live as long as the process, as NVIDIA's do.
+_strings: dict[str, object] = {}
+
+
+def _c_string(text: str):
+    string = _strings.get(text)
+    if string is None:
+        string = _strings[text] = ffi.new("char[]", text.encode())
+    return string
+
+
+def cudaGetErrorName(error):
+    entry = RUNTIME_ERRORS.get(error)
+    return _c_string(entry[0] if entry else _UNRECOGNIZED)
+
+
+def cudaGetErrorString(error):
+    entry = RUNTIME_ERRORS.get(error)
+    return _c_string(entry[1] if entry else _UNRECOGNIZED)

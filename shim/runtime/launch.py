@@ -1,0 +1,190 @@
+"""Kernel launches and kernel attributes.
+
+What nvcc 13 makes of `kernel<<<grid, block, shared, stream>>>(args...)`:
+`__cudaPushCallConfiguration(grid, block, shared, stream)` (a non-zero answer skips the
+launch), then in the host stub `__cudaGetKernel(&handle, stub)` once per call site,
+`__cudaPopCallConfiguration(...)` and `__cudaLaunchKernel(handle, grid, block, args, shared,
+stream)` (`_ptsz` when compiled with a per-thread default stream), whose result the stub
+drops: a failed launch is seen through cudaGetLastError. A launch never waits for the server:
+the kernel's parameter layout is known once its image is loaded, the configuration is checked
+here and the launch is queued (DESIGN.md decision 4).
+
+Functions are named by their host stub address (`cudaLaunchKernel(func, ...)`) or by the
+cudaKernel_t `__cudaGetKernel` / `cudaGetKernel` gave; both are accepted everywhere.
+"""
+
+from __future__ import annotations
+
+from ..driver import launch as driver_launch
+from ..driver.memory import _check_stream
+from ..driver.module import _interned_name
+from ._state import (
+    Code,
+    CudaError,
+    api,
+    check_out,
+    current_context,
+    driver_state,
+    ffi,
+    ptr,
+    runtime,
+    set_pointer,
+    warn_once,
+)
+from .registration import registry
+
+__all__ = [
+    "function_layout",
+    "__cudaPushCallConfiguration",
+    "__cudaPopCallConfiguration",
+    "__cudaGetKernel",
+    "__cudaLaunchKernel",
+    "cudaGetKernel",
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cudaLaunchCooperativeKernel",
+    "cudaFuncGetAttributes",
+    "cudaFuncSetAttribute",
+    "cudaFuncSetCacheConfig",
+    "cudaFuncGetName",
+]
+
+CUDA_LAUNCH_ATTRIBUTE_COOPERATIVE = 2
+CUDA_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+COOPERATIVE_REFUSAL = ("cooperative launches (grid-wide synchronization) are not supported by "
+                       "vgpu; the device reports cudaDevAttrCooperativeLaunch = 0")
+
+
+def _dims(dim3) -> tuple[int, int, int]:
+    return dim3.x, dim3.y, dim3.z
+
+
+def function_layout(func) -> tuple[int, object]:
+    """(driver function handle, its KernelLayout) for a host stub or cudaKernel_t, in the
+    calling thread's context; the kernel's image is loaded on first use."""
+    context = current_context()
+    function = registry.function(registry.kernel(ptr(func)), context)
+    return function, driver_state.functions[function]
+
+
+def _launch(func, grid, block, shared_bytes: int, stream, args) -> None:
+    function, layout = function_layout(func)
+    try:
+        driver_launch._check_config(layout, grid, block, shared_bytes)
+    except CudaError as exc:
+        raise CudaError(Code.INVALID_CONFIGURATION, exc.message) from None
+    driver_launch._submit(function, layout, grid, block, shared_bytes, _check_stream(stream),
+                          args, ffi.NULL)
+
+
+# ----------------------------------------------------------------- <<<>>>
+
+def __cudaPushCallConfiguration(grid, block, shared_bytes, stream):
+    configurations = getattr(runtime.thread, "configurations", None)
+    if configurations is None:
+        configurations = runtime.thread.configurations = []
+    configurations.append((grid, block, shared_bytes, stream))
+    return 0
+
+
+def __cudaPopCallConfiguration(grid_out, block_out, shared_out, stream_out):
+    configurations = getattr(runtime.thread, "configurations", None)
+    if not configurations:
+        runtime.set_last_error(Code.MISSING_CONFIGURATION)
+        return Code.MISSING_CONFIGURATION
+    grid, block, shared_bytes, stream = configurations.pop()
+    grid_out[0] = grid
+    block_out[0] = block
+    shared_out[0] = shared_bytes
+    ffi.cast("void **", stream_out)[0] = ffi.cast("void *", stream)
+    return 0
+
+
+@api
+def __cudaGetKernel(kernel_out, func):
+    set_pointer(kernel_out, registry.kernel(ptr(func)).handle)
+
+
+@api
+def __cudaLaunchKernel(kernel, grid, block, args, shared_bytes, stream):
+    _launch(kernel, _dims(grid), _dims(block), shared_bytes, stream, args)
+
+
+# ----------------------------------------------------------------- public launch API
+
+@api
+def cudaGetKernel(kernel_out, func):
+    set_pointer(kernel_out, registry.kernel(ptr(func)).handle)
+
+
+@api
+def cudaLaunchKernel(func, grid, block, args, shared_bytes, stream):
+    _launch(func, _dims(grid), _dims(block), shared_bytes, stream, args)
+
+
+@api
+def cudaLaunchKernelExC(config, func, args):
+    check_out(config)
+    for i in range(config.numAttrs):
+        attribute = config.attrs[i]
+        if attribute.id == CUDA_LAUNCH_ATTRIBUTE_COOPERATIVE and attribute.val.cooperative:
+            _refuse_cooperative()
+        if attribute.id == CUDA_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION and \
+                _product(_dims(attribute.val.clusterDim)) > 1:
+            raise CudaError(Code.NOT_SUPPORTED, "thread block clusters are not supported")
+    _launch(func, _dims(config.gridDim), _dims(config.blockDim), config.dynamicSmemBytes,
+            config.stream, args)
+
+
+@api
+def cudaLaunchCooperativeKernel(func, grid, block, args, shared_bytes, stream):
+    _refuse_cooperative()
+
+
+def _refuse_cooperative():
+    warn_once("cooperative", COOPERATIVE_REFUSAL)
+    raise CudaError(Code.NOT_SUPPORTED, COOPERATIVE_REFUSAL)
+
+
+def _product(values) -> int:
+    x, y, z = values
+    return x * y * z
+
+
+# ----------------------------------------------------------------- attributes
+
+# cudaFuncAttributes field -> CUfunction_attribute (cuda.h numbers them the same way).
+_FUNC_ATTRIBUTE_FIELDS = {
+    "maxThreadsPerBlock": 0, "sharedSizeBytes": 1, "constSizeBytes": 2, "localSizeBytes": 3,
+    "numRegs": 4, "ptxVersion": 5, "binaryVersion": 6, "cacheModeCA": 7,
+    "maxDynamicSharedSizeBytes": 8, "preferredShmemCarveout": 9, "clusterDimMustBeSet": 10,
+    "requiredClusterWidth": 11, "requiredClusterHeight": 12, "requiredClusterDepth": 13,
+    "nonPortableClusterSizeAllowed": 14, "clusterSchedulingPolicyPreference": 15,
+}
+
+
+@api
+def cudaFuncGetAttributes(attributes, func):
+    check_out(attributes)
+    _, layout = function_layout(func)
+    ffi.memmove(attributes, bytes(ffi.sizeof(attributes[0])), ffi.sizeof(attributes[0]))
+    for name, attribute in _FUNC_ATTRIBUTE_FIELDS.items():
+        setattr(attributes, name, driver_launch._attribute(layout, attribute))
+
+
+@api
+def cudaFuncSetAttribute(func, attribute, value):
+    _, layout = function_layout(func)
+    driver_launch._set_attribute(layout, attribute, value)
+
+
+@api
+def cudaFuncSetCacheConfig(func, cache_config):
+    # A preference only; the emulated device has no L1/shared split to tune.
+    function_layout(func)
+
+
+@api
+def cudaFuncGetName(name_out, func):
+    check_out(name_out)
+    name_out[0] = _interned_name(registry.kernel(ptr(func)).name)

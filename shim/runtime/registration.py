@@ -1,0 +1,313 @@
+"""Registration: what nvcc's generated code tells the runtime at program start, and the lazy
+loading of the images it registers.
+
+Static constructors call `__cudaRegisterFatBinary` once per translation unit's image and once
+for the program's device-link image (cubin only, no PTX, even in a default build), then
+`__cudaRegisterFunction` / `__cudaRegisterVar` for each kernel and device variable of the
+image, then `__cudaRegisterFatBinaryEnd`. None of this contacts the server. An image is read,
+turned into what the backend loads and loaded into the calling thread's context the first
+time one of its kernels or variables is used; so an image that cannot run (no PTX for the
+emu backend) fails with a message naming the kernel, and only if that kernel is used.
+
+Relocatable device code (`-rdc=true`): the program's own device-link stub
+(`__cudaRegisterLinkedBinary_<module id>`, defined in the executable, not in cudart) registers
+one version-2 wrapper for all objects; its last field points at a NULL-terminated list of each
+object's fatbin container from `__nv_relfatbin` (cubin + PTX). The registered image itself is
+the nvlink-ed cubin, which a GPU backend loads as is; for the emu backend the objects' PTX
+modules are sent instead, to be linked at load (vgpu.module_image.pack_linked_ptx).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import itertools
+import os
+from dataclasses import dataclass, field
+
+from vgpu.module_image import pack_linked_ptx
+
+from ..driver import module as driver_module
+from ..driver._state import Kind
+from ..fatbin import FatbinError, parse_fatbin, read_container_at, read_wrapper_at, require_ptx
+from ._state import (
+    Code,
+    CudaError,
+    current_context,
+    driver_state,
+    ffi,
+    ptr,
+    warn_once,
+)
+
+__all__ = [
+    "RegisteredKernel",
+    "RegisteredVariable",
+    "RegisteredImage",
+    "registry",
+    "__cudaRegisterFatBinary",
+    "__cudaRegisterFatBinaryEnd",
+    "__cudaUnregisterFatBinary",
+    "__cudaRegisterFunction",
+    "__cudaRegisterVar",
+    "__cudaRegisterManagedVar",
+    "__cudaInitModule",
+]
+
+WRAPPER_VERSION_LINKED = 2  # the device-link image, with the list of prelinked containers
+_WRAPPER_PRELINKED_FIELD = 16  # offset of `filename_or_fatbins` in __fatBinC_Wrapper_t
+_MAX_PRELINKED = 1 << 16  # no real program has more objects: stop at corrupt lists
+
+
+@dataclass(eq=False)
+class RegisteredImage:
+    """One `__cudaRegisterFatBinary` call and what was registered against its handle."""
+
+    wrapper: int  # address of the program's __fatBinC_Wrapper_t
+    cell: object  # `void *[1]` holding `wrapper`: its address is the handle the program keeps
+    kernels: list[RegisteredKernel] = field(default_factory=list)
+    variables: list[RegisteredVariable] = field(default_factory=list)
+    modules: dict[int, int] = field(default_factory=dict)  # context -> driver module handle
+    # Why the image can never load (no PTX, corrupt, managed variables): (code, message).
+    failure: tuple[int, str] | None = None
+
+
+@dataclass(eq=False)
+class RegisteredKernel:
+    name: str  # the device-side (mangled) name
+    host_function: int  # address of the host stub, what `<<<>>>` and cudaLaunchKernel name
+    handle: int  # the cudaKernel_t __cudaGetKernel gives the program
+    image: RegisteredImage
+    functions: dict[int, int] = field(default_factory=dict)  # context -> driver function
+
+
+@dataclass(eq=False)
+class RegisteredVariable:
+    name: str
+    host_variable: int  # address of the host shadow, what cudaMemcpyToSymbol names
+    size: int
+    constant: bool
+    image: RegisteredImage
+
+
+class Registry:
+    """Everything registered, by the handles and addresses the program uses to name it."""
+
+    def __init__(self) -> None:
+        self.images: dict[int, RegisteredImage] = {}
+        self.kernels_by_host: dict[int, RegisteredKernel] = {}
+        self.kernels_by_handle: dict[int, RegisteredKernel] = {}
+        self.variables_by_host: dict[int, RegisteredVariable] = {}
+        # cudaKernel_t values: vgpu handles of the KERNEL kind, which the driver layer never
+        # issues, so they cannot be confused with its function handles.
+        self._kernel_ids = itertools.count(1)
+
+    def image(self, handle) -> RegisteredImage:
+        image = self.images.get(ptr(handle))
+        if image is None:
+            raise CudaError(Code.INVALID_RESOURCE_HANDLE, "unknown fatbin handle")
+        return image
+
+    def new_kernel_handle(self) -> int:
+        return (0x7667 << 48) | (Kind.KERNEL << 40) | next(self._kernel_ids)
+
+    # ----------------------------------------------------------------- lookups
+
+    def kernel(self, func: int) -> RegisteredKernel:
+        """The kernel a host stub address or a cudaKernel_t names."""
+        kernel = self.kernels_by_host.get(func) or self.kernels_by_handle.get(func)
+        if kernel is None:
+            raise CudaError(Code.INVALID_DEVICE_FUNCTION,
+                            f"0x{func:x} is not a registered kernel")
+        return kernel
+
+    def function(self, kernel: RegisteredKernel, context: int) -> int:
+        """The driver function of `kernel` in `context`, loading its image on first use."""
+        function = kernel.functions.get(context)
+        if function is not None and function in driver_state.functions:
+            return function
+        module = self.module(kernel.image, context, f"kernel {kernel.name!r}")
+        try:
+            function = driver_module._function_for(module, kernel.name)
+        except CudaError:
+            raise CudaError(Code.INVALID_DEVICE_FUNCTION,
+                            f"kernel {kernel.name!r} is not in its image") from None
+        kernel.functions[context] = function
+        return function
+
+    def variable(self, host_variable: int) -> tuple[int, int]:
+        """(device address, size) of the device variable whose host shadow is at the
+        address, loading its image on first use."""
+        variable = self.variables_by_host.get(host_variable)
+        if variable is None:
+            raise CudaError(Code.INVALID_SYMBOL,
+                            f"0x{host_variable:x} is not a registered device variable")
+        module = self.module(variable.image, current_context(),
+                             f"device variable {variable.name!r}")
+        try:
+            address, size = driver_module._global(module, variable.name)
+        except CudaError:
+            raise CudaError(Code.INVALID_SYMBOL,
+                            f"device variable {variable.name!r} is not in its image") from None
+        return address, size
+
+    def module(self, image: RegisteredImage, context: int, user: str) -> int:
+        """The driver module of `image` in `context`; loads it the first time. A failure
+        names `user` (the kernel or variable that needed the image) once on stderr."""
+        module = image.modules.get(context)
+        if module is not None and module in driver_state.modules:
+            return module
+        try:
+            if image.failure:
+                raise CudaError(*image.failure)
+            try:
+                data = _loadable_image(image.wrapper)
+            except FatbinError as exc:
+                image.failure = (Code.NO_KERNEL_IMAGE_FOR_DEVICE, str(exc))
+                raise CudaError(*image.failure) from None
+            module = driver_module._load(data, context)
+        except CudaError as exc:
+            warn_once(("load", user), f"{user} cannot be used: {exc.message or exc}")
+            raise
+        image.modules[context] = module
+        return module
+
+    def forget_loaded(self) -> None:
+        """Drop every module and function this process loaded (a fresh session after fork)."""
+        for image in self.images.values():
+            image.modules.clear()
+            for kernel in image.kernels:
+                kernel.functions.clear()
+
+    # ----------------------------------------------------------------- removal
+
+    def remove(self, image: RegisteredImage) -> None:
+        del self.images[ptr(image.cell)]
+        for kernel in image.kernels:
+            self.kernels_by_host.pop(kernel.host_function, None)
+            self.kernels_by_handle.pop(kernel.handle, None)
+        for variable in image.variables:
+            self.variables_by_host.pop(variable.host_variable, None)
+        for module in image.modules.values():
+            if module in driver_state.modules:
+                driver_module.cuModuleUnload.__wrapped__(module)
+
+
+registry = Registry()
+os.register_at_fork(after_in_child=registry.forget_loaded)
+
+
+# ----------------------------------------------------------------- images
+
+def _backend() -> str:
+    connection = driver_state.connection
+    return connection.info.get("backend", "") if connection is not None else ""
+
+
+def _loadable_image(wrapper_address: int) -> bytes:
+    """What the server's backend loads for the image registered at `wrapper_address`:
+    the fatbin for a GPU backend, the PTX (linked, for -rdc programs) for the emulator."""
+    wrapper = read_wrapper_at(wrapper_address)
+    if _backend() != "emu":
+        return wrapper.container
+    if wrapper.version == WRAPPER_VERSION_LINKED:
+        prelinked = _prelinked_containers(wrapper_address)
+        if prelinked:
+            return pack_linked_ptx([require_ptx(parse_fatbin(c)).encode() for c in prelinked])
+    return require_ptx(parse_fatbin(wrapper.container)).encode()
+
+
+def _prelinked_containers(wrapper_address: int) -> list[bytes]:
+    """The containers a version-2 wrapper's NULL-terminated prelinked list points at."""
+    array = ctypes.c_uint64.from_address(wrapper_address + _WRAPPER_PRELINKED_FIELD).value
+    containers = []
+    for i in range(_MAX_PRELINKED if array else 0):
+        entry = ctypes.c_uint64.from_address(array + 8 * i).value
+        if entry == 0:
+            break
+        containers.append(read_container_at(entry))
+    return containers
+
+
+# ----------------------------------------------------------------- entry points
+
+def _registration(default):
+    """Registration runs in static constructors and returns no error code: a failure is
+    said on stderr and the call returns `default`, never an exception into C."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def wrapper(*args):
+            try:
+                return fn(*args)
+            except (CudaError, FatbinError, ValueError, OSError) as exc:
+                warn_once((fn.__name__, str(exc)), f"{fn.__name__}: {exc}")
+                return default
+
+        return wrapper
+
+    return wrap
+
+
+@_registration(default=ffi.NULL)
+def __cudaRegisterFatBinary(fat_cubin):
+    wrapper = ptr(fat_cubin)
+    if not wrapper:
+        raise CudaError(Code.INVALID_VALUE, "the fatbin wrapper pointer is NULL")
+    cell = ffi.new("void *[1]")
+    cell[0] = ffi.cast("void *", wrapper)  # NVIDIA's handle leads to the wrapper too
+    registry.images[ptr(cell)] = RegisteredImage(wrapper, cell)
+    return cell
+
+
+@_registration(default=None)
+def __cudaRegisterFatBinaryEnd(handle):
+    # NVIDIA's runtime may load the image here; vgpu loads it when it is first used.
+    registry.image(handle)
+
+
+@_registration(default=None)
+def __cudaUnregisterFatBinary(handle):
+    registry.remove(registry.image(handle))
+
+
+@_registration(default=None)
+def __cudaRegisterFunction(handle, host_function, device_function, device_name, thread_limit,
+                           tid, bid, block_dim, grid_dim, warp_size):
+    image = registry.image(handle)
+    kernel = RegisteredKernel(ffi.string(device_name).decode(), ptr(host_function),
+                              registry.new_kernel_handle(), image)
+    image.kernels.append(kernel)
+    registry.kernels_by_host[kernel.host_function] = kernel
+    registry.kernels_by_handle[kernel.handle] = kernel
+
+
+@_registration(default=None)
+def __cudaRegisterVar(handle, host_variable, device_address, device_name, ext, size, constant,
+                      is_global):
+    image = registry.image(handle)
+    variable = RegisteredVariable(ffi.string(device_name).decode(), ptr(host_variable), size,
+                                  bool(constant), image)
+    image.variables.append(variable)
+    registry.variables_by_host[variable.host_variable] = variable
+
+
+@_registration(default=None)
+def __cudaRegisterManagedVar(handle, host_variable_pointer, device_address, device_name, ext,
+                             size, constant, is_global):
+    image = registry.image(handle)
+    name = ffi.string(device_name).decode()
+    image.failure = (Code.NOT_SUPPORTED,
+                     f"__managed__ variable {name!r}: vgpu does not support managed memory; "
+                     f"use cudaMalloc and explicit copies instead")
+    # Said now: host code reading the variable would crash before any call could fail.
+    warn_once(("managed", name), image.failure[1])
+
+
+@_registration(default=0)
+def __cudaInitModule(handle):
+    """Load the image now (nvcc calls this before host code touches managed variables);
+    1 when it is loaded."""
+    image = registry.image(handle)
+    registry.module(image, current_context(), "the image's module")
+    return 1

@@ -1,0 +1,77 @@
+// Bad calls get CUDA's error codes: invalid pointers, invalid launch configurations, too
+// many threads, unknown kernels and symbols; cudaGetLastError / cudaPeekAtLastError semantics.
+#include "check.cuh"
+#include <cstring>
+
+__global__ void touch(int *v)
+{
+    v[threadIdx.x] = threadIdx.x;
+}
+
+__device__ int not_a_kernel;
+
+int main()
+{
+    int *device, host[4];
+    CHECK(cudaMalloc(&device, 64 * sizeof(int)));
+
+    // Invalid pointers.
+    int *bogus = (int *)0x1000;
+    EXPECT_ERROR(cudaErrorInvalidValue, cudaMemcpy(host, bogus, sizeof(host),
+                                                   cudaMemcpyDeviceToHost));
+    EXPECT_ERROR(cudaErrorInvalidValue, cudaMemcpy(bogus, host, sizeof(host),
+                                                   cudaMemcpyHostToDevice));
+    EXPECT_ERROR(cudaErrorInvalidValue, cudaMemcpy(device + 62, host, sizeof(host),
+                                                   cudaMemcpyHostToDevice));
+    EXPECT_ERROR(cudaErrorInvalidValue, cudaFree(bogus));
+    EXPECT_ERROR(cudaErrorInvalidValue, cudaFree(device + 1));
+    EXPECT_ERROR(cudaErrorInvalidValue, cudaMemset(bogus, 0, 4));
+    EXPECT_ERROR(cudaErrorInvalidMemcpyDirection,
+                 cudaMemcpy(host, device, sizeof(host), (cudaMemcpyKind)7));
+    // The last error is the last failure; reading it resets it, peeking does not.
+    EXPECT_ERROR(cudaErrorInvalidMemcpyDirection, cudaPeekAtLastError());
+    EXPECT_ERROR(cudaErrorInvalidMemcpyDirection, cudaGetLastError());
+    CHECK(cudaGetLastError());
+
+    // Launch configurations: <<<>>> drops the launch's result, cudaGetLastError has it.
+    touch<<<1, 2048>>>(device);
+    EXPECT_ERROR(cudaErrorInvalidConfiguration, cudaGetLastError());
+    touch<<<0, 32>>>(device);
+    EXPECT_ERROR(cudaErrorInvalidConfiguration, cudaGetLastError());
+    touch<<<1, dim3(1, 1, 65)>>>(device);
+    EXPECT_ERROR(cudaErrorInvalidConfiguration, cudaGetLastError());
+    touch<<<dim3(1, 65536), 1>>>(device);
+    EXPECT_ERROR(cudaErrorInvalidConfiguration, cudaGetLastError());
+    touch<<<1, 32, 200 * 1024>>>(device);
+    EXPECT_ERROR(cudaErrorInvalidConfiguration, cudaGetLastError());
+    void *args[] = {&device};
+    EXPECT_ERROR(cudaErrorInvalidConfiguration,
+                 cudaLaunchKernel((const void *)touch, dim3(1), dim3(4096), args, 0, 0));
+    EXPECT_ERROR(cudaErrorInvalidDeviceFunction,
+                 cudaLaunchKernel((const void *)main, dim3(1), dim3(1), args, 0, 0));
+    CHECK(cudaGetLastError());
+
+    // A good launch through cudaLaunchKernel still works after all that.
+    CHECK(cudaLaunchKernel((const void *)touch, dim3(1), dim3(4), args, 0, 0));
+    CHECK(cudaMemcpy(host, device, sizeof(host), cudaMemcpyDeviceToHost));
+    EXPECT(host[3] == 3);
+
+    // Devices, handles, symbols, names.
+    EXPECT_ERROR(cudaErrorInvalidDevice, cudaSetDevice(7));
+    int value;
+    EXPECT_ERROR(cudaErrorInvalidDevice, cudaDeviceGetAttribute(&value, cudaDevAttrWarpSize, 3));
+    EXPECT_ERROR(cudaErrorInvalidResourceHandle, cudaStreamDestroy((cudaStream_t)0x1234));
+    EXPECT_ERROR(cudaErrorInvalidSymbol, cudaMemcpyToSymbol(host, host, 4));
+    EXPECT_ERROR(cudaErrorInvalidValue, cudaMemcpyToSymbol(not_a_kernel, host, 8));
+    EXPECT_ERROR(cudaErrorNotSupported,
+                 cudaLaunchCooperativeKernel((const void *)touch, dim3(1), dim3(1), args, 0, 0));
+    EXPECT(strcmp(cudaGetErrorName(cudaErrorInvalidConfiguration),
+                  "cudaErrorInvalidConfiguration") == 0);
+    EXPECT(strcmp(cudaGetErrorName(cudaErrorIllegalAddress), "cudaErrorIllegalAddress") == 0);
+    EXPECT(strlen(cudaGetErrorString(cudaErrorMemoryAllocation)) > 10);
+    EXPECT(strcmp(cudaGetErrorName((cudaError_t)12345), "unrecognized error code") == 0);
+    CHECK(cudaGetLastError());
+    CHECK(cudaFree(device));
+    printf("error_checks: every bad call got CUDA's code\n");
+    return 0;
+}

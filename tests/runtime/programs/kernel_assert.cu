@@ -1,0 +1,43 @@
+// A failing assert in a kernel: cudaErrorAssert (710) at the next synchronization, sticky for
+// every later call, including cudaGetLastError, until cudaDeviceReset.
+#include "check.cuh"
+#include <cassert>
+
+__global__ void check_positive(const int *values, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        assert(values[i] > 0);
+}
+
+int main()
+{
+    const int n = 32;
+    int values[n];
+    for (int i = 0; i < n; ++i)
+        values[i] = i == 5 ? -1 : i + 1;
+    int *device;
+    CHECK(cudaMalloc(&device, sizeof(values)));
+    CHECK(cudaMemcpy(device, values, sizeof(values), cudaMemcpyHostToDevice));
+    check_positive<<<1, n>>>(device, n);
+    EXPECT_ERROR(cudaErrorAssert, cudaDeviceSynchronize());
+    EXPECT_ERROR(cudaErrorAssert, cudaGetLastError());
+    EXPECT_ERROR(cudaErrorAssert, cudaGetLastError());
+    EXPECT_ERROR(cudaErrorAssert, cudaPeekAtLastError());
+    void *more;
+    EXPECT_ERROR(cudaErrorAssert, cudaMalloc(&more, 16));
+    EXPECT_ERROR(cudaErrorAssert, cudaMemcpy(values, device, sizeof(values),
+                                             cudaMemcpyDeviceToHost));
+    printf("kernel_assert: error %d reported and sticky\n", (int)cudaErrorAssert);
+
+    CHECK(cudaDeviceReset());
+    CHECK(cudaGetLastError());
+    CHECK(cudaMalloc(&device, sizeof(values)));
+    values[5] = 6;
+    CHECK(cudaMemcpy(device, values, sizeof(values), cudaMemcpyHostToDevice));
+    check_positive<<<1, n>>>(device, n);
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaFree(device));
+    printf("kernel_assert: device usable again after cudaDeviceReset\n");
+    return 0;
+}

@@ -1,0 +1,91 @@
+// Several streams with events: work on three streams, a fourth step on stream 0 that waits
+// (cudaStreamWaitEvent) for the other two, timing events, queries, the per-thread and legacy
+// default streams.
+#include "check.cuh"
+
+__global__ void scale(float *v, float factor, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        v[i] *= factor;
+}
+
+__global__ void combine(float *out, const float *a, const float *b, const float *c, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        out[i] = a[i] + b[i] + c[i];
+}
+
+int main()
+{
+    const int n = 256, streams = 3;
+    float *host, *device[streams], *out;
+    CHECK(cudaMallocHost(&host, streams * n * sizeof(float)));
+    CHECK(cudaMalloc(&out, n * sizeof(float)));
+    for (int i = 0; i < streams * n; ++i)
+        host[i] = (float)(i % n);
+
+    cudaStream_t stream[streams];
+    CHECK(cudaStreamCreate(&stream[0]));
+    CHECK(cudaStreamCreateWithFlags(&stream[1], cudaStreamNonBlocking));
+    int least, greatest;
+    CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CHECK(cudaStreamCreateWithPriority(&stream[2], cudaStreamDefault, greatest));
+    int priority;
+    unsigned flags;
+    CHECK(cudaStreamGetPriority(stream[2], &priority));
+    EXPECT(priority == greatest);
+    CHECK(cudaStreamGetFlags(stream[1], &flags));
+    EXPECT(flags == cudaStreamNonBlocking);
+
+    cudaEvent_t start, stop, done[streams];
+    CHECK(cudaEventCreate(&start));
+    CHECK(cudaEventCreateWithFlags(&stop, cudaEventBlockingSync));
+    for (int s = 0; s < streams; ++s)
+        CHECK(cudaEventCreateWithFlags(&done[s], cudaEventDisableTiming));
+
+    CHECK(cudaEventRecord(start, stream[0]));
+    for (int s = 0; s < streams; ++s) {
+        CHECK(cudaMalloc(&device[s], n * sizeof(float)));
+        CHECK(cudaMemcpyAsync(device[s], host + s * n, n * sizeof(float),
+                              cudaMemcpyHostToDevice, stream[s]));
+        scale<<<(n + 63) / 64, 64, 0, stream[s]>>>(device[s], (float)(s + 1), n);
+        CHECK(cudaEventRecord(done[s], stream[s]));
+    }
+    CHECK(cudaStreamWaitEvent(stream[0], done[1], 0));
+    CHECK(cudaStreamWaitEvent(stream[0], done[2], 0));
+    combine<<<(n + 63) / 64, 64, 0, stream[0]>>>(out, device[0], device[1], device[2], n);
+    CHECK(cudaMemcpyAsync(host, out, n * sizeof(float), cudaMemcpyDeviceToHost, stream[0]));
+    CHECK(cudaEventRecord(stop, stream[0]));
+    CHECK(cudaEventSynchronize(stop));
+    CHECK(cudaEventQuery(stop));
+    CHECK(cudaStreamQuery(stream[1]));
+    float ms = -1.0f;
+    CHECK(cudaEventElapsedTime(&ms, start, stop));
+    EXPECT(ms >= 0.0f);
+    EXPECT_ERROR(cudaErrorInvalidResourceHandle, cudaEventElapsedTime(&ms, done[0], stop));
+    for (int i = 0; i < n; ++i)
+        EXPECT(host[i] == 6.0f * i);
+
+    // The per-thread and the legacy default streams take work like any other.
+    scale<<<(n + 63) / 64, 64, 0, cudaStreamPerThread>>>(out, 2.0f, n);
+    scale<<<(n + 63) / 64, 64, 0, cudaStreamLegacy>>>(out, 0.5f, n);
+    CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+    CHECK(cudaMemcpy(host, out, n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; ++i)
+        EXPECT(host[i] == 6.0f * i);
+
+    for (int s = 0; s < streams; ++s) {
+        CHECK(cudaEventDestroy(done[s]));
+        CHECK(cudaStreamDestroy(stream[s]));
+        CHECK(cudaFree(device[s]));
+    }
+    CHECK(cudaEventDestroy(start));
+    CHECK(cudaEventDestroy(stop));
+    EXPECT_ERROR(cudaErrorInvalidResourceHandle, cudaStreamDestroy(stream[0]));
+    CHECK(cudaFree(out));
+    CHECK(cudaFreeHost(host));
+    printf("streams_events: %d streams joined, elapsed time measured\n", streams);
+    return 0;
+}

@@ -1,0 +1,90 @@
+"""The shim's embedded Python runtime: a clean failure when it cannot start, and no
+dependence on which python is on PATH."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CALLS = r"""
+#include <stdio.h>
+#include <cudaGL.h>
+
+int main(void)
+{
+    int version = -1, rc;
+    const char *name = NULL;
+    printf("%d\n", cuGraphicsGLRegisterBuffer(NULL, 1, 0));
+    rc = cuDriverGetVersion(&version);
+    printf("%d %d\n", rc, version);
+    cuGetErrorName(CUDA_ERROR_NOT_INITIALIZED, &name);  /* works without Python */
+    printf("%s\n", name);
+    return 0;
+}
+"""
+
+FAILURE_LINE = "vgpu: cannot start the shim's Python runtime ("
+FAILURE_END = "): every CUDA call will fail"
+
+
+def assert_clean_failure(result: subprocess.CompletedProcess, cause: str) -> None:
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["3", "3", "-1", "CUDA_ERROR_NOT_INITIALIZED"]
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr  # one line, not Python's path dump or a traceback
+    assert lines[0].startswith(FAILURE_LINE) and lines[0].endswith(FAILURE_END), lines[0]
+    assert cause in lines[0]
+
+
+def test_python_that_cannot_start(shim_program, run_program):
+    result = run_program(shim_program(CALLS), env={"PYTHONHOME": "/nonexistent"})
+    assert_clean_failure(result, "PYTHONHOME=/nonexistent")
+
+
+def test_vgpu_that_cannot_be_imported(shim_program, run_program, tmp_path):
+    broken = tmp_path / "vgpu"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise ImportError('this vgpu is broken on purpose')\n")
+    result = run_program(shim_program(CALLS), env={"PYTHONPATH": str(tmp_path)})
+    assert_clean_failure(result, "ImportError: this vgpu is broken on purpose")
+
+
+def test_starts_whatever_python_is_on_path(shim_program, run_program):
+    # Only system directories on PATH: the embedded runtime must still be the environment
+    # vgpu was installed in, not whatever `python3` PATH would give.
+    result = run_program(shim_program(CALLS), env={"PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[:3] == ["801", "0", "13000"], result.stderr
+
+
+def _other_python() -> str | None:
+    """An installed CPython of another minor version, if the machine has one."""
+    for minor in (12, 13, 10):
+        if minor == sys.version_info.minor:
+            continue
+        for candidate in (Path(f"/usr/bin/python3.{minor}"),
+                          *Path("/root/.pyenv/versions").glob(f"3.{minor}.*/bin/python3.{minor}")):
+            if candidate.exists() and os.access(candidate, os.X_OK):
+                return str(candidate)
+    return None
+
+
+def test_python_application_of_another_version(shim_dir):
+    other = _other_python()
+    if other is None:
+        pytest.skip("no Python of another minor version is installed")
+    script = ("import ctypes; lib = ctypes.CDLL('libcuda.so.1'); "
+              "print(lib.cuInit(0), lib.cuDriverGetVersion(ctypes.byref(ctypes.c_int())))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VGPU_"))}
+    result = subprocess.run([other, "-c", script], capture_output=True, text=True, timeout=60,
+                            env={**env, "LD_LIBRARY_PATH": str(shim_dir)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["3", "3"]
+    line, = result.stderr.splitlines()
+    assert line.startswith(FAILURE_LINE) and line.endswith(FAILURE_END)
+    built = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert f"the shim was built for Python {built} but this process runs Python 3." in line

@@ -1,0 +1,49 @@
+"""The declarative API table: every function a shim exports, as typed records.
+
+The data is generated from NVIDIA's headers (vgpu/api/generated/, see gen_driver_table.py);
+this module gives it names. A function's `fn_id` is its index in the table, and the C stub
+of that symbol passes the same number to the dispatcher.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from vgpu.api.generated import driver_table
+from vgpu.api.proc_address import ProcAddressEntry
+
+__all__ = ["ApiParam", "ApiFunction", "ProcAddressEntry", "driver_functions",
+           "driver_proc_address"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiParam:
+    """`ctype` as C writes it without the name (`const char *`); `enum`: the cudadefs
+    IntEnum the type names (through typedef aliases), if any."""
+
+    ctype: str
+    name: str
+    enum: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiFunction:
+    fn_id: int
+    symbol: str       # the exported name: cuMemAlloc_v2
+    base: str         # the name in the documentation and cuGetProcAddress: cuMemAlloc
+    restype: str
+    params: tuple[ApiParam, ...]
+
+
+@cache
+def driver_functions() -> tuple[ApiFunction, ...]:
+    """Every symbol libcuda.so.1 exports, indexed by fn_id."""
+    return tuple(
+        ApiFunction(fn_id, symbol, base, restype, tuple(ApiParam(*param) for param in params))
+        for fn_id, (symbol, base, restype, params) in enumerate(driver_table.FUNCTIONS))
+
+
+@cache
+def driver_proc_address() -> tuple[ProcAddressEntry, ...]:
+    return tuple(ProcAddressEntry(*entry) for entry in driver_table.PROC_ADDRESS)
