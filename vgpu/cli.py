@@ -144,12 +144,10 @@ def _run_program(command: list[str], address: str) -> int:
         p for p in (lib_dir, env.get("LD_LIBRARY_PATH", "")) if p)
     env["VGPU_SERVER"] = address
     proc = subprocess.Popen(command, env=env)
-    while True:
-        try:
-            code = proc.wait()
-            break
-        except KeyboardInterrupt:  # the program got the SIGINT too; wait for it to finish
-            continue
+    # Signals meant for the program reach it through us; its exit status is what we return.
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
+    code = proc.wait()
     return 128 - code if code < 0 else code
 
 
@@ -179,8 +177,9 @@ def _ps(args) -> int:
     ctx.term()
     print(f"{'PID':>8}  {'BACKEND':7}  {'MEMORY':>10}  {'CALLS':>8}  {'SERVER':30}  COMMAND")
     for address, s in rows:
+        command = " ".join(s["command"].split())  # one row per session, whatever argv holds
         print(f"{s['pid']:>8}  {s['backend']:7}  {_human(s['memory']):>10}  {s['calls']:>8}  "
-              f"{address[-30:]:30}  {s['command']}")
+              f"{address[-30:]:30}  {command}")
     return 0
 
 

@@ -129,13 +129,17 @@ def test_bit_manipulation(device):
 
 def _directed(exact: Fraction, mode: str, dtype) -> float:
     """`exact` rounded to `dtype` in mode rn/rz/rm/rp, by exact comparisons."""
+    with np.errstate(over="ignore"):
+        return _round_exact(exact, mode, dtype)
+
+
+def _round_exact(exact: Fraction, mode: str, dtype) -> float:
     dtype = np.dtype(dtype).type
     info = np.finfo(dtype)
     biggest = Fraction(float(info.max))
     if exact == 0:
         return dtype(0.0)
-    with np.errstate(over="ignore"):
-        guess = dtype(float(exact)) if abs(exact) <= 2 * biggest else dtype(np.inf)
+    guess = dtype(float(exact)) if abs(exact) <= 2 * biggest else dtype(np.inf)
     if abs(exact) > biggest:
         lower, upper = (dtype(info.max), dtype(np.inf)) if exact > 0 else \
             (dtype(-np.inf), dtype(-info.max))
@@ -144,10 +148,13 @@ def _directed(exact: Fraction, mode: str, dtype) -> float:
             guess = dtype(info.max) if exact > 0 else dtype(-info.max)
         while Fraction(float(guess)) > exact:
             guess = np.nextafter(guess, dtype(-np.inf))
-        while Fraction(float(np.nextafter(guess, dtype(np.inf)))) <= exact:
+        while np.isfinite(np.nextafter(guess, dtype(np.inf))) and \
+                Fraction(float(np.nextafter(guess, dtype(np.inf)))) <= exact:
             guess = np.nextafter(guess, dtype(np.inf))
         lower = guess
         upper = lower if Fraction(float(lower)) == exact else np.nextafter(lower, dtype(np.inf))
+        if not np.isfinite(upper):   # exact lies between the largest finite value and inf
+            upper = dtype(np.inf)
     if lower == upper:
         return lower
     if mode == "rz":

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +34,8 @@ from vgpu.api.header_parser import (
 )
 from vgpu.api.proc_address import ProcAddressEntry, map_pfn_typedefs, pfn_name
 
-__all__ = ["DriverHeaders", "read_driver_headers", "FOREIGN_TYPES"]
+__all__ = ["DriverHeaders", "read_driver_headers", "foreign_include_dir", "FOREIGN_HEADERS",
+           "FOREIGN_TYPES"]
 
 HEADERS = ("cuda.h", "cudaProfiler.h", "cudaGL.h", "cudaVDPAU.h", "cudaEGL.h")
 TYPEDEF_HEADERS = ("cudaTypedefs.h", "cudaProfilerTypedefs.h", "cudaGLTypedefs.h",
@@ -69,14 +72,20 @@ class DriverHeaders(ApiHeaders):
     result_docs: dict[int, str] = field(default_factory=dict)  # CUresult -> cuda.h's comment
 
 
-def read_driver_headers(include: Path) -> DriverHeaders:
+@contextmanager
+def foreign_include_dir() -> Iterator[Path]:
+    """A temporary include dir holding FOREIGN_HEADERS (GL/gl.h, EGL/egl.h, vdpau/vdpau.h)."""
     with tempfile.TemporaryDirectory() as tmp:
         foreign = Path(tmp)
         for name, text in FOREIGN_HEADERS.items():
             (foreign / name).parent.mkdir(parents=True, exist_ok=True)
             (foreign / name).write_text(f"#include <stdint.h>\n{text}")
-        dirs = [foreign, include]
-        return _read(include, dirs)
+        yield foreign
+
+
+def read_driver_headers(include: Path) -> DriverHeaders:
+    with foreign_include_dir() as foreign:
+        return _read(include, [foreign, include])
 
 
 def _includes(headers: tuple[str, ...], defines: tuple[str, ...] = ()) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from vgpu.api.driver_headers import FOREIGN_TYPES, DriverHeaders
 from vgpu.api.header_parser import ApiHeaders
+from vgpu.api.runtime_headers import RuntimeHeaders
 
 __all__ = ["ShimSpec", "DRIVER_SHIM", "RUNTIME_SHIM", "render_driver_sources",
            "render_runtime_sources", "first_sentence"]
@@ -76,11 +77,13 @@ def render_driver_sources(headers: DriverHeaders, banner: str) -> dict[str, str]
     }
 
 
-def render_runtime_sources(headers: ApiHeaders, banner: str) -> dict[str, str]:
-    """File name (in shim/generated/) -> contents, for libcudart."""
+def render_runtime_sources(headers: RuntimeHeaders, banner: str) -> dict[str, str]:
+    """File name (in shim/generated/) -> contents, for libcudart. Its types come twice: for
+    C as the headers wrote them, for cffi without the alignment attributes it cannot read."""
     shim = RUNTIME_SHIM
     return {
-        "cudart_types.h": f"{banner}\n{headers.types_text}",
+        "cudart_types.h": f"{banner}\n{FOREIGN_TYPES}{headers.c_types_text}",
+        "cudart_cdef.h": f"{banner}\n{FOREIGN_TYPES}{headers.types_text}",
         "cudart_functions.h": _prototypes(headers, banner),
         "runtime_stubs.c": _stubs(headers, shim, banner),
         "runtime_tables.c": _symbol_table(headers, shim, banner),

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pycparser import c_ast
 
+from vgpu.api.driver_headers import FOREIGN_TYPES, foreign_include_dir
 from vgpu.api.header_parser import (
     ApiHeaders,
     Declarations,
@@ -38,7 +39,10 @@ __all__ = ["RuntimeHeaders", "read_runtime_headers", "read_exported_symbols",
 
 PUBLIC_DEFINES = ("CUDA_ENABLE_DEPRECATED",)  # no deprecation attributes
 PER_THREAD_DEFINES = ("CUDA_ENABLE_DEPRECATED", "CUDA_API_PER_THREAD_DEFAULT_STREAM")
-SOURCE = "#include <cuda_runtime_api.h>\n"
+# Interop headers too: NVIDIA's libcudart exports their functions. vdpau.h must come first.
+HEADERS = ("vdpau/vdpau.h", "cuda_runtime_api.h", "cuda_profiler_api.h", "cuda_gl_interop.h",
+           "cuda_vdpau_interop.h", "cuda_egl_interop.h")
+SOURCE = "".join(f"#include <{header}>\n" for header in HEADERS)
 
 # The entry points of nvcc's generated host code, with their real prototypes (C++ headers
 # declare them `extern "C"`). Three exports appear in no header at all; their parameters are
@@ -98,23 +102,30 @@ def read_exported_symbols(library: Path) -> dict[str, str]:
 
 
 def read_runtime_headers(include: Path, symbol_versions: dict[str, str]) -> RuntimeHeaders:
+    with foreign_include_dir() as foreign:
+        return _read(include, [foreign, include], symbol_versions)
+
+
+def _read(include: Path, dirs: list[Path], symbol_versions: dict[str, str]) -> RuntimeHeaders:
     def declarations(defines: tuple[str, ...]) -> tuple[Declarations, str, list]:
-        raw = keep_lines_from(preprocess(SOURCE, [include], defines), include)
+        raw = keep_lines_from(preprocess(SOURCE, dirs, defines), include)
         text, attributed = strip_attributes(raw)
-        decls = parse_declarations(text)
-        fold_array_sizes(decls, "".join(f"#define {d}\n" for d in defines) + SOURCE, [include])
+        # The per-thread view defines static inline forwarders (`cudaLaunchKernel` calls
+        # `cudaLaunchKernel_ptsz`); pycparser knows `inline` but not GNU's spelling.
+        decls = parse_declarations(re.sub(r"\b__inline__\b", "inline", text), FOREIGN_TYPES)
+        fold_array_sizes(decls, "".join(f"#define {d}\n" for d in defines) + SOURCE, dirs)
         return decls, raw, attributed
 
     public, raw_types, attributed = declarations(PUBLIC_DEFINES)
     per_thread, _, _ = declarations(PER_THREAD_DEFINES)
-    private = parse_declarations(PRIVATE_DECLARATIONS, prelude=render(public.types))
+    private = parse_declarations(PRIVATE_DECLARATIONS, prelude=FOREIGN_TYPES + render(public.types))
     found = {**per_thread.prototypes, **public.prototypes, **private.prototypes}
     missing = sorted(set(symbol_versions) - set(found))
     if missing:
         raise ValueError(f"exported by libcudart but declared nowhere: {missing}")
     prototypes = {name: found[name] for name in symbol_versions}
 
-    c_types = f"#include <stddef.h>\n#include <stdint.h>\n{raw_types}"
+    c_types = f"#include <stddef.h>\n#include <stdint.h>\n{FOREIGN_TYPES}{raw_types}"
     c_source = c_types + "".join(f"{p.declaration}\n" for p in prototypes.values())
     check_same_types([], c_source, [])  # our prototypes agree with NVIDIA's declarations
     aligned = {name for name, attribute in attributed if "aligned" in attribute}
@@ -122,7 +133,7 @@ def read_runtime_headers(include: Path, symbol_versions: dict[str, str]) -> Runt
         types_text=_cffi_types(public.types, aligned),
         prototypes=prototypes,
         enums=enum_types(public.types, c_source),
-        macros=int_macros(SOURCE, [include], _MACRO_PATTERN,
+        macros=int_macros(SOURCE, dirs, _MACRO_PATTERN,
                           exclude=lambda value: _names_function(value, found)),
         c_types_text=raw_types,
         symbol_versions=symbol_versions,

@@ -1,0 +1,84 @@
+"""The `vgpu` command as a user drives it: named servers, child processes, `vgpu ps`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import VGPU, vgpu_run
+
+
+def _server(address: str) -> subprocess.Popen:
+    proc = subprocess.Popen([*VGPU, "server", "--listen", address, "--backend", "emu"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("vgpu server listening")
+    return proc
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    proc.wait(timeout=10)
+    proc.stdout.close()
+
+
+def test_run_on_a_named_server_and_ps_lists_the_session(tmp_path, driver_app, kernels_ptx):
+    address = f"ipc://{tmp_path}/named.sock"
+    server = _server(address)
+    try:
+        # A client that holds 1 MiB and waits, so that ps sees it.
+        code = ("from cuda.bindings import driver as cu; import time\n"
+                "cu.cuInit(0); _, d = cu.cuDeviceGet(0); _, c = cu.cuDevicePrimaryCtxRetain(d)\n"
+                "cu.cuCtxSetCurrent(c); cu.cuMemAlloc(1 << 20); print('ready', flush=True)\n"
+                "time.sleep(30)\n")
+        env = {**os.environ}
+        env.pop("VGPU_SERVER", None)
+        holder = subprocess.Popen([*VGPU, "run", "--server", address, "--", sys.executable, "-c",
+                                   code], stdout=subprocess.PIPE, text=True, env=env)
+        assert holder.stdout.readline().strip() == "ready"
+        ps = subprocess.run([*VGPU, "ps", "--server", address], capture_output=True, text=True,
+                            check=True).stdout
+        line = next(row for row in ps.splitlines() if "time.sleep" in row)
+        assert "emu" in line and "1.0 MiB" in line, ps
+        os.kill(int(line.split()[0]), signal.SIGKILL)  # the program itself, not `vgpu run`
+        assert holder.wait(timeout=10) == 128 + signal.SIGKILL
+        holder.stdout.close()
+        # The named server outlives its clients and serves the next one.
+        result = subprocess.run([*VGPU, "run", "--server", address, "--", str(driver_app),
+                                 str(kernels_ptx)], capture_output=True, text=True, env=env,
+                                timeout=120)
+        assert result.returncode == 0, result.stderr
+        deadline = time.monotonic() + 5
+        while "time.sleep" in subprocess.run([*VGPU, "ps", "--server", address],
+                                             capture_output=True, text=True).stdout:
+            assert time.monotonic() < deadline, "the killed client's session stayed"
+            time.sleep(0.2)
+    finally:
+        _stop(server)
+
+
+def test_child_processes_use_vgpu_too(driver_app, kernels_ptx):
+    result = vgpu_run("sh", "-c", f"'{driver_app}' '{kernels_ptx}' && echo child-done")
+    assert result.returncode == 0, result.stderr
+    assert "all results correct" in result.stdout and "child-done" in result.stdout
+
+
+def test_missing_command_and_unknown_program_are_clear_errors():
+    result = subprocess.run([*VGPU, "run", "--"], capture_output=True, text=True)
+    assert result.returncode == 2 and "no command given" in result.stderr
+    result = vgpu_run("no-such-program-anywhere")
+    assert result.returncode == 127 and "command not found" in result.stderr
+
+
+def test_unreachable_server_is_device_unavailable_not_a_hang(tmp_path, driver_app, kernels_ptx):
+    env = {**os.environ, "VGPU_TIMEOUT": "2"}
+    start = time.monotonic()
+    result = subprocess.run([*VGPU, "run", "--server", f"ipc://{tmp_path}/nobody.sock", "--",
+                             str(driver_app), str(kernels_ptx)], capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert time.monotonic() - start < 30
+    assert result.returncode == 1
+    assert "no answer from the vgpu server" in result.stderr
+    assert "CUDA_ERROR_DEVICE_UNAVAILABLE" in result.stderr

@@ -1,0 +1,184 @@
+"""Unmodified runtime-API programs under `vgpu run` on the emu backend (issue 4's acceptance).
+
+Each program in programs/ is CUDA C++ that checks its own results and exits 0 only when all
+are right; it is compiled here with nvcc `-cudart shared`, once with the default (zstd-
+compressed) fatbin and once with `--no-compress`, and run through our libcudart and libcuda.
+The programs share one emu server (`vgpu run --server`), which keeps the module fast; one test
+runs with a private server, as `vgpu run --backend emu` starts it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+VGPU = [sys.executable, "-m", "vgpu.cli"]
+FATBINS = {"compressed": [], "uncompressed": ["--no-compress"]}
+TIMEOUT_S = 120
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("VGPU_SERVER", None)
+    env.pop("VGPU_TRACE", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One emu server for every program of the module."""
+    address = f"ipc://{tmp_path_factory.mktemp('runtime-server')}/server.sock"
+    proc = subprocess.Popen([*VGPU, "server", "--listen", address, "--backend", "emu"],
+                            stdout=subprocess.PIPE, text=True, env=_environment())
+    line = proc.stdout.readline()
+    assert line.startswith("vgpu server listening"), f"the server did not start: {line!r}"
+    yield address
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def build(toolkit, name: str, fatbin: str = "compressed", flags: tuple[str, ...] = (),
+          extra: tuple[str, ...] = (), cudart: str = "shared") -> Path:
+    """programs/<name>.cu (plus `extra` files of programs/) built with nvcc."""
+    return toolkit.executable(
+        (PROGRAMS / f"{name}.cu").read_text(),
+        ["-cudart", cudart, f"-I{PROGRAMS}", *FATBINS[fatbin], *flags],
+        {file: (PROGRAMS / file).read_text() for file in extra})
+
+
+def run(server: str, program: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([*VGPU, "run", "--server", server, "--", str(program)],
+                          capture_output=True, text=True, timeout=TIMEOUT_S, env=_environment())
+
+
+def assert_passed(result: subprocess.CompletedProcess, *lines: str) -> None:
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    for line in lines:
+        assert line in result.stdout, f"{line!r} missing from\n{result.stdout}\n{result.stderr}"
+
+
+@pytest.fixture(params=FATBINS)
+def fatbin(request) -> str:
+    return request.param
+
+
+# ----------------------------------------------------------------- acceptance programs
+
+def test_vector_add(toolkit, server, fatbin):
+    assert_passed(run(server, build(toolkit, "vector_add", fatbin)),
+                  "vector_add: 1000 sums correct")
+
+
+def test_vector_add_with_a_private_server(toolkit):
+    program = build(toolkit, "vector_add")
+    result = subprocess.run([*VGPU, "run", "--backend", "emu", "--", str(program)],
+                            capture_output=True, text=True, timeout=TIMEOUT_S,
+                            env=_environment())
+    assert_passed(result, "vector_add: 1000 sums correct")
+
+
+def test_tiled_matrix_multiply(toolkit, server, fatbin):
+    assert_passed(run(server, build(toolkit, "matmul_tiled", fatbin)),
+                  "matmul_tiled: 40x36 product correct")
+
+
+def test_reduction_with_shared_memory_and_warp_shuffles(toolkit, server, fatbin):
+    assert_passed(run(server, build(toolkit, "reduction", fatbin)), "reduction: sum")
+
+
+def test_atomics(toolkit, server, fatbin):
+    assert_passed(run(server, build(toolkit, "atomics", fatbin)), "atomics: histogram")
+
+
+def test_streams_with_events_and_waits(toolkit, server, fatbin):
+    assert_passed(run(server, build(toolkit, "streams_events", fatbin)),
+                  "streams_events: 3 streams joined")
+
+
+def test_async_copies_with_pinned_memory(toolkit, server, fatbin):
+    assert_passed(run(server, build(toolkit, "async_pinned", fatbin)),
+                  "async_pinned: pinned, mapped and registered copies correct")
+
+
+def test_constant_memory_and_symbol_copies(toolkit, server, fatbin):
+    assert_passed(run(server, build(toolkit, "constant_memory", fatbin)),
+                  "constant_memory: 64 evaluations")
+
+
+def test_device_printf(toolkit, server, fatbin):
+    result = run(server, build(toolkit, "device_printf", fatbin))
+    assert_passed(result)
+    lines = result.stdout.splitlines()
+    device = {f"block {b} thread {t} says {1.5 + t:.2f} {'odd' if t % 2 else 'even'}"
+              for b in range(2) for t in range(3)}
+    assert lines[0] == "host before" and lines[-1] == "host after", result.stdout
+    assert set(lines[1:-1]) == device, result.stdout
+
+
+def test_kernel_assert_is_reported_and_sticky(toolkit, server, fatbin):
+    assert_passed(run(server, build(toolkit, "kernel_assert", fatbin)),
+                  "kernel_assert: error 710 reported and sticky",
+                  "kernel_assert: device usable again after cudaDeviceReset")
+
+
+def test_templated_kernels(toolkit, server, fatbin):
+    assert_passed(run(server, build(toolkit, "templates", fatbin)),
+                  "templates: int, float, double and functor instantiations correct")
+
+
+def test_relocatable_device_code_across_files(toolkit, server, fatbin):
+    program = build(toolkit, "rdc_main", fatbin, flags=("-rdc=true",),
+                    extra=("rdc_combine.cu",))
+    assert_passed(run(server, program), "rdc: cross-file device function called 100 times")
+
+
+def test_host_callbacks(toolkit, server, fatbin):
+    assert_passed(run(server, build(toolkit, "host_callback", fatbin)),
+                  "host_callback: host function and stream callback ran after the copy")
+
+
+def test_occupancy_queries(toolkit, server, fatbin):
+    result = run(server, build(toolkit, "occupancy", fatbin))
+    assert_passed(result, "occupancy: queries consistent with the device's limits")
+    blocks = [int(b) for b in re.findall(r"threads: (\d+) blocks", result.stdout)]
+    assert blocks == sorted(blocks, reverse=True), "bigger blocks, fewer of them fit"
+
+
+def test_bad_calls_get_cuda_error_codes(toolkit, server, fatbin):
+    result = run(server, build(toolkit, "error_checks", fatbin))
+    assert_passed(result, "error_checks: every bad call got CUDA's code")
+    assert "cooperative launches" in result.stderr  # the refusal says why, once
+
+
+def test_device_management(toolkit, server, fatbin):
+    assert_passed(run(server, build(toolkit, "device_management", fatbin)),
+                  "device_management: queries consistent")
+
+
+def test_memory_api(toolkit, server, fatbin):
+    assert_passed(run(server, build(toolkit, "memory_api", fatbin)),
+                  "memory_api: pitched, default-direction and pooled memory correct")
+
+
+# ----------------------------------------------------------------- binaries vgpu cannot run
+
+def test_binary_without_ptx_names_the_kernel_when_launched(toolkit, server):
+    program = build(toolkit, "no_ptx", flags=("-gencode", "arch=compute_80,code=sm_80"))
+    result = run(server, program)
+    assert_passed(result, "no_ptx: launch refused, memory calls fine")
+    assert "cubin_only" in result.stderr and "PTX" in result.stderr, result.stderr
+    assert "compute_80" in result.stderr, "the message says what to rebuild with"
+
+
+def test_statically_linked_runtime_is_refused_with_the_fix(toolkit, server):
+    program = build(toolkit, "vector_add", cudart="static")
+    result = run(server, program)
+    assert result.returncode != 0
+    assert "-cudart shared" in result.stderr, result.stderr
+    assert "vector_add" not in result.stdout  # refused before it ran
