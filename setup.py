@@ -2,4 +2,4 @@
 
 from setuptools import setup
 
-setup(cffi_modules=["shim/build_driver.py:ffibuilder"])
+setup(cffi_modules=["shim/build_driver.py:ffibuilder", "shim/build_runtime.py:ffibuilder"])

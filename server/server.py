@@ -107,8 +107,9 @@ class ProxyServer:
                output: str = "", payloads=()) -> None:
         if not seq:
             return
+        # Zero-copy only pays for bulk payloads; small frames are cheaper copied.
         self.socket.send_multipart([identity, pack([seq, code, result, deferred, output]),
-                                    *payloads], copy=False)
+                                    *payloads], copy=not payloads)
 
     def _hello(self, identity: bytes, seq, body) -> None:
         if not isinstance(body, dict) or body.get("version") != PROTOCOL_VERSION:

@@ -1,8 +1,9 @@
-"""Where an application finds our libcuda.so.1: a directory to put first on LD_LIBRARY_PATH.
+"""Where an application finds our CUDA libraries: a directory to put first on LD_LIBRARY_PATH.
 
-The shim is built as a Python extension (`vgpu/shim/_libcuda.cpython-*.so`); the dynamic
-loader looks for `libcuda.so.1` (applications, cudart) and `libcuda.so` (numba-cuda tries it
-first). This module makes a directory with both names as symlinks to the built extension,
+The shims are built as Python extensions (`vgpu/shim/_libcuda.cpython-*.so`, `_libcudart`);
+the dynamic loader looks for `libcuda.so.1` (applications, cudart), `libcuda.so` (numba-cuda
+tries it first), `libcudart.so.13` (programs built with `nvcc -cudart shared`) and
+`libcudart.so`. This module makes a directory with those names as symlinks to the extensions,
 one directory per build (keyed by the extension's path, size and mtime), so a rebuild never
 leaves a stale link behind and concurrent `vgpu run`s share one directory. Finding the
 extension does not load it: the CLI process stays free of the shim.
@@ -23,6 +24,8 @@ __all__ = ["shim_library_dir", "SHIM_LIBRARY_NAMES"]
 SHIM_LIBRARY_NAMES = {
     "libcuda.so.1": "vgpu.shim._libcuda",
     "libcuda.so": "vgpu.shim._libcuda",
+    "libcudart.so.13": "vgpu.shim._libcudart",
+    "libcudart.so": "vgpu.shim._libcudart",
 }
 
 
@@ -74,7 +77,8 @@ def _make(root: Path, targets: dict[str, Path]) -> Path:
 
 
 def shim_library_dir() -> Path:
-    """A directory holding libcuda.so.1 and libcuda.so for this build of the shim."""
+    """A directory holding libcuda.so.1, libcuda.so, libcudart.so.13 and libcudart.so for
+    this build of the shims."""
     targets = {name: _extension_path(module) for name, module in SHIM_LIBRARY_NAMES.items()}
     try:
         return _make(_cache_root(), targets)

@@ -90,7 +90,12 @@ class Connection:
         self.stdout_writer = _c_stdout_writer()
         self.ring: StagingRing | None = None
         self.server_pid: int | None = None
-        self.info = self._hello()
+        try:
+            self.info = self._hello()
+        except CudaError:
+            self._socket.close(linger=0)
+            self._zmq.term()
+            raise
 
     # ----------------------------------------------------------------- session
 
@@ -127,7 +132,9 @@ class Connection:
                 except zmq.ZMQError:
                     pass
                 self._lost = "the connection was closed"
-            self._socket.close(linger=100)
+            if not self._zmq.closed:
+                self._socket.close(linger=100)
+                self._zmq.term()
 
     # ----------------------------------------------------------------- calls
 
@@ -171,7 +178,8 @@ class Connection:
         if want_reply:
             self._seq += 1
             seq = self._seq
-        self._socket.send_multipart([pack([kind, seq, body]), *frames], copy=False)
+        # Zero-copy only pays for bulk payloads; small frames are cheaper copied.
+        self._socket.send_multipart([pack([kind, seq, body]), *frames], copy=not frames)
         return seq
 
     def _wait(self, seq: int, timeout: float) -> list:

@@ -1,8 +1,11 @@
 """Runs a kernel launch: blocks become numpy lanes, a scheduler drives them through the code.
 
 Blocks are executed in chunks of consecutive blocks whose threads together make about
-`LANES_PER_CHUNK` lanes, so a uniform kernel runs many blocks per numpy operation while
-memory stays bounded (one chunk's registers, shared and local memory at a time).
+`LANES_PER_CHUNK` lanes (fewer when the kernel's registers and local memory per thread
+would exceed `CHUNK_STATE_BYTES`), so a uniform kernel runs many blocks per numpy
+operation while memory stays bounded: one chunk's registers, shared and local memory at a
+time. Registers are immutable arrays, so at most one extra copy of a register exists while
+an instruction replaces it.
 
 Scheduling: lanes at the same place form a group, keyed by their call stack and program
 counter: `(call pc, ..., call pc, block start)`. Each step runs the whole basic block of the
@@ -29,9 +32,11 @@ from .errors import (
 from .memory import DeviceMemory
 from .state import Fault, LaunchContext, State, ThreadLayout
 
-__all__ = ["LANES_PER_CHUNK", "LaunchResult", "launch"]
+__all__ = ["CHUNK_STATE_BYTES", "LANES_PER_CHUNK", "LaunchResult", "launch"]
 
 LANES_PER_CHUNK = 1 << 16
+# Bytes of per-lane state (registers at 8 bytes each, local memory) one chunk may hold.
+CHUNK_STATE_BYTES = 96 << 20
 MAX_THREADS_PER_BLOCK = 1024
 MAX_SHARED_PER_BLOCK = 227 * 1024   # what an sm_90 block may opt in to
 MAX_GRID = (2**31 - 1, 65535, 65535)
@@ -41,6 +46,7 @@ MAX_BLOCK = (1024, 1024, 64)
 @dataclass
 class LaunchResult:
     printf: str = ""
+    lane_instructions: int = 0   # instructions executed, summed over threads
 
 
 def launch(module, kernel_name: str, grid, block, shared_bytes: int = 0, params: bytes = b"",
@@ -84,7 +90,8 @@ def launch(module, kernel_name: str, grid, block, shared_bytes: int = 0, params:
                      else kernel.static_shared),
         dynamic_shared=shared_bytes, local_size=kernel.local_size)
     nblocks = grid[0] * grid[1] * grid[2]
-    per_chunk = max(1, LANES_PER_CHUNK // threads)
+    lane_bytes = 8 * kernel.register_count + kernel.local_size
+    per_chunk = max(1, min(LANES_PER_CHUNK, CHUNK_STATE_BYTES // max(lane_bytes, 1)) // threads)
     layouts: dict[int, ThreadLayout] = {}
     with np.errstate(all="ignore"):
         for first in range(0, nblocks, per_chunk):
@@ -98,7 +105,7 @@ def launch(module, kernel_name: str, grid, block, shared_bytes: int = 0, params:
                 _run(program, kernel, state)
             except Fault as fault:
                 raise _launch_error(fault, state, kernel_name, ctx) from None
-    return LaunchResult(printf=_printf_text(ctx))
+    return LaunchResult(printf=_printf_text(ctx), lane_instructions=ctx.lane_instructions)
 
 
 def _dims(value, what: str, limits) -> tuple[int, int, int]:
@@ -176,8 +183,9 @@ def _run(program, kernel, state: State) -> None:
             key = min(groups)
             lanes = groups.pop(key)
         block = blocks[key[-1]]
-        ctx.clock += len(block.ops) + 1
         ops = block.ops
+        ctx.clock += len(ops) + 1
+        ctx.lane_instructions += (len(ops) + 1) * (n if lanes is None else len(lanes))
         index = 0
         try:
             for index, op in enumerate(ops):  # noqa: B007  (index names the failing op)
@@ -265,7 +273,7 @@ def _release(state: State, waiting: dict, push) -> None:
     """Every remaining thread waits at a barrier: open them all."""
     released = list(waiting.items())
     waiting.clear()
-    for key, (lanes, term) in released:
+    for _, (lanes, term) in released:
         if term.release is not None:
             term.release(state, lanes)
     state.barrier_values = state.barrier_arrived = None

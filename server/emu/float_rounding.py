@@ -32,6 +32,7 @@ __all__ = [
     "exact_fma",
     "exact_mul",
     "exact_sqrt",
+    "fma_f32_nearest",
     "f64_to_bf16_bits",
     "f64_to_f16_bits",
     "round_f64",
@@ -66,16 +67,19 @@ def two_prod(a, b):
 
 
 def round_to_odd(value, err):
-    """Fold the sign of `err` (exact - value) into value's last bit (round to odd)."""
+    """Fold the sign of `err` (exact - value) into value's last bit (round to odd).
+
+    An inexact value with an even significand moves one ulp toward the exact result (that
+    neighbour is odd); on the bit pattern that is +1 away from zero, -1 toward it.
+    """
     value = np.asarray(value, _F64)
     err = np.asarray(err, _F64)
-    inexact = (err != 0) & np.isfinite(value)
-    if not inexact.any():
+    bits = value.view(np.int64)
+    step = (err != 0) & ((bits & 1) == 0) & np.isfinite(value)
+    if not step.any():
         return value
-    even = (value.view(np.uint64) & np.uint64(1)) == 0
-    step = inexact & even
-    toward = np.where(err > 0, np.inf, -np.inf)
-    return np.where(step, np.nextafter(value, toward), value)
+    away = (err > 0) == (value > 0)
+    return (bits + np.where(step, np.where(away, 1, -1), 0)).view(_F64)
 
 
 def directed_f64(value, err, mode: str):
@@ -162,6 +166,29 @@ def _patch(result, err, idx, values, errors):
         result[idx] = values
         err[idx] = errors
     return result, err
+
+
+_F32_TIES = np.uint64((1 << 29) - 1)
+_F32_HALF = np.uint64(1 << 28)
+_F32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def fma_f32_nearest(a, b, c) -> np.ndarray:
+    """fma.rn.f32: the f32 product is exact in float64; the float64 sum rounds once more,
+    which changes the f32 result only when it lands exactly on an f32 halfway point (or
+    in the subnormal range): only those lanes need the exact treatment."""
+    a, b, c = np.broadcast_arrays(np.asarray(a, _F64), np.asarray(b, _F64),
+                                  np.asarray(c, _F64))
+    product = a * b
+    total = product + c
+    result = total.astype(np.float32)
+    suspicious = ((total.view(np.uint64) & _F32_TIES) == _F32_HALF) | (np.abs(total) < _F32_TINY)
+    if suspicious.any():
+        idx = np.flatnonzero(suspicious)
+        s, err = two_sum(product[idx], c[idx])
+        result = np.array(result, copy=True, ndmin=1)
+        result[idx] = round_to_odd(s, err).astype(np.float32)
+    return result
 
 
 def exact_add(a, b):

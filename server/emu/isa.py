@@ -137,7 +137,8 @@ class Modifiers:
 
     def done(self) -> None:
         if self.flags:
-            raise self.ctx.error(f"unsupported modifier(s) {', '.join('.' + f for f in self.flags)}")
+            unknown = ", ".join("." + f for f in self.flags)
+            raise self.ctx.error(f"unsupported modifier(s) {unknown}")
 
 
 def narrow(lanes, mask: np.ndarray):

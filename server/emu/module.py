@@ -86,9 +86,8 @@ class PtxModule:
                 product *= value
             max_threads = min(max_threads, product)
         const_size = sum(v.size for v in self.ir.variables.values() if v.space == "const")
-        registers = sum(len(self.ir.functions[f].registers) for f in kp.functions)
         attributes = {
-            "num_regs": min(registers, 255),
+            "num_regs": min(kp.register_count, 255),
             "shared_size_bytes": kp.static_shared,
             "const_size_bytes": const_size,
             "local_size_bytes": kp.local_variables_size,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .isa import CompileContext, Modifiers, opcode
+from .isa import CompileContext, opcode
 from .memory import typed_elements
 from .operands import reader, writer
 from .ops_memory import address_reader, memory_modifiers
@@ -143,6 +143,13 @@ _TYPES_BY_OP = {
 }
 
 
+def _pick(values, positions):
+    """The operand values of the lanes at `positions` (all lanes when None)."""
+    if positions is None or np.ndim(values) == 0:
+        return values
+    return values[positions]
+
+
 @opcode("atom", "red")
 def _atom(instr, ctx: CompileContext):
     mods, space, hint = memory_modifiers(ctx)
@@ -174,9 +181,8 @@ def _atom(instr, ctx: CompileContext):
         for buf, offsets, positions in locate(state, where, address(state, lanes), size,
                                               lanes, "atomic"):
             typed, index = typed_elements(buf, offsets, dtype)  # aligned: never None
-            pick = (lambda v: v) if positions is None else (
-                lambda v: v if np.ndim(v) == 0 else v[positions])
-            seen = ordered_update(typed, index, op, pick(b), None if c is None else pick(c))
+            seen = ordered_update(typed, index, op, _pick(b, positions),
+                                  None if c is None else _pick(c, positions))
             if positions is None:
                 old = seen
             else:

@@ -169,7 +169,8 @@ def _fma(instr, ctx: CompileContext):
             fn = _half_sat(ptype, fn, decode, encode)
         return elementwise(ctx, ptype, [ptype] * 3, fn)
     exact = _fma32 if ptype.name == "f32" else fr.exact_fma
-    fn = _exact(ptype, mode, exact)
+    native = fr.fma_f32_nearest if ptype.name == "f32" else None
+    fn = _exact(ptype, mode, exact, native)
     return elementwise(ctx, ptype, [ptype] * 3, _finish_f32(fn, ftz, sat))
 
 

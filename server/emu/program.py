@@ -67,6 +67,7 @@ class KernelProgram:
     local_size: int                             # bytes of local memory per thread
     local_variables_size: int                   # the .local part of it (the "stack")
     global_symbols: set[str]                    # module variables the kernel addresses
+    register_count: int                         # registers of its reachable functions
 
 
 class Program:
@@ -191,9 +192,10 @@ class Program:
                     local_vars += var.size
         global_symbols = {n for n in used if n in module_vars
                           and module_vars[n].space in ("global", "const")}
+        registers = sum(len(self.module.functions[f].registers) for f in functions)
         return KernelProgram(fn.name, fn, self.entries[fn.name], params, param_size,
                              functions, shared_offsets, static_shared, dynamic_offset,
-                             local_offsets, local, local_vars, global_symbols)
+                             local_offsets, local, local_vars, global_symbols, registers)
 
 
 def _align(value: int, align: int) -> int:

@@ -97,6 +97,7 @@ class LaunchContext:
     local_size: int                  # bytes of local memory per thread
     printf: list[tuple[int, int, int, str]] = field(default_factory=list)
     clock: int = 0                   # executed block-steps: what %clock reads
+    lane_instructions: int = 0       # instructions executed, summed over lanes
     start_ns: int = field(default_factory=time.time_ns)
 
 

@@ -9,7 +9,7 @@ int vgpu_cffi_start(void);
 int vgpu_py_boot(char *error, size_t size);
 int vgpu_py_dispatch(int fn_id, void **args, void *result);
 
-static const struct vgpu_embedding driver_embedding = {"CUDA", vgpu_cffi_start, vgpu_py_boot};
+static const struct vgpu_embedding driver_embedding = {"CUDA", NULL, vgpu_cffi_start, vgpu_py_boot};
 
 int vgpu_driver_dispatch(int fn_id, void **args, void *result)
 {

@@ -1,4 +1,5 @@
-/* See embedded_python.h. Build-time facts arrive as macros from the cffi builder:
+/* See embedded_python.h. Each shim compiles its own copy (its own once-flag and state).
+   Build-time facts arrive as macros from the cffi builder:
    VGPU_PYTHON_EXECUTABLE, the interpreter vgpu was installed with (its environment holds
    the `vgpu` package and its dependencies). */
 #define PY_SSIZE_T_CLEAN
@@ -133,6 +134,11 @@ static void start(void)
 {
     char why[1024] = "";
 
+    if (embedding->prepare != NULL && !embedding->prepare(why, sizeof why)) {
+        if (why[0] == '\0')
+            return; /* already reported */
+        goto failed;
+    }
     if (!python_version_matches(why, sizeof why))
         goto failed;
     if (!Py_IsInitialized() && !initialize_interpreter(why, sizeof why))

@@ -13,6 +13,8 @@
 /* What a shim gives the starter; the functions come from its cffi module. */
 struct vgpu_embedding {
     const char *api;                          /* "CUDA": named in the failure line */
+    int (*prepare)(char *why, size_t size);   /* optional first step: 1 on success; on
+                                                 failure an empty `why` means reported */
     int (*start_cffi)(void);                  /* cffi_start_python(): 0 on success */
     int (*boot)(char *error, size_t size);    /* the Python boot: 1 on success */
 };

@@ -12,8 +12,9 @@ internals directly (DESIGN.md decision 1): one connection, one handle space. Wha
 - the per-thread stack of launch configurations that `<<<...>>>` pushes and pops.
 
 Implementations raise CudaError with a driver code (from the driver layer or the server) or a
-runtime code of their own; the decorators translate through DRIVER_TO_RUNTIME, the identity
-wherever both enums define a number, so runtime-only codes pass through unchanged.
+runtime code of their own (`E.cudaErrorInvalidConfiguration`); the decorators translate
+through DRIVER_TO_RUNTIME, the identity wherever both enums define a number, so runtime-only
+codes pass through unchanged.
 """
 
 from __future__ import annotations
@@ -23,40 +24,33 @@ import os
 import sys
 import threading
 
+from vgpu.api.cudadefs import CUresult
+from vgpu.api.cudartdefs import cudaError
 from vgpu.errors import CudaError
 
 from ..driver import context as driver_context
 from ..driver import device as driver_device
 from ..driver._state import check_out, ffi, ptr, report_failure
 from ..driver._state import state as driver_state
-from .error_table import DRIVER_TO_RUNTIME
 
 __all__ = ["CudaError", "ffi", "ptr", "check_out", "driver_state", "runtime", "api",
-           "query_api", "current_context", "initialize", "set_pointer", "warn_once", "Code",
-           "STICKY_ERRORS"]
+           "query_api", "current_context", "initialize", "set_pointer", "warn_once", "E",
+           "DRIVER_TO_RUNTIME", "STICKY_ERRORS"]
 
 
-class Code:
-    """The cudaError_t values the runtime raises itself (driver_types.h)."""
+E = cudaError  # short alias for error codes: E.cudaErrorInvalidValue
 
-    SUCCESS = 0
-    INVALID_VALUE = 1
-    MEMORY_ALLOCATION = 2
-    INITIALIZATION_ERROR = 3
-    INVALID_CONFIGURATION = 9
-    INVALID_SYMBOL = 13
-    INVALID_MEMCPY_DIRECTION = 21
-    MISSING_CONFIGURATION = 52
-    INVALID_DEVICE_FUNCTION = 98
-    INVALID_DEVICE = 101
-    NO_KERNEL_IMAGE_FOR_DEVICE = 209
-    INVALID_RESOURCE_HANDLE = 400
-    NOT_READY = 600
-    NOT_SUPPORTED = 801
-
+# The cudaError_t the runtime reports for each CUresult: the same number wherever
+# driver_types.h defines it (CUDA 10.1 aligned the two enums), else cudaErrorUnknown.
+_RUNTIME_CODES = frozenset(cudaError)
+DRIVER_TO_RUNTIME = {int(code): int(code) if code in _RUNTIME_CODES else int(E.cudaErrorUnknown)
+                     for code in CUresult}
 
 # Errors after which the context is unusable (the server keeps the same set).
-STICKY_ERRORS = frozenset({700, 710, 714, 715, 716, 717, 718, 719})
+STICKY_ERRORS = frozenset({E.cudaErrorIllegalAddress, E.cudaErrorAssert,
+                           E.cudaErrorHardwareStackError, E.cudaErrorIllegalInstruction,
+                           E.cudaErrorMisalignedAddress, E.cudaErrorInvalidAddressSpace,
+                           E.cudaErrorInvalidPc, E.cudaErrorLaunchFailure})
 
 
 class RuntimeState:

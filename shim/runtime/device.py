@@ -14,8 +14,8 @@ from ..driver import device as driver_device
 from ..driver import memory as driver_memory
 from ..driver import stream as driver_stream
 from ._state import (
-    Code,
     CudaError,
+    E,
     api,
     check_out,
     current_context,
@@ -66,7 +66,7 @@ CUDA_FUNC_CACHE_PREFER_EQUAL = 3
 def _check_device(device: int) -> dict:
     initialize()
     if not 0 <= device < driver_device.DEVICE_COUNT:
-        raise CudaError(Code.INVALID_DEVICE, f"invalid device ordinal {device}")
+        raise CudaError(E.cudaErrorInvalidDevice, f"invalid device ordinal {device}")
     return driver_state.device
 
 
@@ -116,7 +116,7 @@ def cudaDeviceGetAttribute(value, attribute, device):
     check_out(value)
     attributes = _check_device(device)["attributes"]
     if attribute not in attributes:
-        raise CudaError(Code.INVALID_VALUE, f"unknown device attribute {attribute}")
+        raise CudaError(E.cudaErrorInvalidValue, f"unknown device attribute {attribute}")
     value[0] = attributes[attribute]
 
 
@@ -160,7 +160,7 @@ def cudaDeviceReset():
 @query_api
 def cudaSetDeviceFlags(flags):
     if flags & ~CUDA_DEVICE_FLAGS_MASK:
-        raise CudaError(Code.INVALID_VALUE, f"unknown device flags 0x{flags:x}")
+        raise CudaError(E.cudaErrorInvalidValue, f"unknown device flags 0x{flags:x}")
     initialize()
     driver_context.cuDevicePrimaryCtxSetFlags_v2.__wrapped__(0, flags)
 
@@ -213,7 +213,7 @@ def cudaDeviceGetCacheConfig(cache_config):
 @query_api
 def cudaDeviceSetCacheConfig(cache_config):
     if not 0 <= cache_config <= CUDA_FUNC_CACHE_PREFER_EQUAL:
-        raise CudaError(Code.INVALID_VALUE, f"unknown cache configuration {cache_config}")
+        raise CudaError(E.cudaErrorInvalidValue, f"unknown cache configuration {cache_config}")
     _cache_config[0] = cache_config
 
 

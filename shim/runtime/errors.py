@@ -9,8 +9,8 @@ that synchronizes, as on a GPU.
 
 from __future__ import annotations
 
-from ._state import ffi, runtime
-from .error_table import RUNTIME_ERRORS
+from ._state import E, ffi, ptr, runtime
+from .error_table import ERROR_TEXT
 
 __all__ = ["cudaGetLastError", "cudaPeekAtLastError", "cudaGetErrorName", "cudaGetErrorString"]
 
@@ -31,18 +31,21 @@ def cudaPeekAtLastError():
 _strings: dict[str, object] = {}
 
 
-def _c_string(text: str):
+def _c_string(text: str) -> int:
+    """The address of a NUL-terminated copy of `text` (the dispatcher returns it as the
+    function's `const char *`)."""
     string = _strings.get(text)
     if string is None:
         string = _strings[text] = ffi.new("char[]", text.encode())
-    return string
+    return ptr(string)
 
 
 def cudaGetErrorName(error):
-    entry = RUNTIME_ERRORS.get(error)
-    return _c_string(entry[0] if entry else _UNRECOGNIZED)
+    try:
+        return _c_string(E(error).name)
+    except ValueError:
+        return _c_string(_UNRECOGNIZED)
 
 
 def cudaGetErrorString(error):
-    entry = RUNTIME_ERRORS.get(error)
-    return _c_string(entry[1] if entry else _UNRECOGNIZED)
+    return _c_string(ERROR_TEXT.get(error, _UNRECOGNIZED))

@@ -19,8 +19,8 @@ from ..driver import launch as driver_launch
 from ..driver.memory import _check_stream
 from ..driver.module import _interned_name
 from ._state import (
-    Code,
     CudaError,
+    E,
     api,
     check_out,
     current_context,
@@ -47,6 +47,7 @@ __all__ = [
     "cudaFuncSetAttribute",
     "cudaFuncSetCacheConfig",
     "cudaFuncGetName",
+    "cudaGetFuncBySymbol",
 ]
 
 CUDA_LAUNCH_ATTRIBUTE_COOPERATIVE = 2
@@ -72,7 +73,7 @@ def _launch(func, grid, block, shared_bytes: int, stream, args) -> None:
     try:
         driver_launch._check_config(layout, grid, block, shared_bytes)
     except CudaError as exc:
-        raise CudaError(Code.INVALID_CONFIGURATION, exc.message) from None
+        raise CudaError(E.cudaErrorInvalidConfiguration, exc.message) from None
     driver_launch._submit(function, layout, grid, block, shared_bytes, _check_stream(stream),
                           args, ffi.NULL)
 
@@ -90,8 +91,8 @@ def __cudaPushCallConfiguration(grid, block, shared_bytes, stream):
 def __cudaPopCallConfiguration(grid_out, block_out, shared_out, stream_out):
     configurations = getattr(runtime.thread, "configurations", None)
     if not configurations:
-        runtime.set_last_error(Code.MISSING_CONFIGURATION)
-        return Code.MISSING_CONFIGURATION
+        runtime.set_last_error(E.cudaErrorMissingConfiguration)
+        return E.cudaErrorMissingConfiguration
     grid, block, shared_bytes, stream = configurations.pop()
     grid_out[0] = grid
     block_out[0] = block
@@ -131,7 +132,7 @@ def cudaLaunchKernelExC(config, func, args):
             _refuse_cooperative()
         if attribute.id == CUDA_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION and \
                 _product(_dims(attribute.val.clusterDim)) > 1:
-            raise CudaError(Code.NOT_SUPPORTED, "thread block clusters are not supported")
+            raise CudaError(E.cudaErrorNotSupported, "thread block clusters are not supported")
     _launch(func, _dims(config.gridDim), _dims(config.blockDim), config.dynamicSmemBytes,
             config.stream, args)
 
@@ -143,7 +144,7 @@ def cudaLaunchCooperativeKernel(func, grid, block, args, shared_bytes, stream):
 
 def _refuse_cooperative():
     warn_once("cooperative", COOPERATIVE_REFUSAL)
-    raise CudaError(Code.NOT_SUPPORTED, COOPERATIVE_REFUSAL)
+    raise CudaError(E.cudaErrorNotSupported, COOPERATIVE_REFUSAL)
 
 
 def _product(values) -> int:
@@ -186,5 +187,10 @@ def cudaFuncSetCacheConfig(func, cache_config):
 
 @api
 def cudaFuncGetName(name_out, func):
-    check_out(name_out)
-    name_out[0] = _interned_name(registry.kernel(ptr(func)).name)
+    set_pointer(name_out, ptr(_interned_name(registry.kernel(ptr(func)).name)))
+
+
+@api
+def cudaGetFuncBySymbol(function_out, func):
+    """The driver's CUfunction of a kernel, for programs that mix in the driver API."""
+    set_pointer(function_out, function_layout(func)[0])

@@ -15,8 +15,8 @@ import ctypes
 from ..driver import memory as driver_memory
 from ..driver.memory import PITCH_ALIGNMENT, _check_stream
 from ._state import (
-    Code,
     CudaError,
+    E,
     api,
     check_out,
     driver_state,
@@ -77,7 +77,7 @@ def cudaMallocHost(host_ptr, size):
 @api
 def cudaHostAlloc(host_ptr, size, flags):
     if flags & ~CUDA_HOST_ALLOC_FLAGS:
-        raise CudaError(Code.INVALID_VALUE, f"unknown cudaHostAlloc flags 0x{flags:x}")
+        raise CudaError(E.cudaErrorInvalidValue, f"unknown cudaHostAlloc flags 0x{flags:x}")
     set_pointer(host_ptr, driver_memory._host_alloc(size, flags) if size else 0)
 
 
@@ -90,7 +90,7 @@ def cudaFreeHost(host_ptr):
 @api
 def cudaHostRegister(host_ptr, size, flags):
     if flags & ~CUDA_HOST_REGISTER_FLAGS:
-        raise CudaError(Code.INVALID_VALUE, f"unknown cudaHostRegister flags 0x{flags:x}")
+        raise CudaError(E.cudaErrorInvalidValue, f"unknown cudaHostRegister flags 0x{flags:x}")
     driver_memory.cuMemHostRegister_v2.__wrapped__(host_ptr, size, flags)
 
 
@@ -102,7 +102,7 @@ def cudaHostUnregister(host_ptr):
 @api
 def cudaHostGetDevicePointer(dev_ptr, host_ptr, flags):
     if flags != 0:
-        raise CudaError(Code.INVALID_VALUE, "flags must be 0")
+        raise CudaError(E.cudaErrorInvalidValue, "flags must be 0")
     set_pointer(dev_ptr, driver_memory._host_device_pointer(ptr(host_ptr)))
 
 
@@ -129,10 +129,10 @@ def _copy(dst: int, src: int, count: int, kind: int, queued: bool) -> None:
         driver_memory._copy_unified(dst, src, count, queued)
     elif kind == HOST_TO_HOST:
         if count and not (dst and src):
-            raise CudaError(Code.INVALID_VALUE, "NULL pointer in a host-to-host copy")
+            raise CudaError(E.cudaErrorInvalidValue, "NULL pointer in a host-to-host copy")
         ctypes.memmove(dst, src, count)
     else:
-        raise CudaError(Code.INVALID_MEMCPY_DIRECTION, f"unknown cudaMemcpyKind {kind}")
+        raise CudaError(E.cudaErrorInvalidMemcpyDirection, f"unknown cudaMemcpyKind {kind}")
 
 
 @api
@@ -151,7 +151,7 @@ def _sides(kind: int, dst: int, src: int) -> tuple[bool, bool]:
     if kind == DEFAULT:
         return driver_memory._is_device(dst), driver_memory._is_device(src)
     if kind not in (HOST_TO_HOST, HOST_TO_DEVICE, DEVICE_TO_HOST, DEVICE_TO_DEVICE):
-        raise CudaError(Code.INVALID_MEMCPY_DIRECTION, f"unknown cudaMemcpyKind {kind}")
+        raise CudaError(E.cudaErrorInvalidMemcpyDirection, f"unknown cudaMemcpyKind {kind}")
     return kind in (HOST_TO_DEVICE, DEVICE_TO_DEVICE), kind in (DEVICE_TO_HOST, DEVICE_TO_DEVICE)
 
 
@@ -184,20 +184,20 @@ def _symbol_range(symbol, count: int, offset: int) -> int:
     """The device address of `count` bytes at `offset` into a registered variable."""
     address, size = registry.variable(ptr(symbol))
     if offset + count > size:
-        raise CudaError(Code.INVALID_VALUE, f"{offset}+{count} bytes run past the {size}-byte "
+        raise CudaError(E.cudaErrorInvalidValue, f"{offset}+{count} bytes run past the {size}-byte "
                                             f"device variable")
     return address + offset
 
 
 def _to_symbol(symbol, src, count: int, offset: int, kind: int, queued: bool) -> None:
     if kind not in (HOST_TO_DEVICE, DEVICE_TO_DEVICE, DEFAULT):
-        raise CudaError(Code.INVALID_MEMCPY_DIRECTION, "a copy to a symbol goes to the device")
+        raise CudaError(E.cudaErrorInvalidMemcpyDirection, "a copy to a symbol goes to the device")
     _copy(_symbol_range(symbol, count, offset), ptr(src), count, kind, queued)
 
 
 def _from_symbol(dst, symbol, count: int, offset: int, kind: int, queued: bool) -> None:
     if kind not in (DEVICE_TO_HOST, DEVICE_TO_DEVICE, DEFAULT):
-        raise CudaError(Code.INVALID_MEMCPY_DIRECTION, "a copy from a symbol leaves the device")
+        raise CudaError(E.cudaErrorInvalidMemcpyDirection, "a copy from a symbol leaves the device")
     _copy(ptr(dst), _symbol_range(symbol, count, offset), count, kind, queued)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from vgpu.api.cudadefs import CUdevice_attribute
 
-from ._state import Code, CudaError, api, check_out, driver_state
+from ._state import CudaError, E, api, check_out, driver_state
 from .launch import function_layout
 
 __all__ = [
@@ -45,7 +45,7 @@ def max_active_blocks(layout, block_size: int, dynamic_shared: int) -> int:
     """Resident blocks per multiprocessor for `block_size` threads and `dynamic_shared`
     bytes of dynamic shared memory per block (0 when such a block cannot run at all)."""
     if block_size <= 0:
-        raise CudaError(Code.INVALID_VALUE, "block size must be positive")
+        raise CudaError(E.cudaErrorInvalidValue, "block size must be positive")
     warp = _device(A.CU_DEVICE_ATTRIBUTE_WARP_SIZE)
     warps = -(-block_size // warp)
     static_shared = layout.attributes.get("shared_size_bytes", 0)
@@ -83,7 +83,7 @@ def cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(num_blocks, func, blo
                                                            dynamic_shared, flags):
     check_out(num_blocks)
     if flags & ~CUDA_OCCUPANCY_FLAGS:
-        raise CudaError(Code.INVALID_VALUE, f"unknown occupancy flags 0x{flags:x}")
+        raise CudaError(E.cudaErrorInvalidValue, f"unknown occupancy flags 0x{flags:x}")
     num_blocks[0] = max_active_blocks(function_layout(func)[1], block_size, dynamic_shared)
 
 

@@ -31,8 +31,8 @@ from ..driver import module as driver_module
 from ..driver._state import Kind
 from ..fatbin import FatbinError, parse_fatbin, read_container_at, read_wrapper_at, require_ptx
 from ._state import (
-    Code,
     CudaError,
+    E,
     current_context,
     driver_state,
     ffi,
@@ -105,7 +105,7 @@ class Registry:
     def image(self, handle) -> RegisteredImage:
         image = self.images.get(ptr(handle))
         if image is None:
-            raise CudaError(Code.INVALID_RESOURCE_HANDLE, "unknown fatbin handle")
+            raise CudaError(E.cudaErrorInvalidResourceHandle, "unknown fatbin handle")
         return image
 
     def new_kernel_handle(self) -> int:
@@ -117,7 +117,7 @@ class Registry:
         """The kernel a host stub address or a cudaKernel_t names."""
         kernel = self.kernels_by_host.get(func) or self.kernels_by_handle.get(func)
         if kernel is None:
-            raise CudaError(Code.INVALID_DEVICE_FUNCTION,
+            raise CudaError(E.cudaErrorInvalidDeviceFunction,
                             f"0x{func:x} is not a registered kernel")
         return kernel
 
@@ -130,7 +130,7 @@ class Registry:
         try:
             function = driver_module._function_for(module, kernel.name)
         except CudaError:
-            raise CudaError(Code.INVALID_DEVICE_FUNCTION,
+            raise CudaError(E.cudaErrorInvalidDeviceFunction,
                             f"kernel {kernel.name!r} is not in its image") from None
         kernel.functions[context] = function
         return function
@@ -140,14 +140,14 @@ class Registry:
         address, loading its image on first use."""
         variable = self.variables_by_host.get(host_variable)
         if variable is None:
-            raise CudaError(Code.INVALID_SYMBOL,
+            raise CudaError(E.cudaErrorInvalidSymbol,
                             f"0x{host_variable:x} is not a registered device variable")
         module = self.module(variable.image, current_context(),
                              f"device variable {variable.name!r}")
         try:
             address, size = driver_module._global(module, variable.name)
         except CudaError:
-            raise CudaError(Code.INVALID_SYMBOL,
+            raise CudaError(E.cudaErrorInvalidSymbol,
                             f"device variable {variable.name!r} is not in its image") from None
         return address, size
 
@@ -163,7 +163,7 @@ class Registry:
             try:
                 data = _loadable_image(image.wrapper)
             except FatbinError as exc:
-                image.failure = (Code.NO_KERNEL_IMAGE_FOR_DEVICE, str(exc))
+                image.failure = (E.cudaErrorNoKernelImageForDevice, str(exc))
                 raise CudaError(*image.failure) from None
             module = driver_module._load(data, context)
         except CudaError as exc:
@@ -249,15 +249,16 @@ def _registration(default):
     return wrap
 
 
-@_registration(default=ffi.NULL)
+@_registration(default=0)
 def __cudaRegisterFatBinary(fat_cubin):
+    """Returns the handle (a `void **`) the program passes to the other registration calls."""
     wrapper = ptr(fat_cubin)
     if not wrapper:
-        raise CudaError(Code.INVALID_VALUE, "the fatbin wrapper pointer is NULL")
+        raise CudaError(E.cudaErrorInvalidValue, "the fatbin wrapper pointer is NULL")
     cell = ffi.new("void *[1]")
     cell[0] = ffi.cast("void *", wrapper)  # NVIDIA's handle leads to the wrapper too
     registry.images[ptr(cell)] = RegisteredImage(wrapper, cell)
-    return cell
+    return ptr(cell)
 
 
 @_registration(default=None)
@@ -297,7 +298,7 @@ def __cudaRegisterManagedVar(handle, host_variable_pointer, device_address, devi
                              size, constant, is_global):
     image = registry.image(handle)
     name = ffi.string(device_name).decode()
-    image.failure = (Code.NOT_SUPPORTED,
+    image.failure = (E.cudaErrorNotSupported,
                      f"__managed__ variable {name!r}: vgpu does not support managed memory; "
                      f"use cudaMalloc and explicit copies instead")
     # Said now: host code reading the variable would crash before any call could fail.

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from ..driver import stream as driver_stream
 from ..driver.memory import _check_stream
-from ._state import Code, CudaError, api, check_out, ffi, runtime, set_pointer
-from .error_table import DRIVER_TO_RUNTIME
+from ._state import DRIVER_TO_RUNTIME, CudaError, E, api, check_out, ffi, runtime, set_pointer
 
 __all__ = [
     "cudaStreamCreate", "cudaStreamCreateWithFlags", "cudaStreamCreateWithPriority",
@@ -88,7 +87,7 @@ def cudaStreamIsCapturing(stream, status):
 @api
 def cudaStreamAddCallback(stream, callback, user_data, flags):
     if flags != 0:
-        raise CudaError(Code.INVALID_VALUE, "flags must be 0")
+        raise CudaError(E.cudaErrorInvalidValue, "flags must be 0")
     handle = _check_stream(stream)
     try:
         driver_stream._synchronize()
@@ -126,7 +125,7 @@ def cudaEventRecord(event, stream):
 @api
 def cudaEventRecordWithFlags(event, stream, flags):
     if flags & ~CUDA_EVENT_RECORD_EXTERNAL:
-        raise CudaError(Code.INVALID_VALUE, f"unknown event record flags 0x{flags:x}")
+        raise CudaError(E.cudaErrorInvalidValue, f"unknown event record flags 0x{flags:x}")
     driver_stream.cuEventRecord.__wrapped__(event, stream)
 
 

@@ -119,7 +119,9 @@ __global__ void branches(const int* in, int* out, int n) {
     out[i] = r;
 }
 struct Pair { int a; float b; };
-__device__ __noinline__ Pair make_pair(int a, float b) { Pair p; p.a = a * 2; p.b = b + 1.0f; return p; }
+__device__ __noinline__ Pair make_pair(int a, float b) {
+    Pair p; p.a = a * 2; p.b = b + 1.0f; return p;
+}
 __device__ __noinline__ int clamp_add(int x, int y, int lo, int hi) {
     int s = x + y;
     if (s < lo) return lo;
@@ -199,7 +201,11 @@ __global__ void atomics(int* i32, unsigned* u32, unsigned long long* u64, float*
     atomicAdd(&f64[0], 0.25);
     unsigned* as_bits = (unsigned*)&f32[1];
     unsigned old = *as_bits, assumed;
-    do { assumed = old; old = atomicCAS(as_bits, assumed, __float_as_uint(fmaxf(__uint_as_float(assumed), (float)t))); } while (old != assumed);
+    do {
+        assumed = old;
+        float bigger = fmaxf(__uint_as_float(assumed), (float)t);
+        old = atomicCAS(as_bits, assumed, __float_as_uint(bigger));
+    } while (old != assumed);
 }
 __global__ void block_votes(int* out) {
     int t = threadIdx.x;
@@ -218,7 +224,8 @@ __global__ void early_exit_barrier(int* out, int limit) {
 }
 __global__ void grid_stride_sum(const double* x, double* out, int n) {
     double acc = 0;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) acc += x[i];
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        acc += x[i];
     atomicAdd(out, acc);
 }
 }
@@ -303,7 +310,8 @@ def test_shuffles(device, mod):
     np.testing.assert_array_equal(xr, x[base + (lane ^ 5)])
     np.testing.assert_array_equal(bc, x[base + 7])
     seg = lane % 8
-    np.testing.assert_array_equal(sub, np.where(seg + 2 < 8, x[np.minimum(np.arange(64) + 2, 63)], x))
+    below = x[np.minimum(np.arange(64) + 2, 63)]
+    np.testing.assert_array_equal(sub, np.where(seg + 2 < 8, below, x))
 
 
 def test_votes_and_ballot(device, mod):

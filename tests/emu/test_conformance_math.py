@@ -46,7 +46,8 @@ __global__ void fast_math(const float* x, float* out, int n) {
     out[4 * i + 2] = __logf(v);
     out[4 * i + 3] = __fdividef(v, 7.0f);
 }
-__global__ void rounding_intrinsics(const float* a, const float* b, float* out, int* iout, int n) {
+__global__ void rounding_intrinsics(const float* a, const float* b, float* out, int* iout,
+                                    int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float x = a[i], y = b[i];
@@ -89,11 +90,13 @@ __global__ void int_intrinsics(const unsigned* a, const unsigned* b, unsigned* o
     out[10 * i + 4] = __funnelshift_l(x, y, i);
     out[10 * i + 5] = __funnelshift_r(x, y, i);
     out[10 * i + 6] = __umulhi(x, y);
-    out[10 * i + 7] = (unsigned)(__umul64hi(((unsigned long long)x << 32) | y, 0x9E3779B97F4A7C15ull) >> 7);
+    unsigned long long xy = ((unsigned long long)x << 32) | y;
+    out[10 * i + 7] = (unsigned)(__umul64hi(xy, 0x9E3779B97F4A7C15ull) >> 7);
     out[10 * i + 8] = __ffs(x) + __popcll(((unsigned long long)y << 32) | x);
     out[10 * i + 9] = __sad(x, y, 3u) + __usad(y, x, 5u);
 }
-__global__ void int_division(const int* a, const int* b, int* q, int* r, unsigned* uq, unsigned* ur, int n) {
+__global__ void int_division(const int* a, const int* b, int* q, int* r, unsigned* uq,
+                             unsigned* ur, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     q[i] = a[i] / b[i];
@@ -101,7 +104,8 @@ __global__ void int_division(const int* a, const int* b, int* q, int* r, unsigne
     uq[i] = (unsigned)a[i] / (unsigned)b[i];
     ur[i] = (unsigned)a[i] % (unsigned)b[i];
 }
-__global__ void conversions(const double* x, long long* ll, unsigned long long* ull, float* f, double* back, int n) {
+__global__ void conversions(const double* x, long long* ll, unsigned long long* ull, float* f,
+                            double* back, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     ll[i] = (long long)x[i];

@@ -139,7 +139,10 @@ def _round_exact(exact: Fraction, mode: str, dtype) -> float:
     biggest = Fraction(float(info.max))
     if exact == 0:
         return dtype(0.0)
-    guess = dtype(float(exact)) if abs(exact) <= 2 * biggest else dtype(np.inf)
+    try:
+        guess = dtype(float(exact))
+    except OverflowError:
+        guess = dtype(np.inf)
     if abs(exact) > biggest:
         lower, upper = (dtype(info.max), dtype(np.inf)) if exact > 0 else \
             (dtype(-np.inf), dtype(-info.max))

@@ -12,10 +12,14 @@ from vgpu.server.emu import LaunchError
 # (format, C argument list): the same calls run on the device and in a host C program.
 CALLS = [
     ('"int %d %i %5d|%-5d|%05d %+d\\n"', "t, -t, t * 7, t, t, t"),
-    ('"unsigned %u %x %X %o %#x %#o %08x\\n"', "(unsigned)(t - 2), 255u + t, 48879u, 8u + t, 255u, 8u, t"),
-    ('"long %ld %lld %lu %llu %lx\\n"', "-(long)t * 3000000000L, 1LL << 40, 5000000000UL, ~0ULL, 0xabcdef12345UL"),
-    ('"float %f %.2f %10.3f %e %.3E %g %G %g\\n"', "1.5 * t, 3.14159, -2.5, 12345.678, 0.000123, 0.0001, 1e20, 100000.0"),
-    ('"char %c%c %s [%8s] [%-6s] %.2s\\n"', "'A' + t, 'z', \"str\", \"right\", \"left\", \"truncate\""),
+    ('"unsigned %u %x %X %o %#x %#o %08x\\n"',
+     "(unsigned)(t - 2), 255u + t, 48879u, 8u + t, 255u, 8u, t"),
+    ('"long %ld %lld %lu %llu %lx\\n"',
+     "-(long)t * 3000000000L, 1LL << 40, 5000000000UL, ~0ULL, 0xabcdef12345UL"),
+    ('"float %f %.2f %10.3f %e %.3E %g %G %g\\n"',
+     "1.5 * t, 3.14159, -2.5, 12345.678, 0.000123, 0.0001, 1e20, 100000.0"),
+    ('"char %c%c %s [%8s] [%-6s] %.2s\\n"',
+     "'A' + t, 'z', \"str\", \"right\", \"left\", \"truncate\""),
     ('"percent 100%% width %*d prec %.*f\\n"', "6, t, 3, 2.0 / 3.0"),
     ('"short %hd %hu %hhd\\n"', "(short)-2, (unsigned short)65535, (signed char)-1"),
 ]

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from test_instructions import _directed
 
 SETTINGS = settings(max_examples=60, deadline=None)

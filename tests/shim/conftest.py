@@ -42,7 +42,7 @@ def shim_program(toolkit, cuda_include, shim_dir) -> Callable[[str], Path]:
 
     def build(source: str) -> Path:
         return toolkit.c_program(source, flags=[f"-I{cuda_include}", f"-L{shim_dir}", "-lcuda",
-                                                "-ldl"])
+                                                "-ldl", "-pthread"])
 
     return build
 

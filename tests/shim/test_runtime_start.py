@@ -88,3 +88,51 @@ def test_python_application_of_another_version(shim_dir):
     assert line.startswith(FAILURE_LINE) and line.endswith(FAILURE_END)
     built = f"{sys.version_info.major}.{sys.version_info.minor}"
     assert f"the shim was built for Python {built} but this process runs Python 3." in line
+
+
+def test_cuda_python_application(shim_dir):
+    """cuda-python in this interpreter: it resolves every function through cuGetProcAddress,
+    and the shim's runtime starts inside the application's own Python."""
+    script = ("from cuda.bindings import driver\n"
+              "err, version = driver.cuDriverGetVersion()\n"
+              "print(int(err), version, int(driver.cuArrayDestroy(driver.CUarray(0))[0]))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VGPU_"))}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=60, env={**env, "LD_LIBRARY_PATH": str(shim_dir)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0", "13000", "801"]
+    assert "vgpu: cuArrayDestroy is not implemented (CUDA_ERROR_NOT_SUPPORTED)" in result.stderr
+
+
+THREADS = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <cuda.h>
+
+static void *first_call(void *result)
+{
+    int version = 0;
+    *(int *)result = cuDriverGetVersion(&version) == CUDA_SUCCESS && version == 13000;
+    return NULL;
+}
+
+int main(void)
+{
+    pthread_t threads[8];
+    int ok[8], all = 1;
+    for (int i = 0; i < 8; i++)
+        pthread_create(&threads[i], NULL, first_call, &ok[i]);
+    for (int i = 0; i < 8; i++) {
+        pthread_join(threads[i], NULL);
+        all &= ok[i];
+    }
+    printf("%d\n", all);
+    return 0;
+}
+"""
+
+
+def test_first_calls_from_many_threads_at_once(shim_program, run_program):
+    result = run_program(shim_program(THREADS))  # the runtime starts once, nobody waits forever
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1"]

@@ -45,9 +45,10 @@ HEADERS = ("vdpau/vdpau.h", "cuda_runtime_api.h", "cuda_profiler_api.h", "cuda_g
 SOURCE = "".join(f"#include <{header}>\n" for header in HEADERS)
 
 # The entry points of nvcc's generated host code, with their real prototypes (C++ headers
-# declare them `extern "C"`). Three exports appear in no header at all; their parameters are
-# unknown, and a function declared without any can be called with any: they answer
-# cudaErrorNotSupported.
+# declare them `extern "C"`), except that `hostFun`, the address of the host stub, is a
+# `const void *` rather than a `const char *` (the same ABI), so no one reads it as text.
+# Three exports appear in no header at all; their parameters are unknown, and a function
+# declared without any can be called with any: they answer cudaErrorNotSupported.
 PRIVATE_DECLARATIONS = """
 void **__cudaRegisterFatBinary(void *fatCubin);
 void __cudaRegisterFatBinaryEnd(void **fatCubinHandle);
@@ -58,7 +59,7 @@ void __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVarPtrAddress,
                               char *deviceAddress, const char *deviceName, int ext, size_t size,
                               int constant, int global);
 char __cudaInitModule(void **fatCubinHandle);
-void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun,
+void __cudaRegisterFunction(void **fatCubinHandle, const void *hostFun, char *deviceFun,
                             const char *deviceName, int thread_limit, uint3 *tid, uint3 *bid,
                             dim3 *bDim, dim3 *gDim, int *wSize);
 unsigned int __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem,
@@ -117,6 +118,9 @@ def _read(include: Path, dirs: list[Path], symbol_versions: dict[str, str]) -> R
         return decls, raw, attributed
 
     public, raw_types, attributed = declarations(PUBLIC_DEFINES)
+    # C keeps the alignments (they are ABI) but not the deprecations: cffi's layout checks
+    # touch every type, and each deprecated one would warn at every build.
+    raw_types = re.sub(r'__attribute__\(\(deprecated\("[^"]*"\)\)\)\s*', "", raw_types)
     per_thread, _, _ = declarations(PER_THREAD_DEFINES)
     private = parse_declarations(PRIVATE_DECLARATIONS, prelude=FOREIGN_TYPES + render(public.types))
     found = {**per_thread.prototypes, **public.prototypes, **private.prototypes}

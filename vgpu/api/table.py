@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from vgpu.api.generated import driver_table
+from vgpu.api.generated import driver_table, runtime_table
 from vgpu.api.proc_address import ProcAddressEntry
 
 __all__ = ["ApiParam", "ApiFunction", "ProcAddressEntry", "driver_functions",
-           "driver_proc_address"]
+           "driver_proc_address", "runtime_functions"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,12 +36,22 @@ class ApiFunction:
     params: tuple[ApiParam, ...]
 
 
+def _functions(rows: tuple) -> tuple[ApiFunction, ...]:
+    return tuple(
+        ApiFunction(fn_id, symbol, base, restype, tuple(ApiParam(*param) for param in params))
+        for fn_id, (symbol, base, restype, params) in enumerate(rows))
+
+
 @cache
 def driver_functions() -> tuple[ApiFunction, ...]:
     """Every symbol libcuda.so.1 exports, indexed by fn_id."""
-    return tuple(
-        ApiFunction(fn_id, symbol, base, restype, tuple(ApiParam(*param) for param in params))
-        for fn_id, (symbol, base, restype, params) in enumerate(driver_table.FUNCTIONS))
+    return _functions(driver_table.FUNCTIONS)
+
+
+@cache
+def runtime_functions() -> tuple[ApiFunction, ...]:
+    """Every symbol libcudart.so.13 exports (NVIDIA's set), indexed by fn_id."""
+    return _functions(runtime_table.FUNCTIONS)
 
 
 @cache

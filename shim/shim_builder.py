@@ -1,0 +1,106 @@
+"""What the shims' cffi builders share (build_driver.py, build_runtime.py load this file).
+
+Each shim is a cffi *embedding* module: a program that loads it as its CUDA library gets a
+Python runtime started on its first call. Its C is generated stubs and tables (from NVIDIA's
+headers, shim/generated/) plus hand-written C (shim/c/): the runtime start, the dispatch.
+Building needs only gcc, Python's headers and cffi.
+
+The interpreter running the build is recorded in the library: a C program starts that
+interpreter (its prefix and site-packages), whatever PATH says, and the shim refuses to run
+inside a Python of another major.minor version.
+"""
+
+import json
+import os
+import sys
+import sysconfig
+from pathlib import Path
+
+import cffi
+
+SHIM_DIR = Path(__file__).resolve().parent
+GENERATED = SHIM_DIR / "generated"
+C_DIR = SHIM_DIR / "c"
+
+# Runs inside the process that loaded the shim, when the C layer first starts cffi. It must
+# never raise (cffi would print a traceback and answer 0, which is CUDA_SUCCESS): failures go
+# back to C as text, and C prints the one line. `vgpu` normally imports from the recorded
+# interpreter's environment; a foreign Python application (same version) may lack it on its
+# path, so the directories it was installed into are added then.
+INIT_CODE = """
+import sys
+
+_module = sys.modules[{module!r}]
+
+
+@_module.ffi.def_extern(error=0)
+def vgpu_py_boot(error, size):
+    try:
+        try:
+            from vgpu.shim import dispatch
+        except ImportError:
+            import site
+            for path in {site_dirs!r}:
+                site.addsitedir(path)
+            from vgpu.shim import dispatch
+        dispatch.{boot}(_module.ffi, _module.lib)
+        return 1
+    except BaseException as exc:
+        text = f"{{type(exc).__name__}}: {{exc}}".encode("utf-8", "replace")[: size - 1]
+        _module.ffi.memmove(error, text + b"\\0", len(text) + 1)
+        return 0
+"""
+
+# Declarations cffi exposes to Python (`ffi`, `lib`) besides the API's types.
+CDEF = """
+extern "Python+C" int vgpu_py_boot(char *error, size_t size);
+extern "Python+C" int vgpu_py_dispatch(int fn_id, void **args, void *result);
+void *vgpu_{prefix}_entry(int fn_id);
+const char *vgpu_{prefix}_symbol_name(int fn_id);
+"""
+
+# The module's own C: cffi_start_python() is static to this file, the other C files reach
+# it through this wrapper.
+PREAMBLE = """
+#include "{prefix}_shim.h"
+
+int vgpu_cffi_start(void) {{ return cffi_start_python(); }}
+"""
+
+
+def _relative(path: Path) -> str:
+    """setuptools wants sources relative to setup.py's directory, the build's cwd."""
+    return os.path.relpath(path)
+
+
+def _site_dirs() -> list[str]:
+    paths = sysconfig.get_paths()
+    return list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
+
+
+def make_ffibuilder(*, library: str, soname: str, prefix: str, cdef_header: str,
+                    sources: list[str]) -> cffi.FFI:
+    """The builder of `vgpu.shim._<library>`: `prefix` names its C (`driver_shim.h`,
+    `vgpu_driver_dispatch`), `sources` are its C files besides the common ones."""
+    module = f"vgpu.shim._{library}"
+    builder = cffi.FFI()
+    builder.cdef((GENERATED / cdef_header).read_text() + CDEF.format(prefix=prefix))
+    builder.embedding_init_code(INIT_CODE.format(module=module, site_dirs=_site_dirs(),
+                                                 boot=f"boot_{prefix}"))
+    builder.set_source(
+        module,
+        PREAMBLE.format(prefix=prefix),
+        sources=[_relative(SHIM_DIR / source) for source in [*sources, "c/embedded_python.c"]],
+        include_dirs=[_relative(GENERATED), _relative(C_DIR)],
+        define_macros=[("VGPU_PYTHON_EXECUTABLE", json.dumps(sys.executable))],
+        # Embedding: the library starts Python itself, so it links libpython (cffi adds this
+        # only to its own compile(), not to setuptools builds), and finds it wherever this
+        # Python lives.
+        libraries=[f"python{sysconfig.get_config_var('LDVERSION')}"],
+        extra_link_args=[f"-Wl,-soname,{soname}",
+                         f"-Wl,--version-script={_relative(GENERATED / f'{library}.map')}",
+                         f"-Wl,-rpath,{sysconfig.get_config_var('LIBDIR')}"],
+        # Bound to this Python version (it embeds it): abi3 would be a false claim.
+        py_limited_api=False,
+    )
+    return builder

@@ -1,0 +1,140 @@
+"""DeviceMemory: the emu backend's sparse device memory."""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+import pytest
+
+from vgpu.server.emu import DeviceMemory, IllegalAddress
+
+BASE = 0x7F00_0000_0000
+
+
+@pytest.fixture
+def memory() -> DeviceMemory:
+    m = DeviceMemory()
+    m.map(BASE, 4096)
+    m.map(BASE + 8192, 256)
+    return m
+
+
+def test_new_allocations_are_zero_filled(memory):
+    assert memory.read(BASE, 16) == bytes(16)
+
+
+def test_read_write_roundtrip(memory):
+    memory.write(BASE + 10, b"hello")
+    assert memory.read(BASE + 8, 9) == b"\0\0hello\0\0"
+    memory.write(BASE + 100, memoryview(np.arange(4, dtype=np.uint32)))
+    assert np.frombuffer(memory.read(BASE + 100, 16), np.uint32).tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("address,size", [(BASE - 1, 1), (BASE + 4095, 2), (BASE + 4096, 1),
+                                          (BASE + 4000, 8192), (0, 4), (BASE + 8192 + 250, 7)])
+def test_accesses_must_lie_inside_one_allocation(memory, address, size):
+    with pytest.raises(IllegalAddress) as info:
+        memory.read(address, size)
+    assert (info.value.address, info.value.size) == (address, size)
+    with pytest.raises(IllegalAddress):
+        memory.write(address, bytes(size))
+    with pytest.raises(IllegalAddress):
+        memory.view(address, size)
+
+
+def test_view_is_zero_copy_and_writable(memory):
+    view = memory.view(BASE + 64, 8)
+    view[:] = b"ABCDEFGH"
+    assert memory.read(BASE + 64, 8) == b"ABCDEFGH"
+
+
+@pytest.mark.parametrize("pattern", [b"\xab", b"\x01\x02", b"\x01\x02\x03\x04"])
+def test_fill(memory, pattern):
+    memory.fill(BASE + 4, pattern, 10)
+    assert memory.read(BASE + 4, 10 * len(pattern)) == pattern * 10
+    assert memory.read(BASE, 4) == bytes(4)
+    assert memory.read(BASE + 4 + 10 * len(pattern), 4) == bytes(4)
+
+
+def test_fill_checks_bounds_and_pattern(memory):
+    with pytest.raises(IllegalAddress):
+        memory.fill(BASE + 4000, b"\0\0\0\0", 100)
+    with pytest.raises(ValueError):
+        memory.fill(BASE, b"\0\0\0", 1)
+
+
+def test_copy_within_and_between_allocations(memory):
+    memory.write(BASE, bytes(range(32)))
+    memory.copy(BASE + 8192, BASE, 32)
+    assert memory.read(BASE + 8192, 32) == bytes(range(32))
+    memory.copy(BASE + 4, BASE, 16)   # overlapping
+    assert memory.read(BASE + 4, 16) == bytes(range(16))
+    with pytest.raises(IllegalAddress):
+        memory.copy(BASE + 8192, BASE, 300)
+
+
+def test_find(memory):
+    assert memory.find(BASE) == (BASE, 4096)
+    assert memory.find(BASE + 4095) == (BASE, 4096)
+    assert memory.find(BASE + 4096) is None
+    assert memory.find(BASE + 8200) == (BASE + 8192, 256)
+
+
+def test_map_rejects_overlaps_and_windows(memory):
+    with pytest.raises(ValueError):
+        memory.map(BASE + 4000, 200)
+    with pytest.raises(ValueError):
+        memory.map(BASE - 100, 200)
+    with pytest.raises(ValueError):
+        memory.map(0xF000_0000_0000_0000, 16)
+    with pytest.raises(ValueError):
+        memory.map(BASE + 100_000, 0)
+
+
+def test_unmap(memory):
+    memory.unmap(BASE)
+    assert memory.find(BASE) is None
+    with pytest.raises(IllegalAddress):
+        memory.read(BASE, 1)
+    with pytest.raises(IllegalAddress):
+        memory.unmap(BASE)
+    memory.map(BASE, 16)
+    assert memory.read(BASE, 16) == bytes(16)
+
+
+def test_backing_buffer_is_shared():
+    segment = mmap.mmap(-1, 4096)
+    memory = DeviceMemory()
+    memory.map(BASE, 4096, backing=memoryview(segment))
+    memory.write(BASE + 1, b"xyz")
+    assert segment[1:4] == b"xyz"
+    segment[100:102] = b"ok"
+    assert memory.read(BASE + 100, 2) == b"ok"
+    with pytest.raises(ValueError):
+        memory.map(BASE + 8192, 16, backing=memoryview(b"read-only buffer"))
+
+
+def test_gather_scatter_fast_path_and_across_allocations(memory):
+    memory.write(BASE, np.arange(1024, dtype=np.uint32).tobytes())
+    addrs = BASE + 4 * np.array([5, 0, 1023, 7], np.uint64)
+    assert memory.gather(addrs, np.uint32).tolist() == [5, 0, 1023, 7]
+    memory.write(BASE + 8192, np.arange(64, dtype=np.uint32).tobytes() * 1)
+    mixed = np.array([BASE + 8, BASE + 8192 + 12, BASE + 16], np.uint64)
+    assert memory.gather(mixed, np.uint32).tolist() == [2, 3, 4]
+    memory.scatter(mixed, np.array([70, 80, 90], np.uint32))
+    assert memory.gather(mixed, np.uint32).tolist() == [70, 80, 90]
+    pairs = memory.gather(np.array([BASE, BASE + 8192], np.uint64), np.uint32, count=2)
+    assert pairs.tolist() == [[0, 1], [0, 1]]
+
+
+def test_gather_unaligned_and_out_of_bounds_lanes(memory):
+    memory.write(BASE, bytes(range(64)))
+    got = memory.gather(np.array([BASE + 1, BASE + 3], np.uint64), np.uint16)
+    assert got.tolist() == [0x0201, 0x0403]
+    with pytest.raises(IllegalAddress) as info:
+        memory.gather(np.array([BASE, BASE + 4094, BASE + 8], np.uint64), np.uint32)
+    assert info.value.index == 1 and info.value.address == BASE + 4094
+    with pytest.raises(IllegalAddress) as info:
+        memory.scatter(np.array([BASE, BASE + 5000], np.uint64), np.zeros(2, np.uint32))
+    assert info.value.index == 1
