@@ -14,7 +14,10 @@ where their paths join (the join point is after both sides in the code layout, a
 inside a call sort before lanes waiting after it), and handles any control flow: loops with
 per-thread trip counts, early exits, returns from device functions. A group that reaches a
 barrier waits there until no other group can run; then every waiting group is released
-(threads that exited count as arrived, as on the GPU).
+(threads that exited count as arrived, as on the GPU). A group that runs the same block
+`FAIRNESS_STREAK` times in a row while others wait (a spin loop, such as a lock whose holder
+is among the waiting lanes) yields one step to the next group, so such loops finish as
+they do under Volta's independent thread scheduling.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ __all__ = ["CHUNK_STATE_BYTES", "LANES_PER_CHUNK", "LaunchResult", "launch"]
 LANES_PER_CHUNK = 1 << 16
 # Bytes of per-lane state (registers at 8 bytes each, local memory) one chunk may hold.
 CHUNK_STATE_BYTES = 96 << 20
+# Consecutive runs of one group, while others wait, before another group gets a turn.
+FAIRNESS_STREAK = 64
 MAX_THREADS_PER_BLOCK = 1024
 MAX_SHARED_PER_BLOCK = 227 * 1024   # what an sm_90 block may opt in to
 MAX_GRID = (2**31 - 1, 65535, 65535)
@@ -162,6 +167,8 @@ def _run(program, kernel, state: State) -> None:
     ctx = state.ctx
     groups: dict[tuple, object] = {(kernel.entry_pc,): None}
     waiting: dict[tuple, tuple] = {}
+    last_key: tuple = ()
+    streak = 0
 
     def push(key, lanes) -> None:
         if lanes is not None and len(lanes) == 0:
@@ -181,7 +188,18 @@ def _run(program, kernel, state: State) -> None:
             key, lanes = groups.popitem()
         else:
             key = min(groups)
+            if key == last_key:
+                streak += 1
+                if streak >= FAIRNESS_STREAK:
+                    # The same lanes keep looping while others wait: maybe a spin-wait on
+                    # something the waiting lanes will do (a lock). Let the next group
+                    # run one block, as independent thread scheduling would.
+                    key = min(k for k in groups if k != last_key)
+                    streak = 0
+            else:
+                streak = 0
             lanes = groups.pop(key)
+        last_key = key
         block = blocks[key[-1]]
         ops = block.ops
         ctx.clock += len(ops) + 1

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import float_rounding as fr
 from .isa import CompileContext, opcode
 from .memory import typed_elements
 from .operands import reader, writer
+from .ops_float import half_op
+from .ptx_types import TYPES
 from .ops_memory import address_reader, memory_modifiers
 from .spaces import locate
 from .state import lane_count
@@ -24,9 +27,15 @@ __all__ = ["ordered_update"]
 _HEAVY = 16  # lanes per address above which one address is updated with accumulate
 
 
+_HALF_ADD = {name: half_op(TYPES[name], "rn", fr.exact_add)
+             for name in ("f16", "bf16", "f16x2", "bf16x2")}
+
+
 def _apply(op: str, old, b, c):
     if op == "add":
         return old + b
+    if op.startswith("add."):   # half-precision add on the bit patterns
+        return _HALF_ADD[op[4:]](old, b).astype(old.dtype)
     if op == "exch":
         return np.broadcast_to(b, np.shape(old)).astype(old.dtype)
     if op == "and":
@@ -62,7 +71,7 @@ def _sequence(op: str, start, b, c, count: int, dtype):
         b = np.asarray(b, dtype)
         return np.concatenate([np.array([start], dtype), b[:-1]]), b[-1]
     uniform = np.all(b == b[0]) and (c is None or np.all(c == c[0]))
-    if uniform:
+    if uniform and op in ("inc", "dec", "cas"):
         return _closed_form(op, int(start), int(b[0]), None if c is None else c[0], count,
                             dtype)
     old = np.empty(count, dtype)
@@ -158,10 +167,13 @@ def _atom(instr, ctx: CompileContext):
     op = mods.take(*_TYPES_BY_OP)
     if op is None:
         raise ctx.error("missing atomic operation")
-    mods.take("noftz")
-    ptype = mods.type(_TYPES_BY_OP[op] | ({"u32", "s32", "u64", "s64", "f32"}
-                                          if op == "exch" else set()))
+    noftz = mods.has("noftz")
+    halves = {"f16", "bf16", "f16x2", "bf16x2"} if op == "add" and noftz else set()
+    ptype = mods.type(_TYPES_BY_OP[op] | halves | ({"u32", "s32", "u64", "s64", "f32"}
+                                                   if op == "exch" else set()))
     mods.done()
+    if ptype.name in halves:
+        op = f"add.{ptype.name}"
     is_red = instr.opcode == "red"
     operand_count = (2 if is_red else 3) + (op == "cas") + hint
     ctx.operand_count(operand_count)

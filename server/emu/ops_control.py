@@ -179,7 +179,7 @@ def _bar_red(instr, ctx: CompileContext, mods: Modifiers):
     return ctx.control("bar", arrive=arrive, release=release)
 
 
-@opcode("membar", "fence", "nanosleep", "pmevent", "griddepcontrol")
+@opcode("membar", "fence", "nanosleep", "pmevent", "griddepcontrol", "brkpt")
 def _no_effect(instr, ctx: CompileContext):
     if instr.opcode == "nanosleep":
         mods = Modifiers(ctx)

@@ -22,7 +22,7 @@ from .isa import CompileContext, Modifiers, opcode
 from .ops_common import elementwise
 from .ptx_types import TYPES, PtxType
 
-__all__: list[str] = []
+__all__ = ["flush", "half_op", "saturate"]
 
 _F32_TINY = np.float32(np.finfo(np.float32).tiny)
 _ROUNDING = ("rn", "rz", "rm", "rp")
@@ -67,7 +67,7 @@ def _half_codec(ptype: PtxType, mode: str):
     return fr.f16_bits_to_f64, lambda v: fr.f64_to_f16_bits(v, mode)
 
 
-def _half_op(ptype: PtxType, mode: str, exact_fn):
+def half_op(ptype: PtxType, mode: str, exact_fn):
     """Lift `exact_fn(*float64) -> (value, error sign)` to (packed) half lanes."""
     decode, encode = _half_codec(ptype, mode)
 
@@ -120,7 +120,7 @@ def _add_sub_mul(instr, ctx: CompileContext):
             return fr.exact_add(a, -np.asarray(b, np.float64))
         native = np.subtract
     if ptype.name in _HALF:
-        fn = _half_op(ptype, mode, exact)
+        fn = half_op(ptype, mode, exact)
         if sat:
             inner = fn
             decode, encode = _half_codec(ptype, "rn")
@@ -163,7 +163,7 @@ def _fma(instr, ctx: CompileContext):
         raise ctx.error("a rounding modifier is required")
     mode = mode or "rn"  # mad.f32 without rounding is fused on sm_20 and later
     if ptype.name in _HALF:
-        fn = _half_op(ptype, mode, fr.exact_fma)
+        fn = half_op(ptype, mode, fr.exact_fma)
         if sat:
             decode, encode = _half_codec(ptype, "rn")
             fn = _half_sat(ptype, fn, decode, encode)
@@ -250,7 +250,7 @@ def _approx(instr, ctx: CompileContext):
     if ptype.name in _HALF:
         if instr.opcode not in ("ex2", "tanh"):
             raise ctx.error(f"{instr.opcode} has no .{ptype.name} form")
-        return elementwise(ctx, ptype, [ptype], _half_op(ptype, "rn", lambda x: (fn(x), 0.0)))
+        return elementwise(ctx, ptype, [ptype], half_op(ptype, "rn", lambda x: (fn(x), 0.0)))
     return elementwise(ctx, ptype, [ptype],
                        _finish_f32(_via_f64(fn, ptype.dtype), ftz and ptype.name == "f32",
                                    False))

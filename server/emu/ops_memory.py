@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .address_space import GENERIC_LOCAL_BASE, GENERIC_PARAM_BASE, GENERIC_SHARED_BASE
-from .ir import Address, Sink, Symbol, Vector
+from .ir import Address, Immediate, Sink, Symbol, Vector
 from .isa import CompileContext, Modifiers, opcode
 from .operands import converter, reader, symbol_address, writer
 from .ptx_types import TYPES
@@ -164,6 +164,51 @@ def _st(instr, ctx: CompileContext):
             for j, read in enumerate(reads):
                 values[:, j] = read(state, lanes)
         store(state, where, address(state, lanes), values, lanes)
+    return ctx.op(run)
+
+
+@opcode("cp")
+def _cp_async(instr, ctx: CompileContext):
+    """cp.async: an asynchronous global->shared copy, done at once (commit/wait are then
+    no-ops). A source size below the copy size zero-fills the rest, as PTX specifies."""
+    mods = Modifiers(ctx)
+    if not mods.has("async"):
+        raise ctx.error("only cp.async is supported")
+    kind = mods.take("commit_group", "wait_group", "wait_all", "ca", "cg")
+    if kind in ("commit_group", "wait_group", "wait_all"):
+        mods.take("bulk")
+        mods.done()
+        return ctx.op(lambda state, lanes: None)
+    for flag in list(mods.flags):
+        if flag.startswith(("L2::", "shared", "global")):
+            mods.flags.remove(flag)
+    mods.done()
+    ctx.operand_count(3, 4)
+    _, dst = address_reader(instr.operands[0], "shared", ctx)
+    _, src = address_reader(instr.operands[1], "global", ctx)
+    size_operand = instr.operands[2]
+    if not isinstance(size_operand, Immediate) or int(size_operand.value) not in (4, 8, 16):
+        raise ctx.error("cp.async copies 4, 8 or 16 bytes")
+    size = int(size_operand.value)
+    read_fill = reader(instr.operands[3], TYPES["u32"], ctx) if len(instr.operands) == 4 \
+        else None
+    columns = np.arange(size)
+
+    def run(state, lanes):
+        k = lane_count(state, lanes)
+        data = np.zeros((k, size), np.uint8)
+        if read_fill is None:
+            data[:] = load(state, "global", src(state, lanes), np.dtype(np.uint8), size, lanes)
+        else:
+            valid = np.broadcast_to(np.minimum(read_fill(state, lanes), size), (k,))
+            reading = np.flatnonzero(valid > 0)
+            if len(reading):
+                sub = reading if lanes is None else lanes[reading]
+                addrs = src(state, lanes)
+                addrs = addrs[reading] if np.ndim(addrs) else addrs
+                data[reading] = load(state, "global", addrs, np.dtype(np.uint8), size, sub)
+            data[columns[None, :] >= valid[:, None]] = 0
+        store(state, "shared", dst(state, lanes), data, lanes)
     return ctx.op(run)
 
 

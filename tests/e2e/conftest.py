@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
-VGPU = [sys.executable, "-m", "vgpu.cli"]
 
 
 @pytest.fixture(scope="session")
@@ -28,11 +24,3 @@ def driver_app(toolkit) -> Path:
 @pytest.fixture(scope="session")
 def driver_errors(toolkit) -> Path:
     return toolkit.c_program((HERE / "driver_errors.c").read_text())
-
-
-def vgpu_run(*command, env=None, timeout=120, **kwargs) -> subprocess.CompletedProcess:
-    """`vgpu run --backend emu -- COMMAND`, as a user types it."""
-    full_env = {**os.environ, **(env or {})}
-    full_env.pop("VGPU_SERVER", None)
-    return subprocess.run([*VGPU, "run", "--backend", "emu", "--", *map(str, command)],
-                          capture_output=True, text=True, timeout=timeout, env=full_env, **kwargs)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from conftest import VGPU, vgpu_run
+from e2e_support import VGPU, vgpu_run
 
 
 def _server(address: str) -> subprocess.Popen:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from conftest import vgpu_run
+from e2e_support import vgpu_run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -518,3 +518,26 @@ def test_many_blocks_run_in_chunks(device, mod):
     out = device.zeros(1, np.float64)
     device.launch(mod, "grid_stride_sum", (1200,), (256,), device.upload(x), out, n)
     assert device.download(out, 1, np.float64)[0] == pytest.approx(x.sum(), rel=1e-12)
+
+
+SPIN_SOURCE = r"""
+extern "C" __global__ void locked_increment(int* lock, int* counter, int* order) {
+    // The losers spin at the loop head, below the winner's critical section in the code:
+    // only independent thread scheduling lets the winner reach the release.
+    while (atomicCAS(lock, 0, 1) != 0) {}
+    int seen = *(volatile int*)counter;
+    order[seen] = blockIdx.x * blockDim.x + threadIdx.x;
+    *(volatile int*)counter = seen + 1;
+    __threadfence();
+    atomicExch(lock, 0);
+}
+"""
+
+
+def test_spin_lock_between_threads_of_one_warp(device, toolkit):
+    mod = device.load(toolkit.ptx(SPIN_SOURCE))
+    lock, counter, order = device.zeros(1, np.int32), device.zeros(1, np.int32), \
+        device.zeros(64, np.int32)
+    device.launch(mod, "locked_increment", (2,), (32,), lock, counter, order)
+    assert device.download(counter, 1, np.int32)[0] == 64
+    assert sorted(device.download(order, 64, np.int32)) == list(range(64))

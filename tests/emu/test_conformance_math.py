@@ -300,3 +300,67 @@ def test_double_integer_conversions(device, mod):
     np.testing.assert_array_equal(device.download(ll, n, np.int64), exp_ll)
     assert [int(v) for v in device.download(ull, n, np.uint64)] == exp_ull
     np.testing.assert_array_equal(device.download(f, n, np.float32), x.astype(np.float32))
+
+
+SM80_SOURCE = r"""
+#include <cuda_pipeline.h>
+#include <cuda_fp16.h>
+extern "C" __global__ void async_copy(const float4* in, float4* out) {
+    __shared__ float4 s[64];
+    __pipeline_memcpy_async(&s[threadIdx.x], &in[threadIdx.x], sizeof(float4));
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    out[threadIdx.x] = s[63 - threadIdx.x];
+}
+extern "C" __global__ void half2_math(__half2* a, const __half2* b, float* o) {
+    int i = threadIdx.x;
+    __half2 c = __hfma2(a[i], b[i], a[i]);
+    c = __hmax2(c, __hneg2(b[i]));
+    o[2 * i] = __low2float(c);
+    o[2 * i + 1] = __high2float(c);
+    __syncthreads();
+    atomicAdd(&a[0], b[i]);
+}
+extern "C" __global__ void warp_reduce_builtin(const unsigned* in, unsigned* out) {
+    unsigned v = in[threadIdx.x];
+    out[threadIdx.x] = __reduce_add_sync(0xffffffffu, v) + __reduce_max_sync(0xffffffffu, v);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def sm80_ptx(toolkit):
+    return toolkit.ptx(SM80_SOURCE, arch="compute_80")
+
+
+def test_async_copy_to_shared(device, sm80_ptx):
+    assert "cp.async" in sm80_ptx
+    mod = device.load(sm80_ptx)
+    x = np.arange(256, dtype=np.float32)
+    out = device.zeros(256, np.float32)
+    device.launch(mod, "async_copy", (1,), (64,), device.upload(x), out)
+    np.testing.assert_array_equal(device.download(out, 256, np.float32).reshape(64, 4),
+                                  x.reshape(64, 4)[::-1])
+
+
+def test_half2_arithmetic_and_atomics(device, sm80_ptx):
+    mod = device.load(sm80_ptx)
+    a = np.array([1.5, -2, 0.25, 3] * 8, np.float16)
+    b = np.array([0.5, 4, -1, 2] * 8, np.float16)
+    pa, out = device.upload(a), device.zeros(32, np.float32)
+    device.launch(mod, "half2_math", (1,), (16,), pa, device.upload(b), out)
+    A, B = a.astype(np.float64), b.astype(np.float64)
+    fused = (A * B + A).astype(np.float16).astype(np.float64)
+    np.testing.assert_array_equal(device.download(out, 32, np.float32),
+                                  np.maximum(fused, -B).astype(np.float32))
+    np.testing.assert_array_equal(device.download(pa, 2, np.float16), [1.5 - 4, -2 + 48])
+
+
+def test_warp_reduce_builtins(device, sm80_ptx):
+    mod = device.load(sm80_ptx)
+    x = np.random.default_rng(2).integers(0, 1 << 20, 64).astype(np.uint32)
+    out = device.zeros(64, np.uint32)
+    device.launch(mod, "warp_reduce_builtin", (1,), (64,), device.upload(x), out)
+    expected = np.repeat([x[:32].sum() + x[:32].max(), x[32:].sum() + x[32:].max()], 32)
+    np.testing.assert_array_equal(device.download(out, 64, np.uint32), expected)

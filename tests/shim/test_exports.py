@@ -32,9 +32,9 @@ def test_library_names(shim_dir):
     assert (shim_dir / "libcuda.so").resolve() == (shim_dir / "libcuda.so.1").resolve()
 
 
-def test_table_matches_the_toolkit_headers(cuda_include):
+def test_table_matches_the_toolkit_headers(toolkit):
     """A parity check: regenerating from the toolkit's headers gives the committed table."""
-    headers = read_driver_headers(cuda_include)
+    headers = read_driver_headers(toolkit.include)
     committed = {symbol: (restype, tuple((ctype, name) for ctype, name, _ in params))
                  for symbol, _, restype, params in driver_table.FUNCTIONS}
     regenerated = {proto.name: (proto.restype, tuple((p.ctype, p.name) for p in proto.params))

@@ -48,10 +48,10 @@ def test_exports_nvidias_symbols_with_their_versions(shim_dir):
     assert "Library soname: [libcudart.so.13]" in dynamic
 
 
-def test_table_matches_the_toolkit(cuda_include):
+def test_table_matches_the_toolkit(toolkit):
     """A parity check: NVIDIA's library and headers, read again, give the committed table."""
-    library = cuda_include.parent / "lib" / "libcudart.so.13"
-    headers = read_runtime_headers(cuda_include, read_exported_symbols(library))
+    library = toolkit.include.parent / "lib" / "libcudart.so.13"
+    headers = read_runtime_headers(toolkit.include, read_exported_symbols(library))
     assert headers.symbol_versions == runtime_table.SYMBOL_VERSIONS
     committed = {symbol: (restype, tuple((ctype, name) for ctype, name, _ in params))
                  for symbol, _, restype, params in runtime_table.FUNCTIONS}
