@@ -82,6 +82,7 @@ class Connection:
         self._zmq = zmq.Context()
         self._socket = self._zmq.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.RCVTIMEO, POLL_SLICE_MS)
         self._socket.connect(self.address)
         self._queue: list = []
         self._frames: list = []
@@ -185,19 +186,22 @@ class Connection:
     def _wait(self, seq: int, timeout: float) -> list:
         deadline = time.monotonic() + timeout
         while True:
-            if self._socket.poll(POLL_SLICE_MS):
-                frames = self._socket.recv_multipart(copy=False)
-                reply = unpack(frames[0].buffer)
-                if reply[0] == seq:
-                    return [*reply[1:], [f.buffer for f in frames[1:]]]
-                continue  # a reply to a request abandoned after a timeout
-            if self.server_pid is not None and not _pid_alive(self.server_pid):
-                self._lost = f"the vgpu server (pid {self.server_pid}) at {self.address} is gone"
-                raise DeviceUnavailable(self._lost)
-            if time.monotonic() > deadline:
-                self._lost = (f"no answer from the vgpu server at {self.address} "
-                              f"within {timeout:g} s")
-                raise DeviceUnavailable(self._lost)
+            try:  # blocks at most RCVTIMEO: one call into zmq per reply, no separate poll
+                frames = self._socket.recv_multipart(copy=True)
+            except zmq.Again:
+                if self.server_pid is not None and not _pid_alive(self.server_pid):
+                    self._lost = (f"the vgpu server (pid {self.server_pid}) at "
+                                  f"{self.address} is gone")
+                    raise DeviceUnavailable(self._lost) from None
+                if time.monotonic() > deadline:
+                    self._lost = (f"no answer from the vgpu server at {self.address} "
+                                  f"within {timeout:g} s")
+                    raise DeviceUnavailable(self._lost) from None
+                continue
+            reply = unpack(frames[0])
+            if reply[0] == seq:
+                return [*reply[1:], frames[1:]]
+            # else: a reply to a request abandoned after a timeout
 
     def _finish(self, reply: list) -> tuple[object, list]:
         code, result, deferred, output, frames = reply

@@ -50,6 +50,8 @@ class Compiled:
     results: list = field(default_factory=list)    # call: caller .param variables
     release: Callable | None = None            # bar: work done when the barrier opens
     arrive: Callable | None = None             # bar: work done when lanes reach it
+    target_pc: int = -1                        # bra: resolved by the program
+    target_pcs: list[int] = field(default_factory=list)  # brx.idx: resolved likewise
 
 
 # (opcode, floating) -> compile function. `floating` is True/False for opcodes whose

@@ -15,7 +15,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .address_space import GENERIC_LOCAL_BASE, GENERIC_PARAM_BASE, GENERIC_SHARED_BASE
 from .errors import PtxError
 from .ir import Immediate, RegisterOperand, Sink, SpecialRegister, Symbol, Variable
 from .isa import CompileContext
@@ -74,9 +73,7 @@ def immediate_value(imm: Immediate, ptype: PtxType):
             bits = struct.unpack("<I", struct.pack("<f", imm.value))[0]
             return np.uint16(bits >> 16)
     if imm.float_bits is not None:
-        bits = imm.float_bits
-        if imm.float_width != ptype.bits and ptype.bits in (32, 64) and ptype.kind != "f":
-            bits = imm.float_bits  # a float pattern moved into bits: keep the pattern
+        bits = imm.float_bits   # a float literal moved into an integer type keeps its bits
     elif imm.is_float:
         raise PtxError(f"float immediate {imm.value} used as .{ptype.name}")
     else:
@@ -176,10 +173,10 @@ def writer(operand, ptype: PtxType, ctx: CompileContext) -> Callable:
 
 def _special_reader(name: str, ptype: PtxType, ctx: CompileContext) -> Callable:
     """Special registers read as u32 (u64 for the 64-bit ones), then converted."""
-    fetch, src = _special_source(name, ctx)
-    conv = converter(src, ptype) if ptype.kind != "pred" else None
     if ptype.kind == "pred":
         raise ctx.error(f"{name} read as a predicate")
+    fetch, src = _special_source(name, ctx)
+    conv = converter(src, ptype)
 
     def read(state, lanes):
         value = fetch(state)
@@ -303,6 +300,3 @@ def symbol_address(symbol: Symbol, ctx: CompileContext) -> tuple[str, Callable[[
         return "fparam", lambda state: state.ctx.kernel.local_offsets[key] + offset
     raise ctx.error(f"symbol {symbol.name!r} in unsupported space .{var.space}")
 
-
-GENERIC_WINDOW = {"shared": GENERIC_SHARED_BASE, "local": GENERIC_LOCAL_BASE,
-                  "kparam": GENERIC_PARAM_BASE, "global": 0, "const": 0}

@@ -17,8 +17,8 @@ from .isa import CompileContext, opcode
 from .memory import typed_elements
 from .operands import reader, writer
 from .ops_float import half_op
-from .ptx_types import TYPES
 from .ops_memory import address_reader, memory_modifiers
+from .ptx_types import TYPES
 from .spaces import locate
 from .state import lane_count
 

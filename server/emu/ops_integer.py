@@ -131,8 +131,8 @@ def _mul_hi(a, b, ptype: PtxType):
 
 def _product(ctx, instr, ptype: PtxType):
     """(result type, product function) for mul/mad's .lo/.hi/.wide."""
-    mods_mode = [m for m in instr.modifiers if m in ("lo", "hi", "wide")]
-    mode = mods_mode[0] if mods_mode else ("lo" if ptype.bits else None)
+    modes = [m for m in instr.modifiers if m in ("lo", "hi", "wide")]
+    mode = modes[0] if modes else "lo"
     if mode == "wide":
         if ptype.bits == 64:
             raise ctx.error(".wide needs a 16- or 32-bit type")
