@@ -137,6 +137,7 @@ class ProxyServer:
             "host": self.host,
             "backend": session.backend.name,
             "shm": session.staging is not None,
+            "peer_memory": session.peer_memory,
             "device": {
                 "name": device.name,
                 "uuid": device.uuid,

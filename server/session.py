@@ -19,6 +19,7 @@ from vgpu.errors import CudaError
 from .arena import VaArena
 from .backends import Backend, LoadedModule
 from .handles import HandleTable
+from .peer_memory import PeerMemoryError, read_peer, write_peer
 
 __all__ = ["Session", "OPS"]
 
@@ -101,6 +102,7 @@ class Session:
         self.staging: mmap.mmap | None = None
         self.segments: dict[int, tuple[mmap.mmap, int | None]] = {}  # id -> (map, device addr)
         self._attach_staging(hello.get("shm"))
+        self.peer_memory = self._probe_peer_memory(hello.get("probe"))
 
     # ----------------------------------------------------------------- plumbing
 
@@ -110,6 +112,18 @@ class Session:
                 self.staging = _map_file(shm["path"], int(shm["size"]))
             except (OSError, KeyError, ValueError, TypeError):
                 self.staging = None  # the client falls back to payload frames
+
+    def _probe_peer_memory(self, probe) -> bool:
+        """Can we read the client's memory directly? It sent an address and what is there."""
+        if not probe or self.staging is None:  # no shared memory: not on this host
+            return False
+        try:
+            address, expected = int(probe[0]), bytes(probe[1])
+            seen = memoryview(bytearray(len(expected)))
+            read_peer(self.pid, address, seen)
+            return bytes(seen) == expected
+        except (PeerMemoryError, TypeError, ValueError, IndexError):
+            return False
 
     def execute(self, calls: list, frames: list) -> tuple[int, object, list]:
         """Run calls in order; returns (code of the last call, its result, reply frames)."""
@@ -329,11 +343,33 @@ class Session:
     @op("cuMemcpyHtoD")
     def memcpy_htod(self, dst: int, src_spec, size: int, **kw):
         self._check_range(dst, size)
+        if src_spec[0] == "peer":  # straight from the client's pageable memory
+            view = self.backend.host_view(dst, size)
+            target = view if view is not None else memoryview(bytearray(size))
+            self._peer(read_peer, int(src_spec[1]), target)
+            if view is None:
+                self.backend.write(dst, target)
+            return
         self.backend.write(dst, self._source(src_spec, size, kw["frames"]))
+
+    def _peer(self, transfer, address: int, buffer: memoryview) -> None:
+        if not self.peer_memory:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, "direct client memory access is off")
+        try:
+            transfer(self.pid, address, buffer)
+        except PeerMemoryError as exc:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"host memory: {exc}") from None
 
     @op("cuMemcpyDtoH")
     def memcpy_dtoh(self, src: int, size: int, dst_spec, **kw):
         self._check_range(src, size)
+        if dst_spec[0] == "peer":
+            view = self.backend.host_view(src, size)
+            if view is None:
+                view = memoryview(bytearray(size))
+                self.backend.read_into(src, view)
+            self._peer(write_peer, int(dst_spec[1]), view)
+            return None
         if dst_spec[0] == "frame":
             out = bytearray(size)
             self.backend.read_into(src, memoryview(out))

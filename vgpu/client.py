@@ -40,6 +40,9 @@ STAGING_BYTES = 64 << 20  # the shared-memory ring bulk copies go through
 CHUNK_BYTES = 8 << 20  # bulk copies are pipelined in chunks of this size
 MAX_QUEUED_CALLS = 512  # a batch is sent once this many calls are waiting
 INLINE_BYTES = 4096  # small copies travel inside the message; no staging needed
+# From this size on, a pageable copy is worth a round trip for the server to copy it straight
+# from or to the application's buffer (one memcpy instead of two through the ring).
+PEER_COPY_BYTES = 1 << 20
 POLL_SLICE_MS = 100
 
 
@@ -90,6 +93,7 @@ class Connection:
         self._lost: str | None = None
         self.stdout_writer = _c_stdout_writer()
         self.ring: StagingRing | None = None
+        self.peer_memory = False
         self.server_pid: int | None = None
         try:
             self.info = self._hello()
@@ -105,10 +109,14 @@ class Connection:
             self.ring = StagingRing(STAGING_BYTES)
         except OSError:
             self.ring = None  # no /dev/shm: bulk data goes inline
+        # Bytes the server may read back from our memory to learn whether it can copy
+        # straight from application buffers (see vgpu.server.peer_memory).
+        probe = ctypes.create_string_buffer(secrets.token_bytes(16), 16)
         body = {
             "version": PROTOCOL_VERSION, "pid": os.getpid(), "host": socket.gethostname(),
             "argv": _command_line(),
             "shm": {"path": self.ring.path, "size": self.ring.size} if self.ring else None,
+            "probe": [ctypes.addressof(probe), probe.raw],
         }
         seq = self._send(HELLO, body, [])
         try:
@@ -122,6 +130,7 @@ class Connection:
             self.server_pid = info["server_pid"]
         if not info["shm"]:
             self.ring = None
+        self.peer_memory = bool(info.get("peer_memory"))
         atexit.register(self.close)
         return info
 
@@ -229,6 +238,10 @@ class Connection:
                     self.frame(ctypes.string_at(src, size))
                 self._queue.append([op, (dst, spec, size, *extra)])
                 return
+            if self.peer_memory and size >= PEER_COPY_BYTES:
+                self._queue.append([op, (dst, ["peer", src], size, *extra)])
+                self._finish(self._wait(self._flush(want_reply=True), self.timeout))
+                return
             ring = self.ring
             for offset in range(0, size, CHUNK_BYTES):
                 n = min(CHUNK_BYTES, size - offset)
@@ -257,6 +270,10 @@ class Connection:
                 self._queue.append([op, (src, size, ["frame"], *extra)])
                 _, frames = self._finish(self._wait(self._flush(True), self.timeout))
                 ctypes.memmove(dst, bytes(frames[0]) if frames else b"", size)
+                return
+            if self.peer_memory and size >= PEER_COPY_BYTES:
+                self._queue.append([op, (src, size, ["peer", dst], *extra)])
+                self._finish(self._wait(self._flush(want_reply=True), self.timeout))
                 return
             # Two chunks in flight: the server fills one half of the ring while we drain the
             # other. Everything queued earlier runs first, so the whole ring is free to use.

@@ -61,6 +61,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def read_into(self, address: int, out: memoryview) -> None: ...
 
+    def host_view(self, address: int, size: int) -> memoryview | None:
+        """A writable host view of device memory, for backends that keep it in host RAM
+        (emu); None where device memory is elsewhere, and callers stage through a buffer."""
+        return None
+
     @abc.abstractmethod
     def copy(self, dst: int, src: int, size: int) -> None: ...
 

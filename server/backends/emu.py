@@ -52,6 +52,9 @@ class EmuBackend(Backend):
     def read_into(self, address: int, out: memoryview) -> None:
         out[:] = self._checked(self.memory.view, address, len(out))
 
+    def host_view(self, address: int, size: int) -> memoryview:
+        return self._checked(self.memory.view, address, size)
+
     def copy(self, dst: int, src: int, size: int) -> None:
         self._checked(self.memory.copy, dst, src, size)
 

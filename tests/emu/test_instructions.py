@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from emu_reference import round_exactly
 
 from vgpu.server.emu import LaunchError
 
@@ -127,58 +128,6 @@ def test_bit_manipulation(device):
         np.testing.assert_array_equal(row, expected, err_msg=f"inputs {a:#x} {b:#x} {c} {d}")
 
 
-def _directed(exact: Fraction, mode: str, dtype) -> float:
-    """`exact` rounded to `dtype` in mode rn/rz/rm/rp, by exact comparisons."""
-    with np.errstate(over="ignore"):
-        return _round_exact(exact, mode, dtype)
-
-
-def _round_exact(exact: Fraction, mode: str, dtype) -> float:
-    dtype = np.dtype(dtype).type
-    info = np.finfo(dtype)
-    biggest = Fraction(float(info.max))
-    if exact == 0:
-        return dtype(0.0)
-    try:
-        guess = dtype(float(exact))
-    except OverflowError:
-        guess = dtype(np.inf)
-    if abs(exact) > biggest:
-        lower, upper = (dtype(info.max), dtype(np.inf)) if exact > 0 else \
-            (dtype(-np.inf), dtype(-info.max))
-    else:
-        if not np.isfinite(guess):
-            guess = dtype(info.max) if exact > 0 else dtype(-info.max)
-        while Fraction(float(guess)) > exact:
-            guess = np.nextafter(guess, dtype(-np.inf))
-        while np.isfinite(np.nextafter(guess, dtype(np.inf))) and \
-                Fraction(float(np.nextafter(guess, dtype(np.inf)))) <= exact:
-            guess = np.nextafter(guess, dtype(np.inf))
-        lower = guess
-        upper = lower if Fraction(float(lower)) == exact else np.nextafter(lower, dtype(np.inf))
-        if not np.isfinite(upper):   # exact lies between the largest finite value and inf
-            upper = dtype(np.inf)
-    if lower == upper:
-        return lower
-    if mode == "rz":
-        return lower if exact > 0 else upper
-    if mode == "rm":
-        return lower
-    if mode == "rp":
-        return upper
-    if not np.isfinite(upper):   # overflow threshold: halfway to the next power of two
-        limit = biggest + Fraction(float(info.max - np.nextafter(info.max, dtype(0)))) / 2
-        return upper if exact >= limit else lower
-    if not np.isfinite(lower):
-        limit = -biggest - Fraction(float(info.max - np.nextafter(info.max, dtype(0)))) / 2
-        return lower if exact <= limit else upper
-    below, above = exact - Fraction(float(lower)), Fraction(float(upper)) - exact
-    if below != above:
-        return lower if below < above else upper
-    return lower if int(np.array(lower).view(f"u{np.dtype(dtype).itemsize}")) % 2 == 0 \
-        else upper
-
-
 F32_INPUTS = np.array([
     [1.0, 3.0, 0.5, 0], [-2.5, 1e-3, 7.0, 0], [1e30, 1e30, -1.0, 0], [3.0, -0.0, 1.0, 0],
     [np.nan, 1.0, 2.0, 0], [0.1, 0.2, 0.3, 0], [1.0, 2.0 ** -30, -1.0, 0],
@@ -194,14 +143,14 @@ def test_float_arithmetic_and_rounding(device):
             finite = all(np.isfinite([a, b, c])) and b != 0
             if finite:
                 A, B, C = Fraction(float(a)), Fraction(float(b)), Fraction(float(c))
-                assert row[0] == _directed(A + B, "rn", f32)
-                assert row[1] == _directed(A + B, "rz", f32)
-                assert row[2] == _directed(A - B, "rm", f32)
-                assert row[3] == _directed(A * B, "rp", f32)
-                assert row[4] == _directed(A * B + C, "rn", f32)
-                assert row[5] == _directed(A * B + C, "rz", f32)
-                assert row[6] == _directed(A / B, "rn", f32)
-                assert row[7] == _directed(A / B, "rp", f32)
+                assert row[0] == round_exactly(A + B, "rn", f32)
+                assert row[1] == round_exactly(A + B, "rz", f32)
+                assert row[2] == round_exactly(A - B, "rm", f32)
+                assert row[3] == round_exactly(A * B, "rp", f32)
+                assert row[4] == round_exactly(A * B + C, "rn", f32)
+                assert row[5] == round_exactly(A * B + C, "rz", f32)
+                assert row[6] == round_exactly(A / B, "rn", f32)
+                assert row[7] == round_exactly(A / B, "rp", f32)
             np.testing.assert_array_equal(row[8], np.sqrt(a))
             np.testing.assert_array_equal(row[9], f32(1) / b)
             expected_min = b if np.isnan(a) else min(a, b)
@@ -239,15 +188,15 @@ def test_double_fma_and_directed_rounding(device):
             continue
         A, B, C = Fraction(a), Fraction(b), Fraction(c)
         assert row[0] == float(A * B + C)
-        assert row[1] == _directed(A + B, "rz", f64)
-        assert row[2] == _directed(A * B, "rm", f64)
-        assert row[3] == _directed(A / B, "rp", f64)
+        assert row[1] == round_exactly(A + B, "rz", f64)
+        assert row[2] == round_exactly(A * B, "rm", f64)
+        assert row[3] == round_exactly(A / B, "rp", f64)
         if a >= 0:
             assert row[4] == np.sqrt(a)
             root = row[5]
             assert Fraction(root) ** 2 <= A < Fraction(np.nextafter(root, np.inf)) ** 2
         assert row[6] == min(a, b)
-        assert row[7] == _directed(A * B + C, "rp", f64)
+        assert row[7] == round_exactly(A * B + C, "rp", f64)
     assert got[0, 0] != values[0, 0] * values[0, 1] + values[0, 2]
     assert got[1, 0] == -np.inf
 
@@ -303,11 +252,11 @@ def test_int_to_float_conversions(device):
     for row, v in zip(got, values, strict=True):
         exact = Fraction(int(v))
         for k, mode in enumerate(("rn", "rz", "rm", "rp")):
-            assert row[k] == _directed(exact, mode, np.float32), (v, mode)
-        assert row[4] == _directed(Fraction(int(v) % 2**64), "rn", np.float32)
-        as_f64 = _directed(exact, "rz", np.float64)
-        assert row[6] == _directed(Fraction(float(as_f64)), "rn", np.float32)
-        assert row[7] == _directed(Fraction(float(as_f64)), "rm", np.float32)
+            assert row[k] == round_exactly(exact, mode, np.float32), (v, mode)
+        assert row[4] == round_exactly(Fraction(int(v) % 2**64), "rn", np.float32)
+        as_f64 = round_exactly(exact, "rz", np.float64)
+        assert row[6] == round_exactly(Fraction(float(as_f64)), "rn", np.float32)
+        assert row[7] == round_exactly(Fraction(float(as_f64)), "rm", np.float32)
 
 
 def test_half_conversions(device):
@@ -316,7 +265,7 @@ def test_half_conversions(device):
     with np.errstate(over="ignore"):
         f16 = x.astype(np.float16)
     for row, v, h in zip(got, x, f16, strict=True):
-        rz = _directed(Fraction(float(v)), "rz", np.float16) if np.isfinite(v) and v else h
+        rz = round_exactly(Fraction(float(v)), "rz", np.float16) if np.isfinite(v) and v else h
         assert row[0] & 0xFFFF == h.view(np.uint16)
         assert row[0] >> 16 == np.float16(rz).view(np.uint16)
         bits = int(v.view(np.uint32))
