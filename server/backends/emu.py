@@ -81,9 +81,12 @@ class EmuBackend(Backend):
         for name, var in module.variables.items():
             address = allocate(var.size)
             self.memory.map(address, var.size)
-            if var.init:
-                self.memory.write(address, var.init)
             variables[name] = (address, var.size)
+        # Initializers are written once every variable has its address: one may hold
+        # another's (`__device__ const char *s = "..."`).
+        symbols = {name: address for name, (address, _) in variables.items()}
+        for name, var in module.variables.items():
+            self.memory.write(symbols[name], var.initial_bytes(symbols))
         kernels = {
             name: KernelDescription(
                 name=name,

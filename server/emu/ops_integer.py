@@ -480,3 +480,51 @@ def _dot(instr, ctx: CompileContext):
             total = total + x * y
         return (total & 0xFFFFFFFF).astype(np.uint32).view(dst.dtype)
     return elementwise(ctx, dst, [ta, tb, dst], dot)
+
+
+@opcode("bmsk")
+def _bmsk(instr, ctx: CompileContext):
+    mods = Modifiers(ctx)
+    mode = mods.take("clamp", "wrap")
+    ptype = mods.type({"b32"})
+    mods.done()
+    if mode is None:
+        raise ctx.error("bmsk needs .clamp or .wrap")
+    u64 = np.uint64
+
+    def bmsk(a, b):
+        a = np.asarray(a).astype(np.int64)
+        b = np.asarray(b).astype(np.int64)
+        a1, b1 = a & 31, b & 31
+        ones = u64(0xFFFFFFFF)
+        mask0 = (ones << a1.astype(u64)) & ones
+        total = a1 + b1
+        overflow = total >= 32
+        mask1 = (ones << np.minimum(total, 32).astype(u64)) & ones
+        if mode == "clamp":
+            mask0 = np.where(a >= 32, u64(0), mask0)
+            overflow = overflow | (a >= 32) | (b >= 32)
+        mask1 = np.where(overflow, u64(0), np.where(b1 == 0, ones, mask1))
+        return (mask0 & ~mask1 & ones).astype(np.uint32)
+    return elementwise(ctx, ptype, [_U32, _U32], bmsk)
+
+
+@opcode("szext")
+def _szext(instr, ctx: CompileContext):
+    mods = Modifiers(ctx)
+    mode = mods.take("clamp", "wrap")
+    ptype = mods.type({"u32", "s32"})
+    mods.done()
+    if mode is None:
+        raise ctx.error("szext needs .clamp or .wrap")
+
+    def szext(a, b):
+        a = np.asarray(a).astype(np.int64) & 0xFFFFFFFF
+        b = np.asarray(b).astype(np.int64)
+        n = np.minimum(b, 32) if mode == "clamp" else b & 31
+        low = np.where(n >= 32, a, a & ((1 << np.minimum(n, 31)) - 1))
+        if ptype.is_signed:
+            sign = (n > 0) & (n < 32) & (((a >> np.maximum(n - 1, 0)) & 1) != 0)
+            low = np.where(sign, low - (1 << np.minimum(n, 31)), low)
+        return (low & 0xFFFFFFFF).astype(np.uint32).view(ptype.dtype)
+    return elementwise(ctx, ptype, [ptype, _U32], szext)

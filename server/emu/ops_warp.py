@@ -179,7 +179,7 @@ def _match(instr, ctx: CompileContext):
     return ctx.op(run)
 
 
-_REDUX = {"add": None, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and,
+_REDUX = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and,
           "or": np.bitwise_or, "xor": np.bitwise_xor}
 
 
@@ -195,25 +195,28 @@ def _redux(instr, ctx: CompileContext):
     ctx.operand_count(3)
     write = writer(instr.operands[0], ptype, ctx)
     read_a = reader(instr.operands[1], ptype, ctx)
+    read_mask = reader(instr.operands[2], _U32, ctx)
     dtype = ptype.dtype
+    ufunc = _REDUX[op]
+    info = np.iinfo(dtype)
+    identity = {"add": 0, "min": info.max, "max": info.min, "and": info.max if
+                dtype.kind == "u" else -1, "or": 0, "xor": 0}[op]
 
     def run(state, lanes):
+        # Each thread reduces over the executing lanes of its warp that its membermask names
+        # (cooperative groups pass tile masks, so one warp may hold several reductions).
         ids = state.lane_ids(lanes)
-        warp = state.layout.warp_index[ids]
-        values = np.broadcast_to(read_a(state, lanes), ids.shape)
-        nwarps = state.layout.nwarps
-        if op == "add":
-            sums = np.bincount(warp, weights=values.astype(np.float64), minlength=nwarps)
-            result = (sums.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32).view(dtype)
-        else:
-            ufunc = _REDUX[op]
-            if op == "min":
-                start = np.iinfo(dtype).max
-            elif op == "max":
-                start = np.iinfo(dtype).min
-            else:
-                start = 0 if op != "and" else np.iinfo(dtype).max
-            result = np.full(nwarps, start, dtype)
-            ufunc.at(result, warp, values.astype(dtype))
-        write(state, lanes, result[warp])
+        layout = state.layout
+        executing = _executing(state, lanes)
+        values = np.broadcast_to(read_a(state, None), (state.n,)).astype(dtype)
+        member = np.broadcast_to(np.asarray(read_mask(state, lanes), np.uint32), ids.shape)
+        first = layout.warp_first[ids]
+        size = layout.warp_size[ids]
+        result = np.full(len(ids), identity, dtype)
+        for k in range(32):
+            inside = k < size
+            source = np.where(inside, first + k, ids)
+            takes_part = inside & executing[source] & (((member >> np.uint32(k)) & 1) != 0)
+            result = ufunc(result, np.where(takes_part, values[source], dtype.type(identity)))
+        write(state, lanes, result.astype(dtype))
     return ctx.op(run)

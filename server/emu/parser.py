@@ -509,6 +509,8 @@ class _Parser:
         if tok.kind == "word":
             if text == "_":
                 return Sink()
+            if text == "WARP_SZ":   # the one predefined constant identifier
+                return Immediate(32)
             item = self.lookup(text)
             if isinstance(item, Register):
                 return RegisterOperand(item)

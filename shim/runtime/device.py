@@ -170,7 +170,7 @@ def cudaGetDeviceFlags(flags):
     check_out(flags)
     initialize()
     active = ffi.new("int *")
-    driver_context.cuDevicePrimaryCtxGetState.__wrapped__(flags, active, 0)
+    driver_context.cuDevicePrimaryCtxGetState.__wrapped__(0, flags, active)
     flags[0] |= CUDA_DEVICE_MAP_HOST
 
 

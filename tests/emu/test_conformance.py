@@ -541,3 +541,100 @@ def test_spin_lock_between_threads_of_one_warp(device, toolkit):
     device.launch(mod, "locked_increment", (2,), (32,), lock, counter, order)
     assert device.download(counter, 1, np.int32)[0] == 64
     assert sorted(device.download(order, 64, np.int32)) == list(range(64))
+
+
+CUB_SOURCE = r"""
+#include <cub/cub.cuh>
+extern "C" __global__ void block_reduce(const int* in, int* out) {
+    typedef cub::BlockReduce<int, 128> Reduce;
+    __shared__ typename Reduce::TempStorage tmp;
+    int s = Reduce(tmp).Sum(in[blockIdx.x * 128 + threadIdx.x]);
+    if (threadIdx.x == 0) out[blockIdx.x] = s;
+}
+extern "C" __global__ void block_scan(const int* in, int* out) {
+    typedef cub::BlockScan<int, 128> Scan;
+    __shared__ typename Scan::TempStorage tmp;
+    int r;
+    Scan(tmp).ExclusiveSum(in[threadIdx.x], r);
+    out[threadIdx.x] = r;
+}
+extern "C" __global__ void block_sort(const unsigned* in, unsigned* out) {
+    typedef cub::BlockRadixSort<unsigned, 128, 4> Sort;
+    __shared__ typename Sort::TempStorage tmp;
+    unsigned keys[4];
+    for (int i = 0; i < 4; ++i) keys[i] = in[threadIdx.x * 4 + i];
+    Sort(tmp).Sort(keys);
+    for (int i = 0; i < 4; ++i) out[threadIdx.x * 4 + i] = keys[i];
+}
+"""
+
+
+def test_cub_block_primitives(device, toolkit):
+    mod = device.load(toolkit.ptx(CUB_SOURCE))
+    rng = np.random.default_rng(12)
+    x = rng.integers(-100, 100, 512).astype(np.int32)
+    out = device.zeros(4, np.int32)
+    device.launch(mod, "block_reduce", (4,), (128,), device.upload(x), out)
+    np.testing.assert_array_equal(device.download(out, 4, np.int32), x.reshape(4, 128).sum(1))
+    out = device.zeros(128, np.int32)
+    device.launch(mod, "block_scan", (1,), (128,), device.upload(x), out)
+    np.testing.assert_array_equal(device.download(out, 128, np.int32),
+                                  np.concatenate([[0], np.cumsum(x[:127])]))
+    keys = rng.integers(0, 2**32, 512, dtype=np.uint64).astype(np.uint32)
+    out = device.zeros(512, np.uint32)
+    device.launch(mod, "block_sort", (1,), (128,), device.upload(keys), out)
+    np.testing.assert_array_equal(device.download(out, 512, np.uint32), np.sort(keys))
+
+
+GROUPS_SOURCE = r"""
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+namespace cg = cooperative_groups;
+extern "C" __global__ void tiles(const int* in, int* sums, int* ranks) {
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<16> tile = cg::tiled_partition<16>(block);
+    int v = in[block.thread_rank()];
+    int s = cg::reduce(tile, v, cg::plus<int>());
+    block.sync();
+    if (tile.thread_rank() == 0) sums[block.thread_rank() / 16] = s;
+    if (v & 1) {
+        cg::coalesced_group odd = cg::coalesced_threads();
+        ranks[block.thread_rank()] = odd.size() * 1000 + odd.thread_rank();
+    } else {
+        ranks[block.thread_rank()] = -1;
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("arch", ["compute_75", "compute_80"])
+def test_cooperative_groups_tiles(device, toolkit, arch):
+    ptx = toolkit.ptx(GROUPS_SOURCE, arch=arch)
+    mod = device.load(ptx)
+    x = np.random.default_rng(13).integers(0, 100, 64).astype(np.int32)
+    sums, ranks = device.zeros(4, np.int32), device.zeros(64, np.int32)
+    device.launch(mod, "tiles", (1,), (64,), device.upload(x), sums, ranks)
+    np.testing.assert_array_equal(device.download(sums, 4, np.int32), x.reshape(4, 16).sum(1))
+    expected = np.full(64, -1)
+    for w in range(2):
+        odd = np.flatnonzero(x[32 * w:32 * w + 32] & 1) + 32 * w
+        expected[odd] = len(odd) * 1000 + np.arange(len(odd))
+    np.testing.assert_array_equal(device.download(ranks, 64, np.int32), expected)
+
+
+def test_debug_build_runs_the_same(device, toolkit):
+    """-G PTX: unoptimized code, debug sections, everything through local memory."""
+    mod = device.load(toolkit.ptx(SOURCE, flags=["-G"]))
+    n = 300
+    start = np.arange(1, n + 1, dtype=np.uint32)
+    steps = device.zeros(n, np.int32)
+    device.launch(mod, "collatz", (3,), (128,), device.upload(start), steps, n)
+    reference = device.zeros(n, np.int32)
+    optimized = device.load(toolkit.ptx(SOURCE))
+    device.launch(optimized, "collatz", (3,), (128,), device.upload(start), reference, n)
+    np.testing.assert_array_equal(device.download(steps, n, np.int32),
+                                  device.download(reference, n, np.int32))
+    v = np.arange(-50, 50, dtype=np.int32)
+    outs = [device.zeros(100, d) for d in (np.int32, np.float32, np.int32, np.float32)]
+    device.launch(mod, "calls", (1,), (128,), device.upload(v), *outs, 100)
+    np.testing.assert_array_equal(device.download(outs[0], 100, np.int32), np.clip(v + 7, -20, 30))

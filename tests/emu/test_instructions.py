@@ -390,3 +390,55 @@ def test_syntax_forms(device):
                     np.float32(3.5).view(np.uint32), 3, (-4) & M32, 9, 1000 + t, 0xFF + t,
                     int(t < 2), 2 * t, ord("i"), ord("i")]
         np.testing.assert_array_equal(row, expected, err_msg=f"thread {t}")
+
+
+BMSK_PTX = """
+.version 7.8
+.target sm_75
+.address_size 64
+.visible .entry k(.param .u64 in, .param .u64 out)
+{
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<6>;
+    mov.u32 %r0, %tid.x;
+    ld.param.u64 %rd0, [in];
+    ld.param.u64 %rd1, [out];
+    mul.wide.u32 %rd2, %r0, 8;
+    add.s64 %rd3, %rd0, %rd2;
+    add.s64 %rd4, %rd1, %rd2;
+    mul.wide.u32 %rd2, %r0, 16;
+    add.s64 %rd4, %rd1, %rd2;
+    ld.global.v2.u32 {%r1, %r2}, [%rd3];
+    bmsk.clamp.b32 %r3, %r1, %r2;
+    bmsk.wrap.b32 %r4, %r1, %r2;
+    szext.clamp.s32 %r5, %r1, %r2;
+    szext.wrap.u32 %r6, %r1, %r2;
+    st.global.v4.u32 [%rd4], {%r3, %r4, %r5, %r6};
+    ret;
+}
+"""
+
+
+def test_bit_masks_and_extensions(device):
+    pairs = np.array([[1, 2], [4, 0], [30, 5], [40, 3], [3, 40], [0, 32], [0xF5, 4],
+                      [0x80, 8], [0x7F, 8]], np.uint32)
+    got = run(device, device.load(BMSK_PTX), "k", pairs, 4)
+
+    def bmsk(a, b, clamp):
+        a1, b1 = a & 31, b & 31
+        mask0 = (M32 << a1) & M32
+        if clamp and a >= 32:
+            mask0 = 0
+        overflow = a1 + b1 >= 32 or (clamp and (a >= 32 or b >= 32))
+        mask1 = 0 if overflow else (M32 if b1 == 0 else (M32 << (a1 + b1)) & M32)
+        return mask0 & ~mask1 & M32
+
+    def szext(a, b, clamp, signed):
+        n = min(b, 32) if clamp else b & 31
+        value = a & ((1 << n) - 1)
+        if signed and 0 < n < 32 and value >> (n - 1):
+            value -= 1 << n
+        return value & M32
+    for row, (a, b) in zip(got, pairs.tolist(), strict=True):
+        assert list(row) == [bmsk(a, b, True), bmsk(a, b, False), szext(a, b, True, True),
+                             szext(a, b, False, False)], (a, b)

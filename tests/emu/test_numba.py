@@ -10,10 +10,7 @@ import math
 
 import numpy as np
 import pytest
-
-cuda = pytest.importorskip("numba.cuda", reason="numba-cuda is not installed")
-numba = pytest.importorskip("numba")
-from numba import float32, float64, int32  # noqa: E402
+from numba import cuda, float32, float64, int32  # the test extra installs numba-cuda
 
 
 def array_args(device, array: np.ndarray) -> list[int]:

@@ -121,3 +121,12 @@ def test_link_refuses_duplicate_definitions():
     text = HEADER + ".visible .func f()\n{\nret;\n}\n"
     with pytest.raises(PtxError, match="more than one module"):
         link([text, text])
+
+
+def test_predefined_warp_size_identifier(device):
+    mod = device.load(kernel("mov.u32 %r1, WARP_SZ;\nld.param.u64 %rd1, [p];\n"
+                             "st.global.u32 [%rd1], %r1;",
+                             ".reg .b32 %r<4>;\n.reg .b64 %rd<2>;"))
+    out = device.zeros(1, np.uint32)
+    device.launch(mod, "k", (1,), (1,), out)
+    assert device.download(out, 1, np.uint32)[0] == 32

@@ -37,6 +37,7 @@ def server(tmp_path_factory):
     proc = subprocess.Popen([*VGPU, "server", "--listen", address, "--backend", "emu"],
                             stdout=subprocess.PIPE, text=True, env=_environment())
     line = proc.stdout.readline()
+    proc.stdout.close()
     assert line.startswith("vgpu server listening"), f"the server did not start: {line!r}"
     yield address
     proc.terminate()

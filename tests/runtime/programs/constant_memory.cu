@@ -33,6 +33,7 @@ int main()
     CHECK(cudaMemcpyToSymbol(evaluations, &zero, sizeof(int)));
     EXPECT_ERROR(cudaErrorInvalidValue,
                  cudaMemcpyToSymbol(coefficients, h_coefficients, sizeof(h_coefficients), 4));
+    EXPECT_ERROR(cudaErrorInvalidValue, cudaGetLastError());  // the failure was recorded
 
     float x[n], y[n], *dx, *dy;
     for (int i = 0; i < n; ++i)

@@ -49,7 +49,7 @@ int main()
                  cudaLaunchKernel((const void *)touch, dim3(1), dim3(4096), args, 0, 0));
     EXPECT_ERROR(cudaErrorInvalidDeviceFunction,
                  cudaLaunchKernel((const void *)main, dim3(1), dim3(1), args, 0, 0));
-    CHECK(cudaGetLastError());
+    EXPECT_ERROR(cudaErrorInvalidDeviceFunction, cudaGetLastError());
 
     // A good launch through cudaLaunchKernel still works after all that.
     CHECK(cudaLaunchKernel((const void *)touch, dim3(1), dim3(4), args, 0, 0));
@@ -70,6 +70,7 @@ int main()
     EXPECT(strcmp(cudaGetErrorName(cudaErrorIllegalAddress), "cudaErrorIllegalAddress") == 0);
     EXPECT(strlen(cudaGetErrorString(cudaErrorMemoryAllocation)) > 10);
     EXPECT(strcmp(cudaGetErrorName((cudaError_t)12345), "unrecognized error code") == 0);
+    EXPECT_ERROR(cudaErrorNotSupported, cudaGetLastError());  // the last failure above
     CHECK(cudaGetLastError());
     CHECK(cudaFree(device));
     printf("error_checks: every bad call got CUDA's code\n");
