@@ -44,3 +44,9 @@ def test_trace_prints_decoded_calls(driver_app, kernels_ptx):
     assert result.returncode == 0, result.stderr
     assert "cuMemAlloc_v2(" in result.stderr
     assert "cuLaunchKernel(" in result.stderr
+
+
+def test_numba_cuda_program_runs_unmodified():
+    result = vgpu_run(sys.executable, EXAMPLES / "numba_axpy.py")
+    assert result.returncode == 0, result.stderr
+    assert "numba axpy ok on vgpu emulated GPU" in result.stdout

@@ -1,13 +1,15 @@
 """Writes a shim's generated C: declarations, one stub per exported symbol, lookup tables.
 
-A stub has the exact prototype the headers give its symbol. It packs pointers to its
-arguments into `void *vgpu_args[]` and hands them, with the symbol's fn_id (its position in
-the function table), to the shim's dispatch function, which reaches Python. A function whose
-return type is not the API's error code (`void **__cudaRegisterFatBinary`, `void
-__cudaRegisterFunction`, `const char *cudaGetErrorString`) also passes the address of a
-zero-initialized result, which Python fills in; it stays zero when the call cannot run.
-Functions that must work even when Python cannot start (cuGetProcAddress, cuGetErrorString,
-...) are written by hand in shim/c/ and get no generated stub.
+A stub has the exact prototype the headers give its symbol. It lets the call through only once
+the embedded Python runtime is up (else it returns the API's "not initialized" code, or zero),
+then calls its symbol's own cffi callback, `vgpu_py_<symbol>`, with the same arguments: cffi
+converts them to Python objects in its generated C and the result back (DESIGN.md decision 3).
+The callbacks are declared once, in `<prefix>_callbacks.h`: the stubs include it, and the cffi
+builder declares its contents `extern "Python+C"`, so cffi defines them. A callback has its
+symbol's signature, except that `char` results travel as `signed char` (cffi would otherwise
+want a one-byte string from the implementation, which returns an int). Functions that must work
+even when Python cannot start (cuGetProcAddress, cuGetErrorString, ...) are written by hand in
+shim/c/ and get neither stub nor callback.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vgpu.api.driver_headers import FOREIGN_TYPES, DriverHeaders
-from vgpu.api.header_parser import ApiHeaders
+from vgpu.api.header_parser import ApiHeaders, Prototype
 from vgpu.api.runtime_headers import RuntimeHeaders
+from vgpu.api.table import CALLBACK_PREFIX
 
 __all__ = ["ShimSpec", "DRIVER_SHIM", "RUNTIME_SHIM", "render_driver_sources",
            "render_runtime_sources", "first_sentence"]
@@ -29,18 +32,20 @@ class ShimSpec:
     library: str                     # "libcuda": names the module (PyInit__libcuda), map file
     prefix: str                      # "driver": names the C files and tables
     error_type: str                  # the return type that is the call's result code
+    not_ready: str                   # its value when the Python runtime cannot start
     hand_written: frozenset[str]     # symbols implemented in shim/c/, no generated stub
     version_node: str | None         # symbol version of every export (cudart: libcudart.so.13)
 
     @property
-    def dispatch(self) -> str:
-        return f"vgpu_{self.prefix}_dispatch"
+    def ready(self) -> str:
+        return f"vgpu_{self.prefix}_ready"
 
 
 DRIVER_SHIM = ShimSpec(
     library="libcuda",
     prefix="driver",
     error_type="CUresult",
+    not_ready="CUDA_ERROR_NOT_INITIALIZED",
     hand_written=frozenset({"cuGetProcAddress", "cuGetProcAddress_v2", "cuGetErrorName",
                             "cuGetErrorString", "cuGetExportTable"}),
     version_node=None,  # real libcuda's symbols carry no version
@@ -50,6 +55,7 @@ RUNTIME_SHIM = ShimSpec(
     library="libcudart",
     prefix="runtime",
     error_type="cudaError_t",
+    not_ready="cudaErrorInitializationError",
     hand_written=frozenset(),
     version_node="libcudart.so.13",  # what nvcc -cudart shared binaries import
 )
@@ -71,6 +77,7 @@ def render_driver_sources(headers: DriverHeaders, banner: str) -> dict[str, str]
     return {
         "cuda_types.h": f"{banner}\n{FOREIGN_TYPES}{headers.types_text}",
         "cuda_functions.h": _prototypes(headers, banner),
+        "driver_callbacks.h": _callbacks(headers, shim, banner),
         "driver_stubs.c": _stubs(headers, shim, banner),
         "driver_tables.c": _symbol_table(headers, shim, banner) + _driver_tables(headers),
         f"{shim.library}.map": _version_script(headers, shim, banner),
@@ -85,6 +92,7 @@ def render_runtime_sources(headers: RuntimeHeaders, banner: str) -> dict[str, st
         "cudart_types.h": f"{banner}\n{FOREIGN_TYPES}{headers.c_types_text}",
         "cudart_cdef.h": f"{banner}\n{FOREIGN_TYPES}{headers.types_text}",
         "cudart_functions.h": _prototypes(headers, banner),
+        "runtime_callbacks.h": _callbacks(headers, shim, banner),
         "runtime_stubs.c": _stubs(headers, shim, banner),
         "runtime_tables.c": _symbol_table(headers, shim, banner),
         f"{shim.library}.map": _version_script(headers, shim, banner),
@@ -96,30 +104,50 @@ def _prototypes(headers: ApiHeaders, banner: str) -> str:
                                    for proto in headers.prototypes.values())
 
 
+def _stubbed(headers: ApiHeaders, shim: ShimSpec) -> list[Prototype]:
+    return [proto for proto in headers.prototypes.values() if proto.name not in shim.hand_written]
+
+
+def _callback_restype(restype: str) -> str:
+    return "signed char" if restype == "char" else restype
+
+
+def _callbacks(headers: ApiHeaders, shim: ShimSpec, banner: str) -> str:
+    """The callbacks' C declarations; read by the stubs, and by cffi as its cdef (which takes
+    no preprocessor lines: hence no include guard)."""
+    out = [banner,
+           "/* Each stub's Python side: cffi defines these (extern \"Python+C\"), the shim's",
+           "   boot attaches each to its implementation (shim/dispatch.py). */"]
+    for proto in _stubbed(headers, shim):
+        params = ", ".join(_declare(param.ctype, param.name) for param in proto.params)
+        name = f"{CALLBACK_PREFIX}{proto.name}({params or 'void'})"
+        out.append(f"{_declare(_callback_restype(proto.restype), name)};")
+    return "\n".join(out) + "\n"
+
+
 def _stubs(headers: ApiHeaders, shim: ShimSpec, banner: str) -> str:
-    out = [banner, f'#include "{shim.prefix}_shim.h"', ""]
-    for fn_id, proto in enumerate(headers.prototypes.values()):
-        if proto.name in shim.hand_written:
-            continue
-        body = []
-        if proto.params:
-            pointers = ", ".join(f"&{param.name}" for param in proto.params)
-            body.append(f"    void *vgpu_args[] = {{{pointers}}};")
-        args = "vgpu_args" if proto.params else "NULL"
+    out = [banner, f'#include "{shim.prefix}_shim.h"', f'#include "{shim.prefix}_callbacks.h"', ""]
+    for proto in _stubbed(headers, shim):
+        call = f"{CALLBACK_PREFIX}{proto.name}({', '.join(p.name for p in proto.params)})"
         if proto.restype == shim.error_type:
-            body.append(f"    return ({proto.restype}){shim.dispatch}({fn_id}, {args}, NULL);")
+            body = [f"    if (!{shim.ready}())", f"        return {shim.not_ready};",
+                    f"    return {call};"]
         elif proto.restype == "void":
-            body.append(f"    {shim.dispatch}({fn_id}, {args}, NULL);")
+            body = [f"    if ({shim.ready}())", f"        {call};"]
         else:
-            body = [f"    {_declare(proto.restype, 'vgpu_result')} = {{0}};", *body,
-                    f"    {shim.dispatch}({fn_id}, {args}, &vgpu_result);",
+            body = [f"    {_declare(proto.restype, 'vgpu_result')} = {{0}};",
+                    f"    if ({shim.ready}())", f"        vgpu_result = {call};",
                     "    return vgpu_result;"]
         out += [proto.declaration.removesuffix(";"), "{", *body, "}", ""]
     return "\n".join(out)
 
 
 def _declare(ctype: str, name: str) -> str:
-    """A variable declaration of a type written as in a cast (`void **` -> `void **name`)."""
+    """A declaration of `name` with a type written as in a cast (`void **` -> `void **name`).
+    Every type in the API headers is a plain or pointer type here (arrays decayed, function
+    pointers typedef'd); anything else must fail the generator, not the build."""
+    if "(" in ctype or "[" in ctype:
+        raise ValueError(f"cannot declare {name!r} of type {ctype!r}")
     return f"{ctype}{name}" if ctype.endswith("*") else f"{ctype} {name}"
 
 

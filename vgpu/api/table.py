@@ -1,8 +1,9 @@
 """The declarative API table: every function a shim exports, as typed records.
 
 The data is generated from NVIDIA's headers (vgpu/api/generated/, see gen_driver_table.py);
-this module gives it names. A function's `fn_id` is its index in the table, and the C stub
-of that symbol passes the same number to the dispatcher.
+this module gives it names. A function's `fn_id` is its index in the table, and the shim's
+compiled symbol table (`vgpu_driver_symbol_name(fn_id)`) numbers its symbols alike. The C stub
+of symbol S calls the cffi callback named CALLBACK_PREFIX + S (see render_c.py).
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from functools import cache
 from vgpu.api.generated import driver_table, runtime_table
 from vgpu.api.proc_address import ProcAddressEntry
 
-__all__ = ["ApiParam", "ApiFunction", "ProcAddressEntry", "driver_functions",
+__all__ = ["ApiParam", "ApiFunction", "CALLBACK_PREFIX", "ProcAddressEntry", "driver_functions",
            "driver_proc_address", "runtime_functions"]
+
+# Shared by the generator of the C stubs and the dispatcher that attaches their callbacks.
+CALLBACK_PREFIX = "vgpu_py_"
 
 
 @dataclass(frozen=True, slots=True)
