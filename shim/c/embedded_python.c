@@ -158,9 +158,21 @@ failed:
     report_failure(why);
 }
 
+/* Python is going away: C++ thread-local destructors and atexit handlers of libraries
+   (cuda.core releasing its contexts, say) may still call CUDA after Py_Finalize, when
+   calling into Python would crash. */
+static int python_is_gone(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return !Py_IsInitialized() || Py_IsFinalizing();
+#else
+    return !Py_IsInitialized() || _Py_IsFinalizing();
+#endif
+}
+
 int vgpu_embedded_python_ready(const struct vgpu_embedding *shim_embedding)
 {
     embedding = shim_embedding;
     pthread_once(&start_once, start);
-    return ready;
+    return ready && !python_is_gone();
 }
