@@ -69,6 +69,22 @@ class HostAllocation:
     device_pointer: int | None = None
 
 
+@dataclass
+class MemoryPool:
+    """The device's default stream-ordered pool: its attributes and its usage counters."""
+
+    handle: int
+    attributes: dict[int, int] = field(default_factory=lambda: {1: 1, 2: 1, 3: 1, 4: 0})
+    allocations: set[int] = field(default_factory=set)
+    current: int = 0
+    high: int = 0
+
+
+# Context limits (cuCtxGetLimit) a fresh process reports: stack size, printf FIFO, malloc
+# heap, device-runtime sync depth and pending launches, max L2 fetch granularity, persisting L2.
+DEFAULT_LIMITS = {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 0, 6: 0}
+
+
 class DriverState:
     def __init__(self) -> None:
         self.connection = None
@@ -88,9 +104,22 @@ class DriverState:
         self.events: dict[int, dict] = {}  # handle -> {"context", "flags"}
         self.thread = threading.local()
         self.lost_reported = False
+        self.limits = dict(DEFAULT_LIMITS)
+        self.pool: MemoryPool | None = None  # created by the first pool query or allocation
+        self.link_states: dict[int, list[bytes]] = {}  # cuLinkCreate handle -> PTX added
+        self.link_outputs: dict[int, object] = {}  # images cuLinkComplete handed out
+        self._segment_ids = itertools.count(1)  # ids of pinned host segments
 
     def new_handle(self, kind: int) -> int:
         return _HANDLE_MARK | (kind << _KIND_SHIFT) | next(self._counter)
+
+    def new_segment_id(self) -> int:
+        return next(self._segment_ids)
+
+    def default_pool(self) -> MemoryPool:
+        if self.pool is None:
+            self.pool = MemoryPool(self.new_handle(Kind.POOL))
+        return self.pool
 
     # ----------------------------------------------------------------- context stack
 

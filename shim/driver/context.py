@@ -142,25 +142,23 @@ def cuCtxSynchronize():
     state.conn().call("vgpuSynchronize")
 
 
-# Limits a context reports (cuCtxGetLimit / cudaDeviceGetLimit); settable ones are kept.
-_LIMITS = {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 0, 6: 0}
 
 
 @api
 def cuCtxGetLimit(value, limit):
     check_out(value)
     state.current_context()
-    if limit not in _LIMITS:
+    if limit not in state.limits:
         raise CudaError(E.CUDA_ERROR_UNSUPPORTED_LIMIT, f"unsupported limit {limit}")
-    value[0] = _LIMITS[limit]
+    value[0] = state.limits[limit]
 
 
 @api
 def cuCtxSetLimit(limit, value):
     state.current_context()
-    if limit not in _LIMITS:
+    if limit not in state.limits:
         raise CudaError(E.CUDA_ERROR_UNSUPPORTED_LIMIT, f"unsupported limit {limit}")
-    _LIMITS[limit] = value
+    state.limits[limit] = value
 
 
 # ----------------------------------------------------------------- primary contexts

@@ -89,9 +89,6 @@ def cuMemGetAddressRange_v2(pbase, psize, dptr):
 
 # ----------------------------------------------------------------- page-locked host memory
 
-_segment_ids = iter(range(1, 1 << 62))
-
-
 def _host_alloc(size: int, flags: int) -> int:
     state.current_context()
     if size == 0:
@@ -105,7 +102,7 @@ def _host_alloc(size: int, flags: int) -> int:
         address, path = map_shared(size)
     except OSError as exc:
         raise CudaError(E.CUDA_ERROR_OUT_OF_MEMORY, f"cannot allocate host memory: {exc}") from None
-    segment = next(_segment_ids)
+    segment = state.new_segment_id()
     try:
         conn.call("vgpuMapHostSegment", segment, path, size, address)
     finally:
@@ -505,67 +502,51 @@ def cuPointerGetAttributes(num_attributes, attributes, data, dptr):
 
 # ----------------------------------------------------------------- stream-ordered allocation
 
-POOL_HANDLE = None  # created with the first query, one per device
-
-
-def _pool() -> int:
-    global POOL_HANDLE
-    if POOL_HANDLE is None:
-        POOL_HANDLE = state.new_handle(Kind.POOL)
-    return POOL_HANDLE
-
-
-_pool_attributes = {1: 1, 2: 1, 3: 1, 4: 0}
-_pool_usage = {"current": 0, "high": 0}
-
-
 @api
 def cuDeviceGetDefaultMemPool(pool, dev):
     check_out(pool)
     state.require_init()
     if dev != 0:
         raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {dev}")
-    pool[0] = ffi.cast("CUmemoryPool", _pool())
+    pool[0] = ffi.cast("CUmemoryPool", state.default_pool().handle)
 
 
 cuDeviceGetMemPool = cuDeviceGetDefaultMemPool
 
 
-def _pool_arg(pool) -> None:
-    if ptr(pool) != _pool():
+def _pool_arg(pool):
+    if ptr(pool) != state.default_pool().handle:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "unknown memory pool")
+    return state.pool
 
 
 @api
 def cuMemPoolGetAttribute(pool, attr, value):
     check_out(value)
-    _pool_arg(pool)
+    p = _pool_arg(pool)
     if attr in (1, 2, 3):
-        ffi.cast("int *", value)[0] = _pool_attributes[attr]
+        ffi.cast("int *", value)[0] = p.attributes[attr]
     elif attr == 4:
-        ffi.cast("cuuint64_t *", value)[0] = _pool_attributes[4]
+        ffi.cast("cuuint64_t *", value)[0] = p.attributes[4]
     elif attr in (5, 7):
-        ffi.cast("cuuint64_t *", value)[0] = _pool_usage["current"]
+        ffi.cast("cuuint64_t *", value)[0] = p.current
     elif attr in (6, 8):
-        ffi.cast("cuuint64_t *", value)[0] = _pool_usage["high"]
+        ffi.cast("cuuint64_t *", value)[0] = p.high
     else:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown pool attribute {attr}")
 
 
 @api
 def cuMemPoolSetAttribute(pool, attr, value):
-    _pool_arg(pool)
+    p = _pool_arg(pool)
     if attr in (1, 2, 3):
-        _pool_attributes[attr] = ffi.cast("int *", value)[0]
+        p.attributes[attr] = ffi.cast("int *", value)[0]
     elif attr == 4:
-        _pool_attributes[4] = ffi.cast("cuuint64_t *", value)[0]
+        p.attributes[4] = ffi.cast("cuuint64_t *", value)[0]
     elif attr in (6, 8):
-        _pool_usage["high"] = _pool_usage["current"]
+        p.high = p.current
     else:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"pool attribute {attr} cannot be set")
-
-
-_pool_allocations: set[int] = set()
 
 
 def _alloc_async(dptr, size: int, stream) -> None:
@@ -576,9 +557,10 @@ def _alloc_async(dptr, size: int, stream) -> None:
 def _pool_alloc(size: int, stream) -> int:
     _check_stream(stream)
     address = _alloc(size)
-    _pool_allocations.add(address)
-    _pool_usage["current"] += size
-    _pool_usage["high"] = max(_pool_usage["high"], _pool_usage["current"])
+    p = state.default_pool()
+    p.allocations.add(address)
+    p.current += size
+    p.high = max(p.high, p.current)
     return address
 
 
@@ -602,6 +584,7 @@ def _free_async(dptr: int, stream) -> None:
     _check_stream(stream)
     size = state.allocations.get(dptr, 0)
     _free(dptr)
-    if dptr in _pool_allocations:
-        _pool_allocations.discard(dptr)
-        _pool_usage["current"] -= size
+    p = state.default_pool()
+    if dptr in p.allocations:
+        p.allocations.discard(dptr)
+        p.current -= size

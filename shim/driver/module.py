@@ -230,10 +230,6 @@ def _interned_name(name: str):
 
 # ----------------------------------------------------------------- linker (PTX only)
 
-_link_states: dict[int, list[bytes]] = {}
-_link_outputs: dict[int, object] = {}
-
-
 def _ptx_from(input_type: int, data: bytes, what: str) -> bytes:
     if input_type == CU_JIT_INPUT_PTX:
         return data.rstrip(b"\0")
@@ -253,7 +249,7 @@ def _ptx_from(input_type: int, data: bytes, what: str) -> bytes:
 
 def _link_arg(link_state) -> int:
     handle = ptr(link_state)
-    if handle not in _link_states:
+    if handle not in state.link_states:
         raise CudaError(E.CUDA_ERROR_INVALID_HANDLE, "invalid link state")
     return handle
 
@@ -264,7 +260,7 @@ def cuLinkCreate_v2(num_options, options, option_values, state_out):
     state.current_context()
     _clear_jit_logs(num_options, options, option_values)
     handle = state.new_handle(Kind.LINK)
-    _link_states[handle] = []
+    state.link_states[handle] = []
     state_out[0] = ffi.cast("CUlinkState", handle)
 
 
@@ -274,7 +270,7 @@ def cuLinkAddData_v2(link_state, input_type, data, size, name, num_options, opti
     if data == ffi.NULL or size == 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "no data to link")
     what = ffi.string(name).decode(errors="replace") if name != ffi.NULL else "input"
-    _link_states[handle].append(_ptx_from(input_type, ffi.buffer(data, size)[:], what))
+    state.link_states[handle].append(_ptx_from(input_type, ffi.buffer(data, size)[:], what))
 
 
 @api
@@ -285,17 +281,17 @@ def cuLinkAddFile_v2(link_state, input_type, path, num_options, options, values)
         data = file.read_bytes()
     except OSError as exc:
         raise CudaError(E.CUDA_ERROR_FILE_NOT_FOUND, f"cannot read {file}: {exc}") from None
-    _link_states[handle].append(_ptx_from(input_type, data, str(file)))
+    state.link_states[handle].append(_ptx_from(input_type, data, str(file)))
 
 
 @api
 def cuLinkComplete(link_state, cubin_out, size_out):
     handle = _link_arg(link_state)
     check_out(cubin_out)
-    if not _link_states[handle]:
+    if not state.link_states[handle]:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "nothing was added to the link")
-    image = pack_linked_ptx(_link_states[handle])
-    buffer = _link_outputs[handle] = ffi.new("char[]", image)  # lives until cuLinkDestroy
+    image = pack_linked_ptx(state.link_states[handle])
+    buffer = state.link_outputs[handle] = ffi.new("char[]", image)  # lives until cuLinkDestroy
     cubin_out[0] = ffi.cast("void *", buffer)
     if size_out != ffi.NULL:
         size_out[0] = len(image)
@@ -304,5 +300,5 @@ def cuLinkComplete(link_state, cubin_out, size_out):
 @api
 def cuLinkDestroy(link_state):
     handle = _link_arg(link_state)
-    del _link_states[handle]
-    _link_outputs.pop(handle, None)
+    del state.link_states[handle]
+    state.link_outputs.pop(handle, None)
