@@ -46,7 +46,11 @@ int main(int argc, char **argv) {
 
     double t = now();
     for (int i = 0; i < syncs; i++) CHECK(cuCtxSynchronize());
-    printf("sync_round_trip_s %.9f\n", (now() - t) / syncs);
+    printf("idle_sync_s %.9f\n", (now() - t) / syncs);
+    size_t free_mem, total_mem;
+    t = now();
+    for (int i = 0; i < syncs; i++) CHECK(cuMemGetInfo(&free_mem, &total_mem));
+    printf("query_round_trip_s %.9f\n", (now() - t) / syncs);
 
     t = now();
     for (int i = 0; i < launches; i++) CHECK(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, 0, NULL, NULL));

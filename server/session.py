@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vgpu.errors import CudaError
+from vgpu.protocol import STICKY_ERRORS
 
 from .arena import VaArena
 from .backends import Backend, LoadedModule
@@ -30,7 +31,6 @@ CUDA_ERROR_INVALID_CONTEXT = 201
 CUDA_ERROR_INVALID_HANDLE = 400
 CUDA_ERROR_NOT_FOUND = 500
 CUDA_ERROR_UNKNOWN = 999
-STICKY_ERRORS = frozenset({700, 710, 714, 715, 716, 717, 718, 719})
 CU_EVENT_DISABLE_TIMING = 0x2
 # Streams every context has without creating them: 0 (NULL), CU_STREAM_LEGACY, PER_THREAD.
 BUILTIN_STREAMS = frozenset({0, 1, 2})

@@ -30,6 +30,7 @@ from .protocol import (
     HANDSHAKE_TIMEOUT_S,
     HELLO,
     PROTOCOL_VERSION,
+    STICKY_ERRORS,
     pack,
     unpack,
 )
@@ -91,6 +92,8 @@ class Connection:
         self._frames: list = []
         self._seq = 0
         self._lost: str | None = None
+        self._unconfirmed = False  # sent work the server has not answered for yet
+        self.sticky_error = 0  # a context-breaking error the server reported, until reset
         self.stdout_writer = _c_stdout_writer()
         self.ring: StagingRing | None = None
         self.peer_memory = False
@@ -165,6 +168,19 @@ class Connection:
             seq = self._flush(want_reply=True)
             return self._finish(self._wait(seq, self.timeout))
 
+    def synchronize(self) -> None:
+        """Wait for all work sent so far (cuCtxSynchronize and kin).
+
+        When everything sent has already been answered for and nothing is queued, there is
+        nothing to wait for: no round trip (DESIGN.md decision 4). A sticky error the server
+        reported keeps being returned, as CUDA does.
+        """
+        with self._lock:
+            if self._queue or self._unconfirmed:
+                self.call("vgpuSynchronize")
+            elif self.sticky_error:
+                raise CudaError(self.sticky_error, "the context has a sticky error")
+
     def frame(self, payload) -> list:
         """A reference to `payload` sent as a raw frame with the next message."""
         self._frames.append(payload)
@@ -188,6 +204,8 @@ class Connection:
         if want_reply:
             self._seq += 1
             seq = self._seq
+        else:
+            self._unconfirmed = True
         # Zero-copy only pays for bulk payloads; small frames are cheaper copied.
         self._socket.send_multipart([pack([kind, seq, body]), *frames], copy=not frames)
         return seq
@@ -214,13 +232,18 @@ class Connection:
 
     def _finish(self, reply: list) -> tuple[object, list]:
         code, result, deferred, output, frames = reply
+        self._unconfirmed = False  # replies come in order: everything sent before is done
         if self.ring:
-            self.ring.pending = 0  # the server has consumed everything sent before
+            self.ring.pending = 0
         if output:
             self.stdout_writer(output)
         if deferred:
+            if deferred in STICKY_ERRORS:
+                self.sticky_error = deferred
             raise CudaError(deferred, "an earlier queued call failed")
         if code:
+            if code in STICKY_ERRORS:
+                self.sticky_error = code
             raise CudaError(code, result if isinstance(result, str) else "")
         return result, frames
 

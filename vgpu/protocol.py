@@ -31,7 +31,7 @@ import msgpack
 
 __all__ = [
     "PROTOCOL_VERSION", "HELLO", "CALLS", "ADMIN", "BYE", "pack", "unpack", "ProtocolError",
-    "DEFAULT_TIMEOUT_S", "HANDSHAKE_TIMEOUT_S",
+    "DEFAULT_TIMEOUT_S", "HANDSHAKE_TIMEOUT_S", "STICKY_ERRORS",
 ]
 
 PROTOCOL_VERSION = 1
@@ -40,6 +40,12 @@ HELLO, CALLS, ADMIN, BYE = "hello", "calls", "admin", "bye"
 # How long a client waits for a server that has gone silent before declaring the device lost.
 DEFAULT_TIMEOUT_S = 60.0
 HANDSHAKE_TIMEOUT_S = 5.0
+
+
+# Errors that leave a context unusable until it is reset (CUDA's "sticky" errors): illegal
+# address, assert, hardware stack error, illegal instruction, misaligned address, invalid
+# address space, invalid PC, launch failure.
+STICKY_ERRORS = frozenset({700, 710, 714, 715, 716, 717, 718, 719})
 
 
 class ProtocolError(ValueError):

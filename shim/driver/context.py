@@ -139,7 +139,7 @@ def cuCtxGetApiVersion(ctx, version):
 @api
 def cuCtxSynchronize():
     state.current_context()
-    state.conn().call("vgpuSynchronize")
+    state.conn().synchronize()
 
 
 
@@ -195,7 +195,9 @@ def cuDevicePrimaryCtxRelease_v2(dev):
 @api
 def cuDevicePrimaryCtxReset_v2(dev):
     handle = _primary(dev)[0]
-    state.conn().post("cuDevicePrimaryCtxReset", handle)
+    conn = state.conn()
+    conn.post("cuDevicePrimaryCtxReset", handle)
+    conn.sticky_error = 0  # the reset clears it on the server too
     flags = state.contexts[handle]["flags"]
     _forget_context(handle)
     state.contexts[handle] = {"device": dev, "flags": flags, "primary": True}

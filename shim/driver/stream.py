@@ -84,7 +84,7 @@ def cuStreamDestroy_v2(stream):
 
 def _synchronize() -> None:
     state.current_context()
-    state.conn().call("vgpuSynchronize")
+    state.conn().synchronize()
 
 
 @api

@@ -147,7 +147,7 @@ def cudaDeviceReset():
     driver_context.cuDevicePrimaryCtxReset_v2.__wrapped__(0)
     try:
         # Errors of work queued before the reset belong to the context it destroyed.
-        driver_state.conn().call("vgpuSynchronize")
+        driver_state.conn().synchronize()
     except DeviceUnavailable:
         raise
     except CudaError:

@@ -8,7 +8,8 @@ Outputs (all committed, so that building vgpu needs no CUDA toolkit):
   shim/generated/cudart_types.h           typedefs, structs, enums, as C reads them
   shim/generated/cudart_cdef.h            the same, as cffi reads them
   shim/generated/cudart_functions.h       every exported function's prototype
-  shim/generated/runtime_stubs.c          one C stub per function, forwarding to Python
+  shim/generated/runtime_callbacks.h      each stub's typed Python callback (cffi extern "Python")
+  shim/generated/runtime_stubs.c          one C stub per function, calling its callback
   shim/generated/runtime_tables.c         symbol names by fn_id
   shim/generated/libcudart.map            linker version script: these symbols, versioned
 """
