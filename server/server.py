@@ -62,7 +62,7 @@ class ProxyServer:
         try:
             while self._running:
                 try:
-                    self._handle(self.socket.recv_multipart(copy=False))
+                    self._handle(self._receive())
                 except zmq.Again:
                     pass
                 if time.monotonic() >= next_check:
@@ -70,6 +70,15 @@ class ProxyServer:
                     next_check = time.monotonic() + LIVENESS_INTERVAL_S
         finally:
             self.close()
+
+    def _receive(self) -> list:
+        """[identity, header, payload...]: the small frames copied (cheaper than a zmq Frame
+        object for a few bytes), payload frames zero-copy, as bulk data arrives."""
+        frames = [self.socket.recv()]
+        while self.socket.getsockopt(zmq.RCVMORE):
+            frames.append(self.socket.recv() if len(frames) < 2 else
+                          self.socket.recv(copy=False).buffer)
+        return frames
 
     def stop(self) -> None:
         self._running = False
@@ -83,13 +92,13 @@ class ProxyServer:
     # ----------------------------------------------------------------- messages
 
     def _handle(self, frames: list) -> None:
-        identity = frames[0].bytes
+        identity = frames[0]
         try:
-            kind, seq, body = unpack(frames[1].buffer)
+            kind, seq, body = unpack(frames[1])
         except (ProtocolError, ValueError, TypeError, IndexError) as exc:
             log.warning("dropping malformed message from %r: %s", identity[:8], exc)
             return
-        payloads = [f.buffer for f in frames[2:]]
+        payloads = frames[2:]
         try:
             if kind == CALLS:
                 self._calls(identity, seq, body, payloads)
