@@ -103,6 +103,7 @@ class DriverState:
         self.streams: dict[int, dict] = {}
         self.events: dict[int, dict] = {}  # handle -> {"context", "flags"}
         self.thread = threading.local()
+        self.lock = threading.RLock()  # for the few check-then-create steps threads could race
         self.lost_reported = False
         self.limits = dict(DEFAULT_LIMITS)
         self.pool: MemoryPool | None = None  # created by the first pool query or allocation

@@ -105,14 +105,17 @@ def _function_for(module_handle: int, name: str, kind: int = Kind.FUNCTION) -> i
     info = state.modules[module_handle]
     if name not in info.kernels:
         raise CudaError(E.CUDA_ERROR_NOT_FOUND, f"no kernel named {name!r} in the module")
-    handle = info.functions.get(name)
-    if handle is None:
-        handle = state.new_handle(kind)
-        offsets, sizes, buffer_size, attributes = info.kernels[name]
-        state.functions[handle] = KernelLayout(name, offsets, sizes, buffer_size, attributes,
-                                               module_handle)
-        info.functions[name] = handle
-        state.conn().post("cuModuleGetFunction", handle, module_handle, name)
+    with state.lock:  # two threads asking at once must get (and announce) one handle
+        handle = info.functions.get(name)
+        if handle is None:
+            handle = state.new_handle(kind)
+            # Announced to the server before any thread can see it, so no launch with this
+            # handle can overtake the announcement.
+            state.conn().post("cuModuleGetFunction", handle, module_handle, name)
+            offsets, sizes, buffer_size, attributes = info.kernels[name]
+            state.functions[handle] = KernelLayout(name, offsets, sizes, buffer_size,
+                                                   attributes, module_handle)
+            info.functions[name] = handle
     return handle
 
 

@@ -10,6 +10,11 @@ Implementations are grouped by concern, one module each: registration of the pro
 device code, launches, device management, memory, streams and events, errors, occupancy.
 Per-thread-default-stream variants (`_ptsz`, `_ptds`) share the implementation of their
 base symbol: the server runs all work in arrival order, which satisfies both semantics.
+
+To implement a runtime function: write it in the module of its concern under its exact
+symbol name (vgpu.api.table.runtime_functions() lists the exports with their parameters),
+decorate it with `api` (it uses the device) or `query_api` (it only describes), and add the
+name to that module's `__all__`; tests go through a CUDA program in tests/runtime/programs/.
 """
 
 from __future__ import annotations

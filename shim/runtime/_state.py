@@ -27,6 +27,7 @@ import threading
 from vgpu.api.cudadefs import CUresult
 from vgpu.api.cudartdefs import cudaError
 from vgpu.errors import CudaError
+from vgpu.protocol import STICKY_ERRORS  # the same numbers in both enums: 700, 710, ...
 
 from ..driver import context as driver_context
 from ..driver import device as driver_device
@@ -46,11 +47,6 @@ _RUNTIME_CODES = frozenset(cudaError)
 DRIVER_TO_RUNTIME = {int(code): int(code) if code in _RUNTIME_CODES else int(E.cudaErrorUnknown)
                      for code in CUresult}
 
-# Errors after which the context is unusable (the server keeps the same set).
-STICKY_ERRORS = frozenset({E.cudaErrorIllegalAddress, E.cudaErrorAssert,
-                           E.cudaErrorHardwareStackError, E.cudaErrorIllegalInstruction,
-                           E.cudaErrorMisalignedAddress, E.cudaErrorInvalidAddressSpace,
-                           E.cudaErrorInvalidPc, E.cudaErrorLaunchFailure})
 
 
 class RuntimeState:
@@ -58,6 +54,7 @@ class RuntimeState:
         self.thread = threading.local()
         self.sticky_error = 0
         self.primary_context: int | None = None
+        self.cache_config = 0  # cudaFuncCachePreferNone until cudaDeviceSetCacheConfig
         self.lock = threading.Lock()
         self.warned: set = set()
 

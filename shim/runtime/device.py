@@ -7,11 +7,11 @@ modules, streams and events go, and so does a sticky error.
 
 from __future__ import annotations
 
+from vgpu.api.cudartdefs import CUDART_VERSION, cudaDeviceMapHost, cudaDeviceMask, cudaFuncCache
 from vgpu.errors import DeviceUnavailable
 
 from ..driver import context as driver_context
 from ..driver import device as driver_device
-from ..driver import memory as driver_memory
 from ..driver import stream as driver_stream
 from ._state import (
     CudaError,
@@ -57,10 +57,7 @@ __all__ = [
     "cudaProfilerStop",
 ]
 
-RUNTIME_VERSION = 13000
-CUDA_DEVICE_MAP_HOST = 0x08  # always in effect: vgpu maps page-locked memory (UVA)
-CUDA_DEVICE_FLAGS_MASK = 0xFF
-CUDA_FUNC_CACHE_PREFER_EQUAL = 3
+RUNTIME_VERSION = CUDART_VERSION  # the headers the tables were generated from: 13.0
 
 
 def _check_device(device: int) -> dict:
@@ -159,7 +156,7 @@ def cudaDeviceReset():
 
 @query_api
 def cudaSetDeviceFlags(flags):
-    if flags & ~CUDA_DEVICE_FLAGS_MASK:
+    if flags & ~cudaDeviceMask:
         raise CudaError(E.cudaErrorInvalidValue, f"unknown device flags 0x{flags:x}")
     initialize()
     driver_context.cuDevicePrimaryCtxSetFlags_v2.__wrapped__(0, flags)
@@ -171,7 +168,7 @@ def cudaGetDeviceFlags(flags):
     initialize()
     active = ffi.new("int *")
     driver_context.cuDevicePrimaryCtxGetState.__wrapped__(0, flags, active)
-    flags[0] |= CUDA_DEVICE_MAP_HOST
+    flags[0] |= cudaDeviceMapHost  # always in effect: page-locked memory is mapped (UVA)
 
 
 @query_api
@@ -201,26 +198,24 @@ def cudaDeviceGetStreamPriorityRange(least, greatest):
     driver_stream.cuCtxGetStreamPriorityRange.__wrapped__(least, greatest)
 
 
-_cache_config = [0]  # cudaFuncCachePreferNone: a preference the emulated device ignores
-
-
 @query_api
 def cudaDeviceGetCacheConfig(cache_config):
     check_out(cache_config)
-    cache_config[0] = _cache_config[0]
+    cache_config[0] = runtime.cache_config
 
 
 @query_api
 def cudaDeviceSetCacheConfig(cache_config):
-    if not 0 <= cache_config <= CUDA_FUNC_CACHE_PREFER_EQUAL:
+    # A preference only: it is kept and reported back, and the emulated device ignores it.
+    if cache_config not in cudaFuncCache.__members__.values():
         raise CudaError(E.cudaErrorInvalidValue, f"unknown cache configuration {cache_config}")
-    _cache_config[0] = cache_config
+    runtime.cache_config = cache_config
 
 
 @query_api
 def cudaDeviceGetDefaultMemPool(pool, device):
     _check_device(device)
-    set_pointer(pool, driver_memory._pool())
+    set_pointer(pool, driver_state.default_pool().handle)
 
 
 cudaDeviceGetMemPool = cudaDeviceGetDefaultMemPool

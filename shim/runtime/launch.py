@@ -15,7 +15,10 @@ cudaKernel_t `__cudaGetKernel` / `cudaGetKernel` gave; both are accepted everywh
 
 from __future__ import annotations
 
+from vgpu.api.cudartdefs import cudaLaunchAttributeID
+
 from ..driver import launch as driver_launch
+from ..driver.launch import _check_config, _submit
 from ..driver.memory import _check_stream
 from ..driver.module import _interned_name
 from ._state import (
@@ -23,7 +26,6 @@ from ._state import (
     E,
     api,
     check_out,
-    current_context,
     driver_state,
     ffi,
     ptr,
@@ -50,8 +52,7 @@ __all__ = [
     "cudaGetFuncBySymbol",
 ]
 
-CUDA_LAUNCH_ATTRIBUTE_COOPERATIVE = 2
-CUDA_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+NULL = ffi.NULL
 COOPERATIVE_REFUSAL = ("cooperative launches (grid-wide synchronization) are not supported by "
                        "vgpu; the device reports cudaDevAttrCooperativeLaunch = 0")
 
@@ -61,26 +62,33 @@ def _dims(dim3) -> tuple[int, int, int]:
 
 
 def function_layout(func) -> tuple[int, object]:
-    """(driver function handle, its KernelLayout) for a host stub or cudaKernel_t, in the
-    calling thread's context; the kernel's image is loaded on first use."""
-    context = current_context()
-    function = registry.function(registry.kernel(ptr(func)), context)
-    return function, driver_state.functions[function]
+    """(driver function handle, its KernelLayout) for a host stub or cudaKernel_t (pointer
+    cdata), in the calling thread's context; the kernel's image is loaded on first use.
+    Called from `api` functions only, which have made a context current."""
+    context = driver_state.thread.stack[-1]
+    kernel = registry.kernel(func)
+    last_context, function, layout = kernel.last_use
+    # The shortcut holds while the function is loaded (a reset or unload drops it).
+    if last_context != context or driver_state.functions.get(function) is not layout:
+        function = registry.function(kernel, context)
+        layout = driver_state.functions[function]
+        kernel.last_use = (context, function, layout)
+    return function, layout
 
 
 def _launch(func, grid, block, shared_bytes: int, stream, args) -> None:
     function, layout = function_layout(func)
     try:
-        driver_launch._check_config(layout, grid, block, shared_bytes)
+        _check_config(layout, grid, block, shared_bytes)
     except CudaError as exc:
         raise CudaError(E.cudaErrorInvalidConfiguration, exc.message) from None
-    driver_launch._submit(function, layout, grid, block, shared_bytes, _check_stream(stream),
-                          args, ffi.NULL)
+    _submit(function, layout, grid, block, shared_bytes, _check_stream(stream), args, NULL)
 
 
 # ----------------------------------------------------------------- <<<>>>
 
 def __cudaPushCallConfiguration(grid, block, shared_bytes, stream):
+    # The dispatcher hands struct arguments over as copies, which may be kept until the pop.
     configurations = getattr(runtime.thread, "configurations", None)
     if configurations is None:
         configurations = runtime.thread.configurations = []
@@ -97,25 +105,26 @@ def __cudaPopCallConfiguration(grid_out, block_out, shared_out, stream_out):
     grid_out[0] = grid
     block_out[0] = block
     shared_out[0] = shared_bytes
-    ffi.cast("void **", stream_out)[0] = ffi.cast("void *", stream)
+    ffi.cast("void **", stream_out)[0] = stream  # a pointer converts to `void *` as is
     return 0
 
 
 @api
 def __cudaGetKernel(kernel_out, func):
-    set_pointer(kernel_out, registry.kernel(ptr(func)).handle)
+    set_pointer(kernel_out, registry.kernel(func).handle)
 
 
 @api
 def __cudaLaunchKernel(kernel, grid, block, args, shared_bytes, stream):
-    _launch(kernel, _dims(grid), _dims(block), shared_bytes, stream, args)
+    _launch(kernel, (grid.x, grid.y, grid.z), (block.x, block.y, block.z), shared_bytes, stream,
+            args)
 
 
 # ----------------------------------------------------------------- public launch API
 
 @api
 def cudaGetKernel(kernel_out, func):
-    set_pointer(kernel_out, registry.kernel(ptr(func)).handle)
+    set_pointer(kernel_out, registry.kernel(func).handle)
 
 
 @api
@@ -128,9 +137,10 @@ def cudaLaunchKernelExC(config, func, args):
     check_out(config)
     for i in range(config.numAttrs):
         attribute = config.attrs[i]
-        if attribute.id == CUDA_LAUNCH_ATTRIBUTE_COOPERATIVE and attribute.val.cooperative:
+        if attribute.id == cudaLaunchAttributeID.cudaLaunchAttributeCooperative and \
+                attribute.val.cooperative:
             _refuse_cooperative()
-        if attribute.id == CUDA_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION and \
+        if attribute.id == cudaLaunchAttributeID.cudaLaunchAttributeClusterDimension and \
                 _product(_dims(attribute.val.clusterDim)) > 1:
             raise CudaError(E.cudaErrorNotSupported, "thread block clusters are not supported")
     _launch(func, _dims(config.gridDim), _dims(config.blockDim), config.dynamicSmemBytes,
@@ -187,7 +197,7 @@ def cudaFuncSetCacheConfig(func, cache_config):
 
 @api
 def cudaFuncGetName(name_out, func):
-    set_pointer(name_out, ptr(_interned_name(registry.kernel(ptr(func)).name)))
+    set_pointer(name_out, ptr(_interned_name(registry.kernel(func).name)))
 
 
 @api

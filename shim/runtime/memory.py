@@ -12,6 +12,19 @@ from __future__ import annotations
 
 import ctypes
 
+from vgpu.api.cudartdefs import (
+    cudaHostAllocMapped,
+    cudaHostAllocPortable,
+    cudaHostAllocWriteCombined,
+    cudaHostRegisterIoMemory,
+    cudaHostRegisterMapped,
+    cudaHostRegisterPortable,
+    cudaHostRegisterReadOnly,
+    cudaInvalidDeviceId,
+    cudaMemcpyKind,
+    cudaMemoryType,
+)
+
 from ..driver import memory as driver_memory
 from ..driver.memory import PITCH_ALIGNMENT, _check_stream
 from ._state import (
@@ -38,12 +51,14 @@ __all__ = [
     "cudaMemPoolSetAttribute", "cudaPointerGetAttributes",
 ]
 
-HOST_TO_HOST, HOST_TO_DEVICE, DEVICE_TO_HOST, DEVICE_TO_DEVICE, DEFAULT = range(5)
-CUDA_ERROR_INVALID_PITCH_VALUE = 12
-CUDA_HOST_ALLOC_FLAGS = 0x07  # Portable | Mapped | WriteCombined
-CUDA_HOST_REGISTER_FLAGS = 0x0F  # Portable | Mapped | IoMemory | ReadOnly
-MEMORY_TYPE_UNREGISTERED, MEMORY_TYPE_HOST, MEMORY_TYPE_DEVICE = 0, 1, 2
-CUDA_INVALID_DEVICE_ID = -2
+HOST_TO_HOST = cudaMemcpyKind.cudaMemcpyHostToHost
+HOST_TO_DEVICE = cudaMemcpyKind.cudaMemcpyHostToDevice
+DEVICE_TO_HOST = cudaMemcpyKind.cudaMemcpyDeviceToHost
+DEVICE_TO_DEVICE = cudaMemcpyKind.cudaMemcpyDeviceToDevice
+DEFAULT = cudaMemcpyKind.cudaMemcpyDefault
+HOST_ALLOC_FLAGS = cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined
+HOST_REGISTER_FLAGS = cudaHostRegisterPortable | cudaHostRegisterMapped | \
+    cudaHostRegisterIoMemory | cudaHostRegisterReadOnly
 
 
 # ----------------------------------------------------------------- allocation
@@ -76,7 +91,7 @@ def cudaMallocHost(host_ptr, size):
 
 @api
 def cudaHostAlloc(host_ptr, size, flags):
-    if flags & ~CUDA_HOST_ALLOC_FLAGS:
+    if flags & ~HOST_ALLOC_FLAGS:
         raise CudaError(E.cudaErrorInvalidValue, f"unknown cudaHostAlloc flags 0x{flags:x}")
     set_pointer(host_ptr, driver_memory._host_alloc(size, flags) if size else 0)
 
@@ -89,7 +104,7 @@ def cudaFreeHost(host_ptr):
 
 @api
 def cudaHostRegister(host_ptr, size, flags):
-    if flags & ~CUDA_HOST_REGISTER_FLAGS:
+    if flags & ~HOST_REGISTER_FLAGS:
         raise CudaError(E.cudaErrorInvalidValue, f"unknown cudaHostRegister flags 0x{flags:x}")
     driver_memory.cuMemHostRegister_v2.__wrapped__(host_ptr, size, flags)
 
@@ -158,7 +173,7 @@ def _sides(kind: int, dst: int, src: int) -> tuple[bool, bool]:
 def _copy_2d(dst: int, dst_pitch: int, src: int, src_pitch: int, width: int, height: int,
              kind: int, queued: bool) -> None:
     if width > dst_pitch or width > src_pitch:
-        raise CudaError(CUDA_ERROR_INVALID_PITCH_VALUE,
+        raise CudaError(E.cudaErrorInvalidPitchValue,
                         f"row width {width} exceeds a pitch ({dst_pitch}, {src_pitch})")
     if width == 0 or height == 0:
         return
@@ -306,12 +321,13 @@ def cudaPointerGetAttributes(attributes, pointer):
     size = ffi.sizeof(attributes[0])
     ffi.memmove(attributes, bytes(size), size)
     if device is not None:
-        attributes.type, attributes.device = MEMORY_TYPE_DEVICE, 0
+        attributes.type, attributes.device = cudaMemoryType.cudaMemoryTypeDevice, 0
         attributes.devicePointer = ffi.cast("void *", address)
     elif host is not None:
-        attributes.type, attributes.device = MEMORY_TYPE_HOST, 0
+        attributes.type, attributes.device = cudaMemoryType.cudaMemoryTypeHost, 0
         attributes.hostPointer = ffi.cast("void *", address)
         if host[1].device_pointer is not None:
             attributes.devicePointer = ffi.cast("void *", address)
     else:
-        attributes.type, attributes.device = MEMORY_TYPE_UNREGISTERED, CUDA_INVALID_DEVICE_ID
+        attributes.type = cudaMemoryType.cudaMemoryTypeUnregistered
+        attributes.device = cudaInvalidDeviceId

@@ -9,6 +9,7 @@ template in cuda_runtime.h built on these calls, so programs get it from here to
 from __future__ import annotations
 
 from vgpu.api.cudadefs import CUdevice_attribute
+from vgpu.api.cudartdefs import cudaOccupancyDisableCachingOverride
 
 from ._state import CudaError, E, api, check_out, driver_state
 from .launch import function_layout
@@ -23,7 +24,6 @@ __all__ = [
 A = CUdevice_attribute
 REGISTER_ALLOCATION_UNIT = 256  # registers are given to warps in units of 256
 SHARED_ALLOCATION_UNIT = 128  # shared memory is given to blocks in units of 128 bytes
-CUDA_OCCUPANCY_FLAGS = 0x1  # cudaOccupancyDisableCachingOverride
 
 
 def _device(attribute: CUdevice_attribute) -> int:
@@ -82,7 +82,7 @@ def cudaOccupancyMaxActiveBlocksPerMultiprocessor(num_blocks, func, block_size,
 def cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(num_blocks, func, block_size,
                                                            dynamic_shared, flags):
     check_out(num_blocks)
-    if flags & ~CUDA_OCCUPANCY_FLAGS:
+    if flags & ~cudaOccupancyDisableCachingOverride:
         raise CudaError(E.cudaErrorInvalidValue, f"unknown occupancy flags 0x{flags:x}")
     num_blocks[0] = max_active_blocks(function_layout(func)[1], block_size, dynamic_shared)
 

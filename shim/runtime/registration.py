@@ -23,12 +23,13 @@ import ctypes
 import functools
 import itertools
 import os
+import threading
 from dataclasses import dataclass, field
 
 from vgpu.module_image import pack_linked_ptx
 
 from ..driver import module as driver_module
-from ..driver._state import Kind
+from ..driver._state import _HANDLE_MARK, _KIND_SHIFT, Kind
 from ..fatbin import FatbinError, parse_fatbin, read_container_at, read_wrapper_at, require_ptx
 from ._state import (
     CudaError,
@@ -79,6 +80,8 @@ class RegisteredKernel:
     handle: int  # the cudaKernel_t __cudaGetKernel gives the program
     image: RegisteredImage
     functions: dict[int, int] = field(default_factory=dict)  # context -> driver function
+    # (context, driver function, its layout) of the last launch: the launch path's shortcut.
+    last_use: tuple = (0, 0, None)
 
 
 @dataclass(eq=False)
@@ -91,16 +94,24 @@ class RegisteredVariable:
 
 
 class Registry:
-    """Everything registered, by the handles and addresses the program uses to name it."""
+    """Everything registered, by the handles and addresses the program uses to name it.
+
+    Kernels are found by `void *` cdata keys: cffi pointers hash and compare by address
+    whatever their type, so the launch path looks up the pointer it was given without first
+    converting it to an int (which costs more than the lookup).
+    """
 
     def __init__(self) -> None:
         self.images: dict[int, RegisteredImage] = {}
-        self.kernels_by_host: dict[int, RegisteredKernel] = {}
-        self.kernels_by_handle: dict[int, RegisteredKernel] = {}
+        self.kernels: dict[object, RegisteredKernel] = {}  # by host stub and by handle
         self.variables_by_host: dict[int, RegisteredVariable] = {}
         # cudaKernel_t values: vgpu handles of the KERNEL kind, which the driver layer never
         # issues, so they cannot be confused with its function handles.
         self._kernel_ids = itertools.count(1)
+        # Taken when an image or a function is not loaded yet: threads that launch the same
+        # kernel first at the same time must load it once, and none may launch a function
+        # before it has been announced to the server.
+        self._loading = threading.RLock()
 
     def image(self, handle) -> RegisteredImage:
         image = self.images.get(ptr(handle))
@@ -109,31 +120,39 @@ class Registry:
         return image
 
     def new_kernel_handle(self) -> int:
-        return (0x7667 << 48) | (Kind.KERNEL << 40) | next(self._kernel_ids)
+        return _HANDLE_MARK | (Kind.KERNEL << _KIND_SHIFT) | next(self._kernel_ids)
 
     # ----------------------------------------------------------------- lookups
 
-    def kernel(self, func: int) -> RegisteredKernel:
-        """The kernel a host stub address or a cudaKernel_t names."""
-        kernel = self.kernels_by_host.get(func) or self.kernels_by_handle.get(func)
+    def kernel(self, func) -> RegisteredKernel:
+        """The kernel a host stub or a cudaKernel_t (pointer cdata) names."""
+        kernel = self.kernels.get(func)
         if kernel is None:
             raise CudaError(E.cudaErrorInvalidDeviceFunction,
-                            f"0x{func:x} is not a registered kernel")
+                            f"0x{ptr(func):x} is not a registered kernel")
         return kernel
+
+    def add_kernel(self, kernel: RegisteredKernel) -> None:
+        self.kernels[ffi.cast("void *", kernel.host_function)] = kernel
+        self.kernels[ffi.cast("void *", kernel.handle)] = kernel
 
     def function(self, kernel: RegisteredKernel, context: int) -> int:
         """The driver function of `kernel` in `context`, loading its image on first use."""
         function = kernel.functions.get(context)
         if function is not None and function in driver_state.functions:
             return function
-        module = self.module(kernel.image, context, f"kernel {kernel.name!r}")
-        try:
-            function = driver_module._function_for(module, kernel.name)
-        except CudaError:
-            raise CudaError(E.cudaErrorInvalidDeviceFunction,
-                            f"kernel {kernel.name!r} is not in its image") from None
-        kernel.functions[context] = function
-        return function
+        with self._loading:
+            function = kernel.functions.get(context)
+            if function is not None and function in driver_state.functions:
+                return function  # another thread loaded it meanwhile
+            module = self.module(kernel.image, context, f"kernel {kernel.name!r}")
+            try:
+                function = driver_module._function_for(module, kernel.name)
+            except CudaError:
+                raise CudaError(E.cudaErrorInvalidDeviceFunction,
+                                f"kernel {kernel.name!r} is not in its image") from None
+            kernel.functions[context] = function
+            return function
 
     def variable(self, host_variable: int) -> tuple[int, int]:
         """(device address, size) of the device variable whose host shadow is at the
@@ -157,6 +176,13 @@ class Registry:
         module = image.modules.get(context)
         if module is not None and module in driver_state.modules:
             return module
+        with self._loading:
+            return self._load(image, context, user)
+
+    def _load(self, image: RegisteredImage, context: int, user: str) -> int:
+        module = image.modules.get(context)
+        if module is not None and module in driver_state.modules:
+            return module  # another thread loaded it meanwhile
         try:
             if image.failure:
                 raise CudaError(*image.failure)
@@ -173,19 +199,20 @@ class Registry:
         return module
 
     def forget_loaded(self) -> None:
-        """Drop every module and function this process loaded (a fresh session after fork)."""
+        """Drop every module and function this process loaded (after cudaDeviceReset)."""
         for image in self.images.values():
             image.modules.clear()
             for kernel in image.kernels:
                 kernel.functions.clear()
+                kernel.last_use = (0, 0, None)
 
     # ----------------------------------------------------------------- removal
 
     def remove(self, image: RegisteredImage) -> None:
         del self.images[ptr(image.cell)]
         for kernel in image.kernels:
-            self.kernels_by_host.pop(kernel.host_function, None)
-            self.kernels_by_handle.pop(kernel.handle, None)
+            self.kernels.pop(ffi.cast("void *", kernel.host_function), None)
+            self.kernels.pop(ffi.cast("void *", kernel.handle), None)
         for variable in image.variables:
             self.variables_by_host.pop(variable.host_variable, None)
         for module in image.modules.values():
@@ -193,8 +220,14 @@ class Registry:
                 driver_module.cuModuleUnload.__wrapped__(module)
 
 
+    def after_fork_in_child(self) -> None:
+        """A forked child has a session of its own, where nothing is loaded yet."""
+        self._loading = threading.RLock()
+        self.forget_loaded()
+
+
 registry = Registry()
-os.register_at_fork(after_in_child=registry.forget_loaded)
+os.register_at_fork(after_in_child=registry.after_fork_in_child)
 
 
 # ----------------------------------------------------------------- images
@@ -279,8 +312,7 @@ def __cudaRegisterFunction(handle, host_function, device_function, device_name, 
     kernel = RegisteredKernel(ffi.string(device_name).decode(), ptr(host_function),
                               registry.new_kernel_handle(), image)
     image.kernels.append(kernel)
-    registry.kernels_by_host[kernel.host_function] = kernel
-    registry.kernels_by_handle[kernel.handle] = kernel
+    registry.add_kernel(kernel)
 
 
 @_registration(default=None)

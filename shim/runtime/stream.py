@@ -9,6 +9,8 @@ once everything queued before it is done, with the status of that work.
 
 from __future__ import annotations
 
+from vgpu.api.cudartdefs import cudaEventRecordExternal
+
 from ..driver import stream as driver_stream
 from ..driver.memory import _check_stream
 from ._state import DRIVER_TO_RUNTIME, CudaError, E, api, check_out, ffi, runtime, set_pointer
@@ -21,9 +23,6 @@ __all__ = [
     "cudaEventCreateWithFlags", "cudaEventRecord", "cudaEventRecordWithFlags",
     "cudaEventSynchronize", "cudaEventQuery", "cudaEventElapsedTime", "cudaEventDestroy",
 ]
-
-CUDA_EVENT_RECORD_EXTERNAL = 0x01  # matters only to graph capture, which vgpu does not do
-
 
 # ----------------------------------------------------------------- streams
 
@@ -124,7 +123,7 @@ def cudaEventRecord(event, stream):
 
 @api
 def cudaEventRecordWithFlags(event, stream, flags):
-    if flags & ~CUDA_EVENT_RECORD_EXTERNAL:
+    if flags & ~cudaEventRecordExternal:  # matters only to graph capture: accepted
         raise CudaError(E.cudaErrorInvalidValue, f"unknown event record flags 0x{flags:x}")
     driver_stream.cuEventRecord.__wrapped__(event, stream)
 

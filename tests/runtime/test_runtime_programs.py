@@ -167,7 +167,29 @@ def test_memory_api(toolkit, server, fatbin):
                   "memory_api: pitched, default-direction and pooled memory correct")
 
 
-# ----------------------------------------------------------------- binaries vgpu cannot run
+def test_host_threads(toolkit, server, fatbin):
+    assert_passed(run(server, build(toolkit, "host_threads", fatbin)),
+                  "host_threads: 4 threads launched and copied correctly")
+
+
+def test_per_thread_default_stream(toolkit, server):
+    """`--default-stream per-thread` programs call the `_ptsz` / `_ptds` entry points."""
+    flags = ("--default-stream", "per-thread")
+    program = build(toolkit, "streams_events", flags=flags)
+    imports = subprocess.run(["nm", "-D", "--undefined-only", str(program)],
+                             capture_output=True, text=True, check=True).stdout
+    assert "__cudaLaunchKernel_ptsz" in imports and "cudaMemcpyAsync_ptsz" in imports
+    assert_passed(run(server, program), "streams_events: 3 streams joined")
+
+
+# ----------------------------------------------------------------- what vgpu refuses
+
+def test_managed_variables_are_refused_clearly(toolkit, server):
+    result = run(server, build(toolkit, "managed_variable"))
+    assert_passed(result, "managed_variable: launch refused")
+    assert "__managed__ variable 'hits'" in result.stderr
+    assert "does not support managed memory" in result.stderr
+
 
 def test_binary_without_ptx_names_the_kernel_when_launched(toolkit, server):
     program = build(toolkit, "no_ptx", flags=("-gencode", "arch=compute_80,code=sm_80"))

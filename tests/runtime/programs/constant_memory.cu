@@ -63,6 +63,20 @@ int main()
     float back[4];
     CHECK(cudaMemcpyFromSymbol(back, coefficients, sizeof(back), 0, cudaMemcpyDeviceToHost));
     EXPECT(back[1] == 2.0f && back[3] == 1.0f);
+
+    // The async forms, on a stream, device to device included.
+    cudaStream_t stream;
+    CHECK(cudaStreamCreate(&stream));
+    float four = 4.0f;
+    CHECK(cudaMemcpyToSymbolAsync(coefficients, &four, sizeof(float), 0, cudaMemcpyHostToDevice,
+                                  stream));
+    CHECK(cudaMemcpyToSymbolAsync(coefficients, dx, sizeof(float), sizeof(float),
+                                  cudaMemcpyDeviceToDevice, stream));
+    CHECK(cudaMemcpyFromSymbolAsync(back, coefficients, sizeof(back), 0,
+                                    cudaMemcpyDeviceToHost, stream));
+    CHECK(cudaStreamSynchronize(stream));
+    EXPECT(back[0] == 4.0f && back[1] == x[0] && back[3] == 1.0f);
+    CHECK(cudaStreamDestroy(stream));
     CHECK(cudaFree(dx));
     CHECK(cudaFree(dy));
     printf("constant_memory: %d evaluations with constant coefficients correct\n", count);

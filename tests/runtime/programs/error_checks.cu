@@ -51,10 +51,30 @@ int main()
                  cudaLaunchKernel((const void *)main, dim3(1), dim3(1), args, 0, 0));
     EXPECT_ERROR(cudaErrorInvalidDeviceFunction, cudaGetLastError());
 
-    // A good launch through cudaLaunchKernel still works after all that.
+    // Good launches after all that: by host stub, by cudaKernel_t, with a launch config.
     CHECK(cudaLaunchKernel((const void *)touch, dim3(1), dim3(4), args, 0, 0));
     CHECK(cudaMemcpy(host, device, sizeof(host), cudaMemcpyDeviceToHost));
     EXPECT(host[3] == 3);
+    cudaKernel_t kernel;
+    CHECK(cudaGetKernel(&kernel, touch));
+    CHECK(cudaMemset(device, 0, sizeof(host)));
+    CHECK(cudaLaunchKernel((const void *)kernel, dim3(1), dim3(4), args, 0, 0));
+    CHECK(cudaMemcpy(host, device, sizeof(host), cudaMemcpyDeviceToHost));
+    EXPECT(host[2] == 2);
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(1);
+    config.blockDim = dim3(4);
+    CHECK(cudaMemset(device, 0, sizeof(host)));
+    CHECK(cudaLaunchKernelEx(&config, touch, device));
+    CHECK(cudaMemcpy(host, device, sizeof(host), cudaMemcpyDeviceToHost));
+    EXPECT(host[1] == 1);
+    cudaLaunchAttribute cooperative;
+    cooperative.id = cudaLaunchAttributeCooperative;
+    cooperative.val.cooperative = 1;
+    config.attrs = &cooperative;
+    config.numAttrs = 1;
+    EXPECT_ERROR(cudaErrorNotSupported, cudaLaunchKernelEx(&config, touch, device));
+    EXPECT_ERROR(cudaErrorNotSupported, cudaGetLastError());
 
     // Devices, handles, symbols, names.
     EXPECT_ERROR(cudaErrorInvalidDevice, cudaSetDevice(7));

@@ -25,6 +25,18 @@ int main()
             EXPECT(back[r][c] == (c >= 2 && c < 6 ? 0 : host[r][c]));
     EXPECT_ERROR(cudaErrorInvalidPitchValue,
                  cudaMemcpy2D(back, 4, pitched, pitch, 8, 1, cudaMemcpyDeviceToHost));
+    EXPECT_ERROR(cudaErrorInvalidPitchValue, cudaGetLastError());
+    // The async forms: fill column 0 with 0x7f bytes, copy one 3x2 block back.
+    cudaStream_t copy_stream;
+    CHECK(cudaStreamCreate(&copy_stream));
+    CHECK(cudaMemset2DAsync(pitched, pitch, 0x7f, sizeof(int), height, copy_stream));
+    int block[2][3];
+    CHECK(cudaMemcpy2DAsync(block, 3 * sizeof(int), pitched, pitch, 3 * sizeof(int), 2,
+                            cudaMemcpyDeviceToHost, copy_stream));
+    CHECK(cudaStreamSynchronize(copy_stream));
+    EXPECT(block[0][0] == 0x7f7f7f7f && block[1][0] == 0x7f7f7f7f);
+    EXPECT(block[0][1] == 1 && block[1][1] == 101 && block[1][2] == 0);
+    CHECK(cudaStreamDestroy(copy_stream));
 
     // cudaMemcpyDefault infers every direction; device-to-device copies.
     int *a, *b, values[64], out[64];

@@ -1,6 +1,7 @@
 // Occupancy queries: active blocks per multiprocessor against the device's limits, the
 // potential block size (cuda_runtime.h's template over these calls), function attributes.
 #include "check.cuh"
+#include <cstring>
 
 __global__ void light(float *v)
 {
@@ -60,6 +61,9 @@ int main()
     CHECK(cudaFuncGetAttributes(&attributes, light));
     EXPECT(attributes.maxDynamicSharedSizeBytes == 64 * 1024);
     CHECK(cudaFuncSetCacheConfig(light, cudaFuncCachePreferShared));
+    const char *name = NULL;
+    CHECK(cudaFuncGetName(&name, light));
+    EXPECT(name != NULL && strcmp(name, "_Z5lightPf") == 0);
     size_t available = 0;
     CHECK(cudaOccupancyAvailableDynamicSMemPerBlock(&available, light, 2, 128));
     EXPECT(available > 0 && available <= (size_t)prop.sharedMemPerMultiprocessor / 2);

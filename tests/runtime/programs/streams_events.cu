@@ -38,6 +38,12 @@ int main()
     EXPECT(priority == greatest);
     CHECK(cudaStreamGetFlags(stream[1], &flags));
     EXPECT(flags == cudaStreamNonBlocking);
+    int stream_device = -1;
+    CHECK(cudaStreamGetDevice(stream[0], &stream_device));
+    EXPECT(stream_device == 0);
+    cudaStreamCaptureStatus capture;
+    CHECK(cudaStreamIsCapturing(stream[0], &capture));
+    EXPECT(capture == cudaStreamCaptureStatusNone);
 
     cudaEvent_t start, stop, done[streams];
     CHECK(cudaEventCreate(&start));
