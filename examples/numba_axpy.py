@@ -7,6 +7,7 @@ cuModuleLoadData, cuLaunchKernel, ...), which is what vgpu's libcuda answers.
 import numpy as np
 from numba import cuda
 
+
 @cuda.jit
 def axpy(r, a, x, y):
     i = cuda.grid(1)

@@ -1,32 +1,37 @@
-"""Routes each call of a shim's C stubs to the Python function implementing it.
+"""Attaches the Python callback of every C stub of a shim to the function implementing it.
 
-At boot the dispatcher walks the API table: a symbol is implemented when the implementation
-module (vgpu.shim.driver for libcuda, vgpu.shim.runtime for libcudart) has an attribute of
-that exact name (`cuMemAlloc_v2`). A stub hands over `void *args[]`, where args[i] points at
-its i-th argument; the handler reads each with `ffi.cast("<ctype> *", args[i])[0]`: integers
-and enums arrive as ints, pointers and handles as cffi cdata the implementation may write
-through, structs passed by value as cdata copies the implementation may keep. It returns the
-implementation's int result code; for a function returning something else (`void **`,
-`void`, `const char *`), the implementation's return value is written to the stub's result.
-Any other symbol returns "not supported" and is named once on stderr. With VGPU_TRACE=1 every
-call is printed with its decoded arguments and its result.
+Each generated stub calls its symbol's own cffi callback, `vgpu_py_<symbol>`, declared with
+the symbol's C signature (shim/generated/*_callbacks.h): cffi converts the arguments in its
+generated C, integers and enums to ints, pointers and handles to cdata the implementation may
+write through. At boot each callback gets, in order of preference:
+- the implementation itself, when the implementation module (vgpu.shim.driver for libcuda,
+  vgpu.shim.runtime for libcudart) has a callable of the symbol's exact name and the C types
+  ask nothing more: cffi then calls it with no Python frame in between;
+- the implementation behind an adapter (adapters.py) when they do: structs passed by value,
+  results other than the result code;
+- for any other symbol, "not supported", the symbol named once on stderr.
+An exception answers "unknown" with its traceback printed; so does a result C cannot take
+(not an int, for a result code): cffi's conversion fails and reports it here. The C layer lets
+no call through before the boot has attached every callback: one left bare would answer 0,
+success. With VGPU_TRACE=1 every callback prints its call, arguments and result (trace.py).
 """
 
 from __future__ import annotations
 
 import enum
-import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, TextIO
 
-from vgpu.api.table import ApiFunction, ApiParam
+from vgpu.api.table import CALLBACK_PREFIX, ApiFunction
 
-__all__ = ["Dispatcher", "ResultCodes", "boot_driver", "boot_runtime"]
+from .adapters import adapt, zero_of
+from .trace import format_value, traced, tracing
 
-Handler = Callable[[Any, Any], int]
+__all__ = ["ResultCodes", "attach_callbacks", "boot_driver", "boot_runtime", "driver_results",
+           "runtime_results"]
 
 
 class ResultCodes:
@@ -38,6 +43,8 @@ class ResultCodes:
         self.codes = codes
         self.not_supported = int(not_supported)
         self.unknown = int(unknown)
+        self.not_supported_name = self.name(not_supported)
+        self.unknown_name = self.name(unknown)
 
     def name(self, value: int) -> str:
         try:
@@ -46,196 +53,141 @@ class ResultCodes:
             return str(value)
 
 
-class Dispatcher:
-    """fn_id -> handler, built once from the API table and an implementation module."""
+class _Callback:
+    """What is attached to one symbol's callback, and how its failures are reported."""
 
-    def __init__(self, ffi: Any, functions: Sequence[ApiFunction], implementation: ModuleType,
-                 results: ResultCodes, enums: ModuleType, *, trace: bool = False,
-                 stream: TextIO | None = None):
-        self._ffi = ffi
-        self._functions = functions
-        self._results = results
-        self._enums = enums
-        self._stream = stream
-        self._reported: set[int] = set()
-        self._readers = [tuple(ffi.typeof(ffi.getctype(p.ctype, "*")) for p in fn.params)
-                         for fn in functions]
-        self.implemented: set[str] = set()
-        self._handlers: list[Handler] = [self._handler(fn, implementation)
-                                         for fn in functions]
-        self.dispatch: Callable[[int, Any, Any], int] = self._traced if trace else self._direct
+    def __init__(self, ffi: Any, fn: ApiFunction, ctype: Any, results: ResultCodes,
+                 code_type: Any, write: Callable[[str], None]):
+        self.ffi = ffi
+        self.fn = fn
+        self.results = results
+        self.write = write
+        self.returns_code = ctype.result == code_type
+        self.returns_void = ctype.result.kind == "void"
+        # What C gets when the call fails: the result code "unknown", else a zero.
+        self.error = results.unknown if self.returns_code else zero_of(ffi, ctype.result)
+        self.failure = (f"; returning {results.unknown_name}" if self.returns_code
+                        else "" if self.returns_void else "; returning zero")
 
-    def _write(self, line: str) -> None:
-        stream = self._stream or sys.stderr
-        stream.write(line + "\n")
-        stream.flush()
+    def onerror(self, exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+        """cffi's report of a failed callback; C then gets the callback's error value."""
+        if tb is None:  # nothing ran in Python: cffi could not convert the result to C
+            self.write(f"vgpu: {self.fn.symbol} returned a value its C result cannot hold "
+                       f"({exc_type.__name__}: {exc}){self.failure}")
+        else:
+            text = "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
+            self.write(f"vgpu: {self.fn.symbol} raised an exception{self.failure}\n{text}")
 
-    def _decoder(self, fn: ApiFunction) -> Callable[[Any], list[Any]]:
-        ffi = self._ffi
-        cast, new = ffi.cast, ffi.new
-        readers = self._readers[fn.fn_id]
-        by_value = [ffi.typeof(p.ctype).kind in ("struct", "union") for p in fn.params]
-        if not any(by_value):
-            return lambda args: [cast(reader, args[i])[0] for i, reader in enumerate(readers)]
-        # A struct argument lives in the stub's frame; an implementation that keeps it (a
-        # launch configuration pushed for later) needs its own copy.
-        return lambda args: [new(reader, cast(reader, args[i])[0])[0] if copy
-                             else cast(reader, args[i])[0]
-                             for i, (reader, copy) in enumerate(zip(readers, by_value,
-                                                                    strict=True))]
+    def not_implemented(self) -> Callable[..., Any]:
+        """Answers "not supported" (a zero where the result is not a code), and says so once."""
+        value = self.results.not_supported if self.returns_code else self.error
+        line = f"vgpu: {self.fn.symbol} is not implemented ({self.results.not_supported_name})"
+        reported = False
 
-    def _result_writer(self, fn: ApiFunction) -> Callable[[Any, Any], None] | None:
-        """For a function that does not return the result code: stores its return value."""
-        if fn.restype in (self._results.ctype, "void"):
-            return None
-        ffi = self._ffi
-        # `char` (cudaInitModule's flag) is written as a number, not a one-byte string.
-        restype = "signed char" if fn.restype == "char" else fn.restype
-        target = ffi.typeof(ffi.getctype(restype, "*"))
-        is_pointer = ffi.typeof(restype).kind == "pointer"
-
-        def write(result: Any, value: Any) -> None:
-            if is_pointer and isinstance(value, int):
-                value = ffi.cast(restype, value)
-            ffi.cast(target, result)[0] = value
-
-        return write
-
-    def _handler(self, fn: ApiFunction, implementation: ModuleType) -> Handler:
-        impl = getattr(implementation, fn.symbol, None)
-        if not callable(impl):
-            return self._not_implemented_handler(fn)
-        self.implemented.add(fn.symbol)
-        decode = self._decoder(fn)
-        write_result = self._result_writer(fn)
-        returns_code = fn.restype == self._results.ctype
-        unknown, write = self._results.unknown, self._write
-        failure = f"returning {self._results.name(unknown)}"
-
-        def call_implementation(args: Any, result: Any) -> int:
-            try:
-                value = impl(*decode(args))
-                if write_result is not None and value is not None:
-                    write_result(result, value)
-            except Exception:
-                write(f"vgpu: {fn.symbol} raised an exception; {failure}\n"
-                      f"{traceback.format_exc().rstrip()}")
-                return unknown
-            if not returns_code:
-                return 0
-            if not isinstance(value, int):
-                write(f"vgpu: {fn.symbol} returned {value!r}, not a result code; {failure}")
-                return unknown
+        def not_implemented(*args: Any) -> Any:
+            nonlocal reported
+            if not reported:
+                reported = True
+                self.write(line)
             return value
-
-        return call_implementation
-
-    def _not_implemented_handler(self, fn: ApiFunction) -> Handler:
-        def not_implemented(args: Any, result: Any) -> int:
-            if fn.fn_id not in self._reported:
-                self._reported.add(fn.fn_id)
-                self._write(f"vgpu: {fn.symbol} is not implemented "
-                            f"({self._results.name(self._results.not_supported)})")
-            return self._results.not_supported
 
         return not_implemented
 
-    def _direct(self, fn_id: int, args: Any, result: Any) -> int:
-        return self._handlers[fn_id](args, result)
+    def traced(self, call: Callable[..., Any], enums: ModuleType) -> Callable[..., Any]:
+        return traced(self.ffi, self.fn, call, enums, self.write, self._outcome, self._failed)
 
-    def _traced(self, fn_id: int, args: Any, result: Any) -> int:
-        fn = self._functions[fn_id]
-        # Arguments are read before the call: output parameters show where results will go.
-        shown = ", ".join(
-            f"{param.name}={self._format(param, reader, args[i])}"
-            for i, (param, reader) in enumerate(zip(fn.params, self._readers[fn_id],
-                                                    strict=True)))
-        code = self._handlers[fn_id](args, result)
-        if fn.restype == self._results.ctype:
-            outcome = self._results.name(code)
-        elif fn.restype == "void":
-            outcome = "void"
+    def _outcome(self, value: Any) -> tuple[Any, str]:
+        """For the trace: the value C gets for `value`, and how the trace shows it. A traced
+        call checks a result code itself, so that its report can show the offending value."""
+        if self.returns_code:
+            if not isinstance(value, int):
+                self.write(f"vgpu: {self.fn.symbol} returned {value!r}, not a result code"
+                           f"{self.failure}")
+                value = self.results.unknown
+            return value, self.results.name(value)
+        if self.returns_void:
+            return None, "void"
+        return value, format_value(self.ffi, value, None, None, False)
+
+    def _failed(self, exc_type: type[BaseException], exc: BaseException, tb: Any) -> Any:
+        self.onerror(exc_type, exc, tb)
+        return self.error
+
+
+def attach_callbacks(ffi: Any, lib: Any, functions: Sequence[ApiFunction],
+                     implementation: Any, results: ResultCodes, enums: ModuleType, *,
+                     trace: bool = False, stream: TextIO | None = None) -> frozenset[str]:
+    """Attaches every callback `lib` declares; returns the symbols `implementation` has. Raises
+    if `lib` declares a callback that `functions` lacks: it would be left bare."""
+
+    def write(line: str) -> None:
+        out = stream or sys.stderr
+        out.write(line + "\n")
+        out.flush()
+
+    declared = {name for name in dir(lib) if name.startswith(CALLBACK_PREFIX)}
+    code_type = ffi.typeof(results.ctype)
+    implemented = set()
+    for fn in functions:
+        name = CALLBACK_PREFIX + fn.symbol
+        if name not in declared:
+            continue  # written in C (cuGetProcAddress, ...): no callback
+        declared.discard(name)
+        ctype = ffi.typeof(getattr(lib, name))
+        callback = _Callback(ffi, fn, ctype, results, code_type, write)
+        impl = getattr(implementation, fn.symbol, None)
+        if callable(impl):
+            implemented.add(fn.symbol)
+            call = adapt(ffi, ctype, impl, returns_code=callback.returns_code)
         else:
-            value = self._ffi.cast(self._ffi.getctype(fn.restype, "*"), result)[0]
-            outcome = _format_value(self._ffi, value, self._enums, None, False)
-        self._write(f"vgpu trace: {fn.symbol}({shown}) -> {outcome}")
-        return code
-
-    def _format(self, param: ApiParam, reader: Any, arg: Any) -> str:
-        value = self._ffi.cast(reader, arg)[0]
-        return _format_value(self._ffi, value, self._enums, param.enum,
-                             param.ctype.startswith("const char *"))
-
-
-def _format_value(ffi: Any, value: Any, enums: ModuleType, enum_name: str | None,
-                  is_text: bool, depth: int = 0) -> str:
-    """A decoded argument as the trace shows it: enums by name, pointers in hex."""
-    if isinstance(value, int):
-        if enum_name is not None:
-            try:
-                return getattr(enums, enum_name)(value).name
-            except ValueError:
-                pass
-        return str(value)
-    if not isinstance(value, ffi.CData):
-        return repr(value)
-    ctype = ffi.typeof(value)
-    if ctype.kind in ("pointer", "function"):
-        address = int(ffi.cast("uintptr_t", value))
-        if address == 0:
-            return "NULL"
-        if is_text:
-            return f"{address:#x} {ffi.string(value, 256).decode(errors='replace')!r}"
-        return f"{address:#x}"
-    if ctype.kind in ("struct", "union"):
-        if depth > 0:
-            return "{...}"
-        fields = ", ".join(
-            f"{name}={_format_value(ffi, getattr(value, name), enums, None, False, 1)}"
-            for name, _ in ctype.fields if name)
-        return f"{{{fields}}}"
-    return repr(value)
+            call = callback.not_implemented()
+        if trace:
+            call = callback.traced(call, enums)
+        # `error=None`: cffi answers C's zero of any other result type.
+        ffi.def_extern(name=name, error=results.unknown if callback.returns_code else None,
+                       onerror=callback.onerror)(call)
+    if declared:
+        raise RuntimeError(f"the built shim has callbacks the API table lacks "
+                           f"({', '.join(sorted(declared)[:3])}, ...): reinstall vgpu")
+    return frozenset(implemented)
 
 
-def _tracing() -> bool:
-    return os.environ.get("VGPU_TRACE", "") not in ("", "0")
+def driver_results() -> ResultCodes:
+    from vgpu.api.cudadefs import CUresult
+
+    return ResultCodes("CUresult", CUresult, CUresult.CUDA_ERROR_NOT_SUPPORTED,
+                       CUresult.CUDA_ERROR_UNKNOWN)
 
 
-def _install(ffi: Any, lib: Any, prefix: str, functions: Sequence[ApiFunction],
-             implementation: ModuleType, results: ResultCodes, enums: ModuleType) -> Dispatcher:
-    _check_stub_table(getattr(lib, f"vgpu_{prefix}_symbol_name"), ffi, functions)
-    dispatcher = Dispatcher(ffi, functions, implementation, results, enums, trace=_tracing())
-    dispatch = dispatcher.dispatch
+def runtime_results() -> ResultCodes:
+    from vgpu.api.cudartdefs import cudaError
 
-    @ffi.def_extern(name="vgpu_py_dispatch", error=results.unknown)
-    def vgpu_py_dispatch(fn_id: int, args: Any, result: Any) -> int:
-        return dispatch(fn_id, args, result)
-
-    return dispatcher
+    return ResultCodes("cudaError_t", cudaError, cudaError.cudaErrorNotSupported,
+                       cudaError.cudaErrorUnknown)
 
 
-def boot_driver(ffi: Any, lib: Any) -> Dispatcher:
-    """Called by the libcuda shim's embedded init: installs the driver's dispatcher."""
+def boot_driver(ffi: Any, lib: Any) -> frozenset[str]:
+    """Called by the libcuda shim's embedded init: attaches the driver's callbacks."""
     from vgpu.api import cudadefs
     from vgpu.api.table import driver_functions
     from vgpu.shim import driver
 
-    codes = cudadefs.CUresult
-    results = ResultCodes("CUresult", codes, codes.CUDA_ERROR_NOT_SUPPORTED,
-                          codes.CUDA_ERROR_UNKNOWN)
-    return _install(ffi, lib, "driver", driver_functions(), driver, results, cudadefs)
+    functions = driver_functions()
+    _check_stub_table(lib.vgpu_driver_symbol_name, ffi, functions)
+    return attach_callbacks(ffi, lib, functions, driver, driver_results(), cudadefs,
+                            trace=tracing())
 
 
-def boot_runtime(ffi: Any, lib: Any) -> Dispatcher:
-    """Called by the libcudart shim's embedded init: installs the runtime's dispatcher."""
+def boot_runtime(ffi: Any, lib: Any) -> frozenset[str]:
+    """Called by the libcudart shim's embedded init: attaches the runtime's callbacks."""
     from vgpu.api import cudartdefs
     from vgpu.api.table import runtime_functions
     from vgpu.shim import runtime
 
-    codes = cudartdefs.cudaError
-    results = ResultCodes("cudaError_t", codes, codes.cudaErrorNotSupported,
-                          codes.cudaErrorUnknown)
-    return _install(ffi, lib, "runtime", runtime_functions(), runtime, results, cudartdefs)
+    functions = runtime_functions()
+    _check_stub_table(lib.vgpu_runtime_symbol_name, ffi, functions)
+    return attach_callbacks(ffi, lib, functions, runtime, runtime_results(), cudartdefs,
+                            trace=tracing())
 
 
 def _check_stub_table(symbol_name: Callable[[int], Any], ffi: Any,

@@ -1,21 +1,18 @@
-/* The path every generated stub takes: make sure the embedded runtime is up, then let
-   Python handle the call. If the runtime cannot start, the call fails with
-   CUDA_ERROR_NOT_INITIALIZED (the failure was reported once, on stderr). */
+/* The gate every generated stub passes: the embedded runtime must be up (and booted: every
+   callback attached) before a stub calls its Python callback. If the runtime cannot start,
+   the stubs return CUDA_ERROR_NOT_INITIALIZED (the failure was reported once, on stderr). */
 #include "driver_shim.h"
 #include "embedded_python.h"
 
-/* Defined in the cffi module (shim/build_driver.py). */
+/* Defined in the cffi module (shim/shim_builder.py). */
 int vgpu_cffi_start(void);
-int vgpu_py_boot(char *error, size_t size);
-int vgpu_py_dispatch(int fn_id, void **args, void *result);
+int vgpu_boot(char *error, size_t size);
 
-static const struct vgpu_embedding driver_embedding = {"CUDA", NULL, vgpu_cffi_start, vgpu_py_boot};
+static const struct vgpu_embedding driver_embedding = {"CUDA", NULL, vgpu_cffi_start, vgpu_boot};
 
-int vgpu_driver_dispatch(int fn_id, void **args, void *result)
+int vgpu_driver_ready(void)
 {
-    if (!vgpu_embedded_python_ready(&driver_embedding))
-        return CUDA_ERROR_NOT_INITIALIZED;
-    return vgpu_py_dispatch(fn_id, args, result);
+    return vgpu_embedded_python_ready(&driver_embedding);
 }
 
 void *vgpu_driver_entry(int fn_id)

@@ -35,10 +35,9 @@ extern const struct vgpu_proc_entry vgpu_driver_proc_entries[];
 extern const size_t vgpu_driver_result_count;
 extern const struct vgpu_result_text vgpu_driver_results[];
 
-/* Every generated stub calls this: starts the embedded runtime if needed, then runs the
-   Python handler of `fn_id` with pointers to the call's arguments. (`result` is for
-   functions that return something other than CUresult: none in the driver API.) */
-int vgpu_driver_dispatch(int fn_id, void **args, void *result);
+/* Every generated stub asks this first: 1 once the embedded runtime is up and every Python
+   callback attached (starting it on the first call), 0 if it cannot start. */
+int vgpu_driver_ready(void);
 
 /* For Python (declared in the cffi cdef too): the stub of `fn_id`, or NULL. */
 void *vgpu_driver_entry(int fn_id);

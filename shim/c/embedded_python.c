@@ -95,6 +95,18 @@ static void release_stderr(struct captured_stderr capture, int pass_on)
     fclose(capture.file);
 }
 
+/* A program that dlopen()s us without RTLD_GLOBAL (the default) loads libpython, our
+   dependency, as a local library: the extension modules Python loads next (cffi's backend
+   first) could not resolve its symbols. Reopened by its own path with RTLD_GLOBAL, it is
+   visible to them, as in a python executable. */
+static void make_libpython_global(void)
+{
+    Dl_info info;
+
+    if (dladdr((void *)Py_InitializeFromConfig, &info) != 0 && info.dli_fname != NULL)
+        dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+}
+
 /* A C program: start the interpreter ourselves, pinned to the recorded executable so that
    its prefix (and the environment's site-packages) are found whatever PATH says. Python's
    own environment variables (PYTHONHOME, PYTHONPATH) are honoured, as for any Python. */
@@ -104,6 +116,7 @@ static int initialize_interpreter(char *why, size_t size)
     PyStatus status;
     struct captured_stderr capture;
 
+    make_libpython_global();
     PyConfig_InitPythonConfig(&config);
     config.install_signal_handlers = 0; /* the application owns SIGINT and friends */
     config.parse_argv = 0;

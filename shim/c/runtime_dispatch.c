@@ -1,6 +1,6 @@
-/* The path every generated runtime stub takes: make sure the embedded runtime is up, then
-   let Python handle the call. If it cannot start, calls fail with
-   cudaErrorInitializationError (reported once, on stderr). */
+/* The gate every generated runtime stub passes: the embedded runtime must be up (and booted:
+   every callback attached) before a stub calls its Python callback. If it cannot start,
+   calls fail with cudaErrorInitializationError (reported once, on stderr). */
 #include <dlfcn.h>
 #include <stdio.h>
 
@@ -9,8 +9,7 @@
 
 /* Defined in the cffi module (shim/shim_builder.py). */
 int vgpu_cffi_start(void);
-int vgpu_py_boot(char *error, size_t size);
-int vgpu_py_dispatch(int fn_id, void **args, void *result);
+int vgpu_boot(char *error, size_t size);
 
 /* The runtime is built on the driver, and both shims embed one interpreter. The driver shim
    is made to start it first: two shims initializing Python at once from two threads would
@@ -38,14 +37,12 @@ static int start_driver(char *why, size_t size)
 }
 
 static const struct vgpu_embedding runtime_embedding = {
-    "CUDA runtime", start_driver, vgpu_cffi_start, vgpu_py_boot,
+    "CUDA runtime", start_driver, vgpu_cffi_start, vgpu_boot,
 };
 
-int vgpu_runtime_dispatch(int fn_id, void **args, void *result)
+int vgpu_runtime_ready(void)
 {
-    if (!vgpu_embedded_python_ready(&runtime_embedding))
-        return cudaErrorInitializationError;
-    return vgpu_py_dispatch(fn_id, args, result);
+    return vgpu_embedded_python_ready(&runtime_embedding);
 }
 
 void *vgpu_runtime_entry(int fn_id)

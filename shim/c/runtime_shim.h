@@ -13,11 +13,10 @@ extern const size_t vgpu_runtime_symbol_count;
 extern const char *const vgpu_runtime_symbols[];   /* by fn_id */
 extern void *const vgpu_runtime_entries[];         /* by fn_id */
 
-/* Every generated stub calls this: starts the embedded runtime if needed, then runs the
-   Python handler of `fn_id` with pointers to the call's arguments. A function returning
-   something other than cudaError_t passes `result`, where Python stores its value; it keeps
-   its zero initialization if the call cannot run. */
-int vgpu_runtime_dispatch(int fn_id, void **args, void *result);
+/* Every generated stub asks this first: 1 once the embedded runtime is up and every Python
+   callback attached (starting the driver shim's, then its own, on the first call), 0 if it
+   cannot start: the stub then returns cudaErrorInitializationError, or a zero result. */
+int vgpu_runtime_ready(void);
 
 /* For Python (declared in the cffi cdef too): the stub of `fn_id`, or NULL. */
 void *vgpu_runtime_entry(int fn_id);

@@ -136,3 +136,27 @@ def test_first_calls_from_many_threads_at_once(shim_program, run_program):
     result = run_program(shim_program(THREADS))  # the runtime starts once, nobody waits forever
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["1"]
+
+
+DLOPENED = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+
+int main(void)
+{
+    void *libcuda = dlopen("libcuda.so.1", RTLD_NOW);  /* local, as most loaders do */
+    int (*get_version)(int *) = (int (*)(int *))dlsym(libcuda, "cuDriverGetVersion");
+    int version = 0;
+    int rc = get_version(&version);
+    printf("%d %d\n", rc, version);
+    return 0;
+}
+"""
+
+
+def test_program_that_dlopens_the_driver(toolkit, run_program):
+    # libpython arrives as a local dependency of ours; Python's extension modules need it
+    # global. (--as-needed: the program must not also be linked to libcuda.)
+    result = run_program(toolkit.c_program(DLOPENED, flags=["-ldl", "-Wl,--as-needed"]))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0", "13000"], result.stderr
