@@ -12,7 +12,7 @@ extension does not load it: the CLI process stays free of the shim.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import importlib.machinery
 import os
 import shutil
 import tempfile
@@ -30,11 +30,16 @@ SHIM_LIBRARY_NAMES = {
 
 
 def _extension_path(module: str) -> Path:
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None:
-        raise RuntimeError(f"the shim extension {module} is not built: reinstall vgpu "
-                           "(pip install -e . or pip install .)")
-    return Path(spec.origin).resolve()
+    """The built extension's file, found beside this module without importing it (an
+    imported shim may be a cffi-embedded module object with neither __spec__ nor __file__)."""
+    package_dir = Path(__file__).resolve().parent
+    name = module.rsplit(".", 1)[1]
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = package_dir / f"{name}{suffix}"
+        if candidate.exists():
+            return candidate
+    raise RuntimeError(f"the shim extension {module} is not built: reinstall vgpu "
+                       "(pip install -e . or pip install .)")
 
 
 def _cache_root() -> Path:
