@@ -2,7 +2,7 @@
 
     python benchmarks/bench_transport.py            # prints a table; figures go to BENCHMARKS.md
 
-Figures, each a ratio against a baseline measured in this run:
+Figures, each a ratio against a baseline measured in this run (medians of alternating rounds):
 - an idle cuCtxSynchronize (nothing outstanding: answered without a round trip) and the
   round trip of a call that must fetch data (cuMemGetInfo), vs a raw pyzmq DEALER/ROUTER
   round trip (<= 1.25x)
@@ -15,6 +15,7 @@ Figures, each a ratio against a baseline measured in this run:
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from toolkit import find_toolkit  # noqa: E402
 
 SYNCS, LAUNCHES, MIB = 2000, 20000, 64
+ROUNDS = 3  # baseline and vgpu alternate; each figure is the median of its rounds
 
 
 def _echo_server(address: str) -> subprocess.Popen:
@@ -108,12 +110,20 @@ def vgpu_figures(work: Path) -> dict[str, float]:
     return figures
 
 
+def _median_of(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+
+
 def main() -> None:
+    raws, copies, vgpus = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        raw = raw_zmq(f"ipc://{work}/raw.sock")
-        copy = numpy_copy_rate()
-        v = vgpu_figures(work)
+        for _ in range(ROUNDS):
+            raws.append(raw_zmq(f"ipc://{work}/raw.sock"))
+            copies.append(numpy_copy_rate())
+            vgpus.append(vgpu_figures(work))
+    raw, v = _median_of(raws), _median_of(vgpus)
+    copy = statistics.median(copies)
     gb = 1e9
     rows = [
         ("idle cuCtxSynchronize", f"{v['idle_sync_s'] * 1e6:.2f} us",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 __all__ = ["read_peer", "write_peer", "PeerMemoryError"]
 
@@ -48,11 +49,28 @@ def _transfer(fn, pid: int, local: memoryview, remote_address: int) -> None:
     del buffer
 
 
+# Large transfers are split over two threads: the copy is the kernel's (the GIL is released
+# in the foreign call), and one core alone does not saturate memory bandwidth.
+PARALLEL_BYTES = 8 << 20
+_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="vgpu-peer-copy")
+
+
+def _split(fn, pid: int, local: memoryview, remote_address: int) -> None:
+    if len(local) < PARALLEL_BYTES:
+        _transfer(fn, pid, local, remote_address)
+        return
+    half = len(local) // 2 // 4096 * 4096
+    parts = [_pool.submit(_transfer, fn, pid, local[:half], remote_address),
+             _pool.submit(_transfer, fn, pid, local[half:], remote_address + half)]
+    for part in parts:
+        part.result()
+
+
 def read_peer(pid: int, remote_address: int, into: memoryview) -> None:
     """Fill `into` from `len(into)` bytes at `remote_address` in process `pid`."""
-    _transfer(_libc.process_vm_readv, pid, into, remote_address)
+    _split(_libc.process_vm_readv, pid, into, remote_address)
 
 
 def write_peer(pid: int, remote_address: int, data: memoryview) -> None:
     """Write `data` to `remote_address` in process `pid`."""
-    _transfer(_libc.process_vm_writev, pid, data, remote_address)
+    _split(_libc.process_vm_writev, pid, data, remote_address)

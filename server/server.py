@@ -74,10 +74,10 @@ class ProxyServer:
     def _receive(self) -> list:
         """[identity, header, payload...]: the small frames copied (cheaper than a zmq Frame
         object for a few bytes), payload frames zero-copy, as bulk data arrives."""
-        frames = [self.socket.recv()]
-        while self.socket.getsockopt(zmq.RCVMORE):
-            frames.append(self.socket.recv() if len(frames) < 2 else
-                          self.socket.recv(copy=False).buffer)
+        sock = self.socket
+        frames = [sock.recv(), sock.recv()]  # a ROUTER always delivers identity + header
+        while sock.rcvmore:
+            frames.append(sock.recv(copy=False).buffer)
         return frames
 
     def stop(self) -> None:
@@ -118,9 +118,12 @@ class ProxyServer:
                output: str = "", payloads=()) -> None:
         if not seq:
             return
-        # Zero-copy only pays for bulk payloads; small frames are cheaper copied.
-        self.socket.send_multipart([identity, pack([seq, code, result, deferred, output]),
-                                    *payloads], copy=not payloads)
+        header = pack([seq, code, result, deferred, output])
+        if payloads:  # bulk payloads go zero-copy; small frames are cheaper copied
+            self.socket.send_multipart([identity, header, *payloads], copy=False)
+        else:
+            self.socket.send(identity, zmq.SNDMORE)
+            self.socket.send(header)
 
     def _hello(self, identity: bytes, seq, body) -> None:
         if not isinstance(body, dict) or body.get("version") != PROTOCOL_VERSION:

@@ -206,15 +206,19 @@ class Connection:
             seq = self._seq
         else:
             self._unconfirmed = True
-        # Zero-copy only pays for bulk payloads; small frames are cheaper copied.
-        self._socket.send_multipart([pack([kind, seq, body]), *frames], copy=not frames)
+        if frames:  # bulk payloads go zero-copy; the header is small and cheaper copied
+            self._socket.send_multipart([pack([kind, seq, body]), *frames], copy=False)
+        else:
+            self._socket.send(pack([kind, seq, body]))
         return seq
 
     def _wait(self, seq: int, timeout: float) -> list:
         deadline = time.monotonic() + timeout
         while True:
             try:  # blocks at most RCVTIMEO: one call into zmq per reply, no separate poll
-                frames = self._socket.recv_multipart(copy=True)
+                frames = [self._socket.recv()]
+                while self._socket.rcvmore:
+                    frames.append(self._socket.recv())
             except zmq.Again:
                 if self.server_pid is not None and not _pid_alive(self.server_pid):
                     self._lost = (f"the vgpu server (pid {self.server_pid}) at "
