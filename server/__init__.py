@@ -1,0 +1,1 @@
+"""The proxy server: one session per client process, backends behind one interface."""
