@@ -90,12 +90,16 @@ def _run(args) -> int:
     if program is None:
         print(f"vgpu run: {command[0]}: command not found", file=sys.stderr)
         return 127
-    from vgpu.binary_check import check_executable, static_cudart_message
+    from vgpu.binary_check import BinaryCheckError, check_executable, static_cudart_message
 
-    report = check_executable(program)
-    if report.has_static_cudart:
-        print(f"vgpu run: {static_cudart_message(program)}", file=sys.stderr)
-        return 1
+    try:
+        report = check_executable(program)
+    except BinaryCheckError as exc:  # unreadable or damaged: let the loader have its say
+        print(f"vgpu run: warning: {exc}", file=sys.stderr)
+    else:
+        if report.has_static_cudart:
+            print(f"vgpu run: {static_cudart_message(program)}", file=sys.stderr)
+            return 1
 
     server = None
     address = args.server or os.environ.get("VGPU_SERVER")
@@ -143,7 +147,11 @@ def _run_program(command: list[str], address: str) -> int:
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
         p for p in (lib_dir, env.get("LD_LIBRARY_PATH", "")) if p)
     env["VGPU_SERVER"] = address
-    proc = subprocess.Popen(command, env=env)
+    try:
+        proc = subprocess.Popen(command, env=env)
+    except OSError as exc:  # not executable, wrong format: what a shell would say, and 126
+        print(f"vgpu run: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
+        return 126
     # Signals meant for the program reach it through us; its exit status is what we return.
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
         signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))

@@ -72,6 +72,15 @@ def test_missing_command_and_unknown_program_are_clear_errors():
     assert result.returncode == 127 and "command not found" in result.stderr
 
 
+def test_a_damaged_executable_is_a_clear_error(tmp_path):
+    broken = tmp_path / "broken"
+    broken.write_bytes(b"\x7fELF\x02\x01\x01" + b"\0" * 9)  # an ELF header cut short
+    broken.chmod(0o755)
+    result = vgpu_run(broken)
+    assert result.returncode == 126
+    assert "vgpu run: cannot run" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_unreachable_server_is_device_unavailable_not_a_hang(tmp_path, driver_app, kernels_ptx):
     env = {**os.environ, "VGPU_TIMEOUT": "2"}
     start = time.monotonic()
