@@ -88,17 +88,22 @@ class Toolkit:
                        f"-L{shim_library_dir()}", "-lcuda"], self.cache_dir)
         return out
 
+    @property
+    def cudart_library(self) -> Path:
+        """NVIDIA's libcudart.so.13 (from the toolkit, or the nvidia-cuda-runtime wheel)."""
+        for cand in (self.root / "lib" / "libcudart.so.13",
+                     self.root / "targets" / "x86_64-linux" / "lib" / "libcudart.so.13"):
+            if cand.exists():
+                return cand
+        raise RuntimeError(f"no libcudart.so.13 under {self.root}: install the test extra")
+
     def _libdirs(self) -> list[str]:
         """Library dirs for `-cudart shared` (the wheel has libcudart.so.13, no libcudart.so)."""
         lib_dir = self.cache_dir / "cudart-link"
         lib_dir.mkdir(exist_ok=True)
         link = lib_dir / "libcudart.so"
         if not link.exists():
-            for cand in (self.root / "lib" / "libcudart.so.13",
-                         self.root / "targets" / "x86_64-linux" / "lib" / "libcudart.so.13"):
-                if cand.exists():
-                    link.symlink_to(cand)
-                    break
+            link.symlink_to(self.cudart_library)
         return [f"-L{lib_dir}"]
 
 

@@ -9,8 +9,9 @@ that synchronizes, as on a GPU.
 
 from __future__ import annotations
 
+from vgpu.api.generated.error_texts import ERROR_TEXT
+
 from ._state import E, ffi, ptr, runtime
-from .error_table import ERROR_TEXT
 
 __all__ = ["cudaGetLastError", "cudaPeekAtLastError", "cudaGetErrorName", "cudaGetErrorString"]
 

@@ -1,22 +1,25 @@
-"""The runtime's error texts and codes agree with NVIDIA's headers."""
+"""Error texts and codes agree with NVIDIA's: its runtime library's texts, its headers' codes."""
 
 from __future__ import annotations
 
+from vgpu.api import gen_error_texts
 from vgpu.api.cudadefs import CUresult
 from vgpu.api.cudartdefs import cudaError
-from vgpu.shim.runtime import error_table, gen_error_table
+from vgpu.api.generated.error_texts import ERROR_TEXT
 from vgpu.shim.runtime._state import DRIVER_TO_RUNTIME
 
 
-def test_committed_texts_match_the_header(toolkit):
-    generated = gen_error_table.render(toolkit.include)
-    committed = gen_error_table.OUTPUT.read_text()
+def test_committed_texts_are_nvidias(toolkit):
+    generated = gen_error_texts.render(toolkit.cudart_library)
+    committed = gen_error_texts.OUTPUT.read_text()
     assert generated == committed, \
-        "shim/runtime/error_table.py is stale: run python -m vgpu.shim.runtime.gen_error_table"
+        "vgpu/api/generated/error_texts.py is stale: run python -m vgpu.api.gen_error_texts"
 
 
 def test_every_runtime_error_has_a_text():
-    assert set(error_table.ERROR_TEXT) == {int(code) for code in cudaError}
+    assert set(ERROR_TEXT) == {int(code) for code in cudaError}
+    assert ERROR_TEXT[cudaError.cudaErrorIllegalAddress] == \
+        "an illegal memory access was encountered"
 
 
 def test_driver_errors_map_to_the_runtime_error_of_the_same_number():

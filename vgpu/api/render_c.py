@@ -65,6 +65,14 @@ def _c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _error_text(headers: ApiHeaders, value: int, name: str) -> str:
+    """cuGetErrorString's text: NVIDIA's runtime text of the same number where there is one
+    (vgpu/api/gen_error_texts.py), else the first sentence of cuda.h's comment."""
+    from vgpu.api.generated.error_texts import ERROR_TEXT
+
+    return ERROR_TEXT.get(value) or first_sentence(headers.result_docs.get(value, name))
+
+
 def first_sentence(doc: str) -> str:
     """`cuGetErrorString`'s text: the first sentence of the error's doc comment."""
     end = doc.find(". ")
@@ -181,8 +189,7 @@ def _driver_tables(headers: DriverHeaders) -> str:
             "/* Sorted by value. */",
             f"const size_t vgpu_driver_result_count = {len(results)};",
             "const struct vgpu_result_text vgpu_driver_results[] = {"]
-    out += [f"    {{{value}, {_c_string(name)}, "
-            f"{_c_string(first_sentence(headers.result_docs.get(value, name)))}}},"
+    out += [f"    {{{value}, {_c_string(name)}, {_c_string(_error_text(headers, value, name))}}},"
             for value, name in sorted(results.items())]
     out += ["};", ""]
     return "\n".join(out)
