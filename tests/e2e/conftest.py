@@ -24,3 +24,8 @@ def driver_app(toolkit) -> Path:
 @pytest.fixture(scope="session")
 def driver_errors(toolkit) -> Path:
     return toolkit.c_program((HERE / "driver_errors.c").read_text())
+
+
+@pytest.fixture(scope="session")
+def driver_api_tour(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_api_tour.c").read_text())

@@ -16,6 +16,12 @@ def test_c_driver_program_runs_with_correct_results(driver_app, kernels_ptx):
     assert "driver_app: all results correct" in result.stdout
 
 
+def test_the_rest_of_the_driver_api(driver_api_tour, kernels_ptx):
+    result = vgpu_run(driver_api_tour, kernels_ptx)
+    assert result.returncode == 0, result.stderr
+    assert "driver_api_tour: all checks passed" in result.stdout
+
+
 def test_bad_input_gets_cuda_error_codes(driver_errors, kernels_ptx):
     result = vgpu_run(driver_errors, kernels_ptx)
     checks = {}
