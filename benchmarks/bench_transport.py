@@ -91,7 +91,7 @@ def rss_kib(pid: int) -> int:
     return -1
 
 
-def vgpu_figures(work: Path) -> dict[str, float]:
+def vgpu_figures(work: Path, spin_us: str | None = None) -> dict[str, float]:
     toolkit = find_toolkit(work / "build")
     program = toolkit.c_program((HERE / "bench_transport.c").read_text())
     address = f"ipc://{work}/vgpu.sock"
@@ -100,9 +100,12 @@ def vgpu_figures(work: Path) -> dict[str, float]:
     server.stdout.readline()
     time.sleep(0.5)
     idle_rss = rss_kib(server.pid)
+    env = dict(os.environ)
+    if spin_us is not None:
+        env["VGPU_SPIN_US"] = spin_us
     out = subprocess.run([sys.executable, "-m", "vgpu.cli", "run", "--server", address, "--",
                           str(program), str(SYNCS), str(LAUNCHES), str(MIB)],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, env=env).stdout
     server.terminate()
     server.wait()
     figures = {k: float(v) for k, v in (line.split() for line in out.splitlines())}
@@ -115,14 +118,15 @@ def _median_of(rounds: list[dict[str, float]]) -> dict[str, float]:
 
 
 def main() -> None:
-    raws, copies, vgpus = [], [], []
+    raws, copies, vgpus, blocking = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for _ in range(ROUNDS):
             raws.append(raw_zmq(f"ipc://{work}/raw.sock"))
             copies.append(numpy_copy_rate())
             vgpus.append(vgpu_figures(work))
-    raw, v = _median_of(raws), _median_of(vgpus)
+            blocking.append(vgpu_figures(work, spin_us="0"))
+    raw, v, b = _median_of(raws), _median_of(vgpus), _median_of(blocking)
     copy = statistics.median(copies)
     gb = 1e9
     rows = [
@@ -132,6 +136,9 @@ def main() -> None:
         ("cuMemGetInfo round trip", f"{v['query_round_trip_s'] * 1e6:.1f} us",
          f"raw pyzmq RTT {raw['rtt_s'] * 1e6:.1f} us", v["query_round_trip_s"] / raw["rtt_s"],
          "<= 1.25x"),
+        ("  the same, VGPU_SPIN_US=0 (no polling)", f"{b['query_round_trip_s'] * 1e6:.1f} us",
+         f"raw pyzmq RTT {raw['rtt_s'] * 1e6:.1f} us", b["query_round_trip_s"] / raw["rtt_s"],
+         ""),
         ("queued empty launches, client side", f"{v['launch_rate_client_per_s']:.0f}/s",
          f"raw pipelined {raw['pipelined_msgs_per_s']:.0f} msg/s",
          v["launch_rate_client_per_s"] / raw["pipelined_msgs_per_s"], ">= 1.0x"),

@@ -45,6 +45,11 @@ INLINE_BYTES = 4096  # small copies travel inside the message; no staging needed
 # from or to the application's buffer (one memcpy instead of two through the ring).
 PEER_COPY_BYTES = 1 << 20
 POLL_SLICE_MS = 100
+# How long a synchronizing call polls for its reply before it sleeps in the kernel. Waking a
+# sleeping thread costs tens of microseconds on an idle machine, more than a round trip's
+# own work, so, like CUDA's default scheduling (spin while cores are free), we poll briefly.
+# A context created with CU_CTX_SCHED_BLOCKING_SYNC sets it to 0; VGPU_SPIN_US overrides.
+DEFAULT_SPIN_S = 100e-6
 
 
 def default_server_address() -> str:
@@ -82,6 +87,8 @@ class Connection:
     def __init__(self, address: str | None = None, timeout: float | None = None):
         self.address = address or os.environ.get("VGPU_SERVER") or default_server_address()
         self.timeout = timeout or float(os.environ.get("VGPU_TIMEOUT", DEFAULT_TIMEOUT_S))
+        spin_us = os.environ.get("VGPU_SPIN_US")
+        self.spin_s = float(spin_us) * 1e-6 if spin_us is not None else DEFAULT_SPIN_S
         self._lock = threading.RLock()
         self._zmq = zmq.Context()
         self._socket = self._zmq.socket(zmq.DEALER)
@@ -214,12 +221,18 @@ class Connection:
 
     def _wait(self, seq: int, timeout: float) -> list:
         deadline = time.monotonic() + timeout
+        spin_until = time.perf_counter() + self.spin_s
         while True:
             try:  # blocks at most RCVTIMEO: one call into zmq per reply, no separate poll
-                frames = [self._socket.recv()]
+                if self.spin_s and time.perf_counter() < spin_until:
+                    frames = [self._socket.recv(zmq.NOBLOCK)]
+                else:
+                    frames = [self._socket.recv()]
                 while self._socket.rcvmore:
                     frames.append(self._socket.recv())
             except zmq.Again:
+                if self.spin_s and time.perf_counter() < spin_until:
+                    continue
                 if self.server_pid is not None and not _pid_alive(self.server_pid):
                     self._lost = (f"the vgpu server (pid {self.server_pid}) at "
                                   f"{self.address} is gone")

@@ -10,6 +10,14 @@ from __future__ import annotations
 from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, ptr, state
 
 CU_CTX_FLAGS_MASK = 0xFF
+CU_CTX_SCHED_MASK, CU_CTX_SCHED_BLOCKING_SYNC = 0x07, 0x04
+
+
+def _apply_scheduling(flags: int) -> None:
+    """CU_CTX_SCHED_BLOCKING_SYNC: synchronizing calls sleep instead of polling briefly."""
+    conn = state.conn()
+    if flags & CU_CTX_SCHED_MASK == CU_CTX_SCHED_BLOCKING_SYNC:
+        conn.spin_s = 0.0
 
 
 def _context_arg(ctx) -> int:
@@ -23,6 +31,7 @@ def _create(pctx, flags: int, dev: int) -> None:
         raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {dev}")
     handle = state.new_handle(Kind.CONTEXT)
     state.conn().post("cuCtxCreate", handle, flags, dev)
+    _apply_scheduling(flags)
     state.contexts[handle] = {"device": dev, "flags": flags, "primary": False}
     state.stack().append(handle)
     pctx[0] = ffi.cast("CUcontext", handle)
@@ -216,3 +225,4 @@ def cuDevicePrimaryCtxGetState(dev, flags, active):
 def cuDevicePrimaryCtxSetFlags_v2(dev, flags):
     entry = _primary(dev)
     state.contexts[entry[0]]["flags"] = flags & CU_CTX_FLAGS_MASK
+    _apply_scheduling(flags)
