@@ -446,7 +446,7 @@ class Session:
         self._check_stream(stream)
         module = self.modules.get(fn.module)
         kernel = module.loaded.kernels[fn.name]
-        _check_launch_config(kernel.attributes, grid, block, shared_bytes, self.device.attributes)
+        _check_launch_config(kernel.attributes, grid, block, shared_bytes)
         if len(params) != kernel.param_buffer_size:
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
                             f"kernel {fn.name!r} takes {kernel.param_buffer_size} bytes of "
@@ -512,8 +512,7 @@ STICKY_EXEMPT = frozenset({"cuCtxDestroy", "cuDevicePrimaryCtxReset", "cuMemFree
                            "vgpuUnmapHostSegment"})
 
 
-def _check_launch_config(kernel_attrs: dict, grid, block, shared_bytes: int,
-                         device_attrs: dict) -> None:
+def _check_launch_config(kernel_attrs: dict, grid, block, shared_bytes: int) -> None:
     gx, gy, gz = (int(v) for v in grid)
     bx, by, bz = (int(v) for v in block)
     if min(gx, gy, gz, bx, by, bz) <= 0:
