@@ -8,9 +8,11 @@ is noticed by a periodic check of its pid (clients on this host) and its session
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import socket
+import sys
 import time
 import traceback
 
@@ -21,6 +23,7 @@ from vgpu.protocol import ADMIN, BYE, CALLS, HELLO, PROTOCOL_VERSION, ProtocolEr
 from .arena import VaArena
 from .backends import open_backend
 from .session import Session
+from .worker import LONG_CALLS, Outcome, SessionWorker, run_batch
 
 __all__ = ["ProxyServer", "ARENA_BASE", "ARENA_SPAN"]
 
@@ -45,7 +48,13 @@ class ProxyServer:
         self.socket.bind(address)
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self.sessions: dict[bytes, Session] = {}
+        self.workers: dict[bytes, SessionWorker] = {}
         self.slots: dict[bytes, int] = {}  # client identity -> arena slot
+        # Workers hand finished batches back here and wake us through this inproc socket.
+        self.finished: collections.deque = collections.deque()
+        self.wake_address = f"inproc://vgpu-wake-{id(self)}"
+        self.wake = self.context.socket(zmq.PULL)
+        self.wake.bind(self.wake_address)
         self._next_session_id = 1
         self.host = socket.gethostname()
         self.started_at = time.time()
@@ -55,16 +64,24 @@ class ProxyServer:
 
     def serve_forever(self) -> None:
         self._running = True
-        # A blocking receive with a timeout costs one call into zmq per message where a poll
-        # followed by a receive costs two: it is the round trip every synchronizing call pays.
-        self.socket.setsockopt(zmq.RCVTIMEO, int(LIVENESS_INTERVAL_S * 1000))
+        # While a worker runs a kernel in Python, hand the interpreter back to this I/O
+        # thread often, so other clients wait milliseconds, not the default 5 ms slices.
+        sys.setswitchinterval(0.001)
+        poller = zmq.Poller()
+        poller.register(self.socket, zmq.POLLIN)
+        poller.register(self.wake, zmq.POLLIN)
         next_check = time.monotonic() + LIVENESS_INTERVAL_S
         try:
             while self._running:
-                try:
-                    self._handle(self._receive())
-                except zmq.Again:
-                    pass
+                timeout_ms = max(0, int((next_check - time.monotonic()) * 1000))
+                ready = dict(poller.poll(timeout_ms))
+                if self.wake in ready:
+                    self._hand_back_finished()
+                while self.socket in ready:  # everything that arrived, before polling again
+                    try:
+                        self._handle(self._receive())
+                    except zmq.Again:
+                        break
                 if time.monotonic() >= next_check:
                     self._reap_dead_clients()
                     next_check = time.monotonic() + LIVENESS_INTERVAL_S
@@ -75,7 +92,7 @@ class ProxyServer:
         """[identity, header, payload...]: the small frames copied (cheaper than a zmq Frame
         object for a few bytes), payload frames zero-copy, as bulk data arrives."""
         sock = self.socket
-        frames = [sock.recv(), sock.recv()]  # a ROUTER always delivers identity + header
+        frames = [sock.recv(zmq.NOBLOCK), sock.recv()]  # a ROUTER delivers identity + header
         while sock.rcvmore:
             frames.append(sock.recv(copy=False).buffer)
         return frames
@@ -84,9 +101,13 @@ class ProxyServer:
         self._running = False
 
     def close(self) -> None:
+        workers = list(self.workers.values())
         for identity in list(self.sessions):
             self._close_session(identity, "server shutting down")
+        for worker in workers:
+            worker.join(timeout=10)
         self.socket.close(0)
+        self.wake.close(0)
         self.context.term()
 
     # ----------------------------------------------------------------- messages
@@ -141,6 +162,8 @@ class ProxyServer:
         self._next_session_id += 1
         self.sessions[identity] = session
         self.slots[identity] = slot
+        self.workers[identity] = SessionWorker(session, self.context, self.wake_address,
+                                               self.finished)
         device = session.device
         log.info("session %d opened: pid %d %s", session.id, session.pid, " ".join(session.argv))
         self._reply(identity, seq, 0, {
@@ -171,12 +194,27 @@ class ProxyServer:
         if not isinstance(body, list):
             self._reply(identity, seq, 1, "malformed call batch")
             return
-        code, result, out = session.execute(body, payloads)
-        if seq:
-            if code and session.last_error_message:
-                result = session.last_error_message if result is None else result
-            self._reply(identity, seq, code, result, session.take_deferred(),
-                        session.take_output(), out)
+        worker = self.workers[identity]
+        if worker.pending or any(isinstance(c, list) and c and c[0] in LONG_CALLS for c in body):
+            worker.submit(identity, seq, body, payloads)
+        else:
+            self._send_outcome(identity, seq, run_batch(session, body, payloads))
+
+    def _send_outcome(self, identity: bytes, seq, outcome: Outcome) -> None:
+        code, result, frames, deferred, output = outcome
+        self._reply(identity, seq, code, result, deferred, output, frames)
+
+    def _hand_back_finished(self) -> None:
+        while True:
+            try:
+                self.wake.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+        while self.finished:
+            worker, identity, seq, outcome = self.finished.popleft()
+            worker.pending -= 1
+            if self.workers.get(identity) is worker:  # the client is still there
+                self._send_outcome(identity, seq, outcome)
 
     def _admin(self, identity: bytes, seq, body) -> None:
         if body == ["ps", []] or body == ["ps"]:
@@ -196,10 +234,11 @@ class ProxyServer:
     def _close_session(self, identity: bytes, why: str) -> None:
         session = self.sessions.pop(identity, None)
         self.slots.pop(identity, None)
+        worker = self.workers.pop(identity, None)
         if session is not None:
-            log.info("session %d closed (%s); %d bytes released", session.id, why,
+            log.info("session %d closing (%s); %d bytes to release", session.id, why,
                      session.memory_in_use())
-            session.close()
+            worker.close()  # after what it was handed, it releases the session
 
     def _reap_dead_clients(self) -> None:
         for identity, session in list(self.sessions.items()):

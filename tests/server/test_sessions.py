@@ -6,6 +6,7 @@ import ctypes
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -123,3 +124,43 @@ def test_server_death_mid_session_is_device_unavailable(server):
     server.proc.wait()
     with pytest.raises(DeviceUnavailable):
         conn.call("vgpuSynchronize")
+
+
+SPIN_PTX = b"""
+.version 9.0
+.target sm_75
+.address_size 64
+.visible .entry spin(.param .u32 spin_param_0)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<4>;
+    ld.param.u32 %r1, [spin_param_0];
+    mov.u32 %r2, 0;
+$L_loop:
+    add.s32 %r2, %r2, 1;
+    setp.lt.s32 %p1, %r2, %r1;
+    @%p1 bra $L_loop;
+    ret;
+}
+"""
+
+
+def test_a_long_kernel_does_not_hold_up_other_clients(server):
+    busy = _open(server.address)
+    module, function = 0x7667_0200_0000_0001, 0x7667_0300_0000_0001
+    busy.call("cuModuleLoadData", module, CONTEXT, ["inline", SPIN_PTX], len(SPIN_PTX))
+    busy.post("cuModuleGetFunction", function, module, "spin")
+    busy.post("cuLaunchKernel", function, [1, 1, 1], [256, 1, 1], 0, 0,
+              (200_000).to_bytes(4, "little"))
+    kernel_done = threading.Event()
+    waiter = threading.Thread(target=lambda: (busy.call("vgpuSynchronize"), kernel_done.set()))
+    waiter.start()
+    other = _open(server.address)
+    for _ in range(5):
+        other.call("cuMemGetInfo")  # answered while the kernel is still running
+    assert not kernel_done.is_set(), "the other client was served only after the kernel"
+    assert _ps(server.address)  # and so is `vgpu ps`
+    waiter.join(timeout=120)
+    assert kernel_done.is_set()
+    other.close()
+    busy.close()

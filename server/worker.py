@@ -1,0 +1,83 @@
+"""SessionWorker: runs a session's long calls off the server's I/O thread.
+
+Launches and module loads can take long on the emulator; done on the I/O thread, they would
+stall every other client (and `vgpu ps`) until they finish. Each session therefore has a
+worker thread. A batch with a long call goes to the worker, and so does every later batch of
+that session until the worker has caught up, so a session's calls still run in order. Short
+batches of an idle session run on the I/O thread directly: handing them over would add two
+thread wake-ups to every round trip.
+
+The worker hands finished batches back through a deque and wakes the I/O thread with an
+empty message on an inproc socket; only the I/O thread touches the client-facing socket.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import threading
+import traceback
+
+import zmq
+
+from .session import Session
+
+__all__ = ["SessionWorker", "Outcome", "run_batch", "LONG_CALLS"]
+
+log = logging.getLogger("vgpu.server")
+
+# Calls that may run long enough to hold up other clients.
+LONG_CALLS = frozenset({"cuLaunchKernel", "cuModuleLoadData"})
+
+# What a batch produced: (reply code, result, reply payload frames, deferred code, output).
+Outcome = tuple[int, object, list, int, str]
+
+
+def run_batch(session: Session, body: list, payloads: list) -> Outcome:
+    """Execute a batch and collect everything its reply carries."""
+    code, result, frames = session.execute(body, payloads)
+    if code and result is None and session.last_error_message:
+        result = session.last_error_message
+    return code, result, frames, session.take_deferred(), session.take_output()
+
+
+class SessionWorker:
+    def __init__(self, session: Session, context: zmq.Context, wake_address: str,
+                 finished: collections.deque):
+        self.session = session
+        self.pending = 0  # batches handed over, not yet handed back (I/O thread only)
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._finished = finished
+        self._thread = threading.Thread(target=self._run, args=(context, wake_address),
+                                        name=f"vgpu-session-{session.id}", daemon=True)
+        self._thread.start()
+
+    def submit(self, identity: bytes, seq: int, body: list, payloads: list) -> None:
+        self.pending += 1
+        self._jobs.put((identity, seq, body, payloads))
+
+    def close(self) -> None:
+        """Finish what was handed over, then release the session's resources."""
+        self._jobs.put(None)
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def _run(self, context: zmq.Context, wake_address: str) -> None:
+        wake = context.socket(zmq.PUSH)
+        wake.connect(wake_address)
+        try:
+            while (job := self._jobs.get()) is not None:
+                identity, seq, body, payloads = job
+                try:
+                    outcome = run_batch(self.session, body, payloads)
+                except Exception:  # a server bug must not strand the session's client
+                    log.error("internal error in session %d:\n%s", self.session.id,
+                              traceback.format_exc())
+                    outcome = (999, "internal server error", [], 0, "")
+                self._finished.append((self, identity, seq, outcome))
+                wake.send(b"")
+            self.session.close()
+        finally:
+            wake.close(0)
