@@ -35,6 +35,8 @@ ARENA_BASE = 0x1000_0000_0000
 ARENA_SPAN = 1 << 40
 ARENA_SLOTS = 64
 LIVENESS_INTERVAL_S = 0.5
+QUERY = "vgpuQuery"
+CUDA_ERROR_NOT_READY = 600
 
 
 class ProxyServer:
@@ -195,6 +197,15 @@ class ProxyServer:
             self._reply(identity, seq, 1, "malformed call batch")
             return
         worker = self.workers[identity]
+        if body and body[-1] == [QUERY, []]:
+            # A query must not wait for the work it asks about: what came with it is queued
+            # like any other work, and while the worker is busy the answer is "not ready".
+            if len(body) > 1:
+                self._calls(identity, 0, body[:-1], payloads)
+            if worker.pending:
+                self._reply(identity, seq, CUDA_ERROR_NOT_READY, "work is still running")
+                return
+            body = body[-1:]
         if worker.pending or any(isinstance(c, list) and c and c[0] in LONG_CALLS for c in body):
             worker.submit(identity, seq, body, payloads)
         else:

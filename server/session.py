@@ -284,8 +284,13 @@ class Session:
 
     @op("vgpuSynchronize")
     def synchronize(self, **_):
-        """cuCtxSynchronize, cuStreamSynchronize, cuEventSynchronize and the queries."""
+        """cuCtxSynchronize, cuStreamSynchronize, cuEventSynchronize."""
         self.backend.synchronize()
+
+    @op("vgpuQuery")
+    def query(self, **_):
+        """cuStreamQuery and cuEventQuery. While a worker still runs this session's work the
+        server answers CUDA_ERROR_NOT_READY without coming here; here, all is done."""
 
     # ----------------------------------------------------------------- memory
 

@@ -45,6 +45,7 @@ INLINE_BYTES = 4096  # small copies travel inside the message; no staging needed
 # from or to the application's buffer (one memcpy instead of two through the ring).
 PEER_COPY_BYTES = 1 << 20
 POLL_SLICE_MS = 100
+CUDA_ERROR_NOT_READY = 600
 # How long a synchronizing call polls for its reply before it sleeps in the kernel. Waking a
 # sleeping thread costs tens of microseconds on an idle machine, more than a round trip's
 # own work, so, like CUDA's default scheduling (spin while cores are free), we poll briefly.
@@ -187,6 +188,23 @@ class Connection:
                 self.call("vgpuSynchronize")
             elif self.sticky_error:
                 raise CudaError(self.sticky_error, "the context has a sticky error")
+
+    def query(self) -> bool:
+        """Has all work sent so far finished (cuStreamQuery, cuEventQuery)? Never waits for
+        the work itself: the server answers at once, from its I/O thread."""
+        with self._lock:
+            if not (self._queue or self._unconfirmed):
+                if self.sticky_error:
+                    raise CudaError(self.sticky_error, "the context has a sticky error")
+                return True
+            try:
+                self.call("vgpuQuery")
+            except CudaError as exc:
+                if exc.code != CUDA_ERROR_NOT_READY:
+                    raise
+                self._unconfirmed = True  # an answer to a query confirms nothing
+                return False
+            return True
 
     def frame(self, payload) -> list:
         """A reference to `payload` sent as a raw frame with the next message."""

@@ -87,6 +87,14 @@ def _synchronize() -> None:
     state.conn().synchronize()
 
 
+def _query() -> None:
+    """Work runs in arrival order, so "is this stream's (event's) work done" is answered by
+    "is all work sent so far done"."""
+    state.current_context()
+    if not state.conn().query():
+        raise CudaError(E.CUDA_ERROR_NOT_READY, "work is still running")
+
+
 @api
 def cuStreamSynchronize(stream):
     _check_stream(stream)
@@ -96,7 +104,7 @@ def cuStreamSynchronize(stream):
 @api
 def cuStreamQuery(stream):
     _check_stream(stream)
-    _synchronize()  # everything queued is done once the server has answered
+    _query()
 
 
 @api
@@ -173,7 +181,7 @@ def cuEventSynchronize(event):
 @api
 def cuEventQuery(event):
     handle_of(event, Kind.EVENT, state.events)
-    _synchronize()
+    _query()
 
 
 @api

@@ -164,3 +164,16 @@ def test_a_long_kernel_does_not_hold_up_other_clients(server):
     assert kernel_done.is_set()
     other.close()
     busy.close()
+
+
+def test_a_query_answers_not_ready_while_the_kernel_runs(server):
+    conn = _open(server.address)
+    module, function = 0x7667_0200_0000_0002, 0x7667_0300_0000_0002
+    conn.call("cuModuleLoadData", module, CONTEXT, ["inline", SPIN_PTX], len(SPIN_PTX))
+    conn.post("cuModuleGetFunction", function, module, "spin")
+    conn.post("cuLaunchKernel", function, [1, 1, 1], [256, 1, 1], 0, 0,
+              (200_000).to_bytes(4, "little"))
+    assert conn.query() is False  # answered at once, the kernel still running
+    conn.synchronize()
+    assert conn.query() is True
+    conn.close()
