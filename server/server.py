@@ -60,12 +60,11 @@ class ProxyServer:
         self._next_session_id = 1
         self.host = socket.gethostname()
         self.started_at = time.time()
-        self._running = False
 
     # ----------------------------------------------------------------- main loop
 
     def serve_forever(self) -> None:
-        self._running = True
+        """Serve until interrupted (an exception, e.g. SystemExit from a signal handler)."""
         # While a worker runs a kernel in Python, hand the interpreter back to this I/O
         # thread often, so other clients wait milliseconds, not the default 5 ms slices.
         sys.setswitchinterval(0.001)
@@ -74,7 +73,7 @@ class ProxyServer:
         poller.register(self.wake, zmq.POLLIN)
         next_check = time.monotonic() + LIVENESS_INTERVAL_S
         try:
-            while self._running:
+            while True:
                 timeout_ms = max(0, int((next_check - time.monotonic()) * 1000))
                 ready = dict(poller.poll(timeout_ms))
                 if self.wake in ready:
@@ -98,9 +97,6 @@ class ProxyServer:
         while sock.rcvmore:
             frames.append(sock.recv(copy=False).buffer)
         return frames
-
-    def stop(self) -> None:
-        self._running = False
 
     def close(self) -> None:
         workers = list(self.workers.values())
