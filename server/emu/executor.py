@@ -22,6 +22,7 @@ they do under Volta's independent thread scheduling.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +44,7 @@ CHUNK_STATE_BYTES = 96 << 20
 # Consecutive runs of one group, while others wait, before another group gets a turn.
 FAIRNESS_STREAK = 64
 MAX_THREADS_PER_BLOCK = 1024
+SMALL_LAYOUT_LANES = 4096  # chunks up to this many threads reuse their thread coordinates
 MAX_SHARED_PER_BLOCK = 227 * 1024   # what an sm_90 block may opt in to
 MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_BLOCK = (1024, 1024, 64)
@@ -97,13 +99,11 @@ def launch(module, kernel_name: str, grid, block, shared_bytes: int = 0, params:
     nblocks = grid[0] * grid[1] * grid[2]
     lane_bytes = 8 * kernel.register_count + kernel.local_size
     per_chunk = max(1, min(LANES_PER_CHUNK, CHUNK_STATE_BYTES // max(lane_bytes, 1)) // threads)
-    layouts: dict[int, ThreadLayout] = {}
     with np.errstate(all="ignore"):
         for first in range(0, nblocks, per_chunk):
             count = min(per_chunk, nblocks - first)
-            layout = layouts.get(count)
-            if layout is None:
-                layout = layouts[count] = ThreadLayout(block, count)
+            layout = (_small_thread_layout(block, count) if threads * count <= SMALL_LAYOUT_LANES
+                      else ThreadLayout(block, count))
             state = State(ctx, layout, first, count, len(program.register_dtypes),
                           program.register_dtypes)
             try:
@@ -111,6 +111,14 @@ def launch(module, kernel_name: str, grid, block, shared_bytes: int = 0, params:
             except Fault as fault:
                 raise _launch_error(fault, state, kernel_name, ctx) from None
     return LaunchResult(printf=_printf_text(ctx), lane_instructions=ctx.lane_instructions)
+
+
+@functools.lru_cache(maxsize=32)
+def _small_thread_layout(block: tuple[int, int, int], nblocks: int) -> ThreadLayout:
+    """Thread coordinates depend only on the shapes, and launches repeat shapes: computing
+    them is half the cost of a small launch, so small ones are kept (read-only) across
+    launches. Big ones are cheap next to their kernel, and would hold megabytes."""
+    return ThreadLayout(block, nblocks)
 
 
 def _dims(value, what: str, limits) -> tuple[int, int, int]:
