@@ -122,11 +122,14 @@ def _small_thread_layout(block: tuple[int, int, int], nblocks: int) -> ThreadLay
 
 
 def _dims(value, what: str, limits) -> tuple[int, int, int]:
-    dims = tuple(int(v) for v in (value if hasattr(value, "__len__") else (value,)))
-    dims = dims + (1,) * (3 - len(dims))
-    if len(dims) != 3 or any(d <= 0 for d in dims):
+    if isinstance(value, tuple) and len(value) == 3:  # the usual form, checked cheaply
+        dims = (int(value[0]), int(value[1]), int(value[2]))
+    else:
+        dims = tuple(int(v) for v in (value if hasattr(value, "__len__") else (value,)))
+        dims = dims + (1,) * (3 - len(dims))
+    if len(dims) != 3 or min(dims) <= 0:
         raise LaunchError(CUDA_ERROR_INVALID_VALUE, f"invalid {what} dimensions {dims}")
-    if any(d > m for d, m in zip(dims, limits, strict=True)):
+    if dims[0] > limits[0] or dims[1] > limits[1] or dims[2] > limits[2]:
         raise LaunchError(CUDA_ERROR_INVALID_VALUE, f"{what} dimensions {dims} exceed {limits}")
     return dims
 
