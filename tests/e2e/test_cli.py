@@ -91,3 +91,21 @@ def test_unreachable_server_is_device_unavailable_not_a_hang(tmp_path, driver_ap
     assert result.returncode == 1
     assert "no answer from the vgpu server" in result.stderr
     assert "CUDA_ERROR_DEVICE_UNAVAILABLE" in result.stderr
+
+
+def test_ps_finds_the_private_server_of_a_vgpu_run():
+    code = ("from cuda.bindings import driver as cu; import time\n"
+            "cu.cuInit(0); print('ready', flush=True); time.sleep(30)\n")
+    env = {**os.environ}
+    env.pop("VGPU_SERVER", None)
+    holder = subprocess.Popen([*VGPU, "run", "--", sys.executable, "-c", code],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        ps = subprocess.run([*VGPU, "ps"], capture_output=True, text=True, check=True).stdout
+        rows = [row for row in ps.splitlines() if "time.sleep(30)" in row]
+        assert rows and any(f"run-{holder.pid}-" in row for row in rows), ps
+    finally:
+        holder.terminate()  # forwarded to the program; the private server stops after it
+        holder.wait(timeout=30)
+        holder.stdout.close()
