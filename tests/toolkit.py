@@ -1,7 +1,7 @@
 """Finds the CUDA compilers the tests build their programs with, and compiles each program once.
 
-nvcc comes from PATH or, on a fresh machine, from the `nvidia-cuda-nvcc` wheel that the
-project's `test` extra installs (it lands in site-packages as `nvidia/cu13/bin/nvcc`). A missing
+nvcc comes from the `nvidia-cuda-nvcc` wheel that the project's `test` extra installs (it
+lands in site-packages as `nvidia/cu13/bin/nvcc`), or else from PATH. A missing
 compiler is an error, never a skip: the test extra is what provides it.
 """
 
@@ -104,7 +104,9 @@ class Toolkit:
         link = lib_dir / "libcudart.so"
         if not link.exists():
             link.symlink_to(self.cudart_library)
-        return [f"-L{lib_dir}"]
+        # nvcc links libcudadevrt/libcudart_static from targets/<arch>/lib, which the wheels'
+        # layout (nvidia/cu13/lib) lacks: name the directory the libraries are really in.
+        return [f"-L{lib_dir}", f"-L{self.cudart_library.parent}"]
 
 
 def _toolkit_root(nvcc: Path) -> Path:
@@ -124,8 +126,11 @@ def _wheel_nvcc() -> Path | None:
 
 
 def find_toolkit(cache_dir: Path) -> Toolkit:
-    found = shutil.which("nvcc")
-    nvcc = Path(found) if found else _wheel_nvcc()
+    # The test extra's pinned compilers first: then every machine, CI included, builds the
+    # test programs with the same toolkit, whatever else PATH holds.
+    nvcc = _wheel_nvcc()
+    if nvcc is None and shutil.which("nvcc"):
+        nvcc = Path(shutil.which("nvcc"))
     if nvcc is None:
         raise RuntimeError(
             "nvcc not found on PATH nor in site-packages/nvidia/cu13/bin: "
