@@ -34,6 +34,8 @@ CUDA_ERROR_UNKNOWN = 999
 CU_EVENT_DISABLE_TIMING = 0x2
 # Streams every context has without creating them: 0 (NULL), CU_STREAM_LEGACY, PER_THREAD.
 BUILTIN_STREAMS = frozenset({0, 1, 2})
+# Launch configurations a function keeps checked and prepared; the oldest goes first.
+LAUNCHERS_PER_FUNCTION = 16
 
 OPS: dict[str, Callable] = {}
 
@@ -69,6 +71,9 @@ class Module:
 class Function:
     module: int
     name: str
+    param_size: int
+    # Launch configuration (grid, block, shared bytes) -> the backend's checked launcher.
+    launchers: dict[tuple, Callable[[bytes], str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -439,27 +444,41 @@ class Session:
     @op("cuModuleGetFunction")
     def module_get_function(self, handle: int, module_handle: int, name: str, **_):
         module = self.modules.get(module_handle)
-        if name not in module.loaded.kernels:
+        kernel = module.loaded.kernels.get(name)
+        if kernel is None:
             raise CudaError(CUDA_ERROR_NOT_FOUND, f"no kernel named {name!r} in the module")
-        self.functions.add(handle, Function(module_handle, name))
+        self.functions.add(handle, Function(module_handle, name, kernel.param_buffer_size))
         module.functions.add(handle)
 
     @op("cuLaunchKernel")
     def launch_kernel(self, function: int, grid, block, shared_bytes: int, stream: int,
                       params: bytes, **_):
         fn = self.functions.get(function)
-        self._check_stream(stream)
-        module = self.modules.get(fn.module)
-        kernel = module.loaded.kernels[fn.name]
-        _check_launch_config(kernel.attributes, grid, block, shared_bytes)
-        if len(params) != kernel.param_buffer_size:
+        if stream not in BUILTIN_STREAMS:
+            self.streams.get(stream)
+        if len(params) != fn.param_size:
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
-                            f"kernel {fn.name!r} takes {kernel.param_buffer_size} bytes of "
-                            f"parameters, got {len(params)}")
-        printed = self.backend.launch(module.loaded, fn.name, grid, block, shared_bytes,
-                                      bytes(params))
+                            f"kernel {fn.name!r} takes {fn.param_size} bytes of parameters, "
+                            f"got {len(params)}")
+        config = (*grid, *block, shared_bytes)
+        launcher = fn.launchers.get(config)
+        if launcher is None:
+            launcher = self._prepare_launch(fn, config, grid, block, shared_bytes)
+        printed = launcher(params)
         if printed:
             self.output.append(printed)
+
+    def _prepare_launch(self, fn: Function, config: tuple, grid, block,
+                        shared_bytes: int) -> Callable[[bytes], str]:
+        module = self.modules.get(fn.module)
+        _check_launch_config(module.loaded.kernels[fn.name].attributes, grid, block,
+                             shared_bytes)
+        launcher = self.backend.prepare_launch(module.loaded, fn.name, grid, block,
+                                               shared_bytes)
+        if len(fn.launchers) >= LAUNCHERS_PER_FUNCTION:  # a program that varies its shapes
+            fn.launchers.pop(next(iter(fn.launchers)))
+        fn.launchers[config] = launcher
+        return launcher
 
     # ----------------------------------------------------------------- streams and events
 

@@ -80,9 +80,12 @@ class Backend(abc.ABC):
     def unload_module(self, module: LoadedModule) -> None: ...
 
     @abc.abstractmethod
-    def launch(self, module: LoadedModule, kernel: str, grid: tuple[int, int, int],
-               block: tuple[int, int, int], shared_bytes: int, params: bytes) -> str:
-        """Run a kernel to completion (or queue it); returns device printf output."""
+    def prepare_launch(self, module: LoadedModule, kernel: str, grid: tuple[int, int, int],
+                       block: tuple[int, int, int], shared_bytes: int
+                       ) -> Callable[[bytes], str]:
+        """Check a launch configuration (raising CudaError) and return a launcher: called
+        with a parameter buffer, it runs the kernel to completion (or queues it) and returns
+        device printf output. Sessions keep launchers for the shapes a program repeats."""
 
     @abc.abstractmethod
     def synchronize(self) -> None: ...

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from vgpu.errors import CudaError
 
-from ..emu import DeviceMemory, LaunchError, PtxError, PtxModule, launch, link
+from ..emu import DeviceMemory, LaunchError, PtxError, PtxModule, link, prepare
 from ..emu.errors import IllegalAddress
 from .base import Backend, DeviceDescription, KernelDescription, LoadedModule
 from .device_attributes import emu_attributes
@@ -103,16 +103,22 @@ class EmuBackend(Backend):
         for address, _ in module.variables.values():
             self.memory.unmap(address)
 
-    def launch(self, module: LoadedModule, kernel: str, grid, block, shared_bytes: int,
-               params: bytes) -> str:
+    def prepare_launch(self, module: LoadedModule, kernel: str, grid, block,
+                       shared_bytes: int) -> Callable[[bytes], str]:
         symbols = {name: addr for name, (addr, _) in module.variables.items()}
         try:
-            result = launch(module.handle, kernel, grid=tuple(grid), block=tuple(block),
-                            shared_bytes=shared_bytes, params=params, memory=self.memory,
-                            symbols=symbols)
+            prepared = prepare(module.handle, kernel, tuple(grid), tuple(block), shared_bytes,
+                               symbols)
         except LaunchError as exc:
             raise CudaError(exc.code, str(exc)) from None
-        return result.printf
+
+        def run(params: bytes) -> str:
+            try:
+                return prepared.run(params, self.memory).printf
+            except LaunchError as exc:
+                raise CudaError(exc.code, str(exc)) from None
+
+        return run
 
     def synchronize(self) -> None:
         """Kernels run to completion inside `launch`; nothing is ever outstanding."""

@@ -5,11 +5,14 @@
                     shared_bytes=0, params=b"...", memory=DeviceMemory(), symbols={...})
     result.printf                           # device printf output, deterministic order
 
+    prepared = prepare(module, "kernel", grid, block, shared_bytes, symbols)  # checked once
+    prepared.run(params, memory)            # as launch(), for each parameter buffer
+
 See README.md for what is supported and how it works.
 """
 
 from .errors import IllegalAddress, LaunchError, PtxError
-from .executor import LaunchResult, launch
+from .executor import LaunchResult, PreparedLaunch, launch, prepare
 from .linker import link
 from .memory import DeviceMemory
 from .module import KernelInfo, ModuleVariable, ParamInfo, PtxModule
@@ -23,7 +26,9 @@ __all__ = [
     "ModuleVariable",
     "ParamInfo",
     "PtxError",
+    "PreparedLaunch",
     "PtxModule",
     "launch",
     "link",
+    "prepare",
 ]

@@ -22,7 +22,6 @@ they do under Volta's independent thread scheduling.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,9 +33,10 @@ from .errors import (
     LaunchError,
 )
 from .memory import DeviceMemory
-from .state import Fault, LaunchContext, State, ThreadLayout
+from .state import Fault, LaunchContext, State, ThreadLayout, block_coordinates
 
-__all__ = ["CHUNK_STATE_BYTES", "LANES_PER_CHUNK", "LaunchResult", "launch"]
+__all__ = ["CHUNK_STATE_BYTES", "LANES_PER_CHUNK", "LaunchResult", "PreparedLaunch", "launch",
+           "prepare"]
 
 LANES_PER_CHUNK = 1 << 16
 # Bytes of per-lane state (registers at 8 bytes each, local memory) one chunk may hold.
@@ -44,7 +44,7 @@ CHUNK_STATE_BYTES = 96 << 20
 # Consecutive runs of one group, while others wait, before another group gets a turn.
 FAIRNESS_STREAK = 64
 MAX_THREADS_PER_BLOCK = 1024
-SMALL_LAYOUT_LANES = 4096  # chunks up to this many threads reuse their thread coordinates
+SMALL_LAYOUT_LANES = 4096  # launches up to this many threads keep their coordinates
 MAX_SHARED_PER_BLOCK = 227 * 1024   # what an sm_90 block may opt in to
 MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_BLOCK = (1024, 1024, 64)
@@ -60,6 +60,13 @@ def launch(module, kernel_name: str, grid, block, shared_bytes: int = 0, params:
            memory: DeviceMemory | None = None, symbols: dict[str, int] | None = None
            ) -> LaunchResult:
     """Run `kernel_name` of `module` (a PtxModule) over `grid` x `block` threads."""
+    prepared = prepare(module, kernel_name, grid, block, shared_bytes, symbols)
+    return prepared.run(params, memory if memory is not None else DeviceMemory())
+
+
+def prepare(module, kernel_name: str, grid, block, shared_bytes: int = 0,
+            symbols: dict[str, int] | None = None) -> PreparedLaunch:
+    """Check a launch configuration once; the PreparedLaunch runs it with any parameters."""
     program = module.program
     kernel = program.kernels.get(kernel_name)
     if kernel is None:
@@ -79,46 +86,71 @@ def launch(module, kernel_name: str, grid, block, shared_bytes: int = 0, params:
     if shared_bytes < 0 or kernel.dynamic_offset + shared_bytes > MAX_SHARED_PER_BLOCK:
         raise LaunchError(CUDA_ERROR_INVALID_VALUE,
                           f"{shared_bytes} bytes of dynamic shared memory is too much")
-    params = bytes(params)
-    if len(params) != kernel.param_size:
-        raise LaunchError(CUDA_ERROR_INVALID_VALUE,
-                          f"{kernel_name!r} takes {kernel.param_size} bytes of parameters, "
-                          f"got {len(params)}")
     symbols = dict(symbols or {})
     missing = sorted(kernel.global_symbols - symbols.keys())
     if missing:
         raise LaunchError(CUDA_ERROR_INVALID_VALUE,
                           f"module variable(s) {', '.join(missing)} have no device address")
-    ctx = LaunchContext(
-        program=program, kernel=kernel, grid=grid, block=block,
-        memory=memory if memory is not None else DeviceMemory(), symbols=symbols,
-        params=np.frombuffer(params, np.uint8).copy(), shared_offsets=kernel.shared_offsets,
-        shared_size=(kernel.dynamic_offset + shared_bytes if shared_bytes
-                     else kernel.static_shared),
-        dynamic_shared=shared_bytes, local_size=kernel.local_size)
-    nblocks = grid[0] * grid[1] * grid[2]
-    lane_bytes = 8 * kernel.register_count + kernel.local_size
-    per_chunk = max(1, min(LANES_PER_CHUNK, CHUNK_STATE_BYTES // max(lane_bytes, 1)) // threads)
-    with np.errstate(all="ignore"):
-        for first in range(0, nblocks, per_chunk):
-            count = min(per_chunk, nblocks - first)
-            layout = (_small_thread_layout(block, count) if threads * count <= SMALL_LAYOUT_LANES
-                      else ThreadLayout(block, count))
-            state = State(ctx, layout, first, count, len(program.register_dtypes),
-                          program.register_dtypes)
-            try:
-                _run(program, kernel, state)
-            except Fault as fault:
-                raise _launch_error(fault, state, kernel_name, ctx) from None
-    return LaunchResult(printf=_printf_text(ctx), lane_instructions=ctx.lane_instructions)
+    return PreparedLaunch(program, kernel, kernel_name, grid, block, shared_bytes, symbols)
 
 
-@functools.lru_cache(maxsize=32)
-def _small_thread_layout(block: tuple[int, int, int], nblocks: int) -> ThreadLayout:
-    """Thread coordinates depend only on the shapes, and launches repeat shapes: computing
-    them is half the cost of a small launch, so small ones are kept (read-only) across
-    launches. Big ones are cheap next to their kernel, and would hold megabytes."""
-    return ThreadLayout(block, nblocks)
+class PreparedLaunch:
+    """A kernel with a checked configuration. Loops launch the same kernel with the same
+    shape again and again, so everything but the parameters is worked out once: the chunks,
+    and for small launches their thread and block coordinates too (read-only, so shared by
+    every run; big ones would hold megabytes and are cheap next to their kernel)."""
+
+    def __init__(self, program, kernel, kernel_name: str, grid, block, shared_bytes: int,
+                 symbols: dict[str, int]):
+        self.program = program
+        self.kernel = kernel
+        self.kernel_name = kernel_name
+        self.grid = grid
+        self.block = block
+        self.shared_bytes = shared_bytes
+        self.shared_size = (kernel.dynamic_offset + shared_bytes if shared_bytes
+                            else kernel.static_shared)
+        self.symbols = symbols
+        self.param_size = kernel.param_size
+        threads = block[0] * block[1] * block[2]
+        nblocks = grid[0] * grid[1] * grid[2]
+        lane_bytes = 8 * kernel.register_count + kernel.local_size
+        per_chunk = max(1, min(LANES_PER_CHUNK, CHUNK_STATE_BYTES // max(lane_bytes, 1))
+                        // threads)
+        self._chunk_starts = range(0, nblocks, per_chunk)
+        self._nblocks = nblocks
+        self._per_chunk = per_chunk
+        self._small_chunks = (list(self._chunks()) if threads * nblocks <= SMALL_LAYOUT_LANES
+                              else None)
+
+    def _chunks(self):
+        """(first block, block count, thread layout, block coordinates) of each chunk."""
+        for first in self._chunk_starts:
+            count = min(self._per_chunk, self._nblocks - first)
+            layout = ThreadLayout(self.block, count)
+            yield first, count, layout, block_coordinates(self.grid, layout, first, count)
+
+    def run(self, params: bytes, memory: DeviceMemory) -> LaunchResult:
+        if len(params) != self.param_size:
+            raise LaunchError(CUDA_ERROR_INVALID_VALUE,
+                              f"{self.kernel_name!r} takes {self.param_size} bytes of "
+                              f"parameters, got {len(params)}")
+        program, kernel = self.program, self.kernel
+        ctx = LaunchContext(
+            program=program, kernel=kernel, grid=self.grid, block=self.block, memory=memory,
+            symbols=self.symbols, params=np.frombuffer(params, np.uint8).copy(),
+            shared_offsets=kernel.shared_offsets, shared_size=self.shared_size,
+            dynamic_shared=self.shared_bytes, local_size=kernel.local_size)
+        register_count = len(program.register_dtypes)
+        with np.errstate(all="ignore"):
+            for first, count, layout, ctaid in self._small_chunks or self._chunks():
+                state = State(ctx, layout, first, count, ctaid, register_count,
+                              program.register_dtypes)
+                try:
+                    _run(program, kernel, state)
+                except Fault as fault:
+                    raise _launch_error(fault, state, self.kernel_name, ctx) from None
+        return LaunchResult(printf=_printf_text(ctx), lane_instructions=ctx.lane_instructions)
 
 
 def _dims(value, what: str, limits) -> tuple[int, int, int]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Fault", "LaunchContext", "State", "ThreadLayout", "lane_count"]
+__all__ = ["Fault", "LaunchContext", "State", "ThreadLayout", "block_coordinates", "lane_count"]
 
 
 class Fault(Exception):
@@ -105,7 +105,8 @@ class State:
     """One chunk: `nblocks` blocks starting at linear block `first_block`."""
 
     def __init__(self, ctx: LaunchContext, layout: ThreadLayout, first_block: int,
-                 nblocks: int, register_count: int, register_dtypes: list[np.dtype]):
+                 nblocks: int, ctaid: tuple[np.ndarray, np.ndarray, np.ndarray],
+                 register_count: int, register_dtypes: list[np.dtype]):
         self.ctx = ctx
         self.layout = layout
         self.first_block = first_block
@@ -123,11 +124,7 @@ class State:
         # bar.red: each arriving lane's predicate, and which lanes arrived, until release
         self.barrier_values: np.ndarray | None = None
         self.barrier_arrived: np.ndarray | None = None
-        gx, gy, _ = ctx.grid
-        block_linear = np.arange(first_block, first_block + nblocks, dtype=np.uint32)
-        ctaid = (block_linear % np.uint32(gx), (block_linear // np.uint32(gx)) % np.uint32(gy),
-                 block_linear // np.uint32(gx * gy))
-        self.ctaid = tuple(c[layout.slot] for c in ctaid)
+        self.ctaid = ctaid  # per lane, from block_coordinates
 
     def reg(self, index: int) -> np.ndarray:
         value = self.regs[index]
@@ -146,6 +143,16 @@ class State:
 
     def block_linear(self, lane: int) -> int:
         return self.first_block + int(self.layout.slot[lane])
+
+
+def block_coordinates(grid: tuple[int, int, int], layout: ThreadLayout, first_block: int,
+                      nblocks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """%ctaid.x/y/z of every lane of the chunk of `nblocks` blocks from `first_block`."""
+    gx, gy, _ = grid
+    block_linear = np.arange(first_block, first_block + nblocks, dtype=np.uint32)
+    ctaid = (block_linear % np.uint32(gx), (block_linear // np.uint32(gx)) % np.uint32(gy),
+             block_linear // np.uint32(gx * gy))
+    return tuple(c[layout.slot] for c in ctaid)
 
 
 def _round16(value: int) -> int:
