@@ -98,6 +98,8 @@ class Session:
         self.sticky_error = CUDA_SUCCESS
         self.last_error_message = ""
         self.output: list[str] = []
+        self.payloads: list = []       # the payload frames of the batch being executed
+        self.reply_frames: list = []   # the frames its reply will carry
         self.contexts: HandleTable[Context] = HandleTable("context", CUDA_ERROR_INVALID_CONTEXT)
         self.modules: HandleTable[Module] = HandleTable("module")
         self.functions: HandleTable[Function] = HandleTable("function")
@@ -131,38 +133,43 @@ class Session:
             return False
 
     def execute(self, calls: list, frames: list) -> tuple[int, object, list]:
-        """Run calls in order; returns (code of the last call, its result, reply frames)."""
-        code, result, out_frames = CUDA_SUCCESS, None, []
-        last = len(calls) - 1
-        for i, call in enumerate(calls):
-            self.calls_served += 1
-            code, result, out_frames = self._run_one(call, frames)
-            if code != CUDA_SUCCESS and i != last and self.deferred_error == CUDA_SUCCESS:
-                self.deferred_error = code
-        return code, result, out_frames
+        """Run calls in order; returns (code of the last call, its result, reply frames).
 
-    def _run_one(self, call, frames: list) -> tuple[int, object, list]:
+        `frames` are the message's payload frames, which calls name by index; calls that
+        send data back append their frames to `reply_frames`."""
+        self.payloads = frames
+        self.reply_frames = []
+        self.calls_served += len(calls)
+        code, result = CUDA_SUCCESS, None
+        last = len(calls) - 1
+        with self.backend.running():
+            for i, call in enumerate(calls):
+                code, result = self._run_one(call)
+                if code != CUDA_SUCCESS and i != last and self.deferred_error == CUDA_SUCCESS:
+                    self.deferred_error = code
+        frames_out, self.payloads, self.reply_frames = self.reply_frames, [], []
+        return code, result, frames_out if code == CUDA_SUCCESS else []
+
+    def _run_one(self, call) -> tuple[int, object]:
         try:
             name, args = call
             handler = OPS[name]
         except (TypeError, ValueError, KeyError):
             self.last_error_message = f"malformed or unknown call {str(call)[:80]}"
-            return CUDA_ERROR_INVALID_VALUE, None, []
+            return CUDA_ERROR_INVALID_VALUE, None
         if self.sticky_error and name not in STICKY_EXEMPT:
-            return self.sticky_error, None, []
-        out_frames: list = []
+            return self.sticky_error, None
         try:
-            result = handler(self, *args, frames=frames, out_frames=out_frames)
-            return CUDA_SUCCESS, result, out_frames
+            return CUDA_SUCCESS, handler(self, *args)
         except CudaError as exc:
             self.last_error_message = exc.message
             if exc.code in STICKY_ERRORS:
                 self.sticky_error = exc.code
-            return exc.code, None, []
+            return exc.code, None
         except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
             # A malformed argument list from a buggy or hostile client: refuse the call.
             self.last_error_message = f"{name}: bad arguments ({exc})"
-            return CUDA_ERROR_INVALID_VALUE, None, []
+            return CUDA_ERROR_INVALID_VALUE, None
 
     def take_deferred(self) -> int:
         code, self.deferred_error = self.deferred_error, CUDA_SUCCESS
@@ -190,14 +197,14 @@ class Session:
 
     # ----------------------------------------------------------------- data specs
 
-    def _source(self, spec, size: int, frames: list) -> memoryview:
+    def _source(self, spec, size: int) -> memoryview:
         kind = spec[0]
         if kind == "shm":
             return self._window(self.staging, int(spec[1]), size)
         if kind == "seg":
             return self._window(self._segment(spec[1])[0], int(spec[2]), size)
         if kind == "frame":
-            data = memoryview(frames[int(spec[1])])
+            data = memoryview(self.payloads[int(spec[1])])
             if len(data) != size:
                 raise CudaError(CUDA_ERROR_INVALID_VALUE, "payload size does not match the copy")
             return data
@@ -248,24 +255,24 @@ class Session:
     # ----------------------------------------------------------------- contexts
 
     @op("cuCtxCreate")
-    def ctx_create(self, handle: int, flags: int, device: int, **_):
+    def ctx_create(self, handle: int, flags: int, device: int):
         self._check_device(device)
         self.contexts.add(handle, Context(device, flags))
 
     @op("cuDevicePrimaryCtxRetain")
-    def primary_ctx_retain(self, handle: int, device: int, **_):
+    def primary_ctx_retain(self, handle: int, device: int):
         self._check_device(device)
         if handle not in self.contexts:
             self.contexts.add(handle, Context(device, 0))
 
     @op("cuCtxDestroy")
-    def ctx_destroy(self, handle: int, **_):
+    def ctx_destroy(self, handle: int):
         self.contexts.get(handle)
         self._destroy_context_resources(handle)
         self.contexts.pop(handle)
 
     @op("cuDevicePrimaryCtxReset")
-    def primary_ctx_reset(self, handle: int, **_):
+    def primary_ctx_reset(self, handle: int):
         if handle in self.contexts:
             self._destroy_context_resources(handle)
         self.sticky_error = CUDA_SUCCESS
@@ -288,19 +295,19 @@ class Session:
             raise CudaError(101, f"invalid device ordinal {device}")
 
     @op("vgpuSynchronize")
-    def synchronize(self, **_):
+    def synchronize(self):
         """cuCtxSynchronize, cuStreamSynchronize, cuEventSynchronize."""
         self.backend.synchronize()
 
     @op("vgpuQuery")
-    def query(self, **_):
+    def query(self):
         """cuStreamQuery and cuEventQuery. While a worker still runs this session's work the
         server answers CUDA_ERROR_NOT_READY without coming here; here, all is done."""
 
     # ----------------------------------------------------------------- memory
 
     @op("cuMemAlloc")
-    def mem_alloc(self, context: int, size: int, **_):
+    def mem_alloc(self, context: int, size: int):
         ctx = self.contexts.get(context)
         if size <= 0:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "allocation size must be positive")
@@ -315,7 +322,7 @@ class Session:
         return address
 
     @op("cuMemFree")
-    def mem_free(self, address: int, **_):
+    def mem_free(self, address: int):
         if address not in self.allocation_owner:
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
                             f"0x{address:x} is not the start of a live allocation")
@@ -326,12 +333,12 @@ class Session:
             self.contexts.get(ctx).allocations.discard(address)
 
     @op("cuMemGetInfo")
-    def mem_get_info(self, **_):
+    def mem_get_info(self):
         total = self.device.total_memory
         return [total - self.arena.bytes_in_use, total]
 
     @op("vgpuMapHostSegment")
-    def map_host_segment(self, seg_id: int, path: str, size: int, device_address, **_):
+    def map_host_segment(self, seg_id: int, path: str, size: int, device_address):
         """Attach a pinned host buffer the client allocated in a shared-memory file."""
         try:
             seg = _map_file(path, size)
@@ -342,7 +349,7 @@ class Session:
         self.segments[int(seg_id)] = (seg, device_address)
 
     @op("vgpuUnmapHostSegment")
-    def unmap_host_segment(self, seg_id: int, **_):
+    def unmap_host_segment(self, seg_id: int):
         seg, device_address = self.segments.pop(int(seg_id), (None, None))
         if seg is None:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"unknown host segment {seg_id}")
@@ -351,7 +358,7 @@ class Session:
         seg.close()
 
     @op("cuMemcpyHtoD")
-    def memcpy_htod(self, dst: int, src_spec, size: int, **kw):
+    def memcpy_htod(self, dst: int, src_spec, size: int):
         self._check_range(dst, size)
         if src_spec[0] == "peer":  # straight from the client's pageable memory
             view = self.backend.host_view(dst, size)
@@ -360,7 +367,7 @@ class Session:
             if view is None:
                 self.backend.write(dst, target)
             return
-        self.backend.write(dst, self._source(src_spec, size, kw["frames"]))
+        self.backend.write(dst, self._source(src_spec, size))
 
     def _peer(self, transfer, address: int, buffer: memoryview) -> None:
         if not self.peer_memory:
@@ -371,7 +378,7 @@ class Session:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"host memory: {exc}") from None
 
     @op("cuMemcpyDtoH")
-    def memcpy_dtoh(self, src: int, size: int, dst_spec, **kw):
+    def memcpy_dtoh(self, src: int, size: int, dst_spec):
         self._check_range(src, size)
         if dst_spec[0] == "peer":
             view = self.backend.host_view(src, size)
@@ -383,18 +390,18 @@ class Session:
         if dst_spec[0] == "frame":
             out = bytearray(size)
             self.backend.read_into(src, memoryview(out))
-            kw["out_frames"].append(out)
+            self.reply_frames.append(out)
             return None
-        self.backend.read_into(src, self._source(dst_spec, size, kw["frames"]))
+        self.backend.read_into(src, self._source(dst_spec, size))
 
     @op("cuMemcpyDtoD")
-    def memcpy_dtod(self, dst: int, src: int, size: int, **_):
+    def memcpy_dtod(self, dst: int, src: int, size: int):
         self._check_range(dst, size)
         self._check_range(src, size)
         self.backend.copy(dst, src, size)
 
     @op("vgpuMemset")
-    def memset(self, dst: int, pattern: bytes, count: int, **_):
+    def memset(self, dst: int, pattern: bytes, count: int):
         """cuMemsetD8/D16/D32 (and async): `pattern` is 1, 2 or 4 bytes, repeated `count` times."""
         if len(pattern) not in (1, 2, 4):
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "memset element must be 1, 2 or 4 bytes")
@@ -404,9 +411,9 @@ class Session:
     # ----------------------------------------------------------------- modules and launches
 
     @op("cuModuleLoadData")
-    def module_load(self, handle: int, context: int, image_spec, image_size: int, **kw):
+    def module_load(self, handle: int, context: int, image_spec, image_size: int):
         ctx = self.contexts.get(context)
-        image = bytes(self._source(image_spec, image_size, kw["frames"]))
+        image = bytes(self._source(image_spec, image_size))
         allocated: list[int] = []
 
         def allocate(size: int) -> int:
@@ -431,7 +438,7 @@ class Session:
         }
 
     @op("cuModuleUnload")
-    def module_unload(self, handle: int, **_):
+    def module_unload(self, handle: int):
         module = self.modules.pop(handle)
         for f in module.functions:
             self.functions.pop(f)
@@ -442,7 +449,7 @@ class Session:
             self.contexts.get(module.context).modules.discard(handle)
 
     @op("cuModuleGetFunction")
-    def module_get_function(self, handle: int, module_handle: int, name: str, **_):
+    def module_get_function(self, handle: int, module_handle: int, name: str):
         module = self.modules.get(module_handle)
         kernel = module.loaded.kernels.get(name)
         if kernel is None:
@@ -452,7 +459,7 @@ class Session:
 
     @op("cuLaunchKernel")
     def launch_kernel(self, function: int, grid, block, shared_bytes: int, stream: int,
-                      params: bytes, **_):
+                      params: bytes):
         fn = self.functions.get(function)
         if stream not in BUILTIN_STREAMS:
             self.streams.get(stream)
@@ -487,41 +494,41 @@ class Session:
             self.streams.get(stream)
 
     @op("cuStreamCreate")
-    def stream_create(self, handle: int, context: int, flags: int, priority: int, **_):
+    def stream_create(self, handle: int, context: int, flags: int, priority: int):
         self.contexts.get(context).streams.add(handle)
         self.streams.add(handle, context)
 
     @op("cuStreamDestroy")
-    def stream_destroy(self, handle: int, **_):
+    def stream_destroy(self, handle: int):
         context = self.streams.pop(handle)
         if context in self.contexts:
             self.contexts.get(context).streams.discard(handle)
 
     @op("cuStreamWaitEvent")
-    def stream_wait_event(self, stream: int, event: int, **_):
+    def stream_wait_event(self, stream: int, event: int):
         """Work runs in arrival order on this server, so a wait is already satisfied."""
         self._check_stream(stream)
         self.events.get(event)
 
     @op("cuEventCreate")
-    def event_create(self, handle: int, context: int, flags: int, **_):
+    def event_create(self, handle: int, context: int, flags: int):
         self.contexts.get(context).events.add(handle)
         self.events.add(handle, Event(context, flags))
 
     @op("cuEventRecord")
-    def event_record(self, handle: int, stream: int, **_):
+    def event_record(self, handle: int, stream: int):
         self._check_stream(stream)
         self.backend.synchronize()
         self.events.get(handle).recorded_at = time.perf_counter()
 
     @op("cuEventDestroy")
-    def event_destroy(self, handle: int, **_):
+    def event_destroy(self, handle: int):
         event = self.events.pop(handle)
         if event.context in self.contexts:
             self.contexts.get(event.context).events.discard(handle)
 
     @op("cuEventElapsedTime")
-    def event_elapsed_time(self, start: int, end: int, **_):
+    def event_elapsed_time(self, start: int, end: int):
         a, b = self.events.get(start), self.events.get(end)
         if (a.flags | b.flags) & CU_EVENT_DISABLE_TIMING:
             raise CudaError(CUDA_ERROR_INVALID_HANDLE, "event created with DISABLE_TIMING")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -78,6 +79,12 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def unload_module(self, module: LoadedModule) -> None: ...
+
+    def running(self) -> contextlib.AbstractContextManager:
+        """Entered around each batch of a session's calls, on the thread that runs them
+        (the server's I/O thread or the session's worker): what the device needs set up on
+        that thread, such as a current context."""
+        return contextlib.nullcontext()
 
     @abc.abstractmethod
     def prepare_launch(self, module: LoadedModule, kernel: str, grid: tuple[int, int, int],

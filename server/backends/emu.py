@@ -7,7 +7,15 @@ from collections.abc import Callable
 
 from vgpu.errors import CudaError
 
-from ..emu import DeviceMemory, LaunchError, PtxError, PtxModule, link, prepare
+from ..emu import (
+    DeviceMemory,
+    LaunchError,
+    PtxError,
+    PtxModule,
+    link,
+    prepare,
+    quiet_floating_point,
+)
 from ..emu.errors import IllegalAddress
 from .base import Backend, DeviceDescription, KernelDescription, LoadedModule
 from .device_attributes import emu_attributes
@@ -103,6 +111,10 @@ class EmuBackend(Backend):
         for address, _ in module.variables.values():
             self.memory.unmap(address)
 
+    def running(self):
+        """Launches run their kernels under `quiet_floating_point()`, entered once a batch."""
+        return quiet_floating_point()
+
     def prepare_launch(self, module: LoadedModule, kernel: str, grid, block,
                        shared_bytes: int) -> Callable[[bytes], str]:
         symbols = {name: addr for name, (addr, _) in module.variables.items()}
@@ -114,7 +126,7 @@ class EmuBackend(Backend):
 
         def run(params: bytes) -> str:
             try:
-                return prepared.run(params, self.memory).printf
+                return prepared.execute(params, self.memory).printf
             except LaunchError as exc:
                 raise CudaError(exc.code, str(exc)) from None
 

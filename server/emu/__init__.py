@@ -7,12 +7,14 @@
 
     prepared = prepare(module, "kernel", grid, block, shared_bytes, symbols)  # checked once
     prepared.run(params, memory)            # as launch(), for each parameter buffer
+    with quiet_floating_point():            # many launches: what run() enters each time,
+        prepared.execute(params, memory)    # entered once
 
 See README.md for what is supported and how it works.
 """
 
 from .errors import IllegalAddress, LaunchError, PtxError
-from .executor import LaunchResult, PreparedLaunch, launch, prepare
+from .executor import LaunchResult, PreparedLaunch, launch, prepare, quiet_floating_point
 from .linker import link
 from .memory import DeviceMemory
 from .module import KernelInfo, ModuleVariable, ParamInfo, PtxModule
@@ -31,4 +33,5 @@ __all__ = [
     "launch",
     "link",
     "prepare",
+    "quiet_floating_point",
 ]

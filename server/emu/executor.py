@@ -33,10 +33,10 @@ from .errors import (
     LaunchError,
 )
 from .memory import DeviceMemory
-from .state import Fault, LaunchContext, State, ThreadLayout, block_coordinates
+from .state import Chunk, Fault, LaunchContext, State
 
 __all__ = ["CHUNK_STATE_BYTES", "LANES_PER_CHUNK", "LaunchResult", "PreparedLaunch", "launch",
-           "prepare"]
+           "prepare", "quiet_floating_point"]
 
 LANES_PER_CHUNK = 1 << 16
 # Bytes of per-lane state (registers at 8 bytes each, local memory) one chunk may hold.
@@ -110,6 +110,10 @@ class PreparedLaunch:
         self.shared_bytes = shared_bytes
         self.shared_size = (kernel.dynamic_offset + shared_bytes if shared_bytes
                             else kernel.static_shared)
+        # Per-block shared and per-thread local regions are 16-byte multiples, so every
+        # naturally aligned access is element-aligned in their flat buffers.
+        self.shared_stride = _round16(max(self.shared_size, 1))
+        self.local_stride = _round16(max(kernel.local_size, 1))
         self.symbols = symbols
         self.param_size = kernel.param_size
         threads = block[0] * block[1] * block[2]
@@ -124,33 +128,41 @@ class PreparedLaunch:
                               else None)
 
     def _chunks(self):
-        """(first block, block count, thread layout, block coordinates) of each chunk."""
         for first in self._chunk_starts:
-            count = min(self._per_chunk, self._nblocks - first)
-            layout = ThreadLayout(self.block, count)
-            yield first, count, layout, block_coordinates(self.grid, layout, first, count)
+            yield Chunk(self.grid, self.block, first, min(self._per_chunk, self._nblocks - first))
 
     def run(self, params: bytes, memory: DeviceMemory) -> LaunchResult:
+        """Run the kernel once with this parameter buffer."""
+        with quiet_floating_point():
+            return self.execute(params, memory)
+
+    def execute(self, params: bytes, memory: DeviceMemory) -> LaunchResult:
+        """`run`, for callers that run many launches inside one `quiet_floating_point()`."""
         if len(params) != self.param_size:
             raise LaunchError(CUDA_ERROR_INVALID_VALUE,
                               f"{self.kernel_name!r} takes {self.param_size} bytes of "
                               f"parameters, got {len(params)}")
         program, kernel = self.program, self.kernel
-        ctx = LaunchContext(
-            program=program, kernel=kernel, grid=self.grid, block=self.block, memory=memory,
-            symbols=self.symbols, params=np.frombuffer(params, np.uint8).copy(),
-            shared_offsets=kernel.shared_offsets, shared_size=self.shared_size,
-            dynamic_shared=self.shared_bytes, local_size=kernel.local_size)
-        register_count = len(program.register_dtypes)
-        with np.errstate(all="ignore"):
-            for first, count, layout, ctaid in self._small_chunks or self._chunks():
-                state = State(ctx, layout, first, count, ctaid, register_count,
-                              program.register_dtypes)
-                try:
-                    _run(program, kernel, state)
-                except Fault as fault:
-                    raise _launch_error(fault, state, self.kernel_name, ctx) from None
-        return LaunchResult(printf=_printf_text(ctx), lane_instructions=ctx.lane_instructions)
+        # Parameter space is read-only to kernels (spaces.locate refuses stores), so the
+        # caller's bytes are used as they are.
+        ctx = LaunchContext(self, memory, np.frombuffer(params, np.uint8))
+        for chunk in self._small_chunks or self._chunks():
+            state = State(ctx, chunk, program.register_dtypes)
+            try:
+                _run(program, kernel, state)
+            except Fault as fault:
+                raise _launch_error(fault, state, self.kernel_name, ctx) from None
+        return LaunchResult(_printf_text(ctx), ctx.lane_instructions)
+
+
+def quiet_floating_point():
+    """What kernels run under: IEEE results (inf, NaN, wrap-around) as a GPU gives them,
+    without numpy's floating-point warnings."""
+    return np.errstate(all="ignore")
+
+
+def _round16(value: int) -> int:
+    return (value + 15) & ~15
 
 
 def _dims(value, what: str, limits) -> tuple[int, int, int]:
@@ -167,6 +179,8 @@ def _dims(value, what: str, limits) -> tuple[int, int, int]:
 
 
 def _printf_text(ctx: LaunchContext) -> str:
+    if not ctx.printf:
+        return ""
     return "".join(text for *_, text in sorted(ctx.printf))
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Fault", "LaunchContext", "State", "ThreadLayout", "block_coordinates", "lane_count"]
+__all__ = ["Chunk", "Fault", "LaunchContext", "State", "ThreadLayout", "lane_count"]
 
 
 class Fault(Exception):
@@ -81,50 +81,78 @@ class ThreadLayout:
                             - np.uint64(1)).astype(np.uint32)
 
 
-@dataclass
 class LaunchContext:
-    """Everything a launch shares between its chunks."""
-    program: object                  # program.Program
-    kernel: object                   # program.KernelProgram
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    memory: object                   # memory.DeviceMemory
-    symbols: dict[str, int]
-    params: np.ndarray               # the kernel parameter buffer, uint8
-    shared_offsets: dict[int, int]   # id(Variable) -> offset in the block's shared memory
-    shared_size: int                 # static + dynamic bytes per block
-    dynamic_shared: int
-    local_size: int                  # bytes of local memory per thread
-    printf: list[tuple[int, int, int, str]] = field(default_factory=list)
-    clock: int = 0                   # executed block-steps: what %clock reads
-    lane_instructions: int = 0       # instructions executed, summed over lanes
-    start_ns: int = field(default_factory=time.time_ns)
+    """Everything a launch shares between its chunks: what `launch` (a PreparedLaunch) fixed
+    once for its shape, and what this run has (memory, parameters, output, counters)."""
+
+    __slots__ = ("program", "kernel", "grid", "block", "symbols", "shared_offsets",
+                 "shared_size", "shared_stride", "dynamic_shared", "local_size",
+                 "local_stride", "memory", "params", "printf", "clock", "lane_instructions",
+                 "start_ns")
+
+    def __init__(self, launch, memory, params: np.ndarray):
+        kernel = launch.kernel
+        self.program = launch.program            # program.Program
+        self.kernel = kernel                     # program.KernelProgram
+        self.grid: tuple[int, int, int] = launch.grid
+        self.block: tuple[int, int, int] = launch.block
+        self.symbols: dict[str, int] = launch.symbols
+        self.shared_offsets = kernel.shared_offsets  # id(Variable) -> offset in a block's
+        self.shared_size: int = launch.shared_size   # static + dynamic bytes per block
+        self.shared_stride: int = launch.shared_stride  # bytes between blocks' regions
+        self.dynamic_shared: int = launch.shared_bytes
+        self.local_size: int = kernel.local_size     # bytes of local memory per thread
+        self.local_stride: int = launch.local_stride  # bytes between threads' regions
+        self.memory = memory                         # memory.DeviceMemory
+        self.params = params                         # the parameter buffer, uint8
+        self.printf: list[tuple[int, int, int, str]] = []
+        self.clock = 0                   # executed block-steps: what %clock reads
+        self.lane_instructions = 0       # instructions executed, summed over lanes
+        self.start_ns = time.time_ns()
+
+
+class Chunk:
+    """Blocks [first_block, first_block + nblocks) of a launch, run together as numpy lanes,
+    with their thread and block coordinates (read-only: runs of a shape may share them)."""
+
+    __slots__ = ("first_block", "nblocks", "layout", "ctaid")
+
+    def __init__(self, grid: tuple[int, int, int], block: tuple[int, int, int],
+                 first_block: int, nblocks: int):
+        self.first_block = first_block
+        self.nblocks = nblocks
+        self.layout = ThreadLayout(block, nblocks)
+        gx, gy, _ = grid
+        block_linear = np.arange(first_block, first_block + nblocks, dtype=np.uint32)
+        ctaid = (block_linear % np.uint32(gx), (block_linear // np.uint32(gx)) % np.uint32(gy),
+                 block_linear // np.uint32(gx * gy))
+        self.ctaid = tuple(c[self.layout.slot] for c in ctaid)  # per lane
 
 
 class State:
-    """One chunk: `nblocks` blocks starting at linear block `first_block`."""
+    """One chunk's execution state: registers, shared and local memory, barriers."""
 
-    def __init__(self, ctx: LaunchContext, layout: ThreadLayout, first_block: int,
-                 nblocks: int, ctaid: tuple[np.ndarray, np.ndarray, np.ndarray],
-                 register_count: int, register_dtypes: list[np.dtype]):
+    __slots__ = ("ctx", "layout", "first_block", "nblocks", "n", "ctaid", "regs",
+                 "reg_dtypes", "carry", "shared_stride", "shared", "local_stride", "local",
+                 "barrier_values", "barrier_arrived")
+
+    def __init__(self, ctx: LaunchContext, chunk: Chunk, register_dtypes: list[np.dtype]):
         self.ctx = ctx
-        self.layout = layout
-        self.first_block = first_block
-        self.nblocks = nblocks
-        self.n = layout.threads * nblocks
-        self.regs: list[np.ndarray | None] = [None] * register_count
+        layout = self.layout = chunk.layout
+        self.first_block = chunk.first_block
+        nblocks = self.nblocks = chunk.nblocks
+        n = self.n = layout.threads * nblocks
+        self.ctaid = chunk.ctaid
+        self.regs: list[np.ndarray | None] = [None] * len(register_dtypes)
         self.reg_dtypes = register_dtypes
         self.carry: np.ndarray | None = None
-        # Shared memory: one region per block; regions are 16-byte multiples so that every
-        # naturally aligned access is element-aligned in the flat buffer.
-        self.shared_stride = _round16(max(ctx.shared_size, 1))
-        self.shared = np.zeros(self.shared_stride * nblocks, np.uint8)
-        self.local_stride = _round16(max(ctx.local_size, 1))
-        self.local = np.zeros(self.local_stride * self.n, np.uint8)
+        self.shared_stride = ctx.shared_stride
+        self.shared = np.zeros(ctx.shared_stride * nblocks, np.uint8)
+        self.local_stride = ctx.local_stride
+        self.local = np.zeros(ctx.local_stride * n, np.uint8)
         # bar.red: each arriving lane's predicate, and which lanes arrived, until release
         self.barrier_values: np.ndarray | None = None
         self.barrier_arrived: np.ndarray | None = None
-        self.ctaid = ctaid  # per lane, from block_coordinates
 
     def reg(self, index: int) -> np.ndarray:
         value = self.regs[index]
@@ -143,17 +171,3 @@ class State:
 
     def block_linear(self, lane: int) -> int:
         return self.first_block + int(self.layout.slot[lane])
-
-
-def block_coordinates(grid: tuple[int, int, int], layout: ThreadLayout, first_block: int,
-                      nblocks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """%ctaid.x/y/z of every lane of the chunk of `nblocks` blocks from `first_block`."""
-    gx, gy, _ = grid
-    block_linear = np.arange(first_block, first_block + nblocks, dtype=np.uint32)
-    ctaid = (block_linear % np.uint32(gx), (block_linear // np.uint32(gx)) % np.uint32(gy),
-             block_linear // np.uint32(gx * gy))
-    return tuple(c[layout.slot] for c in ctaid)
-
-
-def _round16(value: int) -> int:
-    return (value + 15) & ~15
