@@ -9,6 +9,7 @@ is noticed by a periodic check of its pid (clients on this host) and its session
 from __future__ import annotations
 
 import collections
+import gc
 import logging
 import os
 import socket
@@ -68,6 +69,10 @@ class ProxyServer:
         # While a worker runs a kernel in Python, hand the interpreter back to this I/O
         # thread often, so other clients wait milliseconds, not the default 5 ms slices.
         sys.setswitchinterval(0.001)
+        # What was loaded until now (numpy, the emulator, the API tables) lives as long as
+        # the server: keep it out of the garbage collector's full passes, which would
+        # otherwise walk it again and again as batches of calls come and go.
+        gc.freeze()
         poller = zmq.Poller()
         poller.register(self.socket, zmq.POLLIN)
         poller.register(self.wake, zmq.POLLIN)
@@ -113,7 +118,7 @@ class ProxyServer:
     def _handle(self, frames: list) -> None:
         identity = frames[0]
         try:
-            kind, seq, body = unpack(frames[1])
+            kind, seq, body = unpack(frames[1], arrays_as_tuples=True)
         except (ProtocolError, ValueError, TypeError, IndexError) as exc:
             log.warning("dropping malformed message from %r: %s", identity[:8], exc)
             return
@@ -189,11 +194,11 @@ class ProxyServer:
         if session is None:
             self._reply(identity, seq, 46, "no session: say hello first")
             return
-        if not isinstance(body, list):
+        if not isinstance(body, tuple):
             self._reply(identity, seq, 1, "malformed call batch")
             return
         worker = self.workers[identity]
-        if body and body[-1] == [QUERY, []]:
+        if body and body[-1] == (QUERY, ()):
             # A query must not wait for the work it asks about: what came with it is queued
             # like any other work, and while the worker is busy the answer is "not ready".
             if len(body) > 1:
@@ -202,7 +207,7 @@ class ProxyServer:
                 self._reply(identity, seq, CUDA_ERROR_NOT_READY, "work is still running")
                 return
             body = body[-1:]
-        if worker.pending or any(isinstance(c, list) and c and c[0] in LONG_CALLS for c in body):
+        if worker.pending or any(isinstance(c, tuple) and c and c[0] in LONG_CALLS for c in body):
             worker.submit(identity, seq, body, payloads)
         else:
             self._send_outcome(identity, seq, run_batch(session, body, payloads))
@@ -224,7 +229,7 @@ class ProxyServer:
                 self._send_outcome(identity, seq, outcome)
 
     def _admin(self, identity: bytes, seq, body) -> None:
-        if body == ["ps", []] or body == ["ps"]:
+        if body == ("ps", ()) or body == ("ps",):
             self._reply(identity, seq, 0, self.describe_sessions())
         else:
             self._reply(identity, seq, 1, f"unknown admin request {body!r:.60}")

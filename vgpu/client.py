@@ -162,7 +162,7 @@ class Connection:
     def post(self, op: str, *args) -> None:
         """Queue a call whose result nobody waits for; its error surfaces at the next sync."""
         with self._lock:
-            self._queue.append([op, args])
+            self._queue.append((op, args))
             if len(self._queue) >= MAX_QUEUED_CALLS:
                 self._flush()
 
@@ -172,7 +172,7 @@ class Connection:
         Raises CudaError with the call's own code, or with the first error of queued work.
         """
         with self._lock:
-            self._queue.append([op, args])
+            self._queue.append((op, args))
             seq = self._flush(want_reply=True)
             return self._finish(self._wait(seq, self.timeout))
 

@@ -56,8 +56,13 @@ def pack(obj) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
-def unpack(data) -> object:
+def unpack(data, *, arrays_as_tuples: bool = False) -> object:
+    """Decode a header. The server asks for tuples: a batch is hundreds of small arrays, and
+    tuples of plain values drop out of the garbage collector's sight at its first pass, so
+    they are never scanned again (lists would be, which made full collections dominate the
+    cost of decoding)."""
     try:
-        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+        return msgpack.unpackb(data, raw=False, strict_map_key=False,
+                               use_list=not arrays_as_tuples)
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise ProtocolError(f"undecodable message header: {exc}") from None

@@ -50,7 +50,7 @@ MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_BLOCK = (1024, 1024, 64)
 
 
-@dataclass
+@dataclass(slots=True)
 class LaunchResult:
     printf: str = ""
     lane_instructions: int = 0   # instructions executed, summed over threads
@@ -107,12 +107,13 @@ class PreparedLaunch:
         self.kernel_name = kernel_name
         self.grid = grid
         self.block = block
-        self.shared_bytes = shared_bytes
+        self.shared_bytes = shared_bytes   # dynamic shared memory per block
         self.shared_size = (kernel.dynamic_offset + shared_bytes if shared_bytes
                             else kernel.static_shared)
         # Per-block shared and per-thread local regions are 16-byte multiples, so every
         # naturally aligned access is element-aligned in their flat buffers.
         self.shared_stride = _round16(max(self.shared_size, 1))
+        self.local_size = kernel.local_size  # bytes of local memory per thread
         self.local_stride = _round16(max(kernel.local_size, 1))
         self.symbols = symbols
         self.param_size = kernel.param_size
@@ -319,7 +320,7 @@ def _enter(program, state, stack, term, lanes, block, push) -> None:
 
 def _copy_frame(state, lanes, destinations, sources) -> None:
     """Copy .param variables (call arguments in, return values out) in local memory."""
-    offsets = state.ctx.kernel.local_offsets
+    offsets = state.ctx.launch.kernel.local_offsets
     stride = state.local_stride
     ids = state.lane_ids(lanes) * stride
     for dst, src in zip(destinations, sources, strict=False):

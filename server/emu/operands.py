@@ -197,15 +197,15 @@ def _special_source(name: str, ctx: CompileContext) -> tuple[Callable, PtxType]:
         if base == "%tid":
             return (lambda s: s.layout.tid[k]), _U32
         if base == "%ntid":
-            return (lambda s: u32(s.ctx.block[k])), _U32
+            return (lambda s: u32(s.ctx.launch.block[k])), _U32
         if base == "%ctaid":
             return (lambda s: s.ctaid[k]), _U32
         if base == "%nctaid":
-            return (lambda s: u32(s.ctx.grid[k])), _U32
+            return (lambda s: u32(s.ctx.launch.grid[k])), _U32
         if base == "%clusterid":       # every cluster is a single block
             return (lambda s: s.ctaid[k]), _U32
         if base == "%nclusterid":
-            return (lambda s: u32(s.ctx.grid[k])), _U32
+            return (lambda s: u32(s.ctx.launch.grid[k])), _U32
         if base == "%cluster_ctaid":
             return (lambda s: u32(0)), _U32
         if base == "%cluster_nctaid":
@@ -238,10 +238,10 @@ def _special_source(name: str, ctx: CompileContext) -> tuple[Callable, PtxType]:
         "%lanemask_gt": (lambda s: ~(s.layout.lanemask_lt | (u32(1) << s.layout.laneid)),
                          _U32),
         "%lanemask_ge": (lambda s: ~s.layout.lanemask_lt, _U32),
-        "%dynamic_smem_size": (lambda s: u32(s.ctx.dynamic_shared), _U32),
-        "%total_smem_size": (lambda s: u32(s.ctx.shared_size), _U32),
-        "%aggr_smem_size": (lambda s: u32(s.ctx.shared_size), _U32),
-        "%reserved_smem_offset_begin": (lambda s: u32(s.ctx.shared_size), _U32),
+        "%dynamic_smem_size": (lambda s: u32(s.ctx.launch.shared_bytes), _U32),
+        "%total_smem_size": (lambda s: u32(s.ctx.launch.shared_size), _U32),
+        "%aggr_smem_size": (lambda s: u32(s.ctx.launch.shared_size), _U32),
+        "%reserved_smem_offset_begin": (lambda s: u32(s.ctx.launch.shared_size), _U32),
     }
     if name not in table:
         raise ctx.error(f"special register {name} cannot be read here")
@@ -287,16 +287,16 @@ def symbol_address(symbol: Symbol, ctx: CompileContext) -> tuple[str, Callable[[
     key = id(var)
     if var.space in ("global", "const"):
         name = var.name
-        return var.space, lambda state: state.ctx.symbols[name] + offset
+        return var.space, lambda state: state.ctx.launch.symbols[name] + offset
     if var.space == "shared":
-        return "shared", lambda state: state.ctx.shared_offsets[key] + offset
+        return "shared", lambda state: state.ctx.launch.kernel.shared_offsets[key] + offset
     if var.space == "local":
-        return "local", lambda state: state.ctx.kernel.local_offsets[key] + offset
+        return "local", lambda state: state.ctx.launch.kernel.local_offsets[key] + offset
     if var.space == "param":
         if ctx.function.is_entry and any(p is var for p in ctx.function.params):
             where = dict((id(p), o) for p, o in kernel_param_layout(ctx.function.params))
             position = where[key] + offset
             return "kparam", lambda state: position
-        return "fparam", lambda state: state.ctx.kernel.local_offsets[key] + offset
+        return "fparam", lambda state: state.ctx.launch.kernel.local_offsets[key] + offset
     raise ctx.error(f"symbol {symbol.name!r} in unsupported space .{var.space}")
 

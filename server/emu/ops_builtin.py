@@ -29,16 +29,16 @@ def read_region(state: State, address: int, lane: int) -> bytes:
     tag = address >> 56
     if tag == GENERIC_SHARED_BASE >> 56:
         offset = address - GENERIC_SHARED_BASE
-        if offset >= state.ctx.shared_size:
+        if offset >= state.ctx.launch.shared_size:
             raise _bad_pointer(address, lane)
         start = int(state.layout.slot[lane]) * state.shared_stride
-        return state.shared[start + offset:start + state.ctx.shared_size].tobytes()
+        return state.shared[start + offset:start + state.ctx.launch.shared_size].tobytes()
     if tag == GENERIC_LOCAL_BASE >> 56:
         offset = address - GENERIC_LOCAL_BASE
-        if offset >= state.ctx.local_size:
+        if offset >= state.ctx.launch.local_size:
             raise _bad_pointer(address, lane)
         start = lane * state.local_stride
-        return state.local[start + offset:start + state.ctx.local_size].tobytes()
+        return state.local[start + offset:start + state.ctx.launch.local_size].tobytes()
     if tag == GENERIC_PARAM_BASE >> 56:
         offset = address - GENERIC_PARAM_BASE
         return state.ctx.params[offset:].tobytes()
@@ -60,7 +60,7 @@ def _bad_pointer(address: int, lane: int) -> Fault:
 
 def _offsets(variables):
     keys = [id(v) for v in variables]
-    return lambda state: [state.ctx.kernel.local_offsets[k] for k in keys]
+    return lambda state: [state.ctx.launch.kernel.local_offsets[k] for k in keys]
 
 
 def _vprintf(ctx, arguments, results):

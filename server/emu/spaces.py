@@ -62,12 +62,12 @@ def locate(state: State, space: str, addrs, size: int, lanes, access: str,
             raise _fault(state, lanes, k, space, access, size, addrs[k],
                          "address is out of bounds", CUDA_ERROR_ILLEGAL_ADDRESS) from None
     if space == "shared":
-        _check_limit(state, lanes, addrs, size, state.ctx.shared_size, space, access)
+        _check_limit(state, lanes, addrs, size, state.ctx.launch.shared_size, space, access)
         base = state.layout.slot if lanes is None else state.layout.slot[lanes]
         offsets = base.astype(np.uint64) * np.uint64(state.shared_stride) + addrs
         return [(state.shared, offsets, None)]
     if space in ("local", "fparam"):
-        _check_limit(state, lanes, addrs, size, state.ctx.local_size, space, access)
+        _check_limit(state, lanes, addrs, size, state.ctx.launch.local_size, space, access)
         ids = state.lane_ids(lanes).astype(np.uint64)
         return [(state.local, ids * np.uint64(state.local_stride) + addrs, None)]
     if space == "kparam":

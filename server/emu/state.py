@@ -82,29 +82,17 @@ class ThreadLayout:
 
 
 class LaunchContext:
-    """Everything a launch shares between its chunks: what `launch` (a PreparedLaunch) fixed
-    once for its shape, and what this run has (memory, parameters, output, counters)."""
+    """One run of a launch, shared by its chunks: its memory, parameters, output and
+    counters. `launch` (a PreparedLaunch) holds what every run of the same kernel and shape
+    shares: program, kernel, grid, block, symbols, shared and local memory sizes."""
 
-    __slots__ = ("program", "kernel", "grid", "block", "symbols", "shared_offsets",
-                 "shared_size", "shared_stride", "dynamic_shared", "local_size",
-                 "local_stride", "memory", "params", "printf", "clock", "lane_instructions",
+    __slots__ = ("launch", "memory", "params", "printf", "clock", "lane_instructions",
                  "start_ns")
 
     def __init__(self, launch, memory, params: np.ndarray):
-        kernel = launch.kernel
-        self.program = launch.program            # program.Program
-        self.kernel = kernel                     # program.KernelProgram
-        self.grid: tuple[int, int, int] = launch.grid
-        self.block: tuple[int, int, int] = launch.block
-        self.symbols: dict[str, int] = launch.symbols
-        self.shared_offsets = kernel.shared_offsets  # id(Variable) -> offset in a block's
-        self.shared_size: int = launch.shared_size   # static + dynamic bytes per block
-        self.shared_stride: int = launch.shared_stride  # bytes between blocks' regions
-        self.dynamic_shared: int = launch.shared_bytes
-        self.local_size: int = kernel.local_size     # bytes of local memory per thread
-        self.local_stride: int = launch.local_stride  # bytes between threads' regions
-        self.memory = memory                         # memory.DeviceMemory
-        self.params = params                         # the parameter buffer, uint8
+        self.launch = launch
+        self.memory = memory             # memory.DeviceMemory
+        self.params = params             # the parameter buffer, uint8
         self.printf: list[tuple[int, int, int, str]] = []
         self.clock = 0                   # executed block-steps: what %clock reads
         self.lane_instructions = 0       # instructions executed, summed over lanes
@@ -129,6 +117,10 @@ class Chunk:
         self.ctaid = tuple(c[self.layout.slot] for c in ctaid)  # per lane
 
 
+_NO_MEMORY = np.zeros(0, np.uint8)
+_NO_MEMORY.flags.writeable = False
+
+
 class State:
     """One chunk's execution state: registers, shared and local memory, barriers."""
 
@@ -146,10 +138,15 @@ class State:
         self.regs: list[np.ndarray | None] = [None] * len(register_dtypes)
         self.reg_dtypes = register_dtypes
         self.carry: np.ndarray | None = None
-        self.shared_stride = ctx.shared_stride
-        self.shared = np.zeros(ctx.shared_stride * nblocks, np.uint8)
-        self.local_stride = ctx.local_stride
-        self.local = np.zeros(ctx.local_stride * n, np.uint8)
+        launch = ctx.launch
+        # Kernels without shared or local memory never touch these buffers: every access
+        # is checked against a size of 0 first.
+        self.shared_stride = launch.shared_stride
+        self.shared = (np.zeros(launch.shared_stride * nblocks, np.uint8) if launch.shared_size
+                       else _NO_MEMORY)
+        self.local_stride = launch.local_stride
+        self.local = (np.zeros(launch.local_stride * n, np.uint8) if launch.local_size
+                      else _NO_MEMORY)
         # bar.red: each arriving lane's predicate, and which lanes arrived, until release
         self.barrier_values: np.ndarray | None = None
         self.barrier_arrived: np.ndarray | None = None

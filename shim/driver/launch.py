@@ -7,7 +7,7 @@ checked against the kernel's limits, and the call is queued.
 
 from __future__ import annotations
 
-from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, ptr, state
+from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, state
 from .memory import _check_stream
 
 CU_LAUNCH_PARAM_END, CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2
@@ -20,7 +20,8 @@ MAX_THREADS_PER_BLOCK = 1024
 
 
 def _function_arg(f):
-    return state.functions[handle_of(f, Kind.FUNCTION, state.functions)], ptr(f)
+    handle = handle_of(f, Kind.FUNCTION, state.functions)
+    return state.functions[handle], handle
 
 
 def _pack_params(layout, kernel_params, extra) -> bytes:
@@ -74,15 +75,17 @@ def _submit(handle: int, layout, grid, block, shared_bytes: int, stream_handle: 
 def _check_config(layout, grid, block, shared_bytes: int) -> None:
     """The launch configuration against the kernel's limits (the runtime reports these
     failures as cudaErrorInvalidConfiguration, hence a function of its own)."""
-    if min(*grid, *block) <= 0:
+    gx, gy, gz = grid
+    bx, by, bz = block
+    if gx <= 0 or gy <= 0 or gz <= 0 or bx <= 0 or by <= 0 or bz <= 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "grid and block dimensions must be >= 1")
-    threads = block[0] * block[1] * block[2]
+    threads = bx * by * bz
     limit = layout.attributes.get("max_threads_per_block", MAX_THREADS_PER_BLOCK)
-    if threads > limit or block[2] > 64:
+    if threads > limit or bz > 64:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
                         f"{threads} threads per block exceed kernel {layout.name!r}'s limit "
                         f"of {limit}")
-    if grid[1] > 65535 or grid[2] > 65535 or grid[0] > 2**31 - 1:
+    if gy > 65535 or gz > 65535 or gx > 2**31 - 1:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "grid dimension too large")
     if shared_bytes > layout.max_dynamic_shared:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE,

@@ -206,8 +206,10 @@ def _pinned_spec(address: int, size: int):
 
 
 def _check_stream(stream) -> int:
+    if not stream:  # the NULL stream, what most launches and copies name
+        return 0
     handle = ptr(stream)
-    if handle in (0, 1, 2):
+    if handle in (1, 2):  # CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
         return handle
     return handle_of(stream, Kind.STREAM, state.streams)
 
