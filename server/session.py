@@ -458,8 +458,8 @@ class Session:
         module.functions.add(handle)
 
     @op("cuLaunchKernel")
-    def launch_kernel(self, function: int, grid, block, shared_bytes: int, stream: int,
-                      params: bytes):
+    def launch_kernel(self, function: int, gx: int, gy: int, gz: int, bx: int, by: int,
+                      bz: int, shared_bytes: int, stream: int, params: bytes):
         fn = self.functions.get(function)
         if stream not in BUILTIN_STREAMS:
             self.streams.get(stream)
@@ -467,16 +467,16 @@ class Session:
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
                             f"kernel {fn.name!r} takes {fn.param_size} bytes of parameters, "
                             f"got {len(params)}")
-        config = (*grid, *block, shared_bytes)
+        config = (gx, gy, gz, bx, by, bz, shared_bytes)
         launcher = fn.launchers.get(config)
         if launcher is None:
-            launcher = self._prepare_launch(fn, config, grid, block, shared_bytes)
+            launcher = self._prepare_launch(fn, config)
         printed = launcher(params)
         if printed:
             self.output.append(printed)
 
-    def _prepare_launch(self, fn: Function, config: tuple, grid, block,
-                        shared_bytes: int) -> Callable[[bytes], str]:
+    def _prepare_launch(self, fn: Function, config: tuple) -> Callable[[bytes], str]:
+        grid, block, shared_bytes = config[:3], config[3:6], config[6]
         module = self.modules.get(fn.module)
         _check_launch_config(module.loaded.kernels[fn.name].attributes, grid, block,
                              shared_bytes)

@@ -68,7 +68,7 @@ def _submit(handle: int, layout, grid, block, shared_bytes: int, stream_handle: 
             kernel_params, extra) -> None:
     """Queue a launch whose function, stream and configuration are already checked."""
     params = _pack_params(layout, kernel_params, extra)
-    state.conn().post("cuLaunchKernel", handle, grid, block, shared_bytes, stream_handle,
+    state.conn().post("cuLaunchKernel", handle, *grid, *block, shared_bytes, stream_handle,
                       params)
 
 

@@ -150,7 +150,7 @@ def test_a_long_kernel_does_not_hold_up_other_clients(server):
     module, function = 0x7667_0200_0000_0001, 0x7667_0300_0000_0001
     busy.call("cuModuleLoadData", module, CONTEXT, ["inline", SPIN_PTX], len(SPIN_PTX))
     busy.post("cuModuleGetFunction", function, module, "spin")
-    busy.post("cuLaunchKernel", function, [1, 1, 1], [256, 1, 1], 0, 0,
+    busy.post("cuLaunchKernel", function, 1, 1, 1, 256, 1, 1, 0, 0,
               (200_000).to_bytes(4, "little"))
     kernel_done = threading.Event()
     waiter = threading.Thread(target=lambda: (busy.call("vgpuSynchronize"), kernel_done.set()))
@@ -171,7 +171,7 @@ def test_a_query_answers_not_ready_while_the_kernel_runs(server):
     module, function = 0x7667_0200_0000_0002, 0x7667_0300_0000_0002
     conn.call("cuModuleLoadData", module, CONTEXT, ["inline", SPIN_PTX], len(SPIN_PTX))
     conn.post("cuModuleGetFunction", function, module, "spin")
-    conn.post("cuLaunchKernel", function, [1, 1, 1], [256, 1, 1], 0, 0,
+    conn.post("cuLaunchKernel", function, 1, 1, 1, 256, 1, 1, 0, 0,
               (200_000).to_bytes(4, "little"))
     assert conn.query() is False  # answered at once, the kernel still running
     conn.synchronize()
