@@ -210,7 +210,7 @@ class ProxyServer:
         if worker.pending or any(isinstance(c, tuple) and c and c[0] in LONG_CALLS for c in body):
             worker.submit(identity, seq, body, payloads)
         else:
-            self._send_outcome(identity, seq, run_batch(session, body, payloads))
+            self._send_outcome(identity, seq, run_batch(session, seq, body, payloads))
 
     def _send_outcome(self, identity: bytes, seq, outcome: Outcome) -> None:
         code, result, frames, deferred, output = outcome
@@ -223,8 +223,8 @@ class ProxyServer:
             except zmq.Again:
                 break
         while self.finished:
-            worker, identity, seq, outcome = self.finished.popleft()
-            worker.pending -= 1
+            worker, identity, seq, calls, outcome = self.finished.popleft()
+            worker.handed_back(calls)
             if self.workers.get(identity) is worker:  # the client is still there
                 self._send_outcome(identity, seq, outcome)
 
@@ -238,8 +238,8 @@ class ProxyServer:
         return [{
             "session": s.id, "pid": s.pid, "host": s.host, "command": " ".join(s.argv),
             "backend": s.backend.name, "memory": s.memory_in_use(), "calls": s.calls_served,
-            "since": s.started_at,
-        } for s in self.sessions.values()]
+            "queued": self.workers[identity].queued_calls, "since": s.started_at,
+        } for identity, s in self.sessions.items()]
 
     # ----------------------------------------------------------------- liveness
 

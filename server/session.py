@@ -145,8 +145,8 @@ class Session:
         with self.backend.running():
             for i, call in enumerate(calls):
                 code, result = self._run_one(call)
-                if code != CUDA_SUCCESS and i != last and self.deferred_error == CUDA_SUCCESS:
-                    self.deferred_error = code
+                if code and i != last:
+                    self.defer(code)
         frames_out, self.payloads, self.reply_frames = self.reply_frames, [], []
         return code, result, frames_out if code == CUDA_SUCCESS else []
 
@@ -170,6 +170,11 @@ class Session:
             # A malformed argument list from a buggy or hostile client: refuse the call.
             self.last_error_message = f"{name}: bad arguments ({exc})"
             return CUDA_ERROR_INVALID_VALUE, None
+
+    def defer(self, code: int) -> None:
+        """Keep a failure of queued work for the next reply (the first one counts)."""
+        if code != CUDA_SUCCESS and self.deferred_error == CUDA_SUCCESS:
+            self.deferred_error = code
 
     def take_deferred(self) -> int:
         code, self.deferred_error = self.deferred_error, CUDA_SUCCESS

@@ -34,9 +34,13 @@ LONG_CALLS = frozenset({"cuLaunchKernel", "cuModuleLoadData"})
 Outcome = tuple[int, object, list, int, str]
 
 
-def run_batch(session: Session, body: list, payloads: list) -> Outcome:
-    """Execute a batch and collect everything its reply carries."""
+def run_batch(session: Session, seq: int, body: list, payloads: list) -> Outcome:
+    """Execute a batch and collect everything its reply carries. A batch nobody waits for
+    (seq 0) has no reply: its error, and device output, wait for the next reply."""
     code, result, frames = session.execute(body, payloads)
+    if not seq:
+        session.defer(code)
+        return code, None, [], 0, ""
     if code and result is None and session.last_error_message:
         result = session.last_error_message
     return code, result, frames, session.take_deferred(), session.take_output()
@@ -47,6 +51,7 @@ class SessionWorker:
                  finished: collections.deque):
         self.session = session
         self.pending = 0  # batches handed over, not yet handed back (I/O thread only)
+        self.queued_calls = 0  # the calls in them (I/O thread only)
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._finished = finished
         self._thread = threading.Thread(target=self._run, args=(context, wake_address),
@@ -55,7 +60,12 @@ class SessionWorker:
 
     def submit(self, identity: bytes, seq: int, body: list, payloads: list) -> None:
         self.pending += 1
+        self.queued_calls += len(body)
         self._jobs.put((identity, seq, body, payloads))
+
+    def handed_back(self, calls: int) -> None:
+        self.pending -= 1
+        self.queued_calls -= calls
 
     def close(self) -> None:
         """Finish what was handed over, then release the session's resources."""
@@ -71,12 +81,12 @@ class SessionWorker:
             while (job := self._jobs.get()) is not None:
                 identity, seq, body, payloads = job
                 try:
-                    outcome = run_batch(self.session, body, payloads)
+                    outcome = run_batch(self.session, seq, body, payloads)
                 except Exception:  # a server bug must not strand the session's client
                     log.error("internal error in session %d:\n%s", self.session.id,
                               traceback.format_exc())
                     outcome = (999, "internal server error", [], 0, "")
-                self._finished.append((self, identity, seq, outcome))
+                self._finished.append((self, identity, seq, len(body), outcome))
                 wake.send(b"")
             self.session.close()
         finally:

@@ -189,11 +189,12 @@ def _ps(args) -> int:
         sock.close()
         rows.extend((address, s) for s in sessions or [])
     ctx.term()
-    print(f"{'PID':>8}  {'BACKEND':7}  {'MEMORY':>10}  {'CALLS':>8}  {'SERVER':30}  COMMAND")
+    print(f"{'PID':>8}  {'BACKEND':7}  {'MEMORY':>10}  {'CALLS':>8}  {'QUEUED':>6}  "
+          f"{'SERVER':30}  COMMAND")
     for address, s in rows:
         command = " ".join(s["command"].split())  # one row per session, whatever argv holds
         print(f"{s['pid']:>8}  {s['backend']:7}  {_human(s['memory']):>10}  {s['calls']:>8}  "
-              f"{address[-30:]:30}  {command}")
+              f"{s.get('queued', 0):>6}  {address[-30:]:30}  {command}")
     return 0
 
 

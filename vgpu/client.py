@@ -11,6 +11,7 @@ Kept light on purpose (decision 10): the standard library, pyzmq and msgpack onl
 from __future__ import annotations
 
 import atexit
+import collections
 import ctypes
 import mmap
 import os
@@ -40,6 +41,13 @@ __all__ = ["Connection", "default_server_address", "STAGING_BYTES", "CHUNK_BYTES
 STAGING_BYTES = 64 << 20  # the shared-memory ring bulk copies go through
 CHUNK_BYTES = 8 << 20  # bulk copies are pipelined in chunks of this size
 MAX_QUEUED_CALLS = 512  # a batch is sent once this many calls are waiting
+# A bounded queue, as CUDA's own: every BATCHES_PER_MARK-th batch sent without a wait asks the
+# server to answer once it has run it (a mark), and with MARKS_IN_FLIGHT marks unanswered
+# the next one waits for the oldest. So a program that queues work faster than the device
+# runs it blocks (as a launch does when CUDA's queue is full) instead of piling up calls in
+# the server's memory: at most about (MARKS_IN_FLIGHT + 1) * BATCHES_PER_MARK batches.
+BATCHES_PER_MARK = 8
+MARKS_IN_FLIGHT = 4
 INLINE_BYTES = 4096  # small copies travel inside the message; no staging needed
 # From this size on, a pageable copy is worth a round trip for the server to copy it straight
 # from or to the application's buffer (one memcpy instead of two through the ring).
@@ -101,6 +109,13 @@ class Connection:
         self._seq = 0
         self._lost: str | None = None
         self._unconfirmed = False  # sent work the server has not answered for yet
+        self._batches_unmarked = 0  # batches sent without a wait since the last mark
+        self._marks: collections.deque[int] = collections.deque()  # their seqs, oldest first
+        # What answered marks brought, held for the next synchronizing call: the first
+        # error of queued work (code, sticky) and device printf output, which CUDA also
+        # shows at synchronization.
+        self._marked_error = 0
+        self._marked_output: list[str] = []
         self.sticky_error = 0  # a context-breaking error the server reported, until reset
         self.stdout_writer = _c_stdout_writer()
         self.ring: StagingRing | None = None
@@ -197,12 +212,13 @@ class Connection:
                 if self.sticky_error:
                     raise CudaError(self.sticky_error, "the context has a sticky error")
                 return True
-            try:
-                self.call("vgpuQuery")
+            self._queue.append(("vgpuQuery", ()))
+            reply = self._wait(self._flush(want_reply=True), self.timeout)
+            try:  # "not ready" is answered ahead of the work it is about: it confirms nothing
+                self._finish(reply, confirms=reply[0] != CUDA_ERROR_NOT_READY)
             except CudaError as exc:
                 if exc.code != CUDA_ERROR_NOT_READY:
                     raise
-                self._unconfirmed = True  # an answer to a query confirms nothing
                 return False
             return True
 
@@ -220,7 +236,26 @@ class Connection:
             return 0
         calls, frames = self._queue, self._frames
         self._queue, self._frames = [], []
-        return self._send(CALLS, calls, frames, want_reply)
+        if want_reply:
+            return self._send(CALLS, calls, frames)
+        self._batches_unmarked += 1
+        if self._batches_unmarked < BATCHES_PER_MARK:
+            return self._send(CALLS, calls, frames, want_reply=False)
+        self._batches_unmarked = 0
+        if len(self._marks) >= MARKS_IN_FLIGHT:  # the queue is full: wait for the device
+            self._take_mark(self._wait(self._marks[0], self.timeout))
+        self._marks.append(self._send(CALLS, calls, frames))
+        self._unconfirmed = True
+        return 0
+
+    def _take_mark(self, reply: list) -> None:
+        """An answered mark: its batch and everything before it has run."""
+        self._marks.popleft()
+        code, _, deferred, output, _ = reply
+        if output:
+            self._marked_output.append(output)
+        if not self._marked_error and (deferred or code):
+            self._marked_error = deferred or code
 
     def _send(self, kind: str, body, frames: list, want_reply: bool = True) -> int:
         if self._lost:
@@ -263,15 +298,25 @@ class Connection:
             reply = unpack(frames[0])
             if reply[0] == seq:
                 return [*reply[1:], frames[1:]]
+            if self._marks and reply[0] == self._marks[0]:
+                self._take_mark([*reply[1:], frames[1:]])
             # else: a reply to a request abandoned after a timeout
 
-    def _finish(self, reply: list) -> tuple[object, list]:
+    def _finish(self, reply: list, confirms: bool = True) -> tuple[object, list]:
+        """Take a synchronizing call's reply. It `confirms` that everything sent before has
+        run (replies come in order), except for a query the server answered early."""
         code, result, deferred, output, frames = reply
-        self._unconfirmed = False  # replies come in order: everything sent before is done
-        if self.ring:
-            self.ring.pending = 0
+        if confirms:
+            self._unconfirmed = False
+            if self.ring:
+                self.ring.pending = 0
+        if self._marked_output:
+            output = "".join(self._marked_output) + (output or "")
+            self._marked_output.clear()
         if output:
             self.stdout_writer(output)
+        if self._marked_error:
+            deferred, self._marked_error = self._marked_error, 0
         if deferred:
             if deferred in STICKY_ERRORS:
                 self.sticky_error = deferred

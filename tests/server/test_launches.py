@@ -7,7 +7,7 @@ import ctypes
 
 import pytest
 
-from vgpu.client import Connection
+from vgpu.client import MAX_QUEUED_CALLS, Connection
 from vgpu.errors import CudaError
 
 CONTEXT = 0x7667_0100_0000_0001
@@ -95,3 +95,44 @@ def test_malformed_launch_arguments_get_invalid_value(kernel, args):
         conn.call("vgpuSynchronize")
     assert err.value.code == 1
     assert _launch_and_read(conn, out, 1, 32)[:32] == [32 * 1000 + 1] * 32
+
+
+HELLO_PTX = b"""
+.version 9.0
+.target sm_75
+.address_size 64
+.extern .func (.param .b32 func_retval0) vprintf(.param .b64 vprintf_param_0,
+                                                 .param .b64 vprintf_param_1);
+.global .align 1 .b8 $str[4] = {104, 105, 10, 0};
+.visible .entry hello()
+{
+    .reg .b64 %rd<3>;
+    .reg .b32 %r<2>;
+    cvta.global.u64 %rd1, $str;
+    mov.u64 %rd2, 0;
+    {
+    .param .b64 param0;
+    st.param.b64 [param0], %rd1;
+    .param .b64 param1;
+    st.param.b64 [param1], %rd2;
+    .param .b32 retval0;
+    call.uni (retval0), vprintf, (param0, param1);
+    ld.param.b32 %r1, [retval0];
+    }
+    ret;
+}
+"""
+
+
+def test_device_printf_of_every_launch_shows_at_the_next_sync(server, capfd):
+    """Launches fill many batches that nobody waits for; all their output still comes."""
+    conn = Connection(server.address)
+    conn.post("cuDevicePrimaryCtxRetain", CONTEXT, 0)
+    conn.call("cuModuleLoadData", MODULE, CONTEXT, ["inline", HELLO_PTX], len(HELLO_PTX))
+    conn.post("cuModuleGetFunction", FUNCTION, MODULE, "hello")
+    launches = 10 * MAX_QUEUED_CALLS + 7
+    for _ in range(launches):
+        conn.post("cuLaunchKernel", FUNCTION, 1, 1, 1, 1, 1, 1, 0, 0, b"")
+    conn.synchronize()
+    assert capfd.readouterr().out == "hi\n" * launches
+    conn.close()

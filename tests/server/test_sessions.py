@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import time
 import pytest
 import zmq
 
-from vgpu.client import Connection
+from vgpu.client import BATCHES_PER_MARK, MARKS_IN_FLIGHT, MAX_QUEUED_CALLS, Connection
 from vgpu.errors import CudaError, DeviceUnavailable
 from vgpu.protocol import ADMIN, CALLS, pack, unpack
 
@@ -62,6 +63,19 @@ def test_queued_errors_surface_at_the_next_synchronizing_call(server):
         conn.call("vgpuSynchronize")
     assert err.value.code == 1
     conn.call("vgpuSynchronize")  # reported once, then cleared
+    conn.close()
+
+
+def test_a_queued_error_surfaces_at_the_next_sync_however_much_work_came_after(server):
+    conn = _open(server.address)
+    target, _ = conn.call("cuMemAlloc", CONTEXT, 4)
+    conn.post("cuMemFree", 0x1234)  # fails; then enough work for several answered marks
+    for _ in range(3 * BATCHES_PER_MARK * MAX_QUEUED_CALLS):
+        conn.post("vgpuMemset", target, b"\x01\0\0\0", 1)
+    with pytest.raises(CudaError) as err:
+        conn.synchronize()
+    assert err.value.code == 1
+    conn.synchronize()  # reported once, then cleared
     conn.close()
 
 
@@ -176,4 +190,38 @@ def test_a_query_answers_not_ready_while_the_kernel_runs(server):
     assert conn.query() is False  # answered at once, the kernel still running
     conn.synchronize()
     assert conn.query() is True
+    conn.close()
+
+
+def test_a_program_that_queues_faster_than_the_device_runs_waits_for_it(server):
+    """CUDA's queue is bounded: a launch blocks when it is full. vgpu's too, so a program
+    queueing without end cannot pile up calls in the server's memory."""
+    conn = _open(server.address)
+    module, function = 0x7667_0200_0000_0003, 0x7667_0300_0000_0003
+    conn.call("cuModuleLoadData", module, CONTEXT, ["inline", SPIN_PTX], len(SPIN_PTX))
+    conn.post("cuModuleGetFunction", function, module, "spin")
+    target, _ = conn.call("cuMemAlloc", CONTEXT, 4)
+    conn.post("cuLaunchKernel", function, 1, 1, 1, 256, 1, 1, 0, 0,
+              (500_000).to_bytes(4, "little"))  # holds the device for a second or two
+    posted = threading.Event()
+
+    def flood() -> None:
+        for _ in range(60_000):
+            conn.post("vgpuMemset", target, b"\x07\0\0\0", 1)
+        posted.set()
+
+    poster = threading.Thread(target=flood)
+    poster.start()
+    peak = 0
+    while not posted.is_set():
+        mine = [s["queued"] for s in _ps(server.address) if s["pid"] == os.getpid()]
+        peak = max([peak, *mine])
+        time.sleep(0.02)
+    poster.join()
+    conn.synchronize()
+    bound = (MARKS_IN_FLIGHT + 2) * BATCHES_PER_MARK * MAX_QUEUED_CALLS
+    assert MAX_QUEUED_CALLS * BATCHES_PER_MARK < peak <= bound
+    out = (ctypes.c_uint32 * 1)()
+    conn.read_device("cuMemcpyDtoH", target, ctypes.addressof(out), 4)
+    assert out[0] == 7
     conn.close()
