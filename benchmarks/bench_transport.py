@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from toolkit import find_toolkit  # noqa: E402
 
 SYNCS, LAUNCHES, MIB = 2000, 20000, 64
-ROUNDS = 3  # baseline and vgpu alternate; each figure is the median of its rounds
+ROUNDS = 5  # baseline and vgpu alternate; each figure is the median of its rounds
 
 
 def _echo_server(address: str) -> subprocess.Popen:
