@@ -115,6 +115,9 @@ class Chunk:
         ctaid = (block_linear % np.uint32(gx), (block_linear // np.uint32(gx)) % np.uint32(gy),
                  block_linear // np.uint32(gx * gy))
         self.ctaid = tuple(c[self.layout.slot] for c in ctaid)  # per lane
+        for array in (*self.ctaid, *self.layout.tid, self.layout.slot, self.layout.laneid,
+                      self.layout.warpid, self.layout.thread_linear):
+            array.flags.writeable = False  # an op writing in place would corrupt later runs
 
 
 _NO_MEMORY = np.zeros(0, np.uint8)
