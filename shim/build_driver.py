@@ -17,7 +17,7 @@ ffibuilder = _make_ffibuilder(
     library="libcuda",
     soname="libcuda.so.1",
     prefix="driver",
-    cdef_header="cuda_types.h",
+    types_header="cuda_types.h",
     sources=["generated/driver_stubs.c", "generated/driver_tables.c", "c/driver_dispatch.c",
              "c/driver_proc_address.c", "c/driver_errors.c"],
 )

@@ -18,7 +18,7 @@ ffibuilder = _make_ffibuilder(
     library="libcudart",
     soname="libcudart.so.13",
     prefix="runtime",
-    cdef_header="cudart_cdef.h",
+    types_header="cudart_types.h",
     sources=["generated/runtime_stubs.c", "generated/runtime_tables.c",
              "c/runtime_dispatch.c"],
 )

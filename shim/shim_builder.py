@@ -7,6 +7,10 @@ pass. Each stub calls its own typed cffi callback (`<prefix>_callbacks.h`, decla
 `extern "Python+C"`), so cffi's generated C converts the arguments. Building needs only gcc,
 Python's headers and cffi.
 
+What one committed file already says is rendered here rather than committed again: the
+exported functions' prototypes (`<prefix>_functions.h`, from the API table in
+vgpu/api/generated/) and cffi's form of the types.
+
 The interpreter running the build is recorded in the library: a C program starts that
 interpreter (its prefix and site-packages), whatever PATH says, and the shim refuses to run
 inside a Python of another major.minor version.
@@ -14,6 +18,8 @@ inside a Python of another major.minor version.
 
 import json
 import os
+import re
+import runpy
 import sys
 import sysconfig
 from pathlib import Path
@@ -23,6 +29,13 @@ import cffi
 SHIM_DIR = Path(__file__).resolve().parent
 GENERATED = SHIM_DIR / "generated"
 C_DIR = SHIM_DIR / "c"
+API_TABLES = SHIM_DIR.parent / "vgpu" / "api" / "generated"
+RENDERED = SHIM_DIR.parent / "build" / "rendered"  # what the build renders; git ignores build/
+
+# The generator writes an over-aligned struct's alignment after its closing brace
+# (`} __attribute__((aligned(8)));`). cffi reads no attributes: its cdef ends such a struct in
+# `...;` instead, and cffi then takes the layout from the compiler.
+_ALIGNED_END = re.compile(r"^\} __attribute__\(\(aligned\(.+\)\)\)", re.MULTILINE)
 
 # Runs inside the process that loaded the shim, when the C layer first starts cffi. It must
 # never raise (cffi would print a traceback and answer 0, which is CUDA_SUCCESS): failures go
@@ -79,22 +92,49 @@ def _site_dirs() -> list[str]:
     return list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
 
 
-def make_ffibuilder(*, library: str, soname: str, prefix: str, cdef_header: str,
+def _declare(ctype: str, name: str) -> str:
+    """A declaration of `name` with a type written as in a cast (`void **` -> `void **name`)."""
+    return f"{ctype}{name}" if ctype.endswith("*") else f"{ctype} {name}"
+
+
+def _render_prototypes(prefix: str) -> None:
+    """Writes RENDERED/<prefix>_functions.h, which the shim's C includes: every exported
+    function's prototype, from the rows of the API table (as the generator read them from
+    NVIDIA's declarations)."""
+    table = API_TABLES / f"{prefix}_table.py"
+    lines = [f"/* Generated from {table.relative_to(SHIM_DIR.parent)} by shim/shim_builder.py "
+             "at every build of the shims (pip install -e .): do not edit. */"]
+    for symbol, _, restype, params in runpy.run_path(str(table))["FUNCTIONS"]:
+        args = ", ".join(_declare(ctype, name) for ctype, name, _ in params) or "void"
+        lines.append(_declare(restype, f"{symbol}({args})") + ";")
+    RENDERED.mkdir(parents=True, exist_ok=True)
+    (RENDERED / f"{prefix}_functions.h").write_text("\n".join(lines) + "\n")
+
+
+def _cdef_types(types_header: str) -> str:
+    """cffi's form of the window-system types and the shim's own (in shim/generated/)."""
+    text = "".join((GENERATED / name).read_text() for name in ("foreign_types.h", types_header))
+    return _ALIGNED_END.sub("  ...;\n}", text)
+
+
+def make_ffibuilder(*, library: str, soname: str, prefix: str, types_header: str,
                     sources: list[str]) -> cffi.FFI:
     """The builder of `vgpu.shim._<library>`: `prefix` names its C (`driver_shim.h`,
-    `driver_callbacks.h`), `sources` are its C files besides the common ones."""
+    `driver_callbacks.h`), `types_header` its types (in shim/generated/), `sources` its C
+    files besides the common ones."""
     module = f"vgpu.shim._{library}"
     builder = cffi.FFI()
     callbacks = (GENERATED / f"{prefix}_callbacks.h").read_text()
-    builder.cdef((GENERATED / cdef_header).read_text() + CDEF.format(prefix=prefix)
+    builder.cdef(_cdef_types(types_header) + CDEF.format(prefix=prefix)
                  + f'extern "Python+C" {{\n{callbacks}}}\n')
+    _render_prototypes(prefix)
     builder.embedding_init_code(INIT_CODE.format(module=module, site_dirs=_site_dirs(),
                                                  boot=f"boot_{prefix}"))
     builder.set_source(
         module,
         PREAMBLE.format(prefix=prefix),
         sources=[_relative(SHIM_DIR / source) for source in [*sources, "c/embedded_python.c"]],
-        include_dirs=[_relative(GENERATED), _relative(C_DIR)],
+        include_dirs=[_relative(GENERATED), _relative(RENDERED), _relative(C_DIR)],
         define_macros=[("VGPU_PYTHON_EXECUTABLE", json.dumps(sys.executable))],
         # Over 2 MB of generated glue (stubs, cffi's callbacks): -O1 (after Python's -O3)
         # builds it a third faster; a call through it measured within 5 ns of -O3's.

@@ -5,8 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "foreign_types.h"
 #include "cuda_types.h"
-#include "cuda_functions.h"
+#include "driver_functions.h" /* rendered by the build from the API table (shim_builder.py) */
 
 /* Which default stream a cuGetProcAddress answer serves: the legacy one, or the
    per-thread one (symbols suffixed _ptds / _ptsz). */

@@ -5,8 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "foreign_types.h"
 #include "cudart_types.h"
-#include "cudart_functions.h"
+#include "runtime_functions.h" /* rendered by the build from the API table (shim_builder.py) */
 
 /* Generated tables (runtime_tables.c). */
 extern const size_t vgpu_runtime_symbol_count;

@@ -5,12 +5,13 @@
 Outputs (all committed, so that building vgpu needs no CUDA toolkit):
   vgpu/api/cudadefs.py                   enums and constants
   vgpu/api/generated/driver_table.py     every exported function, cuGetProcAddress map
+  shim/generated/foreign_types.h         the GL, EGL and VDPAU types (both shims use them)
   shim/generated/cuda_types.h            typedefs, structs, enums (the cffi cdef, and C's)
-  shim/generated/cuda_functions.h        every exported function's prototype
   shim/generated/driver_callbacks.h      each stub's typed Python callback (cffi extern "Python")
   shim/generated/driver_stubs.c          one C stub per function, calling its callback
   shim/generated/driver_tables.c         symbol names, cuGetProcAddress and error tables
   shim/generated/libcuda.map             linker version script: exactly these symbols
+The functions' prototypes are rendered from driver_table.py at build time (shim/shim_builder.py).
 """
 
 from __future__ import annotations

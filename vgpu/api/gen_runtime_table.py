@@ -5,13 +5,13 @@
 Outputs (all committed, so that building vgpu needs no CUDA toolkit):
   vgpu/api/cudartdefs.py                  enums and constants
   vgpu/api/generated/runtime_table.py     every exported function, its symbol version
-  shim/generated/cudart_types.h           typedefs, structs, enums, as C reads them
-  shim/generated/cudart_cdef.h            the same, as cffi reads them
-  shim/generated/cudart_functions.h       every exported function's prototype
+  shim/generated/cudart_types.h           typedefs, structs, enums, alignment attributes kept
   shim/generated/runtime_callbacks.h      each stub's typed Python callback (cffi extern "Python")
   shim/generated/runtime_stubs.c          one C stub per function, calling its callback
   shim/generated/runtime_tables.c         symbol names by fn_id
   shim/generated/libcudart.map            linker version script: these symbols, versioned
+The build renders from them what it also needs (shim/shim_builder.py): the functions' prototypes,
+from runtime_table.py, and cffi's form of cudart_types.h.
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ class EnumType:
 class ApiHeaders:
     """An API as its headers declare it: what every generator output is made from."""
 
-    types_text: str                      # typedefs, structs, unions, enums (cffi-parsable C)
+    types_text: str                      # typedefs, structs, unions, enums (as C reads them)
     prototypes: dict[str, Prototype]     # every exported symbol, sorted by name
     enums: list[EnumType]
     macros: dict[str, int]

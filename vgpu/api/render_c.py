@@ -1,4 +1,4 @@
-"""Writes a shim's generated C: declarations, one stub per exported symbol, lookup tables.
+"""Writes a shim's generated C: its types, one stub per exported symbol, lookup tables.
 
 A stub has the exact prototype the headers give its symbol. It lets the call through only once
 the embedded Python runtime is up (else it returns the API's "not initialized" code, or zero),
@@ -9,7 +9,9 @@ builder declares its contents `extern "Python+C"`, so cffi defines them. A callb
 symbol's signature, except that `char` results travel as `signed char` (cffi would otherwise
 want a one-byte string from the implementation, which returns an int). Functions that must work
 even when Python cannot start (cuGetProcAddress, cuGetErrorString, ...) are written by hand in
-shim/c/ and get neither stub nor callback.
+shim/c/ and get neither stub nor callback. What the build renders from committed files is
+not written here: the exported functions' prototypes (from the API table) and cffi's form of
+the types (shim/shim_builder.py).
 """
 
 from __future__ import annotations
@@ -80,11 +82,13 @@ def first_sentence(doc: str) -> str:
 
 
 def render_driver_sources(headers: DriverHeaders, banner: str) -> dict[str, str]:
-    """File name (in shim/generated/) -> contents, for libcuda."""
+    """File name (in shim/generated/) -> contents, for libcuda; and the window-system types
+    both shims' types use (foreign_types.h)."""
     shim = DRIVER_SHIM
     return {
-        "cuda_types.h": f"{banner}\n{FOREIGN_TYPES}{headers.types_text}",
-        "cuda_functions.h": _prototypes(headers, banner),
+        "foreign_types.h": f"{banner}\n/* What the interop headers take from GL, EGL and VDPAU "
+                           f"(vgpu/api/driver_headers.py). */\n{FOREIGN_TYPES}",
+        "cuda_types.h": f"{banner}\n{headers.types_text}",
         "driver_callbacks.h": _callbacks(headers, shim, banner),
         "driver_stubs.c": _stubs(headers, shim, banner),
         "driver_tables.c": _symbol_table(headers, shim, banner) + _driver_tables(headers),
@@ -93,23 +97,15 @@ def render_driver_sources(headers: DriverHeaders, banner: str) -> dict[str, str]
 
 
 def render_runtime_sources(headers: RuntimeHeaders, banner: str) -> dict[str, str]:
-    """File name (in shim/generated/) -> contents, for libcudart. Its types come twice: for
-    C as the headers wrote them, for cffi without the alignment attributes it cannot read."""
+    """File name (in shim/generated/) -> contents, for libcudart."""
     shim = RUNTIME_SHIM
     return {
-        "cudart_types.h": f"{banner}\n{FOREIGN_TYPES}{headers.c_types_text}",
-        "cudart_cdef.h": f"{banner}\n{FOREIGN_TYPES}{headers.types_text}",
-        "cudart_functions.h": _prototypes(headers, banner),
+        "cudart_types.h": f"{banner}\n{headers.types_text}",
         "runtime_callbacks.h": _callbacks(headers, shim, banner),
         "runtime_stubs.c": _stubs(headers, shim, banner),
         "runtime_tables.c": _symbol_table(headers, shim, banner),
         f"{shim.library}.map": _version_script(headers, shim, banner),
     }
-
-
-def _prototypes(headers: ApiHeaders, banner: str) -> str:
-    return banner + "\n" + "".join(f"{proto.declaration}\n"
-                                   for proto in headers.prototypes.values())
 
 
 def _stubbed(headers: ApiHeaders, shim: ShimSpec) -> list[Prototype]:

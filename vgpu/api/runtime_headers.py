@@ -37,8 +37,10 @@ from vgpu.api.header_parser import (
 __all__ = ["RuntimeHeaders", "read_runtime_headers", "read_exported_symbols",
            "PRIVATE_DECLARATIONS"]
 
-PUBLIC_DEFINES = ("CUDA_ENABLE_DEPRECATED",)  # no deprecation attributes
-PER_THREAD_DEFINES = ("CUDA_ENABLE_DEPRECATED", "CUDA_API_PER_THREAD_DEFAULT_STREAM")
+# No deprecation attributes: one before a struct's alignment (`struct __attribute__((
+# deprecated(...))) __attribute__((aligned(16))) long4`) would hide it from strip_attributes.
+PUBLIC_DEFINES = ("CUDA_ENABLE_DEPRECATED", "__NV_NO_VECTOR_DEPRECATION_DIAG")
+PER_THREAD_DEFINES = (*PUBLIC_DEFINES, "CUDA_API_PER_THREAD_DEFAULT_STREAM")
 # Interop headers too: NVIDIA's libcudart exports their functions. vdpau.h must come first.
 HEADERS = ("vdpau/vdpau.h", "cuda_runtime_api.h", "cuda_profiler_api.h", "cuda_gl_interop.h",
            "cuda_vdpau_interop.h", "cuda_egl_interop.h")
@@ -82,10 +84,9 @@ _MACRO_PATTERN = r"cuda[A-Z][A-Za-z0-9_]*|CUDART_VERSION"
 
 @dataclass
 class RuntimeHeaders(ApiHeaders):
-    """The runtime API: types for cffi (`types_text`), the same for C (`c_types_text`, with
-    the alignment attributes cffi cannot read), and NVIDIA's exported symbol versions."""
+    """The runtime API, with NVIDIA's exported symbol versions. Its `types_text` keeps the
+    alignment attributes (they are ABI), which cffi cannot read: see `_c_types`."""
 
-    c_types_text: str = ""
     symbol_versions: dict[str, str] = field(default_factory=dict)
 
 
@@ -118,9 +119,6 @@ def _read(include: Path, dirs: list[Path], symbol_versions: dict[str, str]) -> R
         return decls, raw, attributed
 
     public, raw_types, attributed = declarations(PUBLIC_DEFINES)
-    # C keeps the alignments (they are ABI) but not the deprecations: cffi's layout checks
-    # touch every type, and each deprecated one would warn at every build.
-    raw_types = re.sub(r'__attribute__\(\(deprecated\("[^"]*"\)\)\)\s*', "", raw_types)
     per_thread, _, _ = declarations(PER_THREAD_DEFINES)
     private = parse_declarations(PRIVATE_DECLARATIONS, prelude=FOREIGN_TYPES + render(public.types))
     found = {**per_thread.prototypes, **public.prototypes, **private.prototypes}
@@ -132,14 +130,13 @@ def _read(include: Path, dirs: list[Path], symbol_versions: dict[str, str]) -> R
     c_types = f"#include <stddef.h>\n#include <stdint.h>\n{FOREIGN_TYPES}{raw_types}"
     c_source = c_types + "".join(f"{p.declaration}\n" for p in prototypes.values())
     check_same_types([], c_source, [])  # our prototypes agree with NVIDIA's declarations
-    aligned = {name for name, attribute in attributed if "aligned" in attribute}
+    alignments = {name: attribute for name, attribute in attributed if "aligned" in attribute}
     return RuntimeHeaders(
-        types_text=_cffi_types(public.types, aligned),
+        types_text=_c_types(public.types, alignments),
         prototypes=prototypes,
         enums=enum_types(public.types, c_source),
         macros=int_macros(SOURCE, dirs, _MACRO_PATTERN,
                           exclude=lambda value: _names_function(value, found)),
-        c_types_text=raw_types,
         symbol_versions=symbol_versions,
     )
 
@@ -149,16 +146,18 @@ def _names_function(expansion: str, functions: dict) -> bool:
     return expansion in functions or expansion.startswith("__CUDART_API_PT")
 
 
-def _cffi_types(types: list[c_ast.Node], aligned: set[str]) -> str:
-    """The declarations as cffi reads them: an over-aligned struct (`int2`, aligned to 8)
-    gets a trailing `...;`, so cffi takes its layout from the compiler."""
+def _c_types(types: list[c_ast.Node], alignments: dict[str, str]) -> str:
+    """The declarations as C reads them. An over-aligned struct (`int2`, aligned to 8) keeps
+    its attribute after its closing brace, where the shims' build finds it: cffi reads no
+    attributes, so its cdef ends such a struct in `...;` and takes the layout from the
+    compiler (shim/shim_builder.py)."""
     out = []
     for node in types:
         text = render([node])
         struct = getattr(node, "type", None)
-        if isinstance(struct, (c_ast.Struct, c_ast.Union)) and struct.name in aligned \
+        if isinstance(struct, (c_ast.Struct, c_ast.Union)) and struct.name in alignments \
                 and struct.decls:
             head, _, tail = text.rpartition("}")
-            text = f"{head}  ...;\n}}{tail}"
+            text = f"{head}}} {alignments[struct.name]}{tail}"
         out.append(text)
     return re.sub(r"\n{3,}", "\n\n", "".join(out))
