@@ -20,7 +20,7 @@ ffibuilder = _make_ffibuilder(
     prefix="runtime",
     types_header="cudart_types.h",
     sources=["generated/runtime_stubs.c", "generated/runtime_tables.c",
-             "c/runtime_dispatch.c"],
+             "c/runtime_dispatch.c", "c/runtime_launch_config.c"],
 )
 
 if __name__ == "__main__":

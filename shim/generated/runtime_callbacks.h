@@ -6,8 +6,6 @@ cudaError_t vgpu_py___cudaGetProcAddress(void);
 signed char vgpu_py___cudaInitModule(void **fatCubinHandle);
 cudaError_t vgpu_py___cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream);
 cudaError_t vgpu_py___cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream);
-cudaError_t vgpu_py___cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem, void *stream);
-unsigned int vgpu_py___cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem, struct CUstream_st *stream);
 void **vgpu_py___cudaRegisterFatBinary(void *fatCubin);
 void vgpu_py___cudaRegisterFatBinaryEnd(void **fatCubinHandle);
 void vgpu_py___cudaRegisterFunction(void **fatCubinHandle, const void *hostFun, char *deviceFun, const char *deviceName, int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize);

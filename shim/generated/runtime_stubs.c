@@ -38,21 +38,6 @@ cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 bloc
     return vgpu_py___cudaLaunchKernel_ptsz(kernel, gridDim, blockDim, args, sharedMem, stream);
 }
 
-cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem, void *stream)
-{
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    return vgpu_py___cudaPopCallConfiguration(gridDim, blockDim, sharedMem, stream);
-}
-
-unsigned int __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem, struct CUstream_st *stream)
-{
-    unsigned int vgpu_result = {0};
-    if (vgpu_runtime_ready())
-        vgpu_result = vgpu_py___cudaPushCallConfiguration(gridDim, blockDim, sharedMem, stream);
-    return vgpu_result;
-}
-
 void **__cudaRegisterFatBinary(void *fatCubin)
 {
     void **vgpu_result = {0};

@@ -8,8 +8,9 @@ internals directly (DESIGN.md decision 1): one connection, one handle space. Wha
   current on every thread that has no context yet, as NVIDIA's cudart does;
 - the per-thread last error (`cudaGetLastError`, `cudaPeekAtLastError`) and the process's
   sticky error: once a kernel has faulted (700 illegal address, 710 assert, ...) every call
-  that uses the device reports it, until `cudaDeviceReset`;
-- the per-thread stack of launch configurations that `<<<...>>>` pushes and pops.
+  that uses the device reports it, until `cudaDeviceReset`.
+(The per-thread stack of launch configurations that `<<<...>>>` pushes and pops is C:
+shim/c/runtime_launch_config.c.)
 
 Implementations raise CudaError with a driver code (from the driver layer or the server) or a
 runtime code of their own (`E.cudaErrorInvalidConfiguration`); the decorators translate

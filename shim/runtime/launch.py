@@ -3,9 +3,10 @@
 What nvcc 13 makes of `kernel<<<grid, block, shared, stream>>>(args...)`:
 `__cudaPushCallConfiguration(grid, block, shared, stream)` (a non-zero answer skips the
 launch), then in the host stub `__cudaGetKernel(&handle, stub)` once per call site,
-`__cudaPopCallConfiguration(...)` and `__cudaLaunchKernel(handle, grid, block, args, shared,
-stream)` (`_ptsz` when compiled with a per-thread default stream), whose result the stub
-drops: a failed launch is seen through cudaGetLastError. A launch never waits for the server:
+`__cudaPopCallConfiguration(...)` (push and pop are C: shim/c/runtime_launch_config.c) and
+`__cudaLaunchKernel(handle, grid, block, args, shared, stream)` (`_ptsz` when compiled with a
+per-thread default stream), whose result the stub drops: a failed launch is seen through
+cudaGetLastError. A launch never waits for the server:
 the kernel's parameter layout is known once its image is loaded, the configuration is checked
 here and the launch is queued (DESIGN.md decision 4).
 
@@ -29,7 +30,6 @@ from ._state import (
     driver_state,
     ffi,
     ptr,
-    runtime,
     set_pointer,
     warn_once,
 )
@@ -37,8 +37,6 @@ from .registration import registry
 
 __all__ = [
     "function_layout",
-    "__cudaPushCallConfiguration",
-    "__cudaPopCallConfiguration",
     "__cudaGetKernel",
     "__cudaLaunchKernel",
     "cudaGetKernel",
@@ -86,28 +84,6 @@ def _launch(func, grid, block, shared_bytes: int, stream, args) -> None:
 
 
 # ----------------------------------------------------------------- <<<>>>
-
-def __cudaPushCallConfiguration(grid, block, shared_bytes, stream):
-    # The dispatcher hands struct arguments over as copies, which may be kept until the pop.
-    configurations = getattr(runtime.thread, "configurations", None)
-    if configurations is None:
-        configurations = runtime.thread.configurations = []
-    configurations.append((grid, block, shared_bytes, stream))
-    return 0
-
-
-def __cudaPopCallConfiguration(grid_out, block_out, shared_out, stream_out):
-    configurations = getattr(runtime.thread, "configurations", None)
-    if not configurations:
-        runtime.set_last_error(E.cudaErrorMissingConfiguration)
-        return E.cudaErrorMissingConfiguration
-    grid, block, shared_bytes, stream = configurations.pop()
-    grid_out[0] = grid
-    block_out[0] = block
-    shared_out[0] = shared_bytes
-    ffi.cast("void **", stream_out)[0] = stream  # a pointer converts to `void *` as is
-    return 0
-
 
 @api
 def __cudaGetKernel(kernel_out, func):

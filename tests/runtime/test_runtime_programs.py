@@ -128,6 +128,11 @@ def test_kernel_assert_is_reported_and_sticky(toolkit, server, fatbin):
                   "kernel_assert: device usable again after cudaDeviceReset")
 
 
+def test_launch_configurations_push_and_pop_per_thread(toolkit, server):
+    assert_passed(run(server, build(toolkit, "launch_configuration")),
+                  "launch_configuration: pushes and pops paired, per thread")
+
+
 def test_templated_kernels(toolkit, server, fatbin):
     assert_passed(run(server, build(toolkit, "templates", fatbin)),
                   "templates: int, float, double and functor instantiations correct")

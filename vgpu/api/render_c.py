@@ -58,7 +58,8 @@ RUNTIME_SHIM = ShimSpec(
     prefix="runtime",
     error_type="cudaError_t",
     not_ready="cudaErrorInitializationError",
-    hand_written=frozenset(),
+    # <<<>>>'s bookkeeping, kept out of Python (shim/c/runtime_launch_config.c).
+    hand_written=frozenset({"__cudaPushCallConfiguration", "__cudaPopCallConfiguration"}),
     version_node="libcudart.so.13",  # what nvcc -cudart shared binaries import
 )
 
