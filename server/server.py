@@ -37,7 +37,12 @@ ARENA_SPAN = 1 << 40
 ARENA_SLOTS = 64
 LIVENESS_INTERVAL_S = 0.5
 QUERY = "vgpuQuery"
+CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_NOT_READY = 600
+# Calls one session may have waiting for its worker. vgpu's client holds itself to about
+# 20 k (vgpu.client's bounded queue); a client that sends far more without ever waiting is
+# not one, and is disconnected before it fills the server's memory.
+SESSION_QUEUE_LIMIT = 1 << 18
 
 
 class ProxyServer:
@@ -207,6 +212,13 @@ class ProxyServer:
                 self._reply(identity, seq, CUDA_ERROR_NOT_READY, "work is still running")
                 return
             body = body[-1:]
+        if worker.queued_calls + len(body) > SESSION_QUEUE_LIMIT:
+            log.warning("session %d queued %d calls without waiting for any", session.id,
+                        worker.queued_calls + len(body))
+            self._reply(identity, seq, CUDA_ERROR_OUT_OF_MEMORY,
+                        "the session queued more work than the server holds")
+            self._close_session(identity, "it queued more work than the server holds")
+            return
         if worker.pending or any(isinstance(c, tuple) and c and c[0] in LONG_CALLS for c in body):
             worker.submit(identity, seq, body, payloads)
         else:

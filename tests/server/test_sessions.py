@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -15,7 +16,8 @@ import zmq
 
 from vgpu.client import BATCHES_PER_MARK, MARKS_IN_FLIGHT, MAX_QUEUED_CALLS, Connection
 from vgpu.errors import CudaError, DeviceUnavailable
-from vgpu.protocol import ADMIN, CALLS, pack, unpack
+from vgpu.protocol import ADMIN, CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
+from vgpu.server.server import SESSION_QUEUE_LIMIT
 
 CONTEXT = 0x7667_0100_0000_0001
 
@@ -225,3 +227,34 @@ def test_a_program_that_queues_faster_than_the_device_runs_waits_for_it(server):
     conn.read_device("cuMemcpyDtoH", target, ctypes.addressof(out), 4)
     assert out[0] == 7
     conn.close()
+
+
+def test_a_client_that_floods_the_queue_without_waiting_is_cut_off(server):
+    """Not a vgpu client (those wait when the queue is full): one that sends work without
+    end. The server drops it before it runs out of memory and serves the others."""
+    flood = zmq.Context.instance().socket(zmq.DEALER)
+    flood.setsockopt(zmq.LINGER, 0)
+    flood.connect(server.address)
+    hello = {"version": PROTOCOL_VERSION, "pid": os.getpid(), "host": socket.gethostname(),
+             "argv": ["flood"]}
+    flood.send(pack([HELLO, 1, hello]))
+    assert flood.poll(5000) and unpack(flood.recv())[1] == 0
+    module, function = 0x7667_0200_0000_0004, 0x7667_0300_0000_0004
+    setup = [["cuDevicePrimaryCtxRetain", [CONTEXT, 0]],
+             ["cuModuleLoadData", [module, CONTEXT, ["inline", SPIN_PTX], len(SPIN_PTX)]],
+             ["cuModuleGetFunction", [function, module, "spin"]],
+             ["cuLaunchKernel", [function, 1, 1, 1, 256, 1, 1, 0, 0,
+                                 (500_000).to_bytes(4, "little")]]]
+    flood.send(pack([CALLS, 0, setup]))
+    batch = pack([CALLS, 0, [["vgpuSynchronize", []]] * MAX_QUEUED_CALLS])
+    for _ in range(SESSION_QUEUE_LIMIT // MAX_QUEUED_CALLS + 8):
+        flood.send(batch)
+    flood.send(pack([CALLS, 2, [["vgpuSynchronize", []]]]))
+    assert flood.poll(20000)
+    seq, code, *_ = unpack(flood.recv())
+    assert (seq, code) == (2, 46)  # the session is gone: "no session"
+    assert not [s for s in _ps(server.address) if s["command"] == "flood"]
+    other = _open(server.address)
+    assert other.call("cuMemAlloc", CONTEXT, 4096)[0]
+    other.close()
+    flood.close()
