@@ -19,7 +19,17 @@ import traceback
 
 import zmq
 
-from vgpu.protocol import ADMIN, BYE, CALLS, HELLO, PROTOCOL_VERSION, ProtocolError, pack, unpack
+from vgpu.protocol import (
+    ADMIN,
+    BYE,
+    CALLS,
+    HELLO,
+    KEEPALIVE_SEQ,
+    PROTOCOL_VERSION,
+    ProtocolError,
+    pack,
+    unpack,
+)
 
 from .arena import VaArena
 from .backends import open_backend
@@ -95,6 +105,7 @@ class ProxyServer:
                         break
                 if time.monotonic() >= next_check:
                     self._reap_dead_clients()
+                    self._reassure_busy_sessions()
                     next_check = time.monotonic() + LIVENESS_INTERVAL_S
         finally:
             self.close()
@@ -145,14 +156,15 @@ class ProxyServer:
 
     def _reply(self, identity: bytes, seq, code: int, result=None, deferred: int = 0,
                output: str = "", payloads=()) -> None:
-        if not seq:
-            return
-        header = pack([seq, code, result, deferred, output])
+        if seq:
+            self._send_reply(identity, [seq, code, result, deferred, output], payloads)
+
+    def _send_reply(self, identity: bytes, header: list, payloads=()) -> None:
         if payloads:  # bulk payloads go zero-copy; small frames are cheaper copied
-            self.socket.send_multipart([identity, header, *payloads], copy=False)
+            self.socket.send_multipart([identity, pack(header), *payloads], copy=False)
         else:
             self.socket.send(identity, zmq.SNDMORE)
-            self.socket.send(header)
+            self.socket.send(pack(header))
 
     def _hello(self, identity: bytes, seq, body) -> None:
         if not isinstance(body, dict) or body.get("version") != PROTOCOL_VERSION:
@@ -263,6 +275,13 @@ class ProxyServer:
             log.info("session %d closing (%s); %d bytes to release", session.id, why,
                      session.memory_in_use())
             worker.close()  # after what it was handed, it releases the session
+
+    def _reassure_busy_sessions(self) -> None:
+        """Clients whose calls are still running hear that the server is alive (a client
+        waiting for a kernel longer than its VGPU_TIMEOUT would otherwise give up on us)."""
+        for identity, worker in self.workers.items():
+            if worker.pending:
+                self._send_reply(identity, [KEEPALIVE_SEQ, 0, None, 0, ""])
 
     def _reap_dead_clients(self) -> None:
         for identity, session in list(self.sessions.items()):

@@ -298,9 +298,11 @@ class Connection:
             reply = unpack(frames[0])
             if reply[0] == seq:
                 return [*reply[1:], frames[1:]]
+            # The server is alive: a keepalive (it is still running our calls), a mark's
+            # answer, or one to a request abandoned after a timeout.
+            deadline = time.monotonic() + timeout
             if self._marks and reply[0] == self._marks[0]:
                 self._take_mark([*reply[1:], frames[1:]])
-            # else: a reply to a request abandoned after a timeout
 
     def _finish(self, reply: list, confirms: bool = True) -> tuple[object, list]:
         """Take a synchronizing call's reply. It `confirms` that everything sent before has

@@ -14,6 +14,10 @@ kind is one of:
     ADMIN   body = [op, args]: `ps` and friends, answered without a session
     BYE     body = None: the client is leaving; its session is released
 
+While a session's worker is busy (a long kernel), the server sends it a reply with seq 0
+(KEEPALIVE) every half second: a client waiting for an answer then knows the server is
+working, not gone, however long the kernel runs; VGPU_TIMEOUT bounds only silence.
+
 Ops inside CALLS are driver-API names (`cuMemAlloc_v2`, `cuLaunchKernel`, ...) plus a few
 `vgpu*` transport helpers; see `vgpu.server.session` for the handlers. In a reply, `code` is
 the CUresult of the synchronizing call, `deferred` the first error raised by queued calls
@@ -31,7 +35,7 @@ import msgpack
 
 __all__ = [
     "PROTOCOL_VERSION", "HELLO", "CALLS", "ADMIN", "BYE", "pack", "unpack", "ProtocolError",
-    "DEFAULT_TIMEOUT_S", "HANDSHAKE_TIMEOUT_S", "STICKY_ERRORS",
+    "DEFAULT_TIMEOUT_S", "HANDSHAKE_TIMEOUT_S", "KEEPALIVE_SEQ", "STICKY_ERRORS",
 ]
 
 PROTOCOL_VERSION = 1
@@ -46,6 +50,10 @@ HANDSHAKE_TIMEOUT_S = 5.0
 # address, assert, hardware stack error, illegal instruction, misaligned address, invalid
 # address space, invalid PC, launch failure.
 STICKY_ERRORS = frozenset({700, 710, 714, 715, 716, 717, 718, 719})
+
+
+# The server's "still working on your calls" (see above): a reply to nothing.
+KEEPALIVE_SEQ = 0
 
 
 class ProtocolError(ValueError):

@@ -258,3 +258,32 @@ def test_a_client_that_floods_the_queue_without_waiting_is_cut_off(server):
     assert other.call("cuMemAlloc", CONTEXT, 4096)[0]
     other.close()
     flood.close()
+
+
+def test_a_kernel_longer_than_the_client_timeout_is_waited_for(server):
+    """VGPU_TIMEOUT bounds silence, not work: a busy server says it is alive."""
+    conn = Connection(server.address, timeout=1.0)
+    conn.post("cuDevicePrimaryCtxRetain", CONTEXT, 0)
+    module, function = 0x7667_0200_0000_0005, 0x7667_0300_0000_0005
+    conn.call("cuModuleLoadData", module, CONTEXT, ["inline", SPIN_PTX], len(SPIN_PTX))
+    conn.post("cuModuleGetFunction", function, module, "spin")
+    conn.post("cuLaunchKernel", function, 1, 1, 1, 256, 1, 1, 0, 0,
+              (1_000_000).to_bytes(4, "little"))  # several seconds on the emulator
+    start = time.monotonic()
+    conn.synchronize()
+    assert time.monotonic() - start > 1.0  # it did outlast the timeout
+    assert conn.call("cuMemGetInfo")[0]
+    conn.close()
+
+
+def test_a_stopped_server_is_device_unavailable_within_the_timeout(server):
+    conn = Connection(server.address, timeout=1.0)
+    conn.call("vgpuSynchronize")
+    server.proc.send_signal(signal.SIGSTOP)  # alive, but silent
+    try:
+        start = time.monotonic()
+        with pytest.raises(DeviceUnavailable):
+            conn.call("cuMemGetInfo")
+        assert time.monotonic() - start < 5
+    finally:
+        server.proc.send_signal(signal.SIGCONT)
