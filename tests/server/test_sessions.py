@@ -287,3 +287,4 @@ def test_a_stopped_server_is_device_unavailable_within_the_timeout(server):
         assert time.monotonic() - start < 5
     finally:
         server.proc.send_signal(signal.SIGCONT)
+        conn.close()

@@ -188,1077 +188,1020 @@ __all__ = [
     "cudaTextureTypeCubemapLayered",
 ]
 
-
-class cudaRoundMode(enum.IntEnum):
-    cudaRoundNearest = 0
-    cudaRoundZero = 1
-    cudaRoundPosInf = 2
-    cudaRoundMinInf = 3
-
-
-class cudaError(enum.IntEnum):
-    cudaSuccess = 0
-    cudaErrorInvalidValue = 1
-    cudaErrorMemoryAllocation = 2
-    cudaErrorInitializationError = 3
-    cudaErrorCudartUnloading = 4
-    cudaErrorProfilerDisabled = 5
-    cudaErrorProfilerNotInitialized = 6
-    cudaErrorProfilerAlreadyStarted = 7
-    cudaErrorProfilerAlreadyStopped = 8
-    cudaErrorInvalidConfiguration = 9
-    cudaErrorInvalidPitchValue = 12
-    cudaErrorInvalidSymbol = 13
-    cudaErrorInvalidHostPointer = 16
-    cudaErrorInvalidDevicePointer = 17
-    cudaErrorInvalidTexture = 18
-    cudaErrorInvalidTextureBinding = 19
-    cudaErrorInvalidChannelDescriptor = 20
-    cudaErrorInvalidMemcpyDirection = 21
-    cudaErrorAddressOfConstant = 22
-    cudaErrorTextureFetchFailed = 23
-    cudaErrorTextureNotBound = 24
-    cudaErrorSynchronizationError = 25
-    cudaErrorInvalidFilterSetting = 26
-    cudaErrorInvalidNormSetting = 27
-    cudaErrorMixedDeviceExecution = 28
-    cudaErrorNotYetImplemented = 31
-    cudaErrorMemoryValueTooLarge = 32
-    cudaErrorStubLibrary = 34
-    cudaErrorInsufficientDriver = 35
-    cudaErrorCallRequiresNewerDriver = 36
-    cudaErrorInvalidSurface = 37
-    cudaErrorDuplicateVariableName = 43
-    cudaErrorDuplicateTextureName = 44
-    cudaErrorDuplicateSurfaceName = 45
-    cudaErrorDevicesUnavailable = 46
-    cudaErrorIncompatibleDriverContext = 49
-    cudaErrorMissingConfiguration = 52
-    cudaErrorPriorLaunchFailure = 53
-    cudaErrorLaunchMaxDepthExceeded = 65
-    cudaErrorLaunchFileScopedTex = 66
-    cudaErrorLaunchFileScopedSurf = 67
-    cudaErrorSyncDepthExceeded = 68
-    cudaErrorLaunchPendingCountExceeded = 69
-    cudaErrorInvalidDeviceFunction = 98
-    cudaErrorNoDevice = 100
-    cudaErrorInvalidDevice = 101
-    cudaErrorDeviceNotLicensed = 102
-    cudaErrorSoftwareValidityNotEstablished = 103
-    cudaErrorStartupFailure = 127
-    cudaErrorInvalidKernelImage = 200
-    cudaErrorDeviceUninitialized = 201
-    cudaErrorMapBufferObjectFailed = 205
-    cudaErrorUnmapBufferObjectFailed = 206
-    cudaErrorArrayIsMapped = 207
-    cudaErrorAlreadyMapped = 208
-    cudaErrorNoKernelImageForDevice = 209
-    cudaErrorAlreadyAcquired = 210
-    cudaErrorNotMapped = 211
-    cudaErrorNotMappedAsArray = 212
-    cudaErrorNotMappedAsPointer = 213
-    cudaErrorECCUncorrectable = 214
-    cudaErrorUnsupportedLimit = 215
-    cudaErrorDeviceAlreadyInUse = 216
-    cudaErrorPeerAccessUnsupported = 217
-    cudaErrorInvalidPtx = 218
-    cudaErrorInvalidGraphicsContext = 219
-    cudaErrorNvlinkUncorrectable = 220
-    cudaErrorJitCompilerNotFound = 221
-    cudaErrorUnsupportedPtxVersion = 222
-    cudaErrorJitCompilationDisabled = 223
-    cudaErrorUnsupportedExecAffinity = 224
-    cudaErrorUnsupportedDevSideSync = 225
-    cudaErrorContained = 226
-    cudaErrorInvalidSource = 300
-    cudaErrorFileNotFound = 301
-    cudaErrorSharedObjectSymbolNotFound = 302
-    cudaErrorSharedObjectInitFailed = 303
-    cudaErrorOperatingSystem = 304
-    cudaErrorInvalidResourceHandle = 400
-    cudaErrorIllegalState = 401
-    cudaErrorLossyQuery = 402
-    cudaErrorSymbolNotFound = 500
-    cudaErrorNotReady = 600
-    cudaErrorIllegalAddress = 700
-    cudaErrorLaunchOutOfResources = 701
-    cudaErrorLaunchTimeout = 702
-    cudaErrorLaunchIncompatibleTexturing = 703
-    cudaErrorPeerAccessAlreadyEnabled = 704
-    cudaErrorPeerAccessNotEnabled = 705
-    cudaErrorSetOnActiveProcess = 708
-    cudaErrorContextIsDestroyed = 709
-    cudaErrorAssert = 710
-    cudaErrorTooManyPeers = 711
-    cudaErrorHostMemoryAlreadyRegistered = 712
-    cudaErrorHostMemoryNotRegistered = 713
-    cudaErrorHardwareStackError = 714
-    cudaErrorIllegalInstruction = 715
-    cudaErrorMisalignedAddress = 716
-    cudaErrorInvalidAddressSpace = 717
-    cudaErrorInvalidPc = 718
-    cudaErrorLaunchFailure = 719
-    cudaErrorCooperativeLaunchTooLarge = 720
-    cudaErrorTensorMemoryLeak = 721
-    cudaErrorNotPermitted = 800
-    cudaErrorNotSupported = 801
-    cudaErrorSystemNotReady = 802
-    cudaErrorSystemDriverMismatch = 803
-    cudaErrorCompatNotSupportedOnDevice = 804
-    cudaErrorMpsConnectionFailed = 805
-    cudaErrorMpsRpcFailure = 806
-    cudaErrorMpsServerNotReady = 807
-    cudaErrorMpsMaxClientsReached = 808
-    cudaErrorMpsMaxConnectionsReached = 809
-    cudaErrorMpsClientTerminated = 810
-    cudaErrorCdpNotSupported = 811
-    cudaErrorCdpVersionMismatch = 812
-    cudaErrorStreamCaptureUnsupported = 900
-    cudaErrorStreamCaptureInvalidated = 901
-    cudaErrorStreamCaptureMerge = 902
-    cudaErrorStreamCaptureUnmatched = 903
-    cudaErrorStreamCaptureUnjoined = 904
-    cudaErrorStreamCaptureIsolation = 905
-    cudaErrorStreamCaptureImplicit = 906
-    cudaErrorCapturedEvent = 907
-    cudaErrorStreamCaptureWrongThread = 908
-    cudaErrorTimeout = 909
-    cudaErrorGraphExecUpdateFailure = 910
-    cudaErrorExternalDevice = 911
-    cudaErrorInvalidClusterSize = 912
-    cudaErrorFunctionNotLoaded = 913
-    cudaErrorInvalidResourceType = 914
-    cudaErrorInvalidResourceConfiguration = 915
-    cudaErrorUnknown = 999
-    cudaErrorApiFailureBase = 10000
-cudaError_t = cudaError
-
-
-class cudaChannelFormatKind(enum.IntEnum):
-    cudaChannelFormatKindSigned = 0
-    cudaChannelFormatKindUnsigned = 1
-    cudaChannelFormatKindFloat = 2
-    cudaChannelFormatKindNone = 3
-    cudaChannelFormatKindNV12 = 4
-    cudaChannelFormatKindUnsignedNormalized8X1 = 5
-    cudaChannelFormatKindUnsignedNormalized8X2 = 6
-    cudaChannelFormatKindUnsignedNormalized8X4 = 7
-    cudaChannelFormatKindUnsignedNormalized16X1 = 8
-    cudaChannelFormatKindUnsignedNormalized16X2 = 9
-    cudaChannelFormatKindUnsignedNormalized16X4 = 10
-    cudaChannelFormatKindSignedNormalized8X1 = 11
-    cudaChannelFormatKindSignedNormalized8X2 = 12
-    cudaChannelFormatKindSignedNormalized8X4 = 13
-    cudaChannelFormatKindSignedNormalized16X1 = 14
-    cudaChannelFormatKindSignedNormalized16X2 = 15
-    cudaChannelFormatKindSignedNormalized16X4 = 16
-    cudaChannelFormatKindUnsignedBlockCompressed1 = 17
-    cudaChannelFormatKindUnsignedBlockCompressed1SRGB = 18
-    cudaChannelFormatKindUnsignedBlockCompressed2 = 19
-    cudaChannelFormatKindUnsignedBlockCompressed2SRGB = 20
-    cudaChannelFormatKindUnsignedBlockCompressed3 = 21
-    cudaChannelFormatKindUnsignedBlockCompressed3SRGB = 22
-    cudaChannelFormatKindUnsignedBlockCompressed4 = 23
-    cudaChannelFormatKindSignedBlockCompressed4 = 24
-    cudaChannelFormatKindUnsignedBlockCompressed5 = 25
-    cudaChannelFormatKindSignedBlockCompressed5 = 26
-    cudaChannelFormatKindUnsignedBlockCompressed6H = 27
-    cudaChannelFormatKindSignedBlockCompressed6H = 28
-    cudaChannelFormatKindUnsignedBlockCompressed7 = 29
-    cudaChannelFormatKindUnsignedBlockCompressed7SRGB = 30
-    cudaChannelFormatKindUnsignedNormalized1010102 = 31
-
-
-class cudaMemoryType(enum.IntEnum):
-    cudaMemoryTypeUnregistered = 0
-    cudaMemoryTypeHost = 1
-    cudaMemoryTypeDevice = 2
-    cudaMemoryTypeManaged = 3
-
-
-class cudaMemcpyKind(enum.IntEnum):
-    cudaMemcpyHostToHost = 0
-    cudaMemcpyHostToDevice = 1
-    cudaMemcpyDeviceToHost = 2
-    cudaMemcpyDeviceToDevice = 3
-    cudaMemcpyDefault = 4
-
-
-class cudaAccessProperty(enum.IntEnum):
-    cudaAccessPropertyNormal = 0
-    cudaAccessPropertyStreaming = 1
-    cudaAccessPropertyPersisting = 2
-
-
-class cudaStreamCaptureStatus(enum.IntEnum):
-    cudaStreamCaptureStatusNone = 0
-    cudaStreamCaptureStatusActive = 1
-    cudaStreamCaptureStatusInvalidated = 2
-
-
-class cudaStreamCaptureMode(enum.IntEnum):
-    cudaStreamCaptureModeGlobal = 0
-    cudaStreamCaptureModeThreadLocal = 1
-    cudaStreamCaptureModeRelaxed = 2
-
-
-class cudaSynchronizationPolicy(enum.IntEnum):
-    cudaSyncPolicyAuto = 1
-    cudaSyncPolicySpin = 2
-    cudaSyncPolicyYield = 3
-    cudaSyncPolicyBlockingSync = 4
-
-
-class cudaClusterSchedulingPolicy(enum.IntEnum):
-    cudaClusterSchedulingPolicyDefault = 0
-    cudaClusterSchedulingPolicySpread = 1
-    cudaClusterSchedulingPolicyLoadBalancing = 2
-
-
-class cudaStreamUpdateCaptureDependenciesFlags(enum.IntEnum):
-    cudaStreamAddCaptureDependencies = 0
-    cudaStreamSetCaptureDependencies = 1
-
-
-class cudaUserObjectFlags(enum.IntEnum):
-    cudaUserObjectNoDestructorSync = 1
-
-
-class cudaUserObjectRetainFlags(enum.IntEnum):
-    cudaGraphUserObjectMove = 1
-
-
-class cudaGraphicsRegisterFlags(enum.IntEnum):
-    cudaGraphicsRegisterFlagsNone = 0
-    cudaGraphicsRegisterFlagsReadOnly = 1
-    cudaGraphicsRegisterFlagsWriteDiscard = 2
-    cudaGraphicsRegisterFlagsSurfaceLoadStore = 4
-    cudaGraphicsRegisterFlagsTextureGather = 8
-
-
-class cudaGraphicsMapFlags(enum.IntEnum):
-    cudaGraphicsMapFlagsNone = 0
-    cudaGraphicsMapFlagsReadOnly = 1
-    cudaGraphicsMapFlagsWriteDiscard = 2
-
-
-class cudaGraphicsCubeFace(enum.IntEnum):
-    cudaGraphicsCubeFacePositiveX = 0
-    cudaGraphicsCubeFaceNegativeX = 1
-    cudaGraphicsCubeFacePositiveY = 2
-    cudaGraphicsCubeFaceNegativeY = 3
-    cudaGraphicsCubeFacePositiveZ = 4
-    cudaGraphicsCubeFaceNegativeZ = 5
-
-
-class cudaResourceType(enum.IntEnum):
-    cudaResourceTypeArray = 0
-    cudaResourceTypeMipmappedArray = 1
-    cudaResourceTypeLinear = 2
-    cudaResourceTypePitch2D = 3
-
-
-class cudaResourceViewFormat(enum.IntEnum):
-    cudaResViewFormatNone = 0
-    cudaResViewFormatUnsignedChar1 = 1
-    cudaResViewFormatUnsignedChar2 = 2
-    cudaResViewFormatUnsignedChar4 = 3
-    cudaResViewFormatSignedChar1 = 4
-    cudaResViewFormatSignedChar2 = 5
-    cudaResViewFormatSignedChar4 = 6
-    cudaResViewFormatUnsignedShort1 = 7
-    cudaResViewFormatUnsignedShort2 = 8
-    cudaResViewFormatUnsignedShort4 = 9
-    cudaResViewFormatSignedShort1 = 10
-    cudaResViewFormatSignedShort2 = 11
-    cudaResViewFormatSignedShort4 = 12
-    cudaResViewFormatUnsignedInt1 = 13
-    cudaResViewFormatUnsignedInt2 = 14
-    cudaResViewFormatUnsignedInt4 = 15
-    cudaResViewFormatSignedInt1 = 16
-    cudaResViewFormatSignedInt2 = 17
-    cudaResViewFormatSignedInt4 = 18
-    cudaResViewFormatHalf1 = 19
-    cudaResViewFormatHalf2 = 20
-    cudaResViewFormatHalf4 = 21
-    cudaResViewFormatFloat1 = 22
-    cudaResViewFormatFloat2 = 23
-    cudaResViewFormatFloat4 = 24
-    cudaResViewFormatUnsignedBlockCompressed1 = 25
-    cudaResViewFormatUnsignedBlockCompressed2 = 26
-    cudaResViewFormatUnsignedBlockCompressed3 = 27
-    cudaResViewFormatUnsignedBlockCompressed4 = 28
-    cudaResViewFormatSignedBlockCompressed4 = 29
-    cudaResViewFormatUnsignedBlockCompressed5 = 30
-    cudaResViewFormatSignedBlockCompressed5 = 31
-    cudaResViewFormatUnsignedBlockCompressed6H = 32
-    cudaResViewFormatSignedBlockCompressed6H = 33
-    cudaResViewFormatUnsignedBlockCompressed7 = 34
-
-
-class cudaFuncAttribute(enum.IntEnum):
-    cudaFuncAttributeMaxDynamicSharedMemorySize = 8
-    cudaFuncAttributePreferredSharedMemoryCarveout = 9
-    cudaFuncAttributeClusterDimMustBeSet = 10
-    cudaFuncAttributeRequiredClusterWidth = 11
-    cudaFuncAttributeRequiredClusterHeight = 12
-    cudaFuncAttributeRequiredClusterDepth = 13
-    cudaFuncAttributeNonPortableClusterSizeAllowed = 14
-    cudaFuncAttributeClusterSchedulingPolicyPreference = 15
-    cudaFuncAttributeMax = 16
-
-
-class cudaFuncCache(enum.IntEnum):
-    cudaFuncCachePreferNone = 0
-    cudaFuncCachePreferShared = 1
-    cudaFuncCachePreferL1 = 2
-    cudaFuncCachePreferEqual = 3
-
-
-class cudaSharedMemConfig(enum.IntEnum):
-    cudaSharedMemBankSizeDefault = 0
-    cudaSharedMemBankSizeFourByte = 1
-    cudaSharedMemBankSizeEightByte = 2
-
-
-class cudaSharedCarveout(enum.IntEnum):
-    cudaSharedmemCarveoutDefault = -1
-    cudaSharedmemCarveoutMaxShared = 100
-    cudaSharedmemCarveoutMaxL1 = 0
-
-
-class cudaComputeMode(enum.IntEnum):
-    cudaComputeModeDefault = 0
-    cudaComputeModeExclusive = 1
-    cudaComputeModeProhibited = 2
-    cudaComputeModeExclusiveProcess = 3
-
-
-class cudaLimit(enum.IntEnum):
-    cudaLimitStackSize = 0
-    cudaLimitPrintfFifoSize = 1
-    cudaLimitMallocHeapSize = 2
-    cudaLimitDevRuntimeSyncDepth = 3
-    cudaLimitDevRuntimePendingLaunchCount = 4
-    cudaLimitMaxL2FetchGranularity = 5
-    cudaLimitPersistingL2CacheSize = 6
-
-
-class cudaMemoryAdvise(enum.IntEnum):
-    cudaMemAdviseSetReadMostly = 1
-    cudaMemAdviseUnsetReadMostly = 2
-    cudaMemAdviseSetPreferredLocation = 3
-    cudaMemAdviseUnsetPreferredLocation = 4
-    cudaMemAdviseSetAccessedBy = 5
-    cudaMemAdviseUnsetAccessedBy = 6
-
-
-class cudaMemRangeAttribute(enum.IntEnum):
-    cudaMemRangeAttributeReadMostly = 1
-    cudaMemRangeAttributePreferredLocation = 2
-    cudaMemRangeAttributeAccessedBy = 3
-    cudaMemRangeAttributeLastPrefetchLocation = 4
-    cudaMemRangeAttributePreferredLocationType = 5
-    cudaMemRangeAttributePreferredLocationId = 6
-    cudaMemRangeAttributeLastPrefetchLocationType = 7
-    cudaMemRangeAttributeLastPrefetchLocationId = 8
-
-
-class cudaFlushGPUDirectRDMAWritesOptions(enum.IntEnum):
-    cudaFlushGPUDirectRDMAWritesOptionHost = 1
-    cudaFlushGPUDirectRDMAWritesOptionMemOps = 2
-
-
-class cudaGPUDirectRDMAWritesOrdering(enum.IntEnum):
-    cudaGPUDirectRDMAWritesOrderingNone = 0
-    cudaGPUDirectRDMAWritesOrderingOwner = 100
-    cudaGPUDirectRDMAWritesOrderingAllDevices = 200
-
-
-class cudaFlushGPUDirectRDMAWritesScope(enum.IntEnum):
-    cudaFlushGPUDirectRDMAWritesToOwner = 100
-    cudaFlushGPUDirectRDMAWritesToAllDevices = 200
-
-
-class cudaFlushGPUDirectRDMAWritesTarget(enum.IntEnum):
-    cudaFlushGPUDirectRDMAWritesTargetCurrentDevice = 0
-
-
-class cudaDeviceAttr(enum.IntEnum):
-    cudaDevAttrMaxThreadsPerBlock = 1
-    cudaDevAttrMaxBlockDimX = 2
-    cudaDevAttrMaxBlockDimY = 3
-    cudaDevAttrMaxBlockDimZ = 4
-    cudaDevAttrMaxGridDimX = 5
-    cudaDevAttrMaxGridDimY = 6
-    cudaDevAttrMaxGridDimZ = 7
-    cudaDevAttrMaxSharedMemoryPerBlock = 8
-    cudaDevAttrTotalConstantMemory = 9
-    cudaDevAttrWarpSize = 10
-    cudaDevAttrMaxPitch = 11
-    cudaDevAttrMaxRegistersPerBlock = 12
-    cudaDevAttrClockRate = 13
-    cudaDevAttrTextureAlignment = 14
-    cudaDevAttrGpuOverlap = 15
-    cudaDevAttrMultiProcessorCount = 16
-    cudaDevAttrKernelExecTimeout = 17
-    cudaDevAttrIntegrated = 18
-    cudaDevAttrCanMapHostMemory = 19
-    cudaDevAttrComputeMode = 20
-    cudaDevAttrMaxTexture1DWidth = 21
-    cudaDevAttrMaxTexture2DWidth = 22
-    cudaDevAttrMaxTexture2DHeight = 23
-    cudaDevAttrMaxTexture3DWidth = 24
-    cudaDevAttrMaxTexture3DHeight = 25
-    cudaDevAttrMaxTexture3DDepth = 26
-    cudaDevAttrMaxTexture2DLayeredWidth = 27
-    cudaDevAttrMaxTexture2DLayeredHeight = 28
-    cudaDevAttrMaxTexture2DLayeredLayers = 29
-    cudaDevAttrSurfaceAlignment = 30
-    cudaDevAttrConcurrentKernels = 31
-    cudaDevAttrEccEnabled = 32
-    cudaDevAttrPciBusId = 33
-    cudaDevAttrPciDeviceId = 34
-    cudaDevAttrTccDriver = 35
-    cudaDevAttrMemoryClockRate = 36
-    cudaDevAttrGlobalMemoryBusWidth = 37
-    cudaDevAttrL2CacheSize = 38
-    cudaDevAttrMaxThreadsPerMultiProcessor = 39
-    cudaDevAttrAsyncEngineCount = 40
-    cudaDevAttrUnifiedAddressing = 41
-    cudaDevAttrMaxTexture1DLayeredWidth = 42
-    cudaDevAttrMaxTexture1DLayeredLayers = 43
-    cudaDevAttrMaxTexture2DGatherWidth = 45
-    cudaDevAttrMaxTexture2DGatherHeight = 46
-    cudaDevAttrMaxTexture3DWidthAlt = 47
-    cudaDevAttrMaxTexture3DHeightAlt = 48
-    cudaDevAttrMaxTexture3DDepthAlt = 49
-    cudaDevAttrPciDomainId = 50
-    cudaDevAttrTexturePitchAlignment = 51
-    cudaDevAttrMaxTextureCubemapWidth = 52
-    cudaDevAttrMaxTextureCubemapLayeredWidth = 53
-    cudaDevAttrMaxTextureCubemapLayeredLayers = 54
-    cudaDevAttrMaxSurface1DWidth = 55
-    cudaDevAttrMaxSurface2DWidth = 56
-    cudaDevAttrMaxSurface2DHeight = 57
-    cudaDevAttrMaxSurface3DWidth = 58
-    cudaDevAttrMaxSurface3DHeight = 59
-    cudaDevAttrMaxSurface3DDepth = 60
-    cudaDevAttrMaxSurface1DLayeredWidth = 61
-    cudaDevAttrMaxSurface1DLayeredLayers = 62
-    cudaDevAttrMaxSurface2DLayeredWidth = 63
-    cudaDevAttrMaxSurface2DLayeredHeight = 64
-    cudaDevAttrMaxSurface2DLayeredLayers = 65
-    cudaDevAttrMaxSurfaceCubemapWidth = 66
-    cudaDevAttrMaxSurfaceCubemapLayeredWidth = 67
-    cudaDevAttrMaxSurfaceCubemapLayeredLayers = 68
-    cudaDevAttrMaxTexture1DLinearWidth = 69
-    cudaDevAttrMaxTexture2DLinearWidth = 70
-    cudaDevAttrMaxTexture2DLinearHeight = 71
-    cudaDevAttrMaxTexture2DLinearPitch = 72
-    cudaDevAttrMaxTexture2DMipmappedWidth = 73
-    cudaDevAttrMaxTexture2DMipmappedHeight = 74
-    cudaDevAttrComputeCapabilityMajor = 75
-    cudaDevAttrComputeCapabilityMinor = 76
-    cudaDevAttrMaxTexture1DMipmappedWidth = 77
-    cudaDevAttrStreamPrioritiesSupported = 78
-    cudaDevAttrGlobalL1CacheSupported = 79
-    cudaDevAttrLocalL1CacheSupported = 80
-    cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81
-    cudaDevAttrMaxRegistersPerMultiprocessor = 82
-    cudaDevAttrManagedMemory = 83
-    cudaDevAttrIsMultiGpuBoard = 84
-    cudaDevAttrMultiGpuBoardGroupID = 85
-    cudaDevAttrHostNativeAtomicSupported = 86
-    cudaDevAttrSingleToDoublePrecisionPerfRatio = 87
-    cudaDevAttrPageableMemoryAccess = 88
-    cudaDevAttrConcurrentManagedAccess = 89
-    cudaDevAttrComputePreemptionSupported = 90
-    cudaDevAttrCanUseHostPointerForRegisteredMem = 91
-    cudaDevAttrReserved92 = 92
-    cudaDevAttrReserved93 = 93
-    cudaDevAttrReserved94 = 94
-    cudaDevAttrCooperativeLaunch = 95
-    cudaDevAttrReserved96 = 96
-    cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
-    cudaDevAttrCanFlushRemoteWrites = 98
-    cudaDevAttrHostRegisterSupported = 99
-    cudaDevAttrPageableMemoryAccessUsesHostPageTables = 100
-    cudaDevAttrDirectManagedMemAccessFromHost = 101
-    cudaDevAttrMaxBlocksPerMultiprocessor = 106
-    cudaDevAttrMaxPersistingL2CacheSize = 108
-    cudaDevAttrMaxAccessPolicyWindowSize = 109
-    cudaDevAttrReservedSharedMemoryPerBlock = 111
-    cudaDevAttrSparseCudaArraySupported = 112
-    cudaDevAttrHostRegisterReadOnlySupported = 113
-    cudaDevAttrTimelineSemaphoreInteropSupported = 114
-    cudaDevAttrMemoryPoolsSupported = 115
-    cudaDevAttrGPUDirectRDMASupported = 116
-    cudaDevAttrGPUDirectRDMAFlushWritesOptions = 117
-    cudaDevAttrGPUDirectRDMAWritesOrdering = 118
-    cudaDevAttrMemoryPoolSupportedHandleTypes = 119
-    cudaDevAttrClusterLaunch = 120
-    cudaDevAttrDeferredMappingCudaArraySupported = 121
-    cudaDevAttrReserved122 = 122
-    cudaDevAttrReserved123 = 123
-    cudaDevAttrReserved124 = 124
-    cudaDevAttrIpcEventSupport = 125
-    cudaDevAttrMemSyncDomainCount = 126
-    cudaDevAttrReserved127 = 127
-    cudaDevAttrReserved128 = 128
-    cudaDevAttrReserved129 = 129
-    cudaDevAttrNumaConfig = 130
-    cudaDevAttrNumaId = 131
-    cudaDevAttrReserved132 = 132
-    cudaDevAttrMpsEnabled = 133
-    cudaDevAttrHostNumaId = 134
-    cudaDevAttrD3D12CigSupported = 135
-    cudaDevAttrVulkanCigSupported = 138
-    cudaDevAttrGpuPciDeviceId = 139
-    cudaDevAttrGpuPciSubsystemId = 140
-    cudaDevAttrReserved141 = 141
-    cudaDevAttrHostNumaMemoryPoolsSupported = 142
-    cudaDevAttrHostNumaMultinodeIpcSupported = 143
-    cudaDevAttrHostMemoryPoolsSupported = 144
-    cudaDevAttrReserved145 = 145
-    cudaDevAttrOnlyPartialHostNativeAtomicSupported = 147
-    cudaDevAttrMax = 148
-
-
-class cudaMemPoolAttr(enum.IntEnum):
-    cudaMemPoolReuseFollowEventDependencies = 1
-    cudaMemPoolReuseAllowOpportunistic = 2
-    cudaMemPoolReuseAllowInternalDependencies = 3
-    cudaMemPoolAttrReleaseThreshold = 4
-    cudaMemPoolAttrReservedMemCurrent = 5
-    cudaMemPoolAttrReservedMemHigh = 6
-    cudaMemPoolAttrUsedMemCurrent = 7
-    cudaMemPoolAttrUsedMemHigh = 8
-
-
-class cudaMemLocationType(enum.IntEnum):
-    cudaMemLocationTypeInvalid = 0
-    cudaMemLocationTypeNone = 0
-    cudaMemLocationTypeDevice = 1
-    cudaMemLocationTypeHost = 2
-    cudaMemLocationTypeHostNuma = 3
-    cudaMemLocationTypeHostNumaCurrent = 4
-
-
-class cudaMemAccessFlags(enum.IntEnum):
-    cudaMemAccessFlagsProtNone = 0
-    cudaMemAccessFlagsProtRead = 1
-    cudaMemAccessFlagsProtReadWrite = 3
-
-
-class cudaMemAllocationType(enum.IntEnum):
-    cudaMemAllocationTypeInvalid = 0
-    cudaMemAllocationTypePinned = 1
-    cudaMemAllocationTypeManaged = 2
-    cudaMemAllocationTypeMax = 2147483647
-
-
-class cudaMemAllocationHandleType(enum.IntEnum):
-    cudaMemHandleTypeNone = 0
-    cudaMemHandleTypePosixFileDescriptor = 1
-    cudaMemHandleTypeWin32 = 2
-    cudaMemHandleTypeWin32Kmt = 4
-    cudaMemHandleTypeFabric = 8
-
-
-class cudaGraphMemAttributeType(enum.IntEnum):
-    cudaGraphMemAttrUsedMemCurrent = 0
-    cudaGraphMemAttrUsedMemHigh = 1
-    cudaGraphMemAttrReservedMemCurrent = 2
-    cudaGraphMemAttrReservedMemHigh = 3
-
-
-class cudaMemcpyFlags(enum.IntEnum):
-    cudaMemcpyFlagDefault = 0
-    cudaMemcpyFlagPreferOverlapWithCompute = 1
-
-
-class cudaMemcpySrcAccessOrder(enum.IntEnum):
-    cudaMemcpySrcAccessOrderInvalid = 0
-    cudaMemcpySrcAccessOrderStream = 1
-    cudaMemcpySrcAccessOrderDuringApiCall = 2
-    cudaMemcpySrcAccessOrderAny = 3
-    cudaMemcpySrcAccessOrderMax = 2147483647
-
-
-class cudaMemcpy3DOperandType(enum.IntEnum):
-    cudaMemcpyOperandTypePointer = 1
-    cudaMemcpyOperandTypeArray = 2
-    cudaMemcpyOperandTypeMax = 2147483647
-
-
-class cudaDeviceP2PAttr(enum.IntEnum):
-    cudaDevP2PAttrPerformanceRank = 1
-    cudaDevP2PAttrAccessSupported = 2
-    cudaDevP2PAttrNativeAtomicSupported = 3
-    cudaDevP2PAttrCudaArrayAccessSupported = 4
-    cudaDevP2PAttrOnlyPartialNativeAtomicSupported = 5
-
-
-class cudaAtomicOperation(enum.IntEnum):
-    cudaAtomicOperationIntegerAdd = 0
-    cudaAtomicOperationIntegerMin = 1
-    cudaAtomicOperationIntegerMax = 2
-    cudaAtomicOperationIntegerIncrement = 3
-    cudaAtomicOperationIntegerDecrement = 4
-    cudaAtomicOperationAnd = 5
-    cudaAtomicOperationOr = 6
-    cudaAtomicOperationXOR = 7
-    cudaAtomicOperationExchange = 8
-    cudaAtomicOperationCAS = 9
-    cudaAtomicOperationFloatAdd = 10
-    cudaAtomicOperationFloatMin = 11
-    cudaAtomicOperationFloatMax = 12
-
-
-class cudaAtomicOperationCapability(enum.IntEnum):
-    cudaAtomicCapabilitySigned = 1
-    cudaAtomicCapabilityUnsigned = 2
-    cudaAtomicCapabilityReduction = 4
-    cudaAtomicCapabilityScalar32 = 8
-    cudaAtomicCapabilityScalar64 = 16
-    cudaAtomicCapabilityScalar128 = 32
-    cudaAtomicCapabilityVector32x4 = 64
-
-
-class cudaExternalMemoryHandleType(enum.IntEnum):
-    cudaExternalMemoryHandleTypeOpaqueFd = 1
-    cudaExternalMemoryHandleTypeOpaqueWin32 = 2
-    cudaExternalMemoryHandleTypeOpaqueWin32Kmt = 3
-    cudaExternalMemoryHandleTypeD3D12Heap = 4
-    cudaExternalMemoryHandleTypeD3D12Resource = 5
-    cudaExternalMemoryHandleTypeD3D11Resource = 6
-    cudaExternalMemoryHandleTypeD3D11ResourceKmt = 7
-    cudaExternalMemoryHandleTypeNvSciBuf = 8
-
-
-class cudaExternalSemaphoreHandleType(enum.IntEnum):
-    cudaExternalSemaphoreHandleTypeOpaqueFd = 1
-    cudaExternalSemaphoreHandleTypeOpaqueWin32 = 2
-    cudaExternalSemaphoreHandleTypeOpaqueWin32Kmt = 3
-    cudaExternalSemaphoreHandleTypeD3D12Fence = 4
-    cudaExternalSemaphoreHandleTypeD3D11Fence = 5
-    cudaExternalSemaphoreHandleTypeNvSciSync = 6
-    cudaExternalSemaphoreHandleTypeKeyedMutex = 7
-    cudaExternalSemaphoreHandleTypeKeyedMutexKmt = 8
-    cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd = 9
-    cudaExternalSemaphoreHandleTypeTimelineSemaphoreWin32 = 10
-
-
-class cudaJitOption(enum.IntEnum):
-    cudaJitMaxRegisters = 0
-    cudaJitThreadsPerBlock = 1
-    cudaJitWallTime = 2
-    cudaJitInfoLogBuffer = 3
-    cudaJitInfoLogBufferSizeBytes = 4
-    cudaJitErrorLogBuffer = 5
-    cudaJitErrorLogBufferSizeBytes = 6
-    cudaJitOptimizationLevel = 7
-    cudaJitFallbackStrategy = 10
-    cudaJitGenerateDebugInfo = 11
-    cudaJitLogVerbose = 12
-    cudaJitGenerateLineInfo = 13
-    cudaJitCacheMode = 14
-    cudaJitPositionIndependentCode = 30
-    cudaJitMinCtaPerSm = 31
-    cudaJitMaxThreadsPerBlock = 32
-    cudaJitOverrideDirectiveValues = 33
-
-
-class cudaLibraryOption(enum.IntEnum):
-    cudaLibraryHostUniversalFunctionAndDataTable = 0
-    cudaLibraryBinaryIsPreserved = 1
-
-
-class cudaJit_CacheMode(enum.IntEnum):
-    cudaJitCacheOptionNone = 0
-    cudaJitCacheOptionCG = 1
-    cudaJitCacheOptionCA = 2
-
-
-class cudaJit_Fallback(enum.IntEnum):
-    cudaPreferPtx = 0
-    cudaPreferBinary = 1
-
-
-class cudaCGScope(enum.IntEnum):
-    cudaCGScopeInvalid = 0
-    cudaCGScopeGrid = 1
-    cudaCGScopeReserved = 2
-
-
-class cudaGraphConditionalHandleFlags(enum.IntEnum):
-    cudaGraphCondAssignDefault = 1
-
-
-class cudaGraphConditionalNodeType(enum.IntEnum):
-    cudaGraphCondTypeIf = 0
-    cudaGraphCondTypeWhile = 1
-    cudaGraphCondTypeSwitch = 2
-
-
-class cudaGraphNodeType(enum.IntEnum):
-    cudaGraphNodeTypeKernel = 0
-    cudaGraphNodeTypeMemcpy = 1
-    cudaGraphNodeTypeMemset = 2
-    cudaGraphNodeTypeHost = 3
-    cudaGraphNodeTypeGraph = 4
-    cudaGraphNodeTypeEmpty = 5
-    cudaGraphNodeTypeWaitEvent = 6
-    cudaGraphNodeTypeEventRecord = 7
-    cudaGraphNodeTypeExtSemaphoreSignal = 8
-    cudaGraphNodeTypeExtSemaphoreWait = 9
-    cudaGraphNodeTypeMemAlloc = 10
-    cudaGraphNodeTypeMemFree = 11
-    cudaGraphNodeTypeConditional = 13
-    cudaGraphNodeTypeCount = 14
-
-
-class cudaGraphChildGraphNodeOwnership(enum.IntEnum):
-    cudaGraphChildGraphOwnershipClone = 0
-    cudaGraphChildGraphOwnershipMove = 1
-
-
-class cudaGraphDependencyType(enum.IntEnum):
-    cudaGraphDependencyTypeDefault = 0
-    cudaGraphDependencyTypeProgrammatic = 1
-
-
-class cudaGraphExecUpdateResult(enum.IntEnum):
-    cudaGraphExecUpdateSuccess = 0
-    cudaGraphExecUpdateError = 1
-    cudaGraphExecUpdateErrorTopologyChanged = 2
-    cudaGraphExecUpdateErrorNodeTypeChanged = 3
-    cudaGraphExecUpdateErrorFunctionChanged = 4
-    cudaGraphExecUpdateErrorParametersChanged = 5
-    cudaGraphExecUpdateErrorNotSupported = 6
-    cudaGraphExecUpdateErrorUnsupportedFunctionChange = 7
-    cudaGraphExecUpdateErrorAttributesChanged = 8
-
-
-class cudaGraphInstantiateResult(enum.IntEnum):
-    cudaGraphInstantiateSuccess = 0
-    cudaGraphInstantiateError = 1
-    cudaGraphInstantiateInvalidStructure = 2
-    cudaGraphInstantiateNodeOperationNotSupported = 3
-    cudaGraphInstantiateMultipleDevicesNotSupported = 4
-    cudaGraphInstantiateConditionalHandleUnused = 5
-
-
-class cudaGraphKernelNodeField(enum.IntEnum):
-    cudaGraphKernelNodeFieldInvalid = 0
-    cudaGraphKernelNodeFieldGridDim = 1
-    cudaGraphKernelNodeFieldParam = 2
-    cudaGraphKernelNodeFieldEnabled = 3
-
-
-class cudaGetDriverEntryPointFlags(enum.IntEnum):
-    cudaEnableDefault = 0
-    cudaEnableLegacyStream = 1
-    cudaEnablePerThreadDefaultStream = 2
-
-
-class cudaDriverEntryPointQueryResult(enum.IntEnum):
-    cudaDriverEntryPointSuccess = 0
-    cudaDriverEntryPointSymbolNotFound = 1
-    cudaDriverEntryPointVersionNotSufficent = 2
-
-
-class cudaGraphDebugDotFlags(enum.IntEnum):
-    cudaGraphDebugDotFlagsVerbose = 1
-    cudaGraphDebugDotFlagsKernelNodeParams = 4
-    cudaGraphDebugDotFlagsMemcpyNodeParams = 8
-    cudaGraphDebugDotFlagsMemsetNodeParams = 16
-    cudaGraphDebugDotFlagsHostNodeParams = 32
-    cudaGraphDebugDotFlagsEventNodeParams = 64
-    cudaGraphDebugDotFlagsExtSemasSignalNodeParams = 128
-    cudaGraphDebugDotFlagsExtSemasWaitNodeParams = 256
-    cudaGraphDebugDotFlagsKernelNodeAttributes = 512
-    cudaGraphDebugDotFlagsHandles = 1024
-    cudaGraphDebugDotFlagsConditionalNodeParams = 32768
-
-
-class cudaGraphInstantiateFlags(enum.IntEnum):
-    cudaGraphInstantiateFlagAutoFreeOnLaunch = 1
-    cudaGraphInstantiateFlagUpload = 2
-    cudaGraphInstantiateFlagDeviceLaunch = 4
-    cudaGraphInstantiateFlagUseNodePriority = 8
-
-
-class cudaLaunchMemSyncDomain(enum.IntEnum):
-    cudaLaunchMemSyncDomainDefault = 0
-    cudaLaunchMemSyncDomainRemote = 1
-
-
-class cudaLaunchAttributeID(enum.IntEnum):
-    cudaLaunchAttributeIgnore = 0
-    cudaLaunchAttributeAccessPolicyWindow = 1
-    cudaLaunchAttributeCooperative = 2
-    cudaLaunchAttributeSynchronizationPolicy = 3
-    cudaLaunchAttributeClusterDimension = 4
-    cudaLaunchAttributeClusterSchedulingPolicyPreference = 5
-    cudaLaunchAttributeProgrammaticStreamSerialization = 6
-    cudaLaunchAttributeProgrammaticEvent = 7
-    cudaLaunchAttributePriority = 8
-    cudaLaunchAttributeMemSyncDomainMap = 9
-    cudaLaunchAttributeMemSyncDomain = 10
-    cudaLaunchAttributePreferredClusterDimension = 11
-    cudaLaunchAttributeLaunchCompletionEvent = 12
-    cudaLaunchAttributeDeviceUpdatableKernelNode = 13
-    cudaLaunchAttributePreferredSharedMemoryCarveout = 14
-    cudaLaunchAttributeNvlinkUtilCentricScheduling = 16
-
-
-class cudaDeviceNumaConfig(enum.IntEnum):
-    cudaDeviceNumaConfigNone = 0
-    cudaDeviceNumaConfigNumaNode = 1
-
-
-class cudaAsyncNotificationType(enum.IntEnum):
-    cudaAsyncNotificationTypeOverBudget = 1
-
-
-class cudaLogLevel(enum.IntEnum):
-    cudaLogLevelError = 0
-    cudaLogLevelWarning = 1
-
-
-class cudaSurfaceBoundaryMode(enum.IntEnum):
-    cudaBoundaryModeZero = 0
-    cudaBoundaryModeClamp = 1
-    cudaBoundaryModeTrap = 2
-
-
-class cudaSurfaceFormatMode(enum.IntEnum):
-    cudaFormatModeForced = 0
-    cudaFormatModeAuto = 1
-
-
-class cudaTextureAddressMode(enum.IntEnum):
-    cudaAddressModeWrap = 0
-    cudaAddressModeClamp = 1
-    cudaAddressModeMirror = 2
-    cudaAddressModeBorder = 3
-
-
-class cudaTextureFilterMode(enum.IntEnum):
-    cudaFilterModePoint = 0
-    cudaFilterModeLinear = 1
-
-
-class cudaTextureReadMode(enum.IntEnum):
-    cudaReadModeElementType = 0
-    cudaReadModeNormalizedFloat = 1
-
-
-class cudaGLDeviceList(enum.IntEnum):
-    cudaGLDeviceListAll = 1
-    cudaGLDeviceListCurrentFrame = 2
-    cudaGLDeviceListNextFrame = 3
-
-
-class cudaGLMapFlags(enum.IntEnum):
-    cudaGLMapFlagsNone = 0
-    cudaGLMapFlagsReadOnly = 1
-    cudaGLMapFlagsWriteDiscard = 2
-
-
-class cudaDataType(enum.IntEnum):
-    CUDA_R_16F = 2
-    CUDA_C_16F = 6
-    CUDA_R_16BF = 14
-    CUDA_C_16BF = 15
-    CUDA_R_32F = 0
-    CUDA_C_32F = 4
-    CUDA_R_64F = 1
-    CUDA_C_64F = 5
-    CUDA_R_4I = 16
-    CUDA_C_4I = 17
-    CUDA_R_4U = 18
-    CUDA_C_4U = 19
-    CUDA_R_8I = 3
-    CUDA_C_8I = 7
-    CUDA_R_8U = 8
-    CUDA_C_8U = 9
-    CUDA_R_16I = 20
-    CUDA_C_16I = 21
-    CUDA_R_16U = 22
-    CUDA_C_16U = 23
-    CUDA_R_32I = 10
-    CUDA_C_32I = 11
-    CUDA_R_32U = 12
-    CUDA_C_32U = 13
-    CUDA_R_64I = 24
-    CUDA_C_64I = 25
-    CUDA_R_64U = 26
-    CUDA_C_64U = 27
-    CUDA_R_8F_E4M3 = 28
-    CUDA_R_8F_UE4M3 = 28
-    CUDA_R_8F_E5M2 = 29
-    CUDA_R_8F_UE8M0 = 30
-    CUDA_R_6F_E2M3 = 31
-    CUDA_R_6F_E3M2 = 32
-    CUDA_R_4F_E2M1 = 33
-cudaDataType_t = cudaDataType
-
-
-class cudaEmulationStrategy(enum.IntEnum):
-    CUDA_EMULATION_STRATEGY_DEFAULT = 0
-    CUDA_EMULATION_STRATEGY_PERFORMANT = 1
-    CUDA_EMULATION_STRATEGY_EAGER = 2
-cudaEmulationStrategy_t = cudaEmulationStrategy
-
-
-class cudaEmulationMantissaControl(enum.IntEnum):
-    CUDA_EMULATION_MANTISSA_CONTROL_DYNAMIC = 0
-    CUDA_EMULATION_MANTISSA_CONTROL_FIXED = 1
-cudaEmulationMantissaControl_t = cudaEmulationMantissaControl
-
-
-class cudaEmulationSpecialValuesSupport(enum.IntEnum):
-    CUDA_EMULATION_SPECIAL_VALUES_SUPPORT_DEFAULT = 65535
-    CUDA_EMULATION_SPECIAL_VALUES_SUPPORT_NONE = 0
-    CUDA_EMULATION_SPECIAL_VALUES_SUPPORT_INFINITY = 1
-    CUDA_EMULATION_SPECIAL_VALUES_SUPPORT_NAN = 2
-cudaEmulationSpecialValuesSupport_t = cudaEmulationSpecialValuesSupport
-
-
-class libraryPropertyType(enum.IntEnum):
-    MAJOR_VERSION = 0
-    MINOR_VERSION = 1
-    PATCH_LEVEL = 2
-libraryPropertyType_t = libraryPropertyType
-
-
-class cudaEglFrameType(enum.IntEnum):
-    cudaEglFrameTypeArray = 0
-    cudaEglFrameTypePitch = 1
-
-
-class cudaEglResourceLocationFlags(enum.IntEnum):
-    cudaEglResourceLocationSysmem = 0
-    cudaEglResourceLocationVidmem = 1
-
-
-class cudaEglColorFormat(enum.IntEnum):
-    cudaEglColorFormatYUV420Planar = 0
-    cudaEglColorFormatYUV420SemiPlanar = 1
-    cudaEglColorFormatYUV422Planar = 2
-    cudaEglColorFormatYUV422SemiPlanar = 3
-    cudaEglColorFormatARGB = 6
-    cudaEglColorFormatRGBA = 7
-    cudaEglColorFormatL = 8
-    cudaEglColorFormatR = 9
-    cudaEglColorFormatYUV444Planar = 10
-    cudaEglColorFormatYUV444SemiPlanar = 11
-    cudaEglColorFormatYUYV422 = 12
-    cudaEglColorFormatUYVY422 = 13
-    cudaEglColorFormatABGR = 14
-    cudaEglColorFormatBGRA = 15
-    cudaEglColorFormatA = 16
-    cudaEglColorFormatRG = 17
-    cudaEglColorFormatAYUV = 18
-    cudaEglColorFormatYVU444SemiPlanar = 19
-    cudaEglColorFormatYVU422SemiPlanar = 20
-    cudaEglColorFormatYVU420SemiPlanar = 21
-    cudaEglColorFormatY10V10U10_444SemiPlanar = 22
-    cudaEglColorFormatY10V10U10_420SemiPlanar = 23
-    cudaEglColorFormatY12V12U12_444SemiPlanar = 24
-    cudaEglColorFormatY12V12U12_420SemiPlanar = 25
-    cudaEglColorFormatVYUY_ER = 26
-    cudaEglColorFormatUYVY_ER = 27
-    cudaEglColorFormatYUYV_ER = 28
-    cudaEglColorFormatYVYU_ER = 29
-    cudaEglColorFormatYUVA_ER = 31
-    cudaEglColorFormatAYUV_ER = 32
-    cudaEglColorFormatYUV444Planar_ER = 33
-    cudaEglColorFormatYUV422Planar_ER = 34
-    cudaEglColorFormatYUV420Planar_ER = 35
-    cudaEglColorFormatYUV444SemiPlanar_ER = 36
-    cudaEglColorFormatYUV422SemiPlanar_ER = 37
-    cudaEglColorFormatYUV420SemiPlanar_ER = 38
-    cudaEglColorFormatYVU444Planar_ER = 39
-    cudaEglColorFormatYVU422Planar_ER = 40
-    cudaEglColorFormatYVU420Planar_ER = 41
-    cudaEglColorFormatYVU444SemiPlanar_ER = 42
-    cudaEglColorFormatYVU422SemiPlanar_ER = 43
-    cudaEglColorFormatYVU420SemiPlanar_ER = 44
-    cudaEglColorFormatBayerRGGB = 45
-    cudaEglColorFormatBayerBGGR = 46
-    cudaEglColorFormatBayerGRBG = 47
-    cudaEglColorFormatBayerGBRG = 48
-    cudaEglColorFormatBayer10RGGB = 49
-    cudaEglColorFormatBayer10BGGR = 50
-    cudaEglColorFormatBayer10GRBG = 51
-    cudaEglColorFormatBayer10GBRG = 52
-    cudaEglColorFormatBayer12RGGB = 53
-    cudaEglColorFormatBayer12BGGR = 54
-    cudaEglColorFormatBayer12GRBG = 55
-    cudaEglColorFormatBayer12GBRG = 56
-    cudaEglColorFormatBayer14RGGB = 57
-    cudaEglColorFormatBayer14BGGR = 58
-    cudaEglColorFormatBayer14GRBG = 59
-    cudaEglColorFormatBayer14GBRG = 60
-    cudaEglColorFormatBayer20RGGB = 61
-    cudaEglColorFormatBayer20BGGR = 62
-    cudaEglColorFormatBayer20GRBG = 63
-    cudaEglColorFormatBayer20GBRG = 64
-    cudaEglColorFormatYVU444Planar = 65
-    cudaEglColorFormatYVU422Planar = 66
-    cudaEglColorFormatYVU420Planar = 67
-    cudaEglColorFormatBayerIspRGGB = 68
-    cudaEglColorFormatBayerIspBGGR = 69
-    cudaEglColorFormatBayerIspGRBG = 70
-    cudaEglColorFormatBayerIspGBRG = 71
-    cudaEglColorFormatBayerBCCR = 72
-    cudaEglColorFormatBayerRCCB = 73
-    cudaEglColorFormatBayerCRBC = 74
-    cudaEglColorFormatBayerCBRC = 75
-    cudaEglColorFormatBayer10CCCC = 76
-    cudaEglColorFormatBayer12BCCR = 77
-    cudaEglColorFormatBayer12RCCB = 78
-    cudaEglColorFormatBayer12CRBC = 79
-    cudaEglColorFormatBayer12CBRC = 80
-    cudaEglColorFormatBayer12CCCC = 81
-    cudaEglColorFormatY = 82
-    cudaEglColorFormatYUV420SemiPlanar_2020 = 83
-    cudaEglColorFormatYVU420SemiPlanar_2020 = 84
-    cudaEglColorFormatYUV420Planar_2020 = 85
-    cudaEglColorFormatYVU420Planar_2020 = 86
-    cudaEglColorFormatYUV420SemiPlanar_709 = 87
-    cudaEglColorFormatYVU420SemiPlanar_709 = 88
-    cudaEglColorFormatYUV420Planar_709 = 89
-    cudaEglColorFormatYVU420Planar_709 = 90
-    cudaEglColorFormatY10V10U10_420SemiPlanar_709 = 91
-    cudaEglColorFormatY10V10U10_420SemiPlanar_2020 = 92
-    cudaEglColorFormatY10V10U10_422SemiPlanar_2020 = 93
-    cudaEglColorFormatY10V10U10_422SemiPlanar = 94
-    cudaEglColorFormatY10V10U10_422SemiPlanar_709 = 95
-    cudaEglColorFormatY_ER = 96
-    cudaEglColorFormatY_709_ER = 97
-    cudaEglColorFormatY10_ER = 98
-    cudaEglColorFormatY10_709_ER = 99
-    cudaEglColorFormatY12_ER = 100
-    cudaEglColorFormatY12_709_ER = 101
-    cudaEglColorFormatYUVA = 102
-    cudaEglColorFormatYVYU = 104
-    cudaEglColorFormatVYUY = 105
-    cudaEglColorFormatY10V10U10_420SemiPlanar_ER = 106
-    cudaEglColorFormatY10V10U10_420SemiPlanar_709_ER = 107
-    cudaEglColorFormatY10V10U10_444SemiPlanar_ER = 108
-    cudaEglColorFormatY10V10U10_444SemiPlanar_709_ER = 109
-    cudaEglColorFormatY12V12U12_420SemiPlanar_ER = 110
-    cudaEglColorFormatY12V12U12_420SemiPlanar_709_ER = 111
-    cudaEglColorFormatY12V12U12_444SemiPlanar_ER = 112
-    cudaEglColorFormatY12V12U12_444SemiPlanar_709_ER = 113
-    cudaEglColorFormatUYVY709 = 114
-    cudaEglColorFormatUYVY709_ER = 115
-    cudaEglColorFormatUYVY2020 = 116
+# Each enum's members, in cuda.h's order (equal values make aliases).
+_MEMBERS: dict[str, tuple[tuple[str, int], ...]] = {
+    "cudaRoundMode": (
+        ("cudaRoundNearest", 0),
+        ("cudaRoundZero", 1),
+        ("cudaRoundPosInf", 2),
+        ("cudaRoundMinInf", 3),
+    ),
+    "cudaError": (
+        ("cudaSuccess", 0),
+        ("cudaErrorInvalidValue", 1),
+        ("cudaErrorMemoryAllocation", 2),
+        ("cudaErrorInitializationError", 3),
+        ("cudaErrorCudartUnloading", 4),
+        ("cudaErrorProfilerDisabled", 5),
+        ("cudaErrorProfilerNotInitialized", 6),
+        ("cudaErrorProfilerAlreadyStarted", 7),
+        ("cudaErrorProfilerAlreadyStopped", 8),
+        ("cudaErrorInvalidConfiguration", 9),
+        ("cudaErrorInvalidPitchValue", 12),
+        ("cudaErrorInvalidSymbol", 13),
+        ("cudaErrorInvalidHostPointer", 16),
+        ("cudaErrorInvalidDevicePointer", 17),
+        ("cudaErrorInvalidTexture", 18),
+        ("cudaErrorInvalidTextureBinding", 19),
+        ("cudaErrorInvalidChannelDescriptor", 20),
+        ("cudaErrorInvalidMemcpyDirection", 21),
+        ("cudaErrorAddressOfConstant", 22),
+        ("cudaErrorTextureFetchFailed", 23),
+        ("cudaErrorTextureNotBound", 24),
+        ("cudaErrorSynchronizationError", 25),
+        ("cudaErrorInvalidFilterSetting", 26),
+        ("cudaErrorInvalidNormSetting", 27),
+        ("cudaErrorMixedDeviceExecution", 28),
+        ("cudaErrorNotYetImplemented", 31),
+        ("cudaErrorMemoryValueTooLarge", 32),
+        ("cudaErrorStubLibrary", 34),
+        ("cudaErrorInsufficientDriver", 35),
+        ("cudaErrorCallRequiresNewerDriver", 36),
+        ("cudaErrorInvalidSurface", 37),
+        ("cudaErrorDuplicateVariableName", 43),
+        ("cudaErrorDuplicateTextureName", 44),
+        ("cudaErrorDuplicateSurfaceName", 45),
+        ("cudaErrorDevicesUnavailable", 46),
+        ("cudaErrorIncompatibleDriverContext", 49),
+        ("cudaErrorMissingConfiguration", 52),
+        ("cudaErrorPriorLaunchFailure", 53),
+        ("cudaErrorLaunchMaxDepthExceeded", 65),
+        ("cudaErrorLaunchFileScopedTex", 66),
+        ("cudaErrorLaunchFileScopedSurf", 67),
+        ("cudaErrorSyncDepthExceeded", 68),
+        ("cudaErrorLaunchPendingCountExceeded", 69),
+        ("cudaErrorInvalidDeviceFunction", 98),
+        ("cudaErrorNoDevice", 100),
+        ("cudaErrorInvalidDevice", 101),
+        ("cudaErrorDeviceNotLicensed", 102),
+        ("cudaErrorSoftwareValidityNotEstablished", 103),
+        ("cudaErrorStartupFailure", 127),
+        ("cudaErrorInvalidKernelImage", 200),
+        ("cudaErrorDeviceUninitialized", 201),
+        ("cudaErrorMapBufferObjectFailed", 205),
+        ("cudaErrorUnmapBufferObjectFailed", 206),
+        ("cudaErrorArrayIsMapped", 207),
+        ("cudaErrorAlreadyMapped", 208),
+        ("cudaErrorNoKernelImageForDevice", 209),
+        ("cudaErrorAlreadyAcquired", 210),
+        ("cudaErrorNotMapped", 211),
+        ("cudaErrorNotMappedAsArray", 212),
+        ("cudaErrorNotMappedAsPointer", 213),
+        ("cudaErrorECCUncorrectable", 214),
+        ("cudaErrorUnsupportedLimit", 215),
+        ("cudaErrorDeviceAlreadyInUse", 216),
+        ("cudaErrorPeerAccessUnsupported", 217),
+        ("cudaErrorInvalidPtx", 218),
+        ("cudaErrorInvalidGraphicsContext", 219),
+        ("cudaErrorNvlinkUncorrectable", 220),
+        ("cudaErrorJitCompilerNotFound", 221),
+        ("cudaErrorUnsupportedPtxVersion", 222),
+        ("cudaErrorJitCompilationDisabled", 223),
+        ("cudaErrorUnsupportedExecAffinity", 224),
+        ("cudaErrorUnsupportedDevSideSync", 225),
+        ("cudaErrorContained", 226),
+        ("cudaErrorInvalidSource", 300),
+        ("cudaErrorFileNotFound", 301),
+        ("cudaErrorSharedObjectSymbolNotFound", 302),
+        ("cudaErrorSharedObjectInitFailed", 303),
+        ("cudaErrorOperatingSystem", 304),
+        ("cudaErrorInvalidResourceHandle", 400),
+        ("cudaErrorIllegalState", 401),
+        ("cudaErrorLossyQuery", 402),
+        ("cudaErrorSymbolNotFound", 500),
+        ("cudaErrorNotReady", 600),
+        ("cudaErrorIllegalAddress", 700),
+        ("cudaErrorLaunchOutOfResources", 701),
+        ("cudaErrorLaunchTimeout", 702),
+        ("cudaErrorLaunchIncompatibleTexturing", 703),
+        ("cudaErrorPeerAccessAlreadyEnabled", 704),
+        ("cudaErrorPeerAccessNotEnabled", 705),
+        ("cudaErrorSetOnActiveProcess", 708),
+        ("cudaErrorContextIsDestroyed", 709),
+        ("cudaErrorAssert", 710),
+        ("cudaErrorTooManyPeers", 711),
+        ("cudaErrorHostMemoryAlreadyRegistered", 712),
+        ("cudaErrorHostMemoryNotRegistered", 713),
+        ("cudaErrorHardwareStackError", 714),
+        ("cudaErrorIllegalInstruction", 715),
+        ("cudaErrorMisalignedAddress", 716),
+        ("cudaErrorInvalidAddressSpace", 717),
+        ("cudaErrorInvalidPc", 718),
+        ("cudaErrorLaunchFailure", 719),
+        ("cudaErrorCooperativeLaunchTooLarge", 720),
+        ("cudaErrorTensorMemoryLeak", 721),
+        ("cudaErrorNotPermitted", 800),
+        ("cudaErrorNotSupported", 801),
+        ("cudaErrorSystemNotReady", 802),
+        ("cudaErrorSystemDriverMismatch", 803),
+        ("cudaErrorCompatNotSupportedOnDevice", 804),
+        ("cudaErrorMpsConnectionFailed", 805),
+        ("cudaErrorMpsRpcFailure", 806),
+        ("cudaErrorMpsServerNotReady", 807),
+        ("cudaErrorMpsMaxClientsReached", 808),
+        ("cudaErrorMpsMaxConnectionsReached", 809),
+        ("cudaErrorMpsClientTerminated", 810),
+        ("cudaErrorCdpNotSupported", 811),
+        ("cudaErrorCdpVersionMismatch", 812),
+        ("cudaErrorStreamCaptureUnsupported", 900),
+        ("cudaErrorStreamCaptureInvalidated", 901),
+        ("cudaErrorStreamCaptureMerge", 902),
+        ("cudaErrorStreamCaptureUnmatched", 903),
+        ("cudaErrorStreamCaptureUnjoined", 904),
+        ("cudaErrorStreamCaptureIsolation", 905),
+        ("cudaErrorStreamCaptureImplicit", 906),
+        ("cudaErrorCapturedEvent", 907),
+        ("cudaErrorStreamCaptureWrongThread", 908),
+        ("cudaErrorTimeout", 909),
+        ("cudaErrorGraphExecUpdateFailure", 910),
+        ("cudaErrorExternalDevice", 911),
+        ("cudaErrorInvalidClusterSize", 912),
+        ("cudaErrorFunctionNotLoaded", 913),
+        ("cudaErrorInvalidResourceType", 914),
+        ("cudaErrorInvalidResourceConfiguration", 915),
+        ("cudaErrorUnknown", 999),
+        ("cudaErrorApiFailureBase", 10000),
+    ),
+    "cudaChannelFormatKind": (
+        ("cudaChannelFormatKindSigned", 0),
+        ("cudaChannelFormatKindUnsigned", 1),
+        ("cudaChannelFormatKindFloat", 2),
+        ("cudaChannelFormatKindNone", 3),
+        ("cudaChannelFormatKindNV12", 4),
+        ("cudaChannelFormatKindUnsignedNormalized8X1", 5),
+        ("cudaChannelFormatKindUnsignedNormalized8X2", 6),
+        ("cudaChannelFormatKindUnsignedNormalized8X4", 7),
+        ("cudaChannelFormatKindUnsignedNormalized16X1", 8),
+        ("cudaChannelFormatKindUnsignedNormalized16X2", 9),
+        ("cudaChannelFormatKindUnsignedNormalized16X4", 10),
+        ("cudaChannelFormatKindSignedNormalized8X1", 11),
+        ("cudaChannelFormatKindSignedNormalized8X2", 12),
+        ("cudaChannelFormatKindSignedNormalized8X4", 13),
+        ("cudaChannelFormatKindSignedNormalized16X1", 14),
+        ("cudaChannelFormatKindSignedNormalized16X2", 15),
+        ("cudaChannelFormatKindSignedNormalized16X4", 16),
+        ("cudaChannelFormatKindUnsignedBlockCompressed1", 17),
+        ("cudaChannelFormatKindUnsignedBlockCompressed1SRGB", 18),
+        ("cudaChannelFormatKindUnsignedBlockCompressed2", 19),
+        ("cudaChannelFormatKindUnsignedBlockCompressed2SRGB", 20),
+        ("cudaChannelFormatKindUnsignedBlockCompressed3", 21),
+        ("cudaChannelFormatKindUnsignedBlockCompressed3SRGB", 22),
+        ("cudaChannelFormatKindUnsignedBlockCompressed4", 23),
+        ("cudaChannelFormatKindSignedBlockCompressed4", 24),
+        ("cudaChannelFormatKindUnsignedBlockCompressed5", 25),
+        ("cudaChannelFormatKindSignedBlockCompressed5", 26),
+        ("cudaChannelFormatKindUnsignedBlockCompressed6H", 27),
+        ("cudaChannelFormatKindSignedBlockCompressed6H", 28),
+        ("cudaChannelFormatKindUnsignedBlockCompressed7", 29),
+        ("cudaChannelFormatKindUnsignedBlockCompressed7SRGB", 30),
+        ("cudaChannelFormatKindUnsignedNormalized1010102", 31),
+    ),
+    "cudaMemoryType": (
+        ("cudaMemoryTypeUnregistered", 0),
+        ("cudaMemoryTypeHost", 1),
+        ("cudaMemoryTypeDevice", 2),
+        ("cudaMemoryTypeManaged", 3),
+    ),
+    "cudaMemcpyKind": (
+        ("cudaMemcpyHostToHost", 0),
+        ("cudaMemcpyHostToDevice", 1),
+        ("cudaMemcpyDeviceToHost", 2),
+        ("cudaMemcpyDeviceToDevice", 3),
+        ("cudaMemcpyDefault", 4),
+    ),
+    "cudaAccessProperty": (
+        ("cudaAccessPropertyNormal", 0),
+        ("cudaAccessPropertyStreaming", 1),
+        ("cudaAccessPropertyPersisting", 2),
+    ),
+    "cudaStreamCaptureStatus": (
+        ("cudaStreamCaptureStatusNone", 0),
+        ("cudaStreamCaptureStatusActive", 1),
+        ("cudaStreamCaptureStatusInvalidated", 2),
+    ),
+    "cudaStreamCaptureMode": (
+        ("cudaStreamCaptureModeGlobal", 0),
+        ("cudaStreamCaptureModeThreadLocal", 1),
+        ("cudaStreamCaptureModeRelaxed", 2),
+    ),
+    "cudaSynchronizationPolicy": (
+        ("cudaSyncPolicyAuto", 1),
+        ("cudaSyncPolicySpin", 2),
+        ("cudaSyncPolicyYield", 3),
+        ("cudaSyncPolicyBlockingSync", 4),
+    ),
+    "cudaClusterSchedulingPolicy": (
+        ("cudaClusterSchedulingPolicyDefault", 0),
+        ("cudaClusterSchedulingPolicySpread", 1),
+        ("cudaClusterSchedulingPolicyLoadBalancing", 2),
+    ),
+    "cudaStreamUpdateCaptureDependenciesFlags": (
+        ("cudaStreamAddCaptureDependencies", 0),
+        ("cudaStreamSetCaptureDependencies", 1),
+    ),
+    "cudaUserObjectFlags": (
+        ("cudaUserObjectNoDestructorSync", 1),
+    ),
+    "cudaUserObjectRetainFlags": (
+        ("cudaGraphUserObjectMove", 1),
+    ),
+    "cudaGraphicsRegisterFlags": (
+        ("cudaGraphicsRegisterFlagsNone", 0),
+        ("cudaGraphicsRegisterFlagsReadOnly", 1),
+        ("cudaGraphicsRegisterFlagsWriteDiscard", 2),
+        ("cudaGraphicsRegisterFlagsSurfaceLoadStore", 4),
+        ("cudaGraphicsRegisterFlagsTextureGather", 8),
+    ),
+    "cudaGraphicsMapFlags": (
+        ("cudaGraphicsMapFlagsNone", 0),
+        ("cudaGraphicsMapFlagsReadOnly", 1),
+        ("cudaGraphicsMapFlagsWriteDiscard", 2),
+    ),
+    "cudaGraphicsCubeFace": (
+        ("cudaGraphicsCubeFacePositiveX", 0),
+        ("cudaGraphicsCubeFaceNegativeX", 1),
+        ("cudaGraphicsCubeFacePositiveY", 2),
+        ("cudaGraphicsCubeFaceNegativeY", 3),
+        ("cudaGraphicsCubeFacePositiveZ", 4),
+        ("cudaGraphicsCubeFaceNegativeZ", 5),
+    ),
+    "cudaResourceType": (
+        ("cudaResourceTypeArray", 0),
+        ("cudaResourceTypeMipmappedArray", 1),
+        ("cudaResourceTypeLinear", 2),
+        ("cudaResourceTypePitch2D", 3),
+    ),
+    "cudaResourceViewFormat": (
+        ("cudaResViewFormatNone", 0),
+        ("cudaResViewFormatUnsignedChar1", 1),
+        ("cudaResViewFormatUnsignedChar2", 2),
+        ("cudaResViewFormatUnsignedChar4", 3),
+        ("cudaResViewFormatSignedChar1", 4),
+        ("cudaResViewFormatSignedChar2", 5),
+        ("cudaResViewFormatSignedChar4", 6),
+        ("cudaResViewFormatUnsignedShort1", 7),
+        ("cudaResViewFormatUnsignedShort2", 8),
+        ("cudaResViewFormatUnsignedShort4", 9),
+        ("cudaResViewFormatSignedShort1", 10),
+        ("cudaResViewFormatSignedShort2", 11),
+        ("cudaResViewFormatSignedShort4", 12),
+        ("cudaResViewFormatUnsignedInt1", 13),
+        ("cudaResViewFormatUnsignedInt2", 14),
+        ("cudaResViewFormatUnsignedInt4", 15),
+        ("cudaResViewFormatSignedInt1", 16),
+        ("cudaResViewFormatSignedInt2", 17),
+        ("cudaResViewFormatSignedInt4", 18),
+        ("cudaResViewFormatHalf1", 19),
+        ("cudaResViewFormatHalf2", 20),
+        ("cudaResViewFormatHalf4", 21),
+        ("cudaResViewFormatFloat1", 22),
+        ("cudaResViewFormatFloat2", 23),
+        ("cudaResViewFormatFloat4", 24),
+        ("cudaResViewFormatUnsignedBlockCompressed1", 25),
+        ("cudaResViewFormatUnsignedBlockCompressed2", 26),
+        ("cudaResViewFormatUnsignedBlockCompressed3", 27),
+        ("cudaResViewFormatUnsignedBlockCompressed4", 28),
+        ("cudaResViewFormatSignedBlockCompressed4", 29),
+        ("cudaResViewFormatUnsignedBlockCompressed5", 30),
+        ("cudaResViewFormatSignedBlockCompressed5", 31),
+        ("cudaResViewFormatUnsignedBlockCompressed6H", 32),
+        ("cudaResViewFormatSignedBlockCompressed6H", 33),
+        ("cudaResViewFormatUnsignedBlockCompressed7", 34),
+    ),
+    "cudaFuncAttribute": (
+        ("cudaFuncAttributeMaxDynamicSharedMemorySize", 8),
+        ("cudaFuncAttributePreferredSharedMemoryCarveout", 9),
+        ("cudaFuncAttributeClusterDimMustBeSet", 10),
+        ("cudaFuncAttributeRequiredClusterWidth", 11),
+        ("cudaFuncAttributeRequiredClusterHeight", 12),
+        ("cudaFuncAttributeRequiredClusterDepth", 13),
+        ("cudaFuncAttributeNonPortableClusterSizeAllowed", 14),
+        ("cudaFuncAttributeClusterSchedulingPolicyPreference", 15),
+        ("cudaFuncAttributeMax", 16),
+    ),
+    "cudaFuncCache": (
+        ("cudaFuncCachePreferNone", 0),
+        ("cudaFuncCachePreferShared", 1),
+        ("cudaFuncCachePreferL1", 2),
+        ("cudaFuncCachePreferEqual", 3),
+    ),
+    "cudaSharedMemConfig": (
+        ("cudaSharedMemBankSizeDefault", 0),
+        ("cudaSharedMemBankSizeFourByte", 1),
+        ("cudaSharedMemBankSizeEightByte", 2),
+    ),
+    "cudaSharedCarveout": (
+        ("cudaSharedmemCarveoutDefault", -1),
+        ("cudaSharedmemCarveoutMaxShared", 100),
+        ("cudaSharedmemCarveoutMaxL1", 0),
+    ),
+    "cudaComputeMode": (
+        ("cudaComputeModeDefault", 0),
+        ("cudaComputeModeExclusive", 1),
+        ("cudaComputeModeProhibited", 2),
+        ("cudaComputeModeExclusiveProcess", 3),
+    ),
+    "cudaLimit": (
+        ("cudaLimitStackSize", 0),
+        ("cudaLimitPrintfFifoSize", 1),
+        ("cudaLimitMallocHeapSize", 2),
+        ("cudaLimitDevRuntimeSyncDepth", 3),
+        ("cudaLimitDevRuntimePendingLaunchCount", 4),
+        ("cudaLimitMaxL2FetchGranularity", 5),
+        ("cudaLimitPersistingL2CacheSize", 6),
+    ),
+    "cudaMemoryAdvise": (
+        ("cudaMemAdviseSetReadMostly", 1),
+        ("cudaMemAdviseUnsetReadMostly", 2),
+        ("cudaMemAdviseSetPreferredLocation", 3),
+        ("cudaMemAdviseUnsetPreferredLocation", 4),
+        ("cudaMemAdviseSetAccessedBy", 5),
+        ("cudaMemAdviseUnsetAccessedBy", 6),
+    ),
+    "cudaMemRangeAttribute": (
+        ("cudaMemRangeAttributeReadMostly", 1),
+        ("cudaMemRangeAttributePreferredLocation", 2),
+        ("cudaMemRangeAttributeAccessedBy", 3),
+        ("cudaMemRangeAttributeLastPrefetchLocation", 4),
+        ("cudaMemRangeAttributePreferredLocationType", 5),
+        ("cudaMemRangeAttributePreferredLocationId", 6),
+        ("cudaMemRangeAttributeLastPrefetchLocationType", 7),
+        ("cudaMemRangeAttributeLastPrefetchLocationId", 8),
+    ),
+    "cudaFlushGPUDirectRDMAWritesOptions": (
+        ("cudaFlushGPUDirectRDMAWritesOptionHost", 1),
+        ("cudaFlushGPUDirectRDMAWritesOptionMemOps", 2),
+    ),
+    "cudaGPUDirectRDMAWritesOrdering": (
+        ("cudaGPUDirectRDMAWritesOrderingNone", 0),
+        ("cudaGPUDirectRDMAWritesOrderingOwner", 100),
+        ("cudaGPUDirectRDMAWritesOrderingAllDevices", 200),
+    ),
+    "cudaFlushGPUDirectRDMAWritesScope": (
+        ("cudaFlushGPUDirectRDMAWritesToOwner", 100),
+        ("cudaFlushGPUDirectRDMAWritesToAllDevices", 200),
+    ),
+    "cudaFlushGPUDirectRDMAWritesTarget": (
+        ("cudaFlushGPUDirectRDMAWritesTargetCurrentDevice", 0),
+    ),
+    "cudaDeviceAttr": (
+        ("cudaDevAttrMaxThreadsPerBlock", 1),
+        ("cudaDevAttrMaxBlockDimX", 2),
+        ("cudaDevAttrMaxBlockDimY", 3),
+        ("cudaDevAttrMaxBlockDimZ", 4),
+        ("cudaDevAttrMaxGridDimX", 5),
+        ("cudaDevAttrMaxGridDimY", 6),
+        ("cudaDevAttrMaxGridDimZ", 7),
+        ("cudaDevAttrMaxSharedMemoryPerBlock", 8),
+        ("cudaDevAttrTotalConstantMemory", 9),
+        ("cudaDevAttrWarpSize", 10),
+        ("cudaDevAttrMaxPitch", 11),
+        ("cudaDevAttrMaxRegistersPerBlock", 12),
+        ("cudaDevAttrClockRate", 13),
+        ("cudaDevAttrTextureAlignment", 14),
+        ("cudaDevAttrGpuOverlap", 15),
+        ("cudaDevAttrMultiProcessorCount", 16),
+        ("cudaDevAttrKernelExecTimeout", 17),
+        ("cudaDevAttrIntegrated", 18),
+        ("cudaDevAttrCanMapHostMemory", 19),
+        ("cudaDevAttrComputeMode", 20),
+        ("cudaDevAttrMaxTexture1DWidth", 21),
+        ("cudaDevAttrMaxTexture2DWidth", 22),
+        ("cudaDevAttrMaxTexture2DHeight", 23),
+        ("cudaDevAttrMaxTexture3DWidth", 24),
+        ("cudaDevAttrMaxTexture3DHeight", 25),
+        ("cudaDevAttrMaxTexture3DDepth", 26),
+        ("cudaDevAttrMaxTexture2DLayeredWidth", 27),
+        ("cudaDevAttrMaxTexture2DLayeredHeight", 28),
+        ("cudaDevAttrMaxTexture2DLayeredLayers", 29),
+        ("cudaDevAttrSurfaceAlignment", 30),
+        ("cudaDevAttrConcurrentKernels", 31),
+        ("cudaDevAttrEccEnabled", 32),
+        ("cudaDevAttrPciBusId", 33),
+        ("cudaDevAttrPciDeviceId", 34),
+        ("cudaDevAttrTccDriver", 35),
+        ("cudaDevAttrMemoryClockRate", 36),
+        ("cudaDevAttrGlobalMemoryBusWidth", 37),
+        ("cudaDevAttrL2CacheSize", 38),
+        ("cudaDevAttrMaxThreadsPerMultiProcessor", 39),
+        ("cudaDevAttrAsyncEngineCount", 40),
+        ("cudaDevAttrUnifiedAddressing", 41),
+        ("cudaDevAttrMaxTexture1DLayeredWidth", 42),
+        ("cudaDevAttrMaxTexture1DLayeredLayers", 43),
+        ("cudaDevAttrMaxTexture2DGatherWidth", 45),
+        ("cudaDevAttrMaxTexture2DGatherHeight", 46),
+        ("cudaDevAttrMaxTexture3DWidthAlt", 47),
+        ("cudaDevAttrMaxTexture3DHeightAlt", 48),
+        ("cudaDevAttrMaxTexture3DDepthAlt", 49),
+        ("cudaDevAttrPciDomainId", 50),
+        ("cudaDevAttrTexturePitchAlignment", 51),
+        ("cudaDevAttrMaxTextureCubemapWidth", 52),
+        ("cudaDevAttrMaxTextureCubemapLayeredWidth", 53),
+        ("cudaDevAttrMaxTextureCubemapLayeredLayers", 54),
+        ("cudaDevAttrMaxSurface1DWidth", 55),
+        ("cudaDevAttrMaxSurface2DWidth", 56),
+        ("cudaDevAttrMaxSurface2DHeight", 57),
+        ("cudaDevAttrMaxSurface3DWidth", 58),
+        ("cudaDevAttrMaxSurface3DHeight", 59),
+        ("cudaDevAttrMaxSurface3DDepth", 60),
+        ("cudaDevAttrMaxSurface1DLayeredWidth", 61),
+        ("cudaDevAttrMaxSurface1DLayeredLayers", 62),
+        ("cudaDevAttrMaxSurface2DLayeredWidth", 63),
+        ("cudaDevAttrMaxSurface2DLayeredHeight", 64),
+        ("cudaDevAttrMaxSurface2DLayeredLayers", 65),
+        ("cudaDevAttrMaxSurfaceCubemapWidth", 66),
+        ("cudaDevAttrMaxSurfaceCubemapLayeredWidth", 67),
+        ("cudaDevAttrMaxSurfaceCubemapLayeredLayers", 68),
+        ("cudaDevAttrMaxTexture1DLinearWidth", 69),
+        ("cudaDevAttrMaxTexture2DLinearWidth", 70),
+        ("cudaDevAttrMaxTexture2DLinearHeight", 71),
+        ("cudaDevAttrMaxTexture2DLinearPitch", 72),
+        ("cudaDevAttrMaxTexture2DMipmappedWidth", 73),
+        ("cudaDevAttrMaxTexture2DMipmappedHeight", 74),
+        ("cudaDevAttrComputeCapabilityMajor", 75),
+        ("cudaDevAttrComputeCapabilityMinor", 76),
+        ("cudaDevAttrMaxTexture1DMipmappedWidth", 77),
+        ("cudaDevAttrStreamPrioritiesSupported", 78),
+        ("cudaDevAttrGlobalL1CacheSupported", 79),
+        ("cudaDevAttrLocalL1CacheSupported", 80),
+        ("cudaDevAttrMaxSharedMemoryPerMultiprocessor", 81),
+        ("cudaDevAttrMaxRegistersPerMultiprocessor", 82),
+        ("cudaDevAttrManagedMemory", 83),
+        ("cudaDevAttrIsMultiGpuBoard", 84),
+        ("cudaDevAttrMultiGpuBoardGroupID", 85),
+        ("cudaDevAttrHostNativeAtomicSupported", 86),
+        ("cudaDevAttrSingleToDoublePrecisionPerfRatio", 87),
+        ("cudaDevAttrPageableMemoryAccess", 88),
+        ("cudaDevAttrConcurrentManagedAccess", 89),
+        ("cudaDevAttrComputePreemptionSupported", 90),
+        ("cudaDevAttrCanUseHostPointerForRegisteredMem", 91),
+        ("cudaDevAttrReserved92", 92),
+        ("cudaDevAttrReserved93", 93),
+        ("cudaDevAttrReserved94", 94),
+        ("cudaDevAttrCooperativeLaunch", 95),
+        ("cudaDevAttrReserved96", 96),
+        ("cudaDevAttrMaxSharedMemoryPerBlockOptin", 97),
+        ("cudaDevAttrCanFlushRemoteWrites", 98),
+        ("cudaDevAttrHostRegisterSupported", 99),
+        ("cudaDevAttrPageableMemoryAccessUsesHostPageTables", 100),
+        ("cudaDevAttrDirectManagedMemAccessFromHost", 101),
+        ("cudaDevAttrMaxBlocksPerMultiprocessor", 106),
+        ("cudaDevAttrMaxPersistingL2CacheSize", 108),
+        ("cudaDevAttrMaxAccessPolicyWindowSize", 109),
+        ("cudaDevAttrReservedSharedMemoryPerBlock", 111),
+        ("cudaDevAttrSparseCudaArraySupported", 112),
+        ("cudaDevAttrHostRegisterReadOnlySupported", 113),
+        ("cudaDevAttrTimelineSemaphoreInteropSupported", 114),
+        ("cudaDevAttrMemoryPoolsSupported", 115),
+        ("cudaDevAttrGPUDirectRDMASupported", 116),
+        ("cudaDevAttrGPUDirectRDMAFlushWritesOptions", 117),
+        ("cudaDevAttrGPUDirectRDMAWritesOrdering", 118),
+        ("cudaDevAttrMemoryPoolSupportedHandleTypes", 119),
+        ("cudaDevAttrClusterLaunch", 120),
+        ("cudaDevAttrDeferredMappingCudaArraySupported", 121),
+        ("cudaDevAttrReserved122", 122),
+        ("cudaDevAttrReserved123", 123),
+        ("cudaDevAttrReserved124", 124),
+        ("cudaDevAttrIpcEventSupport", 125),
+        ("cudaDevAttrMemSyncDomainCount", 126),
+        ("cudaDevAttrReserved127", 127),
+        ("cudaDevAttrReserved128", 128),
+        ("cudaDevAttrReserved129", 129),
+        ("cudaDevAttrNumaConfig", 130),
+        ("cudaDevAttrNumaId", 131),
+        ("cudaDevAttrReserved132", 132),
+        ("cudaDevAttrMpsEnabled", 133),
+        ("cudaDevAttrHostNumaId", 134),
+        ("cudaDevAttrD3D12CigSupported", 135),
+        ("cudaDevAttrVulkanCigSupported", 138),
+        ("cudaDevAttrGpuPciDeviceId", 139),
+        ("cudaDevAttrGpuPciSubsystemId", 140),
+        ("cudaDevAttrReserved141", 141),
+        ("cudaDevAttrHostNumaMemoryPoolsSupported", 142),
+        ("cudaDevAttrHostNumaMultinodeIpcSupported", 143),
+        ("cudaDevAttrHostMemoryPoolsSupported", 144),
+        ("cudaDevAttrReserved145", 145),
+        ("cudaDevAttrOnlyPartialHostNativeAtomicSupported", 147),
+        ("cudaDevAttrMax", 148),
+    ),
+    "cudaMemPoolAttr": (
+        ("cudaMemPoolReuseFollowEventDependencies", 1),
+        ("cudaMemPoolReuseAllowOpportunistic", 2),
+        ("cudaMemPoolReuseAllowInternalDependencies", 3),
+        ("cudaMemPoolAttrReleaseThreshold", 4),
+        ("cudaMemPoolAttrReservedMemCurrent", 5),
+        ("cudaMemPoolAttrReservedMemHigh", 6),
+        ("cudaMemPoolAttrUsedMemCurrent", 7),
+        ("cudaMemPoolAttrUsedMemHigh", 8),
+    ),
+    "cudaMemLocationType": (
+        ("cudaMemLocationTypeInvalid", 0),
+        ("cudaMemLocationTypeNone", 0),
+        ("cudaMemLocationTypeDevice", 1),
+        ("cudaMemLocationTypeHost", 2),
+        ("cudaMemLocationTypeHostNuma", 3),
+        ("cudaMemLocationTypeHostNumaCurrent", 4),
+    ),
+    "cudaMemAccessFlags": (
+        ("cudaMemAccessFlagsProtNone", 0),
+        ("cudaMemAccessFlagsProtRead", 1),
+        ("cudaMemAccessFlagsProtReadWrite", 3),
+    ),
+    "cudaMemAllocationType": (
+        ("cudaMemAllocationTypeInvalid", 0),
+        ("cudaMemAllocationTypePinned", 1),
+        ("cudaMemAllocationTypeManaged", 2),
+        ("cudaMemAllocationTypeMax", 2147483647),
+    ),
+    "cudaMemAllocationHandleType": (
+        ("cudaMemHandleTypeNone", 0),
+        ("cudaMemHandleTypePosixFileDescriptor", 1),
+        ("cudaMemHandleTypeWin32", 2),
+        ("cudaMemHandleTypeWin32Kmt", 4),
+        ("cudaMemHandleTypeFabric", 8),
+    ),
+    "cudaGraphMemAttributeType": (
+        ("cudaGraphMemAttrUsedMemCurrent", 0),
+        ("cudaGraphMemAttrUsedMemHigh", 1),
+        ("cudaGraphMemAttrReservedMemCurrent", 2),
+        ("cudaGraphMemAttrReservedMemHigh", 3),
+    ),
+    "cudaMemcpyFlags": (
+        ("cudaMemcpyFlagDefault", 0),
+        ("cudaMemcpyFlagPreferOverlapWithCompute", 1),
+    ),
+    "cudaMemcpySrcAccessOrder": (
+        ("cudaMemcpySrcAccessOrderInvalid", 0),
+        ("cudaMemcpySrcAccessOrderStream", 1),
+        ("cudaMemcpySrcAccessOrderDuringApiCall", 2),
+        ("cudaMemcpySrcAccessOrderAny", 3),
+        ("cudaMemcpySrcAccessOrderMax", 2147483647),
+    ),
+    "cudaMemcpy3DOperandType": (
+        ("cudaMemcpyOperandTypePointer", 1),
+        ("cudaMemcpyOperandTypeArray", 2),
+        ("cudaMemcpyOperandTypeMax", 2147483647),
+    ),
+    "cudaDeviceP2PAttr": (
+        ("cudaDevP2PAttrPerformanceRank", 1),
+        ("cudaDevP2PAttrAccessSupported", 2),
+        ("cudaDevP2PAttrNativeAtomicSupported", 3),
+        ("cudaDevP2PAttrCudaArrayAccessSupported", 4),
+        ("cudaDevP2PAttrOnlyPartialNativeAtomicSupported", 5),
+    ),
+    "cudaAtomicOperation": (
+        ("cudaAtomicOperationIntegerAdd", 0),
+        ("cudaAtomicOperationIntegerMin", 1),
+        ("cudaAtomicOperationIntegerMax", 2),
+        ("cudaAtomicOperationIntegerIncrement", 3),
+        ("cudaAtomicOperationIntegerDecrement", 4),
+        ("cudaAtomicOperationAnd", 5),
+        ("cudaAtomicOperationOr", 6),
+        ("cudaAtomicOperationXOR", 7),
+        ("cudaAtomicOperationExchange", 8),
+        ("cudaAtomicOperationCAS", 9),
+        ("cudaAtomicOperationFloatAdd", 10),
+        ("cudaAtomicOperationFloatMin", 11),
+        ("cudaAtomicOperationFloatMax", 12),
+    ),
+    "cudaAtomicOperationCapability": (
+        ("cudaAtomicCapabilitySigned", 1),
+        ("cudaAtomicCapabilityUnsigned", 2),
+        ("cudaAtomicCapabilityReduction", 4),
+        ("cudaAtomicCapabilityScalar32", 8),
+        ("cudaAtomicCapabilityScalar64", 16),
+        ("cudaAtomicCapabilityScalar128", 32),
+        ("cudaAtomicCapabilityVector32x4", 64),
+    ),
+    "cudaExternalMemoryHandleType": (
+        ("cudaExternalMemoryHandleTypeOpaqueFd", 1),
+        ("cudaExternalMemoryHandleTypeOpaqueWin32", 2),
+        ("cudaExternalMemoryHandleTypeOpaqueWin32Kmt", 3),
+        ("cudaExternalMemoryHandleTypeD3D12Heap", 4),
+        ("cudaExternalMemoryHandleTypeD3D12Resource", 5),
+        ("cudaExternalMemoryHandleTypeD3D11Resource", 6),
+        ("cudaExternalMemoryHandleTypeD3D11ResourceKmt", 7),
+        ("cudaExternalMemoryHandleTypeNvSciBuf", 8),
+    ),
+    "cudaExternalSemaphoreHandleType": (
+        ("cudaExternalSemaphoreHandleTypeOpaqueFd", 1),
+        ("cudaExternalSemaphoreHandleTypeOpaqueWin32", 2),
+        ("cudaExternalSemaphoreHandleTypeOpaqueWin32Kmt", 3),
+        ("cudaExternalSemaphoreHandleTypeD3D12Fence", 4),
+        ("cudaExternalSemaphoreHandleTypeD3D11Fence", 5),
+        ("cudaExternalSemaphoreHandleTypeNvSciSync", 6),
+        ("cudaExternalSemaphoreHandleTypeKeyedMutex", 7),
+        ("cudaExternalSemaphoreHandleTypeKeyedMutexKmt", 8),
+        ("cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd", 9),
+        ("cudaExternalSemaphoreHandleTypeTimelineSemaphoreWin32", 10),
+    ),
+    "cudaJitOption": (
+        ("cudaJitMaxRegisters", 0),
+        ("cudaJitThreadsPerBlock", 1),
+        ("cudaJitWallTime", 2),
+        ("cudaJitInfoLogBuffer", 3),
+        ("cudaJitInfoLogBufferSizeBytes", 4),
+        ("cudaJitErrorLogBuffer", 5),
+        ("cudaJitErrorLogBufferSizeBytes", 6),
+        ("cudaJitOptimizationLevel", 7),
+        ("cudaJitFallbackStrategy", 10),
+        ("cudaJitGenerateDebugInfo", 11),
+        ("cudaJitLogVerbose", 12),
+        ("cudaJitGenerateLineInfo", 13),
+        ("cudaJitCacheMode", 14),
+        ("cudaJitPositionIndependentCode", 30),
+        ("cudaJitMinCtaPerSm", 31),
+        ("cudaJitMaxThreadsPerBlock", 32),
+        ("cudaJitOverrideDirectiveValues", 33),
+    ),
+    "cudaLibraryOption": (
+        ("cudaLibraryHostUniversalFunctionAndDataTable", 0),
+        ("cudaLibraryBinaryIsPreserved", 1),
+    ),
+    "cudaJit_CacheMode": (
+        ("cudaJitCacheOptionNone", 0),
+        ("cudaJitCacheOptionCG", 1),
+        ("cudaJitCacheOptionCA", 2),
+    ),
+    "cudaJit_Fallback": (
+        ("cudaPreferPtx", 0),
+        ("cudaPreferBinary", 1),
+    ),
+    "cudaCGScope": (
+        ("cudaCGScopeInvalid", 0),
+        ("cudaCGScopeGrid", 1),
+        ("cudaCGScopeReserved", 2),
+    ),
+    "cudaGraphConditionalHandleFlags": (
+        ("cudaGraphCondAssignDefault", 1),
+    ),
+    "cudaGraphConditionalNodeType": (
+        ("cudaGraphCondTypeIf", 0),
+        ("cudaGraphCondTypeWhile", 1),
+        ("cudaGraphCondTypeSwitch", 2),
+    ),
+    "cudaGraphNodeType": (
+        ("cudaGraphNodeTypeKernel", 0),
+        ("cudaGraphNodeTypeMemcpy", 1),
+        ("cudaGraphNodeTypeMemset", 2),
+        ("cudaGraphNodeTypeHost", 3),
+        ("cudaGraphNodeTypeGraph", 4),
+        ("cudaGraphNodeTypeEmpty", 5),
+        ("cudaGraphNodeTypeWaitEvent", 6),
+        ("cudaGraphNodeTypeEventRecord", 7),
+        ("cudaGraphNodeTypeExtSemaphoreSignal", 8),
+        ("cudaGraphNodeTypeExtSemaphoreWait", 9),
+        ("cudaGraphNodeTypeMemAlloc", 10),
+        ("cudaGraphNodeTypeMemFree", 11),
+        ("cudaGraphNodeTypeConditional", 13),
+        ("cudaGraphNodeTypeCount", 14),
+    ),
+    "cudaGraphChildGraphNodeOwnership": (
+        ("cudaGraphChildGraphOwnershipClone", 0),
+        ("cudaGraphChildGraphOwnershipMove", 1),
+    ),
+    "cudaGraphDependencyType": (
+        ("cudaGraphDependencyTypeDefault", 0),
+        ("cudaGraphDependencyTypeProgrammatic", 1),
+    ),
+    "cudaGraphExecUpdateResult": (
+        ("cudaGraphExecUpdateSuccess", 0),
+        ("cudaGraphExecUpdateError", 1),
+        ("cudaGraphExecUpdateErrorTopologyChanged", 2),
+        ("cudaGraphExecUpdateErrorNodeTypeChanged", 3),
+        ("cudaGraphExecUpdateErrorFunctionChanged", 4),
+        ("cudaGraphExecUpdateErrorParametersChanged", 5),
+        ("cudaGraphExecUpdateErrorNotSupported", 6),
+        ("cudaGraphExecUpdateErrorUnsupportedFunctionChange", 7),
+        ("cudaGraphExecUpdateErrorAttributesChanged", 8),
+    ),
+    "cudaGraphInstantiateResult": (
+        ("cudaGraphInstantiateSuccess", 0),
+        ("cudaGraphInstantiateError", 1),
+        ("cudaGraphInstantiateInvalidStructure", 2),
+        ("cudaGraphInstantiateNodeOperationNotSupported", 3),
+        ("cudaGraphInstantiateMultipleDevicesNotSupported", 4),
+        ("cudaGraphInstantiateConditionalHandleUnused", 5),
+    ),
+    "cudaGraphKernelNodeField": (
+        ("cudaGraphKernelNodeFieldInvalid", 0),
+        ("cudaGraphKernelNodeFieldGridDim", 1),
+        ("cudaGraphKernelNodeFieldParam", 2),
+        ("cudaGraphKernelNodeFieldEnabled", 3),
+    ),
+    "cudaGetDriverEntryPointFlags": (
+        ("cudaEnableDefault", 0),
+        ("cudaEnableLegacyStream", 1),
+        ("cudaEnablePerThreadDefaultStream", 2),
+    ),
+    "cudaDriverEntryPointQueryResult": (
+        ("cudaDriverEntryPointSuccess", 0),
+        ("cudaDriverEntryPointSymbolNotFound", 1),
+        ("cudaDriverEntryPointVersionNotSufficent", 2),
+    ),
+    "cudaGraphDebugDotFlags": (
+        ("cudaGraphDebugDotFlagsVerbose", 1),
+        ("cudaGraphDebugDotFlagsKernelNodeParams", 4),
+        ("cudaGraphDebugDotFlagsMemcpyNodeParams", 8),
+        ("cudaGraphDebugDotFlagsMemsetNodeParams", 16),
+        ("cudaGraphDebugDotFlagsHostNodeParams", 32),
+        ("cudaGraphDebugDotFlagsEventNodeParams", 64),
+        ("cudaGraphDebugDotFlagsExtSemasSignalNodeParams", 128),
+        ("cudaGraphDebugDotFlagsExtSemasWaitNodeParams", 256),
+        ("cudaGraphDebugDotFlagsKernelNodeAttributes", 512),
+        ("cudaGraphDebugDotFlagsHandles", 1024),
+        ("cudaGraphDebugDotFlagsConditionalNodeParams", 32768),
+    ),
+    "cudaGraphInstantiateFlags": (
+        ("cudaGraphInstantiateFlagAutoFreeOnLaunch", 1),
+        ("cudaGraphInstantiateFlagUpload", 2),
+        ("cudaGraphInstantiateFlagDeviceLaunch", 4),
+        ("cudaGraphInstantiateFlagUseNodePriority", 8),
+    ),
+    "cudaLaunchMemSyncDomain": (
+        ("cudaLaunchMemSyncDomainDefault", 0),
+        ("cudaLaunchMemSyncDomainRemote", 1),
+    ),
+    "cudaLaunchAttributeID": (
+        ("cudaLaunchAttributeIgnore", 0),
+        ("cudaLaunchAttributeAccessPolicyWindow", 1),
+        ("cudaLaunchAttributeCooperative", 2),
+        ("cudaLaunchAttributeSynchronizationPolicy", 3),
+        ("cudaLaunchAttributeClusterDimension", 4),
+        ("cudaLaunchAttributeClusterSchedulingPolicyPreference", 5),
+        ("cudaLaunchAttributeProgrammaticStreamSerialization", 6),
+        ("cudaLaunchAttributeProgrammaticEvent", 7),
+        ("cudaLaunchAttributePriority", 8),
+        ("cudaLaunchAttributeMemSyncDomainMap", 9),
+        ("cudaLaunchAttributeMemSyncDomain", 10),
+        ("cudaLaunchAttributePreferredClusterDimension", 11),
+        ("cudaLaunchAttributeLaunchCompletionEvent", 12),
+        ("cudaLaunchAttributeDeviceUpdatableKernelNode", 13),
+        ("cudaLaunchAttributePreferredSharedMemoryCarveout", 14),
+        ("cudaLaunchAttributeNvlinkUtilCentricScheduling", 16),
+    ),
+    "cudaDeviceNumaConfig": (
+        ("cudaDeviceNumaConfigNone", 0),
+        ("cudaDeviceNumaConfigNumaNode", 1),
+    ),
+    "cudaAsyncNotificationType": (
+        ("cudaAsyncNotificationTypeOverBudget", 1),
+    ),
+    "cudaLogLevel": (
+        ("cudaLogLevelError", 0),
+        ("cudaLogLevelWarning", 1),
+    ),
+    "cudaSurfaceBoundaryMode": (
+        ("cudaBoundaryModeZero", 0),
+        ("cudaBoundaryModeClamp", 1),
+        ("cudaBoundaryModeTrap", 2),
+    ),
+    "cudaSurfaceFormatMode": (
+        ("cudaFormatModeForced", 0),
+        ("cudaFormatModeAuto", 1),
+    ),
+    "cudaTextureAddressMode": (
+        ("cudaAddressModeWrap", 0),
+        ("cudaAddressModeClamp", 1),
+        ("cudaAddressModeMirror", 2),
+        ("cudaAddressModeBorder", 3),
+    ),
+    "cudaTextureFilterMode": (
+        ("cudaFilterModePoint", 0),
+        ("cudaFilterModeLinear", 1),
+    ),
+    "cudaTextureReadMode": (
+        ("cudaReadModeElementType", 0),
+        ("cudaReadModeNormalizedFloat", 1),
+    ),
+    "cudaGLDeviceList": (
+        ("cudaGLDeviceListAll", 1),
+        ("cudaGLDeviceListCurrentFrame", 2),
+        ("cudaGLDeviceListNextFrame", 3),
+    ),
+    "cudaGLMapFlags": (
+        ("cudaGLMapFlagsNone", 0),
+        ("cudaGLMapFlagsReadOnly", 1),
+        ("cudaGLMapFlagsWriteDiscard", 2),
+    ),
+    "cudaDataType": (
+        ("CUDA_R_16F", 2),
+        ("CUDA_C_16F", 6),
+        ("CUDA_R_16BF", 14),
+        ("CUDA_C_16BF", 15),
+        ("CUDA_R_32F", 0),
+        ("CUDA_C_32F", 4),
+        ("CUDA_R_64F", 1),
+        ("CUDA_C_64F", 5),
+        ("CUDA_R_4I", 16),
+        ("CUDA_C_4I", 17),
+        ("CUDA_R_4U", 18),
+        ("CUDA_C_4U", 19),
+        ("CUDA_R_8I", 3),
+        ("CUDA_C_8I", 7),
+        ("CUDA_R_8U", 8),
+        ("CUDA_C_8U", 9),
+        ("CUDA_R_16I", 20),
+        ("CUDA_C_16I", 21),
+        ("CUDA_R_16U", 22),
+        ("CUDA_C_16U", 23),
+        ("CUDA_R_32I", 10),
+        ("CUDA_C_32I", 11),
+        ("CUDA_R_32U", 12),
+        ("CUDA_C_32U", 13),
+        ("CUDA_R_64I", 24),
+        ("CUDA_C_64I", 25),
+        ("CUDA_R_64U", 26),
+        ("CUDA_C_64U", 27),
+        ("CUDA_R_8F_E4M3", 28),
+        ("CUDA_R_8F_UE4M3", 28),
+        ("CUDA_R_8F_E5M2", 29),
+        ("CUDA_R_8F_UE8M0", 30),
+        ("CUDA_R_6F_E2M3", 31),
+        ("CUDA_R_6F_E3M2", 32),
+        ("CUDA_R_4F_E2M1", 33),
+    ),
+    "cudaEmulationStrategy": (
+        ("CUDA_EMULATION_STRATEGY_DEFAULT", 0),
+        ("CUDA_EMULATION_STRATEGY_PERFORMANT", 1),
+        ("CUDA_EMULATION_STRATEGY_EAGER", 2),
+    ),
+    "cudaEmulationMantissaControl": (
+        ("CUDA_EMULATION_MANTISSA_CONTROL_DYNAMIC", 0),
+        ("CUDA_EMULATION_MANTISSA_CONTROL_FIXED", 1),
+    ),
+    "cudaEmulationSpecialValuesSupport": (
+        ("CUDA_EMULATION_SPECIAL_VALUES_SUPPORT_DEFAULT", 65535),
+        ("CUDA_EMULATION_SPECIAL_VALUES_SUPPORT_NONE", 0),
+        ("CUDA_EMULATION_SPECIAL_VALUES_SUPPORT_INFINITY", 1),
+        ("CUDA_EMULATION_SPECIAL_VALUES_SUPPORT_NAN", 2),
+    ),
+    "libraryPropertyType": (
+        ("MAJOR_VERSION", 0),
+        ("MINOR_VERSION", 1),
+        ("PATCH_LEVEL", 2),
+    ),
+    "cudaEglFrameType": (
+        ("cudaEglFrameTypeArray", 0),
+        ("cudaEglFrameTypePitch", 1),
+    ),
+    "cudaEglResourceLocationFlags": (
+        ("cudaEglResourceLocationSysmem", 0),
+        ("cudaEglResourceLocationVidmem", 1),
+    ),
+    "cudaEglColorFormat": (
+        ("cudaEglColorFormatYUV420Planar", 0),
+        ("cudaEglColorFormatYUV420SemiPlanar", 1),
+        ("cudaEglColorFormatYUV422Planar", 2),
+        ("cudaEglColorFormatYUV422SemiPlanar", 3),
+        ("cudaEglColorFormatARGB", 6),
+        ("cudaEglColorFormatRGBA", 7),
+        ("cudaEglColorFormatL", 8),
+        ("cudaEglColorFormatR", 9),
+        ("cudaEglColorFormatYUV444Planar", 10),
+        ("cudaEglColorFormatYUV444SemiPlanar", 11),
+        ("cudaEglColorFormatYUYV422", 12),
+        ("cudaEglColorFormatUYVY422", 13),
+        ("cudaEglColorFormatABGR", 14),
+        ("cudaEglColorFormatBGRA", 15),
+        ("cudaEglColorFormatA", 16),
+        ("cudaEglColorFormatRG", 17),
+        ("cudaEglColorFormatAYUV", 18),
+        ("cudaEglColorFormatYVU444SemiPlanar", 19),
+        ("cudaEglColorFormatYVU422SemiPlanar", 20),
+        ("cudaEglColorFormatYVU420SemiPlanar", 21),
+        ("cudaEglColorFormatY10V10U10_444SemiPlanar", 22),
+        ("cudaEglColorFormatY10V10U10_420SemiPlanar", 23),
+        ("cudaEglColorFormatY12V12U12_444SemiPlanar", 24),
+        ("cudaEglColorFormatY12V12U12_420SemiPlanar", 25),
+        ("cudaEglColorFormatVYUY_ER", 26),
+        ("cudaEglColorFormatUYVY_ER", 27),
+        ("cudaEglColorFormatYUYV_ER", 28),
+        ("cudaEglColorFormatYVYU_ER", 29),
+        ("cudaEglColorFormatYUVA_ER", 31),
+        ("cudaEglColorFormatAYUV_ER", 32),
+        ("cudaEglColorFormatYUV444Planar_ER", 33),
+        ("cudaEglColorFormatYUV422Planar_ER", 34),
+        ("cudaEglColorFormatYUV420Planar_ER", 35),
+        ("cudaEglColorFormatYUV444SemiPlanar_ER", 36),
+        ("cudaEglColorFormatYUV422SemiPlanar_ER", 37),
+        ("cudaEglColorFormatYUV420SemiPlanar_ER", 38),
+        ("cudaEglColorFormatYVU444Planar_ER", 39),
+        ("cudaEglColorFormatYVU422Planar_ER", 40),
+        ("cudaEglColorFormatYVU420Planar_ER", 41),
+        ("cudaEglColorFormatYVU444SemiPlanar_ER", 42),
+        ("cudaEglColorFormatYVU422SemiPlanar_ER", 43),
+        ("cudaEglColorFormatYVU420SemiPlanar_ER", 44),
+        ("cudaEglColorFormatBayerRGGB", 45),
+        ("cudaEglColorFormatBayerBGGR", 46),
+        ("cudaEglColorFormatBayerGRBG", 47),
+        ("cudaEglColorFormatBayerGBRG", 48),
+        ("cudaEglColorFormatBayer10RGGB", 49),
+        ("cudaEglColorFormatBayer10BGGR", 50),
+        ("cudaEglColorFormatBayer10GRBG", 51),
+        ("cudaEglColorFormatBayer10GBRG", 52),
+        ("cudaEglColorFormatBayer12RGGB", 53),
+        ("cudaEglColorFormatBayer12BGGR", 54),
+        ("cudaEglColorFormatBayer12GRBG", 55),
+        ("cudaEglColorFormatBayer12GBRG", 56),
+        ("cudaEglColorFormatBayer14RGGB", 57),
+        ("cudaEglColorFormatBayer14BGGR", 58),
+        ("cudaEglColorFormatBayer14GRBG", 59),
+        ("cudaEglColorFormatBayer14GBRG", 60),
+        ("cudaEglColorFormatBayer20RGGB", 61),
+        ("cudaEglColorFormatBayer20BGGR", 62),
+        ("cudaEglColorFormatBayer20GRBG", 63),
+        ("cudaEglColorFormatBayer20GBRG", 64),
+        ("cudaEglColorFormatYVU444Planar", 65),
+        ("cudaEglColorFormatYVU422Planar", 66),
+        ("cudaEglColorFormatYVU420Planar", 67),
+        ("cudaEglColorFormatBayerIspRGGB", 68),
+        ("cudaEglColorFormatBayerIspBGGR", 69),
+        ("cudaEglColorFormatBayerIspGRBG", 70),
+        ("cudaEglColorFormatBayerIspGBRG", 71),
+        ("cudaEglColorFormatBayerBCCR", 72),
+        ("cudaEglColorFormatBayerRCCB", 73),
+        ("cudaEglColorFormatBayerCRBC", 74),
+        ("cudaEglColorFormatBayerCBRC", 75),
+        ("cudaEglColorFormatBayer10CCCC", 76),
+        ("cudaEglColorFormatBayer12BCCR", 77),
+        ("cudaEglColorFormatBayer12RCCB", 78),
+        ("cudaEglColorFormatBayer12CRBC", 79),
+        ("cudaEglColorFormatBayer12CBRC", 80),
+        ("cudaEglColorFormatBayer12CCCC", 81),
+        ("cudaEglColorFormatY", 82),
+        ("cudaEglColorFormatYUV420SemiPlanar_2020", 83),
+        ("cudaEglColorFormatYVU420SemiPlanar_2020", 84),
+        ("cudaEglColorFormatYUV420Planar_2020", 85),
+        ("cudaEglColorFormatYVU420Planar_2020", 86),
+        ("cudaEglColorFormatYUV420SemiPlanar_709", 87),
+        ("cudaEglColorFormatYVU420SemiPlanar_709", 88),
+        ("cudaEglColorFormatYUV420Planar_709", 89),
+        ("cudaEglColorFormatYVU420Planar_709", 90),
+        ("cudaEglColorFormatY10V10U10_420SemiPlanar_709", 91),
+        ("cudaEglColorFormatY10V10U10_420SemiPlanar_2020", 92),
+        ("cudaEglColorFormatY10V10U10_422SemiPlanar_2020", 93),
+        ("cudaEglColorFormatY10V10U10_422SemiPlanar", 94),
+        ("cudaEglColorFormatY10V10U10_422SemiPlanar_709", 95),
+        ("cudaEglColorFormatY_ER", 96),
+        ("cudaEglColorFormatY_709_ER", 97),
+        ("cudaEglColorFormatY10_ER", 98),
+        ("cudaEglColorFormatY10_709_ER", 99),
+        ("cudaEglColorFormatY12_ER", 100),
+        ("cudaEglColorFormatY12_709_ER", 101),
+        ("cudaEglColorFormatYUVA", 102),
+        ("cudaEglColorFormatYVYU", 104),
+        ("cudaEglColorFormatVYUY", 105),
+        ("cudaEglColorFormatY10V10U10_420SemiPlanar_ER", 106),
+        ("cudaEglColorFormatY10V10U10_420SemiPlanar_709_ER", 107),
+        ("cudaEglColorFormatY10V10U10_444SemiPlanar_ER", 108),
+        ("cudaEglColorFormatY10V10U10_444SemiPlanar_709_ER", 109),
+        ("cudaEglColorFormatY12V12U12_420SemiPlanar_ER", 110),
+        ("cudaEglColorFormatY12V12U12_420SemiPlanar_709_ER", 111),
+        ("cudaEglColorFormatY12V12U12_444SemiPlanar_ER", 112),
+        ("cudaEglColorFormatY12V12U12_444SemiPlanar_709_ER", 113),
+        ("cudaEglColorFormatUYVY709", 114),
+        ("cudaEglColorFormatUYVY709_ER", 115),
+        ("cudaEglColorFormatUYVY2020", 116),
+    ),
+}
+_ALIASES: dict[str, str] = {
+    "cudaError_t": "cudaError",
+    "cudaDataType_t": "cudaDataType",
+    "cudaEmulationStrategy_t": "cudaEmulationStrategy",
+    "cudaEmulationMantissaControl_t": "cudaEmulationMantissaControl",
+    "cudaEmulationSpecialValuesSupport_t": "cudaEmulationSpecialValuesSupport",
+    "libraryPropertyType_t": "libraryPropertyType",
+}
+
+
+def __getattr__(name):
+    """Makes an enum (or its alias) on first use; setdefault keeps one class per enum even
+    when two threads race to make it."""
+    canonical = _ALIASES.get(name, name)
+    members = _MEMBERS.get(canonical)
+    if members is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    made = globals().get(canonical)
+    if made is None:
+        made = globals().setdefault(canonical, enum.IntEnum(canonical, members,
+                                                            module=__name__))
+    globals()[name] = made
+    return made
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
 
 
 CUDART_VERSION = 13000
