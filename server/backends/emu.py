@@ -133,7 +133,7 @@ class EmuBackend(Backend):
         return run
 
     def synchronize(self) -> None:
-        """Kernels run to completion inside `launch`; nothing is ever outstanding."""
+        """Kernels run to completion inside their launcher; nothing is ever outstanding."""
 
     def close(self) -> None:
         self.memory = DeviceMemory()

@@ -116,20 +116,16 @@ class PreparedLaunch:
         self.local_size = kernel.local_size  # bytes of local memory per thread
         self.local_stride = _round16(max(kernel.local_size, 1))
         self.symbols = symbols
-        self.param_size = kernel.param_size
         threads = block[0] * block[1] * block[2]
-        nblocks = grid[0] * grid[1] * grid[2]
+        self._nblocks = grid[0] * grid[1] * grid[2]
         lane_bytes = 8 * kernel.register_count + kernel.local_size
-        per_chunk = max(1, min(LANES_PER_CHUNK, CHUNK_STATE_BYTES // max(lane_bytes, 1))
-                        // threads)
-        self._chunk_starts = range(0, nblocks, per_chunk)
-        self._nblocks = nblocks
-        self._per_chunk = per_chunk
-        self._small_chunks = (list(self._chunks()) if threads * nblocks <= SMALL_LAYOUT_LANES
+        self._per_chunk = max(1, min(LANES_PER_CHUNK, CHUNK_STATE_BYTES // max(lane_bytes, 1))
+                              // threads)
+        self._small_chunks = (list(self._chunks()) if threads * self._nblocks <= SMALL_LAYOUT_LANES
                               else None)
 
     def _chunks(self):
-        for first in self._chunk_starts:
+        for first in range(0, self._nblocks, self._per_chunk):
             yield Chunk(self.grid, self.block, first, min(self._per_chunk, self._nblocks - first))
 
     def run(self, params: bytes, memory: DeviceMemory) -> LaunchResult:
@@ -139,11 +135,11 @@ class PreparedLaunch:
 
     def execute(self, params: bytes, memory: DeviceMemory) -> LaunchResult:
         """`run`, for callers that run many launches inside one `quiet_floating_point()`."""
-        if len(params) != self.param_size:
-            raise LaunchError(CUDA_ERROR_INVALID_VALUE,
-                              f"{self.kernel_name!r} takes {self.param_size} bytes of "
-                              f"parameters, got {len(params)}")
         program, kernel = self.program, self.kernel
+        if len(params) != kernel.param_size:
+            raise LaunchError(CUDA_ERROR_INVALID_VALUE,
+                              f"{self.kernel_name!r} takes {kernel.param_size} bytes of "
+                              f"parameters, got {len(params)}")
         # Parameter space is read-only to kernels (spaces.locate refuses stores), so the
         # caller's bytes are used as they are.
         ctx = LaunchContext(self, memory, np.frombuffer(params, np.uint8))

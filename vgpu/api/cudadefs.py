@@ -8,7 +8,7 @@ Each enum is an `enum.IntEnum` named like its C typedef, members named like C's
 CUresult value to its doc comment in cuda.h.
 """
 
-import enum
+from vgpu.api.lazy_enums import lazy_enums
 
 __all__ = [
     "CUipcMem_flags",
@@ -1443,26 +1443,8 @@ _ALIASES: dict[str, str] = {
     "CUkernelNodeAttrID": "CUlaunchAttributeID",
     "CUstreamAttrID": "CUlaunchAttributeID",
 }
-
-
-def __getattr__(name):
-    """Makes an enum (or its alias) on first use; setdefault keeps one class per enum even
-    when two threads race to make it."""
-    canonical = _ALIASES.get(name, name)
-    members = _MEMBERS.get(canonical)
-    if members is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    made = globals().get(canonical)
-    if made is None:
-        made = globals().setdefault(canonical, enum.IntEnum(canonical, members,
-                                                            module=__name__))
-    globals()[name] = made
-    return made
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
-
+# Each enum is made on first use (vgpu/api/lazy_enums.py).
+__getattr__, __dir__ = lazy_enums(globals(), _MEMBERS, _ALIASES)
 
 CURESULT_DOC: dict[int, str] = {
     0: (

@@ -6,7 +6,7 @@ Each enum is an `enum.IntEnum` named like its C enum tag (`cudaError`, members
 `#define`d integers (`cudaHostAllocMapped`, `CUDART_VERSION`) keep their names.
 """
 
-import enum
+from vgpu.api.lazy_enums import lazy_enums
 
 __all__ = [
     "cudaRoundMode",
@@ -1183,26 +1183,8 @@ _ALIASES: dict[str, str] = {
     "cudaEmulationSpecialValuesSupport_t": "cudaEmulationSpecialValuesSupport",
     "libraryPropertyType_t": "libraryPropertyType",
 }
-
-
-def __getattr__(name):
-    """Makes an enum (or its alias) on first use; setdefault keeps one class per enum even
-    when two threads race to make it."""
-    canonical = _ALIASES.get(name, name)
-    members = _MEMBERS.get(canonical)
-    if members is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    made = globals().get(canonical)
-    if made is None:
-        made = globals().setdefault(canonical, enum.IntEnum(canonical, members,
-                                                            module=__name__))
-    globals()[name] = made
-    return made
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
-
+# Each enum is made on first use (vgpu/api/lazy_enums.py).
+__getattr__, __dir__ = lazy_enums(globals(), _MEMBERS, _ALIASES)
 
 CUDART_VERSION = 13000
 cudaArrayColorAttachment = 32

@@ -23,36 +23,13 @@ def _wrapped_string(text: str, indent: str) -> str:
     return f"(\n{inner}{indent})"
 
 
-# The enum modules make each IntEnum when it is first used: making all of them at import
-# (114 in cuda.h, 100 in the runtime's headers) cost 18 ms of every CUDA program's start.
-_LAZY_ENUMS = '''
-
-def __getattr__(name):
-    """Makes an enum (or its alias) on first use; setdefault keeps one class per enum even
-    when two threads race to make it."""
-    canonical = _ALIASES.get(name, name)
-    members = _MEMBERS.get(canonical)
-    if members is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    made = globals().get(canonical)
-    if made is None:
-        made = globals().setdefault(canonical, enum.IntEnum(canonical, members,
-                                                            module=__name__))
-    globals()[name] = made
-    return made
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
-'''
-
-
 def _enum_module(headers: ApiHeaders, banner: str, docstring: list[str],
                  extra_names: list[str], extra: list[str]) -> str:
     names = [enum.name for enum in headers.enums]
     names += [alias for enum in headers.enums for alias in enum.aliases]
     names += [*extra_names, *headers.macros]
-    out = [banner, *docstring, "", "import enum", "", "__all__ = [",
+    out = [banner, *docstring, "", "from vgpu.api.lazy_enums import lazy_enums", "",
+           "__all__ = [",
            *(f'    "{name}",' for name in names), "]", "",
            "# Each enum's members, in cuda.h's order (equal values make aliases).",
            "_MEMBERS: dict[str, tuple[tuple[str, int], ...]] = {"]
@@ -62,7 +39,8 @@ def _enum_module(headers: ApiHeaders, banner: str, docstring: list[str],
         out.append("    ),")
     out += ["}", "_ALIASES: dict[str, str] = {"]
     out += [f'    "{alias}": "{enum.name}",' for enum in headers.enums for alias in enum.aliases]
-    out += ["}", _LAZY_ENUMS, "", *extra]
+    out += ["}", "# Each enum is made on first use (vgpu/api/lazy_enums.py).",
+            "__getattr__, __dir__ = lazy_enums(globals(), _MEMBERS, _ALIASES)", "", *extra]
     out += [f"{name} = {value}" for name, value in sorted(headers.macros.items())]
     return "\n".join(out) + "\n"
 
