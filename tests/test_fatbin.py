@@ -1,4 +1,4 @@
-"""vgpu.shim.fatbin against what nvcc 13 really embeds in executables.
+"""vgpu.fatbin against what nvcc 13 really embeds in executables.
 
 Each build's `.nv_fatbin` section is read with vgpu's own ELF reader. The section holds one
 container per `__cudaRegisterFatBinary` wrapper, back to back: the device-link image first,
@@ -10,13 +10,15 @@ from __future__ import annotations
 import ctypes
 import re
 import struct
+import subprocess
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vgpu.binary_check import ElfFile
-from vgpu.shim.fatbin import (
+from vgpu.fatbin import (
     CONTAINER_MAGIC,
     WRAPPER_MAGIC,
     EntryFlags,
@@ -280,3 +282,32 @@ def test_damaged_real_fatbins_only_raise_fatbin_error(toolkit, data):
         if damaged:
             damaged[data.draw(st.integers(0, len(damaged) - 1))] = data.draw(st.integers(0, 255))
     unpack_all(bytes(damaged))
+
+
+# The server reads fatbins too (the emu backend takes their PTX) but must never need the shim.
+SERVER_WITHOUT_SHIM = r"""
+import importlib, pkgutil, sys
+class NoShim:
+    def find_spec(self, name, path=None, target=None):
+        if name == "vgpu.shim" or name.startswith("vgpu.shim."):
+            raise ImportError(f"the server imported {name}")
+sys.meta_path.insert(0, NoShim())
+import vgpu.server
+for module in pkgutil.walk_packages(vgpu.server.__path__, "vgpu.server."):
+    importlib.import_module(module.name)
+from vgpu.server.backends.images import decode_image
+image = decode_image(open(sys.argv[1], "rb").read())
+assert not image.why_no_ptx, image.why_no_ptx
+print(image.ptx[0])
+"""
+
+
+def test_the_server_reads_fatbins_without_the_shim(toolkit, tmp_path):
+    data = section(toolkit.executable(SOURCE))
+    translation_unit = container_offsets(data)[-1]  # the first is the device-link image
+    image = tmp_path / "module.fatbin"
+    image.write_bytes(data[translation_unit:])
+    result = subprocess.run([sys.executable, "-c", SERVER_WITHOUT_SHIM, str(image)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert ".entry _Z5saxpyfPKfPfi(" in result.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from vgpu.fatbin import FatbinError, parse_fatbin, select_ptx
 from vgpu.module_image import (
     ELF_MAGIC,
     FATBIN_CONTAINER_MAGIC,
@@ -33,8 +34,6 @@ def decode_image(image: bytes) -> ModuleImage:
     if image[:8] == LINKED_PTX_MAGIC:
         return ModuleImage([_text(p) for p in unpack_linked_ptx(image)])
     if magic32 in (FATBIN_CONTAINER_MAGIC, FATBIN_WRAPPER_MAGIC):
-        from vgpu.shim.fatbin import FatbinError, parse_fatbin, select_ptx
-
         try:
             ptx = select_ptx(parse_fatbin(image))
         except FatbinError as exc:

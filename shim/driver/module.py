@@ -237,7 +237,7 @@ def _ptx_from(input_type: int, data: bytes, what: str) -> bytes:
     if input_type == CU_JIT_INPUT_PTX:
         return data.rstrip(b"\0")
     if input_type == CU_JIT_INPUT_FATBINARY:
-        from ..fatbin import FatbinError, parse_fatbin, select_ptx
+        from vgpu.fatbin import FatbinError, parse_fatbin, select_ptx
 
         try:
             ptx = select_ptx(parse_fatbin(data))

@@ -26,11 +26,17 @@ import os
 import threading
 from dataclasses import dataclass, field
 
+from vgpu.fatbin import (
+    FatbinError,
+    parse_fatbin,
+    read_container_at,
+    read_wrapper_at,
+    require_ptx,
+)
 from vgpu.module_image import pack_linked_ptx
 
 from ..driver import module as driver_module
 from ..driver._state import _HANDLE_MARK, _KIND_SHIFT, Kind
-from ..fatbin import FatbinError, parse_fatbin, read_container_at, read_wrapper_at, require_ptx
 from ._state import (
     CudaError,
     E,

@@ -1,8 +1,9 @@
 """NVIDIA fatbins as nvcc embeds them: find the containers, list their entries, unpack them.
 
-This module loads into the application's process (the runtime shim calls it from
-`__cudaRegisterFatBinary`), so it imports only the standard library, plus `zstandard` or `lz4`
-when an entry compressed with them is unpacked.
+Both sides read fatbins: the shims inside the application (`__cudaRegisterFatBinary`,
+`cuModuleLoadData`) and the server (the emu backend takes the PTX out of a loaded module).
+Because it loads into the application's process it imports only the standard library, plus
+`zstandard` or `lz4` when an entry compressed with them is unpacked.
 
 Layout, all little-endian, as measured on nvcc 13.0 output (see tests/test_fatbin.py):
 
