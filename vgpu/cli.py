@@ -25,9 +25,10 @@ def _add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="run a CUDA program through vgpu",
                        usage="vgpu run [--server ADDR] [--backend B] -- CMD [ARGS...]")
     p.add_argument("--server", default=None,
-                   help="address of a running vgpu server (default: start a private one)")
-    p.add_argument("--backend", default="auto", choices=("auto", "emu", "cuda"),
-                   help="backend of the server started for this run")
+                   help="address of a running vgpu server (default: the user's default server "
+                        "when it runs, else a private one started for this run)")
+    p.add_argument("--backend", default=None, choices=("auto", "emu", "cuda"),
+                   help="start a private server with this backend for this run")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
 
 
@@ -36,13 +37,26 @@ def _add_ps_parser(sub) -> None:
     p.add_argument("--server", default=None, help="ask only this server")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vgpu")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vgpu", description=__doc__)
-    sub = parser.add_subparsers(dest="verb", required=True)
+    parser.add_argument("--version", action="version", version=f"vgpu {_version()}")
+    sub = parser.add_subparsers(dest="verb")
     _add_server_parser(sub)
     _add_run_parser(sub)
     _add_ps_parser(sub)
     args = parser.parse_args(argv)
+    if args.verb is None:  # a usage error, as argparse treats one: help on stderr, status 2
+        parser.print_help(sys.stderr)
+        return 2
     return {"server": _server, "run": _run, "ps": _ps}[args.verb](args)
 
 
@@ -51,15 +65,23 @@ def main(argv: list[str] | None = None) -> int:
 def _server(args) -> int:
     import logging
 
+    from vgpu.addresses import AddressError, check_address, claim_ipc_socket, ipc_path
     from vgpu.client import default_server_address
-    from vgpu.registry import announce, withdraw
-    from vgpu.server.server import ProxyServer
+    from vgpu.registry import announce, runtime_dir, withdraw
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="vgpu server: %(message)s")
     address = args.listen or default_server_address()
-    if address.startswith("ipc://"):
-        os.makedirs(os.path.dirname(address[len("ipc://"):]), exist_ok=True)
+    socket_file = ipc_path(address)
+    try:
+        check_address(address, listen=True)
+        if socket_file is not None:
+            claim_ipc_socket(socket_file, own_folder=str(runtime_dir()))
+    except AddressError as exc:
+        print(f"vgpu server: cannot listen on {address}: {exc}", file=sys.stderr)
+        return 1
+    from vgpu.server.server import ProxyServer
+
     try:
         server = ProxyServer(address, args.backend)
     except (RuntimeError, ValueError, OSError) as exc:
@@ -78,6 +100,10 @@ def _server(args) -> int:
         server.serve_forever()
     finally:
         withdraw()
+        if socket_file is not None:
+            from vgpu.addresses import remove_socket_file
+
+            remove_socket_file(socket_file)
     return 0
 
 
@@ -107,22 +133,57 @@ def _run(args) -> int:
             print(f"vgpu run: {static_cudart_message(program)}", file=sys.stderr)
             return 1
 
+    from vgpu.addresses import AddressError, check_address
+
     server = None
-    address = args.server or os.environ.get("VGPU_SERVER")
+    address, named_by = args.server, "--server "
+    if address is None and os.environ.get("VGPU_SERVER"):
+        address, named_by = os.environ["VGPU_SERVER"], "VGPU_SERVER="
+    if address is not None:
+        try:
+            check_address(address)
+        except AddressError as exc:
+            print(f"vgpu run: {named_by}{address}: {exc}", file=sys.stderr)
+            return 2
+    elif args.backend is None:
+        address = _running_default_server()
     if address is None:
-        server, address = _start_private_server(args.backend)
+        server, address = _start_private_server(args.backend or "auto")
         if server is None:
             return 1
     try:
         return _run_program(command, address)
     finally:
         if server is not None:
-            _stop(server)
+            _stop(server, address)
+
+
+def _running_default_server() -> str | None:
+    """The user's default server if one answers there: programs run with plain `vgpu run`
+    share it (and its device) instead of each starting a server of its own."""
+    from vgpu.addresses import AddressError, ipc_path, listener_pid
+    from vgpu.client import default_server_address
+    from vgpu.registry import ask_sessions
+
+    address = default_server_address()
+    try:
+        if listener_pid(ipc_path(address)) is None:
+            return None
+    except AddressError as exc:
+        print(f"vgpu run: warning: ignoring the default server {address}: {exc}",
+              file=sys.stderr)
+        return None
+    if ask_sessions(address, timeout_s=3) is None:
+        print(f"vgpu run: warning: the default server at {address} does not answer; "
+              "starting a private one", file=sys.stderr)
+        return None
+    return address
 
 
 def _start_private_server(backend: str):
     from vgpu.registry import runtime_dir
 
+    _remove_stale_private_sockets(runtime_dir())
     address = f"ipc://{runtime_dir()}/run-{os.getpid()}-{secrets.token_hex(3)}.sock"
     proc = subprocess.Popen(
         [sys.executable, "-m", "vgpu.cli", "server", "--listen", address, "--backend", backend],
@@ -136,13 +197,28 @@ def _start_private_server(backend: str):
     return proc, address
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _remove_stale_private_sockets(folder) -> None:
+    """Sockets of private servers that are gone (a `vgpu run` that was killed)."""
+    from vgpu.addresses import AddressError, listener_pid, remove_socket_file
+
+    for path in folder.glob("run-*.sock"):
+        try:
+            if listener_pid(str(path)) is None:
+                remove_socket_file(str(path))
+        except AddressError:
+            continue
+
+
+def _stop(proc: subprocess.Popen, address: str) -> None:
+    from vgpu.addresses import ipc_path, remove_socket_file
+
     proc.terminate()
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    remove_socket_file(ipc_path(address))  # the server removes it; not if it was killed
 
 
 def _run_program(command: list[str], address: str) -> int:
@@ -168,34 +244,55 @@ def _run_program(command: list[str], address: str) -> int:
 # ----------------------------------------------------------------- vgpu ps
 
 def _ps(args) -> int:
-    import zmq
+    from vgpu.addresses import AddressError, check_address, ipc_path, listener_pid
+    from vgpu.registry import ask_sessions, live_servers
 
-    from vgpu.protocol import ADMIN, pack, unpack
-    from vgpu.registry import live_servers
-
-    servers = [(None, args.server)] if args.server else live_servers()
-    rows = []
-    ctx = zmq.Context()
-    for _, address in servers:
-        sock = ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(address)
-        sock.send_multipart([pack([ADMIN, 1, ["ps", []]])])
-        if not sock.poll(3000):
-            print(f"vgpu ps: no answer from {address}", file=sys.stderr)
-            sock.close()
+    if args.server is not None:
+        try:
+            check_address(args.server)
+        except AddressError as exc:
+            print(f"vgpu ps: --server {args.server}: {exc}", file=sys.stderr)
+            return 2
+        servers = [(None, args.server)]
+    else:
+        servers = live_servers()
+        if not servers:
+            print("no vgpu server is running")
+            return 0
+    status = 0
+    for pid, address in servers:
+        try:
+            socket_file = ipc_path(address)
+            if socket_file is not None:
+                pid = listener_pid(socket_file)
+                if pid is None:
+                    print(f"vgpu ps: no vgpu server at {address}", file=sys.stderr)
+                    status = 1
+                    continue
+        except AddressError as exc:
+            print(f"vgpu ps: {address}: {exc}", file=sys.stderr)
+            status = 1
             continue
-        _, code, sessions, *_ = unpack(sock.recv_multipart()[0])
-        sock.close()
-        rows.extend((address, s) for s in sessions or [])
-    ctx.term()
-    print(f"{'PID':>8}  {'BACKEND':7}  {'MEMORY':>10}  {'CALLS':>8}  {'QUEUED':>6}  "
-          f"{'SERVER':30}  COMMAND")
-    for address, s in rows:
+        sessions = ask_sessions(address, timeout_s=3)
+        if sessions is None:
+            print(f"vgpu ps: no answer from {address}", file=sys.stderr)
+            status = 1
+            continue
+        _print_server(address, pid, sessions)
+    return status
+
+
+def _print_server(address: str, pid: int | None, sessions: list[dict]) -> None:
+    served_by = f" (pid {pid})" if pid is not None else ""
+    count = f"{len(sessions)} session{'s' * (len(sessions) != 1)}" if sessions else "no sessions"
+    print(f"server {address}{served_by}: {count}")
+    if not sessions:
+        return
+    print(f"  {'PID':>8}  {'BACKEND':7}  {'MEMORY':>10}  {'CALLS':>8}  {'QUEUED':>6}  COMMAND")
+    for s in sessions:
         command = " ".join(s["command"].split())  # one row per session, whatever argv holds
-        print(f"{s['pid']:>8}  {s['backend']:7}  {_human(s['memory']):>10}  {s['calls']:>8}  "
-              f"{s.get('queued', 0):>6}  {address[-30:]:30}  {command}")
-    return 0
+        print(f"  {s['pid']:>8}  {s['backend']:7}  {_human(s['memory']):>10}  {s['calls']:>8}  "
+              f"{s.get('queued', 0):>6}  {command}")
 
 
 def _human(n: int) -> str:

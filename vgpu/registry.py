@@ -1,4 +1,5 @@
-"""Where running vgpu servers announce themselves, so `vgpu ps` can find them all.
+"""Where running vgpu servers announce themselves, so `vgpu ps` can find them all, and how
+to ask one whether it answers.
 
 Each server writes its address to `<runtime dir>/servers/<pid>` while it runs; entries of
 servers that are gone are ignored and removed.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["runtime_dir", "announce", "withdraw", "live_servers"]
+__all__ = ["runtime_dir", "announce", "withdraw", "live_servers", "ask_sessions"]
 
 
 def runtime_dir() -> Path:
@@ -45,3 +46,26 @@ def live_servers() -> list[tuple[int, str]]:
         except (PermissionError, OSError):
             continue
     return sorted(found)
+
+
+def ask_sessions(address: str, timeout_s: float) -> list[dict] | None:
+    """The sessions the server at `address` serves, or None if it does not answer in time."""
+    import zmq
+
+    from vgpu.protocol import ADMIN, pack, unpack
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(address)
+        sock.send_multipart([pack([ADMIN, 1, ["ps", []]])])
+        if not sock.poll(int(timeout_s * 1000)):
+            return None
+        _, _, sessions, *_ = unpack(sock.recv_multipart()[0])
+        return list(sessions or [])
+    except (ValueError, TypeError):  # something answered, but not a vgpu server
+        return None
+    finally:
+        sock.close()
+        ctx.term()

@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import tomllib
+from pathlib import Path
 
+import pytest
 from e2e_support import VGPU, vgpu_run
 
+ROOT = Path(__file__).resolve().parents[2]
+# A client that opens a session and waits, so that `vgpu ps` sees it.
+WAITING_CLIENT = ("from cuda.bindings import driver as cu; import time\n"
+                  "cu.cuInit(0); print('ready', flush=True); time.sleep(30)\n")
 
-def _server(address: str) -> subprocess.Popen:
-    proc = subprocess.Popen([*VGPU, "server", "--listen", address, "--backend", "emu"],
-                            stdout=subprocess.PIPE, text=True)
+
+def _server(address: str | None = None, env=None) -> subprocess.Popen:
+    listen = ["--listen", address] if address else []
+    proc = subprocess.Popen([*VGPU, "server", *listen, "--backend", "emu"],
+                            stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout.readline().startswith("vgpu server listening")
     return proc
 
@@ -22,6 +32,34 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     proc.wait(timeout=10)
     proc.stdout.close()
+
+
+def _vgpu(*args, env=None, timeout=60) -> subprocess.CompletedProcess:
+    return subprocess.run([*VGPU, *map(str, args)], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def _ps_servers(output: str) -> dict[str, list[str]]:
+    """`vgpu ps` output: each server's heading line and the rows of its sessions."""
+    servers: dict[str, list[str]] = {}
+    for line in output.splitlines():
+        if line.startswith("server "):
+            rows = servers.setdefault(line.split()[1], [line])
+        elif line.strip() and not line.split()[0] == "PID":
+            rows.append(line)
+    return servers
+
+
+def _one_clear_line(result: subprocess.CompletedProcess, code: int, text: str) -> None:
+    assert result.returncode == code, result
+    assert result.stderr.count("\n") == 1 and text in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def _without_server_env() -> dict[str, str]:
+    env = {**os.environ}
+    env.pop("VGPU_SERVER", None)
+    return env
 
 
 def test_run_on_a_named_server_and_ps_lists_the_session(tmp_path, driver_app, kernels_ptx):
@@ -40,7 +78,7 @@ def test_run_on_a_named_server_and_ps_lists_the_session(tmp_path, driver_app, ke
         assert holder.stdout.readline().strip() == "ready"
         ps = subprocess.run([*VGPU, "ps", "--server", address], capture_output=True, text=True,
                             check=True).stdout
-        line = next(row for row in ps.splitlines() if "time.sleep" in row)
+        line = next(row for row in _ps_servers(ps)[address] if "time.sleep" in row)
         assert "emu" in line and "1.0 MiB" in line, ps
         os.kill(int(line.split()[0]), signal.SIGKILL)  # the program itself, not `vgpu run`
         assert holder.wait(timeout=10) == 128 + signal.SIGKILL
@@ -94,18 +132,177 @@ def test_unreachable_server_is_device_unavailable_not_a_hang(tmp_path, driver_ap
 
 
 def test_ps_finds_the_private_server_of_a_vgpu_run():
-    code = ("from cuda.bindings import driver as cu; import time\n"
-            "cu.cuInit(0); print('ready', flush=True); time.sleep(30)\n")
-    env = {**os.environ}
-    env.pop("VGPU_SERVER", None)
-    holder = subprocess.Popen([*VGPU, "run", "--", sys.executable, "-c", code],
-                              stdout=subprocess.PIPE, text=True, env=env)
+    holder = subprocess.Popen([*VGPU, "run", "--", sys.executable, "-c", WAITING_CLIENT],
+                              stdout=subprocess.PIPE, text=True, env=_without_server_env())
     try:
         assert holder.stdout.readline().strip() == "ready"
         ps = subprocess.run([*VGPU, "ps"], capture_output=True, text=True, check=True).stdout
-        rows = [row for row in ps.splitlines() if "time.sleep(30)" in row]
-        assert rows and any(f"run-{holder.pid}-" in row for row in rows), ps
+        private = [address for address in _ps_servers(ps) if f"/run-{holder.pid}-" in address]
+        assert len(private) == 1, ps
+        assert any("time.sleep(30)" in row for row in _ps_servers(ps)[private[0]]), ps
     finally:
         holder.terminate()  # forwarded to the program; the private server stops after it
         holder.wait(timeout=30)
         holder.stdout.close()
+
+
+# ----------------------------------------------------------------- the command itself
+
+def test_version_and_a_missing_verb():
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    result = _vgpu("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"vgpu {version}"
+    result = _vgpu()  # no verb: the help, as a usage error
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("usage: vgpu") and "run" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# ----------------------------------------------------------------- addresses
+
+@pytest.mark.parametrize(("args", "env", "message"), [
+    (["run", "--server", "bogus", "--", "true"], {},
+     "vgpu run: --server bogus: not a server address: use ipc:///path/to/socket or tcp://"),
+    (["run", "--", "true"], {"VGPU_SERVER": "tcp://localhost"},
+     "vgpu run: VGPU_SERVER=tcp://localhost: a tcp address needs a host and a port"),
+    (["ps", "--server", "bogus"], {}, "vgpu ps: --server bogus: not a server address"),
+    (["ps", "--server", "tcp://127.0.0.1:99999"], {}, "'99999' is not a port number"),
+])
+def test_a_bad_server_address_is_one_clear_line(args, env, message):
+    _one_clear_line(_vgpu(*args, env={**_without_server_env(), **env}), 2, message)
+
+
+def test_a_server_listens_where_it_is_told_or_not_at_all(tmp_path):
+    result = _vgpu("server", "--listen", "tcp://127.0.0.1:99999")
+    _one_clear_line(result, 1, "cannot listen on tcp://127.0.0.1:99999: '99999' is not a port")
+    missing = tmp_path / "no" / "such" / "folder"
+    result = _vgpu("server", "--listen", f"ipc://{missing}/server.sock")
+    _one_clear_line(result, 1, f"the folder {missing} does not exist")
+    assert not (tmp_path / "no").exists()
+    long_path = tmp_path / ("x" * 120) / "server.sock"
+    result = _vgpu("server", "--listen", f"ipc://{long_path}")
+    _one_clear_line(result, 1, "the socket path is longer than 107 bytes")
+
+
+# ----------------------------------------------------------------- sockets
+
+def test_a_second_server_is_refused_while_the_first_still_answers(tmp_path, driver_app,
+                                                                   kernels_ptx):
+    address = f"ipc://{tmp_path}/shared.sock"
+    first = _server(address)
+    try:
+        second = _vgpu("server", "--listen", address, "--backend", "emu")
+        _one_clear_line(second, 1, f"cannot listen on {address}: already served by pid "
+                                   f"{first.pid}")
+        result = _vgpu("run", "--server", address, "--", driver_app, kernels_ptx,
+                       env=_without_server_env(), timeout=120)
+        assert result.returncode == 0, result.stderr
+        ps = _vgpu("ps", "--server", address)
+        assert ps.returncode == 0 and address in _ps_servers(ps.stdout), ps
+    finally:
+        _stop(first)
+    assert not (tmp_path / "shared.sock").exists()  # a server removes its socket on exit
+
+
+def test_the_stale_socket_of_a_dead_server_is_replaced(tmp_path):
+    address = f"ipc://{tmp_path}/stale.sock"
+    dead = _server(address)
+    dead.kill()
+    dead.wait(timeout=10)
+    dead.stdout.close()
+    assert (tmp_path / "stale.sock").exists()  # left behind by the killed server
+    ps = _vgpu("ps", "--server", address)
+    _one_clear_line(ps, 1, f"vgpu ps: no vgpu server at {address}")
+    second = _server(address)
+    try:
+        ps = _vgpu("ps", "--server", address)
+        assert ps.returncode == 0, ps
+        assert _ps_servers(ps.stdout)[address][0].endswith(f"(pid {second.pid}): no sessions")
+    finally:
+        _stop(second)
+
+
+def _stale_socket(path: Path) -> None:
+    """A socket file whose listener is gone, as a killed server leaves it."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    sock.listen()
+    sock.close()
+
+
+def test_vgpu_run_removes_its_private_socket_and_stale_ones(tmp_path):
+    folder = Path(os.environ["XDG_RUNTIME_DIR"]) / "vgpu"
+    folder.mkdir(exist_ok=True)
+    _stale_socket(folder / "run-1-dead00.sock")
+    listing = "import os, sys; print(' '.join(sorted(os.listdir(sys.argv[1]))))"
+    result = vgpu_run(sys.executable, "-c", listing, folder)
+    assert result.returncode == 0, result.stderr
+    # While the program ran: its own private socket only, the stale one gone.
+    sockets = [name for name in result.stdout.split() if name.endswith(".sock")]
+    assert len(sockets) == 1 and sockets[0].startswith("run-"), result.stdout
+    assert "run-1-dead00.sock" not in sockets
+    assert not list(folder.glob("run-*.sock"))  # and after it: nothing left
+
+
+# ----------------------------------------------------------------- vgpu ps
+
+def test_ps_fails_when_a_named_server_does_not_answer(tmp_path):
+    address = f"ipc://{tmp_path}/stopped.sock"
+    server = _server(address)
+    try:
+        server.send_signal(signal.SIGSTOP)
+        ps = _vgpu("ps", "--server", address)
+        _one_clear_line(ps, 1, f"vgpu ps: no answer from {address}")
+    finally:
+        server.send_signal(signal.SIGCONT)
+        _stop(server)
+    nobody = f"ipc://{tmp_path}/nobody.sock"
+    _one_clear_line(_vgpu("ps", "--server", nobody), 1, f"vgpu ps: no vgpu server at {nobody}")
+
+
+def test_ps_lists_idle_servers_with_their_whole_address(tmp_path):
+    address = f"ipc://{tmp_path}/idle-server-long-name.sock"  # longer than 30 characters
+    server = _server(address)
+    try:
+        ps = _vgpu("ps")
+        assert ps.returncode == 0, ps
+        assert _ps_servers(ps.stdout)[address] == [
+            f"server {address} (pid {server.pid}): no sessions"], ps.stdout
+    finally:
+        _stop(server)
+
+
+# ----------------------------------------------------------------- the default server
+
+def test_plain_vgpu_run_shares_the_running_default_server(tmp_path, monkeypatch, driver_app,
+                                                          kernels_ptx):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.delenv("VGPU_SERVER", raising=False)
+    default = f"ipc://{tmp_path}/vgpu/server.sock"
+    show_server = "import os; print(os.environ['VGPU_SERVER'])"
+    # None running: a private server for this run.
+    result = _vgpu("run", "--", sys.executable, "-c", show_server)
+    assert result.returncode == 0 and "/vgpu/run-" in result.stdout, result
+    server = _server()  # the user's default server
+    try:
+        result = _vgpu("run", "--", sys.executable, "-c", show_server)
+        assert result.returncode == 0 and result.stdout.strip() == default, result
+        holder = subprocess.Popen([*VGPU, "run", "--", sys.executable, "-c", WAITING_CLIENT],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "ready"
+            result = _vgpu("run", "--", driver_app, kernels_ptx, timeout=120)
+            assert result.returncode == 0, result.stderr
+            # Both programs were the default server's clients; no private server started.
+            ps = _vgpu("ps")
+            assert list(_ps_servers(ps.stdout)) == [default], ps.stdout
+            assert any("time.sleep(30)" in row for row in _ps_servers(ps.stdout)[default])
+        finally:
+            holder.terminate()
+            holder.wait(timeout=30)
+            holder.stdout.close()
+        # --backend asks for a private server of that backend.
+        result = _vgpu("run", "--backend", "emu", "--", sys.executable, "-c", show_server)
+        assert result.returncode == 0 and "/vgpu/run-" in result.stdout, result
+    finally:
+        _stop(server)
