@@ -185,9 +185,11 @@ def _start_private_server(backend: str):
 
     _remove_stale_private_sockets(runtime_dir())
     address = f"ipc://{runtime_dir()}/run-{os.getpid()}-{secrets.token_hex(3)}.sock"
+    parent = os.getpid()
     proc = subprocess.Popen(
         [sys.executable, "-m", "vgpu.cli", "server", "--listen", address, "--backend", backend],
-        stdout=subprocess.PIPE, text=True, start_new_session=True)
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=lambda: _stop_with_parent(parent))
     line = proc.stdout.readline()  # one line once it listens; EOF if it failed to start
     if not line.startswith("vgpu server listening"):
         proc.wait(timeout=5)
@@ -195,6 +197,17 @@ def _start_private_server(backend: str):
         return None, None
     proc.stdout.close()
     return proc, address
+
+
+def _stop_with_parent(parent: int) -> None:
+    """In the private server's process, before it starts: a SIGTERM when `vgpu run` dies, even
+    killed with SIGKILL, so that no private server is left running with nobody to stop it."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() != parent:  # it died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _remove_stale_private_sockets(folder) -> None:

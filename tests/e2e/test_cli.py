@@ -244,6 +244,29 @@ def test_vgpu_run_removes_its_private_socket_and_stale_ones(tmp_path):
     assert not list(folder.glob("run-*.sock"))  # and after it: nothing left
 
 
+def test_a_killed_vgpu_run_leaves_no_server_or_socket_behind():
+    folder = Path(os.environ["XDG_RUNTIME_DIR"]) / "vgpu"
+    run = subprocess.Popen([*VGPU, "run", "--backend", "emu", "--", "sh", "-c",
+                            "echo $$; exec sleep 60"],
+                           stdout=subprocess.PIPE, text=True, env=_without_server_env())
+    program = int(run.stdout.readline())
+    try:
+        deadline = time.monotonic() + 30
+        while not list(folder.glob(f"run-{run.pid}-*.sock")):
+            assert time.monotonic() < deadline, "the private server did not start"
+            time.sleep(0.1)
+        run.kill()
+        run.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while list(folder.glob(f"run-{run.pid}-*.sock")):
+            assert time.monotonic() < deadline, "the private server outlived its vgpu run"
+            time.sleep(0.1)
+        assert _vgpu("ps").stdout == "no vgpu server is running\n"
+    finally:
+        os.kill(program, signal.SIGKILL)  # the program, orphaned by the killed `vgpu run`
+        run.stdout.close()
+
+
 # ----------------------------------------------------------------- vgpu ps
 
 def test_ps_fails_when_a_named_server_does_not_answer(tmp_path):
