@@ -1,10 +1,44 @@
 """Shared fixtures: the CUDA toolkit (compiled programs are cached for the whole run), and a
-runtime folder of the tests' own."""
+runtime folder of the tests' own. The `slow` marker, which the quick subset
+(`pytest -m "not slow"`) leaves out."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from toolkit import Toolkit, find_toolkit
+
+TESTS = Path(__file__).resolve().parent
+# What takes minutes on two cores: the property tests of the emulator's instructions (many
+# generated inputs each), every runtime program built twice and run under `vgpu run`, and
+# server tests that wait out timeouts or fill queues on purpose. Whole modules, or single
+# tests.
+SLOW = {
+    "emu/test_properties.py",
+    "runtime/test_runtime_programs.py",
+    "server/test_sessions.py::test_a_kernel_longer_than_the_client_timeout_is_waited_for",
+    "server/test_sessions.py::test_a_program_that_queues_faster_than_the_device_runs_waits_for_it",
+    "server/test_sessions.py::test_a_client_that_floods_the_queue_without_waiting_is_cut_off",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    modules = {}
+    for item in items:
+        module = item.path.relative_to(TESTS).as_posix()
+        modules[module] = getattr(item, "module", None)
+        if module in SLOW or f"{module}::{item.originalname}" in SLOW:
+            item.add_marker(pytest.mark.slow)
+    # A renamed slow test would silently join the quick subset: name it instead.
+    missing = []
+    for name in SLOW:
+        module, _, test = name.partition("::")
+        if test and modules.get(module) is not None and not hasattr(modules[module], test):
+            missing.append(name)
+    if missing:
+        raise pytest.UsageError("tests/conftest.py marks as slow tests that do not exist: "
+                                + ", ".join(sorted(missing)))
 
 
 @pytest.fixture(scope="session")
