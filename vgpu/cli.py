@@ -186,8 +186,11 @@ def _start_private_server(backend: str):
     _remove_stale_private_sockets(runtime_dir())
     address = f"ipc://{runtime_dir()}/run-{os.getpid()}-{secrets.token_hex(3)}.sock"
     parent = os.getpid()
+    # -P: not the current folder first on sys.path, where a vgpu source tree (the checkout
+    # vgpu was installed from) would shadow the installed package.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vgpu.cli", "server", "--listen", address, "--backend", backend],
+        [sys.executable, "-P", "-m", "vgpu.cli", "server", "--listen", address, "--backend",
+         backend],
         stdout=subprocess.PIPE, text=True, start_new_session=True,
         preexec_fn=lambda: _stop_with_parent(parent))
     line = proc.stdout.readline()  # one line once it listens; EOF if it failed to start

@@ -329,3 +329,17 @@ def test_plain_vgpu_run_shares_the_running_default_server(tmp_path, monkeypatch,
         assert result.returncode == 0 and "/vgpu/run-" in result.stdout, result
     finally:
         _stop(server)
+
+
+def test_vgpu_run_works_from_a_folder_holding_a_vgpu_source_tree(tmp_path, driver_app,
+                                                                  kernels_ptx):
+    """As from the checkout vgpu was installed from: its `vgpu/` must not shadow the
+    installed package in the server vgpu run starts."""
+    (tmp_path / "vgpu").mkdir()
+    (tmp_path / "vgpu" / "__init__.py").write_text("raise ImportError('the source tree')\n")
+    vgpu_script = Path(sys.executable).parent / "vgpu"  # what `pip install` put on PATH
+    result = subprocess.run([vgpu_script, "run", "--", driver_app, kernels_ptx], cwd=tmp_path,
+                            capture_output=True, text=True, env=_without_server_env(),
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "all results correct" in result.stdout
