@@ -9,13 +9,15 @@ running server, leaving that server alive and unreachable.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import socket
 import stat
 import struct
 
-__all__ = ["AddressError", "check_address", "ipc_path", "listener_pid", "claim_ipc_socket",
-           "remove_socket_file"]
+__all__ = ["AddressError", "check_address", "ipc_path", "listener_pid", "socket_folder",
+           "folder_turn", "claim_ipc_socket", "remove_socket_file"]
 
 # sockaddr_un holds 108 bytes, the terminating NUL included.
 MAX_IPC_PATH_BYTES = 107
@@ -74,14 +76,32 @@ def listener_pid(path: str) -> int | None:
         probe.close()
 
 
-def claim_ipc_socket(path: str, own_folder: str) -> None:
-    """Make `path` free for a new server: refuse one in use, remove a stale one. Only vgpu's
-    own runtime folder (`own_folder`) is created; any other folder must exist."""
+def socket_folder(path: str, own_folder: str) -> str:
+    """The folder a server's socket goes in. Only vgpu's own runtime folder (`own_folder`) is
+    created; any other must exist."""
     folder = os.path.dirname(os.path.abspath(path))
     if folder == os.path.abspath(own_folder):
         os.makedirs(folder, mode=0o700, exist_ok=True)
     elif not os.path.isdir(folder):
         raise AddressError(f"the folder {folder} does not exist")
+    return folder
+
+
+@contextlib.contextmanager
+def folder_turn(folder: str):
+    """Hold an exclusive lock on `folder` while inside (flock works on a folder's descriptor):
+    servers starting together in one folder take turns from the probe of their socket to its
+    bind, so that the second finds the first's socket in use."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def claim_ipc_socket(path: str) -> None:
+    """Make `path` free for a new server: refuse one in use, remove a stale one."""
     pid = listener_pid(path)
     if pid is not None:
         raise AddressError(f"already served by pid {pid}")

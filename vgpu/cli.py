@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import shutil
@@ -65,7 +66,14 @@ def main(argv: list[str] | None = None) -> int:
 def _server(args) -> int:
     import logging
 
-    from vgpu.addresses import AddressError, check_address, claim_ipc_socket, ipc_path
+    from vgpu.addresses import (
+        AddressError,
+        check_address,
+        claim_ipc_socket,
+        folder_turn,
+        ipc_path,
+        socket_folder,
+    )
     from vgpu.client import default_server_address
     from vgpu.registry import announce, runtime_dir, withdraw
 
@@ -73,23 +81,24 @@ def _server(args) -> int:
                         format="vgpu server: %(message)s")
     address = args.listen or default_server_address()
     socket_file = ipc_path(address)
-    try:
-        check_address(address, listen=True)
-        if socket_file is not None:
-            claim_ipc_socket(socket_file, own_folder=str(runtime_dir()))
-    except AddressError as exc:
-        print(f"vgpu server: cannot listen on {address}: {exc}", file=sys.stderr)
-        return 1
     from vgpu.server.server import ProxyServer
 
-    try:
-        server = ProxyServer(address, args.backend)
-    except (RuntimeError, ValueError, OSError) as exc:
-        print(f"vgpu server: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # zmq errors (address in use, bad address)
-        print(f"vgpu server: cannot listen on {address}: {exc}", file=sys.stderr)
-        return 1
+    with contextlib.ExitStack() as turn:
+        try:
+            check_address(address, listen=True)
+            if socket_file is not None:
+                turn.enter_context(folder_turn(socket_folder(socket_file, str(runtime_dir()))))
+                claim_ipc_socket(socket_file)
+            server = ProxyServer(address, args.backend)
+        except AddressError as exc:
+            print(f"vgpu server: cannot listen on {address}: {exc}", file=sys.stderr)
+            return 1
+        except (RuntimeError, ValueError, OSError) as exc:
+            print(f"vgpu server: {exc}", file=sys.stderr)
+            return 1
+        except Exception as exc:  # zmq errors (address in use, bad address)
+            print(f"vgpu server: cannot listen on {address}: {exc}", file=sys.stderr)
+            return 1
     # Leave at once, even from inside a blocking poll; serve_forever releases every session
     # on its way out.
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -204,6 +204,29 @@ def test_a_second_server_is_refused_while_the_first_still_answers(tmp_path, driv
     assert not (tmp_path / "shared.sock").exists()  # a server removes its socket on exit
 
 
+def test_of_two_servers_started_together_on_one_socket_one_serves(tmp_path):
+    address = f"ipc://{tmp_path}/contested.sock"
+    servers = [subprocess.Popen([*VGPU, "server", "--listen", address, "--backend", "emu"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(2)]
+    try:
+        first_lines = [server.stdout.readline() for server in servers]
+        serving = [s for s, line in zip(servers, first_lines, strict=True) if line]
+        assert len(serving) == 1, first_lines
+        (refused,) = [s for s in servers if s is not serving[0]]
+        assert refused.wait(timeout=30) == 1
+        assert refused.stderr.read() == (f"vgpu server: cannot listen on {address}: already "
+                                         f"served by pid {serving[0].pid}\n")
+        ps = _vgpu("ps", "--server", address)
+        assert ps.returncode == 0 and f"(pid {serving[0].pid})" in ps.stdout, ps
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(timeout=10)
+            server.stdout.close()
+            server.stderr.close()
+
+
 def test_the_stale_socket_of_a_dead_server_is_replaced(tmp_path):
     address = f"ipc://{tmp_path}/stale.sock"
     dead = _server(address)
