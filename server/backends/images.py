@@ -33,15 +33,12 @@ def decode_image(image: bytes) -> ModuleImage:
     if image[:8] == LINKED_PTX_MAGIC:
         return ModuleImage([_text(p) for p in unpack_linked_ptx(image)])
     if magic32 in (FATBIN_CONTAINER_MAGIC, FATBIN_WRAPPER_MAGIC):
-        from vgpu.shim.fatbin import FatbinError, parse_fatbin, select_ptx
+        from vgpu.shim.fatbin import FatbinError, parse_fatbin, require_ptx
 
         try:
-            ptx = select_ptx(parse_fatbin(image))
+            ptx = require_ptx(parse_fatbin(image))  # else says which cubins it holds
         except FatbinError as exc:
             return ModuleImage([], str(exc))
-        if ptx is None:
-            return ModuleImage([], "the fatbin embeds no PTX (only cubins), which the emu "
-                                   "backend needs: rebuild with PTX, e.g. nvcc -arch=compute_75")
         return ModuleImage([ptx])
     if image[:4] == ELF_MAGIC:
         return ModuleImage([], "the module is a cubin (SASS only); the emu backend runs PTX: "
