@@ -40,8 +40,22 @@ class StrayAccess(Fault):
     reported; the access has not been made yet."""
 
 
+class _Stray(Exception):
+    """DeviceMemory found a stray lane (at `position`); `locate` says who and where."""
+
+    def __init__(self, position: int):
+        self.position = position
+
+
 def _allow(position: int) -> None:
     """Stray accesses of a launch whose kernel was reported already go through quietly."""
+
+
+def _catch(position: int) -> None:
+    raise _Stray(position)
+
+
+_STRAY_HANDLERS = {STRAYS_FAULT: None, STRAYS_ALLOWED: _allow, STRAYS_REPORTED: _catch}
 
 
 def _lane(state: State, lanes, position: int) -> int:
@@ -71,16 +85,11 @@ def locate(state: State, space: str, addrs, size: int, lanes, access: str,
                          "address is misaligned", CUDA_ERROR_MISALIGNED_ADDRESS)
     if space in ("global", "const"):
         memory = state.ctx.memory
-        strays = state.ctx.strays
-        if strays == STRAYS_FAULT:
-            stray = None
-        elif strays == STRAYS_ALLOWED:
-            stray = _allow
-        else:
-            def stray(k):
-                raise _stray(state, lanes, k, space, access, size, int(addrs[k]), memory)
         try:
-            return list(memory.segments(addrs, size, stray))
+            return list(memory.segments(addrs, size, _STRAY_HANDLERS[state.ctx.strays]))
+        except _Stray as stray:
+            k = stray.position
+            raise _stray(state, lanes, k, space, access, size, int(addrs[k]), memory) from None
         except IllegalAddress as exc:
             k = exc.index or 0
             raise _fault(state, lanes, k, space, access, size, addrs[k],
