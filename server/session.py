@@ -36,10 +36,10 @@ CUDA_ERROR_INVALID_CONTEXT = 201
 CUDA_ERROR_INVALID_HANDLE = 400
 CUDA_ERROR_NOT_FOUND = 500
 CUDA_ERROR_ASSERT = 710
+CUDA_ERROR_UNKNOWN = 999
 CU_LIMIT_PRINTF_FIFO_SIZE = 1
 # A fresh context's printf FIFO: 1 MiB, as CUDA's (cuCtxGetLimit answers the same).
 DEFAULT_PRINTF_FIFO_BYTES = 1 << 20
-CUDA_ERROR_UNKNOWN = 999
 CU_EVENT_DISABLE_TIMING = 0x2
 # Streams every context has without creating them: 0 (NULL), CU_STREAM_LEGACY, PER_THREAD.
 BUILTIN_STREAMS = frozenset({0, 1, 2})
@@ -519,8 +519,10 @@ class Session:
         except KernelFault as fault:
             self._report_fault(fault)
             raise
-        self.output.append(printed)
-        self.diagnostics.append(report)
+        if printed:
+            self.output.append(printed)
+        if report:
+            self.diagnostics.append(report)
 
     def _report_fault(self, fault: KernelFault) -> None:
         """A kernel failed: its printf output first, then CUDA's lines for failed asserts or
