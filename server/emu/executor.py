@@ -164,13 +164,10 @@ class PreparedLaunch:
             try:
                 _run(program, kernel, state)
             except Fault as fault:
-                raise _launch_error(fault, state, self.kernel_name, ctx,
-                                    printf_fifo_bytes) from None
-        report = ""
-        if ctx.reports:
-            report = checker.report(self.kernel_name, ctx.reports[0])
+                raise _launch_error(fault, state, self.kernel_name, ctx, printf_fifo_bytes,
+                                    _report(checker, self.kernel_name, ctx)) from None
         return LaunchResult(_printf_text(ctx, printf_fifo_bytes), ctx.lane_instructions,
-                            report)
+                            _report(checker, self.kernel_name, ctx))
 
 
 def quiet_floating_point():
@@ -210,15 +207,20 @@ def _fault_message(fault: Fault, state: State, kernel_name: str) -> str:
             f"(PTX line {fault.line}): {fault.reason}")
 
 
+def _report(checker: MemoryChecker | None, kernel_name: str, ctx: LaunchContext) -> str:
+    """The checker's report of the launch's first stray access, if it made one."""
+    return checker.report(kernel_name, ctx.reports[0]) if ctx.reports else ""
+
+
 def _launch_error(fault: Fault, state: State, kernel_name: str, ctx: LaunchContext,
-                  fifo_bytes: int) -> LaunchError:
+                  fifo_bytes: int, report: str) -> LaunchError:
     """The failed launch: its message, the printf output before the fault, and what goes to
-    stderr after it (CUDA's line for every failed assert, the checker's report)."""
+    stderr after it (the checker's report of an earlier stray access, CUDA's line for every
+    failed assert)."""
     message = fault.head if fault.verbatim else _fault_message(fault, state, kernel_name)
     assertions = "".join(f"{text}\n" for *_, text in sorted(ctx.assertions))
-    reports = "".join(ctx.reports)
     return LaunchError(fault.code, message, output=_printf_text(ctx, fifo_bytes),
-                       diagnostics=assertions + reports)
+                       diagnostics=report + assertions)
 
 
 def _after_stray(stray: StrayAccess, state: State, lanes, block, index: int) -> None:

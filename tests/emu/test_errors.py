@@ -32,6 +32,10 @@ __global__ void local_oob(int* out, int k) {
 __global__ void misaligned(const char* p, int* out) {
     out[threadIdx.x] = *(const int*)(p + 1 + 4 * threadIdx.x);
 }
+__global__ void stray_then_far(const int* base, int* out) {
+    out[0] = base[16];       // past the end of 16 ints: inside the granule
+    out[1] = base[1 << 20];  // far outside it
+}
 __global__ void traps(int* out) {
     if (threadIdx.x == 3) asm volatile("trap;");
     out[threadIdx.x] = 1;
@@ -109,6 +113,22 @@ def test_accesses_outside_every_granule_fault_whatever_the_checker(device, ptx):
         prepared.run(params, device.memory, MemoryChecker(strict=False))
     assert info.value.code == 700
     assert f"at 0x{base + 512:x} by thread (0,0,0)" in info.value.message
+
+
+def test_a_stray_access_before_a_fault_is_reported_with_it(device, ptx):
+    device.memory = DeviceMemory(granule=512)
+    mod = device.load(ptx)
+    base = device.upload(np.arange(16, dtype=np.int32))
+    out = device.zeros(2, np.int32)
+    prepared = prepare(mod, "stray_then_far", (1,), (1,))
+    with pytest.raises(LaunchError) as info:
+        prepared.run(device.pack(mod, "stray_then_far", (base, out)), device.memory,
+                     MemoryChecker(strict=False))
+    assert info.value.code == 700
+    assert f"at 0x{base + (4 << 20):x} by thread (0,0,0)" in info.value.message
+    assert info.value.diagnostics.startswith(
+        f"vgpu memcheck: Invalid __global__ read of size 4 at 0x{base + 64:x} by thread "
+        f"(0,0,0) in block (0,0,0) of kernel 'stray_then_far' (PTX line ")
 
 
 def test_out_of_bounds_global_read_before_allocation(device, mod):
