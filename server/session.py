@@ -2,8 +2,11 @@
 
 Each op is a driver-API call (DESIGN.md decision 1) named as the client's shim exports it.
 Handlers raise CudaError for CUDA failures; `Session.execute` turns that into the reply code
-of a synchronizing call or into the deferred error of a queued one. Kernel faults are sticky
-(decision 9): once one happens, every call but a context reset reports it.
+of a synchronizing call or into the deferred error of a queued one, with its message. Kernel
+faults are sticky (decision 9): once one happens, every call but a context reset reports it.
+What a launch prints goes to the application with the next reply: device printf text for
+its stdout (`output`), then for its stderr (`diagnostics`) CUDA's lines for failed asserts,
+the memory checker's reports and a description of any other kernel fault.
 """
 
 from __future__ import annotations
