@@ -84,6 +84,7 @@ class Function:
     module: int
     name: str
     param_size: int
+    uses_printf: bool
     # Launch configuration (grid, block, shared bytes) -> the backend's checked launcher.
     launchers: dict[tuple, Callable[[bytes], str]] = field(default_factory=dict)
 
@@ -118,6 +119,7 @@ class Session:
         self.memcheck = wanted if wanted in MEMCHECK_MODES else memcheck
         backend.set_memcheck(self.memcheck == "strict")
         self.printf_fifo_bytes = DEFAULT_PRINTF_FIFO_BYTES
+        self.printf_launched = False  # a kernel that calls printf ran since the last reset
         self.payloads: list = []       # the payload frames of the batch being executed
         self.reply_frames: list = []   # the frames its reply will carry
         self.contexts: HandleTable[Context] = HandleTable("context", CUDA_ERROR_INVALID_CONTEXT)
@@ -314,6 +316,7 @@ class Session:
             self._destroy_context_resources(handle)
         self.sticky_error = CUDA_SUCCESS
         self.printf_fifo_bytes = DEFAULT_PRINTF_FIFO_BYTES
+        self.printf_launched = False
 
     @op("cuCtxSetLimit")
     def ctx_set_limit(self, limit: int, value: int):
@@ -321,6 +324,10 @@ class Session:
         if limit == CU_LIMIT_PRINTF_FIFO_SIZE:
             if value < 0:
                 raise CudaError(CUDA_ERROR_INVALID_VALUE, "negative printf FIFO size")
+            if self.printf_launched:  # CUDA's rule: the FIFO is allocated by then
+                raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                                "the printf FIFO size cannot change after a kernel that "
+                                "calls printf has been launched")
             self.printf_fifo_bytes = int(value)
 
     def _destroy_context_resources(self, handle: int) -> None:
@@ -500,7 +507,8 @@ class Session:
         kernel = module.loaded.kernels.get(name)
         if kernel is None:
             raise CudaError(CUDA_ERROR_NOT_FOUND, f"no kernel named {name!r} in the module")
-        self.functions.add(handle, Function(module_handle, name, kernel.param_buffer_size))
+        self.functions.add(handle, Function(module_handle, name, kernel.param_buffer_size,
+                                            kernel.uses_printf))
         module.functions.add(handle)
 
     @op("cuLaunchKernel")
@@ -517,6 +525,7 @@ class Session:
         launcher = fn.launchers.get(config)
         if launcher is None:
             launcher = self._prepare_launch(fn, config)
+        self.printf_launched |= fn.uses_printf
         try:
             printed, report = launcher(params, self.printf_fifo_bytes)
         except KernelFault as fault:

@@ -43,6 +43,7 @@ class KernelDescription:
     param_sizes: list[int]
     param_buffer_size: int
     attributes: dict[str, int]  # num_regs, shared_size_bytes, max_threads_per_block, ...
+    uses_printf: bool = False   # once launched, the printf FIFO's size is fixed
 
 
 @dataclass

@@ -22,6 +22,7 @@ from ..emu import (
     quiet_floating_point,
 )
 from ..emu.errors import IllegalAddress
+from ..emu.ir import Symbol
 from .base import Backend, DeviceDescription, KernelDescription, KernelFault, LoadedModule
 from .device_attributes import emu_attributes
 from .images import ModuleImage, decode_image
@@ -111,6 +112,7 @@ class EmuBackend(Backend):
                 param_sizes=[p.size for p in info.params],
                 param_buffer_size=info.param_size,
                 attributes=dict(info.attributes),
+                uses_printf=_uses_printf(module, name),
             )
             for name, info in module.kernels.items()
         }
@@ -147,6 +149,16 @@ class EmuBackend(Backend):
 
     def close(self) -> None:
         self.memory = DeviceMemory(granule=ALLOCATION_ALIGNMENT)
+
+
+def _uses_printf(module: PtxModule, kernel: str) -> bool:
+    """Does the kernel, or a function it calls, call vprintf (device printf)?"""
+    for name in module.program.kernels[kernel].functions:
+        for instr in module.ir.functions[name].body or ():
+            if instr.opcode == "call" and any(isinstance(op, Symbol) and op.name == "vprintf"
+                                              for op in instr.operands):
+                return True
+    return False
 
 
 # Texture and surface instructions and declarations: the emulator has no texture units yet.

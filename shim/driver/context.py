@@ -186,9 +186,9 @@ def cuCtxSetLimit(limit, value):
     state.current_context()
     if limit not in state.limits:
         raise CudaError(E.CUDA_ERROR_UNSUPPORTED_LIMIT, f"unsupported limit {limit}")
+    if limit in SERVER_LIMITS:  # the server may refuse (printf FIFO after a printf kernel)
+        state.conn().call("cuCtxSetLimit", limit, value)
     state.limits[limit] = value
-    if limit in SERVER_LIMITS:
-        state.conn().post("cuCtxSetLimit", limit, value)
 
 
 # ----------------------------------------------------------------- primary contexts

@@ -164,6 +164,7 @@ def test_assert_prints_the_launch_printf_then_a_line_per_failing_thread(server, 
 
 
 def test_printf_fifo_limit_drops_what_does_not_fit_until_reset(server, toolkit):
+    """The program also checks CUDA's rule: the size is fixed once a printf kernel ran."""
     result = _run(server[0], _build(toolkit, "printf_fifo"))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
