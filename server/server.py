@@ -56,9 +56,10 @@ SESSION_QUEUE_LIMIT = 1 << 18
 
 
 class ProxyServer:
-    def __init__(self, address: str, backend: str = "auto"):
+    def __init__(self, address: str, backend: str = "auto", memcheck: str = "report"):
         self.address = address
         self.backend_name = backend
+        self.memcheck = memcheck  # for sessions whose application does not say
         open_backend(backend).close()  # fail now, not at the first client, if it cannot start
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.ROUTER)
@@ -154,10 +155,11 @@ class ProxyServer:
             log.error("internal error serving %r:\n%s", identity[:8], traceback.format_exc())
             self._reply(identity, seq, 999, "internal server error")
 
-    def _reply(self, identity: bytes, seq, code: int, result=None, deferred: int = 0,
-               output: str = "", payloads=()) -> None:
+    def _reply(self, identity: bytes, seq, code: int, result=None, deferred=0,
+               output: str = "", diagnostics: str = "", payloads=()) -> None:
         if seq:
-            self._send_reply(identity, [seq, code, result, deferred, output], payloads)
+            self._send_reply(identity, [seq, code, result, deferred, output, diagnostics],
+                             payloads)
 
     def _send_reply(self, identity: bytes, header: list, payloads=()) -> None:
         if payloads:  # bulk payloads go zero-copy; small frames are cheaper copied
@@ -178,7 +180,8 @@ class ProxyServer:
             self._reply(identity, seq, 2, "the server has no free session slot")
             return
         arena = VaArena(ARENA_BASE + slot * ARENA_SPAN, ARENA_SPAN)
-        session = Session(self._next_session_id, body, open_backend(self.backend_name), arena)
+        session = Session(self._next_session_id, body, open_backend(self.backend_name), arena,
+                          self.memcheck)
         self._next_session_id += 1
         self.sessions[identity] = session
         self.slots[identity] = slot
@@ -237,8 +240,8 @@ class ProxyServer:
             self._send_outcome(identity, seq, run_batch(session, seq, body, payloads))
 
     def _send_outcome(self, identity: bytes, seq, outcome: Outcome) -> None:
-        code, result, frames, deferred, output = outcome
-        self._reply(identity, seq, code, result, deferred, output, frames)
+        code, result, frames, deferred, output, diagnostics = outcome
+        self._reply(identity, seq, code, result, deferred, output, diagnostics, frames)
 
     def _hand_back_finished(self) -> None:
         while True:
@@ -281,7 +284,7 @@ class ProxyServer:
         waiting for a kernel longer than its VGPU_TIMEOUT would otherwise give up on us)."""
         for identity, worker in self.workers.items():
             if worker.pending:
-                self._send_reply(identity, [KEEPALIVE_SEQ, 0, None, 0, ""])
+                self._send_reply(identity, [KEEPALIVE_SEQ, 0, None, 0, "", ""])
 
     def _reap_dead_clients(self) -> None:
         for identity, session in list(self.sessions.items()):

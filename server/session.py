@@ -2,27 +2,35 @@
 
 Each op is a driver-API call (DESIGN.md decision 1) named as the client's shim exports it.
 Handlers raise CudaError for CUDA failures; `Session.execute` turns that into the reply code
-of a synchronizing call or into the deferred error of a queued one. Kernel faults are sticky
-(decision 9): once one happens, every call but a context reset reports it.
+of a synchronizing call or into the deferred error of a queued one, with its message. Kernel
+faults are sticky (decision 9): once one happens, every call but a context reset reports it.
+What a launch prints goes to the application with the next reply: device printf text for
+its stdout (`output`), then for its stderr (`diagnostics`) CUDA's lines for failed asserts,
+the memory checker's reports and a description of any other kernel fault.
 """
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from vgpu.api.cudadefs import CUresult
 from vgpu.errors import CudaError
-from vgpu.protocol import STICKY_ERRORS
+from vgpu.protocol import MEMCHECK_MODES, STICKY_ERRORS
 
 from .arena import VaArena
 from .backends import Backend, LoadedModule
+from .backends.base import KernelFault
 from .handles import HandleTable
 from .peer_memory import PeerMemoryError, read_peer, write_peer
 
 __all__ = ["Session", "OPS"]
+
+log = logging.getLogger("vgpu.server")
 
 CUDA_SUCCESS = 0
 CUDA_ERROR_INVALID_VALUE = 1
@@ -30,7 +38,11 @@ CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_INVALID_CONTEXT = 201
 CUDA_ERROR_INVALID_HANDLE = 400
 CUDA_ERROR_NOT_FOUND = 500
+CUDA_ERROR_ASSERT = 710
 CUDA_ERROR_UNKNOWN = 999
+CU_LIMIT_PRINTF_FIFO_SIZE = 1
+# A fresh context's printf FIFO: 1 MiB, as CUDA's (cuCtxGetLimit answers the same).
+DEFAULT_PRINTF_FIFO_BYTES = 1 << 20
 CU_EVENT_DISABLE_TIMING = 0x2
 # Streams every context has without creating them: 0 (NULL), CU_STREAM_LEGACY, PER_THREAD.
 BUILTIN_STREAMS = frozenset({0, 1, 2})
@@ -72,6 +84,7 @@ class Function:
     module: int
     name: str
     param_size: int
+    uses_printf: bool
     # Launch configuration (grid, block, shared bytes) -> the backend's checked launcher.
     launchers: dict[tuple, Callable[[bytes], str]] = field(default_factory=dict)
 
@@ -84,7 +97,8 @@ class Event:
 
 
 class Session:
-    def __init__(self, session_id: int, hello: dict, backend: Backend, arena: VaArena):
+    def __init__(self, session_id: int, hello: dict, backend: Backend, arena: VaArena,
+                 memcheck: str = "report"):
         self.id = session_id
         self.pid = int(hello.get("pid", 0))
         self.host = str(hello.get("host", ""))
@@ -95,9 +109,17 @@ class Session:
         self.started_at = time.time()
         self.calls_served = 0
         self.deferred_error = CUDA_SUCCESS
+        self.deferred_message = ""
         self.sticky_error = CUDA_SUCCESS
         self.last_error_message = ""
-        self.output: list[str] = []
+        self.output: list[str] = []       # device printf text, for the application's stdout
+        self.diagnostics: list[str] = []  # fault reports and assert lines, for its stderr
+        # The application's VGPU_MEMCHECK (sent at hello) wins over the server's --memcheck.
+        wanted = hello.get("memcheck")
+        self.memcheck = wanted if wanted in MEMCHECK_MODES else memcheck
+        backend.set_memcheck(self.memcheck == "strict")
+        self.printf_fifo_bytes = DEFAULT_PRINTF_FIFO_BYTES
+        self.printf_launched = False  # a kernel that calls printf ran since the last reset
         self.payloads: list = []       # the payload frames of the batch being executed
         self.reply_frames: list = []   # the frames its reply will carry
         self.contexts: HandleTable[Context] = HandleTable("context", CUDA_ERROR_INVALID_CONTEXT)
@@ -146,7 +168,7 @@ class Session:
             for i, call in enumerate(calls):
                 code, result = self._run_one(call)
                 if code and i != last:
-                    self.defer(code)
+                    self.defer(code, self.last_error_message)
         frames_out, self.payloads, self.reply_frames = self.reply_frames, [], []
         return code, result, frames_out if code == CUDA_SUCCESS else []
 
@@ -171,18 +193,30 @@ class Session:
             self.last_error_message = f"{name}: bad arguments ({exc})"
             return CUDA_ERROR_INVALID_VALUE, None
 
-    def defer(self, code: int) -> None:
-        """Keep a failure of queued work for the next reply (the first one counts)."""
+    def defer(self, code: int, message: str = "") -> None:
+        """Keep a failure of queued work, and what it said, for the next reply (the first
+        one counts)."""
         if code != CUDA_SUCCESS and self.deferred_error == CUDA_SUCCESS:
             self.deferred_error = code
+            self.deferred_message = message
 
-    def take_deferred(self) -> int:
+    def take_deferred(self) -> list | int:
+        """The reply's `deferred`: 0, or [code, message] of the first failure of queued
+        work (the sticky error once there is one)."""
         code, self.deferred_error = self.deferred_error, CUDA_SUCCESS
-        return self.sticky_error or code
+        message, self.deferred_message = self.deferred_message, ""
+        if self.sticky_error and code != self.sticky_error:
+            code, message = self.sticky_error, "the context has a sticky error"
+        return [code, message] if code else 0
 
     def take_output(self) -> str:
         text = "".join(self.output)
         self.output.clear()
+        return text
+
+    def take_diagnostics(self) -> str:
+        text = "".join(self.diagnostics)
+        self.diagnostics.clear()
         return text
 
     def memory_in_use(self) -> int:
@@ -281,6 +315,20 @@ class Session:
         if handle in self.contexts:
             self._destroy_context_resources(handle)
         self.sticky_error = CUDA_SUCCESS
+        self.printf_fifo_bytes = DEFAULT_PRINTF_FIFO_BYTES
+        self.printf_launched = False
+
+    @op("cuCtxSetLimit")
+    def ctx_set_limit(self, limit: int, value: int):
+        """The limits a launch obeys here; the client answers cuCtxGetLimit itself."""
+        if limit == CU_LIMIT_PRINTF_FIFO_SIZE:
+            if value < 0:
+                raise CudaError(CUDA_ERROR_INVALID_VALUE, "negative printf FIFO size")
+            if self.printf_launched:  # CUDA's rule: the FIFO is allocated by then
+                raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                                "the printf FIFO size cannot change after a kernel that "
+                                "calls printf has been launched")
+            self.printf_fifo_bytes = int(value)
 
     def _destroy_context_resources(self, handle: int) -> None:
         ctx = self.contexts.get(handle)
@@ -459,7 +507,8 @@ class Session:
         kernel = module.loaded.kernels.get(name)
         if kernel is None:
             raise CudaError(CUDA_ERROR_NOT_FOUND, f"no kernel named {name!r} in the module")
-        self.functions.add(handle, Function(module_handle, name, kernel.param_buffer_size))
+        self.functions.add(handle, Function(module_handle, name, kernel.param_buffer_size,
+                                            kernel.uses_printf))
         module.functions.add(handle)
 
     @op("cuLaunchKernel")
@@ -476,11 +525,32 @@ class Session:
         launcher = fn.launchers.get(config)
         if launcher is None:
             launcher = self._prepare_launch(fn, config)
-        printed = launcher(params)
+        self.printf_launched |= fn.uses_printf
+        try:
+            printed, report = launcher(params, self.printf_fifo_bytes)
+        except KernelFault as fault:
+            self._report_fault(fault)
+            raise
         if printed:
             self.output.append(printed)
+        if report:
+            self.diagnostics.append(report)
 
-    def _prepare_launch(self, fn: Function, config: tuple) -> Callable[[bytes], str]:
+    def _report_fault(self, fault: KernelFault) -> None:
+        """A kernel failed: its printf output first, then CUDA's lines for failed asserts or
+        our report of the fault, all for the application; and a line in the server log."""
+        self.output.append(fault.output)
+        self.diagnostics.append(fault.diagnostics)
+        if fault.code != CUDA_ERROR_ASSERT:  # CUDA itself says nothing more than its lines
+            try:
+                name = CUresult(fault.code).name
+            except ValueError:
+                name = f"CUDA error {fault.code}"
+            self.diagnostics.append(f"vgpu: {name}: {fault.message}\n")
+        log.info("session %d: kernel failed with %d: %s", self.id, fault.code, fault.message)
+
+    def _prepare_launch(self, fn: Function, config: tuple
+                        ) -> Callable[[bytes, int], tuple[str, str]]:
         grid, block, shared_bytes = config[:3], config[3:6], config[6]
         module = self.modules.get(fn.module)
         _check_launch_config(module.loaded.kernels[fn.name].attributes, grid, block,

@@ -30,8 +30,9 @@ log = logging.getLogger("vgpu.server")
 # Calls that may run long enough to hold up other clients.
 LONG_CALLS = frozenset({"cuLaunchKernel", "cuModuleLoadData"})
 
-# What a batch produced: (reply code, result, reply payload frames, deferred code, output).
-Outcome = tuple[int, object, list, int, str]
+# What a batch produced: (reply code, result, reply payload frames, deferred error,
+# device output for stdout, diagnostics for stderr); see vgpu.protocol.
+Outcome = tuple[int, object, list, object, str, str]
 
 
 def run_batch(session: Session, seq: int, body: list, payloads: list) -> Outcome:
@@ -39,11 +40,12 @@ def run_batch(session: Session, seq: int, body: list, payloads: list) -> Outcome
     (seq 0) has no reply: its error, and device output, wait for the next reply."""
     code, result, frames = session.execute(body, payloads)
     if not seq:
-        session.defer(code)
-        return code, None, [], 0, ""
+        session.defer(code, session.last_error_message)
+        return code, None, [], 0, "", ""
     if code and result is None and session.last_error_message:
         result = session.last_error_message
-    return code, result, frames, session.take_deferred(), session.take_output()
+    return (code, result, frames, session.take_deferred(), session.take_output(),
+            session.take_diagnostics())
 
 
 class SessionWorker:
@@ -85,7 +87,7 @@ class SessionWorker:
                 except Exception:  # a server bug must not strand the session's client
                     log.error("internal error in session %d:\n%s", self.session.id,
                               traceback.format_exc())
-                    outcome = (999, "internal server error", [], 0, "")
+                    outcome = (999, "internal server error", [], 0, "", "")
                 self._finished.append((self, identity, seq, len(body), outcome))
                 wake.send(b"")
             self.session.close()

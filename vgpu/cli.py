@@ -20,6 +20,10 @@ def _add_server_parser(sub) -> None:
                    help="zmq address to listen on (default: the per-user ipc socket)")
     p.add_argument("--backend", default="auto", choices=("auto", "emu", "cuda"))
     p.add_argument("--verbose", "-v", action="store_true", help="log sessions as they come")
+    p.add_argument("--memcheck", default="report", choices=("report", "strict"),
+                   help="what a kernel's access past its allocation's end does, for clients "
+                        "whose VGPU_MEMCHECK does not say: reported once per kernel (report, "
+                        "as a GPU does not fault) or CUDA_ERROR_ILLEGAL_ADDRESS (strict)")
 
 
 def _add_run_parser(sub) -> None:
@@ -89,7 +93,7 @@ def _server(args) -> int:
             if socket_file is not None:
                 turn.enter_context(folder_turn(socket_folder(socket_file, str(runtime_dir()))))
                 claim_ipc_socket(socket_file)
-            server = ProxyServer(address, args.backend)
+            server = ProxyServer(address, args.backend, args.memcheck)
         except AddressError as exc:
             print(f"vgpu server: cannot listen on {address}: {exc}", file=sys.stderr)
             return 1

@@ -30,6 +30,7 @@ from .protocol import (
     DEFAULT_TIMEOUT_S,
     HANDSHAKE_TIMEOUT_S,
     HELLO,
+    MEMCHECK_MODES,
     PROTOCOL_VERSION,
     STICKY_ERRORS,
     pack,
@@ -112,12 +113,13 @@ class Connection:
         self._batches_unmarked = 0  # batches sent without a wait since the last mark
         self._marks: collections.deque[int] = collections.deque()  # their seqs, oldest first
         # What answered marks brought, held for the next synchronizing call: the first
-        # error of queued work (code, sticky) and device printf output, which CUDA also
-        # shows at synchronization.
-        self._marked_error = 0
+        # error of queued work ([code, message]), device printf output and diagnostics,
+        # which CUDA also shows at synchronization.
+        self._marked_error: list | int = 0
         self._marked_output: list[str] = []
+        self._marked_diagnostics: list[str] = []
         self.sticky_error = 0  # a context-breaking error the server reported, until reset
-        self.stdout_writer = _c_stdout_writer()
+        self.stdout_writer, self.stderr_writer = _c_writers()
         self.ring: StagingRing | None = None
         self.peer_memory = False
         self.server_pid: int | None = None
@@ -143,6 +145,7 @@ class Connection:
             "argv": _command_line(),
             "shm": {"path": self.ring.path, "size": self.ring.size} if self.ring else None,
             "probe": [ctypes.addressof(probe), probe.raw],
+            "memcheck": _memcheck_mode(),
         }
         seq = self._send(HELLO, body, [])
         try:
@@ -251,11 +254,13 @@ class Connection:
     def _take_mark(self, reply: list) -> None:
         """An answered mark: its batch and everything before it has run."""
         self._marks.popleft()
-        code, _, deferred, output, _ = reply
+        code, result, deferred, output, diagnostics, _ = reply
         if output:
             self._marked_output.append(output)
+        if diagnostics:
+            self._marked_diagnostics.append(diagnostics)
         if not self._marked_error and (deferred or code):
-            self._marked_error = deferred or code
+            self._marked_error = deferred or [code, result if isinstance(result, str) else ""]
 
     def _send(self, kind: str, body, frames: list, want_reply: bool = True) -> int:
         if self._lost:
@@ -307,7 +312,7 @@ class Connection:
     def _finish(self, reply: list, confirms: bool = True) -> tuple[object, list]:
         """Take a synchronizing call's reply. It `confirms` that everything sent before has
         run (replies come in order), except for a query the server answered early."""
-        code, result, deferred, output, frames = reply
+        code, result, deferred, output, diagnostics, frames = reply
         if confirms:
             self._unconfirmed = False
             if self.ring:
@@ -315,14 +320,20 @@ class Connection:
         if self._marked_output:
             output = "".join(self._marked_output) + (output or "")
             self._marked_output.clear()
+        if self._marked_diagnostics:
+            diagnostics = "".join(self._marked_diagnostics) + (diagnostics or "")
+            self._marked_diagnostics.clear()
         if output:
             self.stdout_writer(output)
+        if diagnostics:  # after the device's printf output, as CUDA prints assert lines
+            self.stderr_writer(diagnostics)
         if self._marked_error:
             deferred, self._marked_error = self._marked_error, 0
         if deferred:
-            if deferred in STICKY_ERRORS:
-                self.sticky_error = deferred
-            raise CudaError(deferred, "an earlier queued call failed")
+            deferred_code, message = deferred
+            if deferred_code in STICKY_ERRORS:
+                self.sticky_error = deferred_code
+            raise CudaError(deferred_code, message or "an earlier queued call failed")
         if code:
             if code in STICKY_ERRORS:
                 self.sticky_error = code
@@ -400,21 +411,50 @@ class Connection:
         ctypes.memmove(dst + offset, self.ring.address + slot, n)
 
 
-def _c_stdout_writer():
-    """Device printf goes through C stdio's stdout, in order with the program's own printf."""
+def _c_writers():
+    """(stdout writer, stderr writer). Device printf goes through C stdio's stdout, in order
+    with the program's own printf; diagnostics go to file descriptor 2 (where C's unbuffered
+    stderr writes too) once C's stdout is flushed, so they follow the output they are about."""
     try:
         libc = ctypes.CDLL(None)
         stdout = ctypes.c_void_p.in_dll(libc, "stdout")
         fwrite = libc.fwrite
         fwrite.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p]
+        fflush = libc.fflush
+        fflush.argtypes = [ctypes.c_void_p]
 
         def write(text: str) -> None:
             data = text.encode()
             fwrite(data, 1, len(data), stdout)
 
-        return write
+        def write_error(text: str) -> None:
+            fflush(stdout)
+            _write_fd(2, text.encode())
+
+        return write, write_error
     except (OSError, ValueError, AttributeError):
-        return lambda text: (sys.stdout.write(text), sys.stdout.flush())
+        return (lambda text: (sys.stdout.write(text), sys.stdout.flush()),
+                lambda text: (sys.stdout.flush(), _write_fd(2, text.encode())))
+
+
+def _write_fd(fd: int, data: bytes) -> None:
+    while data:
+        try:
+            data = data[os.write(fd, data):]
+        except OSError:  # a closed stderr: nothing to tell the user through
+            return
+
+
+def _memcheck_mode() -> str | None:
+    """The application's VGPU_MEMCHECK, checked; None leaves the choice to the server."""
+    mode = os.environ.get("VGPU_MEMCHECK", "").strip().lower()
+    if not mode:
+        return None
+    if mode not in MEMCHECK_MODES:
+        _write_fd(2, f"vgpu: VGPU_MEMCHECK={mode!r} is not one of {', '.join(MEMCHECK_MODES)}; "
+                     f"the server's setting applies\n".encode())
+        return None
+    return mode
 
 
 def _command_line() -> list[str]:

@@ -5,10 +5,12 @@ message whose first frame is a msgpack header and whose further frames are raw p
 (bulk data sent without copying into the header).
 
     client -> server   [header, payload*]   header = [kind, seq, body]
-    server -> client   [header, payload*]   header = [seq, code, result, deferred, output]
+    server -> client   [header, payload*]
+                       header = [seq, code, result, deferred, output, diagnostics]
 
 kind is one of:
-    HELLO   body = {"version", "pid", "host", "argv", "shm"}: opens the session
+    HELLO   body = {"version", "pid", "host", "argv", "shm", "probe", "memcheck"}: opens the
+            session; "memcheck" is the application's VGPU_MEMCHECK (None: the server's)
     CALLS   body = [[op, args], ...]: driver calls in order; the server replies only when the
             header's seq is non-zero (the last call then is the synchronizing one)
     ADMIN   body = [op, args]: `ps` and friends, answered without a session
@@ -20,9 +22,13 @@ working, not gone, however long the kernel runs; VGPU_TIMEOUT bounds only silenc
 
 Ops inside CALLS are driver-API names (`cuMemAlloc_v2`, `cuLaunchKernel`, ...) plus a few
 `vgpu*` transport helpers; see `vgpu.server.session` for the handlers. In a reply, `code` is
-the CUresult of the synchronizing call, `deferred` the first error raised by queued calls
+the CUresult of the synchronizing call and `result` its result (on failure: what went wrong,
+in words); `deferred` is 0 or [code, message] of the first error raised by queued calls
 since the previous reply (DESIGN.md decision 4: such errors surface at the next synchronizing
-call), and `output` device printf text to write to the application's stdout.
+call); `output` is device printf text for the application's stdout and `diagnostics` text
+for its stderr, written after it: CUDA's line for each failed device assert, the memory
+checker's reports, and a kernel fault's description (kernel, block, thread, PTX line,
+address), which CUDA leaves to compute-sanitizer.
 
 Bulk data travels as `("shm", offset)` into the session's staging segment when client and
 server share a host, as `("seg", segment_id, offset)` into a pinned host segment, or as
@@ -36,9 +42,10 @@ import msgpack
 __all__ = [
     "PROTOCOL_VERSION", "HELLO", "CALLS", "ADMIN", "BYE", "pack", "unpack", "ProtocolError",
     "DEFAULT_TIMEOUT_S", "HANDSHAKE_TIMEOUT_S", "KEEPALIVE_SEQ", "STICKY_ERRORS",
+    "MEMCHECK_MODES",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 HELLO, CALLS, ADMIN, BYE = "hello", "calls", "admin", "bye"
 
 # How long a client waits for a server that has gone silent before declaring the device lost.
@@ -50,6 +57,12 @@ HANDSHAKE_TIMEOUT_S = 5.0
 # address, assert, hardware stack error, illegal instruction, misaligned address, invalid
 # address space, invalid PC, launch failure.
 STICKY_ERRORS = frozenset({700, 710, 714, 715, 716, 717, 718, 719})
+
+
+# VGPU_MEMCHECK (and `vgpu server --memcheck`): what a kernel's access past the end of its
+# allocation does. "report": what a GPU does (no fault where memory is mapped), reported once
+# per kernel on stderr; "strict": CUDA_ERROR_ILLEGAL_ADDRESS, as outside mapped memory.
+MEMCHECK_MODES = ("report", "strict")
 
 
 # The server's "still working on your calls" (see above): a reply to nothing.

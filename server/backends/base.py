@@ -7,7 +7,20 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["Backend", "DeviceDescription", "KernelDescription", "LoadedModule"]
+from vgpu.errors import CudaError
+
+__all__ = ["Backend", "DeviceDescription", "KernelDescription", "KernelFault", "LoadedModule"]
+
+
+class KernelFault(CudaError):
+    """A launch that failed while running: besides code and message, the device printf text
+    it produced first (for the application's stdout) and what goes to its stderr after that
+    (CUDA's line for each failed assert, a memory checker's report)."""
+
+    def __init__(self, code: int, message: str, output: str = "", diagnostics: str = ""):
+        super().__init__(code, message)
+        self.output = output
+        self.diagnostics = diagnostics
 
 
 @dataclass(frozen=True)
@@ -30,6 +43,7 @@ class KernelDescription:
     param_sizes: list[int]
     param_buffer_size: int
     attributes: dict[str, int]  # num_regs, shared_size_bytes, max_threads_per_block, ...
+    uses_printf: bool = False   # once launched, the printf FIFO's size is fixed
 
 
 @dataclass
@@ -89,10 +103,17 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def prepare_launch(self, module: LoadedModule, kernel: str, grid: tuple[int, int, int],
                        block: tuple[int, int, int], shared_bytes: int
-                       ) -> Callable[[bytes], str]:
+                       ) -> Callable[[bytes, int], tuple[str, str]]:
         """Check a launch configuration (raising CudaError) and return a launcher: called
-        with a parameter buffer, it runs the kernel to completion (or queues it) and returns
-        device printf output. Sessions keep launchers for the shapes a program repeats."""
+        with a parameter buffer and the printf FIFO's size, it runs the kernel to completion
+        (or queues it) and returns (device printf output, text for stderr such as a memory
+        checker's report); a kernel that fails raises KernelFault. Sessions keep launchers
+        for the shapes a program repeats."""
+
+    @abc.abstractmethod
+    def set_memcheck(self, strict: bool) -> None:
+        """Strict memory checking: an access outside its allocation faults even where the
+        device has memory mapped (an emulator can tell; a GPU backend has nothing to do)."""
 
     @abc.abstractmethod
     def synchronize(self) -> None: ...

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import re
+import struct
 from collections.abc import Callable
 
 from vgpu.errors import CudaError
+from vgpu.module_image import ELF_MAGIC
 
+from ..arena import ALLOCATION_ALIGNMENT
 from ..emu import (
     DeviceMemory,
     LaunchError,
+    MemoryChecker,
     PtxError,
     PtxModule,
     link,
@@ -17,7 +22,8 @@ from ..emu import (
     quiet_floating_point,
 )
 from ..emu.errors import IllegalAddress
-from .base import Backend, DeviceDescription, KernelDescription, LoadedModule
+from ..emu.ir import Symbol
+from .base import Backend, DeviceDescription, KernelDescription, KernelFault, LoadedModule
 from .device_attributes import emu_attributes
 from .images import ModuleImage, decode_image
 
@@ -37,7 +43,9 @@ class EmuBackend(Backend):
     name = "emu"
 
     def __init__(self) -> None:
-        self.memory = DeviceMemory()
+        # Allocations are mapped in the arena's granules: what a GPU maps at the least.
+        self.memory = DeviceMemory(granule=ALLOCATION_ALIGNMENT)
+        self.checker = MemoryChecker(strict=False)
 
     def describe(self) -> DeviceDescription:
         return DeviceDescription(
@@ -76,15 +84,17 @@ class EmuBackend(Backend):
         except IllegalAddress as exc:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, str(exc)) from None
 
+    def set_memcheck(self, strict: bool) -> None:
+        self.checker = MemoryChecker(strict)
+
     def load_module(self, image: bytes, allocate: Callable[[int], int]) -> LoadedModule:
         decoded: ModuleImage = decode_image(image)
         if not decoded.ptx:
-            raise CudaError(CUDA_ERROR_NO_BINARY_FOR_GPU, decoded.why_no_ptx
-                            or "the module image holds no PTX, which the emu backend needs")
+            raise CudaError(CUDA_ERROR_NO_BINARY_FOR_GPU, _why_no_ptx(image, decoded))
         try:
             module = link(decoded.ptx) if len(decoded.ptx) > 1 else PtxModule.parse(decoded.ptx[0])
         except PtxError as exc:
-            raise CudaError(CUDA_ERROR_INVALID_PTX, str(exc)) from None
+            raise CudaError(CUDA_ERROR_INVALID_PTX, _why_not_loadable(decoded.ptx, exc)) from None
         variables = {}
         for name, var in module.variables.items():
             address = allocate(var.size)
@@ -102,6 +112,7 @@ class EmuBackend(Backend):
                 param_sizes=[p.size for p in info.params],
                 param_buffer_size=info.param_size,
                 attributes=dict(info.attributes),
+                uses_printf=_uses_printf(module, name),
             )
             for name, info in module.kernels.items()
         }
@@ -116,7 +127,7 @@ class EmuBackend(Backend):
         return quiet_floating_point()
 
     def prepare_launch(self, module: LoadedModule, kernel: str, grid, block,
-                       shared_bytes: int) -> Callable[[bytes], str]:
+                       shared_bytes: int) -> Callable[[bytes, int], tuple[str, str]]:
         symbols = {name: addr for name, (addr, _) in module.variables.items()}
         try:
             prepared = prepare(module.handle, kernel, tuple(grid), tuple(block), shared_bytes,
@@ -124,11 +135,12 @@ class EmuBackend(Backend):
         except LaunchError as exc:
             raise CudaError(exc.code, str(exc)) from None
 
-        def run(params: bytes) -> str:
+        def run(params: bytes, printf_fifo_bytes: int) -> tuple[str, str]:
             try:
-                return prepared.execute(params, self.memory).printf
+                result = prepared.execute(params, self.memory, self.checker, printf_fifo_bytes)
             except LaunchError as exc:
-                raise CudaError(exc.code, str(exc)) from None
+                raise KernelFault(exc.code, exc.message, exc.output, exc.diagnostics) from None
+            return result.printf, result.report
 
         return run
 
@@ -136,4 +148,48 @@ class EmuBackend(Backend):
         """Kernels run to completion inside their launcher; nothing is ever outstanding."""
 
     def close(self) -> None:
-        self.memory = DeviceMemory()
+        self.memory = DeviceMemory(granule=ALLOCATION_ALIGNMENT)
+
+
+def _uses_printf(module: PtxModule, kernel: str) -> bool:
+    """Does the kernel, or a function it calls, call vprintf (device printf)?"""
+    for name in module.program.kernels[kernel].functions:
+        for instr in module.ir.functions[name].body or ():
+            if instr.opcode == "call" and any(isinstance(op, Symbol) and op.name == "vprintf"
+                                              for op in instr.operands):
+                return True
+    return False
+
+
+# Texture and surface instructions and declarations: the emulator has no texture units yet.
+_TEXTURES = re.compile(r"^\s*(?:@!?%\w+\s+)?(?:tex|tld4|txq|suld|sust|sured|suq)\.|"
+                       r"\.(?:texref|surfref|samplerref)\b", re.MULTILINE)
+
+
+def _why_not_loadable(ptx: list[str], exc: PtxError) -> str:
+    """The loader's error, or what it stumbled on: textures are the usual reason."""
+    for text in ptx:
+        found = _TEXTURES.search(text)
+        if found:
+            line = text.count("\n", 0, found.start()) + 1
+            return (f"textures and surfaces are not supported yet by the emu backend, and "
+                    f"the module uses them (PTX line {line}: "
+                    f"{text.splitlines()[line - 1].strip()})")
+    return f"the module's PTX cannot be loaded: {exc}"
+
+
+def _why_no_ptx(image: bytes, decoded: ModuleImage) -> str:
+    """Why a module has no PTX for the emulator, naming the SASS it holds instead."""
+    if image[:4] == ELF_MAGIC and len(image) >= 52:
+        arch = _cubin_arch(image)
+        return (f"this module holds only SASS for sm_{arch}; the emu backend runs PTX: load "
+                f"PTX instead (nvcc -ptx, or keep PTX in the fatbin with -gencode "
+                f"arch=compute_{arch},code=compute_{arch})")
+    return decoded.why_no_ptx or "the module image holds no PTX, which the emu backend needs"
+
+
+def _cubin_arch(image: bytes) -> int:
+    """The SM a cubin was built for, from its ELF header's e_flags: bits 8-15 in the ABI
+    nvcc 12.8 and later write (ELF ABI version 8 and up), the low byte before."""
+    flags = struct.unpack_from("<I", image, 48)[0]
+    return (flags >> 8) & 0xFF if image[8] >= 8 else flags & 0xFF

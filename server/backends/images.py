@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from vgpu.fatbin import FatbinError, parse_fatbin, select_ptx
+from vgpu.fatbin import FatbinError, parse_fatbin, require_ptx
 from vgpu.module_image import (
     ELF_MAGIC,
     FATBIN_CONTAINER_MAGIC,
@@ -35,12 +35,9 @@ def decode_image(image: bytes) -> ModuleImage:
         return ModuleImage([_text(p) for p in unpack_linked_ptx(image)])
     if magic32 in (FATBIN_CONTAINER_MAGIC, FATBIN_WRAPPER_MAGIC):
         try:
-            ptx = select_ptx(parse_fatbin(image))
+            ptx = require_ptx(parse_fatbin(image))  # else says which cubins it holds
         except FatbinError as exc:
             return ModuleImage([], str(exc))
-        if ptx is None:
-            return ModuleImage([], "the fatbin embeds no PTX (only cubins), which the emu "
-                                   "backend needs: rebuild with PTX, e.g. nvcc -arch=compute_75")
         return ModuleImage([ptx])
     if image[:4] == ELF_MAGIC:
         return ModuleImage([], "the module is a cubin (SASS only); the emu backend runs PTX: "

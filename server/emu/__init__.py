@@ -16,6 +16,7 @@ See README.md for what is supported and how it works.
 from .errors import IllegalAddress, LaunchError, PtxError
 from .executor import LaunchResult, PreparedLaunch, launch, prepare, quiet_floating_point
 from .linker import link
+from .memcheck import MemoryChecker
 from .memory import DeviceMemory
 from .module import KernelInfo, ModuleVariable, ParamInfo, PtxModule
 
@@ -25,6 +26,7 @@ __all__ = [
     "KernelInfo",
     "LaunchError",
     "LaunchResult",
+    "MemoryChecker",
     "ModuleVariable",
     "ParamInfo",
     "PtxError",

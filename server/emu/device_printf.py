@@ -11,7 +11,16 @@ import re
 import struct
 from collections.abc import Callable
 
-__all__ = ["ArgumentBuffer", "format_printf"]
+__all__ = ["ArgumentBuffer", "DEFAULT_PRINTF_FIFO_BYTES", "PRINTF_RECORD_HEADER",
+           "fifo_record_size", "format_printf", "within_fifo"]
+
+# CU_LIMIT_PRINTF_FIFO_SIZE of a fresh context: 1 MiB, as CUDA's.
+DEFAULT_PRINTF_FIFO_BYTES = 1 << 20
+# A printf call stores one record in the launch's FIFO: a header and the format string's
+# address, then the argument buffer. CUDA's layout is undocumented; this model's records are
+# 8 + 8 bytes plus the arguments rounded up to 8, within a few bytes of a GPU's, so about as
+# many calls fit.
+PRINTF_RECORD_HEADER = 16
 
 _SPEC = re.compile(
     rb"%(?P<flags>[-+ #0]*)(?P<width>\*|\d+)?(?:\.(?P<precision>\*|\d*))?"
@@ -39,6 +48,25 @@ class ArgumentBuffer:
 
     def double(self) -> float:
         return struct.unpack("<d", self._take(8))[0]
+
+
+def fifo_record_size(args: ArgumentBuffer) -> int:
+    """Bytes of the printf FIFO the call that read `args` takes."""
+    return PRINTF_RECORD_HEADER + (args.offset + 7) // 8 * 8
+
+
+def within_fifo(records: list[tuple], fifo_bytes: int) -> list[tuple]:
+    """The printf records (..., sequence number, FIFO bytes, text) that fit a FIFO of
+    `fifo_bytes`, taken in the order the calls ran: once it is full, later output is
+    dropped, as a GPU drops what no longer fits."""
+    kept: list[tuple] = []
+    used = 0
+    for record in sorted(records, key=lambda r: r[-3]):
+        used += record[-2]
+        if used > fifo_bytes:
+            break
+        kept.append(record)
+    return kept
 
 
 def format_printf(fmt: bytes, args: ArgumentBuffer, read_string: Callable[[int], bytes]) -> str:

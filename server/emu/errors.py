@@ -55,10 +55,13 @@ class IllegalAddress(Exception):
 
 class LaunchError(Exception):
     """A failed launch. `code` is the CUresult value; `output` is the device printf text
-    produced before the failure (assert messages included), in deterministic order."""
+    produced before the failure, in deterministic order (for stdout); `diagnostics` what
+    goes to stderr after it: CUDA's message for each failed assert, the memory checker's
+    report."""
 
-    def __init__(self, code: int, message: str, output: str = ""):
+    def __init__(self, code: int, message: str, output: str = "", diagnostics: str = ""):
         self.code = int(code)
         self.message = message
         self.output = output
+        self.diagnostics = diagnostics
         super().__init__(message)

@@ -26,13 +26,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .device_printf import DEFAULT_PRINTF_FIFO_BYTES, within_fifo
 from .errors import (
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_NOT_FOUND,
     CUDA_ERROR_NOT_SUPPORTED,
     LaunchError,
 )
+from .memcheck import MemoryChecker
 from .memory import DeviceMemory
+from .spaces import STRAYS_ALLOWED, STRAYS_FAULT, STRAYS_REPORTED, StrayAccess
 from .state import Chunk, Fault, LaunchContext, State
 
 __all__ = ["CHUNK_STATE_BYTES", "LANES_PER_CHUNK", "LaunchResult", "PreparedLaunch", "launch",
@@ -54,6 +57,7 @@ MAX_BLOCK = (1024, 1024, 64)
 class LaunchResult:
     printf: str = ""
     lane_instructions: int = 0   # instructions executed, summed over threads
+    report: str = ""             # the memory checker's report (stray accesses), for stderr
 
 
 def launch(module, kernel_name: str, grid, block, shared_bytes: int = 0, params: bytes = b"",
@@ -128,28 +132,42 @@ class PreparedLaunch:
         for first in range(0, self._nblocks, self._per_chunk):
             yield Chunk(self.grid, self.block, first, min(self._per_chunk, self._nblocks - first))
 
-    def run(self, params: bytes, memory: DeviceMemory) -> LaunchResult:
+    def run(self, params: bytes, memory: DeviceMemory, checker: MemoryChecker | None = None,
+            printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES) -> LaunchResult:
         """Run the kernel once with this parameter buffer."""
         with quiet_floating_point():
-            return self.execute(params, memory)
+            return self.execute(params, memory, checker, printf_fifo_bytes)
 
-    def execute(self, params: bytes, memory: DeviceMemory) -> LaunchResult:
-        """`run`, for callers that run many launches inside one `quiet_floating_point()`."""
+    def execute(self, params: bytes, memory: DeviceMemory, checker: MemoryChecker | None = None,
+                printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES) -> LaunchResult:
+        """`run`, for callers that run many launches inside one `quiet_floating_point()`.
+
+        Without a `checker`, stray global accesses (past an allocation's end, inside its
+        mapped granule) fault as strictly as any other; with one, the checker decides.
+        Device printf output beyond `printf_fifo_bytes` of FIFO records is dropped."""
         program, kernel = self.program, self.kernel
         if len(params) != kernel.param_size:
             raise LaunchError(CUDA_ERROR_INVALID_VALUE,
                               f"{self.kernel_name!r} takes {kernel.param_size} bytes of "
                               f"parameters, got {len(params)}")
+        if checker is None or checker.strict:
+            strays = STRAYS_FAULT
+        elif checker.should_report(self.kernel_name):
+            strays = STRAYS_REPORTED
+        else:
+            strays = STRAYS_ALLOWED
         # Parameter space is read-only to kernels (spaces.locate refuses stores), so the
         # caller's bytes are used as they are.
-        ctx = LaunchContext(self, memory, np.frombuffer(params, np.uint8))
+        ctx = LaunchContext(self, memory, np.frombuffer(params, np.uint8), strays)
         for chunk in self._small_chunks or self._chunks():
             state = State(ctx, chunk, program.register_dtypes)
             try:
                 _run(program, kernel, state)
             except Fault as fault:
-                raise _launch_error(fault, state, self.kernel_name, ctx) from None
-        return LaunchResult(_printf_text(ctx), ctx.lane_instructions)
+                raise _launch_error(fault, state, self.kernel_name, ctx, printf_fifo_bytes,
+                                    _report(checker, self.kernel_name, ctx)) from None
+        return LaunchResult(_printf_text(ctx, printf_fifo_bytes), ctx.lane_instructions,
+                            _report(checker, self.kernel_name, ctx))
 
 
 def quiet_floating_point():
@@ -175,21 +193,50 @@ def _dims(value, what: str, limits) -> tuple[int, int, int]:
     return dims
 
 
-def _printf_text(ctx: LaunchContext) -> str:
+def _printf_text(ctx: LaunchContext, fifo_bytes: int) -> str:
     if not ctx.printf:
         return ""
-    return "".join(text for *_, text in sorted(ctx.printf))
+    return "".join(text for *_, text in sorted(within_fifo(ctx.printf, fifo_bytes)))
 
 
-def _launch_error(fault: Fault, state: State, kernel_name: str, ctx) -> LaunchError:
-    if fault.verbatim:
-        message = fault.head
-    else:
-        tid, ctaid = state.thread_of(fault.lane)
-        message = (f"{fault.head} by thread ({tid[0]},{tid[1]},{tid[2]}) in block "
-                   f"({ctaid[0]},{ctaid[1]},{ctaid[2]}) of kernel '{kernel_name}' "
-                   f"(PTX line {fault.line}): {fault.reason}")
-    return LaunchError(fault.code, message, output=_printf_text(ctx))
+def _fault_message(fault: Fault, state: State, kernel_name: str) -> str:
+    """What a memory checker says of a faulting access: what, where, who, why."""
+    tid, ctaid = state.thread_of(fault.lane)
+    return (f"{fault.head} by thread ({tid[0]},{tid[1]},{tid[2]}) in block "
+            f"({ctaid[0]},{ctaid[1]},{ctaid[2]}) of kernel '{kernel_name}' "
+            f"(PTX line {fault.line}): {fault.reason}")
+
+
+def _report(checker: MemoryChecker | None, kernel_name: str, ctx: LaunchContext) -> str:
+    """The checker's report of the launch's first stray access, if it made one."""
+    return checker.report(kernel_name, ctx.reports[0]) if ctx.reports else ""
+
+
+def _launch_error(fault: Fault, state: State, kernel_name: str, ctx: LaunchContext,
+                  fifo_bytes: int, report: str) -> LaunchError:
+    """The failed launch: its message, the printf output before the fault, and what goes to
+    stderr after it (the checker's report of an earlier stray access, CUDA's line for every
+    failed assert)."""
+    message = fault.head if fault.verbatim else _fault_message(fault, state, kernel_name)
+    assertions = "".join(f"{text}\n" for *_, text in sorted(ctx.assertions))
+    return LaunchError(fault.code, message, output=_printf_text(ctx, fifo_bytes),
+                       diagnostics=report + assertions)
+
+
+def _after_stray(stray: StrayAccess, state: State, lanes, block, index: int) -> None:
+    """A launch's first stray access: note it for the report, then carry it out and the rest
+    of its basic block (further strays of the launch go through quietly). Every op makes
+    its accesses before any other effect, so the op that raised can run again."""
+    ctx = state.ctx
+    ctx.reports.append(_fault_message(stray, state, ctx.launch.kernel_name))
+    ctx.strays = STRAYS_ALLOWED
+    for k in range(index, len(block.ops)):
+        try:
+            block.ops[k](state, lanes)
+        except Fault as fault:
+            if not fault.line:
+                fault.line = block.lines[k]
+            raise
 
 
 _EMPTY = np.empty(0, np.intp)
@@ -265,7 +312,9 @@ def _run(program, kernel, state: State) -> None:
         except Fault as fault:
             if not fault.line:
                 fault.line = block.lines[index]
-            raise
+            if not isinstance(fault, StrayAccess):
+                raise
+            _after_stray(fault, state, lanes, block, index)
         term = block.term
         stack = key[:-1]
         if term is None:

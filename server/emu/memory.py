@@ -2,19 +2,26 @@
 
 Each allocation is a numpy uint8 array placed at a device address the server chose; it is
 either fresh and zero-filled or a view over a buffer the caller owns (an mmap'd shared-memory
-segment for host-mapped memory). Every access must lie inside one live allocation, as CUDA's
-own memory checker demands; anything else raises `IllegalAddress`.
+segment for host-mapped memory).
+
+Mapped granules: a GPU maps memory in pages, so an access a little past the end of an
+allocation reads or writes memory that is there and does not fault. DeviceMemory models that
+with a `granule`: each fresh allocation is backed up to its size rounded up to the granule
+(the emu backend uses the arena's allocation alignment, 512 bytes, the least any GPU maps),
+and an access inside that span but past the allocation's end is a *stray* access: a fault
+only where the caller asks for strictness (VGPU_MEMCHECK=strict), else reported by the caller
+and carried out. Outside every granule an access always raises `IllegalAddress`.
 
 Scalar accesses (`read`, `write`, `view`, `fill`, `copy`) serve the server's memcpy/memset
-calls. Vector accesses (`gather`, `scatter`, `segments`) serve the executor: one address per
-lane, every lane checked, with a fast path when all lanes fall into the same allocation (the
-usual case: a kernel walking one array).
+calls and must lie inside one live allocation. Vector accesses (`gather`, `scatter`,
+`segments`) serve the executor: one address per lane, every lane checked, with a fast path
+when all lanes fall into the same allocation (the usual case: a kernel walking one array).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -27,11 +34,14 @@ __all__ = ["DeviceMemory", "load_elements", "store_elements", "typed_elements"]
 class DeviceMemory:
     """Allocations keyed by base address, found by binary search."""
 
-    def __init__(self) -> None:
+    def __init__(self, granule: int = 1) -> None:
+        self.granule = granule
         self._bases: list[int] = []          # sorted
-        self._arrays: list[np.ndarray] = []  # parallel to _bases
+        self._arrays: list[np.ndarray] = []  # parallel to _bases: each one's mapped span
+        self._sizes: list[int] = []          # parallel to _bases: the allocated sizes
         self._np_bases = np.empty(0, np.uint64)
         self._np_sizes = np.empty(0, np.uint64)
+        self._np_spans = np.empty(0, np.uint64)
 
     # -- allocation ---------------------------------------------------------------------
     def map(self, address: int, size: int, backing: memoryview | None = None) -> None:
@@ -43,12 +53,15 @@ class DeviceMemory:
                 f"allocation [0x{address:x}, +{size}) is outside the device address range "
                 f"(below 0x{DEVICE_ADDRESS_LIMIT:x})")
         pos = bisect.bisect_right(self._bases, address)
-        if pos > 0 and self._bases[pos - 1] + self._arrays[pos - 1].size > address:
+        if pos > 0 and self._bases[pos - 1] + self._sizes[pos - 1] > address:
             raise ValueError(f"allocation at 0x{address:x} overlaps 0x{self._bases[pos - 1]:x}")
         if pos < len(self._bases) and address + size > self._bases[pos]:
             raise ValueError(f"allocation at 0x{address:x} overlaps 0x{self._bases[pos]:x}")
         if backing is None:
-            array = np.zeros(size, np.uint8)
+            span = -(-size // self.granule) * self.granule
+            if pos < len(self._bases):  # never reach into the next allocation
+                span = min(span, self._bases[pos] - address)
+            array = np.zeros(span, np.uint8)
         else:
             view = memoryview(backing).cast("B")
             if view.readonly:
@@ -56,8 +69,12 @@ class DeviceMemory:
             if view.nbytes < size:
                 raise ValueError(f"backing buffer holds {view.nbytes} bytes, {size} needed")
             array = np.frombuffer(view, np.uint8, count=size)
+        if pos > 0 and self._bases[pos - 1] + self._arrays[pos - 1].size > address:
+            # The previous allocation's granule padding reached this far: it ends here now.
+            self._arrays[pos - 1] = self._arrays[pos - 1][:address - self._bases[pos - 1]]
         self._bases.insert(pos, address)
         self._arrays.insert(pos, array)
+        self._sizes.insert(pos, size)
         self._reindex()
 
     def unmap(self, address: int) -> None:
@@ -67,31 +84,38 @@ class DeviceMemory:
             raise IllegalAddress(address, 0)
         del self._bases[pos]
         del self._arrays[pos]
+        del self._sizes[pos]
         self._reindex()
 
     def _reindex(self) -> None:
         self._np_bases = np.array(self._bases, np.uint64)
-        self._np_sizes = np.array([a.size for a in self._arrays], np.uint64)
+        self._np_sizes = np.array(self._sizes, np.uint64)
+        self._np_spans = np.array([a.size for a in self._arrays], np.uint64)
 
     def find(self, address: int) -> tuple[int, int] | None:
         """(base, size) of the allocation containing `address`, or None."""
         pos = bisect.bisect_right(self._bases, address) - 1
-        if pos >= 0 and address < self._bases[pos] + self._arrays[pos].size:
-            return self._bases[pos], int(self._arrays[pos].size)
+        if pos >= 0 and address < self._bases[pos] + self._sizes[pos]:
+            return self._bases[pos], self._sizes[pos]
         return None
+
+    def nearest(self, address: int) -> tuple[int, int] | None:
+        """(base, size) of the allocation that starts at or below `address`, or None: what
+        a memory checker names for an access past an allocation's end."""
+        pos = bisect.bisect_right(self._bases, address) - 1
+        return (self._bases[pos], self._sizes[pos]) if pos >= 0 else None
 
     def allocations(self) -> list[tuple[int, int]]:
         """(base, size) of every live allocation, in address order."""
-        return [(b, int(a.size)) for b, a in zip(self._bases, self._arrays, strict=True)]
+        return list(zip(self._bases, self._sizes, strict=True))
 
     # -- scalar access ------------------------------------------------------------------
     def _locate(self, address: int, size: int) -> tuple[np.ndarray, int]:
         pos = bisect.bisect_right(self._bases, address) - 1
         if pos >= 0:
             offset = address - self._bases[pos]
-            array = self._arrays[pos]
-            if size >= 0 and offset + size <= array.size:
-                return array, offset
+            if size >= 0 and offset + size <= self._sizes[pos]:
+                return self._arrays[pos], offset
         raise IllegalAddress(address, size)
 
     def read(self, address: int, size: int) -> bytes:
@@ -123,13 +147,17 @@ class DeviceMemory:
         dst_array[dst_offset:dst_offset + size] = src_array[src_offset:src_offset + size]
 
     # -- per-lane access ----------------------------------------------------------------
-    def segments(self, addrs: np.ndarray, size: int
+    def segments(self, addrs: np.ndarray, size: int,
+                 stray: Callable[[int], None] | None = None
                  ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
         """Split per-lane accesses of `size` bytes by allocation.
 
         Yields (allocation bytes, byte offsets, lane positions or None for "all lanes").
         Raises IllegalAddress naming the first lane whose access is not inside one live
-        allocation. Lane order is preserved inside each segment.
+        allocation, or, when `stray` is given, not inside one allocation's mapped granule;
+        `stray(position)` then hears of the first lane that is inside a granule but past
+        its allocation's end, before anything is yielded. Lane order is preserved inside
+        each segment.
         """
         addrs = np.asarray(addrs, np.uint64)
         if addrs.size == 0:
@@ -137,17 +165,20 @@ class DeviceMemory:
         lo = int(addrs.min())
         hi = int(addrs.max())
         pos = bisect.bisect_right(self._bases, lo) - 1
-        if pos >= 0 and hi + size <= self._bases[pos] + self._arrays[pos].size:
+        if pos >= 0 and hi + size <= self._bases[pos] + self._sizes[pos]:
             yield self._arrays[pos], addrs - np.uint64(self._bases[pos]), None
             return
         idx = np.searchsorted(self._np_bases, addrs, side="right").astype(np.int64) - 1
         safe = np.maximum(idx, 0)
-        sizes = self._np_sizes[safe] if self._np_sizes.size else np.zeros_like(addrs)
         offsets = addrs - (self._np_bases[safe] if self._np_bases.size else 0)
-        valid = (idx >= 0) & (sizes >= np.uint64(size)) & (offsets <= sizes - np.uint64(size))
+        valid = _inside(idx, safe, offsets, self._np_sizes, size)
         if not valid.all():
-            bad = int(np.flatnonzero(~valid)[0])
-            raise IllegalAddress(int(addrs[bad]), size, index=bad)
+            mapped = valid if stray is None else _inside(idx, safe, offsets, self._np_spans,
+                                                         size)
+            if not mapped.all():
+                bad = int(np.flatnonzero(~mapped)[0])
+                raise IllegalAddress(int(addrs[bad]), size, index=bad)
+            stray(int(np.flatnonzero(~valid)[0]))
         order = np.argsort(idx, kind="stable")
         sorted_idx = idx[order]
         starts = np.flatnonzero(np.diff(sorted_idx)) + 1
@@ -175,6 +206,15 @@ class DeviceMemory:
         count = 1 if values.ndim == 1 else values.shape[1]
         for array, offsets, lanes in self.segments(addrs, values.dtype.itemsize * count):
             store_elements(array, offsets, values if lanes is None else values[lanes])
+
+
+def _inside(idx, safe, offsets, limits, size: int) -> np.ndarray:
+    """Per lane: does an access of `size` bytes at `offsets` from the allocation `idx` end
+    within `limits` (the allocations' sizes or mapped spans)?"""
+    if not limits.size:
+        return np.zeros(len(idx), bool)
+    ends = limits[safe]
+    return (idx >= 0) & (ends >= np.uint64(size)) & (offsets <= ends - np.uint64(size))
 
 
 def typed_elements(array: np.ndarray, offsets: np.ndarray, dtype

@@ -4,8 +4,9 @@ __assertfail (device assert). Calls to them compile to straight-line operations.
 printf output is recorded per thread with a global sequence number; the launch returns it
 ordered by block, then thread, then call order, so a launch always prints the same text.
 A failed assert records CUDA's message ("file:line: function: block: [x,y,z], thread:
-[x,y,z] Assertion `expr` failed.") for every failing thread and fails the launch with
-CUDA_ERROR_ASSERT.
+[x,y,z] Assertion `expr` failed.", from nvcc's `__assertfail(message, file, line, function,
+char size)`) for every failing thread of the group that reached it, and fails the launch
+with CUDA_ERROR_ASSERT; the messages go to stderr after the launch's printf output.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .address_space import GENERIC_LOCAL_BASE, GENERIC_PARAM_BASE, GENERIC_SHARED_BASE
-from .device_printf import ArgumentBuffer, format_printf
+from .device_printf import ArgumentBuffer, fifo_record_size, format_printf
 from .errors import CUDA_ERROR_ASSERT, CUDA_ERROR_ILLEGAL_ADDRESS
 from .spaces import load, store
 from .state import Fault, State
@@ -80,22 +81,23 @@ def _vprintf(ctx, arguments, results):
             try:
                 fmt = read_c_string(state, int(formats[k]), lane)
                 data = read_region(state, int(buffers[k]), lane) if buffers[k] else b""
-                text = format_printf(fmt, ArgumentBuffer(data),
+                args = ArgumentBuffer(data)
+                text = format_printf(fmt, args,
                                      lambda a, lane=lane: read_c_string(state, a, lane))
             except Fault as fault:
                 fault.line = line
                 raise
             lengths[k] = len(text)
-            _record(state, lane, text)
+            _record(state, lane, fifo_record_size(args), text)
         for at in result_offsets(state)[:1]:
             store(state, "fparam", at, lengths, lanes)
     return run
 
 
-def _record(state: State, lane: int, text: str) -> None:
+def _record(state: State, lane: int, fifo_bytes: int, text: str) -> None:
     printf = state.ctx.printf
     printf.append((state.block_linear(lane), int(state.layout.thread_linear[lane]),
-                   len(printf), text))
+                   len(printf), fifo_bytes, text))
 
 
 def _assertfail(ctx, arguments, results):
@@ -121,7 +123,8 @@ def _assertfail(ctx, arguments, results):
                        f"block: [{ctaid[0]},{ctaid[1]},{ctaid[2]}], "
                        f"thread: [{tid[0]},{tid[1]},{tid[2]}] "
                        f"Assertion `{text(messages[k])}` failed.")
-            _record(state, lane, message + "\n")
+            state.ctx.assertions.append((state.block_linear(lane),
+                                         int(state.layout.thread_linear[lane]), message))
             if first is None:
                 first = Fault(CUDA_ERROR_ASSERT, message, "", lane, line, verbatim=True)
         if first is not None:

@@ -3,7 +3,9 @@
 `locate` turns per-lane addresses in a space into (byte buffer, byte offsets, lane
 positions) segments after checking alignment (CUDA_ERROR_MISALIGNED_ADDRESS) and bounds
 (CUDA_ERROR_ILLEGAL_ADDRESS): global and const accesses must fall inside one live device
-allocation, shared accesses inside the block's static + dynamic shared memory, local
+allocation (or, unless the launch checks strictly, inside its mapped granule: such a stray
+access raises `StrayAccess` once, for the executor to report, and then goes through; see
+memcheck.py), shared accesses inside the block's static + dynamic shared memory, local
 accesses inside the thread's local memory, kernel parameter reads inside the parameter
 buffer. Generic addresses are split by window (see `address_space.py`).
 """
@@ -17,7 +19,11 @@ from .errors import CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_MISALIGNED_ADDRESS, I
 from .memory import load_elements, store_elements
 from .state import Fault, State, lane_count
 
-__all__ = ["load", "locate", "store"]
+__all__ = ["STRAYS_ALLOWED", "STRAYS_FAULT", "STRAYS_REPORTED", "StrayAccess", "load",
+           "locate", "store"]
+
+# What a launch does with stray global accesses (LaunchContext.strays).
+STRAYS_FAULT, STRAYS_REPORTED, STRAYS_ALLOWED = "fault", "report", "allow"
 
 _LABEL = {"global": "__global__", "const": "__global__", "shared": "__shared__",
           "local": "__local__", "fparam": "__local__", "kparam": "__param__",
@@ -27,6 +33,29 @@ _WINDOWS = ((GENERIC_SHARED_BASE >> 56, GENERIC_SHARED_BASE, "shared"),
             (GENERIC_PARAM_BASE >> 56, GENERIC_PARAM_BASE, "kparam"))
 
 Segment = tuple[np.ndarray, np.ndarray, np.ndarray | None]
+
+
+class StrayAccess(Fault):
+    """A global access past its allocation's end but inside its mapped granule, to be
+    reported; the access has not been made yet."""
+
+
+class _Stray(Exception):
+    """DeviceMemory found a stray lane (at `position`); `locate` says who and where."""
+
+    def __init__(self, position: int):
+        self.position = position
+
+
+def _allow(position: int) -> None:
+    """Stray accesses of a launch whose kernel was reported already go through quietly."""
+
+
+def _catch(position: int) -> None:
+    raise _Stray(position)
+
+
+_STRAY_HANDLERS = {STRAYS_FAULT: None, STRAYS_ALLOWED: _allow, STRAYS_REPORTED: _catch}
 
 
 def _lane(state: State, lanes, position: int) -> int:
@@ -55,12 +84,17 @@ def locate(state: State, space: str, addrs, size: int, lanes, access: str,
             raise _fault(state, lanes, k, space, access, size, addrs[k],
                          "address is misaligned", CUDA_ERROR_MISALIGNED_ADDRESS)
     if space in ("global", "const"):
+        memory = state.ctx.memory
         try:
-            return list(state.ctx.memory.segments(addrs, size))
+            return list(memory.segments(addrs, size, _STRAY_HANDLERS[state.ctx.strays]))
+        except _Stray as stray:
+            k = stray.position
+            raise _stray(state, lanes, k, space, access, size, int(addrs[k]), memory) from None
         except IllegalAddress as exc:
             k = exc.index or 0
             raise _fault(state, lanes, k, space, access, size, addrs[k],
-                         "address is out of bounds", CUDA_ERROR_ILLEGAL_ADDRESS) from None
+                         _out_of_bounds(memory, int(addrs[k])),
+                         CUDA_ERROR_ILLEGAL_ADDRESS) from None
     if space == "shared":
         _check_limit(state, lanes, addrs, size, state.ctx.launch.shared_size, space, access)
         base = state.layout.slot if lanes is None else state.layout.slot[lanes]
@@ -79,6 +113,24 @@ def locate(state: State, space: str, addrs, size: int, lanes, access: str,
     if space == "generic":
         return _locate_generic(state, addrs, size, lanes, access)
     raise ValueError(f"unknown space {space}")
+
+
+def _out_of_bounds(memory, address: int) -> str:
+    """Why a global access is out of bounds, naming the allocation below it as a memory
+    checker does."""
+    nearest = memory.nearest(address)
+    if nearest is None:
+        return "address is out of bounds"
+    base, length = nearest
+    past = address - (base + length)
+    where = f"is {past} bytes after" if past >= 0 else "runs past the end of"
+    return (f"address is out of bounds and {where} the nearest allocation at 0x{base:x} "
+            f"of size {length} bytes")
+
+
+def _stray(state, lanes, position, space, access, size, address, memory) -> StrayAccess:
+    head = f"Invalid {_LABEL[space]} {access} of size {size} at 0x{address:x}"
+    return StrayAccess(0, head, _out_of_bounds(memory, address), _lane(state, lanes, position))
 
 
 def _check_limit(state, lanes, addrs, size, limit, space, access) -> None:

@@ -86,14 +86,18 @@ class LaunchContext:
     counters. `launch` (a PreparedLaunch) holds what every run of the same kernel and shape
     shares: program, kernel, grid, block, symbols, shared and local memory sizes."""
 
-    __slots__ = ("launch", "memory", "params", "printf", "clock", "lane_instructions",
-                 "start_ns")
+    __slots__ = ("launch", "memory", "params", "strays", "printf", "assertions", "reports",
+                 "clock", "lane_instructions", "start_ns")
 
-    def __init__(self, launch, memory, params: np.ndarray):
+    def __init__(self, launch, memory, params: np.ndarray, strays: str):
         self.launch = launch
         self.memory = memory             # memory.DeviceMemory
         self.params = params             # the parameter buffer, uint8
+        self.strays = strays             # what stray global accesses do (spaces.STRAYS_*)
+        # (block, thread, sequence number, text) of each printf call
         self.printf: list[tuple[int, int, int, str]] = []
+        self.assertions: list[tuple[int, int, str]] = []  # (block, thread, CUDA's message)
+        self.reports: list[str] = []     # the memory checker's reports, for stderr
         self.clock = 0                   # executed block-steps: what %clock reads
         self.lane_instructions = 0       # instructions executed, summed over lanes
         self.start_ns = time.time_ns()

@@ -7,9 +7,21 @@ it.
 
 from __future__ import annotations
 
-from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, ptr, state
+from ._state import (
+    DEFAULT_LIMITS,
+    CudaError,
+    E,
+    Kind,
+    api,
+    check_out,
+    ffi,
+    handle_of,
+    ptr,
+    state,
+)
 
 CU_CTX_FLAGS_MASK = 0xFF
+CU_LIMIT_PRINTF_FIFO_SIZE = 1
 CU_CTX_SCHED_MASK, CU_CTX_SCHED_BLOCKING_SYNC = 0x07, 0x04
 
 
@@ -162,11 +174,20 @@ def cuCtxGetLimit(value, limit):
     value[0] = state.limits[limit]
 
 
+# Limits the server applies to launches; the others are kept for cuCtxGetLimit only. On the
+# emu backend CU_LIMIT_STACK_SIZE has no effect (a thread's local memory is what its kernel
+# declares; recursion is refused), nor has CU_LIMIT_MALLOC_HEAP_SIZE (device malloc is not
+# supported), nor the device-runtime and L2 limits.
+SERVER_LIMITS = frozenset({CU_LIMIT_PRINTF_FIFO_SIZE})
+
+
 @api
 def cuCtxSetLimit(limit, value):
     state.current_context()
     if limit not in state.limits:
         raise CudaError(E.CUDA_ERROR_UNSUPPORTED_LIMIT, f"unsupported limit {limit}")
+    if limit in SERVER_LIMITS:  # the server may refuse (printf FIFO after a printf kernel)
+        state.conn().call("cuCtxSetLimit", limit, value)
     state.limits[limit] = value
 
 
@@ -207,6 +228,7 @@ def cuDevicePrimaryCtxReset_v2(dev):
     conn = state.conn()
     conn.post("cuDevicePrimaryCtxReset", handle)
     conn.sticky_error = 0  # the reset clears it on the server too
+    state.limits = dict(DEFAULT_LIMITS)  # and the limits (the server resets its own)
     flags = state.contexts[handle]["flags"]
     _forget_context(handle)
     state.contexts[handle] = {"device": dev, "flags": flags, "primary": True}

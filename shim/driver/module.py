@@ -7,6 +7,8 @@ cuModuleGetGlobal and launches are answered and validated here without a round t
 
 from __future__ import annotations
 
+import functools
+import sys
 from pathlib import Path
 
 from vgpu.module_image import ImageError, pack_linked_ptx, read_image
@@ -28,6 +30,29 @@ from ._state import (
 CU_JIT_INPUT_CUBIN, CU_JIT_INPUT_PTX, CU_JIT_INPUT_FATBINARY = 0, 1, 2
 CU_JIT_INFO_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER = 3, 5
 CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 4, 6
+
+
+# Why a module cannot be loaded matters to the user whatever the program does with the code:
+# a module built without PTX, or using what the emulator lacks, never runs on vgpu.
+REFUSALS = frozenset({E.CUDA_ERROR_INVALID_IMAGE, E.CUDA_ERROR_NO_BINARY_FOR_GPU,
+                      E.CUDA_ERROR_INVALID_PTX, E.CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
+                      E.CUDA_ERROR_INVALID_SOURCE, E.CUDA_ERROR_JIT_COMPILER_NOT_FOUND})
+
+
+def says_refusals(fn):
+    """A load call whose refusal is told on stderr, always, with the reason in words."""
+
+    @functools.wraps(fn)
+    def wrapper(*args):
+        try:
+            fn(*args)
+        except CudaError as exc:
+            if exc.code in REFUSALS:
+                print(f"vgpu: {fn.__name__}: {exc.message or 'the module cannot be loaded'} "
+                      f"({E(exc.code).name})", file=sys.stderr, flush=True)
+            raise
+
+    return wrapper
 
 
 def _load(image: bytes, context: int) -> int:
@@ -59,12 +84,14 @@ def _clear_jit_logs(num_options: int, options, values) -> None:
 
 
 @api
+@says_refusals
 def cuModuleLoadData(module, image):
     check_out(module)
     module[0] = ffi.cast("CUmodule", _load_from_pointer(image))
 
 
 @api
+@says_refusals
 def cuModuleLoadDataEx(module, image, num_options, options, option_values):
     check_out(module)
     _clear_jit_logs(num_options, options, option_values)
@@ -75,6 +102,7 @@ cuModuleLoadFatBinary = cuModuleLoadData
 
 
 @api
+@says_refusals
 def cuModuleLoad(module, fname):
     check_out(module)
     context = state.current_context()
@@ -155,6 +183,7 @@ def _library_context() -> int:
 
 
 @api
+@says_refusals
 def cuLibraryLoadData(library, code, jit_options, jit_values, num_jit_options,
                       library_options, library_values, num_library_options):
     check_out(library)
@@ -167,6 +196,7 @@ def cuLibraryLoadData(library, code, jit_options, jit_values, num_jit_options,
 
 
 @api
+@says_refusals
 def cuLibraryLoadFromFile(library, filename, jit_options, jit_values, num_jit_options,
                           library_options, library_values, num_library_options):
     check_out(library)

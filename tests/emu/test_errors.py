@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from vgpu.server.emu import LaunchError
+from vgpu.server.emu import DeviceMemory, IllegalAddress, LaunchError, MemoryChecker, prepare
 
 SOURCE = r"""
 extern "C" {
@@ -31,6 +31,10 @@ __global__ void local_oob(int* out, int k) {
 }
 __global__ void misaligned(const char* p, int* out) {
     out[threadIdx.x] = *(const int*)(p + 1 + 4 * threadIdx.x);
+}
+__global__ void stray_then_far(const int* base, int* out) {
+    out[0] = base[16];       // past the end of 16 ints: inside the granule
+    out[1] = base[1 << 20];  // far outside it
 }
 __global__ void traps(int* out) {
     if (threadIdx.x == 3) asm volatile("trap;");
@@ -59,9 +63,72 @@ def test_out_of_bounds_global_write(device, mod):
     assert err.message.startswith(f"Invalid __global__ write of size 4 at 0x{out + 400:x} "
                                   "by thread (36,0,0) in block (1,0,0) of kernel "
                                   "'write_past_end' (PTX line ")
-    assert err.message.endswith("): address is out of bounds")
+    assert err.message.endswith(f"): address is out of bounds and is 0 bytes after the "
+                                f"nearest allocation at 0x{out:x} of size 400 bytes")
     line = int(re.search(r"PTX line (\d+)", err.message).group(1))
     assert "st.global.f32" in mod.ir.functions["write_past_end"].body[-1].text or line > 0
+
+
+def _stray_launch(device, ptx):
+    """write_past_end over 100 floats of a memory that maps 512-byte granules: threads
+    100..127 write past the allocation's end, inside its granule."""
+    device.memory = DeviceMemory(granule=512)
+    mod = device.load(ptx)
+    out = device.zeros(100, np.float32)
+    prepared = prepare(mod, "write_past_end", (2,), (64,))
+    return out, prepared, mod, device.pack(mod, "write_past_end", (out, 100))
+
+
+def test_stray_accesses_inside_the_granule_run_and_are_reported_once(device, ptx):
+    out, prepared, _, params = _stray_launch(device, ptx)
+    checker = MemoryChecker(strict=False)
+    result = prepared.run(params, device.memory, checker)
+    assert result.report.startswith(
+        f"vgpu memcheck: Invalid __global__ write of size 4 at 0x{out + 400:x} by thread "
+        f"(36,0,0) in block (1,0,0) of kernel 'write_past_end' (PTX line ")
+    assert "0 bytes after the nearest allocation" in result.report
+    assert result.report.count("\n") == 2
+    assert device.download(out, 100, np.float32).tolist() == [1.0] * 100
+    assert prepared.run(params, device.memory, checker).report == ""  # once per kernel
+    with pytest.raises(IllegalAddress):  # the padding is not the allocation's to copy
+        device.memory.read(out, 404)
+
+
+def test_strict_checking_faults_inside_the_granule(device, ptx):
+    out, prepared, _, params = _stray_launch(device, ptx)
+    with pytest.raises(LaunchError) as info:
+        prepared.run(params, device.memory, MemoryChecker(strict=True))
+    assert info.value.code == 700
+    assert f"at 0x{out + 400:x} by thread (36,0,0) in block (1,0,0)" in info.value.message
+
+
+def test_accesses_outside_every_granule_fault_whatever_the_checker(device, ptx):
+    device.memory = DeviceMemory(granule=512)
+    mod = device.load(ptx)
+    base = device.upload(np.arange(16, dtype=np.int32))
+    out = device.zeros(16, np.int32)
+    prepared = prepare(mod, "read_at", (1,), (16,))
+    params = device.pack(mod, "read_at", (base, 128, out))  # 512 bytes on: past the granule
+    with pytest.raises(LaunchError) as info:
+        prepared.run(params, device.memory, MemoryChecker(strict=False))
+    assert info.value.code == 700
+    assert f"at 0x{base + 512:x} by thread (0,0,0)" in info.value.message
+
+
+def test_a_stray_access_before_a_fault_is_reported_with_it(device, ptx):
+    device.memory = DeviceMemory(granule=512)
+    mod = device.load(ptx)
+    base = device.upload(np.arange(16, dtype=np.int32))
+    out = device.zeros(2, np.int32)
+    prepared = prepare(mod, "stray_then_far", (1,), (1,))
+    with pytest.raises(LaunchError) as info:
+        prepared.run(device.pack(mod, "stray_then_far", (base, out)), device.memory,
+                     MemoryChecker(strict=False))
+    assert info.value.code == 700
+    assert f"at 0x{base + (4 << 20):x} by thread (0,0,0)" in info.value.message
+    assert info.value.diagnostics.startswith(
+        f"vgpu memcheck: Invalid __global__ read of size 4 at 0x{base + 64:x} by thread "
+        f"(0,0,0) in block (0,0,0) of kernel 'stray_then_far' (PTX line ")
 
 
 def test_out_of_bounds_global_read_before_allocation(device, mod):

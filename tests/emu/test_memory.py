@@ -138,3 +138,34 @@ def test_gather_unaligned_and_out_of_bounds_lanes(memory):
     with pytest.raises(IllegalAddress) as info:
         memory.scatter(np.array([BASE, BASE + 5000], np.uint64), np.zeros(2, np.uint32))
     assert info.value.index == 1
+
+
+def test_granules_map_the_padding_after_an_allocation():
+    memory = DeviceMemory(granule=512)
+    memory.map(BASE, 100)
+    lanes = np.array([BASE, BASE + 96, BASE + 100, BASE + 508], np.uint64)
+    with pytest.raises(IllegalAddress) as info:  # no stray handler: strict
+        list(memory.segments(lanes, 4))
+    assert info.value.index == 2
+    strays = []
+    segments = list(memory.segments(lanes, 4, strays.append))
+    assert strays == [2]  # the first lane past the end, once
+    assert [s[0].size for s in segments] == [512]
+    with pytest.raises(IllegalAddress) as info:  # past the granule: a fault either way
+        list(memory.segments(np.array([BASE, BASE + 512], np.uint64), 4, strays.append))
+    assert info.value.index == 1
+    with pytest.raises(IllegalAddress):  # copies and memsets keep to the allocation
+        memory.read(BASE + 96, 8)
+    assert memory.find(BASE + 100) is None and memory.allocations() == [(BASE, 100)]
+
+
+def test_an_allocation_inside_a_granule_takes_its_bytes_back():
+    memory = DeviceMemory(granule=512)
+    memory.map(BASE, 100)
+    memory.map(BASE + 256, 16)
+    memory.write(BASE + 256, b"x" * 16)
+    assert memory.gather(np.array([BASE + 256], np.uint64), np.uint8).tolist() == [120]
+    strays = []
+    (array, offsets, _), = memory.segments(np.array([BASE + 252], np.uint64), 4,
+                                           strays.append)
+    assert strays == [0] and array.size == 256 and offsets.tolist() == [252]

@@ -7,7 +7,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from vgpu.server.emu import LaunchError
+from vgpu.server.emu import LaunchError, prepare
 
 # (format, C argument list): the same calls run on the device and in a host C program.
 CALLS = [
@@ -83,8 +83,39 @@ def test_assert_fails_launch_with_code_710(device, toolkit):
     assert err.code == 710
     assert "block: [1,0,0], thread: [5,0,0] Assertion `v[i] >= 0` failed." in err.message
     assert "check" in err.message and ".cu:" in err.message
-    assert "checking 37\n" in err.output
-    assert "Assertion `v[i] >= 0` failed." in err.output
+    assert err.output == "".join(f"checking {i}\n" for i in range(64))  # all, none lost
+    assert err.diagnostics.endswith(  # for stderr, CUDA's line per failing thread
+        ": void check(const int *, int): block: [1,0,0], thread: [5,0,0] "
+        "Assertion `v[i] >= 0` failed.\n")
+    assert err.diagnostics.count("\n") == 1
+
+
+def test_every_failing_thread_gets_its_assert_line_in_order(device, toolkit):
+    mod = device.load(toolkit.ptx(ASSERT_SOURCE))
+    values = np.ones(64, np.int32)
+    values[[40, 3, 9]] = -1
+    with pytest.raises(LaunchError) as info:
+        device.launch(mod, "check", (2,), (32,), device.upload(values), 64)
+    lines = info.value.diagnostics.splitlines()
+    assert [line.split(": ", 2)[2] for line in lines] == [
+        f"block: [{i // 32},0,0], thread: [{i % 32},0,0] Assertion `v[i] >= 0` failed."
+        for i in (3, 9, 40)]
+    assert all(line.split(": ")[0].endswith(".cu:8") for line in lines)  # file:line
+
+
+def test_printf_fifo_keeps_the_first_records_that_fit(device, toolkit):
+    src = r"""
+    #include <cstdio>
+    extern "C" __global__ void k() { printf("line %d\n", threadIdx.x); }"""
+    mod = device.load(toolkit.ptx(src))
+    prepared = prepare(mod, "k", (1,), (100,), symbols=device.symbols[id(mod)])
+    everything = prepared.run(b"", device.memory).printf
+    assert everything == "".join(f"line {t}\n" for t in range(100))
+    # A record: 16 bytes of header and format address, one int argument rounded to 8.
+    assert prepared.run(b"", device.memory, printf_fifo_bytes=24 * 10).printf == \
+        "".join(f"line {t}\n" for t in range(10))
+    assert prepared.run(b"", device.memory, printf_fifo_bytes=24 * 10 - 1).printf == \
+        "".join(f"line {t}\n" for t in range(9))
 
 
 def test_passing_asserts_do_not_fail(device, toolkit):

@@ -1,0 +1,62 @@
+"""A module vgpu cannot load is refused with CUDA's code and, on stderr, the reason in words,
+whether or not VGPU_TRACE is set."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from e2e_support import vgpu_run
+
+HERE = Path(__file__).resolve().parent
+KERNEL = 'extern "C" __global__ void k(float *v) { v[threadIdx.x] *= 2.0f; }\n'
+TEXTURE_KERNEL = """
+extern "C" __global__ void fetch(cudaTextureObject_t t, float *out) {
+    out[threadIdx.x] = tex1Dfetch<float>(t, threadIdx.x);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def modules(toolkit, tmp_path_factory) -> dict[str, Path]:
+    work = tmp_path_factory.mktemp("modules")
+    (work / "k.cu").write_text(KERNEL)
+    subprocess.run([str(toolkit.nvcc), "-cubin", "-arch=sm_80", "k.cu", "-o", "k.cubin"],
+                   cwd=work, check=True, capture_output=True)
+    subprocess.run([str(toolkit.nvcc), "-fatbin", "-gencode", "arch=compute_80,code=sm_80",
+                    "k.cu", "-o", "k.fatbin"], cwd=work, check=True, capture_output=True)
+    (work / "texture.ptx").write_text(toolkit.ptx(TEXTURE_KERNEL))
+    (work / "k.ptx").write_text(toolkit.ptx(KERNEL))
+    return {name: work / name for name in ("k.cubin", "k.fatbin", "texture.ptx", "k.ptx")}
+
+
+@pytest.fixture(scope="module")
+def loader(toolkit) -> Path:
+    return toolkit.c_program((HERE / "module_refusals.c").read_text())
+
+
+def _codes(result) -> dict[str, int]:
+    return {Path(path).name: int(code)
+            for path, code in (line.split() for line in result.stdout.splitlines())}
+
+
+def test_refusals_say_why_on_stderr(loader, modules):
+    result = vgpu_run(loader, *modules.values())
+    assert result.returncode == 0, result.stderr
+    assert _codes(result) == {"k.cubin": 209, "k.fatbin": 209, "texture.ptx": 218, "k.ptx": 0}
+    lines = result.stderr.splitlines()
+    cubin = [line for line in lines if "SASS" in line]
+    assert cubin == ["vgpu: cuModuleLoad: this module holds only SASS for sm_80; the emu "
+                     "backend runs PTX: load PTX instead (nvcc -ptx, or keep PTX in the "
+                     "fatbin with -gencode arch=compute_80,code=compute_80) "
+                     "(CUDA_ERROR_NO_BINARY_FOR_GPU)"]
+    fatbin = [line for line in lines if "cubin sm_80" in line]
+    assert len(fatbin) == 1 and "no PTX" in fatbin[0], result.stderr
+    assert "-gencode arch=compute_80,code=compute_80" in fatbin[0]
+    texture = [line for line in lines if "textures" in line]
+    assert len(texture) == 1, result.stderr
+    assert texture[0].startswith("vgpu: cuModuleLoad: textures and surfaces are not "
+                                 "supported yet by the emu backend")
+    assert "tex.1d" in texture[0] and texture[0].endswith("(CUDA_ERROR_INVALID_PTX)")
+    assert len(lines) == 3, result.stderr  # nothing for the module that loads
