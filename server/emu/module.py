@@ -12,10 +12,6 @@ from .program import KernelProgram, Program
 
 __all__ = ["KernelInfo", "ModuleVariable", "ParamInfo", "PtxModule"]
 
-# What the emulated device reports as its binary version (sm_75, the nvcc 13 default).
-BINARY_VERSION = 75
-
-
 @dataclass(frozen=True)
 class ParamInfo:
     name: str
@@ -92,10 +88,20 @@ class PtxModule:
             "const_size_bytes": const_size,
             "local_size_bytes": kp.local_variables_size,
             "max_threads_per_block": max_threads,
-            "ptx_version": self.version[0] * 10 + self.version[1],
-            "binary_version": BINARY_VERSION,
+            "ptx_version": _target_architecture(self.target),
         }
         return KernelInfo(kp.name, params, kp.param_size, attributes)
+
+
+def _target_architecture(target: tuple[str, ...]) -> int:
+    """What CUDA reports as a function's PTX version: the virtual architecture its PTX was
+    written for (`.target sm_75` -> 75, `sm_90a` -> 90), not the PTX ISA version. CUB picks
+    its tuning policies from it."""
+    for name in target:
+        digits = name[3:].rstrip("af") if name.startswith("sm_") else ""
+        if digits.isdigit():
+            return int(digits)
+    raise PtxError(f"no .target sm_XX in the module (found {', '.join(target) or 'none'})")
 
 
 def _check_externals(module: Module) -> None:

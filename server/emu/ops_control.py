@@ -4,8 +4,10 @@ fence nanosleep.
 Branches, calls, returns, exits and blocking barriers compile to control records that the
 executor's scheduler interprets (see `executor.py`). `bar.sync a, b` with a thread count
 waits for every thread of the block like `bar.sync a` (nvcc only emits counts equal to the
-block size); `bar.arrive` does not wait, so it is an empty operation here. Memory fences
-need nothing: instructions execute one at a time.
+block size). The executor opens barriers only when no thread can run, so `bar.arrive` waits
+there too: a producer that arrives and a consumer that syncs are released together, and a
+later `bar.red` still sees every thread of the block arrive. Memory fences need nothing:
+instructions execute one at a time.
 """
 
 from __future__ import annotations
@@ -120,28 +122,27 @@ def _trap(instr, ctx: CompileContext):
 
 @opcode("bar", "barrier")
 def _bar(instr, ctx: CompileContext):
+    # The forms, per the PTX ISA: bar.warp.sync membermask; and
+    # {bar,barrier}{.cta}.{sync,arrive,red}{.aligned} (bar implies .aligned). The scope
+    # modifiers come first in the text, so they are looked for before the operation.
     mods = Modifiers(ctx)
-    mods.take("aligned")
-    kind = mods.take("sync", "arrive", "red", "warp", "cta")
-    if kind == "cta":
-        kind = mods.take("sync", "arrive", "red")
-    if kind == "warp":
-        if not mods.has("sync"):
+    if mods.has("warp"):
+        if instr.opcode != "bar" or not mods.has("sync"):
             raise ctx.error("expected bar.warp.sync")
         mods.done()
         ctx.operand_count(1)
+        reader(instr.operands[0], TYPES["b32"], ctx)  # the membermask must be a 32-bit value
         return ctx.op(lambda state, lanes: None)
+    mods.take("cta")
+    mods.take("aligned")
+    kind = mods.take("sync", "arrive", "red")
     if kind is None and instr.opcode == "barrier":
         raise ctx.error("expected barrier.sync, .arrive or .red")
     kind = kind or "sync"  # plain `bar 0` is bar.sync
     mods.take("aligned")
-    if kind == "arrive":
+    if kind in ("sync", "arrive"):
         mods.done()
-        ctx.operand_count(2)
-        return ctx.op(lambda state, lanes: None)
-    if kind == "sync":
-        mods.done()
-        ctx.operand_count(1, 2)
+        ctx.operand_count(*((1, 2) if kind == "sync" else (2,)))
         return ctx.control("bar")
     return _bar_red(instr, ctx, mods)
 

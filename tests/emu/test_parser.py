@@ -66,8 +66,7 @@ def test_module_metadata():
     assert info.param_size == 52
     assert info.attributes == {
         "num_regs": 3, "shared_size_bytes": 100, "const_size_bytes": 4,
-        "local_size_bytes": 40, "max_threads_per_block": 64, "ptx_version": 78,
-        "binary_version": 75}
+        "local_size_bytes": 40, "max_threads_per_block": 64, "ptx_version": 75}
     blob = mod.variables["blob"]
     assert (blob.space, blob.size, blob.align, blob.init) == ("global", 10, 8,
                                                               b"\1\2\3" + bytes(7))
