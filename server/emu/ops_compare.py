@@ -111,6 +111,12 @@ def _setp(instr, ctx: CompileContext):
     return ctx.op(run)
 
 
+# What set writes for true (false is 0): 1.0 for floats (f16/bf16 as their bits), all ones
+# for integers.
+_SET_TRUE = {"u32": np.uint32(0xFFFFFFFF), "s32": np.int32(-1), "f32": np.float32(1.0),
+             "f16": np.uint16(0x3C00), "bf16": np.uint16(0x3F80)}
+
+
 @opcode("set")
 def _set(instr, ctx: CompileContext):
     mods = Modifiers(ctx)
@@ -120,13 +126,11 @@ def _set(instr, ctx: CompileContext):
     dtype, stype = mods.types
     mods.types = [dtype]
     mods.done()
-    if dtype.name not in ("u32", "s32", "f32"):
+    if dtype.name not in _SET_TRUE:
         raise ctx.error(f"destination type .{dtype.name} is not supported")
     src, decode = _operand_decoder(stype)
     compare = comparison(op, TYPES["f32"] if decode else stype, ctx)
-    true_value = np.float32(1.0) if dtype.is_float else dtype.dtype.type(-1 if
-                                                                          dtype.is_signed else
-                                                                          0xFFFFFFFF)
+    true_value = _SET_TRUE[dtype.name]
     zero = dtype.dtype.type(0)
     join = _COMBINE[combine] if combine else None
     ctx.operand_count(4 if combine else 3)

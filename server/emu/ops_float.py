@@ -132,10 +132,8 @@ def _add_sub_mul(instr, ctx: CompileContext):
     return elementwise(ctx, ptype, [ptype, ptype], _finish_f32(fn, ftz, sat))
 
 
-def _half_sat(ptype, fn, decode, encode):
-    def clamp_one(bits):
-        return encode(np.where(np.isnan(decode(bits)), 0.0, np.clip(decode(bits), 0.0, 1.0)))
-
+def _half_lanes(ptype, fn, clamp_one):
+    """`fn` (half lanes -> bits) followed by `clamp_one` on each 16-bit result."""
     def wrapped(*args):
         bits = np.asarray(fn(*args))
         if not ptype.name.endswith("x2"):
@@ -144,6 +142,25 @@ def _half_sat(ptype, fn, decode, encode):
         high = clamp_one((bits >> np.uint32(16)).astype(np.uint16)).astype(np.uint32)
         return low | (high << np.uint32(16))
     return wrapped
+
+
+def _half_sat(ptype, fn, decode, encode):
+    def clamp_one(bits):
+        return encode(np.where(np.isnan(decode(bits)), 0.0, np.clip(decode(bits), 0.0, 1.0)))
+    return _half_lanes(ptype, fn, clamp_one)
+
+
+_CANONICAL_HALF_NAN = np.uint16(0x7FFF)  # f16 and bf16 alike
+
+
+def _half_relu(ptype, fn, decode):
+    """.relu: negative results (-0 included, as max(x, +0) orders it) become +0, NaN the
+    canonical NaN."""
+    def clamp_one(bits):
+        bits = np.asarray(bits, np.uint16)
+        zeroed = np.where(bits & np.uint16(0x8000), np.uint16(0), bits)
+        return np.where(np.isnan(decode(bits)), _CANONICAL_HALF_NAN, zeroed).astype(np.uint16)
+    return _half_lanes(ptype, fn, clamp_one)
 
 
 def _fma32(a, b, c):
@@ -157,16 +174,21 @@ def _fma(instr, ctx: CompileContext):
     mode = mods.take(*_ROUNDING)
     ftz = mods.has("ftz")
     sat = mods.has("sat")
+    relu = mods.has("relu")
     ptype = mods.type({"f32", "f64"} | _HALF)
     mods.done()
     if mode is None and not (instr.opcode == "mad" and ptype.name == "f32"):
         raise ctx.error("a rounding modifier is required")
     mode = mode or "rn"  # mad.f32 without rounding is fused on sm_20 and later
+    if relu and (sat or mode != "rn" or ptype.name not in _HALF):
+        raise ctx.error(".relu applies to fma.rn on f16/bf16 (x2) without .sat")
     if ptype.name in _HALF:
         fn = half_op(ptype, mode, fr.exact_fma)
+        decode, encode = _half_codec(ptype, "rn")
         if sat:
-            decode, encode = _half_codec(ptype, "rn")
             fn = _half_sat(ptype, fn, decode, encode)
+        if relu:
+            fn = _half_relu(ptype, fn, decode)
         return elementwise(ctx, ptype, [ptype] * 3, fn)
     exact = _fma32 if ptype.name == "f32" else fr.exact_fma
     native = fr.fma_f32_nearest if ptype.name == "f32" else None

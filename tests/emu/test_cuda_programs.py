@@ -68,3 +68,10 @@ def test_function_attributes_report_ptx_and_binary_architectures(toolkit, server
 def test_thrust_and_cub_algorithms(toolkit, server):
     assert_passed(run_program(toolkit, server, "thrust_cub"),
                   "thrust_cub: reduce, cub sum, inclusive scan and sort of 3000 values correct")
+
+
+def test_half_and_bfloat16_arithmetic_from_cuda_headers(toolkit, server):
+    # bfloat16 fma and the .relu forms need compute_80 (the emulated device's architecture).
+    assert_passed(run_program(toolkit, server, "half_precision",
+                              "-gencode=arch=compute_80,code=compute_80"),
+                  "half_precision: 3584 half and bfloat16 results correct")
