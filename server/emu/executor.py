@@ -71,6 +71,9 @@ def prepare(module, kernel_name: str, grid, block, shared_bytes: int = 0,
     kernel = program.kernels.get(kernel_name)
     if kernel is None:
         raise LaunchError(CUDA_ERROR_NOT_FOUND, f"no kernel named {kernel_name!r} in module")
+    if kernel.unsupported is not None:
+        raise LaunchError(CUDA_ERROR_NOT_SUPPORTED, f"kernel {kernel_name!r} cannot run on the "
+                          f"emulator: PTX {kernel.unsupported}")
     grid = _dims(grid, "grid", MAX_GRID)
     block = _dims(block, "block", MAX_BLOCK)
     info = module.kernels[kernel_name]

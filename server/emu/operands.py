@@ -101,7 +101,7 @@ def reader(operand, ptype: PtxType, ctx: CompileContext) -> Callable:
         mask = (1 << ptype.bits) - 1
         unsigned = int_dtype(ptype.bits, False)
         return lambda state, lanes: np.array(address(state) & mask, unsigned).view(dtype)[()]
-    raise ctx.error(f"unsupported operand {operand!r}")
+    raise ctx.unsupported(f"unsupported operand {operand!r}")
 
 
 def _register_reader(operand: RegisterOperand, ptype: PtxType, ctx: CompileContext):
@@ -298,5 +298,5 @@ def symbol_address(symbol: Symbol, ctx: CompileContext) -> tuple[str, Callable[[
             position = where[key] + offset
             return "kparam", lambda state: position
         return "fparam", lambda state: state.ctx.launch.kernel.local_offsets[key] + offset
-    raise ctx.error(f"symbol {symbol.name!r} in unsupported space .{var.space}")
+    raise ctx.unsupported(f"symbol {symbol.name!r} in unsupported space .{var.space}")
 

@@ -163,7 +163,7 @@ def _pick(values, positions):
 def _atom(instr, ctx: CompileContext):
     mods, space, hint = memory_modifiers(ctx)
     if space not in ("global", "shared", "generic"):
-        raise ctx.error(f"atomics on .{space} are not supported")
+        raise ctx.unsupported(f"atomics on .{space} are not supported")
     op = mods.take(*_TYPES_BY_OP)
     if op is None:
         raise ctx.error("missing atomic operation")

@@ -127,7 +127,7 @@ def _set(instr, ctx: CompileContext):
     mods.types = [dtype]
     mods.done()
     if dtype.name not in _SET_TRUE:
-        raise ctx.error(f"destination type .{dtype.name} is not supported")
+        raise ctx.unsupported(f"destination type .{dtype.name} is not supported")
     src, decode = _operand_decoder(stype)
     compare = comparison(op, TYPES["f32"] if decode else stype, ctx)
     true_value = _SET_TRUE[dtype.name]

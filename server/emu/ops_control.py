@@ -71,14 +71,14 @@ def _call(instr, ctx: CompileContext):
         raise ctx.error("call needs a target")
     callee = operands.pop(0)
     if isinstance(callee, RegisterOperand):
-        raise ctx.error("indirect calls through a register are not supported")
+        raise ctx.unsupported("indirect calls through a register are not supported")
     if not isinstance(callee, Symbol):
         raise ctx.error("call target must be a function name")
     arguments: list = []
     if operands and isinstance(operands[0], ListOperand):
         arguments = operands.pop(0).elements
     if operands:
-        raise ctx.error("call prototypes (indirect calls) are not supported")
+        raise ctx.unsupported("call prototypes (indirect calls) are not supported")
     function = ctx.module.functions.get(callee.name)
     if function is None:
         raise ctx.error(f"call to undeclared function {callee.name!r}")
@@ -193,5 +193,5 @@ def _no_effect(instr, ctx: CompileContext):
                    "release", "acquire", "mbarrier_init", "shared"}
         unknown = [m for m in instr.modifiers if m not in allowed]
         if unknown:
-            raise ctx.error(f"unsupported modifier(s) {', '.join(unknown)}")
+            raise ctx.unsupported(f"unsupported modifier(s) {', '.join(unknown)}")
     return ctx.op(lambda state, lanes: None)

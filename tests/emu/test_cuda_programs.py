@@ -75,3 +75,9 @@ def test_half_and_bfloat16_arithmetic_from_cuda_headers(toolkit, server):
     assert_passed(run_program(toolkit, server, "half_precision",
                               "-gencode=arch=compute_80,code=compute_80"),
                   "half_precision: 3584 half and bfloat16 results correct")
+
+
+def test_an_unsupported_instruction_fails_only_the_kernels_that_reach_it(toolkit, server):
+    assert_passed(run_program(toolkit, server, "unsupported_instruction"),
+                  "unsupported_instruction: launch failed with cudaErrorNotSupported",
+                  "unsupported_instruction: other kernels and __device__ variables work")
