@@ -259,7 +259,6 @@ def _run(program, kernel, state: State) -> None:
         last_key = key
         block = blocks[key[-1]]
         ops = block.ops
-        ctx.clock += len(ops) + 1
         ctx.lane_instructions += (len(ops) + 1) * (n if lanes is None else len(lanes))
         index = 0
         try:

@@ -12,7 +12,6 @@ chunk, or a sorted array of lane indices.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,17 +85,14 @@ class LaunchContext:
     counters. `launch` (a PreparedLaunch) holds what every run of the same kernel and shape
     shares: program, kernel, grid, block, symbols, shared and local memory sizes."""
 
-    __slots__ = ("launch", "memory", "params", "printf", "clock", "lane_instructions",
-                 "start_ns")
+    __slots__ = ("launch", "memory", "params", "printf", "lane_instructions")
 
     def __init__(self, launch, memory, params: np.ndarray):
         self.launch = launch
         self.memory = memory             # memory.DeviceMemory
         self.params = params             # the parameter buffer, uint8
         self.printf: list[tuple[int, int, int, str]] = []
-        self.clock = 0                   # executed block-steps: what %clock reads
         self.lane_instructions = 0       # instructions executed, summed over lanes
-        self.start_ns = time.time_ns()
 
 
 class Chunk:

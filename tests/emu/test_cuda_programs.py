@@ -81,3 +81,8 @@ def test_an_unsupported_instruction_fails_only_the_kernels_that_reach_it(toolkit
     assert_passed(run_program(toolkit, server, "unsupported_instruction"),
                   "unsupported_instruction: launch failed with cudaErrorNotSupported",
                   "unsupported_instruction: other kernels and __device__ variables work")
+
+
+def test_waiting_on_the_clock_takes_real_time_at_the_reported_rate(toolkit, server):
+    assert_passed(run_program(toolkit, server, "clock_wait"),
+                  "clock_wait: waited as long as the clock rate says")
