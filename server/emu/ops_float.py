@@ -85,18 +85,29 @@ def half_op(ptype: PtxType, mode: str, exact_fn):
     return packed
 
 
-def _exact(ptype: PtxType, mode: str, exact_fn, native_fn=None):
-    """An op on f32/f64 in `mode`: numpy's own arithmetic when it is exact enough."""
+def _exact(ptype: PtxType, mode: str, exact_fn, native_fn=None, zero_sum=None):
+    """An op on f32/f64 in `mode`: numpy's own arithmetic when it is exact enough.
+
+    `zero_sum(*args)`, for sums (add, sub, fma), gives the result's sign when the exact sum
+    is zero while rounding down: IEEE 754 makes it -0 unless both terms are +0, which is
+    the negated round-to-nearest sum of the negated terms."""
     if mode == "rn" and native_fn is not None:
         return native_fn
     dtype = ptype.dtype
+    if mode != "rm":
+        zero_sum = None
 
     def fn(*args):
         value, err = exact_fn(*args)
         finite = True
         for a in args:
             finite = finite & np.isfinite(a)
-        return fr.finish(value, err, dtype, mode, finite).astype(dtype)
+        result = fr.finish(value, err, dtype, mode, finite).astype(dtype)
+        if zero_sum is not None:
+            exact_zero = (value == 0) & (err == 0)
+            if exact_zero.any():
+                result = np.where(exact_zero, zero_sum(*args), result).astype(dtype)
+        return result
     return fn
 
 
@@ -109,16 +120,23 @@ def _add_sub_mul(instr, ctx: CompileContext):
     ptype = mods.type({"f32", "f64"} | _HALF)
     mods.done()
     name = instr.opcode
+    zero_sum = None
     if name == "mul":
         exact = fr.exact_mul
         native = np.multiply
     elif name == "add":
         exact = fr.exact_add
         native = np.add
+
+        def zero_sum(a, b):
+            return -((-a) + (-b))
     else:
         def exact(a, b):
             return fr.exact_add(a, -np.asarray(b, np.float64))
         native = np.subtract
+
+        def zero_sum(a, b):
+            return -((-a) + b)
     if ptype.name in _HALF:
         fn = half_op(ptype, mode, exact)
         if sat:
@@ -128,7 +146,7 @@ def _add_sub_mul(instr, ctx: CompileContext):
         return elementwise(ctx, ptype, [ptype, ptype], fn)
     if (ftz or sat) and ptype.name == "f64":
         raise ctx.error(".ftz/.sat apply to f32 only")
-    fn = _exact(ptype, mode, exact, lambda a, b: native(a, b))
+    fn = _exact(ptype, mode, exact, lambda a, b: native(a, b), zero_sum)
     return elementwise(ctx, ptype, [ptype, ptype], _finish_f32(fn, ftz, sat))
 
 
@@ -192,7 +210,7 @@ def _fma(instr, ctx: CompileContext):
         return elementwise(ctx, ptype, [ptype] * 3, fn)
     exact = _fma32 if ptype.name == "f32" else fr.exact_fma
     native = fr.fma_f32_nearest if ptype.name == "f32" else None
-    fn = _exact(ptype, mode, exact, native)
+    fn = _exact(ptype, mode, exact, native, lambda a, b, c: -(((-a) * b) + (-c)))
     return elementwise(ctx, ptype, [ptype] * 3, _finish_f32(fn, ftz, sat))
 
 
