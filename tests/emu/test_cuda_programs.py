@@ -86,3 +86,11 @@ def test_an_unsupported_instruction_fails_only_the_kernels_that_reach_it(toolkit
 def test_waiting_on_the_clock_takes_real_time_at_the_reported_rate(toolkit, server):
     assert_passed(run_program(toolkit, server, "clock_wait"),
                   "clock_wait: waited as long as the clock rate says")
+
+
+def test_register_counts_are_plausible_and_limited(toolkit, server):
+    from vgpu.shim.loader import shim_library_dir
+
+    assert_passed(run_program(toolkit, server, "register_count",
+                              f"-L{shim_library_dir()}", "-lcuda"),
+                  "register_count: counts plausible and limited")
