@@ -287,6 +287,8 @@ def _run(program, kernel, state: State) -> None:
                 call = code[stack[-1]]
                 _copy_frame(state, taken, call.results, program.module.functions[
                     call.callee].returns)
+                for stage in call.after:  # results that go to registers
+                    stage(state, taken)
                 push(stack[:-1] + (stack[-1] + 1,), taken)
         elif kind == "exit":
             pass
@@ -312,6 +314,8 @@ def _enter(program, state, stack, term, lanes, block, push) -> None:
         raise Fault(CUDA_ERROR_NOT_SUPPORTED, f"recursive call to {term.callee}",
                     "recursion is not supported by the emulator",
                     0 if lanes is None else int(lanes[0]), term.line)
+    for stage in term.before:  # arguments that come from registers or constants
+        stage(state, lanes)
     _copy_frame(state, lanes, callee.params, term.arguments)
     push(stack + (block.term_pc, program.entries[term.callee]), lanes)
 

@@ -49,6 +49,8 @@ class Compiled:
     callee: str | None = None                  # call: function name
     arguments: list = field(default_factory=list)  # call: caller .param variables
     results: list = field(default_factory=list)    # call: caller .param variables
+    before: list = field(default_factory=list)     # call: run(state, lanes) ops staging
+    after: list = field(default_factory=list)      # register arguments in, results out
     release: Callable | None = None            # bar: work done when the barrier opens
     arrive: Callable | None = None             # bar: work done when lanes reach it
     target_pc: int = -1                        # bra: resolved by the program

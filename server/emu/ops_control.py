@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import CUDA_ERROR_LAUNCH_FAILED
-from .ir import ListOperand, RegisterOperand, Symbol
-from .isa import CompileContext, Modifiers, opcode
+from .ir import Address, Immediate, Instruction, ListOperand, RegisterOperand, Symbol, Variable
+from .isa import CompileContext, Modifiers, find_compiler, opcode
 from .operands import reader, writer
 from .ops_builtin import BUILTINS
 from .ptx_types import TYPES
@@ -82,21 +82,58 @@ def _call(instr, ctx: CompileContext):
     function = ctx.module.functions.get(callee.name)
     if function is None:
         raise ctx.error(f"call to undeclared function {callee.name!r}")
-    for operand in (*results, *arguments):
-        if not (isinstance(operand, Symbol) and operand.variable is not None
-                and operand.variable.space == "param"):
-            raise ctx.error("call arguments and results must be .param variables")
-    result_vars = [r.variable for r in results]
-    argument_vars = [a.variable for a in arguments]
-    if len(argument_vars) != len(function.params) or len(result_vars) > len(function.returns):
+    if len(arguments) != len(function.params) or len(results) > len(function.returns):
         raise ctx.error(f"call to {callee.name!r} does not match its declaration")
+    before: list = []
+    after: list = []
+    argument_vars = [_param_variable(ctx, a, formal, before, store=True)
+                     for a, formal in zip(arguments, function.params, strict=False)]
+    result_vars = [_param_variable(ctx, r, formal, after, store=False)
+                   for r, formal in zip(results, function.returns, strict=False)]
     if function.body is None:
         builtin = BUILTINS.get(callee.name)
         if builtin is None:
             raise ctx.error(f"function {callee.name!r} is declared but never defined")
-        return ctx.op(builtin(ctx, argument_vars, result_vars))
+        run = builtin(ctx, argument_vars, result_vars)
+        if before or after:
+            run = _staged(before, run, after)
+        return ctx.op(run)
     return ctx.control("call", callee=callee.name, arguments=argument_vars,
-                       results=result_vars)
+                       results=result_vars, before=before, after=after)
+
+
+def _param_variable(ctx: CompileContext, operand, formal: Variable, staged: list,
+                    store: bool) -> Variable:
+    """The caller's .param variable that passes `operand` to or from `formal`. PTX also
+    allows registers and constants as call arguments (and registers as results); they pass
+    through a .param variable made for them, written before the call with `st.param` or
+    read after it with `ld.param` (compiled into `staged`)."""
+    if isinstance(operand, Symbol) and operand.variable is not None \
+            and operand.variable.space == "param":
+        return operand.variable
+    allowed = (RegisterOperand, Immediate) if store else (RegisterOperand,)
+    if not isinstance(operand, allowed) or formal.is_array:
+        raise ctx.error("call arguments and results must be .param variables, or registers "
+                        "and constants passed to scalar parameters")
+    var = Variable(f"%call{ctx.instr.line}.{len(ctx.function.variables)}", "param",
+                   formal.type, formal.size, formal.align, ctx.instr.line)
+    ctx.function.variables.append(var)
+    address = Address(Symbol(var.name, variable=var))
+    instr = Instruction("st" if store else "ld", ("param", formal.type.name),
+                        [address, operand] if store else [operand, address], ctx.instr.line)
+    staged.append(find_compiler(instr)(instr, CompileContext(ctx.module, ctx.function,
+                                                              instr)).run)
+    return var
+
+
+def _staged(before: list, run, after: list):
+    def staged_run(state, lanes):
+        for stage in before:
+            stage(state, lanes)
+        run(state, lanes)
+        for stage in after:
+            stage(state, lanes)
+    return staged_run
 
 
 @opcode("ret", "exit")

@@ -94,3 +94,8 @@ def test_register_counts_are_plausible_and_limited(toolkit, server):
     assert_passed(run_program(toolkit, server, "register_count",
                               f"-L{shim_library_dir()}", "-lcuda"),
                   "register_count: counts plausible and limited")
+
+
+def test_calls_with_register_and_constant_arguments(toolkit, server):
+    assert_passed(run_program(toolkit, server, "register_call_arguments"),
+                  "register_call_arguments: 64 calls with register arguments correct")
