@@ -1,8 +1,9 @@
-"""CUDA C++ programs that real code resembles, under `vgpu run` on the emu backend.
+"""CUDA programs that real code resembles, under `vgpu run` on the emu backend.
 
 Each program in programs/ checks its results against values computed on the host and exits
-0 only when all are right; it is built with nvcc `-cudart shared` (once per test run) and run
-through vgpu's libcudart and libcuda against one emu server shared by the module.
+0 only when all are right. The CUDA C++ ones are built with nvcc `-cudart shared` (once per
+test run); they and the numba-cuda ones run through vgpu's libcudart and libcuda against one
+emu server shared by the module.
 """
 
 from __future__ import annotations
@@ -99,3 +100,11 @@ def test_register_counts_are_plausible_and_limited(toolkit, server):
 def test_calls_with_register_and_constant_arguments(toolkit, server):
     assert_passed(run_program(toolkit, server, "register_call_arguments"),
                   "register_call_arguments: 64 calls with register arguments correct")
+
+
+def test_numba_half_precision_kernels(server):
+    result = subprocess.run([*VGPU, "run", "--server", server, "--", sys.executable,
+                             str(PROGRAMS / "numba_half.py")],
+                            capture_output=True, text=True, timeout=TIMEOUT_S,
+                            env=_environment())
+    assert_passed(result, "numba_half: 400 fp16 results correct, twice")
