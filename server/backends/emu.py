@@ -37,6 +37,7 @@ CUDA_ERROR_ILLEGAL_ADDRESS = 700
 # The emulated device reports 16 GiB; host pages are committed only when touched.
 EMU_TOTAL_MEMORY = 16 << 30
 EMU_COMPUTE_CAPABILITY = (8, 0)
+_BINARY_VERSION = EMU_COMPUTE_CAPABILITY[0] * 10 + EMU_COMPUTE_CAPABILITY[1]
 
 
 class EmuBackend(Backend):
@@ -111,7 +112,9 @@ class EmuBackend(Backend):
                 param_offsets=[p.offset for p in info.params],
                 param_sizes=[p.size for p in info.params],
                 param_buffer_size=info.param_size,
-                attributes=dict(info.attributes),
+                # PTX is compiled for the device it runs on: CUDA reports that binary's
+                # architecture, the device's compute capability.
+                attributes=dict(info.attributes, binary_version=_BINARY_VERSION),
                 uses_printf=_uses_printf(module, name),
             )
             for name, info in module.kernels.items()

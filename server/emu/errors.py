@@ -1,8 +1,10 @@
 """Exceptions raised by the PTX emulator, and the CUDA error codes they carry.
 
     Exception
-    ├── PtxError        a module that cannot be loaded (syntax, unknown instruction or
-    │                   directive, unresolved external): raised at load, never at run time
+    ├── PtxError        a module that cannot be loaded (syntax, unknown directive,
+    │   │               unresolved external): raised at load, never at run time
+    │   └── UnsupportedPtx  an instruction the emulator does not implement: the module
+    │                   loads, and only launches of kernels that can reach it fail (801)
     ├── IllegalAddress  a DeviceMemory access outside every live allocation
     └── LaunchError     a launch that failed; `code` is the CUresult CUDA itself would report
 """
@@ -20,6 +22,7 @@ __all__ = [
     "IllegalAddress",
     "LaunchError",
     "PtxError",
+    "UnsupportedPtx",
 ]
 
 CUDA_ERROR_INVALID_VALUE = 1
@@ -37,6 +40,12 @@ class PtxError(Exception):
     def __init__(self, message: str, line: int | None = None):
         self.line = line
         super().__init__(f"line {line}: {message}" if line is not None else message)
+
+
+class UnsupportedPtx(PtxError):
+    """An instruction, modifier or operand form the emulator does not implement (PTX that
+    NVIDIA's assembler may accept). The module still loads; a kernel that can reach the
+    instruction, directly or through calls, fails to launch with CUDA_ERROR_NOT_SUPPORTED."""
 
 
 class IllegalAddress(Exception):

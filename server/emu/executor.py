@@ -75,6 +75,9 @@ def prepare(module, kernel_name: str, grid, block, shared_bytes: int = 0,
     kernel = program.kernels.get(kernel_name)
     if kernel is None:
         raise LaunchError(CUDA_ERROR_NOT_FOUND, f"no kernel named {kernel_name!r} in module")
+    if kernel.unsupported is not None:
+        raise LaunchError(CUDA_ERROR_NOT_SUPPORTED, f"kernel {kernel_name!r} cannot run on the "
+                          f"emulator: PTX {kernel.unsupported}")
     grid = _dims(grid, "grid", MAX_GRID)
     block = _dims(block, "block", MAX_BLOCK)
     info = module.kernels[kernel_name]
@@ -303,7 +306,6 @@ def _run(program, kernel, state: State) -> None:
         last_key = key
         block = blocks[key[-1]]
         ops = block.ops
-        ctx.clock += len(ops) + 1
         ctx.lane_instructions += (len(ops) + 1) * (n if lanes is None else len(lanes))
         index = 0
         try:
@@ -334,6 +336,8 @@ def _run(program, kernel, state: State) -> None:
                 call = code[stack[-1]]
                 _copy_frame(state, taken, call.results, program.module.functions[
                     call.callee].returns)
+                for stage in call.after:  # results that go to registers
+                    stage(state, taken)
                 push(stack[:-1] + (stack[-1] + 1,), taken)
         elif kind == "exit":
             pass
@@ -359,6 +363,8 @@ def _enter(program, state, stack, term, lanes, block, push) -> None:
         raise Fault(CUDA_ERROR_NOT_SUPPORTED, f"recursive call to {term.callee}",
                     "recursion is not supported by the emulator",
                     0 if lanes is None else int(lanes[0]), term.line)
+    for stage in term.before:  # arguments that come from registers or constants
+        stage(state, lanes)
     _copy_frame(state, lanes, callee.params, term.arguments)
     push(stack + (block.term_pc, program.entries[term.callee]), lanes)
 

@@ -238,9 +238,10 @@ def exact_fma(a, b, c):
         idx, values, errors = _fraction_lanes(
             awkward, lambda x, y, z: Fraction(x) * Fraction(y) + Fraction(z), a, b, c)
         result, err = _patch(result, err, idx, values, errors)
-        zero = awkward & (result == 0)
+        zero = awkward & (result == 0) & (err == 0)
         if zero.any():
-            # exact zero: -0 only when both the product and the addend are -0 / negative-zero
+            # exact zero (not a tiny result rounded to a signed zero, whose sign is right):
+            # -0 only when both the product and the addend are -0
             neg = (np.signbit(a) ^ np.signbit(b)) & np.signbit(c) & (a * b == 0)
             result = np.where(zero, np.where(neg, -0.0, 0.0), result)
     return result, err

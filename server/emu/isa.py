@@ -4,7 +4,8 @@ Every opcode module (`ops_*.py`) registers compile functions with `@opcode(...)`
 function receives the parsed instruction and a `CompileContext` and returns a `Compiled`:
 either a straight-line operation `run(state, lanes)` or a control transfer that the
 executor's scheduler interprets. Compiling happens when a module is loaded, so an
-unsupported instruction or modifier is a `PtxError` at load, never a failure at run time.
+malformed instruction is a `PtxError` at load; one the emulator does not implement is an
+`UnsupportedPtx`, which the program records against its function (see `program.py`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import PtxError
+from .errors import PtxError, UnsupportedPtx
 from .ir import Function, Instruction, RegisterOperand
 from .ptx_types import PtxType, lookup_type
 
@@ -48,6 +49,8 @@ class Compiled:
     callee: str | None = None                  # call: function name
     arguments: list = field(default_factory=list)  # call: caller .param variables
     results: list = field(default_factory=list)    # call: caller .param variables
+    before: list = field(default_factory=list)     # call: run(state, lanes) ops staging
+    after: list = field(default_factory=list)      # register arguments in, results out
     release: Callable | None = None            # bar: work done when the barrier opens
     arrive: Callable | None = None             # bar: work done when lanes reach it
     target_pc: int = -1                        # bra: resolved by the program
@@ -83,6 +86,10 @@ class CompileContext:
 
     def error(self, message: str) -> PtxError:
         return PtxError(f"{self.instr.text}: {message}", self.instr.line)
+
+    def unsupported(self, message: str) -> UnsupportedPtx:
+        """For PTX the emulator does not implement (as opposed to PTX that is wrong)."""
+        return UnsupportedPtx(f"{self.instr.text}: {message}", self.instr.line)
 
     def op(self, run: Callable) -> Compiled:
         """A straight-line op, with the instruction's guard folded in."""
@@ -134,13 +141,13 @@ class Modifiers:
             raise self.ctx.error(f"expected {count} type modifier(s)")
         ptype = self.types[0]
         if allowed is not None and ptype.name not in allowed:
-            raise self.ctx.error(f"type .{ptype.name} is not supported")
+            raise self.ctx.unsupported(f"type .{ptype.name} is not supported")
         return ptype
 
     def done(self) -> None:
         if self.flags:
             unknown = ", ".join("." + f for f in self.flags)
-            raise self.ctx.error(f"unsupported modifier(s) {unknown}")
+            raise self.ctx.unsupported(f"unsupported modifier(s) {unknown}")
 
 
 def narrow(lanes, mask: np.ndarray):

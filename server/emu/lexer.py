@@ -48,6 +48,10 @@ def tokenize(text: str) -> list[Token]:
             line += 1
         elif kind == "comment":
             line += value.count("\n")
+        elif kind == "word" and value[0] == "." and "." in value[1:]:
+            # Directives may be written without spaces between their parts: ptxas accepts
+            # `.reg.b16 h;`, which cuda_fp16.hpp and cuda_bf16.hpp emit.
+            tokens.extend(Token(kind, "." + part, line) for part in value[1:].split("."))
         elif kind != "space":
             tokens.append(Token(kind, value, line))
         pos = m.end()

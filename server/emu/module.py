@@ -12,10 +12,6 @@ from .program import KernelProgram, Program
 
 __all__ = ["KernelInfo", "ModuleVariable", "ParamInfo", "PtxModule"]
 
-# What the emulated device reports as its binary version (sm_75, the nvcc 13 default).
-BINARY_VERSION = 75
-
-
 @dataclass(frozen=True)
 class ParamInfo:
     name: str
@@ -75,6 +71,25 @@ class PtxModule:
     def parse(cls, text: str) -> PtxModule:
         return cls(parse_module(text))
 
+    def _register_estimate(self, kp: KernelProgram, max_threads: int) -> int:
+        """What CU_FUNC_ATTRIBUTE_NUM_REGS answers: a deterministic stand-in for ptxas's
+        allocation. Every declared register of the kernel and the functions it calls counts
+        (64-bit ones twice, predicates not at all), capped as ptxas caps its allocation: by
+        `.maxnreg`, and so that a block of the kernel's maximum size fits the register file
+        (64 for 1024 threads), which keeps every launch the kernel allows possible and the
+        occupancy calculator consistent with it."""
+        slots = 0
+        for name in kp.functions:
+            for reg in self.ir.functions[name].registers:
+                if reg.type.kind != "pred":
+                    slots += 2 if reg.type.bits == 64 else 1
+        warps = -(-max_threads // 32)
+        limit = min(_MAX_REGISTERS_PER_THREAD, _REGISTERS_PER_BLOCK // (warps * 32) // 8 * 8)
+        maxnreg = kp.function.directives.get("maxnreg")
+        if maxnreg:
+            limit = min(limit, maxnreg[0])
+        return max(1, min(slots, limit))
+
     def _kernel_info(self, kp: KernelProgram) -> KernelInfo:
         fn = kp.function
         params = [ParamInfo(p.name, offset, p.size, p.align) for p, offset in kp.params]
@@ -87,15 +102,31 @@ class PtxModule:
             max_threads = min(max_threads, product)
         const_size = sum(v.size for v in self.ir.variables.values() if v.space == "const")
         attributes = {
-            "num_regs": min(kp.register_count, 255),
+            "num_regs": self._register_estimate(kp, max_threads),
             "shared_size_bytes": kp.static_shared,
             "const_size_bytes": const_size,
             "local_size_bytes": kp.local_variables_size,
             "max_threads_per_block": max_threads,
-            "ptx_version": self.version[0] * 10 + self.version[1],
-            "binary_version": BINARY_VERSION,
+            "ptx_version": _target_architecture(self.target),
         }
         return KernelInfo(kp.name, params, kp.param_size, attributes)
+
+
+# The register file: 64K 32-bit registers per block, at most 255 per thread, allocated to
+# warps in units of 256.
+_REGISTERS_PER_BLOCK = 65536
+_MAX_REGISTERS_PER_THREAD = 255
+
+
+def _target_architecture(target: tuple[str, ...]) -> int:
+    """What CUDA reports as a function's PTX version: the virtual architecture its PTX was
+    written for (`.target sm_75` -> 75, `sm_90a` -> 90), not the PTX ISA version. CUB picks
+    its tuning policies from it."""
+    for name in target:
+        digits = name[3:].rstrip("af") if name.startswith("sm_") else ""
+        if digits.isdigit():
+            return int(digits)
+    raise PtxError(f"no .target sm_XX in the module (found {', '.join(target) or 'none'})")
 
 
 def _check_externals(module: Module) -> None:

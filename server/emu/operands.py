@@ -20,6 +20,7 @@ from .ir import Immediate, RegisterOperand, Sink, SpecialRegister, Symbol, Varia
 from .isa import CompileContext
 from .ptx_types import TYPES, PtxType, int_dtype
 from .state import State
+from .timers import clock_cycles, globaltimer_ns
 
 __all__ = [
     "as_lanes",
@@ -101,7 +102,7 @@ def reader(operand, ptype: PtxType, ctx: CompileContext) -> Callable:
         mask = (1 << ptype.bits) - 1
         unsigned = int_dtype(ptype.bits, False)
         return lambda state, lanes: np.array(address(state) & mask, unsigned).view(dtype)[()]
-    raise ctx.error(f"unsupported operand {operand!r}")
+    raise ctx.unsupported(f"unsupported operand {operand!r}")
 
 
 def _register_reader(operand: RegisterOperand, ptype: PtxType, ctx: CompileContext):
@@ -226,12 +227,12 @@ def _special_source(name: str, ctx: CompileContext) -> tuple[Callable, PtxType]:
         "%laneid": (lambda s: s.layout.laneid, _U32),
         "%warpid": (lambda s: s.layout.warpid, _U32),
         "%gridid": (lambda s: np.uint64(1), _U64),
-        "%clock": (lambda s: u32(s.ctx.clock & 0xFFFFFFFF), _U32),
-        "%clock_hi": (lambda s: u32(s.ctx.clock >> 32), _U32),
-        "%clock64": (lambda s: np.uint64(s.ctx.clock), _U64),
-        "%globaltimer": (lambda s: np.uint64(_now(s)), _U64),
-        "%globaltimer_lo": (lambda s: u32(_now(s) & 0xFFFFFFFF), _U32),
-        "%globaltimer_hi": (lambda s: u32(_now(s) >> 32), _U32),
+        "%clock": (lambda s: u32(clock_cycles() & 0xFFFFFFFF), _U32),
+        "%clock_hi": (lambda s: u32(clock_cycles() >> 32), _U32),
+        "%clock64": (lambda s: np.uint64(clock_cycles()), _U64),
+        "%globaltimer": (lambda s: np.uint64(globaltimer_ns()), _U64),
+        "%globaltimer_lo": (lambda s: u32(globaltimer_ns() & 0xFFFFFFFF), _U32),
+        "%globaltimer_hi": (lambda s: u32(globaltimer_ns() >> 32), _U32),
         "%lanemask_eq": (lambda s: u32(1) << s.layout.laneid, _U32),
         "%lanemask_lt": (lambda s: s.layout.lanemask_lt, _U32),
         "%lanemask_le": (lambda s: s.layout.lanemask_lt | (u32(1) << s.layout.laneid), _U32),
@@ -246,11 +247,6 @@ def _special_source(name: str, ctx: CompileContext) -> tuple[Callable, PtxType]:
     if name not in table:
         raise ctx.error(f"special register {name} cannot be read here")
     return table[name]
-
-
-def _now(state: State) -> int:
-    """%globaltimer: nanoseconds, advancing with executed steps so that reads are ordered."""
-    return state.ctx.start_ns + state.ctx.clock
 
 
 # -- symbols ---------------------------------------------------------------------------------
@@ -298,5 +294,5 @@ def symbol_address(symbol: Symbol, ctx: CompileContext) -> tuple[str, Callable[[
             position = where[key] + offset
             return "kparam", lambda state: position
         return "fparam", lambda state: state.ctx.launch.kernel.local_offsets[key] + offset
-    raise ctx.error(f"symbol {symbol.name!r} in unsupported space .{var.space}")
+    raise ctx.unsupported(f"symbol {symbol.name!r} in unsupported space .{var.space}")
 

@@ -148,7 +148,7 @@ _TYPES_BY_OP = {
     "max": {"u32", "s32", "u64", "s64"},
     "inc": {"u32"}, "dec": {"u32"},
     "and": {"b32", "b64"}, "or": {"b32", "b64"}, "xor": {"b32", "b64"},
-    "exch": {"b32", "b64"}, "cas": {"b32", "b64"},
+    "exch": {"b32", "b64"}, "cas": {"b16", "b32", "b64"},
 }
 
 
@@ -163,7 +163,7 @@ def _pick(values, positions):
 def _atom(instr, ctx: CompileContext):
     mods, space, hint = memory_modifiers(ctx)
     if space not in ("global", "shared", "generic"):
-        raise ctx.error(f"atomics on .{space} are not supported")
+        raise ctx.unsupported(f"atomics on .{space} are not supported")
     op = mods.take(*_TYPES_BY_OP)
     if op is None:
         raise ctx.error("missing atomic operation")

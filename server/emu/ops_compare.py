@@ -67,6 +67,26 @@ def _operand_decoder(ptype: PtxType):
     return ptype, None
 
 
+_PACKED = {"f16x2": "f16", "bf16x2": "bf16"}
+
+
+def _packed_comparison(ptype: PtxType, op: str, ftz: bool, ctx: CompileContext):
+    """For f16x2/bf16x2 operands: cmp(a, b) -> (low halves' results, high halves')."""
+    _, decode = _operand_decoder(TYPES[_PACKED[ptype.name]])
+    compare = comparison(op, TYPES["f32"], ctx)
+
+    def halves(v):
+        v = np.asarray(v, np.uint32)
+        low = decode((v & np.uint32(0xFFFF)).astype(np.uint16))
+        high = decode((v >> np.uint32(16)).astype(np.uint16))
+        return (flush(low), flush(high)) if ftz else (low, high)
+
+    def cmp(a, b):
+        (a_low, a_high), (b_low, b_high) = halves(a), halves(b)
+        return compare(a_low, b_low), compare(a_high, b_high)
+    return cmp
+
+
 def _compiled_comparison(ctx, mods):
     op = mods.take(*_CMP_NAMES)
     if op is None:
@@ -82,6 +102,8 @@ def _setp(instr, ctx: CompileContext):
     op, ftz, combine = _compiled_comparison(ctx, mods)
     ptype = mods.type()
     mods.done()
+    if ptype.name in _PACKED:
+        return _setp_packed(instr, ctx, ptype, op, ftz, combine)
     src, decode = _operand_decoder(ptype)
     compare = comparison(op, TYPES["f32"] if decode else ptype, ctx)
     ctx.operand_count(4 if combine else 3)
@@ -111,6 +133,36 @@ def _setp(instr, ctx: CompileContext):
     return ctx.op(run)
 
 
+def _setp_packed(instr, ctx, ptype, op, ftz, combine):
+    """setp on f16x2/bf16x2: p gets the low halves' result, q the high halves' (each
+    combined with c by .and/.or/.xor)."""
+    if instr.pair is None:
+        raise ctx.error(f"setp.{ptype.name} needs two destinations p|q")
+    compare = _packed_comparison(ptype, op, ftz, ctx)
+    ctx.operand_count(4 if combine else 3)
+    write_p = writer(instr.operands[0], _PRED, ctx)
+    write_q = writer(instr.pair, _PRED, ctx)
+    ra = reader(instr.operands[1], ptype, ctx)
+    rb = reader(instr.operands[2], ptype, ctx)
+    rc = reader(instr.operands[3], _PRED, ctx) if combine else None
+    join = _COMBINE[combine] if combine else None
+
+    def run(state, lanes):
+        low, high = compare(ra(state, lanes), rb(state, lanes))
+        if join is not None:
+            c = rc(state, lanes)
+            low, high = join(low, c), join(high, c)
+        write_p(state, lanes, low)
+        write_q(state, lanes, high)
+    return ctx.op(run)
+
+
+# What set writes for true (false is 0): 1.0 for floats (f16/bf16 as their bits), all ones
+# for integers.
+_SET_TRUE = {"u32": np.uint32(0xFFFFFFFF), "s32": np.int32(-1), "f32": np.float32(1.0),
+             "f16": np.uint16(0x3C00), "bf16": np.uint16(0x3F80)}
+
+
 @opcode("set")
 def _set(instr, ctx: CompileContext):
     mods = Modifiers(ctx)
@@ -120,13 +172,13 @@ def _set(instr, ctx: CompileContext):
     dtype, stype = mods.types
     mods.types = [dtype]
     mods.done()
-    if dtype.name not in ("u32", "s32", "f32"):
-        raise ctx.error(f"destination type .{dtype.name} is not supported")
+    if stype.name in _PACKED:
+        return _set_packed(instr, ctx, dtype, stype, op, ftz, combine)
+    if dtype.name not in _SET_TRUE:
+        raise ctx.unsupported(f"destination type .{dtype.name} is not supported")
     src, decode = _operand_decoder(stype)
     compare = comparison(op, TYPES["f32"] if decode else stype, ctx)
-    true_value = np.float32(1.0) if dtype.is_float else dtype.dtype.type(-1 if
-                                                                          dtype.is_signed else
-                                                                          0xFFFFFFFF)
+    true_value = _SET_TRUE[dtype.name]
     zero = dtype.dtype.type(0)
     join = _COMBINE[combine] if combine else None
     ctx.operand_count(4 if combine else 3)
@@ -145,6 +197,36 @@ def _set(instr, ctx: CompileContext):
         if join is not None:
             result = join(result, rc(state, lanes))
         write(state, lanes, np.where(result, true_value, zero).astype(dtype.dtype))
+    return ctx.op(run)
+
+
+def _set_packed(instr, ctx, dtype, stype, op, ftz, combine):
+    """set on f16x2/bf16x2 sources: each half of d is 1.0 (in the destination's half
+    format) or all ones (.u32/.s32 destinations) where its halves compare true, else 0."""
+    if dtype.name == stype.name:
+        true_half = _SET_TRUE[_PACKED[dtype.name]].astype(np.uint32)
+    elif dtype.name in ("u32", "s32"):
+        true_half = np.uint32(0xFFFF)
+    else:
+        raise ctx.error(f"set.{dtype.name}.{stype.name}: the destination must be "
+                        f".{stype.name}, .u32 or .s32")
+    compare = _packed_comparison(stype, op, ftz, ctx)
+    ctx.operand_count(4 if combine else 3)
+    write = writer(instr.operands[0], dtype, ctx)
+    ra = reader(instr.operands[1], stype, ctx)
+    rb = reader(instr.operands[2], stype, ctx)
+    rc = reader(instr.operands[3], _PRED, ctx) if combine else None
+    join = _COMBINE[combine] if combine else None
+    zero = np.uint32(0)
+
+    def run(state, lanes):
+        low, high = compare(ra(state, lanes), rb(state, lanes))
+        if join is not None:
+            c = rc(state, lanes)
+            low, high = join(low, c), join(high, c)
+        bits = np.where(low, true_half, zero) | (np.where(high, true_half, zero)
+                                                  << np.uint32(16))
+        write(state, lanes, np.asarray(bits, np.uint32).view(dtype.dtype))
     return ctx.op(run)
 
 

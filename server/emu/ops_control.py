@@ -4,8 +4,10 @@ fence nanosleep.
 Branches, calls, returns, exits and blocking barriers compile to control records that the
 executor's scheduler interprets (see `executor.py`). `bar.sync a, b` with a thread count
 waits for every thread of the block like `bar.sync a` (nvcc only emits counts equal to the
-block size); `bar.arrive` does not wait, so it is an empty operation here. Memory fences
-need nothing: instructions execute one at a time.
+block size). The executor opens barriers only when no thread can run, so `bar.arrive` waits
+there too: a producer that arrives and a consumer that syncs are released together, and a
+later `bar.red` still sees every thread of the block arrive. Memory fences need nothing:
+instructions execute one at a time.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import CUDA_ERROR_LAUNCH_FAILED
-from .ir import ListOperand, RegisterOperand, Symbol
-from .isa import CompileContext, Modifiers, opcode
+from .ir import Address, Immediate, Instruction, ListOperand, RegisterOperand, Symbol, Variable
+from .isa import CompileContext, Modifiers, find_compiler, opcode
 from .operands import reader, writer
 from .ops_builtin import BUILTINS
 from .ptx_types import TYPES
@@ -69,32 +71,69 @@ def _call(instr, ctx: CompileContext):
         raise ctx.error("call needs a target")
     callee = operands.pop(0)
     if isinstance(callee, RegisterOperand):
-        raise ctx.error("indirect calls through a register are not supported")
+        raise ctx.unsupported("indirect calls through a register are not supported")
     if not isinstance(callee, Symbol):
         raise ctx.error("call target must be a function name")
     arguments: list = []
     if operands and isinstance(operands[0], ListOperand):
         arguments = operands.pop(0).elements
     if operands:
-        raise ctx.error("call prototypes (indirect calls) are not supported")
+        raise ctx.unsupported("call prototypes (indirect calls) are not supported")
     function = ctx.module.functions.get(callee.name)
     if function is None:
         raise ctx.error(f"call to undeclared function {callee.name!r}")
-    for operand in (*results, *arguments):
-        if not (isinstance(operand, Symbol) and operand.variable is not None
-                and operand.variable.space == "param"):
-            raise ctx.error("call arguments and results must be .param variables")
-    result_vars = [r.variable for r in results]
-    argument_vars = [a.variable for a in arguments]
-    if len(argument_vars) != len(function.params) or len(result_vars) > len(function.returns):
+    if len(arguments) != len(function.params) or len(results) > len(function.returns):
         raise ctx.error(f"call to {callee.name!r} does not match its declaration")
+    before: list = []
+    after: list = []
+    argument_vars = [_param_variable(ctx, a, formal, before, store=True)
+                     for a, formal in zip(arguments, function.params, strict=False)]
+    result_vars = [_param_variable(ctx, r, formal, after, store=False)
+                   for r, formal in zip(results, function.returns, strict=False)]
     if function.body is None:
         builtin = BUILTINS.get(callee.name)
         if builtin is None:
             raise ctx.error(f"function {callee.name!r} is declared but never defined")
-        return ctx.op(builtin(ctx, argument_vars, result_vars))
+        run = builtin(ctx, argument_vars, result_vars)
+        if before or after:
+            run = _staged(before, run, after)
+        return ctx.op(run)
     return ctx.control("call", callee=callee.name, arguments=argument_vars,
-                       results=result_vars)
+                       results=result_vars, before=before, after=after)
+
+
+def _param_variable(ctx: CompileContext, operand, formal: Variable, staged: list,
+                    store: bool) -> Variable:
+    """The caller's .param variable that passes `operand` to or from `formal`. PTX also
+    allows registers and constants as call arguments (and registers as results); they pass
+    through a .param variable made for them, written before the call with `st.param` or
+    read after it with `ld.param` (compiled into `staged`)."""
+    if isinstance(operand, Symbol) and operand.variable is not None \
+            and operand.variable.space == "param":
+        return operand.variable
+    allowed = (RegisterOperand, Immediate) if store else (RegisterOperand,)
+    if not isinstance(operand, allowed) or formal.is_array:
+        raise ctx.error("call arguments and results must be .param variables, or registers "
+                        "and constants passed to scalar parameters")
+    var = Variable(f"%call{ctx.instr.line}.{len(ctx.function.variables)}", "param",
+                   formal.type, formal.size, formal.align, ctx.instr.line)
+    ctx.function.variables.append(var)
+    address = Address(Symbol(var.name, variable=var))
+    instr = Instruction("st" if store else "ld", ("param", formal.type.name),
+                        [address, operand] if store else [operand, address], ctx.instr.line)
+    staged.append(find_compiler(instr)(instr, CompileContext(ctx.module, ctx.function,
+                                                              instr)).run)
+    return var
+
+
+def _staged(before: list, run, after: list):
+    def staged_run(state, lanes):
+        for stage in before:
+            stage(state, lanes)
+        run(state, lanes)
+        for stage in after:
+            stage(state, lanes)
+    return staged_run
 
 
 @opcode("ret", "exit")
@@ -120,28 +159,27 @@ def _trap(instr, ctx: CompileContext):
 
 @opcode("bar", "barrier")
 def _bar(instr, ctx: CompileContext):
+    # The forms, per the PTX ISA: bar.warp.sync membermask; and
+    # {bar,barrier}{.cta}.{sync,arrive,red}{.aligned} (bar implies .aligned). The scope
+    # modifiers come first in the text, so they are looked for before the operation.
     mods = Modifiers(ctx)
-    mods.take("aligned")
-    kind = mods.take("sync", "arrive", "red", "warp", "cta")
-    if kind == "cta":
-        kind = mods.take("sync", "arrive", "red")
-    if kind == "warp":
-        if not mods.has("sync"):
+    if mods.has("warp"):
+        if instr.opcode != "bar" or not mods.has("sync"):
             raise ctx.error("expected bar.warp.sync")
         mods.done()
         ctx.operand_count(1)
+        reader(instr.operands[0], TYPES["b32"], ctx)  # the membermask must be a 32-bit value
         return ctx.op(lambda state, lanes: None)
+    mods.take("cta")
+    mods.take("aligned")
+    kind = mods.take("sync", "arrive", "red")
     if kind is None and instr.opcode == "barrier":
         raise ctx.error("expected barrier.sync, .arrive or .red")
     kind = kind or "sync"  # plain `bar 0` is bar.sync
     mods.take("aligned")
-    if kind == "arrive":
+    if kind in ("sync", "arrive"):
         mods.done()
-        ctx.operand_count(2)
-        return ctx.op(lambda state, lanes: None)
-    if kind == "sync":
-        mods.done()
-        ctx.operand_count(1, 2)
+        ctx.operand_count(*((1, 2) if kind == "sync" else (2,)))
         return ctx.control("bar")
     return _bar_red(instr, ctx, mods)
 
@@ -192,5 +230,5 @@ def _no_effect(instr, ctx: CompileContext):
                    "release", "acquire", "mbarrier_init", "shared"}
         unknown = [m for m in instr.modifiers if m not in allowed]
         if unknown:
-            raise ctx.error(f"unsupported modifier(s) {', '.join(unknown)}")
+            raise ctx.unsupported(f"unsupported modifier(s) {', '.join(unknown)}")
     return ctx.op(lambda state, lanes: None)

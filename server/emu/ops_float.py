@@ -85,18 +85,29 @@ def half_op(ptype: PtxType, mode: str, exact_fn):
     return packed
 
 
-def _exact(ptype: PtxType, mode: str, exact_fn, native_fn=None):
-    """An op on f32/f64 in `mode`: numpy's own arithmetic when it is exact enough."""
+def _exact(ptype: PtxType, mode: str, exact_fn, native_fn=None, zero_sum=None):
+    """An op on f32/f64 in `mode`: numpy's own arithmetic when it is exact enough.
+
+    `zero_sum(*args)`, for sums (add, sub, fma), gives the result's sign when the exact sum
+    is zero while rounding down: IEEE 754 makes it -0 unless both terms are +0, which is
+    the negated round-to-nearest sum of the negated terms."""
     if mode == "rn" and native_fn is not None:
         return native_fn
     dtype = ptype.dtype
+    if mode != "rm":
+        zero_sum = None
 
     def fn(*args):
         value, err = exact_fn(*args)
         finite = True
         for a in args:
             finite = finite & np.isfinite(a)
-        return fr.finish(value, err, dtype, mode, finite).astype(dtype)
+        result = fr.finish(value, err, dtype, mode, finite).astype(dtype)
+        if zero_sum is not None:
+            exact_zero = (value == 0) & (err == 0)
+            if exact_zero.any():
+                result = np.where(exact_zero, zero_sum(*args), result).astype(dtype)
+        return result
     return fn
 
 
@@ -109,16 +120,23 @@ def _add_sub_mul(instr, ctx: CompileContext):
     ptype = mods.type({"f32", "f64"} | _HALF)
     mods.done()
     name = instr.opcode
+    zero_sum = None
     if name == "mul":
         exact = fr.exact_mul
         native = np.multiply
     elif name == "add":
         exact = fr.exact_add
         native = np.add
+
+        def zero_sum(a, b):
+            return -((-a) + (-b))
     else:
         def exact(a, b):
             return fr.exact_add(a, -np.asarray(b, np.float64))
         native = np.subtract
+
+        def zero_sum(a, b):
+            return -((-a) + b)
     if ptype.name in _HALF:
         fn = half_op(ptype, mode, exact)
         if sat:
@@ -128,14 +146,12 @@ def _add_sub_mul(instr, ctx: CompileContext):
         return elementwise(ctx, ptype, [ptype, ptype], fn)
     if (ftz or sat) and ptype.name == "f64":
         raise ctx.error(".ftz/.sat apply to f32 only")
-    fn = _exact(ptype, mode, exact, lambda a, b: native(a, b))
+    fn = _exact(ptype, mode, exact, lambda a, b: native(a, b), zero_sum)
     return elementwise(ctx, ptype, [ptype, ptype], _finish_f32(fn, ftz, sat))
 
 
-def _half_sat(ptype, fn, decode, encode):
-    def clamp_one(bits):
-        return encode(np.where(np.isnan(decode(bits)), 0.0, np.clip(decode(bits), 0.0, 1.0)))
-
+def _half_lanes(ptype, fn, clamp_one):
+    """`fn` (half lanes -> bits) followed by `clamp_one` on each 16-bit result."""
     def wrapped(*args):
         bits = np.asarray(fn(*args))
         if not ptype.name.endswith("x2"):
@@ -144,6 +160,25 @@ def _half_sat(ptype, fn, decode, encode):
         high = clamp_one((bits >> np.uint32(16)).astype(np.uint16)).astype(np.uint32)
         return low | (high << np.uint32(16))
     return wrapped
+
+
+def _half_sat(ptype, fn, decode, encode):
+    def clamp_one(bits):
+        return encode(np.where(np.isnan(decode(bits)), 0.0, np.clip(decode(bits), 0.0, 1.0)))
+    return _half_lanes(ptype, fn, clamp_one)
+
+
+_CANONICAL_HALF_NAN = np.uint16(0x7FFF)  # f16 and bf16 alike
+
+
+def _half_relu(ptype, fn, decode):
+    """.relu: negative results (-0 included, as max(x, +0) orders it) become +0, NaN the
+    canonical NaN."""
+    def clamp_one(bits):
+        bits = np.asarray(bits, np.uint16)
+        zeroed = np.where(bits & np.uint16(0x8000), np.uint16(0), bits)
+        return np.where(np.isnan(decode(bits)), _CANONICAL_HALF_NAN, zeroed).astype(np.uint16)
+    return _half_lanes(ptype, fn, clamp_one)
 
 
 def _fma32(a, b, c):
@@ -157,20 +192,25 @@ def _fma(instr, ctx: CompileContext):
     mode = mods.take(*_ROUNDING)
     ftz = mods.has("ftz")
     sat = mods.has("sat")
+    relu = mods.has("relu")
     ptype = mods.type({"f32", "f64"} | _HALF)
     mods.done()
     if mode is None and not (instr.opcode == "mad" and ptype.name == "f32"):
         raise ctx.error("a rounding modifier is required")
     mode = mode or "rn"  # mad.f32 without rounding is fused on sm_20 and later
+    if relu and (sat or mode != "rn" or ptype.name not in _HALF):
+        raise ctx.error(".relu applies to fma.rn on f16/bf16 (x2) without .sat")
     if ptype.name in _HALF:
         fn = half_op(ptype, mode, fr.exact_fma)
+        decode, encode = _half_codec(ptype, "rn")
         if sat:
-            decode, encode = _half_codec(ptype, "rn")
             fn = _half_sat(ptype, fn, decode, encode)
+        if relu:
+            fn = _half_relu(ptype, fn, decode)
         return elementwise(ctx, ptype, [ptype] * 3, fn)
     exact = _fma32 if ptype.name == "f32" else fr.exact_fma
     native = fr.fma_f32_nearest if ptype.name == "f32" else None
-    fn = _exact(ptype, mode, exact, native)
+    fn = _exact(ptype, mode, exact, native, lambda a, b, c: -(((-a) * b) + (-c)))
     return elementwise(ctx, ptype, [ptype] * 3, _finish_f32(fn, ftz, sat))
 
 

@@ -173,7 +173,7 @@ def _cp_async(instr, ctx: CompileContext):
     no-ops). A source size below the copy size zero-fills the rest, as PTX specifies."""
     mods = Modifiers(ctx)
     if not mods.has("async"):
-        raise ctx.error("only cp.async is supported")
+        raise ctx.unsupported("only cp.async is supported")
     kind = mods.take("commit_group", "wait_group", "wait_all", "ca", "cg")
     if kind in ("commit_group", "wait_group", "wait_all"):
         mods.take("bulk")

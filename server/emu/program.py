@@ -11,6 +11,10 @@ followed by dynamic (`extern` unsized) shared memory, and per-thread local memor
 the `.local` variables and the `.param` variables of device-function calls (call arguments,
 formal parameters and return values). Recursion is refused at run time because those
 frames are allocated once per function.
+
+An instruction the emulator does not implement (`UnsupportedPtx`) does not stop the module
+from loading: it is recorded against its function, and a kernel that can reach that
+function carries the error, which its launches report.
 """
 
 from __future__ import annotations
@@ -32,10 +36,11 @@ from . import (  # noqa: F401  (importing registers the opcodes)
     ops_memory,
     ops_warp,
 )
-from .errors import PtxError
+from .errors import CUDA_ERROR_NOT_SUPPORTED, UnsupportedPtx
 from .ir import Address, Function, ListOperand, Module, Symbol, Variable, Vector
 from .isa import CompileContext, Compiled, find_compiler
 from .operands import kernel_param_layout
+from .state import Fault
 
 __all__ = ["Block", "KernelProgram", "Program"]
 
@@ -68,6 +73,7 @@ class KernelProgram:
     local_variables_size: int                   # the .local part of it (the "stack")
     global_symbols: set[str]                    # module variables the kernel addresses
     register_count: int                         # registers of its reachable functions
+    unsupported: UnsupportedPtx | None = None   # the first its functions hold, if any
 
 
 class Program:
@@ -79,6 +85,7 @@ class Program:
         self.callees: dict[str, set[str]] = {}
         self.symbols_used: dict[str, set[str]] = {}
         self.register_dtypes: list[np.dtype] = []
+        self.unsupported: dict[str, UnsupportedPtx] = {}   # function -> its first one
         self._number_registers()
         for fn in module.functions.values():
             if fn.body is not None:
@@ -98,10 +105,14 @@ class Program:
         self.entries[fn.name] = entry
         callees: set[str] = set()
         for instr in fn.body:
-            compile_fn = find_compiler(instr)
-            if compile_fn is None:
-                raise PtxError(f"unsupported instruction {instr.text!r}", instr.line)
-            compiled = compile_fn(instr, CompileContext(self.module, fn, instr))
+            try:
+                compile_fn = find_compiler(instr)
+                if compile_fn is None:
+                    raise UnsupportedPtx(f"unsupported instruction {instr.text!r}", instr.line)
+                compiled = compile_fn(instr, CompileContext(self.module, fn, instr))
+            except UnsupportedPtx as exc:
+                self.unsupported.setdefault(fn.name, exc)
+                compiled = Compiled("op", instr.line, instr.text, run=_unsupported(exc))
             if compiled.kind == "call":
                 callees.add(compiled.callee)
             self.code.append(compiled)
@@ -193,9 +204,21 @@ class Program:
         global_symbols = {n for n in used if n in module_vars
                           and module_vars[n].space in ("global", "const")}
         registers = sum(len(self.module.functions[f].registers) for f in functions)
+        unsupported = next((self.unsupported[f] for f in functions if f in self.unsupported),
+                           None)
         return KernelProgram(fn.name, fn, self.entries[fn.name], params, param_size,
                              functions, shared_offsets, static_shared, dynamic_offset,
-                             local_offsets, local, local_vars, global_symbols, registers)
+                             local_offsets, local, local_vars, global_symbols, registers,
+                             unsupported)
+
+
+def _unsupported(exc: UnsupportedPtx):
+    """Stands in for an instruction that was not compiled. Launches of the kernels that
+    reach it are refused (`prepare`), so running it would be a bug in that check."""
+    def run(state, lanes):
+        raise Fault(CUDA_ERROR_NOT_SUPPORTED, str(exc), "not implemented by the emulator",
+                    0 if lanes is None else int(lanes[0]), exc.line)
+    return run
 
 
 def _align(value: int, align: int) -> int:

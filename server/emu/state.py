@@ -12,7 +12,6 @@ chunk, or a sorted array of lane indices.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,7 +86,7 @@ class LaunchContext:
     shares: program, kernel, grid, block, symbols, shared and local memory sizes."""
 
     __slots__ = ("launch", "memory", "params", "strays", "printf", "assertions", "reports",
-                 "clock", "lane_instructions", "start_ns")
+                 "lane_instructions")
 
     def __init__(self, launch, memory, params: np.ndarray, strays: str):
         self.launch = launch
@@ -98,9 +97,7 @@ class LaunchContext:
         self.printf: list[tuple[int, int, int, str]] = []
         self.assertions: list[tuple[int, int, str]] = []  # (block, thread, CUDA's message)
         self.reports: list[str] = []     # the memory checker's reports, for stderr
-        self.clock = 0                   # executed block-steps: what %clock reads
         self.lane_instructions = 0       # instructions executed, summed over lanes
-        self.start_ns = time.time_ns()
 
 
 class Chunk:

@@ -28,6 +28,7 @@ from ._state import (
 )
 
 CU_JIT_INPUT_CUBIN, CU_JIT_INPUT_PTX, CU_JIT_INPUT_FATBINARY = 0, 1, 2
+CU_JIT_MAX_REGISTERS = 0
 CU_JIT_INFO_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER = 3, 5
 CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 4, 6
 
@@ -55,24 +56,36 @@ def says_refusals(fn):
     return wrapper
 
 
-def _load(image: bytes, context: int) -> int:
+def _load(image: bytes, context: int, max_registers: int = 0) -> int:
     conn = state.conn()
     handle = state.new_handle(Kind.MODULE)
     spec = ["inline", image] if len(image) <= 1 << 20 else conn.frame(image)
     result, _ = conn.call("cuModuleLoadData", handle, context, spec, len(image))
+    if max_registers:  # the JIT compiles within the limit: the kernels report at most it
+        for kernel in result["kernels"].values():
+            attributes = kernel[3]
+            attributes["num_regs"] = min(attributes.get("num_regs", 0), max_registers)
     state.modules[handle] = ModuleInfo(context, result["kernels"], result["variables"])
     for address, size in result["variables"].values():
         state.add_allocation(address, size, context, module_variable=True)
     return handle
 
 
-def _load_from_pointer(image_ptr) -> int:
+def _load_from_pointer(image_ptr, max_registers: int = 0) -> int:
     context = state.current_context()
     try:
         image = read_image(ptr(image_ptr))
     except ImageError as exc:
         raise CudaError(E.CUDA_ERROR_INVALID_IMAGE, str(exc)) from None
-    return _load(image, context)
+    return _load(image, context, max_registers)
+
+
+def _jit_max_registers(num_options: int, options, values) -> int:
+    """CU_JIT_MAX_REGISTERS (an unsigned int passed in the value pointer itself); 0: none."""
+    for i in range(num_options):
+        if options[i] == CU_JIT_MAX_REGISTERS:
+            return int(ffi.cast("uintptr_t", values[i])) & 0xFFFFFFFF
+    return 0
 
 
 def _clear_jit_logs(num_options: int, options, values) -> None:
@@ -95,7 +108,8 @@ def cuModuleLoadData(module, image):
 def cuModuleLoadDataEx(module, image, num_options, options, option_values):
     check_out(module)
     _clear_jit_logs(num_options, options, option_values)
-    module[0] = ffi.cast("CUmodule", _load_from_pointer(image))
+    max_registers = _jit_max_registers(num_options, options, option_values)
+    module[0] = ffi.cast("CUmodule", _load_from_pointer(image, max_registers))
 
 
 cuModuleLoadFatBinary = cuModuleLoadData

@@ -300,6 +300,13 @@ def test_double_integer_conversions(device, mod):
     np.testing.assert_array_equal(device.download(ll, n, np.int64), exp_ll)
     assert [int(v) for v in device.download(ull, n, np.uint64)] == exp_ull
     np.testing.assert_array_equal(device.download(f, n, np.float32), x.astype(np.float32))
+    # back = (double)(long long)(x * 1e6) + (double)(float)ll: saturating conversions, each
+    # int -> float conversion rounded once (numpy's int64 casts round to nearest even).
+    scaled = [0 if np.isnan(v) else imax if v >= 2**63 else imin if v < -2**63 else int(v)
+              for v in x * 1e6]
+    exp_back = (np.array(scaled, np.int64).astype(np.float64)
+                + np.array(exp_ll, np.int64).astype(np.float32).astype(np.float64))
+    np.testing.assert_array_equal(device.download(back, n, np.float64), exp_back)
 
 
 SM80_SOURCE = r"""

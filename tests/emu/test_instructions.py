@@ -217,7 +217,8 @@ def test_comparisons(device):
         assert row[0] == mask, (a, b, bin(int(row[0])), bin(mask))
         assert row[1] == (M32 if a > b else 0)
         assert row[2].view(np.float32) == (1.0 if a <= b else 0.0)
-        assert row[3].view(np.float32) == (a if a >= 0 else b) or np.isnan(a)
+        # slct: a where c (= a) >= 0, -0 included; b where it is not, NaN included.
+        assert row[3] == np.float32(a if a >= 0 else b).view(np.uint32)
 
 
 def test_integer_comparisons(device):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vgpu.server.emu import PtxError, PtxModule, link
+from vgpu.server.emu import LaunchError, PtxError, PtxModule, link
 
 HEADER = ".version 7.8\n.target sm_75\n.address_size 64\n"
 
@@ -15,10 +15,8 @@ def kernel(body: str, decls: str = ".reg .b32 %r<4>;") -> str:
 
 
 @pytest.mark.parametrize("body,fragment,line", [
-    ("frobnicate.u32 %r1, %r2;", "unsupported instruction 'frobnicate.u32'", 7),
     ("add.u32 %r1, %r2;", "expected 3 operands", 7),
     ("add.q32 %r1, %r2, %r3;", "expected 1 type modifier(s)", 7),
-    ("add.wrap.u32 %r1, %r2, %r3;", "unsupported modifier(s) .wrap", 7),
     ("mov.u32 %r1, %r9x;", "undeclared register '%r9x'", 7),
     ("mov.u32 %r1, %r2;\n.bogus 3;", "unsupported directive '.bogus'", 8),
     ("bra NOWHERE;", "branch target must be a label", 7),
@@ -33,6 +31,56 @@ def test_unsupported_constructs_fail_at_load_with_line(body, fragment, line):
     assert fragment in str(info.value)
     assert info.value.line == line
     assert str(info.value).startswith(f"line {line}:")
+
+
+UNSUPPORTED_IN_A_FUNCTION = HEADER + """
+.global .align 4 .u32 counter = 5;
+.func (.param .b32 r) helper(.param .b32 x)
+{
+    .reg .b32 %r<3>;
+    ld.param.u32 %r1, [x];
+    INSTRUCTION
+    st.param.b32 [r], %r2;
+    ret;
+}
+.visible .entry reaches(.param .u64 p)
+{
+    .param .b32 a;
+    .param .b32 r;
+    st.param.b32 [a], 1;
+    call.uni (r), helper, (a);
+    ret;
+}
+.visible .entry elsewhere(.param .u64 p)
+{
+    .reg .b32 %r<3>;
+    .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [p];
+    ld.global.u32 %r1, [counter];
+    add.u32 %r2, %r1, 1;
+    st.global.u32 [%rd1], %r2;
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("instruction,fragment", [
+    ("frobnicate.u32 %r2, %r1;", "unsupported instruction 'frobnicate.u32'"),
+    ("add.wrap.u32 %r2, %r1, %r1;", "unsupported modifier(s) .wrap"),
+    ("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%r2}, [%r1];", "unsupported instruction"),
+])
+def test_unsupported_instructions_fail_only_the_launches_that_reach_them(device, instruction,
+                                                                         fragment):
+    mod = device.load(UNSUPPORTED_IN_A_FUNCTION.replace("INSTRUCTION", instruction))
+    out = device.zeros(1, np.uint32)
+    device.launch(mod, "elsewhere", (1,), (1,), out)
+    assert device.download(out, 1, np.uint32)[0] == 6
+    with pytest.raises(LaunchError) as info:
+        device.launch(mod, "reaches", (1,), (1,), out)
+    assert info.value.code == 801  # CUDA_ERROR_NOT_SUPPORTED
+    message = info.value.message
+    assert message.startswith("kernel 'reaches' cannot run on the emulator: PTX line 10: ")
+    assert instruction.split()[0] in message and fragment in message
 
 
 def test_unresolved_externals_fail_at_load():
@@ -66,8 +114,7 @@ def test_module_metadata():
     assert info.param_size == 52
     assert info.attributes == {
         "num_regs": 3, "shared_size_bytes": 100, "const_size_bytes": 4,
-        "local_size_bytes": 40, "max_threads_per_block": 64, "ptx_version": 78,
-        "binary_version": 75}
+        "local_size_bytes": 40, "max_threads_per_block": 64, "ptx_version": 75}
     blob = mod.variables["blob"]
     assert (blob.space, blob.size, blob.align, blob.init) == ("global", 10, 8,
                                                               b"\1\2\3" + bytes(7))

@@ -1,0 +1,64 @@
+// A module where one device function uses an instruction the emulator does not implement
+// (ldmatrix, a tensor-core load). Only the kernels that can reach it fail, when launched,
+// with cudaErrorNotSupported; the module's other kernels and __device__ variables work, and
+// the error is not sticky.
+#include <cstring>
+#include "check.cuh"
+
+__device__ int counter = 5;
+
+__device__ __noinline__ unsigned load_fragment(const unsigned short *tile)
+{
+    unsigned fragment;
+    unsigned address = (unsigned)__cvta_generic_to_shared(tile + (threadIdx.x % 8) * 8);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
+                 : "=r"(fragment) : "r"(address));
+    return fragment;
+}
+
+__global__ void uses_tensor_cores(unsigned *out)
+{
+    __shared__ unsigned short tile[64];
+    for (int i = threadIdx.x; i < 64; i += blockDim.x)
+        tile[i] = (unsigned short)i;
+    __syncwarp();
+    out[threadIdx.x] = load_fragment(tile);
+}
+
+__global__ void add_to_counter(int *out, int amount)
+{
+    int old = atomicAdd(&counter, amount);
+    out[threadIdx.x] = old;
+}
+
+int main()
+{
+    unsigned *dfragments;
+    int *dout;
+    CHECK(cudaMalloc(&dfragments, 32 * sizeof(unsigned)));
+    CHECK(cudaMalloc(&dout, sizeof(int)));
+    cudaFuncAttributes attributes;
+    CHECK(cudaFuncGetAttributes(&attributes, uses_tensor_cores));
+
+    uses_tensor_cores<<<1, 32>>>(dfragments);
+    cudaError_t launch = cudaGetLastError();
+    cudaError_t sync = cudaDeviceSynchronize();
+    cudaError_t failure = launch != cudaSuccess ? launch : sync;
+    EXPECT(failure == cudaErrorNotSupported);
+    printf("unsupported_instruction: launch failed with %s\n", cudaGetErrorName(failure));
+    cudaGetLastError();  // a failed call also sets the last error: clear it
+
+    add_to_counter<<<1, 1>>>(dout, 3);
+    CHECK(cudaGetLastError());
+    int old = 0, now = 0;
+    CHECK(cudaMemcpy(&old, dout, sizeof(int), cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpyFromSymbol(&now, counter, sizeof(int)));
+    EXPECT(old == 5 && now == 8);
+    int reset = 40;
+    CHECK(cudaMemcpyToSymbol(counter, &reset, sizeof(int)));
+    add_to_counter<<<1, 1>>>(dout, 2);
+    CHECK(cudaMemcpyFromSymbol(&now, counter, sizeof(int)));
+    EXPECT(now == 42);
+    printf("unsupported_instruction: other kernels and __device__ variables work\n");
+    return 0;
+}
