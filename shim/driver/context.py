@@ -130,6 +130,13 @@ def cuCtxGetDevice(device):
 
 
 @api
+def cuCtxGetDevice_v2(device, ctx):
+    check_out(device)
+    handle = _context_arg(ctx) if ptr(ctx) else state.current_context()
+    device[0] = state.contexts[handle]["device"]
+
+
+@api
 def cuCtxGetFlags(flags):
     check_out(flags)
     flags[0] = state.contexts[state.current_context()]["flags"]
@@ -148,6 +155,16 @@ def cuCtxGetApiVersion(ctx, version):
 @api
 def cuCtxSynchronize():
     state.current_context()
+    state.conn().synchronize()
+
+
+@api
+def cuCtxSynchronize_v2(ctx):
+    # The server runs a session's work in order: waiting for all of it waits for ctx's.
+    if ptr(ctx):
+        _context_arg(ctx)
+    else:
+        state.current_context()
     state.conn().synchronize()
 
 

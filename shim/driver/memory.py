@@ -444,8 +444,42 @@ def cuMemsetD2D8Async(dst, pitch, value, width, height, stream):
 
 # ----------------------------------------------------------------- pointer attributes
 
+# The C type CUDA writes for each CUpointer_attribute (cuda.h's CUpointer_attribute_enum;
+# P2P_TOKENS, 5, is not supported). Booleans are written as unsigned int.
+_POINTER_ATTRIBUTE_TYPES = {
+    1: "CUcontext",  # CONTEXT
+    2: "unsigned int",  # MEMORY_TYPE
+    3: "CUdeviceptr",  # DEVICE_POINTER
+    4: "void *",  # HOST_POINTER
+    6: "unsigned int",  # SYNC_MEMOPS
+    7: "unsigned long long",  # BUFFER_ID
+    8: "unsigned int",  # IS_MANAGED
+    9: "int",  # DEVICE_ORDINAL
+    10: "unsigned int",  # IS_LEGACY_CUDA_IPC_CAPABLE
+    11: "CUdeviceptr",  # RANGE_START_ADDR
+    12: "size_t",  # RANGE_SIZE
+    13: "unsigned int",  # MAPPED
+    14: "unsigned long long",  # ALLOWED_HANDLE_TYPES
+    15: "unsigned int",  # IS_GPU_DIRECT_RDMA_CAPABLE
+    16: "unsigned int",  # ACCESS_FLAGS
+    17: "CUmemoryPool",  # MEMPOOL_HANDLE
+    18: "size_t",  # MAPPING_SIZE
+    19: "CUdeviceptr",  # MAPPING_BASE_ADDR
+    20: "unsigned long long",  # MEMORY_BLOCK_ID
+    21: "unsigned int",  # IS_HW_DECOMPRESS_CAPABLE
+}
+CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE = 0x3
+
+
+def _pointer_attribute_type(attribute: int) -> str:
+    ctype = _POINTER_ATTRIBUTE_TYPES.get(attribute)
+    if ctype is None:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unsupported pointer attribute {attribute}")
+    return ctype
+
+
 def _pointer_attribute(attribute: int, address: int):
-    """(C type, value) of one CUpointer_attribute, or CudaError for an unknown pointer."""
+    """The value of one CUpointer_attribute; CudaError for an unknown pointer."""
     device = state.find_allocation(address)
     host = state.find_host(address)
     if device is None and host is None:
@@ -453,25 +487,30 @@ def _pointer_attribute(attribute: int, address: int):
     context = state.allocation_context[device[0]] if device else state.current_context()
     start, size = device if device else (host[0], host[1].size)
     mapped_device = device is not None or host[1].device_pointer is not None
+    pool = state.pool
+    from_pool = device is not None and pool is not None and start in pool.allocations
     values = {
-        1: ("CUcontext", context),  # CONTEXT
-        2: ("unsigned int", CU_MEMORYTYPE_DEVICE if device else CU_MEMORYTYPE_HOST),
-        3: ("CUdeviceptr", address if mapped_device else 0),  # DEVICE_POINTER
-        4: ("void *", 0 if device else address),  # HOST_POINTER
-        6: ("unsigned int", 1),  # SYNC_MEMOPS
-        7: ("unsigned long long", start),  # BUFFER_ID
-        8: ("unsigned int", 0),  # IS_MANAGED
-        9: ("int", 0),  # DEVICE_ORDINAL
-        11: ("CUdeviceptr", start),  # RANGE_START_ADDR
-        12: ("size_t", size),  # RANGE_SIZE
-        13: ("unsigned int", 1),  # MAPPED
-        15: ("unsigned long long", 0),  # ALLOWED_HANDLE_TYPES
-        16: ("unsigned int", 0),  # IS_GPU_DIRECT_RDMA_CAPABLE
-        17: ("unsigned int", 0),  # ACCESS_FLAGS
-        18: ("CUmemoryPool", 0),  # MEMPOOL_HANDLE
+        1: context,
+        2: CU_MEMORYTYPE_DEVICE if device else CU_MEMORYTYPE_HOST,
+        3: address if mapped_device else 0,
+        4: 0 if device else address,
+        6: 1,
+        7: start,
+        8: 0,
+        9: 0,
+        10: 0,  # no IPC
+        11: start,
+        12: size,
+        13: 1,
+        14: 0,  # CU_MEM_HANDLE_TYPE_NONE: nothing exportable
+        15: 0,
+        16: CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE if mapped_device else 0,
+        17: pool.handle if from_pool else 0,
+        18: size,
+        19: start,
+        20: start,
+        21: 0,
     }
-    if attribute not in values:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unsupported pointer attribute {attribute}")
     return values[attribute]
 
 
@@ -486,18 +525,23 @@ def _write(data, ctype: str, value) -> None:
 def cuPointerGetAttribute(data, attribute, dptr):
     check_out(data)
     state.require_init()
-    _write(data, *_pointer_attribute(attribute, dptr))
+    ctype = _pointer_attribute_type(attribute)
+    _write(data, ctype, _pointer_attribute(attribute, dptr))
 
 
 @api
 def cuPointerGetAttributes(num_attributes, attributes, data, dptr):
     state.require_init()
-    for i in range(num_attributes):
+    if num_attributes and (attributes == ffi.NULL or data == ffi.NULL):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "attributes or data is NULL")
+    types = [_pointer_attribute_type(attributes[i]) for i in range(num_attributes)]
+    for i, ctype in enumerate(types):
         try:
-            ctype, value = _pointer_attribute(attributes[i], dptr)
+            value = _pointer_attribute(attributes[i], dptr)
         except CudaError:
-            # For unknown pointers this call reports "not CUDA memory" instead of failing.
-            ctype, value = ("unsigned int", 0) if attributes[i] != 1 else ("CUcontext", 0)
+            # For unknown pointers this call reports "not CUDA memory" instead of failing:
+            # every output gets its type's zero, all of it.
+            value = 0
         if data[i] != ffi.NULL:
             _write(data[i], ctype, value)
 

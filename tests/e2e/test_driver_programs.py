@@ -35,6 +35,26 @@ def test_bad_input_gets_cuda_error_codes(driver_errors, kernels_ptx):
     assert len(checks) == 33 and result.returncode == 0
 
 
+def _checks(result) -> dict[str, tuple[int, int]]:
+    """The "name got expected" lines a checking program prints."""
+    checks = {}
+    for line in result.stdout.splitlines():
+        name, *values = line.split()
+        if len(values) == 2:
+            checks[name] = (int(values[0]), int(values[1]))
+    return checks
+
+
+def test_memory_and_context_semantics(driver_memory_semantics):
+    result = vgpu_run(driver_memory_semantics)
+    checks = _checks(result)
+    wrong = {name: got for name, got in checks.items() if got[0] != got[1]}
+    assert not wrong, f"(got, expected) per check: {wrong}\n{result.stderr}"
+    assert "failures 0" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 0 and len(checks) == 59
+    assert "not implemented" not in result.stderr, result.stderr
+
+
 def test_cuda_python_program_runs_unmodified():
     result = vgpu_run(sys.executable, EXAMPLES / "vector_add.py")
     assert result.returncode == 0, result.stderr
