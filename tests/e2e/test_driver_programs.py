@@ -61,6 +61,46 @@ def test_cuda_python_program_runs_unmodified():
     assert "vector_add of 1048576 floats" in result.stdout and "correct" in result.stdout
 
 
+NVRTC_PROGRAM = """
+from cuda.bindings import driver, nvrtc
+
+source = b'extern "C" __global__ void one(int *x) { x[0] = 1; }'
+err, program = nvrtc.nvrtcCreateProgram(source, b"one.cu", 0, [], [])
+assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
+err, = nvrtc.nvrtcCompileProgram(program, 1, [b"-arch=compute_75"])
+assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
+err, size = nvrtc.nvrtcGetPTXSize(program)
+ptx = b" " * size
+err, = nvrtc.nvrtcGetPTX(program, ptx)
+assert driver.cuInit(0)[0] == driver.CUresult.CUDA_SUCCESS
+err, device = driver.cuDeviceGet(0)
+err, context = driver.cuDevicePrimaryCtxRetain(device)
+driver.cuCtxSetCurrent(context)
+err, module = driver.cuModuleLoadData(ptx)
+assert err == driver.CUresult.CUDA_SUCCESS, err
+print("nvrtc program compiled and loaded")
+"""
+
+
+def test_nvrtc_users_are_not_told_they_carry_a_static_runtime():
+    """NVRTC asks the driver for NVIDIA's private tables itself; its users carry no runtime."""
+    result = vgpu_run(sys.executable, "-c", NVRTC_PROGRAM)
+    assert result.returncode == 0, result.stderr
+    assert "nvrtc program compiled and loaded" in result.stdout
+    assert "vgpu:" not in result.stderr, result.stderr
+
+
+def test_cuda_bindings_runtime_users_are_told_what_to_use_instead():
+    program = ("from cuda.bindings import runtime\n"
+               "err, count = runtime.cudaGetDeviceCount()\n"
+               "print('runtime answered', int(err))\n")
+    result = vgpu_run(sys.executable, "-c", program)
+    assert "runtime answered" in result.stdout and "answered 0" not in result.stdout
+    assert "cuda.bindings.runtime carries NVIDIA's CUDA runtime" in result.stderr, result.stderr
+    assert "Use cuda.bindings.driver or cuda.core instead" in result.stderr
+    assert "-cudart shared" not in result.stderr
+
+
 def test_exit_code_passes_through(tmp_path):
     assert vgpu_run(sys.executable, "-c", "raise SystemExit(7)").returncode == 7
 
