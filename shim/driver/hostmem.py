@@ -12,13 +12,15 @@ import ctypes
 import os
 import secrets
 
-__all__ = ["map_shared", "map_anonymous", "unmap"]
+__all__ = ["map_shared", "map_anonymous", "unmap", "is_mapped"]
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                        ctypes.c_int, ctypes.c_long]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 PROT_READ_WRITE = 0x1 | 0x2
 MAP_SHARED, MAP_PRIVATE, MAP_ANONYMOUS = 0x01, 0x02, 0x20
 MAP_FAILED = ctypes.c_void_p(-1).value
@@ -53,3 +55,13 @@ def map_anonymous(size: int) -> int:
 
 def unmap(address: int, size: int) -> None:
     _libc.munmap(address, size)
+
+
+def is_mapped(address: int, size: int) -> bool:
+    """Whether [address, address + size) is mapped in this process. A host copy touches host
+    memory itself: a stale device pointer or a stray address there would crash the program
+    rather than fail the call. mincore(2) fails with ENOMEM on any unmapped page."""
+    start = address & ~(PAGE_SIZE - 1)
+    length = address + size - start
+    pages = (ctypes.c_ubyte * ((length + PAGE_SIZE - 1) // PAGE_SIZE))()
+    return _libc.mincore(start, length, pages) == 0

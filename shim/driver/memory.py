@@ -18,7 +18,7 @@ from ._state import (
     ptr,
     state,
 )
-from .hostmem import map_anonymous, map_shared, unmap
+from .hostmem import is_mapped, map_anonymous, map_shared, unmap
 
 CU_MEMHOSTALLOC_DEVICEMAP = 0x02
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
@@ -79,6 +79,10 @@ def cuMemGetInfo_v2(free, total):
 @api
 def cuMemGetAddressRange_v2(pbase, psize, dptr):
     found = state.find_allocation(dptr)
+    if found is None:  # device-mapped page-locked host memory is in the device's space too
+        host = state.find_host(dptr)
+        if host is not None and host[1].device_pointer is not None:
+            found = host[0], host[1].size
     if found is None:
         raise CudaError(E.CUDA_ERROR_NOT_FOUND, f"0x{dptr:x} is not in a device allocation")
     if pbase != ffi.NULL:
@@ -214,6 +218,15 @@ def _check_stream(stream) -> int:
     return handle_of(stream, Kind.STREAM, state.streams)
 
 
+def _check_host_range(address: int, size: int, side: str) -> None:
+    """Host memory this process reads or writes itself must be there (see is_mapped)."""
+    if address == 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"{side} pointer is NULL")
+    if not is_mapped(address, size):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"{side} 0x{address:x}+{size} is neither "
+                                                    "device memory nor host memory of this process")
+
+
 def _htod(dst: int, src: int, size: int, queued: bool) -> None:
     state.current_context()
     if size == 0:
@@ -224,6 +237,7 @@ def _htod(dst: int, src: int, size: int, queued: bool) -> None:
     spec = _pinned_spec(src, size)
     conn = state.conn()
     if spec is None:
+        _check_host_range(src, size, "source")
         conn.write_device("cuMemcpyHtoD", dst, src, size)
     elif queued:
         conn.post("cuMemcpyHtoD", dst, spec, size)
@@ -241,6 +255,7 @@ def _dtoh(dst: int, src: int, size: int, queued: bool) -> None:
     spec = _pinned_spec(dst, size)
     conn = state.conn()
     if spec is None:
+        _check_host_range(dst, size, "destination")
         conn.read_device("cuMemcpyDtoH", src, dst, size)
     elif queued:
         conn.post("cuMemcpyDtoH", src, size, spec)
@@ -305,7 +320,20 @@ def _copy_unified(dst: int, src: int, size: int, queued: bool) -> None:
         _dtoh(dst, src, size, queued)
     else:
         state.current_context()
-        ctypes.memmove(dst, src, size)
+        host_to_host(dst, src, size)
+
+
+def host_to_host(dst: int, src: int, size: int) -> None:
+    """A copy between two host buffers, in order with the work queued before it: queued
+    copies, memsets and kernels may still read or write page-locked memory (pageable memory
+    they never touch later than their call), so the copy waits for them first."""
+    if size == 0:
+        return
+    _check_host_range(src, size, "source")
+    _check_host_range(dst, size, "destination")
+    if state.find_host(src) is not None or state.find_host(dst) is not None:
+        state.conn().synchronize()
+    ctypes.memmove(dst, src, size)
 
 
 @api
@@ -359,7 +387,7 @@ def _copy_rows(dst_dev: bool, dst: int, dst_pitch: int, src_dev: bool, src: int,
         elif src_dev:
             _dtoh(d, s, n, queued)
         else:
-            ctypes.memmove(d, s, n)
+            host_to_host(d, s, n)
 
 
 @api
@@ -378,29 +406,35 @@ def cuMemcpy2DAsync_v2(p, stream):
 
 # ----------------------------------------------------------------- memsets
 
-def _memset(dst: int, element: bytes, count: int) -> None:
+def _memset(dst: int, element: bytes, count: int, queued: bool = True) -> None:
+    """A memset, queued; a synchronous one (`queued=False`) on page-locked host memory
+    completes before it returns, as CUDA's does, for the host may read it next."""
     state.current_context()
     if count == 0:
         return
     if dst % len(element):
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "memset destination is misaligned")
     state.check_device_range(dst, len(element) * count)
-    state.conn().post("vgpuMemset", dst, element, count)
+    conn = state.conn()
+    if queued or state.find_allocation(dst) is not None:
+        conn.post("vgpuMemset", dst, element, count)
+    else:
+        conn.call("vgpuMemset", dst, element, count)
 
 
 @api
 def cuMemsetD8_v2(dst, value, count):
-    _memset(dst, struct.pack("<B", value & 0xFF), count)
+    _memset(dst, struct.pack("<B", value & 0xFF), count, queued=False)
 
 
 @api
 def cuMemsetD16_v2(dst, value, count):
-    _memset(dst, struct.pack("<H", value & 0xFFFF), count)
+    _memset(dst, struct.pack("<H", value & 0xFFFF), count, queued=False)
 
 
 @api
 def cuMemsetD32_v2(dst, value, count):
-    _memset(dst, struct.pack("<I", value & 0xFFFFFFFF), count)
+    _memset(dst, struct.pack("<I", value & 0xFFFFFFFF), count, queued=False)
 
 
 @api
@@ -421,19 +455,20 @@ def cuMemsetD32Async(dst, value, count, stream):
     _memset(dst, struct.pack("<I", value & 0xFFFFFFFF), count)
 
 
-def _memset_2d(dst: int, pitch: int, element: bytes, width: int, height: int) -> None:
+def _memset_2d(dst: int, pitch: int, element: bytes, width: int, height: int,
+               queued: bool = True) -> None:
     for row in range(height):
-        _memset(dst + row * pitch, element, width)
+        _memset(dst + row * pitch, element, width, queued)
 
 
 @api
 def cuMemsetD2D8_v2(dst, pitch, value, width, height):
-    _memset_2d(dst, pitch, struct.pack("<B", value & 0xFF), width, height)
+    _memset_2d(dst, pitch, struct.pack("<B", value & 0xFF), width, height, queued=False)
 
 
 @api
 def cuMemsetD2D32_v2(dst, pitch, value, width, height):
-    _memset_2d(dst, pitch, struct.pack("<I", value & 0xFFFFFFFF), width, height)
+    _memset_2d(dst, pitch, struct.pack("<I", value & 0xFFFFFFFF), width, height, queued=False)
 
 
 @api

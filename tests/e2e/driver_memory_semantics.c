@@ -1,6 +1,8 @@
 /* What a driver-API program sees of memory and contexts, checked value by value: pointer
  * attributes written at their full width (8-byte outputs prefilled with a pattern, so that a
- * 4-byte write shows), the CUDA 13 entry points cuda-python asks cuGetProcAddress for.
+ * 4-byte write shows), the CUDA 13 entry points cuda-python asks cuGetProcAddress for,
+ * synchronous memsets of mapped page-locked memory, host-to-host copies ordered after queued
+ * work, stale and stray pointers refused.
  * Prints one line per check: "name got expected". Usage: driver_memory_semantics KERNELS.ptx */
 #include <cuda.h>
 #include <stdio.h>
@@ -135,6 +137,66 @@ int main(void) {
         expect("stream_ctx_v2", stream_ctx_v2(stream, &got_ctx, &green), CUDA_SUCCESS);
         expect("stream_ctx_v2_ctx", got_ctx == ctx, 1);
         expect("stream_ctx_v2_no_green", green == NULL, 1);
+    }
+
+    /* a synchronous memset of mapped page-locked memory is done when it returns */
+    {
+        unsigned char *mapped;
+        CUdeviceptr mapped_dev, base = 0;
+        size_t size = 0;
+        expect("host_alloc_mapped", cuMemHostAlloc((void **)&mapped, SIZE,
+                                                   CU_MEMHOSTALLOC_DEVICEMAP), CUDA_SUCCESS);
+        memset(mapped, 0, SIZE);
+        cuMemHostGetDevicePointer(&mapped_dev, mapped, 0);
+        expect("memset_mapped", cuMemsetD8(mapped_dev, 0x5a, SIZE), CUDA_SUCCESS);
+        expect("memset_mapped_first_byte", mapped[0], 0x5a);
+        expect("memset_mapped_last_byte", mapped[SIZE - 1], 0x5a);
+        expect("memset_mapped_d32", cuMemsetD32(mapped_dev, 0x01020304, SIZE / 4), CUDA_SUCCESS);
+        expect("memset_mapped_d32_word", ((unsigned int *)mapped)[7], 0x01020304);
+        expect("address_range_mapped", cuMemGetAddressRange(&base, &size, mapped_dev + 100),
+               CUDA_SUCCESS);
+        expect("address_range_mapped_base", base == mapped_dev, 1);
+        expect("address_range_mapped_size", (long long)size, SIZE);
+        cuMemFreeHost(mapped);
+    }
+
+    /* host-to-host copies between page-locked buffers keep their place after queued work */
+    {
+        unsigned char *filled, *copy, *source, *other, back[SIZE];
+        CUdeviceptr target;
+        cuMemAllocHost((void **)&filled, SIZE);
+        cuMemAllocHost((void **)&copy, SIZE);
+        cuMemAllocHost((void **)&source, SIZE);
+        cuMemAllocHost((void **)&other, SIZE);
+        cuMemAlloc(&target, SIZE);
+        memset(filled, 0, SIZE);
+        memset(source, 0x22, SIZE);
+        memset(other, 0x33, SIZE);
+        cuMemsetD8Async(d, 0x11, SIZE, stream);
+        cuMemcpyDtoHAsync(filled, d, SIZE, stream);  /* queued: fills `filled` later */
+        expect("h2h_after_queued_fill", cuMemcpy((CUdeviceptr)copy, (CUdeviceptr)filled, SIZE),
+               CUDA_SUCCESS);
+        expect("h2h_reads_the_filled_bytes", copy[0] == 0x11 && copy[SIZE - 1] == 0x11, 1);
+        cuMemcpyHtoDAsync(target, source, SIZE, stream);  /* queued: reads `source` later */
+        expect("h2h_over_queued_source", cuMemcpy((CUdeviceptr)source, (CUdeviceptr)other, SIZE),
+               CUDA_SUCCESS);
+        cuStreamSynchronize(stream);
+        cuMemcpyDtoH(back, target, SIZE);
+        expect("queued_copy_read_the_old_bytes", back[0] == 0x22 && back[SIZE - 1] == 0x22, 1);
+        expect("h2h_wrote_the_new_bytes", source[0] == 0x33, 1);
+        cuMemFreeHost(filled); cuMemFreeHost(copy); cuMemFreeHost(source); cuMemFreeHost(other);
+        cuMemFree(target);
+    }
+
+    /* a freed device pointer taken for host memory is an error, not a crash */
+    {
+        CUdeviceptr freed;
+        char host[64] = {0};
+        cuMemAlloc(&freed, 64);
+        cuMemFree(freed);
+        expect("copy_from_freed", cuMemcpy((CUdeviceptr)host, freed, 64), CUDA_ERROR_INVALID_VALUE);
+        expect("copy_to_freed", cuMemcpy(freed, (CUdeviceptr)host, 64), CUDA_ERROR_INVALID_VALUE);
+        expect("copy_to_stray_address", cuMemcpyDtoH((void *)16, d, 64), CUDA_ERROR_INVALID_VALUE);
     }
 
     expect("final_sync", cuCtxSynchronize(), CUDA_SUCCESS);

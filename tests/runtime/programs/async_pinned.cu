@@ -37,6 +37,21 @@ int main()
     for (int i = 0; i < n; ++i)
         EXPECT(result[i] == 3 * i + 1);
 
+    // A host-to-host copy on the stream comes after the queued device-to-host copy that
+    // fills its source; a device pointer is not host memory.
+    int *copy;
+    CHECK(cudaMallocHost(&copy, n * sizeof(int)));
+    increment<<<(n + 255) / 256, 256, 0, stream>>>(device, n);
+    CHECK(cudaMemcpyAsync(result, device, n * sizeof(int), cudaMemcpyDeviceToHost, stream));
+    CHECK(cudaMemcpyAsync(copy, result, n * sizeof(int), cudaMemcpyHostToHost, stream));
+    CHECK(cudaStreamSynchronize(stream));
+    for (int i = 0; i < n; ++i)
+        EXPECT(copy[i] == 3 * i + 2);
+    EXPECT_ERROR(cudaErrorInvalidValue,
+                 cudaMemcpy(copy, device, n * sizeof(int), cudaMemcpyHostToHost));
+    cudaGetLastError();
+    CHECK(cudaFreeHost(copy));
+
     // Zero-copy: the kernel writes the host buffer through its device pointer.
     int *mapped_device;
     unsigned flags;
