@@ -216,11 +216,18 @@ def cuDevicePrimaryCtxRelease_v2(dev):
     if entry[1] <= 0:
         raise CudaError(E.CUDA_ERROR_INVALID_CONTEXT, "primary context is not retained")
     entry[1] -= 1
+    if entry[1] == 0:  # the last user is gone: so is the context, as on CUDA
+        _reset_primary(dev, entry[0])
 
 
 @api
 def cuDevicePrimaryCtxReset_v2(dev):
-    handle = _primary(dev)[0]
+    _reset_primary(dev, _primary(dev)[0])
+
+
+def _reset_primary(dev: int, handle: int) -> None:
+    """The primary context starts afresh: its allocations, modules, streams and events (and a
+    sticky error) go; its flags stay."""
     conn = state.conn()
     conn.post("cuDevicePrimaryCtxReset", handle)
     conn.sticky_error = 0  # the reset clears it on the server too

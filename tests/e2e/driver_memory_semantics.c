@@ -2,7 +2,7 @@
  * attributes written at their full width (8-byte outputs prefilled with a pattern, so that a
  * 4-byte write shows), the CUDA 13 entry points cuda-python asks cuGetProcAddress for,
  * synchronous memsets of mapped page-locked memory, host-to-host copies ordered after queued
- * work, stale and stray pointers refused.
+ * work, stale and stray pointers refused, the primary context released by its last user.
  * Prints one line per check: "name got expected". Usage: driver_memory_semantics KERNELS.ptx */
 #include <cuda.h>
 #include <stdio.h>
@@ -200,6 +200,29 @@ int main(void) {
     }
 
     expect("final_sync", cuCtxSynchronize(), CUDA_SUCCESS);
+
+    /* the primary context released by its last user goes, with its memory */
+    {
+        CUcontext again;
+        CUdeviceptr kept;
+        unsigned int flags; int active = -1;
+        size_t free_before, free_after, total;
+        cuMemAlloc(&kept, 1 << 20);
+        cuMemGetInfo(&free_before, &total);
+        expect("release_last", cuDevicePrimaryCtxRelease(dev), CUDA_SUCCESS);
+        expect("state_after_release", cuDevicePrimaryCtxGetState(dev, &flags, &active),
+               CUDA_SUCCESS);
+        expect("inactive_after_release", active, 0);
+        expect("release_again", cuDevicePrimaryCtxRelease(dev), CUDA_ERROR_INVALID_CONTEXT);
+        expect("retain_again", cuDevicePrimaryCtxRetain(&again, dev), CUDA_SUCCESS);
+        cuCtxSetCurrent(again);
+        cuMemGetInfo(&free_after, &total);
+        expect("memory_released", free_after == total && free_after > free_before, 1);
+        expect("old_allocation_gone", cuMemFree(kept), CUDA_ERROR_INVALID_VALUE);
+        expect("old_stream_gone", cuStreamSynchronize(stream), CUDA_ERROR_INVALID_HANDLE);
+        expect("fresh_context_works", cuMemAlloc(&kept, 64), CUDA_SUCCESS);
+        expect("fresh_context_frees", cuMemFree(kept), CUDA_SUCCESS);
+    }
     printf("failures %d\n", failures);
     return failures != 0;
 }
