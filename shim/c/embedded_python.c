@@ -183,6 +183,11 @@ static int python_is_gone(void)
 #endif
 }
 
+int vgpu_embedded_python_running(void)
+{
+    return ready && !python_is_gone();
+}
+
 int vgpu_embedded_python_ready(const struct vgpu_embedding *shim_embedding)
 {
     embedding = shim_embedding;

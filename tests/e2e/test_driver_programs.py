@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
-from e2e_support import vgpu_run
+import pytest
+from e2e_support import VGPU, vgpu_run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -99,6 +103,65 @@ def test_cuda_bindings_runtime_users_are_told_what_to_use_instead():
     assert "cuda.bindings.runtime carries NVIDIA's CUDA runtime" in result.stderr, result.stderr
     assert "Use cuda.bindings.driver or cuda.core instead" in result.stderr
     assert "-cudart shared" not in result.stderr
+
+
+EXIT_HOOK_PROGRAM = """
+import atexit
+from cuda.bindings import driver as cu
+
+allocation = []
+
+
+def at_exit():
+    freed, = cu.cuMemFree(allocation[0])
+    synchronized, = cu.cuCtxSynchronize()
+    print("hook", int(freed), int(synchronized), flush=True)
+
+
+atexit.register(at_exit)  # before CUDA starts, as a library imported first would
+cu.cuInit(0)
+err, device = cu.cuDeviceGet(0)
+err, context = cu.cuDevicePrimaryCtxRetain(device)
+cu.cuCtxSetCurrent(context)
+err, pointer = cu.cuMemAlloc(1 << 20)
+assert err == cu.CUresult.CUDA_SUCCESS, err
+allocation.append(pointer)
+print("allocated", flush=True)
+"""
+
+
+@pytest.fixture
+def logging_server(tmp_path):
+    """A server of its own whose log says how each session ended."""
+    address = f"ipc://{tmp_path}/server.sock"
+    env = {k: v for k, v in os.environ.items() if k not in ("VGPU_SERVER", "VGPU_TRACE")}
+    proc = subprocess.Popen([*VGPU, "server", "--listen", address, "--backend", "emu", "-v"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().startswith("vgpu server listening")
+
+    def run_and_stop(*command) -> tuple[subprocess.CompletedProcess, str]:
+        result = subprocess.run([*VGPU, "run", "--server", address, "--", *map(str, command)],
+                                capture_output=True, text=True, timeout=120, env=env)
+        time.sleep(1.5)  # a session the goodbye missed is closed by now, its pid gone
+        proc.terminate()
+        _, log = proc.communicate(timeout=10)
+        return result, log
+
+    yield run_and_stop
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+@pytest.mark.parametrize("language", ["python", "c"])
+def test_cuda_works_in_exit_hooks_and_the_server_hears_goodbye(language, logging_server,
+                                                               driver_exit_hooks):
+    command = [sys.executable, "-c", EXIT_HOOK_PROGRAM] if language == "python" \
+        else [driver_exit_hooks]
+    result, log = logging_server(*command)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["allocated", "hook 0 0"], result.stderr
+    assert "closing (client said goodbye)" in log, log
 
 
 def test_exit_code_passes_through(tmp_path):
