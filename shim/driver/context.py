@@ -7,7 +7,7 @@ it.
 
 from __future__ import annotations
 
-from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, ptr, state
+from ._state import DEFAULT_LIMITS, CudaError, E, Kind, api, check_out, ffi, handle_of, ptr, state
 
 CU_CTX_FLAGS_MASK = 0xFF
 CU_CTX_SCHED_MASK, CU_CTX_SCHED_BLOCKING_SYNC = 0x07, 0x04
@@ -227,10 +227,11 @@ def cuDevicePrimaryCtxReset_v2(dev):
 
 def _reset_primary(dev: int, handle: int) -> None:
     """The primary context starts afresh: its allocations, modules, streams and events (and a
-    sticky error) go; its flags stay."""
+    sticky error) go, its limits are the defaults again; its flags stay."""
     conn = state.conn()
     conn.post("cuDevicePrimaryCtxReset", handle)
     conn.sticky_error = 0  # the reset clears it on the server too
+    state.limits = dict(DEFAULT_LIMITS)
     flags = state.contexts[handle]["flags"]
     _forget_context(handle)
     state.contexts[handle] = {"device": dev, "flags": flags, "primary": True}
