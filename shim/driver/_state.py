@@ -68,6 +68,7 @@ class HostAllocation:
     segment: int | None  # shared-memory segment id known to the server, if any
     mapping: object = None  # keeps the mmap alive
     device_pointer: int | None = None
+    segment_offset: int = 0  # where the allocation starts in its segment (registered memory)
 
 
 @dataclass

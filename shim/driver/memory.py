@@ -18,7 +18,15 @@ from ._state import (
     ptr,
     state,
 )
-from .hostmem import is_mapped, map_anonymous, map_shared, unmap
+from .hostmem import (
+    is_mapped,
+    map_anonymous,
+    map_shared,
+    page_range,
+    share_in_place,
+    unmap,
+    unshare_in_place,
+)
 
 CU_MEMHOSTALLOC_DEVICEMAP = 0x02
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
@@ -180,11 +188,46 @@ def cuMemHostRegister_v2(p, bytesize, flags):
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "NULL pointer or zero size")
     if state.find_host(address) or state.find_host(address + bytesize - 1):
         raise CudaError(E.CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "already registered")
-    if flags & CU_MEMHOSTREGISTER_DEVICEMAP:
-        # The server cannot see arbitrary pages of this process; say so rather than pretend.
-        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "vgpu cannot map registered host memory "
-                                                    "into the device; use cuMemHostAlloc")
-    state.host_allocations[address] = HostAllocation(bytesize, flags | _REGISTERED, None)
+    alloc = HostAllocation(bytesize, flags | _REGISTERED, None)
+    if not _share_registered(address, alloc) and flags & CU_MEMHOSTREGISTER_DEVICEMAP:
+        # The server cannot see these pages; say so rather than pretend.
+        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED,
+                        "vgpu can map registered host memory into the device only for a server "
+                        "on this host, for heap or anonymous memory whose pages no other "
+                        "registration shares; use cuMemHostAlloc")
+    state.host_allocations[address] = alloc
+
+
+def _share_registered(address: int, alloc: HostAllocation) -> bool:
+    """With unified addressing, registered memory is device memory too: a kernel may use it
+    through its device pointer (the same address). Its pages are shared with a server on
+    this host in place (hostmem.share_in_place); a page backs one segment, so memory sharing
+    a page with another mapped registration stays host-only, as it does for a remote server."""
+    conn = state.conn()
+    start, length = page_range(address, alloc.size)
+    for other_start, other in state.host_allocations.items():
+        if other.flags & _REGISTERED and other.segment is not None:
+            low, other_length = page_range(other_start, other.size)
+            if low < start + length and start < low + other_length:
+                return False
+    if conn.ring is None:
+        return False
+    try:
+        path = share_in_place(address, alloc.size)
+    except OSError:
+        return False
+    if path is None:
+        return False
+    segment = state.new_segment_id()
+    try:
+        conn.call("vgpuMapHostSegment", segment, path, length, start)
+    except CudaError:
+        unshare_in_place(address, alloc.size)
+        raise
+    finally:
+        os.unlink(path)
+    alloc.segment, alloc.segment_offset, alloc.device_pointer = segment, address - start, address
+    return True
 
 
 @api
@@ -194,6 +237,9 @@ def cuMemHostUnregister(p):
     if alloc is None or not alloc.flags & _REGISTERED:
         raise CudaError(E.CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "not registered")
     del state.host_allocations[address]
+    if alloc.segment is not None:  # after the work queued on it, the pages are private again
+        state.conn().call("vgpuUnmapHostSegment", alloc.segment)
+        unshare_in_place(address, alloc.size)
 
 
 # ----------------------------------------------------------------- copies
@@ -206,7 +252,7 @@ def _pinned_spec(address: int, size: int):
     start, alloc = found
     if address + size > start + alloc.size:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "copy runs past the host allocation")
-    return ["seg", alloc.segment, address - start]
+    return ["seg", alloc.segment, address - start + alloc.segment_offset]
 
 
 def _check_stream(stream) -> int:
