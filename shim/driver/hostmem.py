@@ -117,5 +117,11 @@ def is_mapped(address: int, size: int) -> bool:
     rather than fail the call. mincore(2) fails with ENOMEM on any unmapped page."""
     start = address & ~(PAGE_SIZE - 1)
     length = address + size - start
-    pages = (ctypes.c_ubyte * ((length + PAGE_SIZE - 1) // PAGE_SIZE))()
-    return _libc.mincore(start, length, pages) == 0
+    count = (length + PAGE_SIZE - 1) // PAGE_SIZE
+    # What mincore writes (which pages are resident) is not read: threads may share a buffer.
+    pages = _RESIDENCY if count <= len(_RESIDENCY) else (ctypes.c_ubyte * count)()
+    return _mincore(start, length, pages) == 0
+
+
+_RESIDENCY = (ctypes.c_ubyte * 256)()
+_mincore = _libc.mincore
