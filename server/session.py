@@ -15,6 +15,7 @@ import logging
 import mmap
 import os
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -192,6 +193,14 @@ class Session:
             # A malformed argument list from a buggy or hostile client: refuse the call.
             self.last_error_message = f"{name}: bad arguments ({exc})"
             return CUDA_ERROR_INVALID_VALUE, None
+        except Exception as exc:
+            # A failure that is not CUDA's (the host out of memory, a server bug) still fails
+            # the call: queued work's failure must surface at the next synchronizing call.
+            log.error("session %d: %s failed:\n%s", self.id, name, traceback.format_exc())
+            self.last_error_message = f"{name}: {type(exc).__name__}: {exc}"
+            if isinstance(exc, MemoryError):
+                return CUDA_ERROR_OUT_OF_MEMORY, None
+            return CUDA_ERROR_UNKNOWN, None
 
     def defer(self, code: int, message: str = "") -> None:
         """Keep a failure of queued work, and what it said, for the next reply (the first
@@ -369,7 +378,11 @@ class Session:
         address = self.arena.alloc(size)
         if address is None:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of device memory ({size} bytes)")
-        self.backend.map(address, size)
+        try:
+            self.backend.map(address, size)
+        except BaseException:
+            self.arena.free(address)  # what could not be placed holds no device memory
+            raise
         self.allocation_owner[address] = context
         ctx.allocations.add(address)
         return address

@@ -19,7 +19,8 @@ ffibuilder = _make_ffibuilder(
     prefix="driver",
     types_header="cuda_types.h",
     sources=["generated/driver_stubs.c", "generated/driver_tables.c", "c/driver_dispatch.c",
-             "c/driver_proc_address.c", "c/driver_errors.c"],
+             "c/driver_proc_address.c", "c/driver_errors.c",
+             "c/driver_export_table.c", "c/driver_goodbye.c"],
 )
 
 if __name__ == "__main__":

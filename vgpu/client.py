@@ -10,7 +10,6 @@ Kept light on purpose (decision 10): the standard library, pyzmq and msgpack onl
 
 from __future__ import annotations
 
-import atexit
 import collections
 import ctypes
 import mmap
@@ -99,6 +98,7 @@ class Connection:
         self.timeout = timeout or float(os.environ.get("VGPU_TIMEOUT", DEFAULT_TIMEOUT_S))
         spin_us = os.environ.get("VGPU_SPIN_US")
         self.spin_s = float(spin_us) * 1e-6 if spin_us is not None else DEFAULT_SPIN_S
+        self._pid = os.getpid()
         self._lock = threading.RLock()
         self._zmq = zmq.Context()
         self._socket = self._zmq.socket(zmq.DEALER)
@@ -160,8 +160,14 @@ class Connection:
         if not info["shm"]:
             self.ring = None
         self.peer_memory = bool(info.get("peer_memory"))
-        atexit.register(self.close)
         return info
+
+    def __del__(self) -> None:
+        # A connection nobody holds says goodbye; one a forked child inherited is its
+        # parent's. (No atexit hook: CUDA must work in exit hooks registered before it
+        # started; vgpu.shim.driver closes its connection after them.)
+        if "_lost" in self.__dict__ and self._pid == os.getpid():
+            self.close()
 
     def close(self) -> None:
         with self._lock:

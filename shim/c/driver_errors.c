@@ -1,8 +1,5 @@
 /* Driver functions that must answer even when the embedded Python runtime cannot start:
-   the error texts (an application reporting that very failure asks for them), and
-   cuGetExportTable, which only NVIDIA's own (statically linked) cudart calls. */
-#include <stdatomic.h>
-#include <stdio.h>
+   the error texts (an application reporting that very failure asks for them). */
 
 #include "driver_shim.h"
 
@@ -40,21 +37,4 @@ CUresult cuGetErrorString(CUresult error, const char **pStr)
         return CUDA_ERROR_INVALID_VALUE;
     *pStr = result != NULL ? result->text : NULL;
     return result != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
-
-/* NVIDIA's cudart reaches the driver through private export tables; ours does not. A
-   program asking for them carries NVIDIA's cudart, linked statically (nvcc's default). */
-CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
-{
-    static atomic_flag reported = ATOMIC_FLAG_INIT;
-
-    (void)pExportTableId;
-    if (ppExportTable != NULL)
-        *ppExportTable = NULL;
-    if (!atomic_flag_test_and_set(&reported)) {
-        fputs("vgpu: this program carries NVIDIA's CUDA runtime linked statically; vgpu cannot "
-              "run it. Rebuild it with 'nvcc -cudart shared'.\n", stderr);
-        fflush(stderr);
-    }
-    return CUDA_ERROR_NOT_SUPPORTED;
 }

@@ -183,9 +183,51 @@ static int python_is_gone(void)
 #endif
 }
 
+int vgpu_embedded_python_running(void)
+{
+    return ready && !python_is_gone();
+}
+
 int vgpu_embedded_python_ready(const struct vgpu_embedding *shim_embedding)
 {
     embedding = shim_embedding;
     pthread_once(&start_once, start);
     return ready && !python_is_gone();
+}
+
+/* Read without the GIL: a thread state's pending exception is only set by its own thread. */
+static int exception_pending(PyThreadState *thread)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return thread->current_exception != NULL;
+#else
+    return thread->curexc_type != NULL;
+#endif
+}
+
+struct vgpu_pending_exception vgpu_set_aside_exception(void)
+{
+    struct vgpu_pending_exception pending = {NULL, NULL, NULL};
+    PyThreadState *thread = PyGILState_GetThisThreadState();
+    PyGILState_STATE gil;
+
+    if (thread == NULL || !exception_pending(thread))
+        return pending;
+    gil = PyGILState_Ensure();
+    PyErr_Fetch((PyObject **)&pending.type, (PyObject **)&pending.value,
+                (PyObject **)&pending.traceback);
+    PyGILState_Release(gil);
+    return pending;
+}
+
+void vgpu_restore_exception(struct vgpu_pending_exception pending)
+{
+    PyGILState_STATE gil;
+
+    if (pending.type == NULL)
+        return;
+    gil = PyGILState_Ensure();
+    PyErr_Restore((PyObject *)pending.type, (PyObject *)pending.value,
+                  (PyObject *)pending.traceback);
+    PyGILState_Release(gil);
 }

@@ -23,4 +23,19 @@ struct vgpu_embedding {
    Thread-safe; the first caller does the work, the others wait for it. */
 int vgpu_embedded_python_ready(const struct vgpu_embedding *embedding);
 
+/* 1 if the runtime was started and Python is still usable (not finalized); starts nothing. */
+int vgpu_embedded_python_running(void);
+
+/* A Python exception pending on the calling thread when C code calls a shim (Cython cleaning
+   up after an error, as cuda.core's linker does): cffi's callback would see it, fail, and
+   clear it, and the caller would then return NULL without an exception. Every stub sets it
+   aside before its callback and restores it after. Checking costs a thread-local read;
+   only a pending exception takes the GIL. Call only once the runtime is ready. */
+struct vgpu_pending_exception {
+    void *type, *value, *traceback; /* PyObject *; all NULL when none was pending */
+};
+
+struct vgpu_pending_exception vgpu_set_aside_exception(void);
+void vgpu_restore_exception(struct vgpu_pending_exception pending);
+
 #endif

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "embedded_python.h" /* vgpu_set_aside_exception */
 #include "foreign_types.h"
 #include "cudart_types.h"
 #include "runtime_functions.h" /* rendered by the build from the API table (shim_builder.py) */

@@ -14,6 +14,7 @@ import itertools
 import os
 import sys
 import threading
+import types
 from dataclasses import dataclass, field
 
 from vgpu.api.cudadefs import CUresult
@@ -67,6 +68,7 @@ class HostAllocation:
     segment: int | None  # shared-memory segment id known to the server, if any
     mapping: object = None  # keeps the mmap alive
     device_pointer: int | None = None
+    segment_offset: int = 0  # where the allocation starts in its segment (registered memory)
 
 
 @dataclass
@@ -202,7 +204,48 @@ class DriverState:
 
 
 state = DriverState()
-os.register_at_fork(after_in_child=state.after_fork_in_child)
+
+
+def _after_fork_in_child() -> None:
+    # A function, not the bound method: the fork hook list lives as long as the interpreter,
+    # and must not keep the state (and its connection) alive past the modules' teardown,
+    # where the connection says goodbye.
+    state.after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _Goodbye:
+    """Closes a connection when the interpreter tears its modules down, which is after every
+    atexit hook: hooks registered before CUDA started (numba's finalizers, libraries'
+    cleanup) run after any hook vgpu could register, and must still find CUDA working.
+
+    The interpreter's first teardown step replaces every sys.modules entry by None; the
+    module holding this object goes then, and takes it along, while Python still runs.
+    (The driver's own modules live on: cffi keeps their functions.) A forked child's copy
+    belongs to its parent and is left alone."""
+
+    def __init__(self, connection) -> None:
+        self.connection = connection
+        self.pid = os.getpid()
+
+    def __del__(self) -> None:
+        if os.getpid() == self.pid:
+            self.connection.close()
+
+
+def close_at_teardown(connection) -> None:
+    module = types.ModuleType("vgpu.shim.driver._goodbye", _Goodbye.__doc__)
+    module.goodbye = _Goodbye(connection)
+    sys.modules[module.__name__] = module
+
+
+def close_connection() -> None:
+    """A C program's goodbye to the server, from the driver shim's library destructor
+    (shim/c/driver_goodbye.c): after every exit hook of the program, CUDA calls included."""
+    if state.connection is not None:
+        state.connection.close()
 
 
 def api(fn):

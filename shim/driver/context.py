@@ -142,6 +142,13 @@ def cuCtxGetDevice(device):
 
 
 @api
+def cuCtxGetDevice_v2(device, ctx):
+    check_out(device)
+    handle = _context_arg(ctx) if ptr(ctx) else state.current_context()
+    device[0] = state.contexts[handle]["device"]
+
+
+@api
 def cuCtxGetFlags(flags):
     check_out(flags)
     flags[0] = state.contexts[state.current_context()]["flags"]
@@ -160,6 +167,16 @@ def cuCtxGetApiVersion(ctx, version):
 @api
 def cuCtxSynchronize():
     state.current_context()
+    state.conn().synchronize()
+
+
+@api
+def cuCtxSynchronize_v2(ctx):
+    # The server runs a session's work in order: waiting for all of it waits for ctx's.
+    if ptr(ctx):
+        _context_arg(ctx)
+    else:
+        state.current_context()
     state.conn().synchronize()
 
 
@@ -220,11 +237,18 @@ def cuDevicePrimaryCtxRelease_v2(dev):
     if entry[1] <= 0:
         raise CudaError(E.CUDA_ERROR_INVALID_CONTEXT, "primary context is not retained")
     entry[1] -= 1
+    if entry[1] == 0:  # the last user is gone: so is the context, as on CUDA
+        _reset_primary(dev, entry[0])
 
 
 @api
 def cuDevicePrimaryCtxReset_v2(dev):
-    handle = _primary(dev)[0]
+    _reset_primary(dev, _primary(dev)[0])
+
+
+def _reset_primary(dev: int, handle: int) -> None:
+    """The primary context starts afresh: its allocations, modules, streams and events (and a
+    sticky error) go, its limits are the defaults again; its flags stay."""
     conn = state.conn()
     conn.post("cuDevicePrimaryCtxReset", handle)
     conn.sticky_error = 0  # the reset clears it on the server too

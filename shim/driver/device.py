@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from vgpu.client import Connection
 
-from ._state import CudaError, E, api, check_out, ffi, state
+from ._state import CudaError, E, api, check_out, close_at_teardown, ffi, state
 
 DRIVER_VERSION = 13000
 DEVICE_COUNT = 1
@@ -22,6 +22,7 @@ def cuInit(flags):
     except CudaError:
         state.initialized = False
         raise
+    close_at_teardown(state.connection)
     info = state.connection.info["device"]
     info["attributes"] = {int(k): v for k, v in info["attributes"].items()}
     state.device = info

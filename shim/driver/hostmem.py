@@ -12,15 +12,18 @@ import ctypes
 import os
 import secrets
 
-__all__ = ["map_shared", "map_anonymous", "unmap"]
+__all__ = ["map_shared", "map_anonymous", "unmap", "is_mapped", "page_range", "share_in_place",
+           "unshare_in_place"]
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                        ctypes.c_int, ctypes.c_long]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 PROT_READ_WRITE = 0x1 | 0x2
-MAP_SHARED, MAP_PRIVATE, MAP_ANONYMOUS = 0x01, 0x02, 0x20
+MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
 MAP_FAILED = ctypes.c_void_p(-1).value
 
 
@@ -31,14 +34,20 @@ def _check(address: int | None) -> int:
     return address
 
 
-def map_shared(size: int) -> tuple[int, str]:
+def map_shared(size: int, at: int | None = None) -> tuple[int, str]:
     """A new shared-memory file of `size` bytes mapped here: (address, path). Unlink the path
-    once the server has mapped it too."""
+    once the server has mapped it too. With `at`, it replaces the pages there, keeping their
+    contents."""
     path = f"/dev/shm/vgpu-{os.getpid()}-host-{secrets.token_hex(4)}"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.ftruncate(fd, size)
         address = _check(_libc.mmap(None, size, PROT_READ_WRITE, MAP_SHARED, fd, 0))
+        if at is not None:
+            ctypes.memmove(address, at, size)
+            placed = _libc.mmap(at, size, PROT_READ_WRITE, MAP_SHARED | MAP_FIXED, fd, 0)
+            _libc.munmap(address, size)
+            address = _check(placed)
     except OSError:
         os.unlink(path)
         raise
@@ -47,9 +56,72 @@ def map_shared(size: int) -> tuple[int, str]:
     return address, path
 
 
+def page_range(address: int, size: int) -> tuple[int, int]:
+    """(start, length) of the whole pages holding [address, address + size)."""
+    start = address & ~(PAGE_SIZE - 1)
+    return start, -(-(address + size - start) // PAGE_SIZE) * PAGE_SIZE
+
+
+def _plain_anonymous(start: int, end: int) -> bool:
+    """Whether [start, end) lies in private anonymous read-write mappings (the heap, malloc's
+    and the program's own anonymous maps): memory no file, stack or library owns."""
+    covered = start
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            low, high = (int(x, 16) for x in fields[0].split("-"))
+            if high <= covered or low > covered:
+                continue
+            name = fields[5] if len(fields) > 5 else ""
+            if fields[1] != "rw-p" or fields[4] != "0" or name not in ("", "[heap]"):
+                return False
+            covered = high
+            if covered >= end:
+                return True
+    return False
+
+
+def share_in_place(address: int, size: int) -> str | None:
+    """Back the pages holding [address, address + size) by a new shared-memory file, keeping
+    their contents and addresses, so that the server can map them too (registered host memory
+    a kernel reads through its device pointer); returns the file's path, or None when the
+    pages are not plain anonymous memory. The pages are copied while other threads may write
+    them: the program registers memory before it uses it concurrently, as it must with CUDA."""
+    start, length = page_range(address, size)
+    if not _plain_anonymous(start, start + length):
+        return None
+    return map_shared(length, at=start)[1]
+
+
+def unshare_in_place(address: int, size: int) -> None:
+    """Make the pages of a share_in_place private anonymous memory again, keeping contents."""
+    start, length = page_range(address, size)
+    saved = ctypes.create_string_buffer(length)
+    ctypes.memmove(saved, start, length)
+    _check(_libc.mmap(start, length, PROT_READ_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                      -1, 0))
+    ctypes.memmove(start, saved, length)
+
+
 def map_anonymous(size: int) -> int:
     return _check(_libc.mmap(None, size, PROT_READ_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0))
 
 
 def unmap(address: int, size: int) -> None:
     _libc.munmap(address, size)
+
+
+def is_mapped(address: int, size: int) -> bool:
+    """Whether [address, address + size) is mapped in this process. A host copy touches host
+    memory itself: a stale device pointer or a stray address there would crash the program
+    rather than fail the call. mincore(2) fails with ENOMEM on any unmapped page."""
+    start = address & ~(PAGE_SIZE - 1)
+    length = address + size - start
+    count = (length + PAGE_SIZE - 1) // PAGE_SIZE
+    # What mincore writes (which pages are resident) is not read: threads may share a buffer.
+    pages = _RESIDENCY if count <= len(_RESIDENCY) else (ctypes.c_ubyte * count)()
+    return _mincore(start, length, pages) == 0
+
+
+_RESIDENCY = (ctypes.c_ubyte * 256)()
+_mincore = _libc.mincore

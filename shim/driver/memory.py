@@ -18,7 +18,15 @@ from ._state import (
     ptr,
     state,
 )
-from .hostmem import map_anonymous, map_shared, unmap
+from .hostmem import (
+    is_mapped,
+    map_anonymous,
+    map_shared,
+    page_range,
+    share_in_place,
+    unmap,
+    unshare_in_place,
+)
 
 CU_MEMHOSTALLOC_DEVICEMAP = 0x02
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
@@ -79,6 +87,10 @@ def cuMemGetInfo_v2(free, total):
 @api
 def cuMemGetAddressRange_v2(pbase, psize, dptr):
     found = state.find_allocation(dptr)
+    if found is None:  # device-mapped page-locked host memory is in the device's space too
+        host = state.find_host(dptr)
+        if host is not None and host[1].device_pointer is not None:
+            found = host[0], host[1].size
     if found is None:
         raise CudaError(E.CUDA_ERROR_NOT_FOUND, f"0x{dptr:x} is not in a device allocation")
     if pbase != ffi.NULL:
@@ -176,11 +188,46 @@ def cuMemHostRegister_v2(p, bytesize, flags):
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "NULL pointer or zero size")
     if state.find_host(address) or state.find_host(address + bytesize - 1):
         raise CudaError(E.CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "already registered")
-    if flags & CU_MEMHOSTREGISTER_DEVICEMAP:
-        # The server cannot see arbitrary pages of this process; say so rather than pretend.
-        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "vgpu cannot map registered host memory "
-                                                    "into the device; use cuMemHostAlloc")
-    state.host_allocations[address] = HostAllocation(bytesize, flags | _REGISTERED, None)
+    alloc = HostAllocation(bytesize, flags | _REGISTERED, None)
+    if not _share_registered(address, alloc) and flags & CU_MEMHOSTREGISTER_DEVICEMAP:
+        # The server cannot see these pages; say so rather than pretend.
+        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED,
+                        "vgpu can map registered host memory into the device only for a server "
+                        "on this host, for heap or anonymous memory whose pages no other "
+                        "registration shares; use cuMemHostAlloc")
+    state.host_allocations[address] = alloc
+
+
+def _share_registered(address: int, alloc: HostAllocation) -> bool:
+    """With unified addressing, registered memory is device memory too: a kernel may use it
+    through its device pointer (the same address). Its pages are shared with a server on
+    this host in place (hostmem.share_in_place); a page backs one segment, so memory sharing
+    a page with another mapped registration stays host-only, as it does for a remote server."""
+    conn = state.conn()
+    start, length = page_range(address, alloc.size)
+    for other_start, other in state.host_allocations.items():
+        if other.flags & _REGISTERED and other.segment is not None:
+            low, other_length = page_range(other_start, other.size)
+            if low < start + length and start < low + other_length:
+                return False
+    if conn.ring is None:
+        return False
+    try:
+        path = share_in_place(address, alloc.size)
+    except OSError:
+        return False
+    if path is None:
+        return False
+    segment = state.new_segment_id()
+    try:
+        conn.call("vgpuMapHostSegment", segment, path, length, start)
+    except CudaError:
+        unshare_in_place(address, alloc.size)
+        raise
+    finally:
+        os.unlink(path)
+    alloc.segment, alloc.segment_offset, alloc.device_pointer = segment, address - start, address
+    return True
 
 
 @api
@@ -190,6 +237,9 @@ def cuMemHostUnregister(p):
     if alloc is None or not alloc.flags & _REGISTERED:
         raise CudaError(E.CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "not registered")
     del state.host_allocations[address]
+    if alloc.segment is not None:  # after the work queued on it, the pages are private again
+        state.conn().call("vgpuUnmapHostSegment", alloc.segment)
+        unshare_in_place(address, alloc.size)
 
 
 # ----------------------------------------------------------------- copies
@@ -202,7 +252,7 @@ def _pinned_spec(address: int, size: int):
     start, alloc = found
     if address + size > start + alloc.size:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "copy runs past the host allocation")
-    return ["seg", alloc.segment, address - start]
+    return ["seg", alloc.segment, address - start + alloc.segment_offset]
 
 
 def _check_stream(stream) -> int:
@@ -212,6 +262,15 @@ def _check_stream(stream) -> int:
     if handle in (1, 2):  # CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
         return handle
     return handle_of(stream, Kind.STREAM, state.streams)
+
+
+def _check_host_range(address: int, size: int, side: str) -> None:
+    """Host memory this process reads or writes itself must be there (see is_mapped)."""
+    if address == 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"{side} pointer is NULL")
+    if not is_mapped(address, size):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"{side} 0x{address:x}+{size} is neither "
+                                                    "device memory nor host memory of this process")
 
 
 def _htod(dst: int, src: int, size: int, queued: bool) -> None:
@@ -224,6 +283,7 @@ def _htod(dst: int, src: int, size: int, queued: bool) -> None:
     spec = _pinned_spec(src, size)
     conn = state.conn()
     if spec is None:
+        _check_host_range(src, size, "source")
         conn.write_device("cuMemcpyHtoD", dst, src, size)
     elif queued:
         conn.post("cuMemcpyHtoD", dst, spec, size)
@@ -241,6 +301,7 @@ def _dtoh(dst: int, src: int, size: int, queued: bool) -> None:
     spec = _pinned_spec(dst, size)
     conn = state.conn()
     if spec is None:
+        _check_host_range(dst, size, "destination")
         conn.read_device("cuMemcpyDtoH", src, dst, size)
     elif queued:
         conn.post("cuMemcpyDtoH", src, size, spec)
@@ -305,7 +366,20 @@ def _copy_unified(dst: int, src: int, size: int, queued: bool) -> None:
         _dtoh(dst, src, size, queued)
     else:
         state.current_context()
-        ctypes.memmove(dst, src, size)
+        host_to_host(dst, src, size)
+
+
+def host_to_host(dst: int, src: int, size: int) -> None:
+    """A copy between two host buffers, in order with the work queued before it: queued
+    copies, memsets and kernels may still read or write page-locked memory (pageable memory
+    they never touch later than their call), so the copy waits for them first."""
+    if size == 0:
+        return
+    _check_host_range(src, size, "source")
+    _check_host_range(dst, size, "destination")
+    if state.find_host(src) is not None or state.find_host(dst) is not None:
+        state.conn().synchronize()
+    ctypes.memmove(dst, src, size)
 
 
 @api
@@ -359,7 +433,7 @@ def _copy_rows(dst_dev: bool, dst: int, dst_pitch: int, src_dev: bool, src: int,
         elif src_dev:
             _dtoh(d, s, n, queued)
         else:
-            ctypes.memmove(d, s, n)
+            host_to_host(d, s, n)
 
 
 @api
@@ -378,29 +452,35 @@ def cuMemcpy2DAsync_v2(p, stream):
 
 # ----------------------------------------------------------------- memsets
 
-def _memset(dst: int, element: bytes, count: int) -> None:
+def _memset(dst: int, element: bytes, count: int, queued: bool = True) -> None:
+    """A memset, queued; a synchronous one (`queued=False`) on page-locked host memory
+    completes before it returns, as CUDA's does, for the host may read it next."""
     state.current_context()
     if count == 0:
         return
     if dst % len(element):
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "memset destination is misaligned")
     state.check_device_range(dst, len(element) * count)
-    state.conn().post("vgpuMemset", dst, element, count)
+    conn = state.conn()
+    if queued or state.find_allocation(dst) is not None:
+        conn.post("vgpuMemset", dst, element, count)
+    else:
+        conn.call("vgpuMemset", dst, element, count)
 
 
 @api
 def cuMemsetD8_v2(dst, value, count):
-    _memset(dst, struct.pack("<B", value & 0xFF), count)
+    _memset(dst, struct.pack("<B", value & 0xFF), count, queued=False)
 
 
 @api
 def cuMemsetD16_v2(dst, value, count):
-    _memset(dst, struct.pack("<H", value & 0xFFFF), count)
+    _memset(dst, struct.pack("<H", value & 0xFFFF), count, queued=False)
 
 
 @api
 def cuMemsetD32_v2(dst, value, count):
-    _memset(dst, struct.pack("<I", value & 0xFFFFFFFF), count)
+    _memset(dst, struct.pack("<I", value & 0xFFFFFFFF), count, queued=False)
 
 
 @api
@@ -421,19 +501,20 @@ def cuMemsetD32Async(dst, value, count, stream):
     _memset(dst, struct.pack("<I", value & 0xFFFFFFFF), count)
 
 
-def _memset_2d(dst: int, pitch: int, element: bytes, width: int, height: int) -> None:
+def _memset_2d(dst: int, pitch: int, element: bytes, width: int, height: int,
+               queued: bool = True) -> None:
     for row in range(height):
-        _memset(dst + row * pitch, element, width)
+        _memset(dst + row * pitch, element, width, queued)
 
 
 @api
 def cuMemsetD2D8_v2(dst, pitch, value, width, height):
-    _memset_2d(dst, pitch, struct.pack("<B", value & 0xFF), width, height)
+    _memset_2d(dst, pitch, struct.pack("<B", value & 0xFF), width, height, queued=False)
 
 
 @api
 def cuMemsetD2D32_v2(dst, pitch, value, width, height):
-    _memset_2d(dst, pitch, struct.pack("<I", value & 0xFFFFFFFF), width, height)
+    _memset_2d(dst, pitch, struct.pack("<I", value & 0xFFFFFFFF), width, height, queued=False)
 
 
 @api
@@ -444,8 +525,42 @@ def cuMemsetD2D8Async(dst, pitch, value, width, height, stream):
 
 # ----------------------------------------------------------------- pointer attributes
 
+# The C type CUDA writes for each CUpointer_attribute (cuda.h's CUpointer_attribute_enum;
+# P2P_TOKENS, 5, is not supported). Booleans are written as unsigned int.
+_POINTER_ATTRIBUTE_TYPES = {
+    1: "CUcontext",  # CONTEXT
+    2: "unsigned int",  # MEMORY_TYPE
+    3: "CUdeviceptr",  # DEVICE_POINTER
+    4: "void *",  # HOST_POINTER
+    6: "unsigned int",  # SYNC_MEMOPS
+    7: "unsigned long long",  # BUFFER_ID
+    8: "unsigned int",  # IS_MANAGED
+    9: "int",  # DEVICE_ORDINAL
+    10: "unsigned int",  # IS_LEGACY_CUDA_IPC_CAPABLE
+    11: "CUdeviceptr",  # RANGE_START_ADDR
+    12: "size_t",  # RANGE_SIZE
+    13: "unsigned int",  # MAPPED
+    14: "unsigned long long",  # ALLOWED_HANDLE_TYPES
+    15: "unsigned int",  # IS_GPU_DIRECT_RDMA_CAPABLE
+    16: "unsigned int",  # ACCESS_FLAGS
+    17: "CUmemoryPool",  # MEMPOOL_HANDLE
+    18: "size_t",  # MAPPING_SIZE
+    19: "CUdeviceptr",  # MAPPING_BASE_ADDR
+    20: "unsigned long long",  # MEMORY_BLOCK_ID
+    21: "unsigned int",  # IS_HW_DECOMPRESS_CAPABLE
+}
+CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE = 0x3
+
+
+def _pointer_attribute_type(attribute: int) -> str:
+    ctype = _POINTER_ATTRIBUTE_TYPES.get(attribute)
+    if ctype is None:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unsupported pointer attribute {attribute}")
+    return ctype
+
+
 def _pointer_attribute(attribute: int, address: int):
-    """(C type, value) of one CUpointer_attribute, or CudaError for an unknown pointer."""
+    """The value of one CUpointer_attribute; CudaError for an unknown pointer."""
     device = state.find_allocation(address)
     host = state.find_host(address)
     if device is None and host is None:
@@ -453,25 +568,30 @@ def _pointer_attribute(attribute: int, address: int):
     context = state.allocation_context[device[0]] if device else state.current_context()
     start, size = device if device else (host[0], host[1].size)
     mapped_device = device is not None or host[1].device_pointer is not None
+    pool = state.pool
+    from_pool = device is not None and pool is not None and start in pool.allocations
     values = {
-        1: ("CUcontext", context),  # CONTEXT
-        2: ("unsigned int", CU_MEMORYTYPE_DEVICE if device else CU_MEMORYTYPE_HOST),
-        3: ("CUdeviceptr", address if mapped_device else 0),  # DEVICE_POINTER
-        4: ("void *", 0 if device else address),  # HOST_POINTER
-        6: ("unsigned int", 1),  # SYNC_MEMOPS
-        7: ("unsigned long long", start),  # BUFFER_ID
-        8: ("unsigned int", 0),  # IS_MANAGED
-        9: ("int", 0),  # DEVICE_ORDINAL
-        11: ("CUdeviceptr", start),  # RANGE_START_ADDR
-        12: ("size_t", size),  # RANGE_SIZE
-        13: ("unsigned int", 1),  # MAPPED
-        15: ("unsigned long long", 0),  # ALLOWED_HANDLE_TYPES
-        16: ("unsigned int", 0),  # IS_GPU_DIRECT_RDMA_CAPABLE
-        17: ("unsigned int", 0),  # ACCESS_FLAGS
-        18: ("CUmemoryPool", 0),  # MEMPOOL_HANDLE
+        1: context,
+        2: CU_MEMORYTYPE_DEVICE if device else CU_MEMORYTYPE_HOST,
+        3: address if mapped_device else 0,
+        4: 0 if device else address,
+        6: 1,
+        7: start,
+        8: 0,
+        9: 0,
+        10: 0,  # no IPC
+        11: start,
+        12: size,
+        13: 1,
+        14: 0,  # CU_MEM_HANDLE_TYPE_NONE: nothing exportable
+        15: 0,
+        16: CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE if mapped_device else 0,
+        17: pool.handle if from_pool else 0,
+        18: size,
+        19: start,
+        20: start,
+        21: 0,
     }
-    if attribute not in values:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unsupported pointer attribute {attribute}")
     return values[attribute]
 
 
@@ -486,18 +606,23 @@ def _write(data, ctype: str, value) -> None:
 def cuPointerGetAttribute(data, attribute, dptr):
     check_out(data)
     state.require_init()
-    _write(data, *_pointer_attribute(attribute, dptr))
+    ctype = _pointer_attribute_type(attribute)
+    _write(data, ctype, _pointer_attribute(attribute, dptr))
 
 
 @api
 def cuPointerGetAttributes(num_attributes, attributes, data, dptr):
     state.require_init()
-    for i in range(num_attributes):
+    if num_attributes and (attributes == ffi.NULL or data == ffi.NULL):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "attributes or data is NULL")
+    types = [_pointer_attribute_type(attributes[i]) for i in range(num_attributes)]
+    for i, ctype in enumerate(types):
         try:
-            ctype, value = _pointer_attribute(attributes[i], dptr)
+            value = _pointer_attribute(attributes[i], dptr)
         except CudaError:
-            # For unknown pointers this call reports "not CUDA memory" instead of failing.
-            ctype, value = ("unsigned int", 0) if attributes[i] != 1 else ("CUcontext", 0)
+            # For unknown pointers this call reports "not CUDA memory" instead of failing:
+            # every output gets its type's zero, all of it.
+            value = 0
         if data[i] != ffi.NULL:
             _write(data[i], ctype, value)
 

@@ -76,6 +76,14 @@ def cuStreamGetCtx(stream, pctx):
 
 
 @api
+def cuStreamGetCtx_v2(stream, pctx, pgreen_ctx):
+    check_out(pctx)
+    pctx[0] = ffi.cast("CUcontext", _stream_info(stream)["context"])
+    if pgreen_ctx != ffi.NULL:
+        pgreen_ctx[0] = ffi.NULL  # vgpu has no green contexts
+
+
+@api
 def cuStreamDestroy_v2(stream):
     handle = handle_of(stream, Kind.STREAM, state.streams)
     del state.streams[handle]

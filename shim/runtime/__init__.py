@@ -19,9 +19,9 @@ name to that module's `__all__`; tests go through a CUDA program in tests/runtim
 
 from __future__ import annotations
 
-from . import device, errors, launch, memory, occupancy, registration, stream
+from . import channels, device, errors, launch, memory, occupancy, registration, stream
 
-_MODULES = (registration, launch, device, errors, memory, stream, occupancy)
+_MODULES = (registration, launch, device, errors, memory, stream, occupancy, channels)
 
 
 def _implemented() -> dict:

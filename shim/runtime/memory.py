@@ -10,8 +10,6 @@ the device and page-locked memory on a stream are queued, as on a GPU.
 
 from __future__ import annotations
 
-import ctypes
-
 from vgpu.api.cudartdefs import (
     cudaHostAllocMapped,
     cudaHostAllocPortable,
@@ -143,9 +141,7 @@ def _copy(dst: int, src: int, count: int, kind: int, queued: bool) -> None:
     elif kind == DEFAULT:
         driver_memory._copy_unified(dst, src, count, queued)
     elif kind == HOST_TO_HOST:
-        if count and not (dst and src):
-            raise CudaError(E.cudaErrorInvalidValue, "NULL pointer in a host-to-host copy")
-        ctypes.memmove(dst, src, count)
+        driver_memory.host_to_host(dst, src, count)
     else:
         raise CudaError(E.cudaErrorInvalidMemcpyDirection, f"unknown cudaMemcpyKind {kind}")
 
@@ -257,7 +253,7 @@ def _byte(value: int) -> bytes:
 
 @api
 def cudaMemset(dev_ptr, value, count):
-    driver_memory._memset(ptr(dev_ptr), _byte(value), count)
+    driver_memory._memset(ptr(dev_ptr), _byte(value), count, queued=False)
 
 
 @api
@@ -268,7 +264,7 @@ def cudaMemsetAsync(dev_ptr, value, count, stream):
 
 @api
 def cudaMemset2D(dev_ptr, pitch, value, width, height):
-    driver_memory._memset_2d(ptr(dev_ptr), pitch, _byte(value), width, height)
+    driver_memory._memset_2d(ptr(dev_ptr), pitch, _byte(value), width, height, queued=False)
 
 
 @api

@@ -29,3 +29,13 @@ def driver_errors(toolkit) -> Path:
 @pytest.fixture(scope="session")
 def driver_api_tour(toolkit) -> Path:
     return toolkit.c_program((HERE / "driver_api_tour.c").read_text())
+
+
+@pytest.fixture(scope="session")
+def driver_memory_semantics(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_memory_semantics.c").read_text())
+
+
+@pytest.fixture(scope="session")
+def driver_exit_hooks(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_exit_hooks.c").read_text())

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
-from e2e_support import vgpu_run
+import pytest
+from e2e_support import VGPU, vgpu_run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -35,10 +39,129 @@ def test_bad_input_gets_cuda_error_codes(driver_errors, kernels_ptx):
     assert len(checks) == 33 and result.returncode == 0
 
 
+def _checks(result) -> dict[str, tuple[int, int]]:
+    """The "name got expected" lines a checking program prints."""
+    checks = {}
+    for line in result.stdout.splitlines():
+        name, *values = line.split()
+        if len(values) == 2:
+            checks[name] = (int(values[0]), int(values[1]))
+    return checks
+
+
+def test_memory_and_context_semantics(driver_memory_semantics):
+    result = vgpu_run(driver_memory_semantics)
+    checks = _checks(result)
+    wrong = {name: got for name, got in checks.items() if got[0] != got[1]}
+    assert not wrong, f"(got, expected) per check: {wrong}\n{result.stderr}"
+    assert "failures 0" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 0 and len(checks) == 86
+    assert "not implemented" not in result.stderr, result.stderr
+
+
 def test_cuda_python_program_runs_unmodified():
     result = vgpu_run(sys.executable, EXAMPLES / "vector_add.py")
     assert result.returncode == 0, result.stderr
     assert "vector_add of 1048576 floats" in result.stdout and "correct" in result.stdout
+
+
+NVRTC_PROGRAM = """
+from cuda.bindings import driver, nvrtc
+
+source = b'extern "C" __global__ void one(int *x) { x[0] = 1; }'
+err, program = nvrtc.nvrtcCreateProgram(source, b"one.cu", 0, [], [])
+assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
+err, = nvrtc.nvrtcCompileProgram(program, 1, [b"-arch=compute_75"])
+assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
+err, size = nvrtc.nvrtcGetPTXSize(program)
+ptx = b" " * size
+err, = nvrtc.nvrtcGetPTX(program, ptx)
+assert driver.cuInit(0)[0] == driver.CUresult.CUDA_SUCCESS
+err, device = driver.cuDeviceGet(0)
+err, context = driver.cuDevicePrimaryCtxRetain(device)
+driver.cuCtxSetCurrent(context)
+err, module = driver.cuModuleLoadData(ptx)
+assert err == driver.CUresult.CUDA_SUCCESS, err
+print("nvrtc program compiled and loaded")
+"""
+
+
+def test_nvrtc_users_are_not_told_they_carry_a_static_runtime():
+    """NVRTC asks the driver for NVIDIA's private tables itself; its users carry no runtime."""
+    result = vgpu_run(sys.executable, "-c", NVRTC_PROGRAM)
+    assert result.returncode == 0, result.stderr
+    assert "nvrtc program compiled and loaded" in result.stdout
+    assert "vgpu:" not in result.stderr, result.stderr
+
+
+def test_cuda_bindings_runtime_users_are_told_what_to_use_instead():
+    program = ("from cuda.bindings import runtime\n"
+               "err, count = runtime.cudaGetDeviceCount()\n"
+               "print('runtime answered', int(err))\n")
+    result = vgpu_run(sys.executable, "-c", program)
+    assert "runtime answered" in result.stdout and "answered 0" not in result.stdout
+    assert "cuda.bindings.runtime carries NVIDIA's CUDA runtime" in result.stderr, result.stderr
+    assert "Use cuda.bindings.driver or cuda.core instead" in result.stderr
+    assert "-cudart shared" not in result.stderr
+
+
+EXIT_HOOK_PROGRAM = """
+import atexit
+from cuda.bindings import driver as cu
+
+allocation = []
+
+
+def at_exit():
+    freed, = cu.cuMemFree(allocation[0])
+    synchronized, = cu.cuCtxSynchronize()
+    print("hook", int(freed), int(synchronized), flush=True)
+
+
+atexit.register(at_exit)  # before CUDA starts, as a library imported first would
+cu.cuInit(0)
+err, device = cu.cuDeviceGet(0)
+err, context = cu.cuDevicePrimaryCtxRetain(device)
+cu.cuCtxSetCurrent(context)
+err, pointer = cu.cuMemAlloc(1 << 20)
+assert err == cu.CUresult.CUDA_SUCCESS, err
+allocation.append(pointer)
+print("allocated", flush=True)
+"""
+
+
+@pytest.fixture
+def logging_server(tmp_path):
+    """A server of its own whose log says how each session ended."""
+    address = f"ipc://{tmp_path}/server.sock"
+    env = {k: v for k, v in os.environ.items() if k not in ("VGPU_SERVER", "VGPU_TRACE")}
+    proc = subprocess.Popen([*VGPU, "server", "--listen", address, "--backend", "emu", "-v"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().startswith("vgpu server listening")
+
+    def run_and_stop(*command) -> tuple[subprocess.CompletedProcess, str]:
+        result = subprocess.run([*VGPU, "run", "--server", address, "--", *map(str, command)],
+                                capture_output=True, text=True, timeout=120, env=env)
+        time.sleep(1.5)  # a session the goodbye missed is closed by now, its pid gone
+        proc.terminate()
+        _, log = proc.communicate(timeout=10)
+        return result, log
+
+    yield run_and_stop
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+@pytest.mark.parametrize("language", ["python", "c"])
+def test_cuda_works_in_exit_hooks_and_the_server_hears_goodbye(language, logging_server,
+                                                               driver_exit_hooks):
+    command = [sys.executable, "-c", EXIT_HOOK_PROGRAM] if language == "python" \
+        else [driver_exit_hooks]
+    result, log = logging_server(*command)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["allocated", "hook 0 0"], result.stderr
+    assert "closing (client said goodbye)" in log, log
 
 
 def test_exit_code_passes_through(tmp_path):

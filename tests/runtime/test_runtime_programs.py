@@ -210,3 +210,17 @@ def test_statically_linked_runtime_is_refused_with_the_fix(toolkit, server):
     assert result.returncode != 0
     assert "-cudart shared" in result.stderr, result.stderr
     assert "vector_add" not in result.stdout  # refused before it ran
+
+
+def test_statically_linked_runtime_started_without_the_cli_is_named(toolkit, server):
+    """Run straight against vgpu's libcuda, NVIDIA's static runtime asks for its private
+    driver tables: the refusal names the program and the fix."""
+    from vgpu.shim.loader import shim_library_dir
+
+    program = build(toolkit, "vector_add", cudart="static")
+    env = {**_environment(), "LD_LIBRARY_PATH": str(shim_library_dir()), "VGPU_SERVER": server}
+    result = subprocess.run([str(program)], capture_output=True, text=True, timeout=TIMEOUT_S,
+                            env=env)
+    assert result.returncode != 0
+    assert "carries NVIDIA's CUDA runtime linked statically" in result.stderr, result.stderr
+    assert "-cudart shared" in result.stderr

@@ -97,12 +97,15 @@ int main(void)
 """
 
 
-def test_statically_linked_cudart_is_told_to_rebuild(shim_program, run_program):
-    result = run_program(shim_program(EXPORT_TABLE))
+def test_export_tables_are_refused_and_the_caller_named_once(shim_program, run_program):
+    """A program that carries no CUDA runtime is not told it carries one (the static runtime's
+    case is tested with a real `nvcc -cudart static` build in tests/runtime)."""
+    program = shim_program(EXPORT_TABLE)
+    result = run_program(program)
     assert result.stdout.split() == ["801", "801", "NULL"]
     assert result.stderr.splitlines() == [
-        "vgpu: this program carries NVIDIA's CUDA runtime linked statically; vgpu cannot run "
-        "it. Rebuild it with 'nvcc -cudart shared'."]
+        f"vgpu: {program} asked for NVIDIA's private driver tables (cuGetExportTable), which "
+        "vgpu does not provide; the call fails."]
 
 
 def test_every_symbol_has_one_proc_address_entry():

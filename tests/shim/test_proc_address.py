@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+import vgpu.shim.driver as driver
 from vgpu.api.cudadefs import CUDA_VERSION, CUdriverProcAddressQueryResult, CUresult
+from vgpu.api.render_c import DRIVER_SHIM
 from vgpu.api.table import driver_proc_address
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -134,3 +136,28 @@ def test_not_found(ask, run_program):
     for name in ("cuNoSuchFunction", "cuMemAlloc_v2"):
         assert answers[(name, 12000, 0)] == (
             not_found, status.CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, "NULL", "dlsym-differs")
+
+
+def _implemented(symbol: str) -> bool:
+    """In Python (shim/driver/, per-thread variants through their base), or in shim/c/."""
+    return callable(getattr(driver, symbol, None)) or symbol in DRIVER_SHIM.hand_written
+
+
+def test_every_answer_for_an_implemented_function_is_an_implementation(ask, run_program):
+    """A program asking for the version it was built for must never get a stub that answers
+    "not supported" for a function vgpu implements in another version."""
+    lines = (DATA / "cuda-bindings-13.5-procaddress.txt").read_text().splitlines()
+    requests = [(name, int(version)) for name, version in
+                (line.split() for line in lines if not line.startswith("#"))]
+    queries = [(name, version, flags) for name, version in requests for flags in (0, PER_THREAD)]
+    answers = ask(run_program, queries)
+    variants: dict[str, list[str]] = {}
+    for entry in driver_proc_address():
+        variants.setdefault(entry.base, []).append(entry.symbol)
+    missing = set()
+    for name, version, flags in queries:
+        symbol = answers[(name, version, flags)][2]
+        if symbol != "NULL" and any(map(_implemented, variants[name])) \
+                and not _implemented(symbol):
+            missing.add(f"{name}@{version} -> {symbol}")
+    assert sorted(missing) == []

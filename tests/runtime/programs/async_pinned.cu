@@ -1,5 +1,6 @@
 // Async copies with page-locked memory: cudaMallocHost and cudaHostAlloc buffers copied on a
-// stream, mapped (zero-copy) memory written by a kernel, registered memory, pointer queries.
+// stream, mapped (zero-copy) memory written by a kernel, registered memory as a copy source
+// and destination and through its device pointer in kernels, pointer queries.
 #include "check.cuh"
 #include <vector>
 
@@ -37,6 +38,21 @@ int main()
     for (int i = 0; i < n; ++i)
         EXPECT(result[i] == 3 * i + 1);
 
+    // A host-to-host copy on the stream comes after the queued device-to-host copy that
+    // fills its source; a device pointer is not host memory.
+    int *copy;
+    CHECK(cudaMallocHost(&copy, n * sizeof(int)));
+    increment<<<(n + 255) / 256, 256, 0, stream>>>(device, n);
+    CHECK(cudaMemcpyAsync(result, device, n * sizeof(int), cudaMemcpyDeviceToHost, stream));
+    CHECK(cudaMemcpyAsync(copy, result, n * sizeof(int), cudaMemcpyHostToHost, stream));
+    CHECK(cudaStreamSynchronize(stream));
+    for (int i = 0; i < n; ++i)
+        EXPECT(copy[i] == 3 * i + 2);
+    EXPECT_ERROR(cudaErrorInvalidValue,
+                 cudaMemcpy(copy, device, n * sizeof(int), cudaMemcpyHostToHost));
+    cudaGetLastError();
+    CHECK(cudaFreeHost(copy));
+
     // Zero-copy: the kernel writes the host buffer through its device pointer.
     int *mapped_device;
     unsigned flags;
@@ -59,8 +75,27 @@ int main()
     CHECK(cudaStreamSynchronize(stream));
     for (int i = 0; i < n; ++i)
         EXPECT(registered[i] == 6);
+    // Through its device pointer, a kernel reads and writes registered memory in place.
+    int *registered_device;
+    CHECK(cudaHostGetDevicePointer((void **)&registered_device, registered.data(), 0));
+    increment<<<(n + 255) / 256, 256, 0, stream>>>(registered_device, n);
+    CHECK(cudaStreamSynchronize(stream));
+    for (int i = 0; i < n; ++i)
+        EXPECT(registered[i] == 7);
     CHECK(cudaHostUnregister(registered.data()));
     EXPECT_ERROR(cudaErrorHostMemoryNotRegistered, cudaHostUnregister(registered.data()));
+    registered[0] = 8;  // plain memory again, contents kept
+    EXPECT(registered[0] == 8 && registered[n - 1] == 7);
+    // Registered with cudaHostRegisterMapped: a kernel fills it.
+    std::vector<int> filled(n, 0);
+    CHECK(cudaHostRegister(filled.data(), n * sizeof(int), cudaHostRegisterMapped));
+    int *filled_device;
+    CHECK(cudaHostGetDevicePointer((void **)&filled_device, filled.data(), 0));
+    fill<<<(n + 255) / 256, 256, 0, stream>>>(filled_device, n, 40);
+    CHECK(cudaStreamSynchronize(stream));
+    for (int i = 0; i < n; ++i)
+        EXPECT(filled[i] == 40 + i);
+    CHECK(cudaHostUnregister(filled.data()));
 
     cudaPointerAttributes attributes;
     CHECK(cudaPointerGetAttributes(&attributes, pinned));

@@ -40,12 +40,22 @@ int main()
     CHECK(cudaRuntimeGetVersion(&runtime));
     EXPECT(runtime == CUDART_VERSION && driver >= runtime);
 
+    // Limits: CUDA's defaults, settable, an unknown one refused; the reset below restores
+    // the defaults (a fresh primary context has them).
     size_t limit = 0;
     CHECK(cudaDeviceGetLimit(&limit, cudaLimitPrintfFifoSize));
-    EXPECT(limit > 0);
+    EXPECT(limit == 1 << 20);
+    CHECK(cudaDeviceGetLimit(&limit, cudaLimitMallocHeapSize));
+    EXPECT(limit == 8 << 20);
+    CHECK(cudaDeviceGetLimit(&limit, cudaLimitStackSize));
+    EXPECT(limit == 1024);
     CHECK(cudaDeviceSetLimit(cudaLimitStackSize, 4096));
+    CHECK(cudaDeviceSetLimit(cudaLimitMallocHeapSize, 16 << 20));
     CHECK(cudaDeviceGetLimit(&limit, cudaLimitStackSize));
     EXPECT(limit == 4096);
+    EXPECT_ERROR(cudaErrorUnsupportedLimit, cudaDeviceSetLimit((cudaLimit)0x1234, 1));
+    EXPECT_ERROR(cudaErrorUnsupportedLimit, cudaDeviceGetLimit(&limit, (cudaLimit)0x1234));
+    cudaGetLastError();
 
     CHECK(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
     unsigned flags = 0;
@@ -71,6 +81,10 @@ int main()
     CHECK(cudaDeviceSynchronize());
     CHECK(cudaDeviceReset());
     CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    CHECK(cudaDeviceGetLimit(&limit, cudaLimitStackSize));
+    EXPECT(limit == 1024);
+    CHECK(cudaDeviceGetLimit(&limit, cudaLimitMallocHeapSize));
+    EXPECT(limit == 8 << 20);
     printf("device_management: queries consistent\n");
     return 0;
 }

@@ -1,6 +1,6 @@
 // Memory beyond the basics: pitched allocations and 2D copies and memsets, cudaMemcpyDefault
 // in every direction, device-to-device copies, stream-ordered allocation from the pool,
-// zero-byte requests.
+// zero-byte requests, channel descriptions.
 #include "check.cuh"
 
 int main()
@@ -82,6 +82,20 @@ int main()
     EXPECT(nothing == NULL);
     CHECK(cudaFree(NULL));
     CHECK(cudaFreeHost(NULL));
+    // Channel descriptions are host arithmetic: the template and the plain function.
+    cudaChannelFormatDesc f4 = cudaCreateChannelDesc<float4>();
+    EXPECT(f4.x == 32 && f4.y == 32 && f4.z == 32 && f4.w == 32);
+    EXPECT(f4.f == cudaChannelFormatKindFloat);
+    cudaChannelFormatDesc u8 = cudaCreateChannelDesc(8, 0, 0, 0, cudaChannelFormatKindUnsigned);
+    EXPECT(u8.x == 8 && u8.y == 0 && u8.z == 0 && u8.w == 0);
+    EXPECT(u8.f == cudaChannelFormatKindUnsigned);
+    cudaChannelFormatDesc s16 = cudaCreateChannelDesc<short2>();
+    EXPECT(s16.x == 16 && s16.y == 16 && s16.z == 0 && s16.f == cudaChannelFormatKindSigned);
+    // CUDA arrays are not supported: describing one is refused, not faked.
+    cudaChannelFormatDesc described;
+    EXPECT(cudaGetChannelDesc(&described, NULL) != cudaSuccess);
+    cudaGetLastError();
+
     CHECK(cudaFree(pitched));
     CHECK(cudaFree(a));
     CHECK(cudaFree(b));

@@ -1,0 +1,12 @@
+"""Channel format descriptions of textures and CUDA arrays: host arithmetic that needs no
+device (`cudaCreateChannelDesc`). Arrays and textures themselves are not supported, so
+`cudaGetChannelDesc`, which reads an array's description, stays refused."""
+
+from __future__ import annotations
+
+__all__ = ["cudaCreateChannelDesc"]
+
+
+def cudaCreateChannelDesc(x, y, z, w, f):
+    # cffi converts a dict into the C struct the function returns by value.
+    return {"x": x, "y": y, "z": z, "w": w, "f": f}
