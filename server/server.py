@@ -4,6 +4,11 @@ One thread, one socket: messages from all clients are handled in arrival order, 
 its own Session. A client that sends garbage gets an error (or nothing, if not even its header
 decodes) and the others keep being served; a client that exits says BYE, and one that crashes
 is noticed by a periodic check of its pid (clients on this host) and its session is released.
+A session that ends stops its running kernel at once (see worker.py).
+
+`stop()` (what SIGTERM and SIGINT call) ends serve_forever: every client is told that the
+server is shutting down, every kernel is cancelled, and the process can exit within a second
+or two, whatever its kernels were doing.
 """
 
 from __future__ import annotations
@@ -48,7 +53,13 @@ ARENA_SLOTS = 64
 LIVENESS_INTERVAL_S = 0.5
 QUERY = "vgpuQuery"
 CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_DEVICE_UNAVAILABLE = 46
 CUDA_ERROR_NOT_READY = 600
+SHUTTING_DOWN = "the server is shutting down"
+# At shutdown: how long cancelled workers may take to stop (a kernel stops within one step
+# of its lanes), and how long the socket may take to deliver the clients' notices.
+WORKER_EXIT_S = 1.0
+NOTICE_LINGER_MS = 500
 # Calls one session may have waiting for its worker. vgpu's client holds itself to about
 # 20 k (vgpu.client's bounded queue); a client that sends far more without ever waiting is
 # not one, and is disconnected before it fills the server's memory.
@@ -76,11 +87,16 @@ class ProxyServer:
         self._next_session_id = 1
         self.host = socket.gethostname()
         self.started_at = time.time()
+        # stop() may run in a signal handler, while the loop sleeps in poll: a byte written
+        # to this pipe wakes it.
+        self._stopping = False
+        self._stop_read, self._stop_write = os.pipe()
+        os.set_blocking(self._stop_write, False)
 
     # ----------------------------------------------------------------- main loop
 
     def serve_forever(self) -> None:
-        """Serve until interrupted (an exception, e.g. SystemExit from a signal handler)."""
+        """Serve until `stop()` (or an exception), then shut down: see `close()`."""
         # While a worker runs a kernel in Python, hand the interpreter back to this I/O
         # thread often, so other clients wait milliseconds, not the default 5 ms slices.
         sys.setswitchinterval(0.001)
@@ -91,9 +107,10 @@ class ProxyServer:
         poller = zmq.Poller()
         poller.register(self.socket, zmq.POLLIN)
         poller.register(self.wake, zmq.POLLIN)
+        poller.register(self._stop_read, zmq.POLLIN)
         next_check = time.monotonic() + LIVENESS_INTERVAL_S
         try:
-            while True:
+            while not self._stopping:
                 timeout_ms = max(0, int((next_check - time.monotonic()) * 1000))
                 ready = dict(poller.poll(timeout_ms))
                 if self.wake in ready:
@@ -119,15 +136,32 @@ class ProxyServer:
             frames.append(sock.recv(copy=False).buffer)
         return frames
 
+    def stop(self) -> None:
+        """Make serve_forever return. Safe in a signal handler and from any thread."""
+        self._stopping = True
+        try:
+            os.write(self._stop_write, b"\0")
+        except BlockingIOError:  # the pipe is full of earlier requests: already woken
+            pass
+
     def close(self) -> None:
+        """Shut down: cancel every session's work and tell every client, whose waiting call
+        then fails at once with CUDA_ERROR_DEVICE_UNAVAILABLE (not after its VGPU_TIMEOUT)."""
         workers = list(self.workers.values())
         for identity in list(self.sessions):
-            self._close_session(identity, "server shutting down")
-        for worker in workers:
-            worker.join(timeout=10)
-        self.socket.close(0)
+            self._close_session(identity, SHUTTING_DOWN)
+            self._send_reply(identity, [KEEPALIVE_SEQ, CUDA_ERROR_DEVICE_UNAVAILABLE,
+                                        SHUTTING_DOWN, 0, ""])
+        deadline = time.monotonic() + WORKER_EXIT_S
+        stopped = all([w.join(max(0.0, deadline - time.monotonic())) for w in workers])
+        self.socket.close(linger=NOTICE_LINGER_MS)
         self.wake.close(0)
-        self.context.term()
+        os.close(self._stop_read)
+        os.close(self._stop_write)
+        if stopped:
+            self.context.term()
+        else:  # its socket would hold term() up; the process exit ends the thread
+            log.warning("a session's worker did not stop in %g s; leaving it", WORKER_EXIT_S)
 
     # ----------------------------------------------------------------- messages
 
@@ -274,7 +308,7 @@ class ProxyServer:
         if session is not None:
             log.info("session %d closing (%s); %d bytes to release", session.id, why,
                      session.memory_in_use())
-            worker.close()  # after what it was handed, it releases the session
+            worker.cancel()  # stops its kernel, then releases the session
 
     def _reassure_busy_sessions(self) -> None:
         """Clients whose calls are still running hear that the server is alive (a client

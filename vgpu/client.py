@@ -30,6 +30,7 @@ from .protocol import (
     DEFAULT_TIMEOUT_S,
     HANDSHAKE_TIMEOUT_S,
     HELLO,
+    KEEPALIVE_SEQ,
     PROTOCOL_VERSION,
     STICKY_ERRORS,
     pack,
@@ -298,6 +299,9 @@ class Connection:
             reply = unpack(frames[0])
             if reply[0] == seq:
                 return [*reply[1:], frames[1:]]
+            if reply[0] == KEEPALIVE_SEQ and reply[1]:  # the server is going away, and why
+                self._lost = f"{reply[2]} ({self.address})"
+                raise DeviceUnavailable(self._lost)
             # The server is alive: a keepalive (it is still running our calls), a mark's
             # answer, or one to a request abandoned after a timeout.
             deadline = time.monotonic() + timeout

@@ -7,7 +7,12 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["Backend", "DeviceDescription", "KernelDescription", "LoadedModule"]
+__all__ = ["Backend", "Cancelled", "DeviceDescription", "KernelDescription", "LoadedModule"]
+
+
+class Cancelled(BaseException):
+    """Raised by a launcher after `Backend.cancel()`: the session's work is abandoned. A
+    BaseException, so that no handler of a call's errors takes it for one and runs on."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,11 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def synchronize(self) -> None: ...
+
+    @abc.abstractmethod
+    def cancel(self) -> None:
+        """Stop the running kernel soon (its launcher raises Cancelled) and every later one:
+        the session is ending. Called from another thread than the one running kernels."""
 
     @abc.abstractmethod
     def close(self) -> None:

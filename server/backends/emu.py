@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Callable
 
 from vgpu.errors import CudaError
 
 from ..emu import (
     DeviceMemory,
+    LaunchCancelled,
     LaunchError,
     PtxError,
     PtxModule,
@@ -17,7 +19,7 @@ from ..emu import (
     quiet_floating_point,
 )
 from ..emu.errors import IllegalAddress
-from .base import Backend, DeviceDescription, KernelDescription, LoadedModule
+from .base import Backend, Cancelled, DeviceDescription, KernelDescription, LoadedModule
 from .device_attributes import emu_attributes
 from .images import ModuleImage, decode_image
 
@@ -38,6 +40,7 @@ class EmuBackend(Backend):
 
     def __init__(self) -> None:
         self.memory = DeviceMemory()
+        self._cancelled = threading.Event()
 
     def describe(self) -> DeviceDescription:
         return DeviceDescription(
@@ -126,14 +129,19 @@ class EmuBackend(Backend):
 
         def run(params: bytes) -> str:
             try:
-                return prepared.execute(params, self.memory).printf
+                return prepared.execute(params, self.memory, self._cancelled).printf
             except LaunchError as exc:
                 raise CudaError(exc.code, str(exc)) from None
+            except LaunchCancelled:
+                raise Cancelled from None
 
         return run
 
     def synchronize(self) -> None:
         """Kernels run to completion inside their launcher; nothing is ever outstanding."""
+
+    def cancel(self) -> None:
+        self._cancelled.set()
 
     def close(self) -> None:
         self.memory = DeviceMemory()

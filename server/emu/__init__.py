@@ -14,7 +14,14 @@ See README.md for what is supported and how it works.
 """
 
 from .errors import IllegalAddress, LaunchError, PtxError
-from .executor import LaunchResult, PreparedLaunch, launch, prepare, quiet_floating_point
+from .executor import (
+    LaunchCancelled,
+    LaunchResult,
+    PreparedLaunch,
+    launch,
+    prepare,
+    quiet_floating_point,
+)
 from .linker import link
 from .memory import DeviceMemory
 from .module import KernelInfo, ModuleVariable, ParamInfo, PtxModule
@@ -23,6 +30,7 @@ __all__ = [
     "DeviceMemory",
     "IllegalAddress",
     "KernelInfo",
+    "LaunchCancelled",
     "LaunchError",
     "LaunchResult",
     "ModuleVariable",
