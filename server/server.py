@@ -1,9 +1,10 @@
 """ProxyServer: owns the device, serves every client session over one zmq ROUTER socket.
 
 One thread, one socket: messages from all clients are handled in arrival order, each against
-its own Session. A client that sends garbage gets an error (or nothing, if not even its header
-decodes) and the others keep being served; a client that exits says BYE, and one that crashes
-is noticed by a periodic check of its pid (clients on this host) and its session is released.
+its own Session. A client that sends garbage gets an error (or nothing, if its header does
+not even decode into a seq to answer to) and the others keep being served; a client that
+exits says BYE, and one that crashes is noticed by a periodic check of its pid (clients on
+this host) and its session is released.
 A session that ends stops its running kernel at once (see worker.py).
 
 `stop()` (what SIGTERM and SIGINT call) ends serve_forever: every client is told that the
@@ -168,10 +169,20 @@ class ProxyServer:
     def _handle(self, frames: list) -> None:
         identity = frames[0]
         try:
-            kind, seq, body = unpack(frames[1], arrays_as_tuples=True)
-        except (ProtocolError, ValueError, TypeError, IndexError) as exc:
-            log.warning("dropping malformed message from %r: %s", identity[:8], exc)
+            header = unpack(frames[1], arrays_as_tuples=True)
+        except ProtocolError as exc:
+            log.warning("dropping a message from %r: %s", identity[:8], exc)
             return
+        seq = _seq_of(header)
+        if seq is None:  # nothing to answer to
+            log.warning("dropping a message from %r: its header %.60r is not [kind, seq, body]",
+                        identity[:8], header)
+            return
+        if len(header) != 3:
+            self._reply(identity, seq, 1, "malformed message: the header is not "
+                                          "[kind, seq, body]")
+            return
+        kind, _, body = header
         payloads = frames[2:]
         try:
             if kind == CALLS:
@@ -201,9 +212,13 @@ class ProxyServer:
             self.socket.send(pack(header))
 
     def _hello(self, identity: bytes, seq, body) -> None:
-        if not isinstance(body, dict) or body.get("version") != PROTOCOL_VERSION:
+        if not isinstance(body, dict):
+            self._reply(identity, seq, 1, f"malformed hello: {body!r:.60} is not a map")
+            return
+        if body.get("version") != PROTOCOL_VERSION:
             self._reply(identity, seq, 803, f"protocol version mismatch: server speaks "
-                                            f"{PROTOCOL_VERSION}, client sent {body!r:.60}")
+                                            f"{PROTOCOL_VERSION}, client sent "
+                                            f"{body.get('version')!r:.60}")
             return
         if identity in self.sessions:
             self._close_session(identity, "client reconnected")
@@ -212,7 +227,13 @@ class ProxyServer:
             self._reply(identity, seq, 2, "the server has no free session slot")
             return
         arena = VaArena(ARENA_BASE + slot * ARENA_SPAN, ARENA_SPAN)
-        session = Session(self._next_session_id, body, open_backend(self.backend_name), arena)
+        backend = open_backend(self.backend_name)
+        try:
+            session = Session(self._next_session_id, body, backend, arena)
+        except (TypeError, ValueError) as exc:  # a pid that is no number, argv no list...
+            backend.close()
+            self._reply(identity, seq, 1, f"malformed hello: {exc}")
+            return
         self._next_session_id += 1
         self.sessions[identity] = session
         self.slots[identity] = slot
@@ -246,7 +267,11 @@ class ProxyServer:
             self._reply(identity, seq, 46, "no session: say hello first")
             return
         if not isinstance(body, tuple):
-            self._reply(identity, seq, 1, "malformed call batch")
+            if seq:
+                self._reply(identity, seq, 1, "malformed call batch: not a list of calls")
+            else:  # like any failure of queued work, it surfaces at the next synchronization
+                session.last_error_message = "malformed call batch: not a list of calls"
+                session.defer(1)
             return
         worker = self.workers[identity]
         if body and body[-1] == (QUERY, ()):
@@ -265,7 +290,7 @@ class ProxyServer:
                         "the session queued more work than the server holds")
             self._close_session(identity, "it queued more work than the server holds")
             return
-        if worker.pending or any(isinstance(c, tuple) and c and c[0] in LONG_CALLS for c in body):
+        if worker.pending or any(_is_long_call(c) for c in body):
             worker.submit(identity, seq, body, payloads)
         else:
             self._send_outcome(identity, seq, run_batch(session, seq, body, payloads))
@@ -321,6 +346,20 @@ class ProxyServer:
         for identity, session in list(self.sessions.items()):
             if session.host == self.host and session.pid and not _pid_alive(session.pid):
                 self._close_session(identity, f"client pid {session.pid} is gone")
+
+
+def _seq_of(header) -> int | None:
+    """The seq of a decoded header [kind, seq, body], if it has a usable one."""
+    if isinstance(header, tuple) and len(header) >= 2:
+        seq = header[1]
+        if type(seq) is int and seq >= 0:  # not a bool, which is an int too
+            return seq
+    return None
+
+
+def _is_long_call(call) -> bool:
+    return isinstance(call, tuple) and bool(call) and isinstance(call[0], str) and \
+        call[0] in LONG_CALLS
 
 
 def _pid_alive(pid: int) -> bool:
