@@ -21,6 +21,7 @@ from .arena import VaArena
 from .backends import Backend, LoadedModule
 from .handles import HandleTable
 from .peer_memory import PeerMemoryError, read_peer, write_peer
+from .shared_allocations import SHARED_BYTES, SharedAllocations
 
 __all__ = ["Session", "OPS"]
 
@@ -110,6 +111,9 @@ class Session:
         self.segments: dict[int, tuple[mmap.mmap, int | None]] = {}  # id -> (map, device addr)
         self._attach_staging(hello.get("shm"))
         self.peer_memory = self._probe_peer_memory(hello.get("probe"))
+        # Large allocations the client copies to and from itself (see shared_allocations).
+        self.shared = (SharedAllocations() if self.peer_memory and backend.memory_is_host_ram
+                       else None)
 
     # ----------------------------------------------------------------- plumbing
 
@@ -193,6 +197,8 @@ class Session:
         for handle, _ in self.contexts.items():
             self._destroy_context_resources(handle)
         self.backend.close()
+        if self.shared is not None:
+            self.shared.close()
         for seg, _ in self.segments.values():
             seg.close()
         self.segments.clear()
@@ -321,7 +327,9 @@ class Session:
         address = self.arena.alloc(size)
         if address is None:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of device memory ({size} bytes)")
-        self.backend.map(address, size)
+        shared = (self.shared.create(address, size)
+                  if self.shared is not None and size >= SHARED_BYTES else None)
+        self.backend.map(address, size, shared)
         self.allocation_owner[address] = context
         ctx.allocations.add(address)
         return address
@@ -332,6 +340,8 @@ class Session:
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
                             f"0x{address:x} is not the start of a live allocation")
         self.backend.unmap(address)
+        if self.shared is not None:
+            self.shared.release(address)
         self.arena.free(address)
         ctx = self.allocation_owner.pop(address)
         if ctx in self.contexts:
@@ -398,6 +408,16 @@ class Session:
             self.reply_frames.append(out)
             return None
         self.backend.read_into(src, self._source(dst_spec, size))
+
+    @op("vgpuDeviceWindow")
+    def device_window(self, address: int, size: int):
+        """Where the client may copy [address, +size) itself, once the work queued before
+        has run: [server pid, fd, serial, base, length] of the allocation's shared file, or
+        None (not shared: the client copies through the server)."""
+        self._check_range(address, size)
+        found = self.arena.find(address)
+        window = self.shared.window(found[0]) if self.shared and found else None
+        return None if window is None else [*window, *found]
 
     @op("cuMemcpyDtoD")
     def memcpy_dtod(self, dst: int, src: int, size: int):

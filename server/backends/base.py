@@ -50,6 +50,8 @@ class Backend(abc.ABC):
     """One session's view of a device. Addresses come from the session's VaArena."""
 
     name: str
+    # Whether device memory is host RAM (emu), which a local client may then map itself.
+    memory_is_host_ram = False
 
     @abc.abstractmethod
     def describe(self) -> DeviceDescription: ...

@@ -37,6 +37,7 @@ EMU_COMPUTE_CAPABILITY = (8, 0)
 
 class EmuBackend(Backend):
     name = "emu"
+    memory_is_host_ram = True
 
     def __init__(self) -> None:
         self.memory = DeviceMemory()
