@@ -412,7 +412,7 @@ class Session:
     @op("vgpuDeviceWindow")
     def device_window(self, address: int, size: int):
         """Where the client may copy [address, +size) itself, once the work queued before
-        has run: [server pid, fd, serial, base, length] of the allocation's shared file, or
+        has run: [server pid, fd, serial, inode, base, length] of the allocation's file, or
         None (not shared: the client copies through the server)."""
         self._check_range(address, size)
         found = self.arena.find(address)

@@ -52,9 +52,13 @@ class SharedAllocations:
         return memoryview(buffer)
 
     def window(self, base: int) -> list | None:
-        """What a client needs to map the allocation at `base`: [server pid, fd, serial]."""
+        """What a client needs to map the allocation at `base`: [server pid, fd, serial,
+        inode]; the inode lets it check that it opened this very file (a client in another
+        pid namespace would name another process)."""
         entry = self._files.get(base)
-        return None if entry is None else [os.getpid(), entry[0], entry[2]]
+        if entry is None:
+            return None
+        return [os.getpid(), entry[0], entry[2], os.fstat(entry[0]).st_ino]
 
     def release(self, base: int) -> None:
         """The allocation was freed (and unmapped from the backend)."""

@@ -423,12 +423,12 @@ class Connection:
         window, _ = self._finish(self._wait(self._flush(want_reply=True), self.timeout))
         if window is None:
             return None
-        pid, fd, serial, base, length = window
+        pid, fd, serial, inode, base, length = window
         mapped = self._windows.get(base)
         if mapped is None or mapped[0] != serial:  # new, or the same place reallocated
             self._forget_windows(base)
             try:
-                mapped = (serial, *_map_server_file(pid, fd, length))
+                mapped = (serial, *_map_server_file(pid, fd, inode, length))
             except (OSError, ValueError):  # not allowed to open it: the server copies
                 self._windows_work = False
                 return None
@@ -448,10 +448,14 @@ class Connection:
         ctypes.memmove(dst + offset, self.ring.address + slot, n)
 
 
-def _map_server_file(pid: int, fd: int, length: int) -> tuple[mmap.mmap, int]:
-    """Map a file the server holds open (the kernel checks we may ptrace it)."""
+def _map_server_file(pid: int, fd: int, inode: int, length: int) -> tuple[mmap.mmap, int]:
+    """Map a file the server holds open (the kernel checks we may ptrace it), if it is the
+    one the server means."""
     own = os.open(f"/proc/{int(pid)}/fd/{int(fd)}", os.O_RDWR | os.O_CLOEXEC)
     try:
+        found = os.fstat(own)
+        if found.st_ino != inode or found.st_size != length:
+            raise ValueError(f"/proc/{pid}/fd/{fd} is not the server's device memory")
         mapped = mmap.mmap(own, int(length))
     finally:
         os.close(own)
