@@ -1,4 +1,5 @@
-"""The server survives its clients: garbage, crashes and disconnects (issue: foundation)."""
+"""The server survives its clients and answers each as the protocol says: garbage, crashes,
+disconnects."""
 
 from __future__ import annotations
 
