@@ -1,6 +1,7 @@
-"""Transport benchmarks (issue 2): vgpu against raw pyzmq and in-process copies, same run.
+"""Transport benchmarks: vgpu against raw pyzmq and in-process copies, same run.
 
     python benchmarks/bench_transport.py            # prints a table; figures go to BENCHMARKS.md
+    python benchmarks/bench_transport.py --copies   # only the 64 MiB copies, more rounds
 
 Figures, each a ratio against a baseline measured in this run (medians of alternating rounds):
 - an idle cuCtxSynchronize (nothing outstanding: answered without a round trip) and the
@@ -91,7 +92,8 @@ def rss_kib(pid: int) -> int:
     return -1
 
 
-def vgpu_figures(work: Path, spin_us: str | None = None) -> dict[str, float]:
+def vgpu_figures(work: Path, spin_us: str | None = None, syncs: int = SYNCS,
+                 launches: int = LAUNCHES) -> dict[str, float]:
     toolkit = find_toolkit(work / "build")
     program = toolkit.c_program((HERE / "bench_transport.c").read_text())
     address = f"ipc://{work}/vgpu.sock"
@@ -104,7 +106,7 @@ def vgpu_figures(work: Path, spin_us: str | None = None) -> dict[str, float]:
     if spin_us is not None:
         env["VGPU_SPIN_US"] = spin_us
     out = subprocess.run([sys.executable, "-m", "vgpu.cli", "run", "--server", address, "--",
-                          str(program), str(SYNCS), str(LAUNCHES), str(MIB)],
+                          str(program), str(syncs), str(launches), str(MIB)],
                          capture_output=True, text=True, check=True, env=env).stdout
     server.terminate()
     server.wait()
@@ -115,6 +117,39 @@ def vgpu_figures(work: Path, spin_us: str | None = None) -> dict[str, float]:
 
 def _median_of(rounds: list[dict[str, float]]) -> dict[str, float]:
     return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+
+
+COPY_FIGURES = (("htod_bytes_per_s", "HtoD 64 MiB pageable"),
+                ("dtoh_bytes_per_s", "DtoH 64 MiB pageable"),
+                ("htod_pinned_bytes_per_s", "HtoD 64 MiB pinned"),
+                ("dtoh_pinned_bytes_per_s", "DtoH 64 MiB pinned"))
+COPY_ROUNDS = 9
+
+
+def copies_only() -> None:
+    """The copy figures alone, each round's vgpu copies between two numpy baselines (this
+    machine's load changes by the second): the median ratio and the range over rounds."""
+    ratios: dict[str, list[float]] = {key: [] for key, _ in COPY_FIGURES}
+    rates: dict[str, list[float]] = {key: [] for key, _ in COPY_FIGURES}
+    baselines = []
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(COPY_ROUNDS):
+            before = numpy_copy_rate()
+            v = vgpu_figures(Path(tmp), syncs=1, launches=1)
+            baseline = (before + numpy_copy_rate()) / 2
+            baselines.append(baseline)
+            for key, _ in COPY_FIGURES:
+                rates[key].append(v[key])
+                ratios[key].append(v[key] / baseline)
+    gb = 1e9
+    print(f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; numpy copy "
+          f"{statistics.median(baselines) / gb:.2f} GB/s (range {min(baselines) / gb:.2f}-"
+          f"{max(baselines) / gb:.2f})")
+    for key, label in COPY_FIGURES:
+        print(f"{label:24} {statistics.median(rates[key]) / gb:6.2f} GB/s  ratio "
+              f"{statistics.median(ratios[key]):.2f} (rounds {min(ratios[key]):.2f}-"
+              f"{max(ratios[key]):.2f})")
 
 
 def main() -> None:
@@ -146,10 +181,7 @@ def main() -> None:
          f"raw pipelined {raw['pipelined_msgs_per_s']:.0f} msg/s",
          v["launch_rate_end_to_end_per_s"] / raw["pipelined_msgs_per_s"], ">= 1.0x"),
     ]
-    for key, label in (("htod_bytes_per_s", "HtoD 64 MiB pageable"),
-                       ("dtoh_bytes_per_s", "DtoH 64 MiB pageable"),
-                       ("htod_pinned_bytes_per_s", "HtoD 64 MiB pinned"),
-                       ("dtoh_pinned_bytes_per_s", "DtoH 64 MiB pinned")):
+    for key, label in COPY_FIGURES:
         rows.append((label, f"{v[key] / gb:.2f} GB/s", f"numpy copy {copy / gb:.2f} GB/s",
                      v[key] / copy, ">= 0.7x"))
     added = v["rss_after_init_kib"] - v["rss_before_init_kib"]
@@ -163,4 +195,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    main()
+    copies_only() if sys.argv[1:] == ["--copies"] else main()

@@ -49,21 +49,34 @@ def _transfer(fn, pid: int, local: memoryview, remote_address: int) -> None:
     del buffer
 
 
-# Large transfers are split over two threads: the copy is the kernel's (the GIL is released
-# in the foreign call), and one core alone does not saturate memory bandwidth.
+# Large transfers are shared by two threads, the caller and a helper: the copy is the
+# kernel's (the GIL is released in the foreign call), and one core alone does not saturate
+# memory bandwidth. They take PIECE_BYTES at a time from one list rather than a half each:
+# on a shared machine one of them is often descheduled for a while, and with fixed halves
+# the whole copy then waited for the late half (measured under load: 0.70x of a numpy copy
+# with halves, 0.82x with 4 MiB pieces; as fast as halves when the cores are free).
 PARALLEL_BYTES = 8 << 20
-_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="vgpu-peer-copy")
+PIECE_BYTES = 4 << 20
+_helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vgpu-peer-copy")
 
 
 def _split(fn, pid: int, local: memoryview, remote_address: int) -> None:
     if len(local) < PARALLEL_BYTES:
         _transfer(fn, pid, local, remote_address)
         return
-    half = len(local) // 2 // 4096 * 4096
-    parts = [_pool.submit(_transfer, fn, pid, local[:half], remote_address),
-             _pool.submit(_transfer, fn, pid, local[half:], remote_address + half)]
-    for part in parts:
-        part.result()
+    offsets = iter(range(0, len(local), PIECE_BYTES))  # next() is atomic: one list for both
+
+    def take_pieces() -> None:
+        for offset in offsets:
+            _transfer(fn, pid, local[offset:offset + PIECE_BYTES], remote_address + offset)
+
+    helper = _helper.submit(take_pieces)
+    try:
+        take_pieces()
+    finally:
+        failure = helper.exception()  # wait for it in any case: it still uses `local`
+    if failure is not None:
+        raise failure
 
 
 def read_peer(pid: int, remote_address: int, into: memoryview) -> None:

@@ -1,9 +1,15 @@
 """ProxyServer: owns the device, serves every client session over one zmq ROUTER socket.
 
 One thread, one socket: messages from all clients are handled in arrival order, each against
-its own Session. A client that sends garbage gets an error (or nothing, if not even its header
-decodes) and the others keep being served; a client that exits says BYE, and one that crashes
-is noticed by a periodic check of its pid (clients on this host) and its session is released.
+its own Session. A client that sends garbage gets an error (or nothing, if its header does
+not even decode into a seq to answer to) and the others keep being served; a client that
+exits says BYE, and one that crashes is noticed by a periodic check of its pid (clients on
+this host) and its session is released.
+A session that ends stops its running kernel at once (see worker.py).
+
+`stop()` (what SIGTERM and SIGINT call) ends serve_forever: every client is told that the
+server is shutting down, every kernel is cancelled, and the process can exit within a second
+or two, whatever its kernels were doing.
 """
 
 from __future__ import annotations
@@ -48,7 +54,13 @@ ARENA_SLOTS = 64
 LIVENESS_INTERVAL_S = 0.5
 QUERY = "vgpuQuery"
 CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_DEVICE_UNAVAILABLE = 46
 CUDA_ERROR_NOT_READY = 600
+SHUTTING_DOWN = "the server is shutting down"
+# At shutdown: how long cancelled workers may take to stop (a kernel stops within one step
+# of its lanes), and how long the socket may take to deliver the clients' notices.
+WORKER_EXIT_S = 1.0
+NOTICE_LINGER_MS = 500
 # Calls one session may have waiting for its worker. vgpu's client holds itself to about
 # 20 k (vgpu.client's bounded queue); a client that sends far more without ever waiting is
 # not one, and is disconnected before it fills the server's memory.
@@ -77,11 +89,16 @@ class ProxyServer:
         self._next_session_id = 1
         self.host = socket.gethostname()
         self.started_at = time.time()
+        # stop() may run in a signal handler, while the loop sleeps in poll: a byte written
+        # to this pipe wakes it.
+        self._stopping = False
+        self._stop_read, self._stop_write = os.pipe()
+        os.set_blocking(self._stop_write, False)
 
     # ----------------------------------------------------------------- main loop
 
     def serve_forever(self) -> None:
-        """Serve until interrupted (an exception, e.g. SystemExit from a signal handler)."""
+        """Serve until `stop()` (or an exception), then shut down: see `close()`."""
         # While a worker runs a kernel in Python, hand the interpreter back to this I/O
         # thread often, so other clients wait milliseconds, not the default 5 ms slices.
         sys.setswitchinterval(0.001)
@@ -92,9 +109,10 @@ class ProxyServer:
         poller = zmq.Poller()
         poller.register(self.socket, zmq.POLLIN)
         poller.register(self.wake, zmq.POLLIN)
+        poller.register(self._stop_read, zmq.POLLIN)
         next_check = time.monotonic() + LIVENESS_INTERVAL_S
         try:
-            while True:
+            while not self._stopping:
                 timeout_ms = max(0, int((next_check - time.monotonic()) * 1000))
                 ready = dict(poller.poll(timeout_ms))
                 if self.wake in ready:
@@ -120,25 +138,52 @@ class ProxyServer:
             frames.append(sock.recv(copy=False).buffer)
         return frames
 
+    def stop(self) -> None:
+        """Make serve_forever return. Safe in a signal handler and from any thread."""
+        self._stopping = True
+        try:
+            os.write(self._stop_write, b"\0")
+        except BlockingIOError:  # the pipe is full of earlier requests: already woken
+            pass
+
     def close(self) -> None:
+        """Shut down: cancel every session's work and tell every client, whose waiting call
+        then fails at once with CUDA_ERROR_DEVICE_UNAVAILABLE (not after its VGPU_TIMEOUT)."""
         workers = list(self.workers.values())
         for identity in list(self.sessions):
-            self._close_session(identity, "server shutting down")
-        for worker in workers:
-            worker.join(timeout=10)
-        self.socket.close(0)
+            self._close_session(identity, SHUTTING_DOWN)
+            self._send_reply(identity, [KEEPALIVE_SEQ, CUDA_ERROR_DEVICE_UNAVAILABLE,
+                                        SHUTTING_DOWN, 0, ""])
+        deadline = time.monotonic() + WORKER_EXIT_S
+        stopped = all([w.join(max(0.0, deadline - time.monotonic())) for w in workers])
+        self.socket.close(linger=NOTICE_LINGER_MS)
         self.wake.close(0)
-        self.context.term()
+        os.close(self._stop_read)
+        os.close(self._stop_write)
+        if stopped:
+            self.context.term()
+        else:  # its socket would hold term() up; the process exit ends the thread
+            log.warning("a session's worker did not stop in %g s; leaving it", WORKER_EXIT_S)
 
     # ----------------------------------------------------------------- messages
 
     def _handle(self, frames: list) -> None:
         identity = frames[0]
         try:
-            kind, seq, body = unpack(frames[1], arrays_as_tuples=True)
-        except (ProtocolError, ValueError, TypeError, IndexError) as exc:
-            log.warning("dropping malformed message from %r: %s", identity[:8], exc)
+            header = unpack(frames[1], arrays_as_tuples=True)
+        except ProtocolError as exc:
+            log.warning("dropping a message from %r: %s", identity[:8], exc)
             return
+        seq = _seq_of(header)
+        if seq is None:  # nothing to answer to
+            log.warning("dropping a message from %r: its header %.60r is not [kind, seq, body]",
+                        identity[:8], header)
+            return
+        if len(header) != 3:
+            self._reply(identity, seq, 1, "malformed message: the header is not "
+                                          "[kind, seq, body]")
+            return
+        kind, _, body = header
         payloads = frames[2:]
         try:
             if kind == CALLS:
@@ -169,9 +214,13 @@ class ProxyServer:
             self.socket.send(pack(header))
 
     def _hello(self, identity: bytes, seq, body) -> None:
-        if not isinstance(body, dict) or body.get("version") != PROTOCOL_VERSION:
+        if not isinstance(body, dict):
+            self._reply(identity, seq, 1, f"malformed hello: {body!r:.60} is not a map")
+            return
+        if body.get("version") != PROTOCOL_VERSION:
             self._reply(identity, seq, 803, f"protocol version mismatch: server speaks "
-                                            f"{PROTOCOL_VERSION}, client sent {body!r:.60}")
+                                            f"{PROTOCOL_VERSION}, client sent "
+                                            f"{body.get('version')!r:.60}")
             return
         if identity in self.sessions:
             self._close_session(identity, "client reconnected")
@@ -180,8 +229,14 @@ class ProxyServer:
             self._reply(identity, seq, 2, "the server has no free session slot")
             return
         arena = VaArena(ARENA_BASE + slot * ARENA_SPAN, ARENA_SPAN)
-        session = Session(self._next_session_id, body, open_backend(self.backend_name), arena,
-                          self.memcheck)
+        backend = open_backend(self.backend_name)
+        try:
+            session = Session(self._next_session_id, body, backend, arena,
+                              self.memcheck)
+        except (TypeError, ValueError) as exc:  # a pid that is no number, argv no list...
+            backend.close()
+            self._reply(identity, seq, 1, f"malformed hello: {exc}")
+            return
         self._next_session_id += 1
         self.sessions[identity] = session
         self.slots[identity] = slot
@@ -215,7 +270,11 @@ class ProxyServer:
             self._reply(identity, seq, 46, "no session: say hello first")
             return
         if not isinstance(body, tuple):
-            self._reply(identity, seq, 1, "malformed call batch")
+            if seq:
+                self._reply(identity, seq, 1, "malformed call batch: not a list of calls")
+            else:  # like any failure of queued work, it surfaces at the next synchronization
+                session.last_error_message = "malformed call batch: not a list of calls"
+                session.defer(1)
             return
         worker = self.workers[identity]
         if body and body[-1] == (QUERY, ()):
@@ -234,7 +293,7 @@ class ProxyServer:
                         "the session queued more work than the server holds")
             self._close_session(identity, "it queued more work than the server holds")
             return
-        if worker.pending or any(isinstance(c, tuple) and c and c[0] in LONG_CALLS for c in body):
+        if worker.pending or any(_is_long_call(c) for c in body):
             worker.submit(identity, seq, body, payloads)
         else:
             self._send_outcome(identity, seq, run_batch(session, seq, body, payloads))
@@ -277,7 +336,7 @@ class ProxyServer:
         if session is not None:
             log.info("session %d closing (%s); %d bytes to release", session.id, why,
                      session.memory_in_use())
-            worker.close()  # after what it was handed, it releases the session
+            worker.cancel()  # stops its kernel, then releases the session
 
     def _reassure_busy_sessions(self) -> None:
         """Clients whose calls are still running hear that the server is alive (a client
@@ -290,6 +349,20 @@ class ProxyServer:
         for identity, session in list(self.sessions.items()):
             if session.host == self.host and session.pid and not _pid_alive(session.pid):
                 self._close_session(identity, f"client pid {session.pid} is gone")
+
+
+def _seq_of(header) -> int | None:
+    """The seq of a decoded header [kind, seq, body], if it has a usable one."""
+    if isinstance(header, tuple) and len(header) >= 2:
+        seq = header[1]
+        if type(seq) is int and seq >= 0:  # not a bool, which is an int too
+            return seq
+    return None
+
+
+def _is_long_call(call) -> bool:
+    return isinstance(call, tuple) and bool(call) and isinstance(call[0], str) and \
+        call[0] in LONG_CALLS
 
 
 def _pid_alive(pid: int) -> bool:

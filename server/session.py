@@ -28,6 +28,7 @@ from .backends import Backend, LoadedModule
 from .backends.base import KernelFault
 from .handles import HandleTable
 from .peer_memory import PeerMemoryError, read_peer, write_peer
+from .shared_allocations import SHARED_BYTES, SharedAllocations
 
 __all__ = ["Session", "OPS"]
 
@@ -133,6 +134,9 @@ class Session:
         self.segments: dict[int, tuple[mmap.mmap, int | None]] = {}  # id -> (map, device addr)
         self._attach_staging(hello.get("shm"))
         self.peer_memory = self._probe_peer_memory(hello.get("probe"))
+        # Large allocations the client copies to and from itself (see shared_allocations).
+        self.shared = (SharedAllocations() if self.peer_memory and backend.memory_is_host_ram
+                       else None)
 
     # ----------------------------------------------------------------- plumbing
 
@@ -236,6 +240,8 @@ class Session:
         for handle, _ in self.contexts.items():
             self._destroy_context_resources(handle)
         self.backend.close()
+        if self.shared is not None:
+            self.shared.close()
         for seg, _ in self.segments.values():
             seg.close()
         self.segments.clear()
@@ -378,10 +384,15 @@ class Session:
         address = self.arena.alloc(size)
         if address is None:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of device memory ({size} bytes)")
+        shared = (self.shared.create(address, size)
+                  if self.shared is not None and size >= SHARED_BYTES else None)
         try:
-            self.backend.map(address, size)
+            self.backend.map(address, size, shared)
         except BaseException:
-            self.arena.free(address)  # what could not be placed holds no device memory
+            # What could not be placed holds no device memory.
+            if shared is not None:
+                self.shared.release(address)
+            self.arena.free(address)
             raise
         self.allocation_owner[address] = context
         ctx.allocations.add(address)
@@ -393,6 +404,8 @@ class Session:
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
                             f"0x{address:x} is not the start of a live allocation")
         self.backend.unmap(address)
+        if self.shared is not None:
+            self.shared.release(address)
         self.arena.free(address)
         ctx = self.allocation_owner.pop(address)
         if ctx in self.contexts:
@@ -459,6 +472,16 @@ class Session:
             self.reply_frames.append(out)
             return None
         self.backend.read_into(src, self._source(dst_spec, size))
+
+    @op("vgpuDeviceWindow")
+    def device_window(self, address: int, size: int):
+        """Where the client may copy [address, +size) itself, once the work queued before
+        has run: [server pid, fd, serial, inode, base, length] of the allocation's file, or
+        None (not shared: the client copies through the server)."""
+        self._check_range(address, size)
+        found = self.arena.find(address)
+        window = self.shared.window(found[0]) if self.shared and found else None
+        return None if window is None else [*window, *found]
 
     @op("cuMemcpyDtoD")
     def memcpy_dtod(self, dst: int, src: int, size: int):

@@ -9,6 +9,10 @@ thread wake-ups to every round trip.
 
 The worker hands finished batches back through a deque and wakes the I/O thread with an
 empty message on an inproc socket; only the I/O thread touches the client-facing socket.
+
+A session that ends (its client said goodbye, died or was cut off, or the server is
+stopping) is cancelled: the running kernel stops at its next step, the batches not yet run
+are dropped (nobody is left to answer), and the worker releases the session and exits.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import traceback
 
 import zmq
 
+from .backends.base import Cancelled
 from .session import Session
 
 __all__ = ["SessionWorker", "Outcome", "run_batch", "LONG_CALLS"]
@@ -56,6 +61,7 @@ class SessionWorker:
         self.queued_calls = 0  # the calls in them (I/O thread only)
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._finished = finished
+        self._cancelled = False
         self._thread = threading.Thread(target=self._run, args=(context, wake_address),
                                         name=f"vgpu-session-{session.id}", daemon=True)
         self._thread.start()
@@ -69,21 +75,29 @@ class SessionWorker:
         self.pending -= 1
         self.queued_calls -= calls
 
-    def close(self) -> None:
-        """Finish what was handed over, then release the session's resources."""
+    def cancel(self) -> None:
+        """The session ended: stop its kernel, drop its queued batches, release it."""
+        self._cancelled = True
+        self.session.backend.cancel()
         self._jobs.put(None)
 
-    def join(self, timeout: float) -> None:
+    def join(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the worker to exit; whether it did."""
         self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def _run(self, context: zmq.Context, wake_address: str) -> None:
         wake = context.socket(zmq.PUSH)
         wake.connect(wake_address)
         try:
             while (job := self._jobs.get()) is not None:
+                if self._cancelled:
+                    continue  # up to the end marker: nobody waits for these batches
                 identity, seq, body, payloads = job
                 try:
                     outcome = run_batch(self.session, seq, body, payloads)
+                except Cancelled:
+                    continue
                 except Exception:  # a server bug must not strand the session's client
                     log.error("internal error in session %d:\n%s", self.session.id,
                               traceback.format_exc())

@@ -103,10 +103,10 @@ def _server(args) -> int:
         except Exception as exc:  # zmq errors (address in use, bad address)
             print(f"vgpu server: cannot listen on {address}: {exc}", file=sys.stderr)
             return 1
-    # Leave at once, even from inside a blocking poll; serve_forever releases every session
-    # on its way out.
+    # Stop serving at once, even from inside a blocking poll; serve_forever then tells the
+    # clients, cancels every kernel and releases every session on its way out.
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _exit_cleanly)
+        signal.signal(sig, lambda _signum, _frame: server.stop())
     announce(server.endpoint)
     print(f"vgpu server listening on {server.endpoint} (backend {args.backend})", flush=True)
     try:
@@ -118,10 +118,6 @@ def _server(args) -> int:
 
             remove_socket_file(socket_file)
     return 0
-
-
-def _exit_cleanly(_signum, _frame) -> None:
-    raise SystemExit(0)
 
 
 # ----------------------------------------------------------------- vgpu run

@@ -29,6 +29,7 @@ from .protocol import (
     DEFAULT_TIMEOUT_S,
     HANDSHAKE_TIMEOUT_S,
     HELLO,
+    KEEPALIVE_SEQ,
     MEMCHECK_MODES,
     PROTOCOL_VERSION,
     STICKY_ERRORS,
@@ -49,9 +50,12 @@ MAX_QUEUED_CALLS = 512  # a batch is sent once this many calls are waiting
 BATCHES_PER_MARK = 8
 MARKS_IN_FLIGHT = 4
 INLINE_BYTES = 4096  # small copies travel inside the message; no staging needed
-# From this size on, a pageable copy is worth a round trip for the server to copy it straight
-# from or to the application's buffer (one memcpy instead of two through the ring).
+# From this size on, a pageable copy is worth a round trip for one memcpy instead of two
+# through the ring: ours, into the device allocation mapped here (server/shared_allocations),
+# or else the server's, straight from or to the application's buffer (server/peer_memory).
 PEER_COPY_BYTES = 1 << 20
+# Calls after which device windows mapped here may be of freed allocations.
+RELEASING_CALLS = frozenset({"cuMemFree", "cuCtxDestroy", "cuDevicePrimaryCtxReset"})
 POLL_SLICE_MS = 100
 CUDA_ERROR_NOT_READY = 600
 # How long a synchronizing call polls for its reply before it sleeps in the kernel. Waking a
@@ -122,6 +126,9 @@ class Connection:
         self.stdout_writer, self.stderr_writer = _c_writers()
         self.ring: StagingRing | None = None
         self.peer_memory = False
+        # Device allocations mapped into this process: base -> (serial, map, address).
+        self._windows: dict[int, tuple[int, mmap.mmap, int]] = {}
+        self._windows_work = True  # until the kernel refuses us the server's files
         self.server_pid: int | None = None
         try:
             self.info = self._hello()
@@ -187,6 +194,8 @@ class Connection:
         """Queue a call whose result nobody waits for; its error surfaces at the next sync."""
         with self._lock:
             self._queue.append((op, args))
+            if op in RELEASING_CALLS and self._windows:
+                self._forget_windows(args[0] if op == "cuMemFree" else None)
             if len(self._queue) >= MAX_QUEUED_CALLS:
                 self._flush()
 
@@ -309,6 +318,9 @@ class Connection:
             reply = unpack(frames[0])
             if reply[0] == seq:
                 return [*reply[1:], frames[1:]]
+            if reply[0] == KEEPALIVE_SEQ and reply[1]:  # the server is going away, and why
+                self._lost = f"{reply[2]} ({self.address})"
+                raise DeviceUnavailable(self._lost)
             # The server is alive: a keepalive (it is still running our calls), a mark's
             # answer, or one to a request abandoned after a timeout.
             deadline = time.monotonic() + timeout
@@ -361,6 +373,10 @@ class Connection:
                 self._queue.append([op, (dst, spec, size, *extra)])
                 return
             if self.peer_memory and size >= PEER_COPY_BYTES:
+                window = self._device_window(dst, size)
+                if window is not None:
+                    ctypes.memmove(window, src, size)
+                    return
                 self._queue.append([op, (dst, ["peer", src], size, *extra)])
                 self._finish(self._wait(self._flush(want_reply=True), self.timeout))
                 return
@@ -394,6 +410,10 @@ class Connection:
                 ctypes.memmove(dst, bytes(frames[0]) if frames else b"", size)
                 return
             if self.peer_memory and size >= PEER_COPY_BYTES:
+                window = self._device_window(src, size)
+                if window is not None:
+                    ctypes.memmove(dst, window, size)
+                    return
                 self._queue.append([op, (src, size, ["peer", dst], *extra)])
                 self._finish(self._wait(self._flush(want_reply=True), self.timeout))
                 return
@@ -411,10 +431,52 @@ class Connection:
             for chunk in in_flight:
                 self._drain(chunk, dst)
 
+    def _device_window(self, address: int, size: int) -> int | None:
+        """Where device memory [address, +size) is mapped in this process, once the work
+        queued before has run (a round trip); None where the server does not share it."""
+        if not self._windows_work:
+            return None
+        self._queue.append(["vgpuDeviceWindow", (address, size)])
+        window, _ = self._finish(self._wait(self._flush(want_reply=True), self.timeout))
+        if window is None:
+            return None
+        pid, fd, serial, inode, base, length = window
+        mapped = self._windows.get(base)
+        if mapped is None or mapped[0] != serial:  # new, or the same place reallocated
+            self._forget_windows(base)
+            try:
+                mapped = (serial, *_map_server_file(pid, fd, inode, length))
+            except (OSError, ValueError):  # not allowed to open it: the server copies
+                self._windows_work = False
+                return None
+            self._windows[base] = mapped
+        return mapped[2] + (address - base)
+
+    def _forget_windows(self, base: int | None) -> None:
+        """Unmap the window of the allocation at `base` (freed), or every one (None)."""
+        for key in [base] if base is not None else list(self._windows):
+            mapped = self._windows.pop(key, None)
+            if mapped is not None:
+                mapped[1].close()
+
     def _drain(self, chunk: tuple[int, int, int, int], dst: int) -> None:
         seq, offset, n, slot = chunk
         self._finish(self._wait(seq, self.timeout))
         ctypes.memmove(dst + offset, self.ring.address + slot, n)
+
+
+def _map_server_file(pid: int, fd: int, inode: int, length: int) -> tuple[mmap.mmap, int]:
+    """Map a file the server holds open (the kernel checks we may ptrace it), if it is the
+    one the server means."""
+    own = os.open(f"/proc/{int(pid)}/fd/{int(fd)}", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        found = os.fstat(own)
+        if found.st_ino != inode or found.st_size != length:
+            raise ValueError(f"/proc/{pid}/fd/{fd} is not the server's device memory")
+        mapped = mmap.mmap(own, int(length))
+    finally:
+        os.close(own)
+    return mapped, ctypes.addressof(ctypes.c_char.from_buffer(mapped))
 
 
 def _c_writers():

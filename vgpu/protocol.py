@@ -18,7 +18,9 @@ kind is one of:
 
 While a session's worker is busy (a long kernel), the server sends it a reply with seq 0
 (KEEPALIVE) every half second: a client waiting for an answer then knows the server is
-working, not gone, however long the kernel runs; VGPU_TIMEOUT bounds only silence.
+working, not gone, however long the kernel runs; VGPU_TIMEOUT bounds only silence. A
+seq-0 reply with a non-zero code says the server is going away (code 46, the result says
+why: "the server is shutting down"); the client fails its calls from then on.
 
 Ops inside CALLS are driver-API names (`cuMemAlloc_v2`, `cuLaunchKernel`, ...) plus a few
 `vgpu*` transport helpers; see `vgpu.server.session` for the handlers. In a reply, `code` is

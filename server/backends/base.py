@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 from vgpu.errors import CudaError
 
-__all__ = ["Backend", "DeviceDescription", "KernelDescription", "KernelFault", "LoadedModule"]
+__all__ = ["Backend", "Cancelled", "DeviceDescription", "KernelDescription", "KernelFault",
+           "LoadedModule"]
 
 
 class KernelFault(CudaError):
@@ -21,6 +22,11 @@ class KernelFault(CudaError):
         super().__init__(code, message)
         self.output = output
         self.diagnostics = diagnostics
+
+
+class Cancelled(BaseException):
+    """Raised by a launcher after `Backend.cancel()`: the session's work is abandoned. A
+    BaseException, so that no handler of a call's errors takes it for one and runs on."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,8 @@ class Backend(abc.ABC):
     """One session's view of a device. Addresses come from the session's VaArena."""
 
     name: str
+    # Whether device memory is host RAM (emu), which a local client may then map itself.
+    memory_is_host_ram = False
 
     @abc.abstractmethod
     def describe(self) -> DeviceDescription: ...
@@ -117,6 +125,11 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def synchronize(self) -> None: ...
+
+    @abc.abstractmethod
+    def cancel(self) -> None:
+        """Stop the running kernel soon (its launcher raises Cancelled) and every later one:
+        the session is ending. Called from another thread than the one running kernels."""
 
     @abc.abstractmethod
     def close(self) -> None:

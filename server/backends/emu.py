@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
+import threading
 from collections.abc import Callable
 
 from vgpu.errors import CudaError
@@ -13,6 +14,7 @@ from vgpu.module_image import ELF_MAGIC
 from ..arena import ALLOCATION_ALIGNMENT
 from ..emu import (
     DeviceMemory,
+    LaunchCancelled,
     LaunchError,
     MemoryChecker,
     PtxError,
@@ -23,7 +25,14 @@ from ..emu import (
 )
 from ..emu.errors import IllegalAddress
 from ..emu.ir import Symbol
-from .base import Backend, DeviceDescription, KernelDescription, KernelFault, LoadedModule
+from .base import (
+    Backend,
+    Cancelled,
+    DeviceDescription,
+    KernelDescription,
+    KernelFault,
+    LoadedModule,
+)
 from .device_attributes import emu_attributes
 from .images import ModuleImage, decode_image
 
@@ -42,11 +51,13 @@ _BINARY_VERSION = EMU_COMPUTE_CAPABILITY[0] * 10 + EMU_COMPUTE_CAPABILITY[1]
 
 class EmuBackend(Backend):
     name = "emu"
+    memory_is_host_ram = True
 
     def __init__(self) -> None:
         # Allocations are mapped in the arena's granules: what a GPU maps at the least.
         self.memory = DeviceMemory(granule=ALLOCATION_ALIGNMENT)
         self.checker = MemoryChecker(strict=False)
+        self._cancelled = threading.Event()
 
     def describe(self) -> DeviceDescription:
         return DeviceDescription(
@@ -140,15 +151,21 @@ class EmuBackend(Backend):
 
         def run(params: bytes, printf_fifo_bytes: int) -> tuple[str, str]:
             try:
-                result = prepared.execute(params, self.memory, self.checker, printf_fifo_bytes)
+                result = prepared.execute(params, self.memory, self.checker, printf_fifo_bytes,
+                                          self._cancelled)
             except LaunchError as exc:
                 raise KernelFault(exc.code, exc.message, exc.output, exc.diagnostics) from None
+            except LaunchCancelled:
+                raise Cancelled from None
             return result.printf, result.report
 
         return run
 
     def synchronize(self) -> None:
         """Kernels run to completion inside their launcher; nothing is ever outstanding."""
+
+    def cancel(self) -> None:
+        self._cancelled.set()
 
     def close(self) -> None:
         self.memory = DeviceMemory(granule=ALLOCATION_ALIGNMENT)

@@ -14,7 +14,14 @@ See README.md for what is supported and how it works.
 """
 
 from .errors import IllegalAddress, LaunchError, PtxError
-from .executor import LaunchResult, PreparedLaunch, launch, prepare, quiet_floating_point
+from .executor import (
+    LaunchCancelled,
+    LaunchResult,
+    PreparedLaunch,
+    launch,
+    prepare,
+    quiet_floating_point,
+)
 from .linker import link
 from .memcheck import MemoryChecker
 from .memory import DeviceMemory
@@ -24,6 +31,7 @@ __all__ = [
     "DeviceMemory",
     "IllegalAddress",
     "KernelInfo",
+    "LaunchCancelled",
     "LaunchError",
     "LaunchResult",
     "MemoryChecker",

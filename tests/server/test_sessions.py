@@ -1,4 +1,5 @@
-"""The server survives its clients: garbage, crashes and disconnects (issue: foundation)."""
+"""The server survives its clients and answers each as the protocol says: garbage, crashes,
+disconnects."""
 
 from __future__ import annotations
 
@@ -81,21 +82,124 @@ def test_a_queued_error_surfaces_at_the_next_sync_however_much_work_came_after(s
     conn.close()
 
 
-def test_malformed_messages_leave_the_server_serving_others(server):
+def _raw(address: str, hello: bool = False) -> zmq.Socket:
+    """A client that speaks the wire protocol by hand; with `hello`, it opens a session."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(address)
+    if hello:
+        assert _exchange(sock, [pack([HELLO, 1, _hello_body("raw")])])[1] == 0
+        sock.send(pack([CALLS, 0, [["cuDevicePrimaryCtxRetain", [CONTEXT, 0]]]]))
+    return sock
+
+
+def _hello_body(argv0: str) -> dict:
+    return {"version": PROTOCOL_VERSION, "pid": os.getpid(), "host": socket.gethostname(),
+            "argv": [argv0]}
+
+
+def _exchange(sock: zmq.Socket, frames: list, wait_s: float = 5.0) -> list | None:
+    """Send a message; the decoded reply header, or None if none came within `wait_s`."""
+    sock.send_multipart(frames)
+    if not sock.poll(int(wait_s * 1000)):
+        return None
+    return unpack(sock.recv_multipart()[0])
+
+
+# Messages whose header cannot be decoded into [kind, seq, body] with a usable seq: there is
+# nobody to answer (no seq to answer to), so the server drops them and says nothing.
+UNANSWERABLE = {
+    "not msgpack": [b"\xc1garbage"],
+    "empty header": [b""],
+    "msgpack with trailing bytes": [pack([CALLS, 3, []]) + b"\x00"],
+    "a number, not a list": [pack(42)],
+    "a list of one": [pack([CALLS])],
+    "seq not an integer": [pack([CALLS, "3", []])],
+    "seq a boolean": [pack([CALLS, True, []])],
+}
+
+# Messages whose seq can be read: each gets the reply the protocol gives, (code, words of
+# the message), whether or not the sender has a session.
+WITHOUT_SESSION = {
+    "header of two fields": ([pack([CALLS, 4])], (1, "malformed message")),
+    "header of four fields": ([pack([CALLS, 4, [], 0])], (1, "malformed message")),
+    "unknown kind": ([pack(["launch", 4, []])], (1, "unknown message kind")),
+    "kind not a string": ([pack([{"a": 1}, 4, []])], (1, "unknown message kind")),
+    "calls before hello": ([pack([CALLS, 4, [["cuMemGetInfo", []]]])], (46, "say hello first")),
+    "hello of another version": ([pack([HELLO, 4, {"version": PROTOCOL_VERSION + 1}])],
+                                 (803, "protocol version mismatch")),
+    "hello that is not a map": ([pack([HELLO, 4, "hi"])], (1, "malformed hello")),
+    "hello with a pid that is not a number": (
+        [pack([HELLO, 4, {**_hello_body("x"), "pid": "me"}])], (1, "malformed hello")),
+    "hello with argv that is not a list": (
+        [pack([HELLO, 4, {**_hello_body("x"), "argv": 5}])], (1, "malformed hello")),
+    "unknown admin request": ([pack([ADMIN, 4, ["kill", []]])], (1, "unknown admin request")),
+}
+
+WITH_SESSION = {
+    "calls that are not a list": ([pack([CALLS, 5, "not a list"])], (1, "malformed call batch")),
+    "a call that is not a pair": ([pack([CALLS, 5, [42]])], (1, "malformed or unknown call")),
+    "an unknown op": ([pack([CALLS, 5, [["cuNoSuchCall", []]]])],
+                      (1, "malformed or unknown call")),
+    "an op name that is a map": ([pack([CALLS, 5, [[{"op": 1}, []]]])],
+                                 (1, "malformed or unknown call")),
+    "too few arguments": ([pack([CALLS, 5, [["cuMemAlloc", ["x"]]]])], (1, "bad arguments")),
+    "arguments that are not a list": ([pack([CALLS, 5, [["cuMemAlloc", 7]]])],
+                                      (1, "bad arguments")),
+    "a size that is a string": ([pack([CALLS, 5, [["cuMemAlloc", [CONTEXT, "big"]]]])],
+                                (1, "bad arguments")),
+    "a payload frame that was not sent": (
+        [pack([CALLS, 5, [["cuMemcpyHtoD", [0x1000_0000_0000, ["frame", 3], 4]]]])],
+        (1, "")),
+    "a launch of a function never loaded": (
+        [pack([CALLS, 5, [["cuLaunchKernel", [77, 1, 1, 1, 1, 1, 1, 0, 0, b""]]]])],
+        (400, "")),
+}
+
+
+@pytest.mark.parametrize("frames", UNANSWERABLE.values(), ids=UNANSWERABLE.keys())
+def test_an_undecodable_message_gets_no_reply_and_the_server_serves_on(server, frames):
+    bad = _raw(server.address, hello=True)
+    assert _exchange(bad, frames, wait_s=0.5) is None
+    # The sender itself is still served, and so are the others.
+    assert _exchange(bad, [pack([CALLS, 8, [["cuMemGetInfo", []]]])])[:2] == [8, 0]
     good = _open(server.address)
-    ctx = zmq.Context.instance()
-    bad = ctx.socket(zmq.DEALER)
-    bad.setsockopt(zmq.LINGER, 0)
-    bad.connect(server.address)
-    for frames in ([b"\xc1garbage"], [pack(["calls", 5, "not a list"])],
-                   [pack([CALLS, 6, [["cuMemAlloc", ["x"]]]])], [pack(42)], [b""]):
-        bad.send_multipart(frames)
-    time.sleep(0.3)
-    assert server.alive()
-    address, _ = good.call("cuMemAlloc", CONTEXT, 1 << 20)
-    assert address
-    bad.close()
+    assert good.call("cuMemAlloc", CONTEXT, 1 << 20)[0]
     good.close()
+    bad.close()
+
+
+@pytest.mark.parametrize("frames, expected", WITHOUT_SESSION.values(), ids=WITHOUT_SESSION.keys())
+def test_a_malformed_message_gets_its_error_and_the_server_serves_on(server, frames, expected):
+    bad = _raw(server.address)
+    seq, code, result, deferred, output = _exchange(bad, frames)
+    assert (seq, code) == (4, expected[0])
+    assert expected[1] in result
+    assert (deferred, output) == (0, "")
+    assert not [s for s in _ps(server.address) if s["command"] == "x"]  # no session opened
+    good = _open(server.address)
+    assert good.call("cuMemAlloc", CONTEXT, 1 << 20)[0]
+    good.close()
+    bad.close()
+
+
+@pytest.mark.parametrize("frames, expected", WITH_SESSION.values(), ids=WITH_SESSION.keys())
+def test_a_malformed_call_fails_with_its_cuda_error(server, frames, expected):
+    bad = _raw(server.address, hello=True)
+    seq, code, result, deferred, _ = _exchange(bad, frames)
+    assert (seq, code, deferred) == (5, expected[0], 0)
+    assert expected[1] in result
+    # Queued (nobody waits), the same call fails at the next synchronizing call instead.
+    header = unpack(frames[0])
+    bad.send(pack([CALLS, 0, header[2]]))
+    assert _exchange(bad, [pack([CALLS, 6, [["vgpuSynchronize", []]]])])[:4] == \
+        [6, 0, None, expected[0]]
+    # The session still works, and so do the others.
+    assert _exchange(bad, [pack([CALLS, 7, [["cuMemAlloc", [CONTEXT, 4096]]]])])[1] == 0
+    good = _open(server.address)
+    assert good.call("cuMemAlloc", CONTEXT, 1 << 20)[0]
+    good.close()
+    bad.close()
 
 
 def test_a_killed_client_releases_its_session_and_memory(server, client_env):

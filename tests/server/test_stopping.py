@@ -1,0 +1,162 @@
+"""Stopping: a session that ends stops its kernel, and a stopping server tells its clients.
+
+The program is an unmodified driver-API C program whose kernel would run for hours
+(programs/long_kernel.c), run under `vgpu run` as a user runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_sessions import CONTEXT, SPIN_PTX, _ps
+
+from vgpu.client import Connection
+from vgpu.errors import DeviceUnavailable
+
+HERE = Path(__file__).resolve().parent
+VGPU = [sys.executable, "-m", "vgpu.cli"]
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.fixture(scope="session")
+def long_kernel(toolkit) -> Path:
+    return toolkit.c_program((HERE / "programs" / "long_kernel.c").read_text())
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) the process has used so far, all its threads together."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * TICK_S
+
+
+def _seconds_until_idle(pid: int, limit_s: float = 5.0) -> float:
+    """How long until the process stops using the CPU (less than 10% over a quarter of a
+    second); fails after `limit_s`."""
+    start = time.monotonic()
+    before = _cpu_seconds(pid)
+    while time.monotonic() - start < limit_s:
+        time.sleep(0.25)
+        now = _cpu_seconds(pid)
+        if now - before < 0.025:
+            return time.monotonic() - start - 0.25
+        before = now
+    pytest.fail(f"process {pid} still uses the CPU {limit_s} s later")
+
+
+def _terminal_signals() -> None:
+    """Run as a program started from a shell prompt is: Ctrl-C not ignored (the test runner
+    may have been started in the background, where it is)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _start(command: list, address: str | None = None) -> subprocess.Popen:
+    """`vgpu run [--server ADDRESS] -- COMMAND`, once its kernel is queued."""
+    where = ["--server", address] if address else ["--backend", "emu"]
+    env = {k: v for k, v in os.environ.items() if k != "VGPU_SERVER"}
+    proc = subprocess.Popen([*VGPU, "run", *where, "--", *map(str, command)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_terminal_signals)
+    assert proc.stdout.readline().strip() == "launched", proc.stderr.read()
+    return proc
+
+
+def _running_session(address: str, command: Path) -> dict:
+    """The program's session, once the server is running its kernel."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        mine = [s for s in _ps(address) if str(command) in s["command"]]
+        if mine and mine[0]["queued"]:
+            return mine[0]
+        time.sleep(0.1)
+    pytest.fail(f"the server never ran the kernel of {command}")
+
+
+def _session_listed(address: str, command: Path) -> bool:
+    return any(str(command) in s["command"] for s in _ps(address))
+
+
+@pytest.mark.parametrize("how", ["ctrl-c of vgpu run", "sigkill of the program"])
+def test_a_dead_client_s_kernel_stops_on_a_named_server(server, long_kernel, how):
+    proc = _start([long_kernel], server.address)
+    session = _running_session(server.address, long_kernel)
+    if how == "ctrl-c of vgpu run":
+        proc.send_signal(signal.SIGINT)  # forwarded to the program, which dies of it
+        expected = 128 + signal.SIGINT
+    else:
+        os.kill(session["pid"], signal.SIGKILL)
+        expected = 128 + signal.SIGKILL
+    assert proc.wait(timeout=10) == expected
+    proc.communicate()
+    assert _seconds_until_idle(server.proc.pid) < 2.0
+    assert not _session_listed(server.address, long_kernel)  # gone from `vgpu ps` too
+    assert server.alive()
+
+
+def test_a_client_that_says_goodbye_mid_kernel_stops_it(server):
+    conn = Connection(server.address)
+    conn.post("cuDevicePrimaryCtxRetain", CONTEXT, 0)
+    module, function = 0x7667_0200_0000_0011, 0x7667_0300_0000_0011
+    conn.call("cuModuleLoadData", module, CONTEXT, ["inline", SPIN_PTX], len(SPIN_PTX))
+    conn.post("cuModuleGetFunction", function, module, "spin")
+    conn.post("cuLaunchKernel", function, 1, 1, 1, 256, 1, 1, 0, 0,
+              (2_000_000_000).to_bytes(4, "little"))
+    conn.flush()
+    deadline = time.monotonic() + 30
+    while not [s for s in _ps(server.address) if s["pid"] == os.getpid() and s["queued"]]:
+        assert time.monotonic() < deadline, "the kernel never started"
+        time.sleep(0.05)
+    conn.close()  # BYE
+    assert _seconds_until_idle(server.proc.pid) < 1.5
+    assert not [s for s in _ps(server.address) if s["pid"] == os.getpid()]
+
+
+def test_ctrl_c_of_vgpu_run_returns_promptly(long_kernel):
+    proc = _start([long_kernel])  # its own private server
+    with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+        children = [int(pid) for pid in f.read().split()]
+    server_pid = next(pid for pid in children
+                      if b"server" in Path(f"/proc/{pid}/cmdline").read_bytes())
+    deadline = time.monotonic() + 30
+    while _cpu_seconds(server_pid) < 0.5:  # the kernel runs
+        assert time.monotonic() < deadline, "the private server never ran the kernel"
+        time.sleep(0.1)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 128 + signal.SIGINT
+    assert time.monotonic() - start < 2.0
+    _, err = proc.communicate()
+    assert "Traceback" not in err
+    assert not Path(f"/proc/{server_pid}").exists()  # the private server is gone with it
+
+
+def test_a_stopping_server_tells_its_clients_and_exits_cleanly(server, long_kernel):
+    """SIGTERM during a kernel: the waiting client hears CUDA_ERROR_DEVICE_UNAVAILABLE at
+    once (not after VGPU_TIMEOUT), the server stops the kernel and exits 0, quietly."""
+    idle = Connection(server.address, timeout=30)  # a client not waiting for anything
+    idle.call("vgpuSynchronize")
+    proc = _start([long_kernel], server.address)
+    _running_session(server.address, long_kernel)
+    start = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    client_s = time.monotonic() - start
+    assert server.proc.wait(timeout=30) == 0
+    server_s = time.monotonic() - start
+    assert "cuCtxSynchronize returned 46 (CUDA_ERROR_DEVICE_UNAVAILABLE)" in out
+    assert "the server is shutting down" in err
+    assert proc.returncode == 2
+    assert client_s < 2.0 and server_s < 2.0
+    server_err = server.proc.stderr.read()
+    assert "Traceback" not in server_err and "Error" not in server_err, server_err
+    # The idle client learns it at its next call, without waiting out its timeout.
+    start = time.monotonic()
+    with pytest.raises(DeviceUnavailable, match="the server is shutting down"):
+        idle.call("cuMemGetInfo")
+    assert time.monotonic() - start < 1.0
