@@ -280,7 +280,7 @@ def test_a_killed_vgpu_run_leaves_no_server_or_socket_behind():
             time.sleep(0.1)
         run.kill()
         run.wait(timeout=10)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # milliseconds, unless the machine is very busy
         while list(folder.glob(f"run-{run.pid}-*.sock")):
             assert time.monotonic() < deadline, "the private server outlived its vgpu run"
             time.sleep(0.1)
