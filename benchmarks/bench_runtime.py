@@ -1,4 +1,4 @@
-"""Runtime-layer benchmark (issue 4): the cost of a `<<<>>>` launch over a driver-level
+"""Runtime-layer benchmark: the cost of a `<<<>>>` launch over a driver-level
 `cuLaunchKernel`, client side, in the same process and run.
 
     python benchmarks/bench_runtime.py [--launches N] [--rounds R]

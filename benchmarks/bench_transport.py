@@ -1,4 +1,4 @@
-"""Transport benchmarks (issue 2): vgpu against raw pyzmq and in-process copies, same run.
+"""Transport benchmarks: vgpu against raw pyzmq and in-process copies, same run.
 
     python benchmarks/bench_transport.py            # prints a table; figures go to BENCHMARKS.md
 

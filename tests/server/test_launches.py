@@ -1,5 +1,5 @@
 """Launches as the server runs them: a kernel's shapes are checked and prepared once, then
-reused (issue: foundation). What a user sees must not depend on what was reused."""
+reused. What a user sees must not depend on what was reused."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The server survives its clients: garbage, crashes and disconnects (issue: foundation)."""
+"""The server survives its clients: garbage, crashes and disconnects."""
 
 from __future__ import annotations
 
