@@ -172,6 +172,16 @@ def test_a_bad_server_address_is_one_clear_line(args, env, message):
     _one_clear_line(_vgpu(*args, env={**_without_server_env(), **env}), 2, message)
 
 
+def test_backend_asks_for_a_private_server():
+    result = _vgpu("run", "--server", "ipc:///nowhere.sock", "--backend", "emu", "--", "true")
+    _one_clear_line(result, 2, "vgpu run: --backend is for a private server; --server names")
+    # The command line wins over the environment: VGPU_SERVER is not even looked at.
+    show_server = "import os; print(os.environ['VGPU_SERVER'])"
+    result = _vgpu("run", "--backend", "emu", "--", sys.executable, "-c", show_server,
+                   env={**os.environ, "VGPU_SERVER": "bogus"})
+    assert result.returncode == 0 and "/vgpu/run-" in result.stdout, result
+
+
 def test_a_server_listens_where_it_is_told_or_not_at_all(tmp_path):
     result = _vgpu("server", "--listen", "tcp://127.0.0.1:99999")
     _one_clear_line(result, 1, "cannot listen on tcp://127.0.0.1:99999: '99999' is not a port")
