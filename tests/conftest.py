@@ -18,6 +18,7 @@ SLOW = {
     "emu/test_properties.py",
     "runtime/test_runtime_programs.py",
     "emu/test_cuda_programs.py::test_thrust_and_cub_algorithms",
+    "emu/test_conformance.py::test_cub_block_primitives",
     "emu/test_cuda_programs.py::test_cooperative_groups_tiles_and_cta_barriers",
     "server/test_sessions.py::test_a_kernel_longer_than_the_client_timeout_is_waited_for",
     "server/test_sessions.py::test_a_program_that_queues_faster_than_the_device_runs_waits_for_it",
