@@ -1,4 +1,4 @@
-"""VaArena: the per-session window of device virtual addresses (DESIGN.md decision 6).
+"""VaArena: the per-session window of device virtual addresses.
 
 Every allocation a session makes is placed inside its arena, so an address means the same
 allocation on any backend and after a restore: kernel arguments and pointers stored in device

@@ -1,4 +1,4 @@
-"""Tables of client-chosen object handles, one per kind (DESIGN.md decision 4).
+"""Tables of client-chosen object handles, one per kind.
 
 Clients pick handle values themselves so that creating an object needs no round trip; the
 server only checks that a handle is live and of the right kind. Handles are never reused by a

@@ -1,6 +1,7 @@
 """Session: one client process's device state on the server, and the handlers of its calls.
 
-Each op is a driver-API call (DESIGN.md decision 1) named as the client's shim exports it.
+Each op is a driver-API call (the only kind that crosses the wire: the runtime API is
+implemented in the client) named as the client's shim exports it.
 Handlers raise CudaError for CUDA failures; `Session.execute` turns that into the reply code
 of a synchronizing call or into the deferred error of a queued one, with its message. Kernel
 faults are sticky (decision 9): once one happens, every call but a context reset reports it.

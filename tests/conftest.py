@@ -11,12 +11,15 @@ from toolkit import Toolkit, find_toolkit
 
 TESTS = Path(__file__).resolve().parent
 # What takes minutes on two cores: the property tests of the emulator's instructions (many
-# generated inputs each), every runtime program built twice and run under `vgpu run`, and
-# server tests that wait out timeouts or fill queues on purpose. Whole modules, or single
-# tests.
+# generated inputs each), every runtime program built twice and run under `vgpu run`, CUDA
+# programs that take long to compile (thrust, cooperative groups), and server tests that
+# wait out timeouts or fill queues on purpose. Whole modules, or single tests.
 SLOW = {
     "emu/test_properties.py",
     "runtime/test_runtime_programs.py",
+    "emu/test_cuda_programs.py::test_thrust_and_cub_algorithms",
+    "emu/test_conformance.py::test_cub_block_primitives",
+    "emu/test_cuda_programs.py::test_cooperative_groups_tiles_and_cta_barriers",
     "server/test_sessions.py::test_a_kernel_longer_than_the_client_timeout_is_waited_for",
     "server/test_sessions.py::test_a_program_that_queues_faster_than_the_device_runs_waits_for_it",
     "server/test_sessions.py::test_a_client_that_floods_the_queue_without_waiting_is_cut_off",

@@ -2,7 +2,7 @@
 
 vgpu replaces libcudart.so.13 and libcuda.so.1. A program that carries NVIDIA's CUDA runtime
 statically (what nvcc links by default) reaches only libcuda, through undocumented export
-tables vgpu does not provide (DESIGN.md, decision 1), so it must be rebuilt with
+tables vgpu does not provide, so it must be rebuilt with
 `-cudart shared`; telling the user so beats a failure deep inside the runtime.
 
 A static runtime is recognised in the executable itself, never by its NEEDED list alone:

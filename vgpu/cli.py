@@ -144,9 +144,14 @@ def _run(args) -> int:
 
     from vgpu.addresses import AddressError, check_address
 
+    if args.server is not None and args.backend is not None:
+        print("vgpu run: --backend is for a private server; --server names a running one",
+              file=sys.stderr)
+        return 2
     server = None
     address, named_by = args.server, "--server "
-    if address is None and os.environ.get("VGPU_SERVER"):
+    # --backend on the command line asks for a private server, whatever VGPU_SERVER says.
+    if address is None and args.backend is None and os.environ.get("VGPU_SERVER"):
         address, named_by = os.environ["VGPU_SERVER"], "VGPU_SERVER="
     if address is not None:
         try:

@@ -1,11 +1,12 @@
 """Connection: the client end of the vgpu protocol, as it runs inside the application.
 
 It queues calls whose result the application does not need yet and sends them in batches
-(DESIGN.md decision 4), moves bulk data through a shared-memory staging ring when the server
-is on this host (decision 5), and never hangs: a server that does not answer within a bounded
+(a round trip costs about 100 us), moves bulk data through a shared-memory staging ring when
+the server is on this host, and never hangs: a server that does not answer within a bounded
 time, or whose process is gone, turns into CUDA_ERROR_DEVICE_UNAVAILABLE.
 
-Kept light on purpose (decision 10): the standard library, pyzmq and msgpack only.
+Kept light on purpose, since it loads into every application: the standard library, pyzmq
+and msgpack only.
 """
 
 from __future__ import annotations
@@ -213,7 +214,7 @@ class Connection:
         """Wait for all work sent so far (cuCtxSynchronize and kin).
 
         When everything sent has already been answered for and nothing is queued, there is
-        nothing to wait for: no round trip (DESIGN.md decision 4). A sticky error the server
+        nothing to wait for: no round trip. A sticky error the server
         reported keeps being returned, as CUDA does.
         """
         with self._lock:

@@ -1,4 +1,4 @@
-"""The vgpu wire protocol: framing, versions and the handshake (DESIGN.md decisions 1, 4, 5).
+"""The vgpu wire protocol: framing, versions and the handshake.
 
 Transport: a zmq DEALER (client) to ROUTER (server) pair. Every message is a multipart zmq
 message whose first frame is a msgpack header and whose further frames are raw payloads

@@ -1,4 +1,4 @@
-"""Backends execute a session's device work; all of them follow `Backend` (DESIGN.md decision 8).
+"""Backends execute a session's device work; all of them follow one interface, `Backend`.
 
 `open_backend(name)` picks one: `emu` (PTX on the CPU), `cuda` (a physical GPU through
 cuda-python; not built yet), or `auto` (cuda when a GPU is usable, else emu: today, emu).

@@ -1,6 +1,6 @@
 """Kernel launches and function attributes.
 
-A launch never waits for the server (DESIGN.md decision 4): the parameter buffer is packed
+A launch never waits for the server (a round trip costs ~100 us): the parameter buffer is packed
 here from the kernel's layout (known since the module was loaded), the configuration is
 checked against the kernel's limits, and the call is queued.
 """

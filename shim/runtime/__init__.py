@@ -1,5 +1,6 @@
 """The CUDA runtime API (libcudart.so.13), implemented in the client on top of vgpu's driver
-layer (DESIGN.md decision 1: NVIDIA's cudart cannot run on a replacement libcuda).
+layer (NVIDIA's cudart cannot run on a replacement libcuda: it needs undocumented export
+tables).
 
 Every public `cuda*` and `__cuda*` name here is an exported C symbol of our libcudart: the
 dispatcher of its C stubs looks implementations up by symbol name, decodes the C arguments

@@ -2,7 +2,7 @@
 through.
 
 The runtime runs inside the application on top of vgpu's driver layer and calls its Python
-internals directly (DESIGN.md decision 1): one connection, one handle space. What it adds:
+internals directly: one connection, one handle space. What it adds:
 
 - the primary context of device 0, retained by the first call that needs the device and made
   current on every thread that has no context yet, as NVIDIA's cudart does;

@@ -8,7 +8,7 @@ launch), then in the host stub `__cudaGetKernel(&handle, stub)` once per call si
 per-thread default stream), whose result the stub drops: a failed launch is seen through
 cudaGetLastError. A launch never waits for the server:
 the kernel's parameter layout is known once its image is loaded, the configuration is checked
-here and the launch is queued (DESIGN.md decision 4).
+here and the launch is queued (it needs no answer from the server).
 
 Functions are named by their host stub address (`cudaLaunchKernel(func, ...)`) or by the
 cudaKernel_t `__cudaGetKernel` / `cudaGetKernel` gave; both are accepted everywhere.

@@ -1,4 +1,4 @@
-"""Unmodified driver-API programs under `vgpu run` (issue 2's acceptance)."""
+"""Unmodified driver-API programs under `vgpu run`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The runtime layer implements exported libcudart symbols only, and all that issue 4 lists."""
+"""The runtime layer implements exported libcudart symbols only, and at least the ones that
+programs built with nvcc need: registration, launch, and the common runtime API."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from vgpu.api.table import runtime_functions
 
 EXPORTED = {function.symbol for function in runtime_functions()}
 
-# Issue 4's list: registration, launch, and the runtime API it names.
+# Registration, launch, and the runtime API that common programs call.
 REQUIRED = """
 __cudaRegisterFatBinary __cudaRegisterFatBinaryEnd __cudaUnregisterFatBinary
 __cudaRegisterFunction __cudaRegisterVar __cudaRegisterManagedVar __cudaInitModule

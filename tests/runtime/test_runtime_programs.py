@@ -1,4 +1,4 @@
-"""Unmodified runtime-API programs under `vgpu run` on the emu backend (issue 4's acceptance).
+"""Unmodified runtime-API programs under `vgpu run` on the emu backend.
 
 Each program in programs/ is CUDA C++ that checks its own results and exits 0 only when all
 are right; it is compiled here with nvcc `-cudart shared`, once with the default (zstd-

@@ -3,7 +3,7 @@
 A stub has the exact prototype the headers give its symbol. It lets the call through only once
 the embedded Python runtime is up (else it returns the API's "not initialized" code, or zero),
 then calls its symbol's own cffi callback, `vgpu_py_<symbol>`, with the same arguments: cffi
-converts them to Python objects in its generated C and the result back (DESIGN.md decision 3).
+converts them to Python objects in its generated C and the result back.
 The callbacks are declared once, in `<prefix>_callbacks.h`: the stubs include it, and the cffi
 builder declares its contents `extern "Python+C"`, so cffi defines them. A callback has its
 symbol's signature, except that `char` results travel as `signed char` (cffi would otherwise
