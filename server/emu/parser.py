@@ -412,6 +412,11 @@ class _Parser:
                         targets.append(self.expect_kind("word", "a label").text)
                     self.expect(";")
                     fn.branch_tables[text] = targets
+                elif self.accept(".callprototype"):
+                    # The signature of an indirect call's target (function pointers, virtual
+                    # functions); only those calls use it, and they fail when launched.
+                    while self.next().text != ";":
+                        pass
             elif text == "@" or (tok.kind == "word" and not text.startswith(".")):
                 self.pos -= 1
                 fn.body.append(self.instruction())
