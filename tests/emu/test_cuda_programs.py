@@ -75,7 +75,7 @@ def test_half_and_bfloat16_arithmetic_from_cuda_headers(toolkit, server):
     # bfloat16 fma and the .relu forms need compute_80 (the emulated device's architecture).
     assert_passed(run_program(toolkit, server, "half_precision",
                               "-gencode=arch=compute_80,code=compute_80"),
-                  "half_precision: 4610 half and bfloat16 results correct")
+                  "half_precision: 4866 half and bfloat16 results correct")
 
 
 def test_an_unsupported_instruction_fails_only_the_kernels_that_reach_it(toolkit, server):
