@@ -109,3 +109,10 @@ def test_numba_half_precision_kernels(server):
                             capture_output=True, text=True, timeout=TIMEOUT_S,
                             env=_environment())
     assert_passed(result, "numba_half: 400 fp16 results correct, twice")
+
+
+def test_cuda_barrier_and_memcpy_async(toolkit, server):
+    # mbarrier objects and cp.async exist from compute_80 on.
+    assert_passed(run_program(toolkit, server, "async_barriers",
+                              "-gencode=arch=compute_80,code=compute_80"),
+                  "async_barriers: 6 tiles staged through cuda::barrier, phases correct")
