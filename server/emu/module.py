@@ -62,9 +62,13 @@ class PtxModule:
         self.program = Program(module)
         self.kernels: dict[str, KernelInfo] = {
             name: self._kernel_info(kp) for name, kp in self.program.kernels.items()}
+        functions = {name: _FUNCTION_ADDRESS_BASE + 16 * k
+                     for k, name in enumerate(module.functions)}
         self.variables: dict[str, ModuleVariable] = {
-            v.name: ModuleVariable(v.name, v.space, v.size, v.align, v.init,
-                                   [(o, n, a) for o, n, a, _ in v.relocations])
+            v.name: ModuleVariable(v.name, v.space, v.size, v.align,
+                                   _with_function_addresses(v, functions),
+                                   [(o, n, a) for o, n, a, _ in v.relocations
+                                    if n not in functions])
             for v in module.variables.values() if v.space in ("global", "const")}
 
     @classmethod
@@ -112,10 +116,28 @@ class PtxModule:
         return KernelInfo(kp.name, params, kp.param_size, attributes)
 
 
+# Tables of function pointers (`__device__ op_t ops[] = {f, g}`, virtual function tables)
+# hold these stand-ins for the functions' addresses: distinct, not null, and outside every
+# device allocation. Calls through them are not supported (the kernels making them fail to
+# launch), so nothing ever jumps to one.
+_FUNCTION_ADDRESS_BASE = 0xF300_0000_0000_0000
+
+
 # The register file: 64K 32-bit registers per block, at most 255 per thread, allocated to
 # warps in units of 256.
 _REGISTERS_PER_BLOCK = 65536
 _MAX_REGISTERS_PER_THREAD = 255
+
+
+def _with_function_addresses(var, functions: dict[str, int]) -> bytes:
+    """`var`'s initializer with the functions its relocations name filled in."""
+    data = bytearray(var.init.ljust(var.size, b"\0"))
+    for offset, name, addend, _ in var.relocations:
+        if name in functions:
+            width = min(8, var.size - offset)
+            value = (functions[name] + addend) & ((1 << (8 * width)) - 1)
+            data[offset:offset + width] = value.to_bytes(width, "little")
+    return bytes(data)
 
 
 def _target_architecture(target: tuple[str, ...]) -> int:

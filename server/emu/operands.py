@@ -96,7 +96,9 @@ def reader(operand, ptype: PtxType, ctx: CompileContext) -> Callable:
         return _special_reader(operand.name, ptype, ctx)
     if isinstance(operand, Symbol):
         space, address = symbol_address(operand, ctx)
-        if space in ("fparam", "function", "label"):
+        if space == "function":
+            raise ctx.unsupported(f"function pointers ({operand.name!r}) are not supported")
+        if space in ("fparam", "label"):
             raise ctx.error(f"the address of {operand.name!r} cannot be taken")
         dtype = ptype.dtype
         mask = (1 << ptype.bits) - 1

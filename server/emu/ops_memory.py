@@ -171,6 +171,10 @@ def _st(instr, ctx: CompileContext):
 def _cp_async(instr, ctx: CompileContext):
     """cp.async: an asynchronous global->shared copy, done at once (commit/wait are then
     no-ops). A source size below the copy size zero-fills the rest, as PTX specifies."""
+    if "mbarrier" in instr.modifiers:
+        from .ops_mbarrier import cp_async_arrive  # it imports this module
+
+        return cp_async_arrive(instr, ctx)
     mods = Modifiers(ctx)
     if not mods.has("async"):
         raise ctx.unsupported("only cp.async is supported")

@@ -85,6 +85,12 @@ class _Parser:
         self.mod = Module()
         self.scopes: list[dict[str, Register | Variable]] = []
         self.function: Function | None = None
+        # Labels are scoped by { } blocks like registers (inline PTX with a label, inlined
+        # or unrolled several times, defines it once per block). Each scope maps a label to
+        # its name in the function; names used as operands are resolved when the function
+        # ends, since branches may jump forward: (symbol or branch table, the scopes then).
+        self.label_scopes: list[dict[str, str]] = []
+        self.label_uses: list[tuple[object, list[dict[str, str]]]] = []
 
     # -- token helpers ------------------------------------------------------------------
     def peek(self, ahead: int = 0) -> Token | None:
@@ -383,13 +389,17 @@ class _Parser:
     def function_body(self, fn: Function) -> None:
         self.expect("{")
         self.scopes.append({})
+        self.label_scopes = [{}]
+        self.label_uses = []
         while self.scopes and len(self.scopes) > 1:
             tok = self.next()
             text = tok.text
             if text == "{":
                 self.scopes.append({})
+                self.label_scopes.append({})
             elif text == "}":
                 self.scopes.pop()
+                self.label_scopes.pop()
             elif text == ".reg":
                 self.register_declaration(fn, tok.line)
             elif text in _SPACES:
@@ -403,20 +413,45 @@ class _Parser:
                 self.expect(";")
             elif tok.kind == "word" and self.at(":"):
                 self.next()
-                if text in fn.labels:
+                if text in self.label_scopes[-1]:
                     raise PtxError(f"label {text!r} defined twice", tok.line)
-                fn.labels[text] = len(fn.body)
+                name = text
+                while name in fn.labels:  # the same label in another block
+                    name += "#"
+                self.label_scopes[-1][text] = name
+                fn.labels[name] = len(fn.body)
                 if self.accept(".branchtargets"):
                     targets = [self.expect_kind("word", "a label").text]
                     while self.accept(","):
                         targets.append(self.expect_kind("word", "a label").text)
                     self.expect(";")
-                    fn.branch_tables[text] = targets
+                    fn.branch_tables[name] = targets
+                    self.label_uses.append((targets, list(self.label_scopes)))
+                elif self.accept(".callprototype"):
+                    # The signature of an indirect call's target (function pointers, virtual
+                    # functions); only those calls use it, and they fail when launched.
+                    while self.next().text != ";":
+                        pass
             elif text == "@" or (tok.kind == "word" and not text.startswith(".")):
                 self.pos -= 1
                 fn.body.append(self.instruction())
             else:
                 raise PtxError(f"unsupported directive {text!r} in function body", tok.line)
+        self._resolve_labels()
+        self.label_scopes, self.label_uses = [], []
+
+    def _resolve_labels(self) -> None:
+        """Point each label used in the function at the one its enclosing blocks define."""
+        def resolve(name: str, scopes: list[dict[str, str]]) -> str:
+            for scope in reversed(scopes):
+                if name in scope:
+                    return scope[name]
+            return name
+        for use, scopes in self.label_uses:
+            if isinstance(use, Symbol):
+                use.name = resolve(use.name, scopes)
+            else:
+                use[:] = [resolve(name, scopes) for name in use]
 
     def register_declaration(self, fn: Function, line: int) -> None:
         tok = self.next()
@@ -520,7 +555,10 @@ class _Parser:
                 return SpecialRegister(text)
             if text.startswith("%"):
                 raise PtxError(f"undeclared register {text!r}", tok.line)
-            return Symbol(text)
+            symbol = Symbol(text)
+            if self.label_scopes:
+                self.label_uses.append((symbol, list(self.label_scopes)))
+            return symbol
         raise PtxError(f"unexpected {text!r} in operand", tok.line)
 
     def address(self) -> Address:

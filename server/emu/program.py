@@ -33,6 +33,7 @@ from . import (  # noqa: F401  (importing registers the opcodes)
     ops_float,
     ops_integer,
     ops_logic,
+    ops_mbarrier,
     ops_memory,
     ops_warp,
 )

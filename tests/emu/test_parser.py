@@ -83,6 +83,29 @@ def test_unsupported_instructions_fail_only_the_launches_that_reach_them(device,
     assert instruction.split()[0] in message and fragment in message
 
 
+def test_labels_are_scoped_by_blocks(device):
+    # The same label in sibling blocks (inline PTX inlined twice), a forward branch to the
+    # block's own label, and an outer label reached from inside a block.
+    body = """
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<2>;
+    .reg .pred %p<2>;
+    ld.param.u64 %rd1, [p];
+    mov.u32 %r1, 0;
+    { setp.eq.u32 %p1, %r1, 0; @%p1 bra SKIP; add.u32 %r1, %r1, 100; SKIP: add.u32 %r1, %r1, 1; }
+    { setp.eq.u32 %p1, %r1, 1; @%p1 bra SKIP; add.u32 %r1, %r1, 10; SKIP: add.u32 %r1, %r1, 2; }
+    { bra OUT; add.u32 %r1, %r1, 1000; }
+OUT:
+    st.global.u32 [%rd1], %r1;
+    """
+    mod = device.load(kernel(body, decls=""))
+    out = device.zeros(1, np.uint32)
+    device.launch(mod, "k", (1,), (1,), out)
+    assert device.download(out, 1, np.uint32)[0] == 1 + 2  # both branches taken, forward
+    with pytest.raises(PtxError, match="label 'SKIP' defined twice"):
+        PtxModule.parse(kernel("{ SKIP: ret; SKIP: ret; }"))
+
+
 def test_unresolved_externals_fail_at_load():
     text = HEADER + ".extern .func (.param .b32 r) helper(.param .b32 x);\n" + \
         ".visible .entry k()\n{\n.param .b32 a;\n.param .b32 r;\n" \

@@ -48,6 +48,10 @@ __global__ void half_math(const float *a, const float *b, float *out, __half *hs
         : "=r"(halves_lt), "=r"(flags)
         : "r"(*(unsigned *)&h2a), "r"(*(unsigned *)&h2b));
     out[17 * N + i] = flags + 4 * ((halves_lt & 0xFFFF) == 0xFFFF) + 8 * (halves_lt >> 16 == 0xFFFF);
+    unsigned short lt_bits;
+    asm("set.lt.f16.f16 %0, %1, %2;" : "=h"(lt_bits)
+        : "h"(*(unsigned short *)&ha), "h"(*(unsigned short *)&hb));
+    out[18 * N + i] = __half2float(*(__half *)&lt_bits);
     // Half and bfloat16 atomics (bfloat16's is a 16-bit compare-and-swap loop on sm_80).
     atomicAdd(hsum, __float2half(1.0f));
     atomicAdd(bsum, __float2bfloat16(1.0f));
@@ -78,7 +82,7 @@ static float ulp(float x, int mantissa_bits)
 
 int main()
 {
-    static float a[N], b[N], out[18 * N];
+    static float a[N], b[N], out[19 * N];
     for (int i = 0; i < N; ++i) {
         a[i] = to_half((i - 128) * 0.37f);
         b[i] = to_half(((i * 37) % 101 - 50) * 0.21f);
@@ -122,13 +126,14 @@ int main()
             {to_bf16(std::exp(bs)), ulp(std::exp(bs), 7)},
             {to_bf16(std::sin(bs)), ulp(std::sin(bs), 7) + ulp(1.0f, 7) / 64},
         };
-        float comparisons[4] = {
+        float comparisons[5] = {
             (float)(x < y) + 2 * (float)(y < x) + 4 * (float)(x == y),
             (float)(x == y) + 2 * (float)(x == y),
             (float)(bx < by) + 2 * (float)(by < bx) + 4 * (float)(bx == by),
             (float)(x < y) + 2 * (float)(y < x) + 4 * (float)(x < y) + 8 * (float)(y < x),
+            (float)(x < y),
         };
-        for (int k = 0; k < 4; ++k) {
+        for (int k = 0; k < 5; ++k) {
             if (out[(14 + k) * N + i] != comparisons[k]) {
                 fprintf(stderr, "comparison %d of %g, %g: got %g, expected %g\n", k, x, y,
                         out[(14 + k) * N + i], comparisons[k]);
@@ -149,6 +154,6 @@ int main()
     CHECK(cudaMemcpy(&hsum, dhsum, sizeof(hsum), cudaMemcpyDeviceToHost));
     CHECK(cudaMemcpy(&bsum, dbsum, sizeof(bsum), cudaMemcpyDeviceToHost));
     EXPECT(__half2float(hsum) == N && __bfloat162float(bsum) == N);
-    printf("half_precision: %d half and bfloat16 results correct\n", 18 * N + 2);
+    printf("half_precision: %d half and bfloat16 results correct\n", 19 * N + 2);
     return 0;
 }

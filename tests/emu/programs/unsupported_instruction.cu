@@ -1,7 +1,8 @@
 // A module where one device function uses an instruction the emulator does not implement
-// (ldmatrix, a tensor-core load). Only the kernels that can reach it fail, when launched,
-// with cudaErrorNotSupported; the module's other kernels and __device__ variables work, and
-// the error is not sticky.
+// (ldmatrix, a tensor-core load) and a kernel calls through a table of function pointers
+// (indirect calls are not implemented). Only the kernels that can reach them fail, when
+// launched, with cudaErrorNotSupported; the module's other kernels and __device__ variables
+// (the function pointer table included) work, and the error is not sticky.
 #include <cstring>
 #include "check.cuh"
 
@@ -23,6 +24,16 @@ __global__ void uses_tensor_cores(unsigned *out)
         tile[i] = (unsigned short)i;
     __syncwarp();
     out[threadIdx.x] = load_fragment(tile);
+}
+
+typedef int (*operation)(int);
+__device__ int increment(int x) { return x + 1; }
+__device__ int twice(int x) { return 2 * x; }
+__device__ operation operations[2] = {increment, twice};
+
+__global__ void apply(int *values, int k)
+{
+    values[threadIdx.x] = operations[k](values[threadIdx.x]);
 }
 
 __global__ void add_to_counter(int *out, int amount)
@@ -47,6 +58,16 @@ int main()
     EXPECT(failure == cudaErrorNotSupported);
     printf("unsupported_instruction: launch failed with %s\n", cudaGetErrorName(failure));
     cudaGetLastError();  // a failed call also sets the last error: clear it
+
+    apply<<<1, 1>>>(dout, 1);
+    launch = cudaGetLastError();
+    sync = cudaDeviceSynchronize();
+    EXPECT((launch != cudaSuccess ? launch : sync) == cudaErrorNotSupported);
+    cudaGetLastError();
+    operation table[2] = {nullptr, nullptr};
+    CHECK(cudaMemcpyFromSymbol(table, operations, sizeof(table)));
+    EXPECT(table[0] != nullptr && table[1] != nullptr && table[0] != table[1]);
+    printf("unsupported_instruction: indirect calls fail, the function table is readable\n");
 
     add_to_counter<<<1, 1>>>(dout, 3);
     CHECK(cudaGetLastError());
