@@ -103,7 +103,7 @@ class Connection:
         self.timeout = timeout or float(os.environ.get("VGPU_TIMEOUT", DEFAULT_TIMEOUT_S))
         spin_us = os.environ.get("VGPU_SPIN_US")
         self.spin_s = float(spin_us) * 1e-6 if spin_us is not None else DEFAULT_SPIN_S
-        self._pid = os.getpid()
+        self.owner_pid = os.getpid()  # a forked child must leave its parent's connection alone
         self._lock = threading.RLock()
         self._zmq = zmq.Context()
         self._socket = self._zmq.socket(zmq.DEALER)
@@ -174,7 +174,7 @@ class Connection:
         # A connection nobody holds says goodbye; one a forked child inherited is its
         # parent's. (No atexit hook: CUDA must work in exit hooks registered before it
         # started; vgpu.shim.driver closes its connection after them.)
-        if "_lost" in self.__dict__ and self._pid == os.getpid():
+        if "_lost" in self.__dict__ and self.owner_pid == os.getpid():
             self.close()
 
     def close(self) -> None:

@@ -208,9 +208,12 @@ static int exception_pending(PyThreadState *thread)
 struct vgpu_pending_exception vgpu_set_aside_exception(void)
 {
     struct vgpu_pending_exception pending = {NULL, NULL, NULL};
-    PyThreadState *thread = PyGILState_GetThisThreadState();
+    PyThreadState *thread;
     PyGILState_STATE gil;
 
+    if (python_is_gone()) /* not started yet, or finalized: no thread state to read */
+        return pending;
+    thread = PyGILState_GetThisThreadState();
     if (thread == NULL || !exception_pending(thread))
         return pending;
     gil = PyGILState_Ensure();

@@ -29,8 +29,8 @@ int vgpu_embedded_python_running(void);
 /* A Python exception pending on the calling thread when C code calls a shim (Cython cleaning
    up after an error, as cuda.core's linker does): cffi's callback would see it, fail, and
    clear it, and the caller would then return NULL without an exception. Every stub sets it
-   aside before its callback and restores it after. Checking costs a thread-local read;
-   only a pending exception takes the GIL. Call only once the runtime is ready. */
+   aside before its callback (and the runtime's start) and restores it after. Checking costs
+   a thread-local read; only a pending exception takes the GIL. */
 struct vgpu_pending_exception {
     void *type, *value, *traceback; /* PyObject *; all NULL when none was pending */
 };

@@ -228,10 +228,9 @@ class _Goodbye:
 
     def __init__(self, connection) -> None:
         self.connection = connection
-        self.pid = os.getpid()
 
     def __del__(self) -> None:
-        if os.getpid() == self.pid:
+        if self.connection.owner_pid == os.getpid():
             self.connection.close()
 
 
@@ -243,9 +242,12 @@ def close_at_teardown(connection) -> None:
 
 def close_connection() -> None:
     """A C program's goodbye to the server, from the driver shim's library destructor
-    (shim/c/driver_goodbye.c): after every exit hook of the program, CUDA calls included."""
-    if state.connection is not None:
-        state.connection.close()
+    (shim/c/driver_goodbye.c): after every exit hook of the program, CUDA calls included.
+    A child that a C program forked (Python's fork hooks did not run) leaves its parent's
+    connection alone: closing it there would end the parent's session, or hang."""
+    connection = state.connection
+    if connection is not None and connection.owner_pid == os.getpid():
+        connection.close()
 
 
 def api(fn):

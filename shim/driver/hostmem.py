@@ -94,13 +94,18 @@ def share_in_place(address: int, size: int) -> str | None:
 
 
 def unshare_in_place(address: int, size: int) -> None:
-    """Make the pages of a share_in_place private anonymous memory again, keeping contents."""
+    """Make the pages of a share_in_place private anonymous memory again, keeping contents.
+    The copy kept meanwhile is a mapping of its own: a malloc'd buffer could lie in the very
+    heap pages being replaced."""
     start, length = page_range(address, size)
-    saved = ctypes.create_string_buffer(length)
-    ctypes.memmove(saved, start, length)
-    _check(_libc.mmap(start, length, PROT_READ_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                      -1, 0))
-    ctypes.memmove(start, saved, length)
+    saved = map_anonymous(length)
+    try:
+        ctypes.memmove(saved, start, length)
+        _check(_libc.mmap(start, length, PROT_READ_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0))
+        ctypes.memmove(start, saved, length)
+    finally:
+        unmap(saved, length)
 
 
 def map_anonymous(size: int) -> int:

@@ -370,16 +370,23 @@ def _copy_unified(dst: int, src: int, size: int, queued: bool) -> None:
 
 
 def host_to_host(dst: int, src: int, size: int) -> None:
-    """A copy between two host buffers, in order with the work queued before it: queued
-    copies, memsets and kernels may still read or write page-locked memory (pageable memory
-    they never touch later than their call), so the copy waits for them first."""
-    if size == 0:
+    """A copy between two host buffers, in order with the work queued before it."""
+    _host_rows(dst, size, src, size, size, 1)
+
+
+def _host_rows(dst: int, dst_pitch: int, src: int, src_pitch: int, width: int,
+               height: int) -> None:
+    """Rows copied between host buffers. Queued copies, memsets and kernels may still read or
+    write page-locked memory (pageable memory they never touch later than their call), so the
+    copy waits for them first."""
+    if width == 0 or height == 0:
         return
-    _check_host_range(src, size, "source")
-    _check_host_range(dst, size, "destination")
+    _check_host_range(src, (height - 1) * src_pitch + width, "source")
+    _check_host_range(dst, (height - 1) * dst_pitch + width, "destination")
     if state.find_host(src) is not None or state.find_host(dst) is not None:
         state.conn().synchronize()
-    ctypes.memmove(dst, src, size)
+    for row in range(height):
+        ctypes.memmove(dst + row * dst_pitch, src + row * src_pitch, width)
 
 
 @api
@@ -422,6 +429,9 @@ def _copy_2d(p, queued: bool) -> None:
 def _copy_rows(dst_dev: bool, dst: int, dst_pitch: int, src_dev: bool, src: int,
                src_pitch: int, width: int, height: int, queued: bool) -> None:
     """A 2D copy between pitched rows, one copy when both sides are contiguous."""
+    if not (src_dev or dst_dev):
+        _host_rows(dst, dst_pitch, src, src_pitch, width, height)
+        return
     rows = [(0, width * height)] if src_pitch == dst_pitch == width else \
         [(r, width) for r in range(height)]
     for row, n in rows:
@@ -430,10 +440,8 @@ def _copy_rows(dst_dev: bool, dst: int, dst_pitch: int, src_dev: bool, src: int,
             _dtod(d, s, n)
         elif dst_dev:
             _htod(d, s, n, queued)
-        elif src_dev:
-            _dtoh(d, s, n, queued)
         else:
-            host_to_host(d, s, n)
+            _dtoh(d, s, n, queued)
 
 
 @api

@@ -4,8004 +4,6670 @@
 
 CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAllocateArray)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuArray3DCreate(pHandle, pAllocateArray);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuArray3DCreate(pHandle, pAllocateArray);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuArray3DCreate_v2(pHandle, pAllocateArray);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuArray3DCreate_v2(pHandle, pAllocateArray);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR_v1 *pArrayDescriptor, CUarray hArray)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuArray3DGetDescriptor(pArrayDescriptor, hArray);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuArray3DGetDescriptor(pArrayDescriptor, hArray);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuArray3DGetDescriptor_v2(pArrayDescriptor, hArray);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuArray3DGetDescriptor_v2(pArrayDescriptor, hArray);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *pAllocateArray)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuArrayCreate(pHandle, pAllocateArray);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuArrayCreate(pHandle, pAllocateArray);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuArrayCreate_v2(pHandle, pAllocateArray);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuArrayCreate_v2(pHandle, pAllocateArray);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuArrayDestroy(CUarray hArray)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuArrayDestroy(hArray);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuArrayDestroy(hArray);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuArrayGetDescriptor(CUDA_ARRAY_DESCRIPTOR_v1 *pArrayDescriptor, CUarray hArray)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuArrayGetDescriptor(pArrayDescriptor, hArray);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuArrayGetDescriptor(pArrayDescriptor, hArray);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuArrayGetDescriptor_v2(pArrayDescriptor, hArray);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuArrayGetDescriptor_v2(pArrayDescriptor, hArray);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUarray array, CUdevice device)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuArrayGetMemoryRequirements(memoryRequirements, array, device);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuArrayGetMemoryRequirements(memoryRequirements, array, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuArrayGetPlane(CUarray *pPlaneArray, CUarray hArray, unsigned int planeIdx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuArrayGetPlane(pPlaneArray, hArray, planeIdx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuArrayGetPlane(pPlaneArray, hArray, planeIdx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *sparseProperties, CUarray array)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuArrayGetSparseProperties(sparseProperties, array);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuArrayGetSparseProperties(sparseProperties, array);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCheckpointProcessCheckpoint(pid, args);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCheckpointProcessCheckpoint(pid, args);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCheckpointProcessGetRestoreThreadId(pid, tid);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCheckpointProcessGetRestoreThreadId(pid, tid);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCheckpointProcessGetState(pid, state);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCheckpointProcessGetState(pid, state);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCheckpointProcessLock(pid, args);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCheckpointProcessLock(pid, args);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCheckpointProcessRestore(pid, args);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCheckpointProcessRestore(pid, args);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCheckpointProcessUnlock(pid, args);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCheckpointProcessUnlock(pid, args);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCoredumpGetAttribute(CUcoredumpSettings attrib, void *value, size_t *size)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCoredumpGetAttribute(attrib, value, size);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCoredumpGetAttribute(attrib, value, size);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCoredumpGetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCoredumpGetAttributeGlobal(attrib, value, size);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCoredumpGetAttributeGlobal(attrib, value, size);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCoredumpSetAttribute(CUcoredumpSettings attrib, void *value, size_t *size)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCoredumpSetAttribute(attrib, value, size);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCoredumpSetAttribute(attrib, value, size);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCoredumpSetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCoredumpSetAttributeGlobal(attrib, value, size);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCoredumpSetAttributeGlobal(attrib, value, size);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxAttach(pctx, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxAttach(pctx, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxCreate(pctx, flags, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxCreate(pctx, flags, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxCreate_v2(pctx, flags, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxCreate_v2(pctx, flags, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxDestroy(CUcontext ctx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxDestroy(ctx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxDestroy(ctx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxDestroy_v2(ctx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxDestroy_v2(ctx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxDetach(CUcontext ctx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxDetach(ctx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxDetach(ctx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxDisablePeerAccess(peerContext);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxDisablePeerAccess(peerContext);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxEnablePeerAccess(peerContext, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxEnablePeerAccess(peerContext, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxFromGreenCtx(pContext, hCtx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxFromGreenCtx(pContext, hCtx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxGetApiVersion(ctx, version);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxGetApiVersion(ctx, version);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxGetCacheConfig(pconfig);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxGetCacheConfig(pconfig);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxGetCurrent(pctx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxGetCurrent(pctx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, CUdevResourceType type)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxGetDevResource(hCtx, resource, type);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxGetDevResource(hCtx, resource, type);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxGetDevice(CUdevice *device)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxGetDevice(device);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxGetDevice(device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxGetDevice_v2(device, ctx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxGetDevice_v2(device, ctx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxGetExecAffinity(pExecAffinity, type);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxGetExecAffinity(pExecAffinity, type);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxGetFlags(unsigned int *flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxGetFlags(flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxGetFlags(flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxGetId(ctx, ctxId);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxGetId(ctx, ctxId);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxGetLimit(pvalue, limit);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxGetLimit(pvalue, limit);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxGetSharedMemConfig(pConfig);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxGetSharedMemConfig(pConfig);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxGetStreamPriorityRange(leastPriority, greatestPriority);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxGetStreamPriorityRange(leastPriority, greatestPriority);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxPopCurrent(CUcontext *pctx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxPopCurrent(pctx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxPopCurrent(pctx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxPopCurrent_v2(pctx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxPopCurrent_v2(pctx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxPushCurrent(CUcontext ctx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxPushCurrent(ctx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxPushCurrent(ctx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxPushCurrent_v2(ctx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxPushCurrent_v2(ctx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxRecordEvent(hCtx, hEvent);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxRecordEvent(hCtx, hEvent);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxResetPersistingL2Cache(void)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxResetPersistingL2Cache();
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxResetPersistingL2Cache();
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxSetCacheConfig(CUfunc_cache config)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxSetCacheConfig(config);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxSetCacheConfig(config);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxSetCurrent(CUcontext ctx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxSetCurrent(ctx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxSetCurrent(ctx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxSetFlags(unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxSetFlags(flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxSetFlags(flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxSetLimit(limit, value);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxSetLimit(limit, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxSetSharedMemConfig(config);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxSetSharedMemConfig(config);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxSynchronize(void)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxSynchronize();
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxSynchronize();
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxSynchronize_v2(ctx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxSynchronize_v2(ctx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuCtxWaitEvent(hCtx, hEvent);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuCtxWaitEvent(hCtx, hEvent);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDestroyExternalMemory(CUexternalMemory extMem)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDestroyExternalMemory(extMem);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDestroyExternalMemory(extMem);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDestroyExternalSemaphore(CUexternalSemaphore extSem)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDestroyExternalSemaphore(extSem);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDestroyExternalSemaphore(extSem);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *resources, unsigned int nbResources)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDevResourceGenerateDesc(phDesc, resources, nbResources);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDevResourceGenerateDesc(phDesc, resources, nbResources);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGroups, const CUdevResource *input, CUdevResource *remaining, unsigned int useFlags, unsigned int minCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDevSmResourceSplitByCount(result, nbGroups, input, remaining, useFlags, minCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDevSmResourceSplitByCount(result, nbGroups, input, remaining, useFlags, minCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceComputeCapability(major, minor, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceComputeCapability(major, minor, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGet(CUdevice *device, int ordinal)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGet(device, ordinal);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGet(device, ordinal);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetAttribute(pi, attrib, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetAttribute(pi, attrib, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetByPCIBusId(dev, pciBusId);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetByPCIBusId(dev, pciBusId);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetCount(int *count)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetCount(count);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetCount(count);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetDefaultMemPool(pool_out, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetDefaultMemPool(pool_out, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *resource, CUdevResourceType type)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetDevResource(device, resource, type);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetDevResource(device, resource, type);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetExecAffinitySupport(pi, type, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetExecAffinitySupport(pi, type, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetGraphMemAttribute(device, attr, value);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetGraphMemAttribute(device, attr, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetHostAtomicCapabilities(capabilities, operations, count, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetHostAtomicCapabilities(capabilities, operations, count, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetLuid(char *luid, unsigned int *deviceNodeMask, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetLuid(luid, deviceNodeMask, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetLuid(luid, deviceNodeMask, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetMemPool(pool, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetMemPool(pool, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetName(name, len, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetName(name, len, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, CUdevice dev, int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetNvSciSyncAttributes(nvSciSyncAttrList, dev, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetNvSciSyncAttributes(nvSciSyncAttrList, dev, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice srcDevice, CUdevice dstDevice)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetP2PAtomicCapabilities(capabilities, operations, count, srcDevice, dstDevice);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetP2PAtomicCapabilities(capabilities, operations, count, srcDevice, dstDevice);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetP2PAttribute(value, attrib, srcDevice, dstDevice);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetP2PAttribute(value, attrib, srcDevice, dstDevice);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetPCIBusId(pciBusId, len, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetPCIBusId(pciBusId, len, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetProperties(prop, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetProperties(prop, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, format, numChannels, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, format, numChannels, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetUuid(uuid, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetUuid(uuid, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGetUuid_v2(uuid, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGetUuid_v2(uuid, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceGraphMemTrim(CUdevice device)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceGraphMemTrim(device);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceGraphMemTrim(device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDevicePrimaryCtxGetState(dev, flags, active);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDevicePrimaryCtxGetState(dev, flags, active);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDevicePrimaryCtxRelease(dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDevicePrimaryCtxRelease(dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDevicePrimaryCtxRelease_v2(dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDevicePrimaryCtxRelease_v2(dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDevicePrimaryCtxReset(dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDevicePrimaryCtxReset(dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDevicePrimaryCtxReset_v2(dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDevicePrimaryCtxReset_v2(dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDevicePrimaryCtxRetain(pctx, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDevicePrimaryCtxRetain(pctx, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDevicePrimaryCtxSetFlags(dev, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDevicePrimaryCtxSetFlags(dev, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDevicePrimaryCtxSetFlags_v2(dev, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceRegisterAsyncNotification(CUdevice device, CUasyncCallback callbackFunc, void *userData, CUasyncCallbackHandle *callback)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceRegisterAsyncNotification(device, callbackFunc, userData, callback);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceRegisterAsyncNotification(device, callbackFunc, userData, callback);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceSetGraphMemAttribute(device, attr, value);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceSetGraphMemAttribute(device, attr, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceSetMemPool(dev, pool);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceSetMemPool(dev, pool);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceTotalMem(bytes, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceTotalMem(bytes, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceTotalMem_v2(bytes, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceTotalMem_v2(bytes, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDeviceUnregisterAsyncNotification(CUdevice device, CUasyncCallbackHandle callback)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDeviceUnregisterAsyncNotification(device, callback);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDeviceUnregisterAsyncNotification(device, callback);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuDriverGetVersion(int *driverVersion)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuDriverGetVersion(driverVersion);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuDriverGetVersion(driverVersion);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEGLStreamConsumerAcquireFrame(CUeglStreamConnection *conn, CUgraphicsResource *pCudaResource, CUstream *pStream, unsigned int timeout)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEGLStreamConsumerAcquireFrame(conn, pCudaResource, pStream, timeout);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEGLStreamConsumerAcquireFrame(conn, pCudaResource, pStream, timeout);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEGLStreamConsumerConnect(CUeglStreamConnection *conn, EGLStreamKHR stream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEGLStreamConsumerConnect(conn, stream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEGLStreamConsumerConnect(conn, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEGLStreamConsumerConnectWithFlags(CUeglStreamConnection *conn, EGLStreamKHR stream, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEGLStreamConsumerConnectWithFlags(conn, stream, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEGLStreamConsumerConnectWithFlags(conn, stream, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEGLStreamConsumerDisconnect(CUeglStreamConnection *conn)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEGLStreamConsumerDisconnect(conn);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEGLStreamConsumerDisconnect(conn);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEGLStreamConsumerReleaseFrame(CUeglStreamConnection *conn, CUgraphicsResource pCudaResource, CUstream *pStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEGLStreamConsumerReleaseFrame(conn, pCudaResource, pStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEGLStreamConsumerReleaseFrame(conn, pCudaResource, pStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEGLStreamProducerConnect(CUeglStreamConnection *conn, EGLStreamKHR stream, EGLint width, EGLint height)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEGLStreamProducerConnect(conn, stream, width, height);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEGLStreamProducerConnect(conn, stream, width, height);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEGLStreamProducerDisconnect(CUeglStreamConnection *conn)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEGLStreamProducerDisconnect(conn);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEGLStreamProducerDisconnect(conn);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEGLStreamProducerPresentFrame(CUeglStreamConnection *conn, CUeglFrame eglframe, CUstream *pStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEGLStreamProducerPresentFrame(conn, eglframe, pStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEGLStreamProducerPresentFrame(conn, eglframe, pStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEGLStreamProducerReturnFrame(CUeglStreamConnection *conn, CUeglFrame *eglframe, CUstream *pStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEGLStreamProducerReturnFrame(conn, eglframe, pStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEGLStreamProducerReturnFrame(conn, eglframe, pStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEventCreate(phEvent, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEventCreate(phEvent, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEventCreateFromEGLSync(CUevent *phEvent, EGLSyncKHR eglSync, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEventCreateFromEGLSync(phEvent, eglSync, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEventCreateFromEGLSync(phEvent, eglSync, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEventDestroy(CUevent hEvent)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEventDestroy(hEvent);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEventDestroy(hEvent);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEventDestroy_v2(CUevent hEvent)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEventDestroy_v2(hEvent);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEventDestroy_v2(hEvent);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEventElapsedTime(pMilliseconds, hStart, hEnd);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEventElapsedTime(pMilliseconds, hStart, hEnd);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEventQuery(CUevent hEvent)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEventQuery(hEvent);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEventQuery(hEvent);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEventRecord(hEvent, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEventRecord(hEvent, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEventRecordWithFlags(hEvent, hStream, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEventRecordWithFlags(hEvent, hStream, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEventRecordWithFlags_ptsz(hEvent, hStream, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEventRecordWithFlags_ptsz(hEvent, hStream, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEventRecord_ptsz(hEvent, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEventRecord_ptsz(hEvent, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuEventSynchronize(CUevent hEvent)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuEventSynchronize(hEvent);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuEventSynchronize(hEvent);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *devPtr, CUexternalMemory extMem, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *bufferDesc)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuExternalMemoryGetMappedBuffer(devPtr, extMem, bufferDesc);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuExternalMemoryGetMappedBuffer(devPtr, extMem, bufferDesc);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuExternalMemoryGetMappedMipmappedArray(CUmipmappedArray *mipmap, CUexternalMemory extMem, const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC *mipmapDesc)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuExternalMemoryGetMappedMipmappedArray(mipmap, extMem, mipmapDesc);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuExternalMemoryGetMappedMipmappedArray(mipmap, extMem, mipmapDesc);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarget target, CUflushGPUDirectRDMAWritesScope scope)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuFlushGPUDirectRDMAWrites(target, scope);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuFlushGPUDirectRDMAWrites(target, scope);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuFuncGetAttribute(pi, attrib, hfunc);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuFuncGetAttribute(pi, attrib, hfunc);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuFuncGetModule(hmod, hfunc);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuFuncGetModule(hmod, hfunc);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuFuncGetName(const char **name, CUfunction hfunc)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuFuncGetName(name, hfunc);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuFuncGetName(name, hfunc);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuFuncIsLoaded(state, function);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuFuncIsLoaded(state, function);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuFuncLoad(CUfunction function)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuFuncLoad(function);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuFuncLoad(function);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuFuncSetAttribute(hfunc, attrib, value);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuFuncSetAttribute(hfunc, attrib, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuFuncSetBlockShape(hfunc, x, y, z);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuFuncSetBlockShape(hfunc, x, y, z);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuFuncSetCacheConfig(hfunc, config);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuFuncSetCacheConfig(hfunc, config);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuFuncSetSharedMemConfig(hfunc, config);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuFuncSetSharedMemConfig(hfunc, config);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuFuncSetSharedSize(CUfunction hfunc, unsigned int bytes)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuFuncSetSharedSize(hfunc, bytes);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuFuncSetSharedSize(hfunc, bytes);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGLCtxCreate(CUcontext *pCtx, unsigned int Flags, CUdevice device)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGLCtxCreate(pCtx, Flags, device);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGLCtxCreate(pCtx, Flags, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGLCtxCreate_v2(CUcontext *pCtx, unsigned int Flags, CUdevice device)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGLCtxCreate_v2(pCtx, Flags, device);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGLCtxCreate_v2(pCtx, Flags, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGLGetDevices(unsigned int *pCudaDeviceCount, CUdevice *pCudaDevices, unsigned int cudaDeviceCount, CUGLDeviceList deviceList)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGLGetDevices(pCudaDeviceCount, pCudaDevices, cudaDeviceCount, deviceList);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGLGetDevices(pCudaDeviceCount, pCudaDevices, cudaDeviceCount, deviceList);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGLGetDevices_v2(unsigned int *pCudaDeviceCount, CUdevice *pCudaDevices, unsigned int cudaDeviceCount, CUGLDeviceList deviceList)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGLGetDevices_v2(pCudaDeviceCount, pCudaDevices, cudaDeviceCount, deviceList);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGLGetDevices_v2(pCudaDeviceCount, pCudaDevices, cudaDeviceCount, deviceList);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGLInit(void)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGLInit();
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGLInit();
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGLMapBufferObject(CUdeviceptr_v1 *dptr, unsigned int *size, GLuint buffer)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGLMapBufferObject(dptr, size, buffer);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGLMapBufferObject(dptr, size, buffer);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGLMapBufferObjectAsync(CUdeviceptr_v1 *dptr, unsigned int *size, GLuint buffer, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGLMapBufferObjectAsync(dptr, size, buffer, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGLMapBufferObjectAsync(dptr, size, buffer, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGLMapBufferObjectAsync_v2(CUdeviceptr *dptr, size_t *size, GLuint buffer, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGLMapBufferObjectAsync_v2(dptr, size, buffer, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGLMapBufferObjectAsync_v2(dptr, size, buffer, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGLMapBufferObjectAsync_v2_ptsz(CUdeviceptr *dptr, size_t *size, GLuint buffer, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGLMapBufferObjectAsync_v2_ptsz(dptr, size, buffer, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGLMapBufferObjectAsync_v2_ptsz(dptr, size, buffer, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGLMapBufferObject_v2(CUdeviceptr *dptr, size_t *size, GLuint buffer)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGLMapBufferObject_v2(dptr, size, buffer);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGLMapBufferObject_v2(dptr, size, buffer);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGLMapBufferObject_v2_ptds(CUdeviceptr *dptr, size_t *size, GLuint buffer)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGLMapBufferObject_v2_ptds(dptr, size, buffer);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGLMapBufferObject_v2_ptds(dptr, size, buffer);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGLRegisterBufferObject(GLuint buffer)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGLRegisterBufferObject(buffer);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGLRegisterBufferObject(buffer);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGLSetBufferObjectMapFlags(GLuint buffer, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGLSetBufferObjectMapFlags(buffer, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGLSetBufferObjectMapFlags(buffer, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGLUnmapBufferObject(GLuint buffer)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGLUnmapBufferObject(buffer);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGLUnmapBufferObject(buffer);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGLUnmapBufferObjectAsync(GLuint buffer, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGLUnmapBufferObjectAsync(buffer, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGLUnmapBufferObjectAsync(buffer, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGLUnregisterBufferObject(GLuint buffer)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGLUnregisterBufferObject(buffer);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGLUnregisterBufferObject(buffer);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphAddBatchMemOpNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphAddBatchMemOpNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphAddDependencies(hGraph, from, to, numDependencies);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphAddDependencies(hGraph, from, to, numDependencies);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphAddDependencies_v2(hGraph, from, to, edgeData, numDependencies);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphAddDependencies_v2(hGraph, from, to, edgeData, numDependencies);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies, numDependencies, event);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies, numDependencies, event);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphAddEventWaitNode(phGraphNode, hGraph, dependencies, numDependencies, event);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphAddEventWaitNode(phGraphNode, hGraph, dependencies, numDependencies, event);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphAddExternalSemaphoresSignalNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphAddExternalSemaphoresSignalNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphAddExternalSemaphoresSignalNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphAddExternalSemaphoresWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphAddExternalSemaphoresWaitNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphAddExternalSemaphoresWaitNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphAddKernelNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphAddKernelNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphAddKernelNode_v2(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphAddKernelNode_v2(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies, dptr);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies, dptr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies, memsetParams, ctx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies, memsetParams, ctx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraphNodeParams *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphAddNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphAddNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphAddNode_v2(phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphAddNode_v2(phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams_out)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphBatchMemOpNodeGetParams(hNode, nodeParams_out);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphBatchMemOpNodeGetParams(hNode, nodeParams_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphBatchMemOpNodeSetParams(hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphBatchMemOpNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphChildGraphNodeGetGraph(hNode, phGraph);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphChildGraphNodeGetGraph(hNode, phGraph);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphClone(phGraphClone, originalGraph);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphClone(phGraphClone, originalGraph);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphConditionalHandleCreate(pHandle_out, hGraph, ctx, defaultLaunchValue, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphConditionalHandleCreate(pHandle_out, hGraph, ctx, defaultLaunchValue, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphCreate(phGraph, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphCreate(phGraph, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphDebugDotPrint(hGraph, path, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphDebugDotPrint(hGraph, path, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphDestroy(CUgraph hGraph)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphDestroy(hGraph);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphDestroy(hGraph);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphDestroyNode(CUgraphNode hNode)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphDestroyNode(hNode);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphDestroyNode(hNode);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphEventRecordNodeGetEvent(hNode, event_out);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphEventRecordNodeGetEvent(hNode, event_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphEventRecordNodeSetEvent(hNode, event);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphEventRecordNodeSetEvent(hNode, event);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphEventWaitNodeGetEvent(hNode, event_out);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphEventWaitNodeGetEvent(hNode, event_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphEventWaitNodeSetEvent(hNode, event);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphEventWaitNodeSetEvent(hNode, event);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExecBatchMemOpNodeSetParams(hGraphExec, hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExecBatchMemOpNodeSetParams(hGraphExec, hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExecChildGraphNodeSetParams(hGraphExec, hNode, childGraph);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExecChildGraphNodeSetParams(hGraphExec, hNode, childGraph);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExecDestroy(hGraphExec);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExecDestroy(hGraphExec);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, event);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, event);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExecExternalSemaphoresSignalNodeSetParams(hGraphExec, hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExecExternalSemaphoresSignalNodeSetParams(hGraphExec, hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExecExternalSemaphoresWaitNodeSetParams(hGraphExec, hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExecExternalSemaphoresWaitNodeSetParams(hGraphExec, hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExecGetFlags(hGraphExec, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExecGetFlags(hGraphExec, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExecHostNodeSetParams(hGraphExec, hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExecHostNodeSetParams(hGraphExec, hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExecKernelNodeSetParams(hGraphExec, hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExecKernelNodeSetParams(hGraphExec, hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams, ctx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams, ctx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams, ctx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams, ctx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExecNodeSetParams(hGraphExec, hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExecNodeSetParams(hGraphExec, hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *hErrorNode_out, CUgraphExecUpdateResult *updateResult_out)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExecUpdate(hGraphExec, hGraph, hErrorNode_out, updateResult_out);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExecUpdate(hGraphExec, hGraph, hErrorNode_out, updateResult_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExternalSemaphoresSignalNodeGetParams(CUgraphNode hNode, CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *params_out)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExternalSemaphoresSignalNodeGetParams(hNode, params_out);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExternalSemaphoresSignalNodeGetParams(hNode, params_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExternalSemaphoresSignalNodeSetParams(CUgraphNode hNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExternalSemaphoresSignalNodeSetParams(hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExternalSemaphoresSignalNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExternalSemaphoresWaitNodeGetParams(CUgraphNode hNode, CUDA_EXT_SEM_WAIT_NODE_PARAMS *params_out)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExternalSemaphoresWaitNodeGetParams(hNode, params_out);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExternalSemaphoresWaitNodeGetParams(hNode, params_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphExternalSemaphoresWaitNodeSetParams(CUgraphNode hNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphExternalSemaphoresWaitNodeSetParams(hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphExternalSemaphoresWaitNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, size_t *numEdges)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphGetEdges(hGraph, from, to, numEdges);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphGetEdges(hGraph, from, to, numEdges);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData, size_t *numEdges)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphGetEdges_v2(hGraph, from, to, edgeData, numEdges);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphGetEdges_v2(hGraph, from, to, edgeData, numEdges);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphGetNodes(hGraph, nodes, numNodes);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphGetNodes(hGraph, nodes, numNodes);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphGetRootNodes(hGraph, rootNodes, numRootNodes);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphGetRootNodes(hGraph, rootNodes, numRootNodes);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphHostNodeGetParams(hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphHostNodeGetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphHostNodeSetParams(hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphHostNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphInstantiate(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphInstantiate(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphInstantiateWithParams_ptsz(phGraphExec, hGraph, instantiateParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphInstantiateWithParams_ptsz(phGraphExec, hGraph, instantiateParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphInstantiate_v2(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphInstantiate_v2(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphKernelNodeCopyAttributes(dst, src);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphKernelNodeCopyAttributes(dst, src);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, CUkernelNodeAttrValue *value_out)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphKernelNodeGetAttribute(hNode, attr, value_out);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphKernelNodeGetAttribute(hNode, attr, value_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphKernelNodeGetParams(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphKernelNodeGetParams(hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphKernelNodeGetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphKernelNodeGetParams_v2(hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphKernelNodeGetParams_v2(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue *value)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphKernelNodeSetAttribute(hNode, attr, value);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphKernelNodeSetAttribute(hNode, attr, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphKernelNodeSetParams(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphKernelNodeSetParams(hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphKernelNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphKernelNodeSetParams_v2(hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphKernelNodeSetParams_v2(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphLaunch(hGraphExec, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphLaunch(hGraphExec, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphLaunch_ptsz(hGraphExec, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphLaunch_ptsz(hGraphExec, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphMemAllocNodeGetParams(hNode, params_out);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphMemAllocNodeGetParams(hNode, params_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphMemFreeNodeGetParams(hNode, dptr_out);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphMemFreeNodeGetParams(hNode, dptr_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphMemcpyNodeGetParams(hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphMemcpyNodeGetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphMemcpyNodeSetParams(hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphMemcpyNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphMemsetNodeGetParams(hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphMemsetNodeGetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphMemsetNodeSetParams(hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphMemsetNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode *dependencies, size_t *numDependencies)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphNodeGetDependencies(hNode, dependencies, numDependencies);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphNodeGetDependencies(hNode, dependencies, numDependencies);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode *dependencies, CUgraphEdgeData *edgeData, size_t *numDependencies)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphNodeGetDependencies_v2(hNode, dependencies, edgeData, numDependencies);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphNodeGetDependencies_v2(hNode, dependencies, edgeData, numDependencies);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode *dependentNodes, size_t *numDependentNodes)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphNodeGetDependentNodes(hNode, dependentNodes, numDependentNodes);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphNodeGetDependentNodes(hNode, dependentNodes, numDependentNodes);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *dependentNodes, CUgraphEdgeData *edgeData, size_t *numDependentNodes)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphNodeGetDependentNodes_v2(hNode, dependentNodes, edgeData, numDependentNodes);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphNodeGetDependentNodes_v2(hNode, dependentNodes, edgeData, numDependentNodes);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphNodeGetEnabled(hGraphExec, hNode, isEnabled);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphNodeGetEnabled(hGraphExec, hNode, isEnabled);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphNodeGetType(hNode, type);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphNodeGetType(hNode, type);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphNodeSetEnabled(hGraphExec, hNode, isEnabled);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphNodeSetEnabled(hGraphExec, hNode, isEnabled);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphNodeSetParams(hNode, nodeParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned int count)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphReleaseUserObject(graph, object, count);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphReleaseUserObject(graph, object, count);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphRemoveDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphRemoveDependencies(hGraph, from, to, numDependencies);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphRemoveDependencies(hGraph, from, to, numDependencies);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphRemoveDependencies_v2(hGraph, from, to, edgeData, numDependencies);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphRemoveDependencies_v2(hGraph, from, to, edgeData, numDependencies);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphRetainUserObject(graph, object, count, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphRetainUserObject(graph, object, count, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphUpload(hGraphExec, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphUpload(hGraphExec, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphUpload_ptsz(hGraphExec, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphUpload_ptsz(hGraphExec, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphicsEGLRegisterImage(CUgraphicsResource *pCudaResource, EGLImageKHR image, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphicsEGLRegisterImage(pCudaResource, image, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphicsEGLRegisterImage(pCudaResource, image, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphicsGLRegisterBuffer(CUgraphicsResource *pCudaResource, GLuint buffer, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphicsGLRegisterBuffer(pCudaResource, buffer, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphicsGLRegisterBuffer(pCudaResource, buffer, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphicsGLRegisterImage(CUgraphicsResource *pCudaResource, GLuint image, GLenum target, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphicsGLRegisterImage(pCudaResource, image, target, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphicsGLRegisterImage(pCudaResource, image, target, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphicsMapResources(unsigned int count, CUgraphicsResource *resources, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphicsMapResources(count, resources, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphicsMapResources(count, resources, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphicsMapResources_ptsz(unsigned int count, CUgraphicsResource *resources, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphicsMapResources_ptsz(count, resources, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphicsMapResources_ptsz(count, resources, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphicsResourceGetMappedEglFrame(CUeglFrame *eglFrame, CUgraphicsResource resource, unsigned int index, unsigned int mipLevel)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphicsResourceGetMappedEglFrame(eglFrame, resource, index, mipLevel);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphicsResourceGetMappedEglFrame(eglFrame, resource, index, mipLevel);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphicsResourceGetMappedMipmappedArray(CUmipmappedArray *pMipmappedArray, CUgraphicsResource resource)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphicsResourceGetMappedMipmappedArray(pMipmappedArray, resource);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphicsResourceGetMappedMipmappedArray(pMipmappedArray, resource);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphicsResourceGetMappedPointer(CUdeviceptr_v1 *pDevPtr, unsigned int *pSize, CUgraphicsResource resource)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphicsResourceGetMappedPointer(pDevPtr, pSize, resource);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphicsResourceGetMappedPointer(pDevPtr, pSize, resource);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphicsResourceGetMappedPointer_v2(CUdeviceptr *pDevPtr, size_t *pSize, CUgraphicsResource resource)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphicsResourceGetMappedPointer_v2(pDevPtr, pSize, resource);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphicsResourceGetMappedPointer_v2(pDevPtr, pSize, resource);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphicsResourceSetMapFlags(CUgraphicsResource resource, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphicsResourceSetMapFlags(resource, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphicsResourceSetMapFlags(resource, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphicsResourceSetMapFlags_v2(CUgraphicsResource resource, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphicsResourceSetMapFlags_v2(resource, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphicsResourceSetMapFlags_v2(resource, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphicsSubResourceGetMappedArray(CUarray *pArray, CUgraphicsResource resource, unsigned int arrayIndex, unsigned int mipLevel)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphicsSubResourceGetMappedArray(pArray, resource, arrayIndex, mipLevel);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphicsSubResourceGetMappedArray(pArray, resource, arrayIndex, mipLevel);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphicsUnmapResources(unsigned int count, CUgraphicsResource *resources, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphicsUnmapResources(count, resources, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphicsUnmapResources(count, resources, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphicsUnmapResources_ptsz(unsigned int count, CUgraphicsResource *resources, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphicsUnmapResources_ptsz(count, resources, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphicsUnmapResources_ptsz(count, resources, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphicsUnregisterResource(CUgraphicsResource resource)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphicsUnregisterResource(resource);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphicsUnregisterResource(resource);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphicsVDPAURegisterOutputSurface(CUgraphicsResource *pCudaResource, VdpOutputSurface vdpSurface, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphicsVDPAURegisterOutputSurface(pCudaResource, vdpSurface, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphicsVDPAURegisterOutputSurface(pCudaResource, vdpSurface, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGraphicsVDPAURegisterVideoSurface(CUgraphicsResource *pCudaResource, VdpVideoSurface vdpSurface, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGraphicsVDPAURegisterVideoSurface(pCudaResource, vdpSurface, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGraphicsVDPAURegisterVideoSurface(pCudaResource, vdpSurface, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGreenCtxCreate(phCtx, desc, dev, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGreenCtxCreate(phCtx, desc, dev, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGreenCtxDestroy(hCtx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGreenCtxDestroy(hCtx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUdevResource *resource, CUdevResourceType type)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGreenCtxGetDevResource(hCtx, resource, type);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGreenCtxGetDevResource(hCtx, resource, type);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned long long *greenCtxId)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGreenCtxGetId(greenCtx, greenCtxId);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGreenCtxGetId(greenCtx, greenCtxId);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGreenCtxRecordEvent(hCtx, hEvent);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGreenCtxRecordEvent(hCtx, hEvent);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx greenCtx, unsigned int flags, int priority)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGreenCtxStreamCreate(phStream, greenCtx, flags, priority);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGreenCtxStreamCreate(phStream, greenCtx, flags, priority);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent hEvent)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuGreenCtxWaitEvent(hCtx, hEvent);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuGreenCtxWaitEvent(hCtx, hEvent);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuImportExternalMemory(CUexternalMemory *extMem_out, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *memHandleDesc)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuImportExternalMemory(extMem_out, memHandleDesc);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuImportExternalMemory(extMem_out, memHandleDesc);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuImportExternalSemaphore(CUexternalSemaphore *extSem_out, const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC *semHandleDesc)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuImportExternalSemaphore(extSem_out, semHandleDesc);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuImportExternalSemaphore(extSem_out, semHandleDesc);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuInit(unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuInit(Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuInit(Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuIpcCloseMemHandle(dptr);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuIpcCloseMemHandle(dptr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuIpcGetEventHandle(pHandle, event);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuIpcGetEventHandle(pHandle, event);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuIpcGetMemHandle(pHandle, dptr);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuIpcGetMemHandle(pHandle, dptr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuIpcOpenEventHandle(phEvent, handle);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuIpcOpenEventHandle(phEvent, handle);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuIpcOpenMemHandle(pdptr, handle, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuIpcOpenMemHandle(pdptr, handle, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuKernelGetAttribute(pi, attrib, kernel, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuKernelGetAttribute(pi, attrib, kernel, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuKernelGetFunction(pFunc, kernel);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuKernelGetFunction(pFunc, kernel);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuKernelGetLibrary(pLib, kernel);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuKernelGetLibrary(pLib, kernel);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuKernelGetName(const char **name, CUkernel hfunc)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuKernelGetName(name, hfunc);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuKernelGetName(name, hfunc);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuKernelGetParamInfo(kernel, paramIndex, paramOffset, paramSize);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuKernelGetParamInfo(kernel, paramIndex, paramOffset, paramSize);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuKernelSetAttribute(attrib, val, kernel, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuKernelSetAttribute(attrib, val, kernel, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuKernelSetCacheConfig(kernel, config, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuKernelSetCacheConfig(kernel, config, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLaunch(CUfunction f)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLaunch(f);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLaunch(f);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLaunchCooperativeKernelMultiDevice(launchParamsList, numDevices, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLaunchCooperativeKernelMultiDevice(launchParamsList, numDevices, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLaunchCooperativeKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLaunchCooperativeKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLaunchGrid(f, grid_width, grid_height);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLaunchGrid(f, grid_width, grid_height);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLaunchGridAsync(f, grid_width, grid_height, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLaunchGridAsync(f, grid_width, grid_height, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLaunchHostFunc(hStream, fn, userData);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLaunchHostFunc(hStream, fn, userData);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLaunchHostFunc_ptsz(hStream, fn, userData);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLaunchHostFunc_ptsz(hStream, fn, userData);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLaunchKernelEx(config, f, kernelParams, extra);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLaunchKernelEx(config, f, kernelParams, extra);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLaunchKernelEx_ptsz(config, f, kernelParams, extra);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLaunchKernelEx_ptsz(config, f, kernelParams, extra);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLaunchKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLaunchKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary lib)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLibraryEnumerateKernels(kernels, numKernels, lib);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLibraryEnumerateKernels(kernels, numKernels, lib);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLibraryGetGlobal(dptr, bytes, library, name);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLibraryGetGlobal(dptr, bytes, library, name);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLibraryGetKernel(pKernel, library, name);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLibraryGetKernel(pKernel, library, name);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLibraryGetKernelCount(count, lib);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLibraryGetKernelCount(count, lib);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLibraryGetManaged(dptr, bytes, library, name);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLibraryGetManaged(dptr, bytes, library, name);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLibraryGetModule(pMod, library);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLibraryGetModule(pMod, library);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLibraryGetUnifiedFunction(void **fptr, CUlibrary library, const char *symbol)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLibraryGetUnifiedFunction(fptr, library, symbol);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLibraryGetUnifiedFunction(fptr, library, symbol);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLibraryLoadData(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLibraryLoadData(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLibraryLoadFromFile(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLibraryLoadFromFile(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLibraryUnload(CUlibrary library)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLibraryUnload(library);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLibraryUnload(library);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLinkAddData(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLinkAddData(state, type, data, size, name, numOptions, options, optionValues);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLinkAddData(state, type, data, size, name, numOptions, options, optionValues);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLinkAddData_v2(state, type, data, size, name, numOptions, options, optionValues);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLinkAddData_v2(state, type, data, size, name, numOptions, options, optionValues);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLinkAddFile(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLinkAddFile(state, type, path, numOptions, options, optionValues);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLinkAddFile(state, type, path, numOptions, options, optionValues);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLinkAddFile_v2(state, type, path, numOptions, options, optionValues);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLinkAddFile_v2(state, type, path, numOptions, options, optionValues);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLinkComplete(state, cubinOut, sizeOut);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLinkComplete(state, cubinOut, sizeOut);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLinkCreate(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLinkCreate(numOptions, options, optionValues, stateOut);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLinkCreate(numOptions, options, optionValues, stateOut);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLinkCreate_v2(numOptions, options, optionValues, stateOut);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLinkCreate_v2(numOptions, options, optionValues, stateOut);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLinkDestroy(CUlinkState state)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLinkDestroy(state);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLinkDestroy(state);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLogsCurrent(CUlogIterator *iterator_out, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLogsCurrent(iterator_out, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLogsCurrent(iterator_out, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLogsDumpToFile(CUlogIterator *iterator, const char *pathToFile, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLogsDumpToFile(iterator, pathToFile, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLogsDumpToFile(iterator, pathToFile, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLogsDumpToMemory(CUlogIterator *iterator, char *buffer, size_t *size, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLogsDumpToMemory(iterator, buffer, size, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLogsDumpToMemory(iterator, buffer, size, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLogsRegisterCallback(CUlogsCallback callbackFunc, void *userData, CUlogsCallbackHandle *callback_out)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLogsRegisterCallback(callbackFunc, userData, callback_out);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLogsRegisterCallback(callbackFunc, userData, callback_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuLogsUnregisterCallback(CUlogsCallbackHandle callback)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuLogsUnregisterCallback(callback);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuLogsUnregisterCallback(callback);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemAddressFree(ptr, size);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemAddressFree(ptr, size);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemAddressReserve(ptr, size, alignment, addr, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemAddressReserve(ptr, size, alignment, addr, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemAdvise(devPtr, count, advice, device);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemAdvise(devPtr, count, advice, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemAdvise_v2(devPtr, count, advice, location);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemAdvise_v2(devPtr, count, advice, location);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemAlloc(dptr, bytesize);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemAlloc(dptr, bytesize);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemAllocAsync(dptr, bytesize, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemAllocAsync(dptr, bytesize, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemAllocAsync_ptsz(dptr, bytesize, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemAllocAsync_ptsz(dptr, bytesize, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemAllocHost(void **pp, unsigned int bytesize)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemAllocHost(pp, bytesize);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemAllocHost(pp, bytesize);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemAllocHost_v2(pp, bytesize);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemAllocHost_v2(pp, bytesize);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemAllocManaged(dptr, bytesize, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemAllocManaged(dptr, bytesize, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes, unsigned int Height, unsigned int ElementSizeBytes)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemAlloc_v2(dptr, bytesize);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemAlloc_v2(dptr, bytesize);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemBatchDecompressAsync(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemBatchDecompressAsync(paramsArray, count, flags, errorIndex, stream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemBatchDecompressAsync(paramsArray, count, flags, errorIndex, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemBatchDecompressAsync_ptsz(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemBatchDecompressAsync_ptsz(paramsArray, count, flags, errorIndex, stream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemBatchDecompressAsync_ptsz(paramsArray, count, flags, errorIndex, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemCreate(handle, size, prop, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemCreate(handle, size, prop, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemDiscardAndPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemDiscardAndPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemDiscardAndPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemDiscardAndPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemDiscardAndPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemDiscardBatchAsync(dptrs, sizes, count, flags, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemDiscardBatchAsync(dptrs, sizes, count, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemDiscardBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemDiscardBatchAsync_ptsz(dptrs, sizes, count, flags, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemDiscardBatchAsync_ptsz(dptrs, sizes, count, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemFree(CUdeviceptr_v1 dptr)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemFree(dptr);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemFree(dptr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemFreeAsync(dptr, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemFreeAsync(dptr, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemFreeAsync_ptsz(dptr, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemFreeAsync_ptsz(dptr, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemFreeHost(void *p)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemFreeHost(p);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemFreeHost(p);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemFree_v2(dptr);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemFree_v2(dptr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemGetAccess(flags, location, ptr);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemGetAccess(flags, location, ptr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemGetAddressRange(CUdeviceptr_v1 *pbase, unsigned int *psize, CUdeviceptr_v1 dptr)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemGetAddressRange(pbase, psize, dptr);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemGetAddressRange(pbase, psize, dptr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemGetAddressRange_v2(pbase, psize, dptr);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemGetAddressRange_v2(pbase, psize, dptr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemGetAllocationGranularity(granularity, prop, option);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemGetAllocationGranularity(granularity, prop, option);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemGetAllocationPropertiesFromHandle(prop, handle);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemGetAllocationPropertiesFromHandle(prop, handle);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemGetDefaultMemPool(pool_out, location, type);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemGetDefaultMemPool(pool_out, location, type);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType handleType, unsigned long long flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemGetHandleForAddressRange(handle, dptr, size, handleType, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemGetHandleForAddressRange(handle, dptr, size, handleType, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemGetInfo(free, total);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemGetInfo(free, total);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemGetInfo_v2(free, total);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemGetInfo_v2(free, total);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemGetMemPool(pool, location, type);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemGetMemPool(pool, location, type);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemHostAlloc(pp, bytesize, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemHostAlloc(pp, bytesize, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemHostGetDevicePointer(CUdeviceptr_v1 *pdptr, void *p, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemHostGetDevicePointer(pdptr, p, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemHostGetDevicePointer(pdptr, p, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemHostGetDevicePointer_v2(pdptr, p, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemHostGetDevicePointer_v2(pdptr, p, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemHostGetFlags(pFlags, p);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemHostGetFlags(pFlags, p);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemHostRegister(p, bytesize, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemHostRegister(p, bytesize, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemHostRegister_v2(p, bytesize, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemHostRegister_v2(p, bytesize, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemHostUnregister(void *p)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemHostUnregister(p);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemHostUnregister(p);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemImportFromShareableHandle(handle, osHandle, shHandleType);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemImportFromShareableHandle(handle, osHandle, shHandleType);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemMap(ptr, size, offset, handle, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemMap(ptr, size, offset, handle, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemMapArrayAsync(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemMapArrayAsync(mapInfoList, count, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemMapArrayAsync(mapInfoList, count, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemMapArrayAsync_ptsz(mapInfoList, count, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemMapArrayAsync_ptsz(mapInfoList, count, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemPoolCreate(pool, poolProps);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemPoolCreate(pool, poolProps);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemPoolDestroy(pool);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemPoolDestroy(pool);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemPoolExportPointer(shareData_out, ptr);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemPoolExportPointer(shareData_out, ptr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemPoolExportToShareableHandle(handle_out, pool, handleType, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemPoolExportToShareableHandle(handle_out, pool, handleType, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemPoolGetAccess(flags, memPool, location);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemPoolGetAccess(flags, memPool, location);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemPoolGetAttribute(pool, attr, value);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemPoolGetAttribute(pool, attr, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemPoolImportFromShareableHandle(pool_out, handle, handleType, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemPoolImportFromShareableHandle(pool_out, handle, handleType, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemPoolImportPointer(ptr_out, pool, shareData);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemPoolImportPointer(ptr_out, pool, shareData);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemPoolSetAccess(pool, map, count);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemPoolSetAccess(pool, map, count);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemPoolSetAttribute(pool, attr, value);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemPoolSetAttribute(pool, attr, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemPoolTrimTo(pool, minBytesToKeep);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemPoolTrimTo(pool, minBytesToKeep);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemPrefetchAsync(devPtr, count, dstDevice, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemPrefetchAsync(devPtr, count, dstDevice, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemPrefetchAsync_ptsz(devPtr, count, dstDevice, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemPrefetchAsync_ptsz(devPtr, count, dstDevice, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemPrefetchAsync_v2(devPtr, count, location, flags, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemPrefetchAsync_v2(devPtr, count, location, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemPrefetchAsync_v2_ptsz(devPtr, count, location, flags, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemPrefetchAsync_v2_ptsz(devPtr, count, location, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribute attribute, CUdeviceptr devPtr, size_t count)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemRangeGetAttribute(data, dataSize, attribute, devPtr, count);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemRangeGetAttribute(data, dataSize, attribute, devPtr, count);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_attribute *attributes, size_t numAttributes, CUdeviceptr devPtr, size_t count)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemRangeGetAttributes(data, dataSizes, attributes, numAttributes, devPtr, count);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemRangeGetAttributes(data, dataSizes, attributes, numAttributes, devPtr, count);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemRelease(handle);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemRelease(handle);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemRetainAllocationHandle(handle, addr);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemRetainAllocationHandle(handle, addr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemSetAccess(ptr, size, desc, count);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemSetAccess(ptr, size, desc, count);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemSetMemPool(location, type, pool);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemSetMemPool(location, type, pool);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemUnmap(ptr, size);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemUnmap(ptr, size);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy(dst, src, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy(dst, src, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy2D(const CUDA_MEMCPY2D_v1 *pCopy)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy2D(pCopy);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy2D(pCopy);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D_v1 *pCopy, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy2DAsync(pCopy, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy2DAsync(pCopy, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy2DAsync_v2(pCopy, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy2DAsync_v2(pCopy, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy2DAsync_v2_ptsz(pCopy, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy2DAsync_v2_ptsz(pCopy, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy2DUnaligned(const CUDA_MEMCPY2D_v1 *pCopy)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy2DUnaligned(pCopy);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy2DUnaligned(pCopy);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy2DUnaligned_v2(pCopy);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy2DUnaligned_v2(pCopy);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy2DUnaligned_v2_ptds(pCopy);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy2DUnaligned_v2_ptds(pCopy);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy2D_v2(pCopy);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy2D_v2(pCopy);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy2D_v2_ptds(pCopy);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy2D_v2_ptds(pCopy);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy3D(const CUDA_MEMCPY3D_v1 *pCopy)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy3D(pCopy);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy3D(pCopy);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy3DAsync(const CUDA_MEMCPY3D_v1 *pCopy, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy3DAsync(pCopy, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy3DAsync(pCopy, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy3DAsync_v2(pCopy, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy3DAsync_v2(pCopy, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy3DAsync_v2_ptsz(pCopy, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy3DAsync_v2_ptsz(pCopy, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy3DBatchAsync(numOps, opList, failIdx, flags, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy3DBatchAsync(numOps, opList, failIdx, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy3DBatchAsync_ptsz(numOps, opList, failIdx, flags, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy3DBatchAsync_ptsz(numOps, opList, failIdx, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy3DBatchAsync_v2(numOps, opList, flags, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy3DBatchAsync_v2(numOps, opList, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy3DBatchAsync_v2_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy3DBatchAsync_v2_ptsz(numOps, opList, flags, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy3DBatchAsync_v2_ptsz(numOps, opList, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy3DPeer(pCopy);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy3DPeer(pCopy);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy3DPeerAsync(pCopy, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy3DPeerAsync(pCopy, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy3DPeerAsync_ptsz(pCopy, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy3DPeerAsync_ptsz(pCopy, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *pCopy)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy3DPeer_ptds(pCopy);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy3DPeer_ptds(pCopy);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy3D_v2(pCopy);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy3D_v2(pCopy);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy3D_v2_ptds(pCopy);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy3D_v2_ptds(pCopy);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyAsync(dst, src, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyAsync(dst, src, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyAsync_ptsz(dst, src, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyAsync_ptsz(dst, src, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyAtoA(CUarray dstArray, unsigned int dstOffset, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyAtoA(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyAtoA(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyAtoA_v2(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyAtoA_v2(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyAtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyAtoA_v2_ptds(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyAtoA_v2_ptds(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyAtoD(CUdeviceptr_v1 dstDevice, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyAtoD(dstDevice, srcArray, srcOffset, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyAtoD(dstDevice, srcArray, srcOffset, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyAtoD_v2(dstDevice, srcArray, srcOffset, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyAtoD_v2(dstDevice, srcArray, srcOffset, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyAtoD_v2_ptds(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyAtoD_v2_ptds(dstDevice, srcArray, srcOffset, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyAtoD_v2_ptds(dstDevice, srcArray, srcOffset, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyAtoH(void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyAtoH(dstHost, srcArray, srcOffset, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyAtoH(dstHost, srcArray, srcOffset, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyAtoHAsync(void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyAtoHAsync(dstHost, srcArray, srcOffset, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyAtoHAsync(dstHost, srcArray, srcOffset, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyAtoHAsync_v2(dstHost, srcArray, srcOffset, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyAtoHAsync_v2(dstHost, srcArray, srcOffset, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyAtoHAsync_v2_ptsz(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyAtoHAsync_v2_ptsz(dstHost, srcArray, srcOffset, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyAtoHAsync_v2_ptsz(dstHost, srcArray, srcOffset, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyAtoH_v2(dstHost, srcArray, srcOffset, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyAtoH_v2(dstHost, srcArray, srcOffset, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyAtoH_v2_ptds(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyAtoH_v2_ptds(dstHost, srcArray, srcOffset, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyAtoH_v2_ptds(dstHost, srcArray, srcOffset, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyBatchAsync_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyBatchAsync_ptsz(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyBatchAsync_ptsz(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyBatchAsync_v2(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyBatchAsync_v2(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyBatchAsync_v2_ptsz(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyBatchAsync_v2_ptsz(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyDtoA(CUarray dstArray, unsigned int dstOffset, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyDtoA(dstArray, dstOffset, srcDevice, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyDtoA(dstArray, dstOffset, srcDevice, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyDtoA_v2(dstArray, dstOffset, srcDevice, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyDtoA_v2(dstArray, dstOffset, srcDevice, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyDtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyDtoA_v2_ptds(dstArray, dstOffset, srcDevice, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyDtoA_v2_ptds(dstArray, dstOffset, srcDevice, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyDtoD(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyDtoD(dstDevice, srcDevice, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyDtoD(dstDevice, srcDevice, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyDtoDAsync(dstDevice, srcDevice, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyDtoDAsync(dstDevice, srcDevice, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyDtoDAsync_v2_ptsz(dstDevice, srcDevice, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyDtoDAsync_v2_ptsz(dstDevice, srcDevice, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyDtoD_v2_ptds(dstDevice, srcDevice, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyDtoD_v2_ptds(dstDevice, srcDevice, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyDtoH(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyDtoH(dstHost, srcDevice, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyDtoH(dstHost, srcDevice, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyDtoHAsync(dstHost, srcDevice, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyDtoHAsync(dstHost, srcDevice, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyDtoHAsync_v2_ptsz(dstHost, srcDevice, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyDtoHAsync_v2_ptsz(dstHost, srcDevice, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyDtoH_v2_ptds(dstHost, srcDevice, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyDtoH_v2_ptds(dstHost, srcDevice, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyHtoA(CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyHtoA(dstArray, dstOffset, srcHost, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyHtoA(dstArray, dstOffset, srcHost, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyHtoAAsync(CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyHtoAAsync(dstArray, dstOffset, srcHost, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyHtoAAsync(dstArray, dstOffset, srcHost, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyHtoAAsync_v2(dstArray, dstOffset, srcHost, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyHtoAAsync_v2(dstArray, dstOffset, srcHost, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyHtoAAsync_v2_ptsz(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyHtoAAsync_v2_ptsz(dstArray, dstOffset, srcHost, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyHtoAAsync_v2_ptsz(dstArray, dstOffset, srcHost, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyHtoA_v2(dstArray, dstOffset, srcHost, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyHtoA_v2(dstArray, dstOffset, srcHost, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyHtoA_v2_ptds(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyHtoA_v2_ptds(dstArray, dstOffset, srcHost, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyHtoA_v2_ptds(dstArray, dstOffset, srcHost, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyHtoD(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyHtoD(dstDevice, srcHost, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyHtoD(dstDevice, srcHost, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyHtoDAsync(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyHtoDAsync(dstDevice, srcHost, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyHtoDAsync(dstDevice, srcHost, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyHtoDAsync_v2(dstDevice, srcHost, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyHtoDAsync_v2(dstDevice, srcHost, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyHtoDAsync_v2_ptsz(dstDevice, srcHost, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyHtoDAsync_v2_ptsz(dstDevice, srcHost, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyHtoD_v2_ptds(dstDevice, srcHost, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyHtoD_v2_ptds(dstDevice, srcHost, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyPeerAsync(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyPeerAsync(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyPeerAsync_ptsz(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyPeerAsync_ptsz(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpyPeer_ptds(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpyPeer_ptds(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemcpy_ptds(dst, src, ByteCount);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemcpy_ptds(dst, src, ByteCount);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD16(CUdeviceptr_v1 dstDevice, unsigned short us, unsigned int N)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD16(dstDevice, us, N);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD16(dstDevice, us, N);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD16Async(dstDevice, us, N, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD16Async(dstDevice, us, N, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD16Async_ptsz(dstDevice, us, N, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD16Async_ptsz(dstDevice, us, N, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD16_v2(dstDevice, us, N);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD16_v2(dstDevice, us, N);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD16_v2_ptds(dstDevice, us, N);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD16_v2_ptds(dstDevice, us, N);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD2D16(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned short us, unsigned int Width, unsigned int Height)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD2D16(dstDevice, dstPitch, us, Width, Height);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD2D16(dstDevice, dstPitch, us, Width, Height);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD2D16Async(dstDevice, dstPitch, us, Width, Height, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD2D16Async(dstDevice, dstPitch, us, Width, Height, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD2D16Async_ptsz(dstDevice, dstPitch, us, Width, Height, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD2D16Async_ptsz(dstDevice, dstPitch, us, Width, Height, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD2D16_v2(dstDevice, dstPitch, us, Width, Height);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD2D16_v2(dstDevice, dstPitch, us, Width, Height);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD2D16_v2_ptds(dstDevice, dstPitch, us, Width, Height);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD2D16_v2_ptds(dstDevice, dstPitch, us, Width, Height);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD2D32(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned int ui, unsigned int Width, unsigned int Height)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD2D32(dstDevice, dstPitch, ui, Width, Height);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD2D32(dstDevice, dstPitch, ui, Width, Height);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD2D32Async(dstDevice, dstPitch, ui, Width, Height, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD2D32Async(dstDevice, dstPitch, ui, Width, Height, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD2D32Async_ptsz(dstDevice, dstPitch, ui, Width, Height, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD2D32Async_ptsz(dstDevice, dstPitch, ui, Width, Height, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD2D32_v2(dstDevice, dstPitch, ui, Width, Height);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD2D32_v2(dstDevice, dstPitch, ui, Width, Height);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD2D32_v2_ptds(dstDevice, dstPitch, ui, Width, Height);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD2D32_v2_ptds(dstDevice, dstPitch, ui, Width, Height);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD2D8(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned char uc, unsigned int Width, unsigned int Height)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD2D8(dstDevice, dstPitch, uc, Width, Height);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD2D8(dstDevice, dstPitch, uc, Width, Height);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD2D8Async(dstDevice, dstPitch, uc, Width, Height, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD2D8Async(dstDevice, dstPitch, uc, Width, Height, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD2D8Async_ptsz(dstDevice, dstPitch, uc, Width, Height, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD2D8Async_ptsz(dstDevice, dstPitch, uc, Width, Height, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD2D8_v2(dstDevice, dstPitch, uc, Width, Height);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD2D8_v2(dstDevice, dstPitch, uc, Width, Height);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD2D8_v2_ptds(dstDevice, dstPitch, uc, Width, Height);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD2D8_v2_ptds(dstDevice, dstPitch, uc, Width, Height);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD32(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD32(dstDevice, ui, N);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD32(dstDevice, ui, N);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD32Async(dstDevice, ui, N, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD32Async(dstDevice, ui, N, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD32Async_ptsz(dstDevice, ui, N, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD32Async_ptsz(dstDevice, ui, N, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD32_v2(dstDevice, ui, N);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD32_v2(dstDevice, ui, N);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD32_v2_ptds(dstDevice, ui, N);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD32_v2_ptds(dstDevice, ui, N);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD8(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD8(dstDevice, uc, N);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD8(dstDevice, uc, N);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD8Async(dstDevice, uc, N, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD8Async(dstDevice, uc, N, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD8Async_ptsz(dstDevice, uc, N, hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD8Async_ptsz(dstDevice, uc, N, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD8_v2(dstDevice, uc, N);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD8_v2(dstDevice, uc, N);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMemsetD8_v2_ptds(dstDevice, uc, N);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMemsetD8_v2_ptds(dstDevice, uc, N);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, numMipmapLevels);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, numMipmapLevels);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMipmappedArrayDestroy(hMipmappedArray);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMipmappedArrayDestroy(hMipmappedArray);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMipmappedArrayGetLevel(pLevelArray, hMipmappedArray, level);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMipmappedArrayGetLevel(pLevelArray, hMipmappedArray, level);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUmipmappedArray mipmap, CUdevice device)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMipmappedArrayGetMemoryRequirements(memoryRequirements, mipmap, device);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMipmappedArrayGetMemoryRequirements(memoryRequirements, mipmap, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMipmappedArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *sparseProperties, CUmipmappedArray mipmap)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMipmappedArrayGetSparseProperties(sparseProperties, mipmap);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMipmappedArrayGetSparseProperties(sparseProperties, mipmap);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuModuleEnumerateFunctions(functions, numFunctions, mod);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuModuleEnumerateFunctions(functions, numFunctions, mod);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuModuleGetFunction(hfunc, hmod, name);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuModuleGetFunction(hfunc, hmod, name);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuModuleGetFunctionCount(count, mod);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuModuleGetFunctionCount(count, mod);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuModuleGetGlobal(CUdeviceptr_v1 *dptr, unsigned int *bytes, CUmodule hmod, const char *name)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuModuleGetGlobal(dptr, bytes, hmod, name);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuModuleGetGlobal(dptr, bytes, hmod, name);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuModuleGetGlobal_v2(dptr, bytes, hmod, name);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuModuleGetGlobal_v2(dptr, bytes, hmod, name);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuModuleGetLoadingMode(mode);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuModuleGetLoadingMode(mode);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuModuleGetSurfRef(CUsurfref *pSurfRef, CUmodule hmod, const char *name)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuModuleGetSurfRef(pSurfRef, hmod, name);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuModuleGetSurfRef(pSurfRef, hmod, name);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuModuleGetTexRef(CUtexref *pTexRef, CUmodule hmod, const char *name)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuModuleGetTexRef(pTexRef, hmod, name);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuModuleGetTexRef(pTexRef, hmod, name);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuModuleLoad(CUmodule *module, const char *fname)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuModuleLoad(module, fname);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuModuleLoad(module, fname);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuModuleLoadData(module, image);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuModuleLoadData(module, image);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuModuleLoadDataEx(module, image, numOptions, options, optionValues);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuModuleLoadDataEx(module, image, numOptions, options, optionValues);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuModuleLoadFatBinary(module, fatCubin);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuModuleLoadFatBinary(module, fatCubin);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuModuleUnload(CUmodule hmod)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuModuleUnload(hmod);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuModuleUnload(hmod);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice dev)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMulticastAddDevice(mcHandle, dev);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMulticastAddDevice(mcHandle, dev);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUdeviceptr memptr, size_t size, unsigned long long flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMulticastBindAddr(mcHandle, mcOffset, memptr, size, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMulticastBindAddr(mcHandle, mcOffset, memptr, size, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size, unsigned long long flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMulticastBindMem(mcHandle, mcOffset, memHandle, memOffset, size, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMulticastBindMem(mcHandle, mcOffset, memHandle, memOffset, size, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMulticastCreate(mcHandle, prop);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMulticastCreate(mcHandle, prop);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMulticastGetGranularity(size_t *granularity, const CUmulticastObjectProp *prop, CUmulticastGranularity_flags option)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMulticastGetGranularity(granularity, prop, option);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMulticastGetGranularity(granularity, prop, option);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset, size_t size)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuMulticastUnbind(mcHandle, dev, mcOffset, size);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuMulticastUnbind(mcHandle, dev, mcOffset, size);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuOccupancyMaxActiveClusters(numClusters, func, config);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuOccupancyMaxActiveClusters(numClusters, func, config);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuOccupancyMaxPotentialBlockSize(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuOccupancyMaxPotentialBlockSize(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuOccupancyMaxPotentialClusterSize(clusterSize, func, config);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuOccupancyMaxPotentialClusterSize(clusterSize, func, config);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuParamSetSize(CUfunction hfunc, unsigned int numbytes)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuParamSetSize(hfunc, numbytes);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuParamSetSize(hfunc, numbytes);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuParamSetTexRef(CUfunction hfunc, int texunit, CUtexref hTexRef)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuParamSetTexRef(hfunc, texunit, hTexRef);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuParamSetTexRef(hfunc, texunit, hTexRef);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuParamSetf(CUfunction hfunc, int offset, float value)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuParamSetf(hfunc, offset, value);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuParamSetf(hfunc, offset, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuParamSeti(CUfunction hfunc, int offset, unsigned int value)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuParamSeti(hfunc, offset, value);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuParamSeti(hfunc, offset, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuParamSetv(CUfunction hfunc, int offset, void *ptr, unsigned int numbytes)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuParamSetv(hfunc, offset, ptr, numbytes);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuParamSetv(hfunc, offset, ptr, numbytes);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuPointerGetAttribute(data, attribute, ptr);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuPointerGetAttribute(data, attribute, ptr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuPointerGetAttributes(numAttributes, attributes, data, ptr);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuPointerGetAttributes(numAttributes, attributes, data, ptr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuPointerSetAttribute(value, attribute, ptr);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuPointerSetAttribute(value, attribute, ptr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuProfilerInitialize(const char *configFile, const char *outputFile, CUoutput_mode outputMode)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuProfilerInitialize(configFile, outputFile, outputMode);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuProfilerInitialize(configFile, outputFile, outputMode);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuProfilerStart(void)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuProfilerStart();
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuProfilerStart();
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuProfilerStop(void)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuProfilerStop();
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuProfilerStop();
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuSignalExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuSignalExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuSignalExternalSemaphoresAsync_ptsz(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuSignalExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuSignalExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamAddCallback(hStream, callback, userData, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamAddCallback(hStream, callback, userData, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamAddCallback_ptsz(hStream, callback, userData, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamAddCallback_ptsz(hStream, callback, userData, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamAttachMemAsync(hStream, dptr, length, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamAttachMemAsync(hStream, dptr, length, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamAttachMemAsync_ptsz(hStream, dptr, length, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamAttachMemAsync_ptsz(hStream, dptr, length, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamBatchMemOp(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamBatchMemOp(stream, count, paramArray, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamBatchMemOp(stream, count, paramArray, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamBatchMemOp_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamBatchMemOp_ptsz(stream, count, paramArray, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamBatchMemOp_ptsz(stream, count, paramArray, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamBatchMemOp_v2(stream, count, paramArray, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamBatchMemOp_v2(stream, count, paramArray, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamBatchMemOp_v2_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamBatchMemOp_v2_ptsz(stream, count, paramArray, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamBatchMemOp_v2_ptsz(stream, count, paramArray, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamBeginCapture(CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamBeginCapture(hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamBeginCapture(hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamBeginCaptureToGraph_ptsz(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamBeginCaptureToGraph_ptsz(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamBeginCapture_ptsz(CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamBeginCapture_ptsz(hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamBeginCapture_ptsz(hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamBeginCapture_v2(hStream, mode);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamBeginCapture_v2(hStream, mode);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamBeginCapture_v2_ptsz(hStream, mode);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamBeginCapture_v2_ptsz(hStream, mode);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamCopyAttributes(CUstream dst, CUstream src)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamCopyAttributes(dst, src);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamCopyAttributes(dst, src);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamCopyAttributes_ptsz(dst, src);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamCopyAttributes_ptsz(dst, src);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamCreate(phStream, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamCreate(phStream, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamCreateWithPriority(phStream, flags, priority);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamCreateWithPriority(phStream, flags, priority);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamDestroy(CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamDestroy(hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamDestroy(hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamDestroy_v2(CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamDestroy_v2(hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamDestroy_v2(hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamEndCapture(hStream, phGraph);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamEndCapture(hStream, phGraph);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamEndCapture_ptsz(hStream, phGraph);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamEndCapture_ptsz(hStream, phGraph);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetAttribute(hStream, attr, value_out);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetAttribute(hStream, attr, value_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetAttribute_ptsz(hStream, attr, value_out);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetAttribute_ptsz(hStream, attr, value_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetCaptureInfo(hStream, captureStatus_out, id_out);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetCaptureInfo(hStream, captureStatus_out, id_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetCaptureInfo_ptsz(hStream, captureStatus_out, id_out);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetCaptureInfo_ptsz(hStream, captureStatus_out, id_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v2(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v2(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v2_ptsz(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v2_ptsz(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v3(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v3(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v3_ptsz(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v3_ptsz(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetCtx(hStream, pctx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetCtx(hStream, pctx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetCtx_ptsz(hStream, pctx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetCtx_ptsz(hStream, pctx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetCtx_v2(hStream, pCtx, pGreenCtx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetCtx_v2(hStream, pCtx, pGreenCtx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetCtx_v2_ptsz(hStream, pCtx, pGreenCtx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetCtx_v2_ptsz(hStream, pCtx, pGreenCtx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetDevice(hStream, device);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetDevice(hStream, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetDevice_ptsz(CUstream hStream, CUdevice *device)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetDevice_ptsz(hStream, device);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetDevice_ptsz(hStream, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetFlags(hStream, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetFlags(hStream, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetFlags_ptsz(hStream, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetFlags_ptsz(hStream, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetGreenCtx(hStream, phCtx);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetGreenCtx(hStream, phCtx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetId(CUstream hStream, unsigned long long *streamId)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetId(hStream, streamId);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetId(hStream, streamId);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetId_ptsz(hStream, streamId);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetId_ptsz(hStream, streamId);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetPriority(CUstream hStream, int *priority)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetPriority(hStream, priority);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetPriority(hStream, priority);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamGetPriority_ptsz(hStream, priority);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamGetPriority_ptsz(hStream, priority);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamIsCapturing(hStream, captureStatus);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamIsCapturing(hStream, captureStatus);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamIsCapturing_ptsz(hStream, captureStatus);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamIsCapturing_ptsz(hStream, captureStatus);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamQuery(CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamQuery(hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamQuery(hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamQuery_ptsz(CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamQuery_ptsz(hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamQuery_ptsz(hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamSetAttribute(hStream, attr, value);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamSetAttribute(hStream, attr, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamSetAttribute_ptsz(hStream, attr, value);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamSetAttribute_ptsz(hStream, attr, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamSynchronize(CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamSynchronize(hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamSynchronize(hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamSynchronize_ptsz(hStream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamSynchronize_ptsz(hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies(hStream, dependencies, numDependencies, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies(hStream, dependencies, numDependencies, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies_ptsz(hStream, dependencies, numDependencies, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies_ptsz(hStream, dependencies, numDependencies, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies_v2(hStream, dependencies, dependencyData, numDependencies, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies_v2(hStream, dependencies, dependencyData, numDependencies, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies_v2_ptsz(hStream, dependencies, dependencyData, numDependencies, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies_v2_ptsz(hStream, dependencies, dependencyData, numDependencies, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamWaitEvent(hStream, hEvent, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamWaitEvent(hStream, hEvent, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamWaitEvent_ptsz(hStream, hEvent, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamWaitEvent_ptsz(hStream, hEvent, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamWaitValue32(stream, addr, value, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamWaitValue32(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamWaitValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamWaitValue32_ptsz(stream, addr, value, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamWaitValue32_ptsz(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamWaitValue32_v2(stream, addr, value, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamWaitValue32_v2(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamWaitValue32_v2_ptsz(stream, addr, value, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamWaitValue32_v2_ptsz(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamWaitValue64(stream, addr, value, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamWaitValue64(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamWaitValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamWaitValue64_ptsz(stream, addr, value, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamWaitValue64_ptsz(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamWaitValue64_v2(stream, addr, value, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamWaitValue64_v2(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamWaitValue64_v2_ptsz(stream, addr, value, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamWaitValue64_v2_ptsz(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamWriteValue32(stream, addr, value, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamWriteValue32(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamWriteValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamWriteValue32_ptsz(stream, addr, value, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamWriteValue32_ptsz(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamWriteValue32_v2(stream, addr, value, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamWriteValue32_v2(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamWriteValue32_v2_ptsz(stream, addr, value, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamWriteValue32_v2_ptsz(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamWriteValue64(stream, addr, value, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamWriteValue64(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamWriteValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamWriteValue64_ptsz(stream, addr, value, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamWriteValue64_ptsz(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamWriteValue64_v2(stream, addr, value, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamWriteValue64_v2(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuStreamWriteValue64_v2_ptsz(stream, addr, value, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuStreamWriteValue64_v2_ptsz(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuSurfObjectCreate(pSurfObject, pResDesc);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuSurfObjectCreate(pSurfObject, pResDesc);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuSurfObjectDestroy(surfObject);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuSurfObjectDestroy(surfObject);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject surfObject)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuSurfObjectGetResourceDesc(pResDesc, surfObject);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuSurfObjectGetResourceDesc(pResDesc, surfObject);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuSurfRefGetArray(CUarray *phArray, CUsurfref hSurfRef)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuSurfRefGetArray(phArray, hSurfRef);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuSurfRefGetArray(phArray, hSurfRef);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuSurfRefSetArray(CUsurfref hSurfRef, CUarray hArray, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuSurfRefSetArray(hSurfRef, hArray, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuSurfRefSetArray(hSurfRef, hArray, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTensorMapEncodeIm2col(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCorner, pixelBoxUpperCorner, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, swizzle, l2Promotion, oobFill);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTensorMapEncodeIm2col(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCorner, pixelBoxUpperCorner, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, swizzle, l2Promotion, oobFill);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, int pixelBoxLowerCornerWidth, int pixelBoxUpperCornerWidth, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapIm2ColWideMode mode, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTensorMapEncodeIm2colWide(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCornerWidth, pixelBoxUpperCornerWidth, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, mode, swizzle, l2Promotion, oobFill);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTensorMapEncodeIm2colWide(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCornerWidth, pixelBoxUpperCornerWidth, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, mode, swizzle, l2Promotion, oobFill);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTensorMapEncodeTiled(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, boxDim, elementStrides, interleave, swizzle, l2Promotion, oobFill);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTensorMapEncodeTiled(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, boxDim, elementStrides, interleave, swizzle, l2Promotion, oobFill);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTensorMapReplaceAddress(tensorMap, globalAddress);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTensorMapReplaceAddress(tensorMap, globalAddress);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexObjectCreate(pTexObject, pResDesc, pTexDesc, pResViewDesc);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexObjectCreate(pTexObject, pResDesc, pTexDesc, pResViewDesc);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexObjectDestroy(CUtexObject texObject)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexObjectDestroy(texObject);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexObjectDestroy(texObject);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject texObject)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexObjectGetResourceDesc(pResDesc, texObject);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexObjectGetResourceDesc(pResDesc, texObject);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, CUtexObject texObject)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexObjectGetResourceViewDesc(pResViewDesc, texObject);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexObjectGetResourceViewDesc(pResViewDesc, texObject);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texObject)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexObjectGetTextureDesc(pTexDesc, texObject);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexObjectGetTextureDesc(pTexDesc, texObject);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefCreate(CUtexref *pTexRef)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefCreate(pTexRef);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefCreate(pTexRef);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefDestroy(CUtexref hTexRef)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefDestroy(hTexRef);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefDestroy(hTexRef);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefGetAddress(CUdeviceptr_v1 *pdptr, CUtexref hTexRef)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefGetAddress(pdptr, hTexRef);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefGetAddress(pdptr, hTexRef);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefGetAddressMode(CUaddress_mode *pam, CUtexref hTexRef, int dim)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefGetAddressMode(pam, hTexRef, dim);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefGetAddressMode(pam, hTexRef, dim);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefGetAddress_v2(CUdeviceptr *pdptr, CUtexref hTexRef)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefGetAddress_v2(pdptr, hTexRef);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefGetAddress_v2(pdptr, hTexRef);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefGetArray(CUarray *phArray, CUtexref hTexRef)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefGetArray(phArray, hTexRef);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefGetArray(phArray, hTexRef);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefGetBorderColor(float *pBorderColor, CUtexref hTexRef)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefGetBorderColor(pBorderColor, hTexRef);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefGetBorderColor(pBorderColor, hTexRef);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefGetFilterMode(CUfilter_mode *pfm, CUtexref hTexRef)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefGetFilterMode(pfm, hTexRef);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefGetFilterMode(pfm, hTexRef);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefGetFlags(unsigned int *pFlags, CUtexref hTexRef)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefGetFlags(pFlags, hTexRef);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefGetFlags(pFlags, hTexRef);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefGetFormat(CUarray_format *pFormat, int *pNumChannels, CUtexref hTexRef)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefGetFormat(pFormat, pNumChannels, hTexRef);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefGetFormat(pFormat, pNumChannels, hTexRef);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefGetMaxAnisotropy(int *pmaxAniso, CUtexref hTexRef)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefGetMaxAnisotropy(pmaxAniso, hTexRef);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefGetMaxAnisotropy(pmaxAniso, hTexRef);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefGetMipmapFilterMode(CUfilter_mode *pfm, CUtexref hTexRef)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefGetMipmapFilterMode(pfm, hTexRef);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefGetMipmapFilterMode(pfm, hTexRef);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefGetMipmapLevelBias(float *pbias, CUtexref hTexRef)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefGetMipmapLevelBias(pbias, hTexRef);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefGetMipmapLevelBias(pbias, hTexRef);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefGetMipmapLevelClamp(float *pminMipmapLevelClamp, float *pmaxMipmapLevelClamp, CUtexref hTexRef)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefGetMipmapLevelClamp(pminMipmapLevelClamp, pmaxMipmapLevelClamp, hTexRef);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefGetMipmapLevelClamp(pminMipmapLevelClamp, pmaxMipmapLevelClamp, hTexRef);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefGetMipmappedArray(CUmipmappedArray *phMipmappedArray, CUtexref hTexRef)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefGetMipmappedArray(phMipmappedArray, hTexRef);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefGetMipmappedArray(phMipmappedArray, hTexRef);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefSetAddress(unsigned int *ByteOffset, CUtexref hTexRef, CUdeviceptr_v1 dptr, unsigned int bytes)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefSetAddress(ByteOffset, hTexRef, dptr, bytes);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefSetAddress(ByteOffset, hTexRef, dptr, bytes);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefSetAddress2D(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR_v1 *desc, CUdeviceptr_v1 dptr, unsigned int Pitch)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefSetAddress2D(hTexRef, desc, dptr, Pitch);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefSetAddress2D(hTexRef, desc, dptr, Pitch);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefSetAddress2D_v2(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *desc, CUdeviceptr dptr, size_t Pitch)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefSetAddress2D_v2(hTexRef, desc, dptr, Pitch);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefSetAddress2D_v2(hTexRef, desc, dptr, Pitch);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefSetAddress2D_v3(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *desc, CUdeviceptr dptr, size_t Pitch)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefSetAddress2D_v3(hTexRef, desc, dptr, Pitch);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefSetAddress2D_v3(hTexRef, desc, dptr, Pitch);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefSetAddressMode(CUtexref hTexRef, int dim, CUaddress_mode am)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefSetAddressMode(hTexRef, dim, am);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefSetAddressMode(hTexRef, dim, am);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefSetAddress_v2(size_t *ByteOffset, CUtexref hTexRef, CUdeviceptr dptr, size_t bytes)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefSetAddress_v2(ByteOffset, hTexRef, dptr, bytes);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefSetAddress_v2(ByteOffset, hTexRef, dptr, bytes);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefSetArray(CUtexref hTexRef, CUarray hArray, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefSetArray(hTexRef, hArray, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefSetArray(hTexRef, hArray, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefSetBorderColor(CUtexref hTexRef, float *pBorderColor)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefSetBorderColor(hTexRef, pBorderColor);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefSetBorderColor(hTexRef, pBorderColor);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefSetFilterMode(CUtexref hTexRef, CUfilter_mode fm)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefSetFilterMode(hTexRef, fm);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefSetFilterMode(hTexRef, fm);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefSetFlags(CUtexref hTexRef, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefSetFlags(hTexRef, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefSetFlags(hTexRef, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefSetFormat(CUtexref hTexRef, CUarray_format fmt, int NumPackedComponents)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefSetFormat(hTexRef, fmt, NumPackedComponents);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefSetFormat(hTexRef, fmt, NumPackedComponents);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefSetMaxAnisotropy(CUtexref hTexRef, unsigned int maxAniso)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefSetMaxAnisotropy(hTexRef, maxAniso);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefSetMaxAnisotropy(hTexRef, maxAniso);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefSetMipmapFilterMode(CUtexref hTexRef, CUfilter_mode fm)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefSetMipmapFilterMode(hTexRef, fm);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefSetMipmapFilterMode(hTexRef, fm);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefSetMipmapLevelBias(CUtexref hTexRef, float bias)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefSetMipmapLevelBias(hTexRef, bias);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefSetMipmapLevelBias(hTexRef, bias);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefSetMipmapLevelClamp(CUtexref hTexRef, float minMipmapLevelClamp, float maxMipmapLevelClamp)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefSetMipmapLevelClamp(hTexRef, minMipmapLevelClamp, maxMipmapLevelClamp);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefSetMipmapLevelClamp(hTexRef, minMipmapLevelClamp, maxMipmapLevelClamp);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuTexRefSetMipmappedArray(CUtexref hTexRef, CUmipmappedArray hMipmappedArray, unsigned int Flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuTexRefSetMipmappedArray(hTexRef, hMipmappedArray, Flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuTexRefSetMipmappedArray(hTexRef, hMipmappedArray, Flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuThreadExchangeStreamCaptureMode(mode);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuThreadExchangeStreamCaptureMode(mode);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy, unsigned int initialRefcount, unsigned int flags)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuUserObjectCreate(object_out, ptr, destroy, initialRefcount, flags);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuUserObjectCreate(object_out, ptr, destroy, initialRefcount, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuUserObjectRelease(CUuserObject object, unsigned int count)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuUserObjectRelease(object, count);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuUserObjectRelease(object, count);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuUserObjectRetain(CUuserObject object, unsigned int count)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuUserObjectRetain(object, count);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuUserObjectRetain(object, count);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuVDPAUCtxCreate(CUcontext *pCtx, unsigned int flags, CUdevice device, VdpDevice vdpDevice, VdpGetProcAddress *vdpGetProcAddress)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuVDPAUCtxCreate(pCtx, flags, device, vdpDevice, vdpGetProcAddress);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuVDPAUCtxCreate(pCtx, flags, device, vdpDevice, vdpGetProcAddress);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuVDPAUCtxCreate_v2(CUcontext *pCtx, unsigned int flags, CUdevice device, VdpDevice vdpDevice, VdpGetProcAddress *vdpGetProcAddress)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuVDPAUCtxCreate_v2(pCtx, flags, device, vdpDevice, vdpGetProcAddress);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuVDPAUCtxCreate_v2(pCtx, flags, device, vdpDevice, vdpGetProcAddress);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuVDPAUGetDevice(CUdevice *pDevice, VdpDevice vdpDevice, VdpGetProcAddress *vdpGetProcAddress)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuVDPAUGetDevice(pDevice, vdpDevice, vdpGetProcAddress);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuVDPAUGetDevice(pDevice, vdpDevice, vdpGetProcAddress);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuWaitExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuWaitExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuWaitExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 CUresult cuWaitExternalSemaphoresAsync_ptsz(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
-    CUresult vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_driver_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cuWaitExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
+    CUresult vgpu_result = CUDA_ERROR_NOT_INITIALIZED;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_driver_ready())
+        vgpu_result = vgpu_py_cuWaitExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }

@@ -4,24 +4,20 @@
 
 cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py___cudaGetKernel(kernel, hostFun);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py___cudaGetKernel(kernel, hostFun);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t __cudaGetProcAddress(void)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py___cudaGetProcAddress();
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py___cudaGetProcAddress();
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
@@ -29,35 +25,29 @@ cudaError_t __cudaGetProcAddress(void)
 char __cudaInitModule(void **fatCubinHandle)
 {
     char vgpu_result = {0};
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return vgpu_result;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py___cudaInitModule(fatCubinHandle);
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py___cudaInitModule(fatCubinHandle);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py___cudaLaunchKernel(kernel, gridDim, blockDim, args, sharedMem, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py___cudaLaunchKernel(kernel, gridDim, blockDim, args, sharedMem, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py___cudaLaunchKernel_ptsz(kernel, gridDim, blockDim, args, sharedMem, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py___cudaLaunchKernel_ptsz(kernel, gridDim, blockDim, args, sharedMem, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
@@ -65,145 +55,119 @@ cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 bloc
 void **__cudaRegisterFatBinary(void *fatCubin)
 {
     void **vgpu_result = {0};
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return vgpu_result;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py___cudaRegisterFatBinary(fatCubin);
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py___cudaRegisterFatBinary(fatCubin);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 void __cudaRegisterFatBinaryEnd(void **fatCubinHandle)
 {
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_py___cudaRegisterFatBinaryEnd(fatCubinHandle);
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_py___cudaRegisterFatBinaryEnd(fatCubinHandle);
     vgpu_restore_exception(vgpu_pending);
 }
 
 void __cudaRegisterFunction(void **fatCubinHandle, const void *hostFun, char *deviceFun, const char *deviceName, int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize)
 {
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_py___cudaRegisterFunction(fatCubinHandle, hostFun, deviceFun, deviceName, thread_limit, tid, bid, bDim, gDim, wSize);
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_py___cudaRegisterFunction(fatCubinHandle, hostFun, deviceFun, deviceName, thread_limit, tid, bid, bDim, gDim, wSize);
     vgpu_restore_exception(vgpu_pending);
 }
 
 cudaError_t __cudaRegisterHostVar(void)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py___cudaRegisterHostVar();
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py___cudaRegisterHostVar();
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 void __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVarPtrAddress, char *deviceAddress, const char *deviceName, int ext, size_t size, int constant, int global)
 {
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_py___cudaRegisterManagedVar(fatCubinHandle, hostVarPtrAddress, deviceAddress, deviceName, ext, size, constant, global);
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_py___cudaRegisterManagedVar(fatCubinHandle, hostVarPtrAddress, deviceAddress, deviceName, ext, size, constant, global);
     vgpu_restore_exception(vgpu_pending);
 }
 
 cudaError_t __cudaRegisterUnifiedTable(void)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py___cudaRegisterUnifiedTable();
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py___cudaRegisterUnifiedTable();
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 void __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress, const char *deviceName, int ext, size_t size, int constant, int global)
 {
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_py___cudaRegisterVar(fatCubinHandle, hostVar, deviceAddress, deviceName, ext, size, constant, global);
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_py___cudaRegisterVar(fatCubinHandle, hostVar, deviceAddress, deviceName, ext, size, constant, global);
     vgpu_restore_exception(vgpu_pending);
 }
 
 void __cudaUnregisterFatBinary(void **fatCubinHandle)
 {
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_py___cudaUnregisterFatBinary(fatCubinHandle);
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_py___cudaUnregisterFatBinary(fatCubinHandle);
     vgpu_restore_exception(vgpu_pending);
 }
 
 cudaError_t cudaArrayGetInfo(struct cudaChannelFormatDesc *desc, struct cudaExtent *extent, unsigned int *flags, cudaArray_t array)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaArrayGetInfo(desc, extent, flags, array);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaArrayGetInfo(desc, extent, flags, array);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaArrayGetMemoryRequirements(struct cudaArrayMemoryRequirements *memoryRequirements, cudaArray_t array, int device)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaArrayGetMemoryRequirements(memoryRequirements, array, device);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaArrayGetMemoryRequirements(memoryRequirements, array, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaArrayGetPlane(cudaArray_t *pPlaneArray, cudaArray_t hArray, unsigned int planeIdx)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaArrayGetPlane(pPlaneArray, hArray, planeIdx);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaArrayGetPlane(pPlaneArray, hArray, planeIdx);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaArrayGetSparseProperties(struct cudaArraySparseProperties *sparseProperties, cudaArray_t array)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaArrayGetSparseProperties(sparseProperties, array);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaArrayGetSparseProperties(sparseProperties, array);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaChooseDevice(int *device, const struct cudaDeviceProp *prop)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaChooseDevice(device, prop);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaChooseDevice(device, prop);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
@@ -211,1079 +175,899 @@ cudaError_t cudaChooseDevice(int *device, const struct cudaDeviceProp *prop)
 struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w, enum cudaChannelFormatKind f)
 {
     struct cudaChannelFormatDesc vgpu_result = {0};
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return vgpu_result;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaCreateChannelDesc(x, y, z, w, f);
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaCreateChannelDesc(x, y, z, w, f);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t *pSurfObject, const struct cudaResourceDesc *pResDesc)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaCreateSurfaceObject(pSurfObject, pResDesc);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaCreateSurfaceObject(pSurfObject, pResDesc);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaCreateTextureObject(cudaTextureObject_t *pTexObject, const struct cudaResourceDesc *pResDesc, const struct cudaTextureDesc *pTexDesc, const struct cudaResourceViewDesc *pResViewDesc)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaCreateTextureObject(pTexObject, pResDesc, pTexDesc, pResViewDesc);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaCreateTextureObject(pTexObject, pResDesc, pTexDesc, pResViewDesc);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaCtxResetPersistingL2Cache(void)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaCtxResetPersistingL2Cache();
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaCtxResetPersistingL2Cache();
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDestroyExternalMemory(cudaExternalMemory_t extMem)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDestroyExternalMemory(extMem);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDestroyExternalMemory(extMem);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDestroyExternalSemaphore(cudaExternalSemaphore_t extSem)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDestroyExternalSemaphore(extSem);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDestroyExternalSemaphore(extSem);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t surfObject)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDestroySurfaceObject(surfObject);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDestroySurfaceObject(surfObject);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDestroyTextureObject(texObject);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDestroyTextureObject(texObject);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceCanAccessPeer(canAccessPeer, device, peerDevice);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceCanAccessPeer(canAccessPeer, device, peerDevice);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceDisablePeerAccess(int peerDevice)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceDisablePeerAccess(peerDevice);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceDisablePeerAccess(peerDevice);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceEnablePeerAccess(peerDevice, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceEnablePeerAccess(peerDevice, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceFlushGPUDirectRDMAWrites(enum cudaFlushGPUDirectRDMAWritesTarget target, enum cudaFlushGPUDirectRDMAWritesScope scope)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceFlushGPUDirectRDMAWrites(target, scope);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceFlushGPUDirectRDMAWrites(target, scope);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceGetAttribute(value, attr, device);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceGetAttribute(value, attr, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *pciBusId)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceGetByPCIBusId(device, pciBusId);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceGetByPCIBusId(device, pciBusId);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceGetCacheConfig(enum cudaFuncCache *pCacheConfig)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceGetCacheConfig(pCacheConfig);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceGetCacheConfig(pCacheConfig);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceGetDefaultMemPool(memPool, device);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceGetDefaultMemPool(memPool, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceGetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceGetGraphMemAttribute(device, attr, value);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceGetGraphMemAttribute(device, attr, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceGetHostAtomicCapabilities(unsigned int *capabilities, const enum cudaAtomicOperation *operations, unsigned int count, int device)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceGetHostAtomicCapabilities(capabilities, operations, count, device);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceGetHostAtomicCapabilities(capabilities, operations, count, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceGetLimit(size_t *pValue, enum cudaLimit limit)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceGetLimit(pValue, limit);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceGetLimit(pValue, limit);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *memPool, int device)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceGetMemPool(memPool, device);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceGetMemPool(memPool, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, int device, int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceGetNvSciSyncAttributes(nvSciSyncAttrList, device, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceGetNvSciSyncAttributes(nvSciSyncAttrList, device, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const enum cudaAtomicOperation *operations, unsigned int count, int srcDevice, int dstDevice)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceGetP2PAtomicCapabilities(capabilities, operations, count, srcDevice, dstDevice);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceGetP2PAtomicCapabilities(capabilities, operations, count, srcDevice, dstDevice);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceGetP2PAttribute(int *value, enum cudaDeviceP2PAttr attr, int srcDevice, int dstDevice)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceGetP2PAttribute(value, attr, srcDevice, dstDevice);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceGetP2PAttribute(value, attr, srcDevice, dstDevice);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceGetPCIBusId(pciBusId, len, device);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceGetPCIBusId(pciBusId, len, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceGetSharedMemConfig(enum cudaSharedMemConfig *pConfig)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceGetSharedMemConfig(pConfig);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceGetSharedMemConfig(pConfig);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceGetStreamPriorityRange(leastPriority, greatestPriority);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceGetStreamPriorityRange(leastPriority, greatestPriority);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, const struct cudaChannelFormatDesc *fmtDesc, int device)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, fmtDesc, device);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, fmtDesc, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceGraphMemTrim(int device)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceGraphMemTrim(device);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceGraphMemTrim(device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceRegisterAsyncNotification(int device, cudaAsyncCallback callbackFunc, void *userData, cudaAsyncCallbackHandle_t *callback)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceRegisterAsyncNotification(device, callbackFunc, userData, callback);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceRegisterAsyncNotification(device, callbackFunc, userData, callback);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceReset(void)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceReset();
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceReset();
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceSetCacheConfig(enum cudaFuncCache cacheConfig)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceSetCacheConfig(cacheConfig);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceSetCacheConfig(cacheConfig);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceSetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceSetGraphMemAttribute(device, attr, value);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceSetGraphMemAttribute(device, attr, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceSetLimit(limit, value);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceSetLimit(limit, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceSetMemPool(device, memPool);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceSetMemPool(device, memPool);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceSetSharedMemConfig(enum cudaSharedMemConfig config)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceSetSharedMemConfig(config);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceSetSharedMemConfig(config);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceSynchronize(void)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceSynchronize();
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceSynchronize();
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDeviceUnregisterAsyncNotification(int device, cudaAsyncCallbackHandle_t callback)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDeviceUnregisterAsyncNotification(device, callback);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDeviceUnregisterAsyncNotification(device, callback);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaDriverGetVersion(int *driverVersion)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaDriverGetVersion(driverVersion);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaDriverGetVersion(driverVersion);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEGLStreamConsumerAcquireFrame(cudaEglStreamConnection *conn, cudaGraphicsResource_t *pCudaResource, cudaStream_t *pStream, unsigned int timeout)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEGLStreamConsumerAcquireFrame(conn, pCudaResource, pStream, timeout);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEGLStreamConsumerAcquireFrame(conn, pCudaResource, pStream, timeout);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEGLStreamConsumerConnect(cudaEglStreamConnection *conn, EGLStreamKHR eglStream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEGLStreamConsumerConnect(conn, eglStream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEGLStreamConsumerConnect(conn, eglStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEGLStreamConsumerConnectWithFlags(cudaEglStreamConnection *conn, EGLStreamKHR eglStream, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEGLStreamConsumerConnectWithFlags(conn, eglStream, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEGLStreamConsumerConnectWithFlags(conn, eglStream, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEGLStreamConsumerDisconnect(cudaEglStreamConnection *conn)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEGLStreamConsumerDisconnect(conn);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEGLStreamConsumerDisconnect(conn);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEGLStreamConsumerReleaseFrame(cudaEglStreamConnection *conn, cudaGraphicsResource_t pCudaResource, cudaStream_t *pStream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEGLStreamConsumerReleaseFrame(conn, pCudaResource, pStream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEGLStreamConsumerReleaseFrame(conn, pCudaResource, pStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEGLStreamProducerConnect(cudaEglStreamConnection *conn, EGLStreamKHR eglStream, EGLint width, EGLint height)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEGLStreamProducerConnect(conn, eglStream, width, height);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEGLStreamProducerConnect(conn, eglStream, width, height);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEGLStreamProducerDisconnect(cudaEglStreamConnection *conn)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEGLStreamProducerDisconnect(conn);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEGLStreamProducerDisconnect(conn);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEGLStreamProducerPresentFrame(cudaEglStreamConnection *conn, cudaEglFrame eglframe, cudaStream_t *pStream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEGLStreamProducerPresentFrame(conn, eglframe, pStream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEGLStreamProducerPresentFrame(conn, eglframe, pStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEGLStreamProducerReturnFrame(cudaEglStreamConnection *conn, cudaEglFrame *eglframe, cudaStream_t *pStream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEGLStreamProducerReturnFrame(conn, eglframe, pStream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEGLStreamProducerReturnFrame(conn, eglframe, pStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t *event)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEventCreate(event);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEventCreate(event);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEventCreateFromEGLSync(cudaEvent_t *phEvent, EGLSyncKHR eglSync, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEventCreateFromEGLSync(phEvent, eglSync, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEventCreateFromEGLSync(phEvent, eglSync, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEventCreateWithFlags(event, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEventCreateWithFlags(event, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEventDestroy(event);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEventDestroy(event);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEventElapsedTime(ms, start, end);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEventElapsedTime(ms, start, end);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEventQuery(event);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEventQuery(event);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEventRecord(event, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEventRecord(event, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEventRecordWithFlags(event, stream, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEventRecordWithFlags(event, stream, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t event, cudaStream_t stream, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEventRecordWithFlags_ptsz(event, stream, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEventRecordWithFlags_ptsz(event, stream, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEventRecord_ptsz(event, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEventRecord_ptsz(event, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaEventSynchronize(event);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaEventSynchronize(event);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaExternalMemoryGetMappedBuffer(void **devPtr, cudaExternalMemory_t extMem, const struct cudaExternalMemoryBufferDesc *bufferDesc)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaExternalMemoryGetMappedBuffer(devPtr, extMem, bufferDesc);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaExternalMemoryGetMappedBuffer(devPtr, extMem, bufferDesc);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaExternalMemoryGetMappedMipmappedArray(cudaMipmappedArray_t *mipmap, cudaExternalMemory_t extMem, const struct cudaExternalMemoryMipmappedArrayDesc *mipmapDesc)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaExternalMemoryGetMappedMipmappedArray(mipmap, extMem, mipmapDesc);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaExternalMemoryGetMappedMipmappedArray(mipmap, extMem, mipmapDesc);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaFree(void *devPtr)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaFree(devPtr);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaFree(devPtr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaFreeArray(cudaArray_t array)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaFreeArray(array);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaFreeArray(array);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaFreeAsync(devPtr, hStream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaFreeAsync(devPtr, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaFreeAsync_ptsz(devPtr, hStream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaFreeAsync_ptsz(devPtr, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaFreeHost(void *ptr)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaFreeHost(ptr);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaFreeHost(ptr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaFreeMipmappedArray(mipmappedArray);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaFreeMipmappedArray(mipmappedArray);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaFuncGetAttributes(attr, func);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaFuncGetAttributes(attr, func);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaFuncGetName(const char **name, const void *func)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaFuncGetName(name, func);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaFuncGetName(name, func);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaFuncGetParamInfo(const void *func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaFuncGetParamInfo(func, paramIndex, paramOffset, paramSize);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaFuncGetParamInfo(func, paramIndex, paramOffset, paramSize);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaFuncSetAttribute(func, attr, value);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaFuncSetAttribute(func, attr, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaFuncSetCacheConfig(const void *func, enum cudaFuncCache cacheConfig)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaFuncSetCacheConfig(func, cacheConfig);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaFuncSetCacheConfig(func, cacheConfig);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaFuncSetSharedMemConfig(const void *func, enum cudaSharedMemConfig config)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaFuncSetSharedMemConfig(func, config);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaFuncSetSharedMemConfig(func, config);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGLGetDevices(unsigned int *pCudaDeviceCount, int *pCudaDevices, unsigned int cudaDeviceCount, enum cudaGLDeviceList deviceList)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGLGetDevices(pCudaDeviceCount, pCudaDevices, cudaDeviceCount, deviceList);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGLGetDevices(pCudaDeviceCount, pCudaDevices, cudaDeviceCount, deviceList);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGLMapBufferObject(void **devPtr, GLuint bufObj)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGLMapBufferObject(devPtr, bufObj);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGLMapBufferObject(devPtr, bufObj);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGLMapBufferObjectAsync(void **devPtr, GLuint bufObj, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGLMapBufferObjectAsync(devPtr, bufObj, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGLMapBufferObjectAsync(devPtr, bufObj, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGLRegisterBufferObject(GLuint bufObj)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGLRegisterBufferObject(bufObj);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGLRegisterBufferObject(bufObj);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGLSetBufferObjectMapFlags(GLuint bufObj, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGLSetBufferObjectMapFlags(bufObj, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGLSetBufferObjectMapFlags(bufObj, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGLSetGLDevice(int device)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGLSetGLDevice(device);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGLSetGLDevice(device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGLUnmapBufferObject(GLuint bufObj)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGLUnmapBufferObject(bufObj);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGLUnmapBufferObject(bufObj);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGLUnmapBufferObjectAsync(GLuint bufObj, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGLUnmapBufferObjectAsync(bufObj, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGLUnmapBufferObjectAsync(bufObj, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGLUnregisterBufferObject(GLuint bufObj)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGLUnregisterBufferObject(bufObj);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGLUnregisterBufferObject(bufObj);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetChannelDesc(struct cudaChannelFormatDesc *desc, cudaArray_const_t array)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetChannelDesc(desc, array);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetChannelDesc(desc, array);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetDevice(int *device)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetDevice(device);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetDevice(device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetDeviceCount(int *count)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetDeviceCount(count);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetDeviceCount(count);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetDeviceFlags(unsigned int *flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetDeviceFlags(flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetDeviceFlags(flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetDeviceProperties(prop, device);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetDeviceProperties(prop, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetDriverEntryPoint(symbol, funcPtr, flags, driverStatus);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetDriverEntryPoint(symbol, funcPtr, flags, driverStatus);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetDriverEntryPointByVersion(symbol, funcPtr, cudaVersion, flags, driverStatus);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetDriverEntryPointByVersion(symbol, funcPtr, cudaVersion, flags, driverStatus);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **funcPtr, unsigned int cudaVersion, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetDriverEntryPointByVersion_ptsz(symbol, funcPtr, cudaVersion, flags, driverStatus);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetDriverEntryPointByVersion_ptsz(symbol, funcPtr, cudaVersion, flags, driverStatus);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetDriverEntryPoint_ptsz(symbol, funcPtr, flags, driverStatus);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetDriverEntryPoint_ptsz(symbol, funcPtr, flags, driverStatus);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
@@ -1291,11 +1075,9 @@ cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr, uns
 const char *cudaGetErrorName(cudaError_t error)
 {
     const char *vgpu_result = {0};
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return vgpu_result;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetErrorName(error);
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetErrorName(error);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
@@ -1303,3731 +1085,3109 @@ const char *cudaGetErrorName(cudaError_t error)
 const char *cudaGetErrorString(cudaError_t error)
 {
     const char *vgpu_result = {0};
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return vgpu_result;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetErrorString(error);
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetErrorString(error);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetExportTable(const void **ppExportTable, const cudaUUID_t *pExportTableId)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetExportTable(ppExportTable, pExportTableId);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetExportTable(ppExportTable, pExportTableId);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *symbolPtr)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetFuncBySymbol(functionPtr, symbolPtr);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetFuncBySymbol(functionPtr, symbolPtr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetKernel(cudaKernel_t *kernelPtr, const void *entryFuncAddr)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetKernel(kernelPtr, entryFuncAddr);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetKernel(kernelPtr, entryFuncAddr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetLastError(void)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetLastError();
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetLastError();
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetMipmappedArrayLevel(cudaArray_t *levelArray, cudaMipmappedArray_const_t mipmappedArray, unsigned int level)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetMipmappedArrayLevel(levelArray, mipmappedArray, level);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetMipmappedArrayLevel(levelArray, mipmappedArray, level);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetSurfaceObjectResourceDesc(struct cudaResourceDesc *pResDesc, cudaSurfaceObject_t surfObject)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetSurfaceObjectResourceDesc(pResDesc, surfObject);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetSurfaceObjectResourceDesc(pResDesc, surfObject);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetSymbolAddress(devPtr, symbol);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetSymbolAddress(devPtr, symbol);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetSymbolSize(size, symbol);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetSymbolSize(size, symbol);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *pResDesc, cudaTextureObject_t texObject)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetTextureObjectResourceDesc(pResDesc, texObject);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetTextureObjectResourceDesc(pResDesc, texObject);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetTextureObjectResourceViewDesc(struct cudaResourceViewDesc *pResViewDesc, cudaTextureObject_t texObject)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetTextureObjectResourceViewDesc(pResViewDesc, texObject);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetTextureObjectResourceViewDesc(pResViewDesc, texObject);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGetTextureObjectTextureDesc(struct cudaTextureDesc *pTexDesc, cudaTextureObject_t texObject)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGetTextureObjectTextureDesc(pTexDesc, texObject);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGetTextureObjectTextureDesc(pTexDesc, texObject);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaGraph_t childGraph)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphAddChildGraphNode(pGraphNode, graph, pDependencies, numDependencies, childGraph);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphAddChildGraphNode(pGraphNode, graph, pDependencies, numDependencies, childGraph);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *from, const cudaGraphNode_t *to, const cudaGraphEdgeData *edgeData, size_t numDependencies)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphAddDependencies(graph, from, to, edgeData, numDependencies);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphAddDependencies(graph, from, to, edgeData, numDependencies);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphAddEmptyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphAddEmptyNode(pGraphNode, graph, pDependencies, numDependencies);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphAddEmptyNode(pGraphNode, graph, pDependencies, numDependencies);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphAddEventRecordNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaEvent_t event)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphAddEventRecordNode(pGraphNode, graph, pDependencies, numDependencies, event);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphAddEventRecordNode(pGraphNode, graph, pDependencies, numDependencies, event);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphAddEventWaitNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaEvent_t event)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphAddEventWaitNode(pGraphNode, graph, pDependencies, numDependencies, event);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphAddEventWaitNode(pGraphNode, graph, pDependencies, numDependencies, event);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphAddExternalSemaphoresSignalNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaExternalSemaphoreSignalNodeParams *nodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphAddExternalSemaphoresSignalNode(pGraphNode, graph, pDependencies, numDependencies, nodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphAddExternalSemaphoresSignalNode(pGraphNode, graph, pDependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphAddExternalSemaphoresWaitNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaExternalSemaphoreWaitNodeParams *nodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphAddExternalSemaphoresWaitNode(pGraphNode, graph, pDependencies, numDependencies, nodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphAddExternalSemaphoresWaitNode(pGraphNode, graph, pDependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphAddHostNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaHostNodeParams *pNodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphAddHostNode(pGraphNode, graph, pDependencies, numDependencies, pNodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphAddHostNode(pGraphNode, graph, pDependencies, numDependencies, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaKernelNodeParams *pNodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphAddKernelNode(pGraphNode, graph, pDependencies, numDependencies, pNodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphAddKernelNode(pGraphNode, graph, pDependencies, numDependencies, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, struct cudaMemAllocNodeParams *nodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphAddMemAllocNode(pGraphNode, graph, pDependencies, numDependencies, nodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphAddMemAllocNode(pGraphNode, graph, pDependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dptr)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphAddMemFreeNode(pGraphNode, graph, pDependencies, numDependencies, dptr);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphAddMemFreeNode(pGraphNode, graph, pDependencies, numDependencies, dptr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaMemcpy3DParms *pCopyParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphAddMemcpyNode(pGraphNode, graph, pDependencies, numDependencies, pCopyParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphAddMemcpyNode(pGraphNode, graph, pDependencies, numDependencies, pCopyParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphAddMemcpyNode1D(pGraphNode, graph, pDependencies, numDependencies, dst, src, count, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphAddMemcpyNode1D(pGraphNode, graph, pDependencies, numDependencies, dst, src, count, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphAddMemcpyNodeFromSymbol(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphAddMemcpyNodeFromSymbol(pGraphNode, graph, pDependencies, numDependencies, dst, symbol, count, offset, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphAddMemcpyNodeFromSymbol(pGraphNode, graph, pDependencies, numDependencies, dst, symbol, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphAddMemcpyNodeToSymbol(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphAddMemcpyNodeToSymbol(pGraphNode, graph, pDependencies, numDependencies, symbol, src, count, offset, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphAddMemcpyNodeToSymbol(pGraphNode, graph, pDependencies, numDependencies, symbol, src, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaMemsetParams *pMemsetParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphAddMemsetNode(pGraphNode, graph, pDependencies, numDependencies, pMemsetParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphAddMemsetNode(pGraphNode, graph, pDependencies, numDependencies, pMemsetParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, struct cudaGraphNodeParams *nodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphAddNode(pGraphNode, graph, pDependencies, dependencyData, numDependencies, nodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphAddNode(pGraphNode, graph, pDependencies, dependencyData, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphChildGraphNodeGetGraph(cudaGraphNode_t node, cudaGraph_t *pGraph)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphChildGraphNodeGetGraph(node, pGraph);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphChildGraphNodeGetGraph(node, pGraph);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t originalGraph)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphClone(pGraphClone, originalGraph);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphClone(pGraphClone, originalGraph);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle *pHandle_out, cudaGraph_t graph, unsigned int defaultLaunchValue, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphConditionalHandleCreate(pHandle_out, graph, defaultLaunchValue, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphConditionalHandleCreate(pHandle_out, graph, defaultLaunchValue, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphCreate(pGraph, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphCreate(pGraph, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char *path, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphDebugDotPrint(graph, path, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphDebugDotPrint(graph, path, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphDestroy(cudaGraph_t graph)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphDestroy(graph);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphDestroy(graph);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphDestroyNode(cudaGraphNode_t node)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphDestroyNode(node);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphDestroyNode(node);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphEventRecordNodeGetEvent(cudaGraphNode_t node, cudaEvent_t *event_out)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphEventRecordNodeGetEvent(node, event_out);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphEventRecordNodeGetEvent(node, event_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphEventRecordNodeSetEvent(cudaGraphNode_t node, cudaEvent_t event)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphEventRecordNodeSetEvent(node, event);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphEventRecordNodeSetEvent(node, event);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphEventWaitNodeGetEvent(cudaGraphNode_t node, cudaEvent_t *event_out)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphEventWaitNodeGetEvent(node, event_out);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphEventWaitNodeGetEvent(node, event_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphEventWaitNodeSetEvent(cudaGraphNode_t node, cudaEvent_t event)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphEventWaitNodeSetEvent(node, event);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphEventWaitNodeSetEvent(node, event);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, cudaGraph_t childGraph)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExecChildGraphNodeSetParams(hGraphExec, node, childGraph);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExecChildGraphNodeSetParams(hGraphExec, node, childGraph);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExecDestroy(graphExec);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExecDestroy(graphExec);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, cudaEvent_t event)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, cudaEvent_t event)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, event);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, event);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExecExternalSemaphoresSignalNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, const struct cudaExternalSemaphoreSignalNodeParams *nodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExecExternalSemaphoresSignalNodeSetParams(hGraphExec, hNode, nodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExecExternalSemaphoresSignalNodeSetParams(hGraphExec, hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExecExternalSemaphoresWaitNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, const struct cudaExternalSemaphoreWaitNodeParams *nodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExecExternalSemaphoresWaitNodeSetParams(hGraphExec, hNode, nodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExecExternalSemaphoresWaitNodeSetParams(hGraphExec, hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExecGetFlags(cudaGraphExec_t graphExec, unsigned long long *flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExecGetFlags(graphExec, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExecGetFlags(graphExec, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaHostNodeParams *pNodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExecHostNodeSetParams(hGraphExec, node, pNodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExecHostNodeSetParams(hGraphExec, node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaKernelNodeParams *pNodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExecKernelNodeSetParams(hGraphExec, node, pNodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExecKernelNodeSetParams(hGraphExec, node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaMemcpy3DParms *pNodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParams(hGraphExec, node, pNodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParams(hGraphExec, node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParams1D(hGraphExec, node, dst, src, count, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParams1D(hGraphExec, node, dst, src, count, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExecMemcpyNodeSetParamsFromSymbol(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParamsFromSymbol(hGraphExec, node, dst, symbol, count, offset, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParamsFromSymbol(hGraphExec, node, dst, symbol, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExecMemcpyNodeSetParamsToSymbol(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParamsToSymbol(hGraphExec, node, symbol, src, count, offset, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParamsToSymbol(hGraphExec, node, symbol, src, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaMemsetParams *pNodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExecMemsetNodeSetParams(hGraphExec, node, pNodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExecMemsetNodeSetParams(hGraphExec, node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, cudaGraphNode_t node, struct cudaGraphNodeParams *nodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExecNodeSetParams(graphExec, node, nodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExecNodeSetParams(graphExec, node, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph, cudaGraphExecUpdateResultInfo *resultInfo)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExecUpdate(hGraphExec, hGraph, resultInfo);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExecUpdate(hGraphExec, hGraph, resultInfo);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExternalSemaphoresSignalNodeGetParams(cudaGraphNode_t hNode, struct cudaExternalSemaphoreSignalNodeParams *params_out)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExternalSemaphoresSignalNodeGetParams(hNode, params_out);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExternalSemaphoresSignalNodeGetParams(hNode, params_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExternalSemaphoresSignalNodeSetParams(cudaGraphNode_t hNode, const struct cudaExternalSemaphoreSignalNodeParams *nodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExternalSemaphoresSignalNodeSetParams(hNode, nodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExternalSemaphoresSignalNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExternalSemaphoresWaitNodeGetParams(cudaGraphNode_t hNode, struct cudaExternalSemaphoreWaitNodeParams *params_out)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExternalSemaphoresWaitNodeGetParams(hNode, params_out);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExternalSemaphoresWaitNodeGetParams(hNode, params_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphExternalSemaphoresWaitNodeSetParams(cudaGraphNode_t hNode, const struct cudaExternalSemaphoreWaitNodeParams *nodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphExternalSemaphoresWaitNodeSetParams(hNode, nodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphExternalSemaphoresWaitNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t *from, cudaGraphNode_t *to, cudaGraphEdgeData *edgeData, size_t *numEdges)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphGetEdges(graph, from, to, edgeData, numEdges);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphGetEdges(graph, from, to, edgeData, numEdges);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *numNodes)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphGetNodes(graph, nodes, numNodes);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphGetNodes(graph, nodes, numNodes);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphGetRootNodes(cudaGraph_t graph, cudaGraphNode_t *pRootNodes, size_t *pNumRootNodes)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphGetRootNodes(graph, pRootNodes, pNumRootNodes);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphGetRootNodes(graph, pRootNodes, pNumRootNodes);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphHostNodeGetParams(cudaGraphNode_t node, struct cudaHostNodeParams *pNodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphHostNodeGetParams(node, pNodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphHostNodeGetParams(node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphHostNodeSetParams(cudaGraphNode_t node, const struct cudaHostNodeParams *pNodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphHostNodeSetParams(node, pNodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphHostNodeSetParams(node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphInstantiate(pGraphExec, graph, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphInstantiate(pGraphExec, graph, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphInstantiateWithFlags(pGraphExec, graph, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphInstantiateWithFlags(pGraphExec, graph, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, cudaGraphInstantiateParams *instantiateParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphInstantiateWithParams(pGraphExec, graph, instantiateParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphInstantiateWithParams(pGraphExec, graph, instantiateParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, cudaGraphInstantiateParams *instantiateParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphInstantiateWithParams_ptsz(pGraphExec, graph, instantiateParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphInstantiateWithParams_ptsz(pGraphExec, graph, instantiateParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphKernelNodeCopyAttributes(cudaGraphNode_t hDst, cudaGraphNode_t hSrc)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphKernelNodeCopyAttributes(hDst, hSrc);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphKernelNodeCopyAttributes(hDst, hSrc);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphKernelNodeGetAttribute(cudaGraphNode_t hNode, cudaLaunchAttributeID attr, cudaLaunchAttributeValue *value_out)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphKernelNodeGetAttribute(hNode, attr, value_out);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphKernelNodeGetAttribute(hNode, attr, value_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node, struct cudaKernelNodeParams *pNodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphKernelNodeGetParams(node, pNodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphKernelNodeGetParams(node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphKernelNodeSetAttribute(cudaGraphNode_t hNode, cudaLaunchAttributeID attr, const cudaLaunchAttributeValue *value)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphKernelNodeSetAttribute(hNode, attr, value);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphKernelNodeSetAttribute(hNode, attr, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node, const struct cudaKernelNodeParams *pNodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphKernelNodeSetParams(node, pNodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphKernelNodeSetParams(node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphLaunch(graphExec, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphLaunch(graphExec, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphLaunch_ptsz(graphExec, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphLaunch_ptsz(graphExec, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node, struct cudaMemAllocNodeParams *params_out)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphMemAllocNodeGetParams(node, params_out);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphMemAllocNodeGetParams(node, params_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, void *dptr_out)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphMemFreeNodeGetParams(node, dptr_out);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphMemFreeNodeGetParams(node, dptr_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphMemcpyNodeGetParams(cudaGraphNode_t node, struct cudaMemcpy3DParms *pNodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphMemcpyNodeGetParams(node, pNodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphMemcpyNodeGetParams(node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphMemcpyNodeSetParams(cudaGraphNode_t node, const struct cudaMemcpy3DParms *pNodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParams(node, pNodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParams(node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphMemcpyNodeSetParams1D(cudaGraphNode_t node, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParams1D(node, dst, src, count, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParams1D(node, dst, src, count, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphMemcpyNodeSetParamsFromSymbol(cudaGraphNode_t node, void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParamsFromSymbol(node, dst, symbol, count, offset, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParamsFromSymbol(node, dst, symbol, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphMemcpyNodeSetParamsToSymbol(cudaGraphNode_t node, const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParamsToSymbol(node, symbol, src, count, offset, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParamsToSymbol(node, symbol, src, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphMemsetNodeGetParams(cudaGraphNode_t node, struct cudaMemsetParams *pNodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphMemsetNodeGetParams(node, pNodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphMemsetNodeGetParams(node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphMemsetNodeSetParams(cudaGraphNode_t node, const struct cudaMemsetParams *pNodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphMemsetNodeSetParams(node, pNodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphMemsetNodeSetParams(node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphNodeFindInClone(cudaGraphNode_t *pNode, cudaGraphNode_t originalNode, cudaGraph_t clonedGraph)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphNodeFindInClone(pNode, originalNode, clonedGraph);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphNodeFindInClone(pNode, originalNode, clonedGraph);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *pDependencies, cudaGraphEdgeData *edgeData, size_t *pNumDependencies)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphNodeGetDependencies(node, pDependencies, edgeData, pNumDependencies);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphNodeGetDependencies(node, pDependencies, edgeData, pNumDependencies);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphNodeGetDependentNodes(cudaGraphNode_t node, cudaGraphNode_t *pDependentNodes, cudaGraphEdgeData *edgeData, size_t *pNumDependentNodes)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphNodeGetDependentNodes(node, pDependentNodes, edgeData, pNumDependentNodes);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphNodeGetDependentNodes(node, pDependentNodes, edgeData, pNumDependentNodes);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphNodeGetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, unsigned int *isEnabled)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphNodeGetEnabled(hGraphExec, hNode, isEnabled);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphNodeGetEnabled(hGraphExec, hNode, isEnabled);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *pType)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphNodeGetType(node, pType);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphNodeGetType(node, pType);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphNodeSetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, unsigned int isEnabled)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphNodeSetEnabled(hGraphExec, hNode, isEnabled);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphNodeSetEnabled(hGraphExec, hNode, isEnabled);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, struct cudaGraphNodeParams *nodeParams)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphNodeSetParams(node, nodeParams);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphNodeSetParams(node, nodeParams);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphReleaseUserObject(cudaGraph_t graph, cudaUserObject_t object, unsigned int count)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphReleaseUserObject(graph, object, count);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphReleaseUserObject(graph, object, count);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph, const cudaGraphNode_t *from, const cudaGraphNode_t *to, const cudaGraphEdgeData *edgeData, size_t numDependencies)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphRemoveDependencies(graph, from, to, edgeData, numDependencies);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphRemoveDependencies(graph, from, to, edgeData, numDependencies);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserObject_t object, unsigned int count, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphRetainUserObject(graph, object, count, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphRetainUserObject(graph, object, count, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphUpload(cudaGraphExec_t graphExec, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphUpload(graphExec, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphUpload(graphExec, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphUpload_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphUpload_ptsz(graphExec, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphUpload_ptsz(graphExec, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphicsEGLRegisterImage(struct cudaGraphicsResource **pCudaResource, EGLImageKHR image, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphicsEGLRegisterImage(pCudaResource, image, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphicsEGLRegisterImage(pCudaResource, image, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphicsGLRegisterBuffer(struct cudaGraphicsResource **resource, GLuint buffer, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphicsGLRegisterBuffer(resource, buffer, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphicsGLRegisterBuffer(resource, buffer, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphicsGLRegisterImage(struct cudaGraphicsResource **resource, GLuint image, GLenum target, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphicsGLRegisterImage(resource, image, target, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphicsGLRegisterImage(resource, image, target, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphicsMapResources(int count, cudaGraphicsResource_t *resources, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphicsMapResources(count, resources, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphicsMapResources(count, resources, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphicsResourceGetMappedEglFrame(cudaEglFrame *eglFrame, cudaGraphicsResource_t resource, unsigned int index, unsigned int mipLevel)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphicsResourceGetMappedEglFrame(eglFrame, resource, index, mipLevel);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphicsResourceGetMappedEglFrame(eglFrame, resource, index, mipLevel);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphicsResourceGetMappedMipmappedArray(cudaMipmappedArray_t *mipmappedArray, cudaGraphicsResource_t resource)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphicsResourceGetMappedMipmappedArray(mipmappedArray, resource);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphicsResourceGetMappedMipmappedArray(mipmappedArray, resource);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphicsResourceGetMappedPointer(void **devPtr, size_t *size, cudaGraphicsResource_t resource)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphicsResourceGetMappedPointer(devPtr, size, resource);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphicsResourceGetMappedPointer(devPtr, size, resource);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphicsResourceSetMapFlags(cudaGraphicsResource_t resource, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphicsResourceSetMapFlags(resource, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphicsResourceSetMapFlags(resource, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphicsSubResourceGetMappedArray(cudaArray_t *array, cudaGraphicsResource_t resource, unsigned int arrayIndex, unsigned int mipLevel)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphicsSubResourceGetMappedArray(array, resource, arrayIndex, mipLevel);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphicsSubResourceGetMappedArray(array, resource, arrayIndex, mipLevel);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphicsUnmapResources(int count, cudaGraphicsResource_t *resources, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphicsUnmapResources(count, resources, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphicsUnmapResources(count, resources, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphicsUnregisterResource(cudaGraphicsResource_t resource)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphicsUnregisterResource(resource);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphicsUnregisterResource(resource);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphicsVDPAURegisterOutputSurface(struct cudaGraphicsResource **resource, VdpOutputSurface vdpSurface, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphicsVDPAURegisterOutputSurface(resource, vdpSurface, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphicsVDPAURegisterOutputSurface(resource, vdpSurface, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaGraphicsVDPAURegisterVideoSurface(struct cudaGraphicsResource **resource, VdpVideoSurface vdpSurface, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaGraphicsVDPAURegisterVideoSurface(resource, vdpSurface, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaGraphicsVDPAURegisterVideoSurface(resource, vdpSurface, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaHostAlloc(pHost, size, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaHostAlloc(pHost, size, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaHostGetDevicePointer(pDevice, pHost, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaHostGetDevicePointer(pDevice, pHost, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaHostGetFlags(unsigned int *pFlags, void *pHost)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaHostGetFlags(pFlags, pHost);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaHostGetFlags(pFlags, pHost);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaHostRegister(ptr, size, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaHostRegister(ptr, size, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaHostUnregister(void *ptr)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaHostUnregister(ptr);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaHostUnregister(ptr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaImportExternalMemory(cudaExternalMemory_t *extMem_out, const struct cudaExternalMemoryHandleDesc *memHandleDesc)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaImportExternalMemory(extMem_out, memHandleDesc);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaImportExternalMemory(extMem_out, memHandleDesc);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaImportExternalSemaphore(cudaExternalSemaphore_t *extSem_out, const struct cudaExternalSemaphoreHandleDesc *semHandleDesc)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaImportExternalSemaphore(extSem_out, semHandleDesc);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaImportExternalSemaphore(extSem_out, semHandleDesc);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaInitDevice(device, deviceFlags, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaInitDevice(device, deviceFlags, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaIpcCloseMemHandle(void *devPtr)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaIpcCloseMemHandle(devPtr);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaIpcCloseMemHandle(devPtr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *handle, cudaEvent_t event)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaIpcGetEventHandle(handle, event);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaIpcGetEventHandle(handle, event);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaIpcGetMemHandle(handle, devPtr);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaIpcGetMemHandle(handle, devPtr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *event, cudaIpcEventHandle_t handle)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaIpcOpenEventHandle(event, handle);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaIpcOpenEventHandle(event, handle);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaIpcOpenMemHandle(devPtr, handle, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaIpcOpenMemHandle(devPtr, handle, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel, enum cudaFuncAttribute attr, int value, int device)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaKernelSetAttributeForDevice(kernel, attr, value, device);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaKernelSetAttributeForDevice(kernel, attr, value, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLaunchCooperativeKernel(func, gridDim, blockDim, args, sharedMem, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLaunchCooperativeKernel(func, gridDim, blockDim, args, sharedMem, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLaunchCooperativeKernel_ptsz(func, gridDim, blockDim, args, sharedMem, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLaunchCooperativeKernel_ptsz(func, gridDim, blockDim, args, sharedMem, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLaunchHostFunc(stream, fn, userData);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLaunchHostFunc(stream, fn, userData);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t fn, void *userData)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLaunchHostFunc_ptsz(stream, fn, userData);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLaunchHostFunc_ptsz(stream, fn, userData);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLaunchKernel(func, gridDim, blockDim, args, sharedMem, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLaunchKernel(func, gridDim, blockDim, args, sharedMem, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLaunchKernelExC(config, func, args);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLaunchKernelExC(config, func, args);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config, const void *func, void **args)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLaunchKernelExC_ptsz(config, func, args);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLaunchKernelExC_ptsz(config, func, args);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLaunchKernel_ptsz(func, gridDim, blockDim, args, sharedMem, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLaunchKernel_ptsz(func, gridDim, blockDim, args, sharedMem, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLibraryEnumerateKernels(cudaKernel_t *kernels, unsigned int numKernels, cudaLibrary_t lib)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLibraryEnumerateKernels(kernels, numKernels, lib);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLibraryEnumerateKernels(kernels, numKernels, lib);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLibraryGetGlobal(void **dptr, size_t *bytes, cudaLibrary_t library, const char *name)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLibraryGetGlobal(dptr, bytes, library, name);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLibraryGetGlobal(dptr, bytes, library, name);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLibraryGetKernel(cudaKernel_t *pKernel, cudaLibrary_t library, const char *name)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLibraryGetKernel(pKernel, library, name);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLibraryGetKernel(pKernel, library, name);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLibraryGetKernelCount(unsigned int *count, cudaLibrary_t lib)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLibraryGetKernelCount(count, lib);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLibraryGetKernelCount(count, lib);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLibraryGetManaged(void **dptr, size_t *bytes, cudaLibrary_t library, const char *name)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLibraryGetManaged(dptr, bytes, library, name);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLibraryGetManaged(dptr, bytes, library, name);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLibraryGetUnifiedFunction(void **fptr, cudaLibrary_t library, const char *symbol)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLibraryGetUnifiedFunction(fptr, library, symbol);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLibraryGetUnifiedFunction(fptr, library, symbol);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLibraryLoadData(cudaLibrary_t *library, const void *code, enum cudaJitOption *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, enum cudaLibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLibraryLoadData(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLibraryLoadData(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t *library, const char *fileName, enum cudaJitOption *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, enum cudaLibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLibraryLoadFromFile(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLibraryLoadFromFile(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLibraryUnload(cudaLibrary_t library)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLibraryUnload(library);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLibraryUnload(library);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLogsCurrent(cudaLogIterator *iterator_out, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLogsCurrent(iterator_out, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLogsCurrent(iterator_out, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLogsDumpToFile(cudaLogIterator *iterator, const char *pathToFile, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLogsDumpToFile(iterator, pathToFile, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLogsDumpToFile(iterator, pathToFile, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLogsDumpToMemory(cudaLogIterator *iterator, char *buffer, size_t *size, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLogsDumpToMemory(iterator, buffer, size, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLogsDumpToMemory(iterator, buffer, size, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLogsRegisterCallback(cudaLogsCallback_t callbackFunc, void *userData, cudaLogsCallbackHandle *callback_out)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLogsRegisterCallback(callbackFunc, userData, callback_out);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLogsRegisterCallback(callbackFunc, userData, callback_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaLogsUnregisterCallback(cudaLogsCallbackHandle callback)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaLogsUnregisterCallback(callback);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaLogsUnregisterCallback(callback);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMalloc(devPtr, size);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMalloc(devPtr, size);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMalloc3D(pitchedDevPtr, extent);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMalloc3D(pitchedDevPtr, extent);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc, struct cudaExtent extent, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMalloc3DArray(array, desc, extent, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMalloc3DArray(array, desc, extent, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc, size_t width, size_t height, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMallocArray(array, desc, width, height, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMallocArray(array, desc, width, height, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMallocAsync(devPtr, size, hStream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMallocAsync(devPtr, size, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMallocAsync_ptsz(devPtr, size, hStream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMallocAsync_ptsz(devPtr, size, hStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMallocFromPoolAsync(ptr, size, memPool, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMallocFromPoolAsync(ptr, size, memPool, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMallocFromPoolAsync_ptsz(ptr, size, memPool, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMallocFromPoolAsync_ptsz(ptr, size, memPool, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMallocHost(void **ptr, size_t size)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMallocHost(ptr, size);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMallocHost(ptr, size);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMallocManaged(devPtr, size, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMallocManaged(devPtr, size, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray, const struct cudaChannelFormatDesc *desc, struct cudaExtent extent, unsigned int numLevels, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMallocMipmappedArray(mipmappedArray, desc, extent, numLevels, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMallocMipmappedArray(mipmappedArray, desc, extent, numLevels, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMallocPitch(devPtr, pitch, width, height);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMallocPitch(devPtr, pitch, width, height);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemAdvise(const void *devPtr, size_t count, enum cudaMemoryAdvise advice, struct cudaMemLocation location)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemAdvise(devPtr, count, advice, location);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemAdvise(devPtr, count, advice, location);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemDiscardAndPrefetchBatchAsync(void **dptrs, size_t *sizes, size_t count, struct cudaMemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemDiscardAndPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemDiscardAndPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemDiscardAndPrefetchBatchAsync_ptsz(void **dptrs, size_t *sizes, size_t count, struct cudaMemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemDiscardAndPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemDiscardAndPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemDiscardBatchAsync(void **dptrs, size_t *sizes, size_t count, unsigned long long flags, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemDiscardBatchAsync(dptrs, sizes, count, flags, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemDiscardBatchAsync(dptrs, sizes, count, flags, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemDiscardBatchAsync_ptsz(void **dptrs, size_t *sizes, size_t count, unsigned long long flags, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemDiscardBatchAsync_ptsz(dptrs, sizes, count, flags, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemDiscardBatchAsync_ptsz(dptrs, sizes, count, flags, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemGetDefaultMemPool(cudaMemPool_t *memPool, struct cudaMemLocation *location, enum cudaMemAllocationType type)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemGetDefaultMemPool(memPool, location, type);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemGetDefaultMemPool(memPool, location, type);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemGetInfo(free, total);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemGetInfo(free, total);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemGetMemPool(cudaMemPool_t *memPool, struct cudaMemLocation *location, enum cudaMemAllocationType type)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemGetMemPool(memPool, location, type);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemGetMemPool(memPool, location, type);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolProps *poolProps)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemPoolCreate(memPool, poolProps);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemPoolCreate(memPool, poolProps);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemPoolDestroy(memPool);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemPoolDestroy(memPool);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportData, void *ptr)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemPoolExportPointer(exportData, ptr);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemPoolExportPointer(exportData, ptr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemPoolExportToShareableHandle(void *shareableHandle, cudaMemPool_t memPool, enum cudaMemAllocationHandleType handleType, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemPoolExportToShareableHandle(shareableHandle, memPool, handleType, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemPoolExportToShareableHandle(shareableHandle, memPool, handleType, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t memPool, struct cudaMemLocation *location)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemPoolGetAccess(flags, memPool, location);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemPoolGetAccess(flags, memPool, location);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemPoolGetAttribute(memPool, attr, value);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemPoolGetAttribute(memPool, attr, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemPoolImportFromShareableHandle(cudaMemPool_t *memPool, void *shareableHandle, enum cudaMemAllocationHandleType handleType, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemPoolImportFromShareableHandle(memPool, shareableHandle, handleType, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemPoolImportFromShareableHandle(memPool, shareableHandle, handleType, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemPoolImportPointer(void **ptr, cudaMemPool_t memPool, struct cudaMemPoolPtrExportData *exportData)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemPoolImportPointer(ptr, memPool, exportData);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemPoolImportPointer(ptr, memPool, exportData);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc *descList, size_t count)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemPoolSetAccess(memPool, descList, count);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemPoolSetAccess(memPool, descList, count);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemPoolSetAttribute(memPool, attr, value);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemPoolSetAttribute(memPool, attr, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemPoolTrimTo(memPool, minBytesToKeep);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemPoolTrimTo(memPool, minBytesToKeep);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemPrefetchAsync(const void *devPtr, size_t count, struct cudaMemLocation location, unsigned int flags, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemPrefetchAsync(devPtr, count, location, flags, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemPrefetchAsync(devPtr, count, location, flags, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemPrefetchAsync_ptsz(const void *devPtr, size_t count, struct cudaMemLocation location, unsigned int flags, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemPrefetchAsync_ptsz(devPtr, count, location, flags, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemPrefetchAsync_ptsz(devPtr, count, location, flags, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemPrefetchBatchAsync(void **dptrs, size_t *sizes, size_t count, struct cudaMemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemPrefetchBatchAsync_ptsz(void **dptrs, size_t *sizes, size_t count, struct cudaMemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemRangeGetAttribute(void *data, size_t dataSize, enum cudaMemRangeAttribute attribute, const void *devPtr, size_t count)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemRangeGetAttribute(data, dataSize, attribute, devPtr, count);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemRangeGetAttribute(data, dataSize, attribute, devPtr, count);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemRangeGetAttributes(void **data, size_t *dataSizes, enum cudaMemRangeAttribute *attributes, size_t numAttributes, const void *devPtr, size_t count)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemRangeGetAttributes(data, dataSizes, attributes, numAttributes, devPtr, count);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemRangeGetAttributes(data, dataSizes, attributes, numAttributes, devPtr, count);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemSetMemPool(struct cudaMemLocation *location, enum cudaMemAllocationType type, cudaMemPool_t memPool)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemSetMemPool(location, type, memPool);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemSetMemPool(location, type, memPool);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy(dst, src, count, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy(dst, src, count, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy2DArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst, cudaArray_const_t src, size_t wOffsetSrc, size_t hOffsetSrc, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy2DArrayToArray(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, width, height, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy2DArrayToArray(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, width, height, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy2DArrayToArray_ptds(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst, cudaArray_const_t src, size_t wOffsetSrc, size_t hOffsetSrc, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy2DArrayToArray_ptds(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, width, height, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy2DArrayToArray_ptds(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, width, height, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy2DAsync_ptsz(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy2DAsync_ptsz(dst, dpitch, src, spitch, width, height, kind, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy2DAsync_ptsz(dst, dpitch, src, spitch, width, height, kind, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy2DFromArray(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy2DFromArray(dst, dpitch, src, wOffset, hOffset, width, height, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy2DFromArray(dst, dpitch, src, wOffset, hOffset, width, height, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy2DFromArrayAsync(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy2DFromArrayAsync(dst, dpitch, src, wOffset, hOffset, width, height, kind, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy2DFromArrayAsync(dst, dpitch, src, wOffset, hOffset, width, height, kind, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy2DFromArrayAsync_ptsz(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy2DFromArrayAsync_ptsz(dst, dpitch, src, wOffset, hOffset, width, height, kind, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy2DFromArrayAsync_ptsz(dst, dpitch, src, wOffset, hOffset, width, height, kind, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy2DFromArray_ptds(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy2DFromArray_ptds(dst, dpitch, src, wOffset, hOffset, width, height, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy2DFromArray_ptds(dst, dpitch, src, wOffset, hOffset, width, height, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy2DToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy2DToArray(dst, wOffset, hOffset, src, spitch, width, height, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy2DToArray(dst, wOffset, hOffset, src, spitch, width, height, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy2DToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy2DToArrayAsync(dst, wOffset, hOffset, src, spitch, width, height, kind, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy2DToArrayAsync(dst, wOffset, hOffset, src, spitch, width, height, kind, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy2DToArrayAsync_ptsz(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy2DToArrayAsync_ptsz(dst, wOffset, hOffset, src, spitch, width, height, kind, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy2DToArrayAsync_ptsz(dst, wOffset, hOffset, src, spitch, width, height, kind, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy2DToArray_ptds(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy2DToArray_ptds(dst, wOffset, hOffset, src, spitch, width, height, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy2DToArray_ptds(dst, wOffset, hOffset, src, spitch, width, height, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy2D_ptds(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy2D_ptds(dst, dpitch, src, spitch, width, height, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy2D_ptds(dst, dpitch, src, spitch, width, height, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy3D(p);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy3D(p);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy3DAsync(p, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy3DAsync(p, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy3DAsync_ptsz(const struct cudaMemcpy3DParms *p, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy3DAsync_ptsz(p, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy3DAsync_ptsz(p, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy3DBatchAsync(size_t numOps, struct cudaMemcpy3DBatchOp *opList, unsigned long long flags, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy3DBatchAsync(numOps, opList, flags, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy3DBatchAsync(numOps, opList, flags, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy3DBatchAsync_ptsz(size_t numOps, struct cudaMemcpy3DBatchOp *opList, unsigned long long flags, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy3DBatchAsync_ptsz(numOps, opList, flags, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy3DBatchAsync_ptsz(numOps, opList, flags, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy3DPeer(const struct cudaMemcpy3DPeerParms *p)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy3DPeer(p);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy3DPeer(p);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy3DPeerAsync(const struct cudaMemcpy3DPeerParms *p, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy3DPeerAsync(p, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy3DPeerAsync(p, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy3DPeerAsync_ptsz(const struct cudaMemcpy3DPeerParms *p, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy3DPeerAsync_ptsz(p, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy3DPeerAsync_ptsz(p, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy3DPeer_ptds(const struct cudaMemcpy3DPeerParms *p)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy3DPeer_ptds(p);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy3DPeer_ptds(p);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy3D_ptds(const struct cudaMemcpy3DParms *p)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy3D_ptds(p);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy3D_ptds(p);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst, cudaArray_const_t src, size_t wOffsetSrc, size_t hOffsetSrc, size_t count, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyArrayToArray(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, count, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyArrayToArray(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, count, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyArrayToArray_ptds(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst, cudaArray_const_t src, size_t wOffsetSrc, size_t hOffsetSrc, size_t count, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyArrayToArray_ptds(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, count, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyArrayToArray_ptds(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, count, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyAsync(dst, src, count, kind, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyAsync(dst, src, count, kind, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyAsync_ptsz(dst, src, count, kind, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyAsync_ptsz(dst, src, count, kind, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyBatchAsync(void * const *dsts, const void * const *srcs, const size_t *sizes, size_t count, struct cudaMemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyBatchAsync_ptsz(void * const *dsts, const void * const *srcs, const size_t *sizes, size_t count, struct cudaMemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyBatchAsync_ptsz(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyBatchAsync_ptsz(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyFromArray(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyFromArray(dst, src, wOffset, hOffset, count, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyFromArray(dst, src, wOffset, hOffset, count, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyFromArrayAsync(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyFromArrayAsync(dst, src, wOffset, hOffset, count, kind, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyFromArrayAsync(dst, src, wOffset, hOffset, count, kind, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyFromArrayAsync_ptsz(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyFromArrayAsync_ptsz(dst, src, wOffset, hOffset, count, kind, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyFromArrayAsync_ptsz(dst, src, wOffset, hOffset, count, kind, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyFromArray_ptds(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyFromArray_ptds(dst, src, wOffset, hOffset, count, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyFromArray_ptds(dst, src, wOffset, hOffset, count, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyFromSymbol(dst, symbol, count, offset, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyFromSymbol(dst, symbol, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyFromSymbolAsync(dst, symbol, count, offset, kind, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyFromSymbolAsync(dst, symbol, count, offset, kind, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyFromSymbolAsync_ptsz(void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyFromSymbolAsync_ptsz(dst, symbol, count, offset, kind, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyFromSymbolAsync_ptsz(dst, symbol, count, offset, kind, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyFromSymbol_ptds(void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyFromSymbol_ptds(dst, symbol, count, offset, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyFromSymbol_ptds(dst, symbol, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyPeer(dst, dstDevice, src, srcDevice, count);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyPeer(dst, dstDevice, src, srcDevice, count);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice, size_t count, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyToArray(dst, wOffset, hOffset, src, count, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyToArray(dst, wOffset, hOffset, src, count, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyToArrayAsync(dst, wOffset, hOffset, src, count, kind, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyToArrayAsync(dst, wOffset, hOffset, src, count, kind, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyToArrayAsync_ptsz(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyToArrayAsync_ptsz(dst, wOffset, hOffset, src, count, kind, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyToArrayAsync_ptsz(dst, wOffset, hOffset, src, count, kind, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyToArray_ptds(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyToArray_ptds(dst, wOffset, hOffset, src, count, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyToArray_ptds(dst, wOffset, hOffset, src, count, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyToSymbol(symbol, src, count, offset, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyToSymbol(symbol, src, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyToSymbolAsync(symbol, src, count, offset, kind, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyToSymbolAsync(symbol, src, count, offset, kind, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyToSymbolAsync_ptsz(const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyToSymbolAsync_ptsz(symbol, src, count, offset, kind, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyToSymbolAsync_ptsz(symbol, src, count, offset, kind, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpyToSymbol_ptds(const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpyToSymbol_ptds(symbol, src, count, offset, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpyToSymbol_ptds(symbol, src, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemcpy_ptds(dst, src, count, kind);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemcpy_ptds(dst, src, count, kind);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemset(void *devPtr, int value, size_t count)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemset(devPtr, value, count);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemset(devPtr, value, count);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemset2D(void *devPtr, size_t pitch, int value, size_t width, size_t height)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemset2D(devPtr, pitch, value, width, height);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemset2D(devPtr, pitch, value, width, height);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemset2DAsync(void *devPtr, size_t pitch, int value, size_t width, size_t height, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemset2DAsync(devPtr, pitch, value, width, height, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemset2DAsync(devPtr, pitch, value, width, height, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemset2DAsync_ptsz(void *devPtr, size_t pitch, int value, size_t width, size_t height, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemset2DAsync_ptsz(devPtr, pitch, value, width, height, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemset2DAsync_ptsz(devPtr, pitch, value, width, height, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemset2D_ptds(void *devPtr, size_t pitch, int value, size_t width, size_t height)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemset2D_ptds(devPtr, pitch, value, width, height);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemset2D_ptds(devPtr, pitch, value, width, height);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemset3D(struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemset3D(pitchedDevPtr, value, extent);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemset3D(pitchedDevPtr, value, extent);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemset3DAsync(struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemset3DAsync(pitchedDevPtr, value, extent, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemset3DAsync(pitchedDevPtr, value, extent, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemset3DAsync_ptsz(struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemset3DAsync_ptsz(pitchedDevPtr, value, extent, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemset3DAsync_ptsz(pitchedDevPtr, value, extent, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemset3D_ptds(struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemset3D_ptds(pitchedDevPtr, value, extent);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemset3D_ptds(pitchedDevPtr, value, extent);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemsetAsync(devPtr, value, count, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemsetAsync(devPtr, value, count, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemsetAsync_ptsz(devPtr, value, count, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemsetAsync_ptsz(devPtr, value, count, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMemset_ptds(void *devPtr, int value, size_t count)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMemset_ptds(devPtr, value, count);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMemset_ptds(devPtr, value, count);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMipmappedArrayGetMemoryRequirements(struct cudaArrayMemoryRequirements *memoryRequirements, cudaMipmappedArray_t mipmap, int device)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMipmappedArrayGetMemoryRequirements(memoryRequirements, mipmap, device);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMipmappedArrayGetMemoryRequirements(memoryRequirements, mipmap, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaMipmappedArrayGetSparseProperties(struct cudaArraySparseProperties *sparseProperties, cudaMipmappedArray_t mipmap)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaMipmappedArrayGetSparseProperties(sparseProperties, mipmap);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaMipmappedArrayGetSparseProperties(sparseProperties, mipmap);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, const void *func, int numBlocks, int blockSize)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, const void *func, int blockSize, size_t dynamicSMemSize)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, const void *func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaOccupancyMaxActiveClusters(int *numClusters, const void *func, const cudaLaunchConfig_t *launchConfig)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaOccupancyMaxActiveClusters(numClusters, func, launchConfig);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaOccupancyMaxActiveClusters(numClusters, func, launchConfig);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaOccupancyMaxPotentialClusterSize(int *clusterSize, const void *func, const cudaLaunchConfig_t *launchConfig)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaOccupancyMaxPotentialClusterSize(clusterSize, func, launchConfig);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaOccupancyMaxPotentialClusterSize(clusterSize, func, launchConfig);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaPeekAtLastError(void)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaPeekAtLastError();
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaPeekAtLastError();
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaPointerGetAttributes(attributes, ptr);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaPointerGetAttributes(attributes, ptr);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaProfilerStart(void)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaProfilerStart();
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaProfilerStart();
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaProfilerStop(void)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaProfilerStop();
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaProfilerStop();
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaRuntimeGetVersion(runtimeVersion);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaRuntimeGetVersion(runtimeVersion);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaSetDevice(int device)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaSetDevice(device);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaSetDevice(device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaSetDeviceFlags(unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaSetDeviceFlags(flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaSetDeviceFlags(flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaSetValidDevices(int *device_arr, int len)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaSetValidDevices(device_arr, len);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaSetValidDevices(device_arr, len);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaSignalExternalSemaphoresAsync(const cudaExternalSemaphore_t *extSemArray, const struct cudaExternalSemaphoreSignalParams *paramsArray, unsigned int numExtSems, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaSignalExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaSignalExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaSignalExternalSemaphoresAsync_ptsz(const cudaExternalSemaphore_t *extSemArray, const struct cudaExternalSemaphoreSignalParams *paramsArray, unsigned int numExtSems, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaSignalExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaSignalExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t callback, void *userData, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamAddCallback(stream, callback, userData, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamAddCallback(stream, callback, userData, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamAddCallback_ptsz(cudaStream_t stream, cudaStreamCallback_t callback, void *userData, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamAddCallback_ptsz(stream, callback, userData, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamAddCallback_ptsz(stream, callback, userData, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamAttachMemAsync(cudaStream_t stream, void *devPtr, size_t length, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamAttachMemAsync(stream, devPtr, length, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamAttachMemAsync(stream, devPtr, length, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamAttachMemAsync_ptsz(cudaStream_t stream, void *devPtr, size_t length, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamAttachMemAsync_ptsz(stream, devPtr, length, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamAttachMemAsync_ptsz(stream, devPtr, length, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamBeginCapture(stream, mode);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamBeginCapture(stream, mode);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph, const cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, enum cudaStreamCaptureMode mode)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamBeginCaptureToGraph(stream, graph, dependencies, dependencyData, numDependencies, mode);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamBeginCaptureToGraph(stream, graph, dependencies, dependencyData, numDependencies, mode);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph, const cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, enum cudaStreamCaptureMode mode)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamBeginCaptureToGraph_ptsz(stream, graph, dependencies, dependencyData, numDependencies, mode);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamBeginCaptureToGraph_ptsz(stream, graph, dependencies, dependencyData, numDependencies, mode);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCaptureMode mode)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamBeginCapture_ptsz(stream, mode);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamBeginCapture_ptsz(stream, mode);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamCopyAttributes(cudaStream_t dst, cudaStream_t src)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamCopyAttributes(dst, src);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamCopyAttributes(dst, src);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamCopyAttributes_ptsz(cudaStream_t dst, cudaStream_t src)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamCopyAttributes_ptsz(dst, src);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamCopyAttributes_ptsz(dst, src);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t *pStream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamCreate(pStream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamCreate(pStream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamCreateWithFlags(pStream, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamCreateWithFlags(pStream, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamCreateWithPriority(pStream, flags, priority);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamCreateWithPriority(pStream, flags, priority);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamDestroy(stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamDestroy(stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamEndCapture(stream, pGraph);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamEndCapture(stream, pGraph);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamEndCapture_ptsz(stream, pGraph);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamEndCapture_ptsz(stream, pGraph);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamGetAttribute(cudaStream_t hStream, cudaLaunchAttributeID attr, cudaLaunchAttributeValue *value_out)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamGetAttribute(hStream, attr, value_out);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamGetAttribute(hStream, attr, value_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamGetAttribute_ptsz(cudaStream_t hStream, cudaLaunchAttributeID attr, cudaLaunchAttributeValue *value_out)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamGetAttribute_ptsz(hStream, attr, value_out);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamGetAttribute_ptsz(hStream, attr, value_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out, cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out, const cudaGraphEdgeData **edgeData_out, size_t *numDependencies_out)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamGetCaptureInfo(stream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamGetCaptureInfo(stream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamGetCaptureInfo_ptsz(cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out, cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out, const cudaGraphEdgeData **edgeData_out, size_t *numDependencies_out)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamGetCaptureInfo_ptsz(stream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamGetCaptureInfo_ptsz(stream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamGetDevice(cudaStream_t hStream, int *device)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamGetDevice(hStream, device);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamGetDevice(hStream, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamGetDevice_ptsz(cudaStream_t hStream, int *device)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamGetDevice_ptsz(hStream, device);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamGetDevice_ptsz(hStream, device);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamGetFlags(cudaStream_t hStream, unsigned int *flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamGetFlags(hStream, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamGetFlags(hStream, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamGetFlags_ptsz(cudaStream_t hStream, unsigned int *flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamGetFlags_ptsz(hStream, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamGetFlags_ptsz(hStream, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamGetId(cudaStream_t hStream, unsigned long long *streamId)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamGetId(hStream, streamId);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamGetId(hStream, streamId);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamGetId_ptsz(cudaStream_t hStream, unsigned long long *streamId)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamGetId_ptsz(hStream, streamId);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamGetId_ptsz(hStream, streamId);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamGetPriority(cudaStream_t hStream, int *priority)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamGetPriority(hStream, priority);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamGetPriority(hStream, priority);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamGetPriority_ptsz(cudaStream_t hStream, int *priority)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamGetPriority_ptsz(hStream, priority);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamGetPriority_ptsz(hStream, priority);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamIsCapturing(stream, pCaptureStatus);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamIsCapturing(stream, pCaptureStatus);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamIsCapturing_ptsz(stream, pCaptureStatus);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamIsCapturing_ptsz(stream, pCaptureStatus);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamQuery(stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamQuery(stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamQuery_ptsz(cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamQuery_ptsz(stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamQuery_ptsz(stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamSetAttribute(cudaStream_t hStream, cudaLaunchAttributeID attr, const cudaLaunchAttributeValue *value)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamSetAttribute(hStream, attr, value);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamSetAttribute(hStream, attr, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamSetAttribute_ptsz(cudaStream_t hStream, cudaLaunchAttributeID attr, const cudaLaunchAttributeValue *value)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamSetAttribute_ptsz(hStream, attr, value);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamSetAttribute_ptsz(hStream, attr, value);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamSynchronize(stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamSynchronize(stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamSynchronize_ptsz(stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamSynchronize_ptsz(stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamUpdateCaptureDependencies(stream, dependencies, dependencyData, numDependencies, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamUpdateCaptureDependencies(stream, dependencies, dependencyData, numDependencies, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamUpdateCaptureDependencies_ptsz(cudaStream_t stream, cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamUpdateCaptureDependencies_ptsz(stream, dependencies, dependencyData, numDependencies, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamUpdateCaptureDependencies_ptsz(stream, dependencies, dependencyData, numDependencies, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamWaitEvent(stream, event, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamWaitEvent(stream, event, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaStreamWaitEvent_ptsz(stream, event, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaStreamWaitEvent_ptsz(stream, event, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaThreadExchangeStreamCaptureMode(mode);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaThreadExchangeStreamCaptureMode(mode);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaUserObjectCreate(cudaUserObject_t *object_out, void *ptr, cudaHostFn_t destroy, unsigned int initialRefcount, unsigned int flags)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaUserObjectCreate(object_out, ptr, destroy, initialRefcount, flags);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaUserObjectCreate(object_out, ptr, destroy, initialRefcount, flags);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaUserObjectRelease(cudaUserObject_t object, unsigned int count)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaUserObjectRelease(object, count);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaUserObjectRelease(object, count);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaUserObjectRetain(cudaUserObject_t object, unsigned int count)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaUserObjectRetain(object, count);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaUserObjectRetain(object, count);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaVDPAUGetDevice(int *device, VdpDevice vdpDevice, VdpGetProcAddress *vdpGetProcAddress)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaVDPAUGetDevice(device, vdpDevice, vdpGetProcAddress);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaVDPAUGetDevice(device, vdpDevice, vdpGetProcAddress);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaVDPAUSetVDPAUDevice(int device, VdpDevice vdpDevice, VdpGetProcAddress *vdpGetProcAddress)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaVDPAUSetVDPAUDevice(device, vdpDevice, vdpGetProcAddress);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaVDPAUSetVDPAUDevice(device, vdpDevice, vdpGetProcAddress);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaWaitExternalSemaphoresAsync(const cudaExternalSemaphore_t *extSemArray, const struct cudaExternalSemaphoreWaitParams *paramsArray, unsigned int numExtSems, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaWaitExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaWaitExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }
 
 cudaError_t cudaWaitExternalSemaphoresAsync_ptsz(const cudaExternalSemaphore_t *extSemArray, const struct cudaExternalSemaphoreWaitParams *paramsArray, unsigned int numExtSems, cudaStream_t stream)
 {
-    cudaError_t vgpu_result;
-    struct vgpu_pending_exception vgpu_pending;
-    if (!vgpu_runtime_ready())
-        return cudaErrorInitializationError;
-    vgpu_pending = vgpu_set_aside_exception();
-    vgpu_result = vgpu_py_cudaWaitExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
+    cudaError_t vgpu_result = cudaErrorInitializationError;
+    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
+    if (vgpu_runtime_ready())
+        vgpu_result = vgpu_py_cudaWaitExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
     vgpu_restore_exception(vgpu_pending);
     return vgpu_result;
 }

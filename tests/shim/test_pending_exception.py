@@ -56,15 +56,54 @@ int main(void)
 """
 
 
-def test_calls_with_a_pending_python_exception_work_and_keep_it(toolkit):
+# A program that runs Python itself (as a Python application does) makes its first CUDA
+# call, which starts the shim's runtime, with an exception pending.
+FIRST_CALL = r"""
+#include <Python.h>
+#include <stdio.h>
+#include <cuda.h>
+
+int main(void)
+{
+    PyThreadState *saved;
+    CUdevice dev;
+    CUresult rc;
+
+    Py_Initialize();
+    PyErr_SetString(PyExc_KeyError, "pending from the caller");
+    saved = PyEval_SaveThread();
+    rc = cuInit(0);
+    PyEval_RestoreThread(saved);
+    printf("first %d %d\n", (int)rc, PyErr_ExceptionMatches(PyExc_KeyError));
+    PyErr_Clear();
+    saved = PyEval_SaveThread();
+    rc = cuDeviceGet(&dev, 0);
+    PyEval_RestoreThread(saved);
+    printf("second %d\n", (int)rc);
+    return 0;
+}
+"""
+
+
+def _run(toolkit, source: str) -> subprocess.CompletedProcess:
     paths = sysconfig.get_config_vars()
     python = [f"-I{sysconfig.get_paths()['include']}", f"-L{paths['LIBDIR']}",
               f"-lpython{paths['LDVERSION']}", f"-Wl,-rpath,{paths['LIBDIR']}", "-ldl",
               "-pthread"]
-    program = toolkit.c_program(PROGRAM, flags=python)
+    program = toolkit.c_program(source, flags=python)
     env = {k: v for k, v in os.environ.items() if k not in ("VGPU_SERVER", "VGPU_TRACE")}
-    result = subprocess.run([sys.executable, "-m", "vgpu.cli", "run", "--backend", "emu", "--",
-                             str(program)], capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run([sys.executable, "-m", "vgpu.cli", "run", "--backend", "emu", "--",
+                           str(program)], capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_the_first_call_starts_the_runtime_with_an_exception_pending(toolkit):
+    result = _run(toolkit, FIRST_CALL)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["first 0 1", "second 0"], result.stderr
+
+
+def test_calls_with_a_pending_python_exception_work_and_keep_it(toolkit):
+    result = _run(toolkit, PROGRAM)
     assert result.returncode == 0, result.stderr
     answers = [line.rsplit(" ", 2) for line in result.stdout.splitlines()]
     assert len(answers) == 10, result.stdout + result.stderr

@@ -134,27 +134,19 @@ def _stubs(headers: ApiHeaders, shim: ShimSpec, banner: str) -> str:
     out = [banner, f'#include "{shim.prefix}_shim.h"', f'#include "{shim.prefix}_callbacks.h"', ""]
     for proto in _stubbed(headers, shim):
         call = f"{CALLBACK_PREFIX}{proto.name}({', '.join(p.name for p in proto.params)})"
-        # A Python exception the caller has pending is set aside for the call and put back
-        # after it: the callback must not see it, nor clear it (embedded_python.h).
-        aside = "    struct vgpu_pending_exception vgpu_pending;"
-        if proto.restype == shim.error_type:
-            body = [f"    {_declare(proto.restype, 'vgpu_result')};", aside,
-                    f"    if (!{shim.ready}())", f"        return {shim.not_ready};",
-                    "    vgpu_pending = vgpu_set_aside_exception();",
-                    f"    vgpu_result = {call};",
-                    "    vgpu_restore_exception(vgpu_pending);",
-                    "    return vgpu_result;"]
-        elif proto.restype == "void":
-            body = [aside, f"    if (!{shim.ready}())", "        return;",
-                    "    vgpu_pending = vgpu_set_aside_exception();", f"    {call};",
-                    "    vgpu_restore_exception(vgpu_pending);"]
+        # A Python exception the caller has pending is set aside for the call (the runtime's
+        # start included) and put back after it: Python must not see it, nor clear it
+        # (embedded_python.h).
+        if proto.restype == "void":
+            head, run, tail = [], f"        {call};", []
         else:
-            body = [f"    {_declare(proto.restype, 'vgpu_result')} = {{0}};", aside,
-                    f"    if (!{shim.ready}())", "        return vgpu_result;",
-                    "    vgpu_pending = vgpu_set_aside_exception();",
-                    f"    vgpu_result = {call};",
-                    "    vgpu_restore_exception(vgpu_pending);",
-                    "    return vgpu_result;"]
+            failed = shim.not_ready if proto.restype == shim.error_type else "{0}"
+            head = [f"    {_declare(proto.restype, 'vgpu_result')} = {failed};"]
+            run, tail = f"        vgpu_result = {call};", ["    return vgpu_result;"]
+        body = [*head,
+                "    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();",
+                f"    if ({shim.ready}())", run,
+                "    vgpu_restore_exception(vgpu_pending);", *tail]
         out += [proto.declaration.removesuffix(";"), "{", *body, "}", ""]
     return "\n".join(out)
 

@@ -23,6 +23,13 @@ int main()
     for (int r = 0; r < height; ++r)
         for (int c = 0; c < width; ++c)
             EXPECT(back[r][c] == (c >= 2 && c < 6 ? 0 : host[r][c]));
+    // Host to host, pitched: columns 1..3 of every row into a 3-wide matrix.
+    int narrow[height][3];
+    CHECK(cudaMemcpy2D(narrow, 3 * sizeof(int), &host[0][1], width * sizeof(int),
+                       3 * sizeof(int), height, cudaMemcpyHostToHost));
+    for (int r = 0; r < height; ++r)
+        for (int c = 0; c < 3; ++c)
+            EXPECT(narrow[r][c] == host[r][c + 1]);
     EXPECT_ERROR(cudaErrorInvalidPitchValue,
                  cudaMemcpy2D(back, 4, pitched, pitch, 8, 1, cudaMemcpyDeviceToHost));
     EXPECT_ERROR(cudaErrorInvalidPitchValue, cudaGetLastError());
