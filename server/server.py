@@ -273,8 +273,7 @@ class ProxyServer:
             if seq:
                 self._reply(identity, seq, 1, "malformed call batch: not a list of calls")
             else:  # like any failure of queued work, it surfaces at the next synchronization
-                session.last_error_message = "malformed call batch: not a list of calls"
-                session.defer(1)
+                session.defer(1, "malformed call batch: not a list of calls")
             return
         worker = self.workers[identity]
         if body and body[-1] == (QUERY, ()):

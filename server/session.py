@@ -4,7 +4,7 @@ Each op is a driver-API call (the only kind that crosses the wire: the runtime A
 implemented in the client) named as the client's shim exports it.
 Handlers raise CudaError for CUDA failures; `Session.execute` turns that into the reply code
 of a synchronizing call or into the deferred error of a queued one, with its message. Kernel
-faults are sticky (decision 9): once one happens, every call but a context reset reports it.
+faults are sticky, as on a GPU: once one happens, every call but a context reset reports it.
 What a launch prints goes to the application with the next reply: device printf text for
 its stdout (`output`), then for its stderr (`diagnostics`) CUDA's lines for failed asserts,
 the memory checker's reports and a description of any other kernel fault.

@@ -23,14 +23,16 @@ seq-0 reply with a non-zero code says the server is going away (code 46, the res
 why: "the server is shutting down"); the client fails its calls from then on.
 
 Ops inside CALLS are driver-API names (`cuMemAlloc_v2`, `cuLaunchKernel`, ...) plus a few
-`vgpu*` transport helpers; see `vgpu.server.session` for the handlers. In a reply, `code` is
-the CUresult of the synchronizing call and `result` its result (on failure: what went wrong,
-in words); `deferred` is 0 or [code, message] of the first error raised by queued calls
-since the previous reply (DESIGN.md decision 4: such errors surface at the next synchronizing
-call); `output` is device printf text for the application's stdout and `diagnostics` text
-for its stderr, written after it: CUDA's line for each failed device assert, the memory
-checker's reports, and a kernel fault's description (kernel, block, thread, PTX line,
-address), which CUDA leaves to compute-sanitizer.
+`vgpu*` transport helpers; see `vgpu.server.session` for the handlers.
+
+In a reply, `code` is the CUresult of the synchronizing call and `result` its result (on
+failure: what went wrong, in words); `deferred` is 0 or [code, message] of the first error
+raised by queued calls since the previous reply (queued calls get no reply of their own, so
+their errors surface at the next synchronizing call, as CUDA's asynchronous errors do);
+`output` is device printf text for the application's stdout and `diagnostics` text for its
+stderr, written after it: CUDA's line for each failed device assert, the memory checker's
+reports, and a kernel fault's description (kernel, block, thread, PTX line, address), which
+CUDA leaves to compute-sanitizer.
 
 Bulk data travels as `("shm", offset)` into the session's staging segment when client and
 server share a host, as `("seg", segment_id, offset)` into a pinned host segment, or as

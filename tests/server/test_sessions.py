@@ -82,15 +82,25 @@ def test_a_queued_error_surfaces_at_the_next_sync_however_much_work_came_after(s
     conn.close()
 
 
-def _raw(address: str, hello: bool = False) -> zmq.Socket:
-    """A client that speaks the wire protocol by hand; with `hello`, it opens a session."""
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(address)
-    if hello:
-        assert _exchange(sock, [pack([HELLO, 1, _hello_body("raw")])])[1] == 0
-        sock.send(pack([CALLS, 0, [["cuDevicePrimaryCtxRetain", [CONTEXT, 0]]]]))
-    return sock
+@pytest.fixture
+def raw_client():
+    """Opens clients that speak the wire protocol by hand (with `hello`, each opens a
+    session); they are closed when the test ends, whether it passed or not."""
+    sockets = []
+
+    def open_raw(address: str, hello: bool = False) -> zmq.Socket:
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sockets.append(sock)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(address)
+        if hello:
+            assert _exchange(sock, [pack([HELLO, 1, _hello_body("raw")])])[1] == 0
+            sock.send(pack([CALLS, 0, [["cuDevicePrimaryCtxRetain", [CONTEXT, 0]]]]))
+        return sock
+
+    yield open_raw
+    for sock in sockets:
+        sock.close()
 
 
 def _hello_body(argv0: str) -> dict:
@@ -158,48 +168,48 @@ WITH_SESSION = {
 
 
 @pytest.mark.parametrize("frames", UNANSWERABLE.values(), ids=UNANSWERABLE.keys())
-def test_an_undecodable_message_gets_no_reply_and_the_server_serves_on(server, frames):
-    bad = _raw(server.address, hello=True)
+def test_an_undecodable_message_gets_no_reply_and_the_server_serves_on(server, raw_client, frames):
+    bad = raw_client(server.address, hello=True)
     assert _exchange(bad, frames, wait_s=0.5) is None
     # The sender itself is still served, and so are the others.
     assert _exchange(bad, [pack([CALLS, 8, [["cuMemGetInfo", []]]])])[:2] == [8, 0]
     good = _open(server.address)
     assert good.call("cuMemAlloc", CONTEXT, 1 << 20)[0]
     good.close()
-    bad.close()
 
 
 @pytest.mark.parametrize("frames, expected", WITHOUT_SESSION.values(), ids=WITHOUT_SESSION.keys())
-def test_a_malformed_message_gets_its_error_and_the_server_serves_on(server, frames, expected):
-    bad = _raw(server.address)
-    seq, code, result, deferred, output = _exchange(bad, frames)
+def test_a_malformed_message_gets_its_error_and_the_server_serves_on(server, raw_client, frames,
+                                                                    expected):
+    bad = raw_client(server.address)
+    seq, code, result, deferred, output, diagnostics = _exchange(bad, frames)
     assert (seq, code) == (4, expected[0])
     assert expected[1] in result
-    assert (deferred, output) == (0, "")
+    assert (deferred, output, diagnostics) == (0, "", "")
     assert not [s for s in _ps(server.address) if s["command"] == "x"]  # no session opened
     good = _open(server.address)
     assert good.call("cuMemAlloc", CONTEXT, 1 << 20)[0]
     good.close()
-    bad.close()
 
 
 @pytest.mark.parametrize("frames, expected", WITH_SESSION.values(), ids=WITH_SESSION.keys())
-def test_a_malformed_call_fails_with_its_cuda_error(server, frames, expected):
-    bad = _raw(server.address, hello=True)
-    seq, code, result, deferred, _ = _exchange(bad, frames)
+def test_a_malformed_call_fails_with_its_cuda_error(server, raw_client, frames, expected):
+    bad = raw_client(server.address, hello=True)
+    seq, code, result, deferred, *_ = _exchange(bad, frames)
     assert (seq, code, deferred) == (5, expected[0], 0)
     assert expected[1] in result
     # Queued (nobody waits), the same call fails at the next synchronizing call instead.
     header = unpack(frames[0])
     bad.send(pack([CALLS, 0, header[2]]))
-    assert _exchange(bad, [pack([CALLS, 6, [["vgpuSynchronize", []]]])])[:4] == \
-        [6, 0, None, expected[0]]
+    seq, code, result, (deferred_code, deferred_message), *_ = \
+        _exchange(bad, [pack([CALLS, 6, [["vgpuSynchronize", []]]])])
+    assert (seq, code, result, deferred_code) == (6, 0, None, expected[0])
+    assert expected[1] in deferred_message
     # The session still works, and so do the others.
     assert _exchange(bad, [pack([CALLS, 7, [["cuMemAlloc", [CONTEXT, 4096]]]])])[1] == 0
     good = _open(server.address)
     assert good.call("cuMemAlloc", CONTEXT, 1 << 20)[0]
     good.close()
-    bad.close()
 
 
 def test_a_killed_client_releases_its_session_and_memory(server, client_env):
