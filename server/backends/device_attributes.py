@@ -8,6 +8,8 @@ VMM, IPC, textures) are reported as 0 so applications take their fallback paths.
 
 from __future__ import annotations
 
+from ..emu.timers import CLOCK_RATE_KHZ
+
 __all__ = ["emu_attributes", "EMU_LIMITS"]
 
 EMU_LIMITS = {
@@ -26,7 +28,7 @@ EMU_LIMITS = {
     "MAX_PITCH": 2**31 - 1,
     "MAX_REGISTERS_PER_BLOCK": 65536,
     "MAX_REGISTERS_PER_MULTIPROCESSOR": 65536,
-    "CLOCK_RATE": 1410000,
+    "CLOCK_RATE": CLOCK_RATE_KHZ,  # what %clock and %clock64 count at
     "MEMORY_CLOCK_RATE": 1215000,
     "GLOBAL_MEMORY_BUS_WIDTH": 5120,
     "L2_CACHE_SIZE": 40 * 1024 * 1024,
