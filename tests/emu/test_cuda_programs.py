@@ -8,44 +8,29 @@ emu server shared by the module.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from vgpu_processes import VGPU, emu_server, vgpu_environment
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 CHECKS = Path(__file__).resolve().parents[1] / "runtime" / "programs"  # check.cuh
-VGPU = [sys.executable, "-m", "vgpu.cli"]
 TIMEOUT_S = 300
-
-
-def _environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("VGPU_SERVER", None)
-    env.pop("VGPU_TRACE", None)
-    return env
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    address = f"ipc://{tmp_path_factory.mktemp('emu-programs')}/server.sock"
-    proc = subprocess.Popen([*VGPU, "server", "--listen", address, "--backend", "emu"],
-                            stdout=subprocess.PIPE, text=True, env=_environment())
-    line = proc.stdout.readline()
-    proc.stdout.close()
-    assert line.startswith("vgpu server listening"), f"the server did not start: {line!r}"
-    yield address
-    proc.terminate()
-    proc.wait(timeout=10)
+    with emu_server(tmp_path_factory.mktemp("emu-programs")) as address:
+        yield address
 
 
 def run_program(toolkit, server: str, name: str, *flags: str) -> subprocess.CompletedProcess:
     program = toolkit.executable((PROGRAMS / f"{name}.cu").read_text(),
                                  ["-cudart", "shared", f"-I{CHECKS}", *flags])
     return subprocess.run([*VGPU, "run", "--server", server, "--", str(program)],
-                          capture_output=True, text=True, timeout=TIMEOUT_S, env=_environment())
+                          capture_output=True, text=True, timeout=TIMEOUT_S, env=vgpu_environment())
 
 
 def assert_passed(result: subprocess.CompletedProcess, *lines: str) -> None:
@@ -107,7 +92,7 @@ def test_numba_half_precision_kernels(server):
     result = subprocess.run([*VGPU, "run", "--server", server, "--", sys.executable,
                              str(PROGRAMS / "numba_half.py")],
                             capture_output=True, text=True, timeout=TIMEOUT_S,
-                            env=_environment())
+                            env=vgpu_environment())
     assert_passed(result, "numba_half: 400 fp16 results correct, twice")
 
 

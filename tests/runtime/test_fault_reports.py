@@ -4,33 +4,15 @@ reports of accesses past an allocation's end (VGPU_MEMCHECK), and the printf FIF
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from vgpu_processes import VGPU, start_emu_server, vgpu_environment
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
-VGPU = [sys.executable, "-m", "vgpu.cli"]
 TIMEOUT_S = 120
-
-
-def _environment(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("VGPU_SERVER", "VGPU_TRACE", "VGPU_MEMCHECK")}
-    return {**env, **extra}
-
-
-def _start_server(address: str, *options: str, stderr=None) -> subprocess.Popen:
-    proc = subprocess.Popen([*VGPU, "server", "--listen", address, "--backend", "emu",
-                             *options], stdout=subprocess.PIPE, stderr=stderr, text=True,
-                            env=_environment())
-    line = proc.stdout.readline()
-    proc.stdout.close()
-    assert line.startswith("vgpu server listening"), f"the server did not start: {line!r}"
-    return proc
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +20,7 @@ def server(tmp_path_factory):
     """An emu server with the default memory checking, logging at -v."""
     work = tmp_path_factory.mktemp("fault-server")
     with open(work / "server.log", "w") as log:
-        proc = _start_server(f"ipc://{work}/server.sock", "-v", stderr=log)
+        proc = start_emu_server(f"ipc://{work}/server.sock", "-v", stderr=log)
     yield f"ipc://{work}/server.sock", work / "server.log"
     proc.terminate()
     proc.wait(timeout=10)
@@ -54,7 +36,7 @@ def _run(address: str, program: Path, *args: str, merged: bool = False,
     return subprocess.run([*VGPU, "run", "--server", address, "--", str(program), *args],
                           stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT if merged else subprocess.PIPE,
-                          text=True, timeout=TIMEOUT_S, env=_environment(**env))
+                          text=True, timeout=TIMEOUT_S, env=vgpu_environment(**env))
 
 
 def _allocation(result) -> int:
@@ -132,7 +114,7 @@ def test_a_read_far_outside_any_allocation_faults_by_default(server, out_of_boun
 def test_the_server_option_is_the_default_the_application_overrides(
         tmp_path, out_of_bounds):
     address = f"ipc://{tmp_path}/strict.sock"
-    proc = _start_server(address, "--memcheck", "strict")
+    proc = start_emu_server(address, "--memcheck", "strict")
     try:
         strict = _run(address, out_of_bounds)
         assert strict.returncode == 3 and "returned 700" in strict.stdout

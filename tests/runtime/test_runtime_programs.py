@@ -9,39 +9,23 @@ runs with a private server, as `vgpu run --backend emu` starts it.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from vgpu_processes import VGPU, emu_server, vgpu_environment
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
-VGPU = [sys.executable, "-m", "vgpu.cli"]
 FATBINS = {"compressed": [], "uncompressed": ["--no-compress"]}
 TIMEOUT_S = 120
-
-
-def _environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("VGPU_SERVER", None)
-    env.pop("VGPU_TRACE", None)
-    return env
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """One emu server for every program of the module."""
-    address = f"ipc://{tmp_path_factory.mktemp('runtime-server')}/server.sock"
-    proc = subprocess.Popen([*VGPU, "server", "--listen", address, "--backend", "emu"],
-                            stdout=subprocess.PIPE, text=True, env=_environment())
-    line = proc.stdout.readline()
-    proc.stdout.close()
-    assert line.startswith("vgpu server listening"), f"the server did not start: {line!r}"
-    yield address
-    proc.terminate()
-    proc.wait(timeout=10)
+    with emu_server(tmp_path_factory.mktemp("runtime-server")) as address:
+        yield address
 
 
 def build(toolkit, name: str, fatbin: str = "compressed", flags: tuple[str, ...] = (),
@@ -55,7 +39,7 @@ def build(toolkit, name: str, fatbin: str = "compressed", flags: tuple[str, ...]
 
 def run(server: str, program: Path) -> subprocess.CompletedProcess:
     return subprocess.run([*VGPU, "run", "--server", server, "--", str(program)],
-                          capture_output=True, text=True, timeout=TIMEOUT_S, env=_environment())
+                          capture_output=True, text=True, timeout=TIMEOUT_S, env=vgpu_environment())
 
 
 def assert_passed(result: subprocess.CompletedProcess, *lines: str) -> None:
@@ -80,7 +64,7 @@ def test_vector_add_with_a_private_server(toolkit):
     program = build(toolkit, "vector_add")
     result = subprocess.run([*VGPU, "run", "--backend", "emu", "--", str(program)],
                             capture_output=True, text=True, timeout=TIMEOUT_S,
-                            env=_environment())
+                            env=vgpu_environment())
     assert_passed(result, "vector_add: 1000 sums correct")
 
 
@@ -218,7 +202,7 @@ def test_statically_linked_runtime_started_without_the_cli_is_named(toolkit, ser
     from vgpu.shim.loader import shim_library_dir
 
     program = build(toolkit, "vector_add", cudart="static")
-    env = {**_environment(), "LD_LIBRARY_PATH": str(shim_library_dir()), "VGPU_SERVER": server}
+    env = {**vgpu_environment(), "LD_LIBRARY_PATH": str(shim_library_dir()), "VGPU_SERVER": server}
     result = subprocess.run([str(program)], capture_output=True, text=True, timeout=TIMEOUT_S,
                             env=env)
     assert result.returncode != 0
