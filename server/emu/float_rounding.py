@@ -205,7 +205,10 @@ def exact_mul(a, b):
     if awkward.any():
         idx, values, errors = _fraction_lanes(
             awkward, lambda x, y: Fraction(x) * Fraction(y), a, b)
-        return _patch(p, err, idx, values, errors)
+        p, err = _patch(p, err, idx, values, errors)
+        # A Fraction has no signed zero: a zero product (0 times a huge number) takes the
+        # sign IEEE 754 gives every product, the exclusive or of the operands' signs.
+        return np.where(p == 0, np.where(np.signbit(a) ^ np.signbit(b), -0.0, 0.0), p), err
     return p, np.where(np.isfinite(p), err, 0.0)
 
 

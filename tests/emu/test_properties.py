@@ -231,6 +231,17 @@ finite64 = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, ma
 
 
 @pytest.mark.parametrize("mode", ["rn", "rz", "rm", "rp"])
+def test_f64_zero_products_keep_their_sign(module_device, mode):
+    """Zero times a number too large for the emulator's fast path is a zero whose sign is
+    the exclusive or of the operands' signs, as every product's."""
+    a = [0.0, -0.0, 0.0, -0.0]
+    b = [-3.348464397457086e299, 3e299, 3e299, -3e299]
+    got = run_op(module_device, f"mul.{mode}.f64 %d, %a, %b", ("f64",) * 4, a, b)
+    assert list(got) == [0.0] * 4
+    assert [bool(np.signbit(g)) for g in got] == [True, True, False, False]
+
+
+@pytest.mark.parametrize("mode", ["rn", "rz", "rm", "rp"])
 @SETTINGS
 @given(data=st.data())
 def test_f64_fma_and_rounding(module_device, mode, data):
