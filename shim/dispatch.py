@@ -11,9 +11,12 @@ write through. At boot each callback gets, in order of preference:
   results other than the result code;
 - for any other symbol, "not supported", the symbol named once on stderr.
 An exception answers "unknown" with its traceback printed; so does a result C cannot take
-(not an int, for a result code): cffi's conversion fails and reports it here. The C layer lets
-no call through before the boot has attached every callback: one left bare would answer 0,
-success. With VGPU_TRACE=1 every callback prints its call, arguments and result (trace.py).
+(not an int, for a result code): cffi's conversion fails and reports it here. A
+KeyboardInterrupt (Ctrl-C of a Python program waiting in the call: its SIGINT handler runs
+in the callback) answers "unknown" too, silently: the C stub interrupts the program anew, so
+that the program gets it (shim/c/embedded_python.h). The C layer lets no call through
+before the boot has attached every callback: one left bare would answer 0, success. With
+VGPU_TRACE=1 every callback prints its call, arguments and result (trace.py).
 """
 
 from __future__ import annotations
@@ -57,8 +60,10 @@ class _Callback:
     """What is attached to one symbol's callback, and how its failures are reported."""
 
     def __init__(self, ffi: Any, fn: ApiFunction, ctype: Any, results: ResultCodes,
-                 code_type: Any, write: Callable[[str], None]):
+                 code_type: Any, write: Callable[[str], None],
+                 note_interruption: Callable[[], None]):
         self.ffi = ffi
+        self.note_interruption = note_interruption
         self.fn = fn
         self.results = results
         self.write = write
@@ -71,7 +76,9 @@ class _Callback:
 
     def onerror(self, exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
         """cffi's report of a failed callback; C then gets the callback's error value."""
-        if tb is None:  # nothing ran in Python: cffi could not convert the result to C
+        if issubclass(exc_type, KeyboardInterrupt):
+            self.note_interruption()  # the program's, not ours: C passes it on
+        elif tb is None:  # nothing ran in Python: cffi could not convert the result to C
             self.write(f"vgpu: {self.fn.symbol} returned a value its C result cannot hold "
                        f"({exc_type.__name__}: {exc}){self.failure}")
         else:
@@ -127,6 +134,7 @@ def attach_callbacks(ffi: Any, lib: Any, functions: Sequence[ApiFunction],
 
     declared = {name for name in dir(lib) if name.startswith(CALLBACK_PREFIX)}
     code_type = ffi.typeof(results.ctype)
+    note_interruption = lib.vgpu_note_interruption
     implemented = set()
     for fn in functions:
         name = CALLBACK_PREFIX + fn.symbol
@@ -134,7 +142,7 @@ def attach_callbacks(ffi: Any, lib: Any, functions: Sequence[ApiFunction],
             continue  # written in C (cuGetProcAddress, ...): no callback
         declared.discard(name)
         ctype = ffi.typeof(getattr(lib, name))
-        callback = _Callback(ffi, fn, ctype, results, code_type, write)
+        callback = _Callback(ffi, fn, ctype, results, code_type, write, note_interruption)
         impl = getattr(implementation, fn.symbol, None)
         if callable(impl):
             implemented.add(fn.symbol)

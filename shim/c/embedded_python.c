@@ -234,3 +234,19 @@ void vgpu_restore_exception(struct vgpu_pending_exception pending)
                   (PyObject *)pending.traceback);
     PyGILState_Release(gil);
 }
+
+int vgpu_interrupted;
+
+void vgpu_note_interruption(void)
+{
+    __atomic_store_n(&vgpu_interrupted, 1, __ATOMIC_RELEASE);
+}
+
+/* Exactly once per noted interruption, whichever thread's stub sees the flag first: only the
+   main thread runs Python's signal handlers, and it gets the interruption either way. */
+void vgpu_interrupt_again(void)
+{
+    if (__atomic_exchange_n(&vgpu_interrupted, 0, __ATOMIC_ACQ_REL))
+        PyErr_SetInterrupt(); /* safe without the GIL; does nothing if SIGINT is no longer
+                                 Python's to handle */
+}

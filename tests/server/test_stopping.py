@@ -1,7 +1,8 @@
 """Stopping: a session that ends stops its kernel, and a stopping server tells its clients.
 
-The program is an unmodified driver-API C program whose kernel would run for hours
-(programs/long_kernel.c), run under `vgpu run` as a user runs it.
+The programs are unmodified driver-API programs whose kernel would run for hours, in C
+(programs/long_kernel.c) and in Python with cuda-python (programs/long_kernel.py), run under
+`vgpu run` as a user runs them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,41 @@ TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 @pytest.fixture(scope="session")
 def long_kernel(toolkit) -> Path:
     return toolkit.c_program((HERE / "programs" / "long_kernel.c").read_text())
+
+
+LONG_KERNEL_PY = HERE / "programs" / "long_kernel.py"
+
+# Ctrl-C of `vgpu run` while the program waits for its kernel: what the user sees then is
+# what they see without vgpu. A C program dies of SIGINT; a Python program gets a
+# KeyboardInterrupt where it waits (its traceback, exit status 130), or runs its own handler.
+# command (the long kernel's program, then arguments), exit status, stdout, last stderr line.
+CTRL_C_CASES = {
+    "C program": ([], 128 + signal.SIGINT, "", None),
+    "Python program": ([LONG_KERNEL_PY], 128 + signal.SIGINT, "", "KeyboardInterrupt"),
+    "its KeyboardInterrupt handler": ([LONG_KERNEL_PY, "--handler"], 3, "interrupted\n", None),
+    "waiting in the runtime": ([LONG_KERNEL_PY, "--runtime"], 128 + signal.SIGINT, "",
+                               "KeyboardInterrupt"),
+}
+
+
+def _ctrl_c_command(case: str, long_kernel: Path) -> list:
+    """The command line of a CTRL_C_CASES case."""
+    program = CTRL_C_CASES[case][0]
+    return [sys.executable, *program] if program else [long_kernel]
+
+
+def _check_ctrl_c_outcome(case: str, proc: subprocess.Popen) -> None:
+    """The program ended as CTRL_C_CASES says, and vgpu said nothing."""
+    _, status, expected_out, last_err_line = CTRL_C_CASES[case]
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == status, err
+    assert out == expected_out, err
+    if last_err_line is None:
+        assert err == ""
+    else:
+        assert err.startswith("Traceback (most recent call last):"), err
+        assert err.rstrip().splitlines()[-1] == last_err_line, err
+    assert "vgpu" not in err
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -99,6 +135,19 @@ def test_a_dead_client_s_kernel_stops_on_a_named_server(server, long_kernel, how
     assert server.alive()
 
 
+@pytest.mark.parametrize("case", ["Python program", "its KeyboardInterrupt handler"])
+def test_ctrl_c_of_a_python_program_stops_its_kernel_on_a_named_server(server, long_kernel,
+                                                                       case):
+    """The interrupted program ends its session as it exits: the server stops its kernel."""
+    proc = _start(_ctrl_c_command(case, long_kernel), server.address)
+    _running_session(server.address, LONG_KERNEL_PY)
+    proc.send_signal(signal.SIGINT)
+    _check_ctrl_c_outcome(case, proc)
+    assert _seconds_until_idle(server.proc.pid) < 2.0
+    assert not _session_listed(server.address, LONG_KERNEL_PY)
+    assert server.alive()
+
+
 def test_a_client_that_says_goodbye_mid_kernel_stops_it(server):
     conn = Connection(server.address)
     conn.post("cuDevicePrimaryCtxRetain", CONTEXT, 0)
@@ -117,8 +166,9 @@ def test_a_client_that_says_goodbye_mid_kernel_stops_it(server):
     assert not [s for s in _ps(server.address) if s["pid"] == os.getpid()]
 
 
-def test_ctrl_c_of_vgpu_run_returns_promptly(long_kernel):
-    proc = _start([long_kernel])  # its own private server
+@pytest.mark.parametrize("case", CTRL_C_CASES)
+def test_ctrl_c_of_vgpu_run_returns_promptly(long_kernel, case):
+    proc = _start(_ctrl_c_command(case, long_kernel))  # its own private server
     with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
         children = [int(pid) for pid in f.read().split()]
     server_pid = next(pid for pid in children
@@ -129,10 +179,9 @@ def test_ctrl_c_of_vgpu_run_returns_promptly(long_kernel):
         time.sleep(0.1)
     start = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=30) == 128 + signal.SIGINT
+    proc.wait(timeout=30)
     assert time.monotonic() - start < 2.0
-    _, err = proc.communicate()
-    assert "Traceback" not in err
+    _check_ctrl_c_outcome(case, proc)
     assert not Path(f"/proc/{server_pid}").exists()  # the private server is gone with it
 
 
