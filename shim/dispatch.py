@@ -11,10 +11,11 @@ write through. At boot each callback gets, in order of preference:
   results other than the result code;
 - for any other symbol, "not supported", the symbol named once on stderr.
 An exception answers "unknown" with its traceback printed; so does a result C cannot take
-(not an int, for a result code): cffi's conversion fails and reports it here. A
-KeyboardInterrupt (Ctrl-C of a Python program waiting in the call: its SIGINT handler runs
-in the callback) answers "unknown" too, silently: the C stub interrupts the program anew, so
-that the program gets it (shim/c/embedded_python.h). The C layer lets no call through
+(not an int, for a result code): cffi's conversion fails and reports it here. An
+exception that is no Exception (KeyboardInterrupt, SystemExit: what a signal handler of a
+Python program raises to stop it, and handlers run inside our callbacks) is the program's:
+the call answers "unknown" silently, and the program gets the exception once the call has
+returned (shim/c/embedded_python.h). The C layer lets no call through
 before the boot has attached every callback: one left bare would answer 0, success. With
 VGPU_TRACE=1 every callback prints its call, arguments and result (trace.py).
 """
@@ -34,7 +35,27 @@ from .adapters import adapt, zero_of
 from .trace import format_value, traced, tracing
 
 __all__ = ["ResultCodes", "attach_callbacks", "boot_driver", "boot_runtime", "driver_results",
-           "runtime_results"]
+           "runtime_results", "take_interruption"]
+
+# The exception a signal handler of the program raised inside a callback, until the C layer
+# has the program's main thread raise it (take_interruption). Handlers run in the main
+# thread only, which is also the one that takes it.
+_interruption: BaseException | None = None
+
+
+def take_interruption() -> BaseException | None:
+    """The program's exception kept from an interrupted callback, once (the C layer's)."""
+    global _interruption
+    exc, _interruption = _interruption, None
+    return exc
+
+
+def _keep_interruption(exc: BaseException) -> None:
+    """Keep `exc` to be raised in the program: without the frames and the exception context
+    of the callback it interrupted, so that its traceback is the program's own."""
+    global _interruption
+    exc.__context__ = None
+    _interruption = exc.with_traceback(None)
 
 
 class ResultCodes:
@@ -76,8 +97,9 @@ class _Callback:
 
     def onerror(self, exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
         """cffi's report of a failed callback; C then gets the callback's error value."""
-        if issubclass(exc_type, KeyboardInterrupt):
-            self.note_interruption()  # the program's, not ours: C passes it on
+        if not issubclass(exc_type, Exception):  # the program's: C passes it on
+            _keep_interruption(exc)
+            self.note_interruption()
         elif tb is None:  # nothing ran in Python: cffi could not convert the result to C
             self.write(f"vgpu: {self.fn.symbol} returned a value its C result cannot hold "
                        f"({exc_type.__name__}: {exc}){self.failure}")

@@ -242,11 +242,34 @@ void vgpu_note_interruption(void)
     __atomic_store_n(&vgpu_interrupted, 1, __ATOMIC_RELEASE);
 }
 
-/* Exactly once per noted interruption, whichever thread's stub sees the flag first: only the
-   main thread runs Python's signal handlers, and it gets the interruption either way. */
+/* A pending call: the main thread runs it between two of its instructions, holding the GIL.
+   Raises there the exception that interrupted a callback (vgpu.shim.dispatch kept it). */
+static int raise_interruption(void *unused)
+{
+    PyObject *dispatch, *exception;
+
+    (void)unused;
+    dispatch = PyImport_ImportModule("vgpu.shim.dispatch");
+    exception = dispatch != NULL ? PyObject_CallMethod(dispatch, "take_interruption", NULL)
+                                 : NULL;
+    Py_XDECREF(dispatch);
+    if (exception == NULL)
+        return -1;
+    if (exception == Py_None) { /* another stub's pending call raised it already */
+        Py_DECREF(exception);
+        return 0;
+    }
+    PyErr_SetObject((PyObject *)Py_TYPE(exception), exception);
+    Py_DECREF(exception);
+    return -1;
+}
+
+/* Once per noted interruption, whichever thread's stub sees the flag first: only the main
+   thread runs Python's signal handlers, so the exception is always the main thread's. */
 void vgpu_interrupt_again(void)
 {
-    if (__atomic_exchange_n(&vgpu_interrupted, 0, __ATOMIC_ACQ_REL))
-        PyErr_SetInterrupt(); /* safe without the GIL; does nothing if SIGINT is no longer
-                                 Python's to handle */
+    if (__atomic_exchange_n(&vgpu_interrupted, 0, __ATOMIC_ACQ_REL)
+        && Py_AddPendingCall(raise_interruption, NULL) != 0)
+        vgpu_note_interruption(); /* Python's queue of pending calls is full: the next call
+                                     tries again */
 }

@@ -38,13 +38,14 @@ struct vgpu_pending_exception {
 struct vgpu_pending_exception vgpu_set_aside_exception(void);
 void vgpu_restore_exception(struct vgpu_pending_exception pending);
 
-/* Ctrl-C of a Python program waiting in a CUDA call: Python's SIGINT handler raises
-   KeyboardInterrupt inside the call's callback, where cffi catches it (the program would
-   never see it). The callback's error handler notes it (vgpu_note_interruption, from
-   Python), and the stub, once the callback has returned, interrupts the program anew
-   (PyErr_SetInterrupt): its interpreter raises KeyboardInterrupt at its next instruction, as
-   it would have without vgpu. The call returns its error value: it did not finish. Checking
-   costs one read of a flag per call. */
+/* Ctrl-C of a Python program waiting in a CUDA call: Python's SIGINT handler runs between
+   two instructions of the call's callback, and the KeyboardInterrupt it raises (or the
+   SystemExit of a SIGTERM handler) would end in cffi, which reports it and returns the
+   callback's error value: the program would never see it. The callback's error handler
+   keeps such an exception and notes it (vgpu_note_interruption, from Python); the stub, once
+   the callback has returned, has the program's main thread raise it at its next instruction
+   (a pending call), as it would have without vgpu. The call itself returns its error value:
+   it did not finish. Checking costs one read of a flag per call. */
 extern int vgpu_interrupted;
 void vgpu_note_interruption(void);
 void vgpu_interrupt_again(void);

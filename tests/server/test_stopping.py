@@ -34,26 +34,32 @@ LONG_KERNEL_PY = HERE / "programs" / "long_kernel.py"
 
 # Ctrl-C of `vgpu run` while the program waits for its kernel: what the user sees then is
 # what they see without vgpu. A C program dies of SIGINT; a Python program gets a
-# KeyboardInterrupt where it waits (its traceback, exit status 130), or runs its own handler.
-# command (the long kernel's program, then arguments), exit status, stdout, last stderr line.
-CTRL_C_CASES = {
-    "C program": ([], 128 + signal.SIGINT, "", None),
-    "Python program": ([LONG_KERNEL_PY], 128 + signal.SIGINT, "", "KeyboardInterrupt"),
-    "its KeyboardInterrupt handler": ([LONG_KERNEL_PY, "--handler"], 3, "interrupted\n", None),
-    "waiting in the runtime": ([LONG_KERNEL_PY, "--runtime"], 128 + signal.SIGINT, "",
-                               "KeyboardInterrupt"),
+# KeyboardInterrupt where it waits (its traceback, exit status 130), or runs its own handler;
+# a Python signal handler that exits (SIGTERM here) runs once and its exit status is the
+# program's. Case: the long kernel's program and arguments, the signal, the exit status,
+# stdout, stderr's last line (None: nothing on stderr).
+INTERRUPT_CASES = {
+    "C program": ([], signal.SIGINT, 128 + signal.SIGINT, "", None),
+    "Python program": ([LONG_KERNEL_PY], signal.SIGINT, 128 + signal.SIGINT, "",
+                       "KeyboardInterrupt"),
+    "its KeyboardInterrupt handler": ([LONG_KERNEL_PY, "--handler"], signal.SIGINT, 3,
+                                      "interrupted\n", None),
+    "waiting in the runtime": ([LONG_KERNEL_PY, "--runtime"], signal.SIGINT,
+                               128 + signal.SIGINT, "", "KeyboardInterrupt"),
+    "its SIGTERM handler's sys.exit": ([LONG_KERNEL_PY, "--exit-on-sigterm"], signal.SIGTERM,
+                                       4, "terminating\n", None),
 }
 
 
-def _ctrl_c_command(case: str, long_kernel: Path) -> list:
-    """The command line of a CTRL_C_CASES case."""
-    program = CTRL_C_CASES[case][0]
+def _interrupt_command(case: str, long_kernel: Path) -> list:
+    """The command line of an INTERRUPT_CASES case."""
+    program = INTERRUPT_CASES[case][0]
     return [sys.executable, *program] if program else [long_kernel]
 
 
-def _check_ctrl_c_outcome(case: str, proc: subprocess.Popen) -> None:
-    """The program ended as CTRL_C_CASES says, and vgpu said nothing."""
-    _, status, expected_out, last_err_line = CTRL_C_CASES[case]
+def _check_interrupted(case: str, proc: subprocess.Popen) -> None:
+    """The program ended as INTERRUPT_CASES says, and vgpu said nothing."""
+    _, _, status, expected_out, last_err_line = INTERRUPT_CASES[case]
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == status, err
     assert out == expected_out, err
@@ -139,10 +145,10 @@ def test_a_dead_client_s_kernel_stops_on_a_named_server(server, long_kernel, how
 def test_ctrl_c_of_a_python_program_stops_its_kernel_on_a_named_server(server, long_kernel,
                                                                        case):
     """The interrupted program ends its session as it exits: the server stops its kernel."""
-    proc = _start(_ctrl_c_command(case, long_kernel), server.address)
+    proc = _start(_interrupt_command(case, long_kernel), server.address)
     _running_session(server.address, LONG_KERNEL_PY)
     proc.send_signal(signal.SIGINT)
-    _check_ctrl_c_outcome(case, proc)
+    _check_interrupted(case, proc)
     assert _seconds_until_idle(server.proc.pid) < 2.0
     assert not _session_listed(server.address, LONG_KERNEL_PY)
     assert server.alive()
@@ -166,9 +172,10 @@ def test_a_client_that_says_goodbye_mid_kernel_stops_it(server):
     assert not [s for s in _ps(server.address) if s["pid"] == os.getpid()]
 
 
-@pytest.mark.parametrize("case", CTRL_C_CASES)
+@pytest.mark.parametrize("case", INTERRUPT_CASES)
 def test_ctrl_c_of_vgpu_run_returns_promptly(long_kernel, case):
-    proc = _start(_ctrl_c_command(case, long_kernel))  # its own private server
+    """Ctrl-C (or SIGTERM) of vgpu run while the program waits for its kernel."""
+    proc = _start(_interrupt_command(case, long_kernel))  # its own private server
     with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
         children = [int(pid) for pid in f.read().split()]
     server_pid = next(pid for pid in children
@@ -178,10 +185,10 @@ def test_ctrl_c_of_vgpu_run_returns_promptly(long_kernel, case):
         assert time.monotonic() < deadline, "the private server never ran the kernel"
         time.sleep(0.1)
     start = time.monotonic()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(INTERRUPT_CASES[case][1])
     proc.wait(timeout=30)
     assert time.monotonic() - start < 2.0
-    _check_ctrl_c_outcome(case, proc)
+    _check_interrupted(case, proc)
     assert not Path(f"/proc/{server_pid}").exists()  # the private server is gone with it
 
 

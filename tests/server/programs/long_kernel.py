@@ -2,10 +2,12 @@
 billion): what a user stops with Ctrl-C. Prints "launched" once the kernel is queued, then
 waits for it in cuCtxSynchronize (with --runtime: in the CUDA runtime's
 cudaDeviceSynchronize, called through ctypes) and prints what that returned.
-With --handler it catches KeyboardInterrupt, prints "interrupted" and exits with status 3.
-Usage: long_kernel.py [--runtime] [--handler]"""
+With --handler it catches KeyboardInterrupt, prints "interrupted" and exits with status 3;
+with --exit-on-sigterm, a SIGTERM handler prints "terminating" and calls sys.exit(4).
+Usage: long_kernel.py [--runtime] [--handler] [--exit-on-sigterm]"""
 
 import ctypes
+import signal
 import sys
 
 from cuda.bindings import driver as cu
@@ -62,7 +64,14 @@ def main(wait) -> None:
     wait()
 
 
+def exit_on_sigterm(signum, frame):
+    print("terminating", flush=True)
+    sys.exit(4)
+
+
 if __name__ == "__main__":
+    if "--exit-on-sigterm" in sys.argv:
+        signal.signal(signal.SIGTERM, exit_on_sigterm)
     wait = wait_in_runtime if "--runtime" in sys.argv else wait_in_driver
     if "--handler" not in sys.argv:
         main(wait)
