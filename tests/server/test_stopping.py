@@ -172,6 +172,19 @@ def test_a_client_that_says_goodbye_mid_kernel_stops_it(server):
     assert not [s for s in _ps(server.address) if s["pid"] == os.getpid()]
 
 
+def test_a_python_program_that_goes_on_after_ctrl_c_waits_for_its_kernel(server):
+    """The interrupted wait is abandoned, not the kernel: the program's next wait waits for
+    it, and its connection is as good as before."""
+    command = [sys.executable, LONG_KERNEL_PY, "--handler", "--wait-again",
+               "--iterations", "200000"]  # seconds on the emulator, not hours
+    proc = _start(command, server.address)
+    _running_session(server.address, LONG_KERNEL_PY)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (0, "")
+    assert out == "interrupted\ncuCtxSynchronize returned 0 (CUDA_SUCCESS)\n"
+
+
 @pytest.mark.parametrize("case", INTERRUPT_CASES)
 def test_ctrl_c_of_vgpu_run_returns_promptly(long_kernel, case):
     """Ctrl-C (or SIGTERM) of vgpu run while the program waits for its kernel."""

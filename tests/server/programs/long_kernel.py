@@ -3,8 +3,11 @@ billion): what a user stops with Ctrl-C. Prints "launched" once the kernel is qu
 waits for it in cuCtxSynchronize (with --runtime: in the CUDA runtime's
 cudaDeviceSynchronize, called through ctypes) and prints what that returned.
 With --handler it catches KeyboardInterrupt, prints "interrupted" and exits with status 3;
-with --exit-on-sigterm, a SIGTERM handler prints "terminating" and calls sys.exit(4).
-Usage: long_kernel.py [--runtime] [--handler] [--exit-on-sigterm]"""
+with --wait-again too it waits for the kernel again instead, in cuCtxSynchronize, and
+exits as that says. With --exit-on-sigterm, a SIGTERM handler prints "terminating" and
+calls sys.exit(4). --iterations N: what the kernel's threads count to.
+Usage: long_kernel.py [--runtime] [--handler [--wait-again]] [--exit-on-sigterm]
+                      [--iterations N]"""
 
 import ctypes
 import signal
@@ -50,15 +53,15 @@ def wait_in_runtime() -> None:
     sys.exit(0 if err == 0 else 2)
 
 
-def main(wait) -> None:
+def main(wait, iterations: int) -> None:
     check(cu.cuInit(0))
     device = check(cu.cuDeviceGet(0))
     context = check(cu.cuDevicePrimaryCtxRetain(device))
     check(cu.cuCtxSetCurrent(context))
     module = check(cu.cuModuleLoadData(PTX))
     spin = check(cu.cuModuleGetFunction(module, b"spin"))
-    iterations = ctypes.c_uint32(2_000_000_000)
-    params = (ctypes.c_void_p * 1)(ctypes.addressof(iterations))
+    count = ctypes.c_uint32(iterations)
+    params = (ctypes.c_void_p * 1)(ctypes.addressof(count))
     check(cu.cuLaunchKernel(spin, 1, 1, 1, 256, 1, 1, 0, 0, ctypes.addressof(params), 0))
     print("launched", flush=True)
     wait()
@@ -70,14 +73,19 @@ def exit_on_sigterm(signum, frame):
 
 
 if __name__ == "__main__":
-    if "--exit-on-sigterm" in sys.argv:
+    args = sys.argv[1:]
+    if "--exit-on-sigterm" in args:
         signal.signal(signal.SIGTERM, exit_on_sigterm)
-    wait = wait_in_runtime if "--runtime" in sys.argv else wait_in_driver
-    if "--handler" not in sys.argv:
-        main(wait)
+    wait = wait_in_runtime if "--runtime" in args else wait_in_driver
+    iterations = int(args[args.index("--iterations") + 1]) if "--iterations" in args \
+        else 2_000_000_000
+    if "--handler" not in args:
+        main(wait, iterations)
     else:
         try:
-            main(wait)
+            main(wait, iterations)
         except KeyboardInterrupt:
             print("interrupted", flush=True)
+            if "--wait-again" in args:
+                wait_in_driver()
             sys.exit(3)
