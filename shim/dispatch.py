@@ -50,6 +50,13 @@ def take_interruption() -> BaseException | None:
     return exc
 
 
+def _called_from_python(tb: Any) -> bool:
+    """Whether the failed callback (`tb` is its traceback) was called from Python code, which
+    can take the exception: a Python program's, not a C program's (where the callback's
+    frame is the thread's first)."""
+    return tb is not None and tb.tb_frame.f_back is not None
+
+
 def _keep_interruption(exc: BaseException) -> None:
     """Keep `exc` to be raised in the program: without the frames and the exception context
     of the callback it interrupted, so that its traceback is the program's own."""
@@ -97,8 +104,8 @@ class _Callback:
 
     def onerror(self, exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
         """cffi's report of a failed callback; C then gets the callback's error value."""
-        if not issubclass(exc_type, Exception):  # the program's: C passes it on
-            _keep_interruption(exc)
+        if not issubclass(exc_type, Exception) and _called_from_python(tb):
+            _keep_interruption(exc)  # the program's: C has it raised there, once we return
             self.note_interruption()
         elif tb is None:  # nothing ran in Python: cffi could not convert the result to C
             self.write(f"vgpu: {self.fn.symbol} returned a value its C result cannot hold "

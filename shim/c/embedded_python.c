@@ -235,11 +235,11 @@ void vgpu_restore_exception(struct vgpu_pending_exception pending)
     PyGILState_Release(gil);
 }
 
-int vgpu_interrupted;
+uintptr_t vgpu_interrupted_thread;
 
 void vgpu_note_interruption(void)
 {
-    __atomic_store_n(&vgpu_interrupted, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&vgpu_interrupted_thread, (uintptr_t)pthread_self(), __ATOMIC_RELEASE);
 }
 
 /* A pending call: the main thread runs it between two of its instructions, holding the GIL.
@@ -264,11 +264,16 @@ static int raise_interruption(void *unused)
     return -1;
 }
 
-/* Once per noted interruption, whichever thread's stub sees the flag first: only the main
-   thread runs Python's signal handlers, so the exception is always the main thread's. */
+/* By the stub of the interrupted callback itself, once it has returned: a pending call added
+   earlier (by another thread's stub) could run in the main thread while it is still in the
+   callback, and be lost there. The main thread is the one interrupted, since only it runs
+   Python's signal handlers. */
 void vgpu_interrupt_again(void)
 {
-    if (__atomic_exchange_n(&vgpu_interrupted, 0, __ATOMIC_ACQ_REL)
+    uintptr_t self = (uintptr_t)pthread_self();
+
+    if (__atomic_compare_exchange_n(&vgpu_interrupted_thread, &self, 0, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED)
         && Py_AddPendingCall(raise_interruption, NULL) != 0)
         vgpu_note_interruption(); /* Python's queue of pending calls is full: the next call
                                      tries again */

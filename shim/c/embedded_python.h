@@ -9,6 +9,7 @@
 #define VGPU_EMBEDDED_PYTHON_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* What a shim gives the starter; the functions come from its cffi module. */
 struct vgpu_embedding {
@@ -46,13 +47,14 @@ void vgpu_restore_exception(struct vgpu_pending_exception pending);
    the callback has returned, has the program's main thread raise it at its next instruction
    (a pending call), as it would have without vgpu. The call itself returns its error value:
    it did not finish. Checking costs one read of a flag per call. */
-extern int vgpu_interrupted;
+extern uintptr_t vgpu_interrupted_thread; /* the thread whose callback was interrupted, or 0 */
+
 void vgpu_note_interruption(void);
 void vgpu_interrupt_again(void);
 
 static inline void vgpu_pass_on_interruption(void)
 {
-    if (__atomic_load_n(&vgpu_interrupted, __ATOMIC_RELAXED))
+    if (__atomic_load_n(&vgpu_interrupted_thread, __ATOMIC_RELAXED))
         vgpu_interrupt_again();
 }
 
