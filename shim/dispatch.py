@@ -11,13 +11,13 @@ write through. At boot each callback gets, in order of preference:
   results other than the result code;
 - for any other symbol, "not supported", the symbol named once on stderr.
 An exception answers "unknown" with its traceback printed; so does a result C cannot take
-(not an int, for a result code): cffi's conversion fails and reports it here. An
-exception that is no Exception (KeyboardInterrupt, SystemExit: what a signal handler of a
-Python program raises to stop it, and handlers run inside our callbacks) is the program's:
-the call answers "unknown" silently, and the program gets the exception once the call has
-returned (shim/c/embedded_python.h). The C layer lets no call through
-before the boot has attached every callback: one left bare would answer 0, success. With
-VGPU_TRACE=1 every callback prints its call, arguments and result (trace.py).
+(not an int, for a result code): cffi's conversion fails and reports it here. An exception
+that is no Exception (KeyboardInterrupt, SystemExit: what a signal handler of a Python
+program raises to stop it, and handlers run inside our callbacks) is the program's: the call
+answers "unknown" silently, and the program gets the exception once the call has returned
+(shim/c/embedded_python.h). The C layer lets no call through before the boot has attached
+every callback: one left bare would answer 0, success. With VGPU_TRACE=1 every callback
+prints its call, arguments and result (trace.py).
 """
 
 from __future__ import annotations

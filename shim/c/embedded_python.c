@@ -255,7 +255,7 @@ static int raise_interruption(void *unused)
     Py_XDECREF(dispatch);
     if (exception == NULL)
         return -1;
-    if (exception == Py_None) { /* another stub's pending call raised it already */
+    if (exception == Py_None) { /* the pending call of an earlier interruption raised it */
         Py_DECREF(exception);
         return 0;
     }

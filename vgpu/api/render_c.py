@@ -135,9 +135,9 @@ def _stubs(headers: ApiHeaders, shim: ShimSpec, banner: str) -> str:
     for proto in _stubbed(headers, shim):
         call = f"{CALLBACK_PREFIX}{proto.name}({', '.join(p.name for p in proto.params)})"
         # A Python exception the caller has pending is set aside for the call (the runtime's
-        # start included) and put back after it: Python must not see it, nor clear it. A
-        # KeyboardInterrupt that cffi caught in the callback is passed on to the program
-        # (embedded_python.h).
+        # start included) and put back after it: Python must not see it, nor clear it. What a
+        # signal handler of the program raised in the callback (KeyboardInterrupt) is passed
+        # on to the program once the callback has returned (embedded_python.h).
         if proto.restype == "void":
             head, run, tail = [], f"        {call};", []
         else:
