@@ -11,9 +11,13 @@ write through. At boot each callback gets, in order of preference:
   results other than the result code;
 - for any other symbol, "not supported", the symbol named once on stderr.
 An exception answers "unknown" with its traceback printed; so does a result C cannot take
-(not an int, for a result code): cffi's conversion fails and reports it here. The C layer lets
-no call through before the boot has attached every callback: one left bare would answer 0,
-success. With VGPU_TRACE=1 every callback prints its call, arguments and result (trace.py).
+(not an int, for a result code): cffi's conversion fails and reports it here. An exception
+that is no Exception (KeyboardInterrupt, SystemExit: what a signal handler of a Python
+program raises to stop it, and handlers run inside our callbacks) is the program's: the call
+answers "unknown" silently, and the program gets the exception once the call has returned
+(shim/c/embedded_python.h). The C layer lets no call through before the boot has attached
+every callback: one left bare would answer 0, success. With VGPU_TRACE=1 every callback
+prints its call, arguments and result (trace.py).
 """
 
 from __future__ import annotations
@@ -31,7 +35,34 @@ from .adapters import adapt, zero_of
 from .trace import format_value, traced, tracing
 
 __all__ = ["ResultCodes", "attach_callbacks", "boot_driver", "boot_runtime", "driver_results",
-           "runtime_results"]
+           "runtime_results", "take_interruption"]
+
+# The exception a signal handler of the program raised inside a callback, until the C layer
+# has the program's main thread raise it (take_interruption). Handlers run in the main
+# thread only, which is also the one that takes it.
+_interruption: BaseException | None = None
+
+
+def take_interruption() -> BaseException | None:
+    """The program's exception kept from an interrupted callback, once (the C layer's)."""
+    global _interruption
+    exc, _interruption = _interruption, None
+    return exc
+
+
+def _called_from_python(tb: Any) -> bool:
+    """Whether the failed callback (`tb` is its traceback) was called from Python code, which
+    can take the exception: a Python program's, not a C program's (where the callback's
+    frame is the thread's first)."""
+    return tb is not None and tb.tb_frame.f_back is not None
+
+
+def _keep_interruption(exc: BaseException) -> None:
+    """Keep `exc` to be raised in the program: without the frames and the exception context
+    of the callback it interrupted, so that its traceback is the program's own."""
+    global _interruption
+    exc.__context__ = None
+    _interruption = exc.with_traceback(None)
 
 
 class ResultCodes:
@@ -57,8 +88,10 @@ class _Callback:
     """What is attached to one symbol's callback, and how its failures are reported."""
 
     def __init__(self, ffi: Any, fn: ApiFunction, ctype: Any, results: ResultCodes,
-                 code_type: Any, write: Callable[[str], None]):
+                 code_type: Any, write: Callable[[str], None],
+                 note_interruption: Callable[[], None]):
         self.ffi = ffi
+        self.note_interruption = note_interruption
         self.fn = fn
         self.results = results
         self.write = write
@@ -71,7 +104,10 @@ class _Callback:
 
     def onerror(self, exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
         """cffi's report of a failed callback; C then gets the callback's error value."""
-        if tb is None:  # nothing ran in Python: cffi could not convert the result to C
+        if not issubclass(exc_type, Exception) and _called_from_python(tb):
+            _keep_interruption(exc)  # the program's: C has it raised there, once we return
+            self.note_interruption()
+        elif tb is None:  # nothing ran in Python: cffi could not convert the result to C
             self.write(f"vgpu: {self.fn.symbol} returned a value its C result cannot hold "
                        f"({exc_type.__name__}: {exc}){self.failure}")
         else:
@@ -127,6 +163,7 @@ def attach_callbacks(ffi: Any, lib: Any, functions: Sequence[ApiFunction],
 
     declared = {name for name in dir(lib) if name.startswith(CALLBACK_PREFIX)}
     code_type = ffi.typeof(results.ctype)
+    note_interruption = lib.vgpu_note_interruption
     implemented = set()
     for fn in functions:
         name = CALLBACK_PREFIX + fn.symbol
@@ -134,7 +171,7 @@ def attach_callbacks(ffi: Any, lib: Any, functions: Sequence[ApiFunction],
             continue  # written in C (cuGetProcAddress, ...): no callback
         declared.discard(name)
         ctype = ffi.typeof(getattr(lib, name))
-        callback = _Callback(ffi, fn, ctype, results, code_type, write)
+        callback = _Callback(ffi, fn, ctype, results, code_type, write, note_interruption)
         impl = getattr(implementation, fn.symbol, None)
         if callable(impl):
             implemented.add(fn.symbol)

@@ -71,6 +71,7 @@ CDEF = """
 extern "Python+C" int vgpu_boot(char *error, size_t size);
 void *vgpu_{prefix}_entry(int fn_id);
 const char *vgpu_{prefix}_symbol_name(int fn_id);
+void vgpu_note_interruption(void);
 """
 
 # The module's own C: cffi_start_python() is static to this file, the other C files reach

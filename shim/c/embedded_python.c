@@ -234,3 +234,47 @@ void vgpu_restore_exception(struct vgpu_pending_exception pending)
                   (PyObject *)pending.traceback);
     PyGILState_Release(gil);
 }
+
+uintptr_t vgpu_interrupted_thread;
+
+void vgpu_note_interruption(void)
+{
+    __atomic_store_n(&vgpu_interrupted_thread, (uintptr_t)pthread_self(), __ATOMIC_RELEASE);
+}
+
+/* A pending call: the main thread runs it between two of its instructions, holding the GIL.
+   Raises there the exception that interrupted a callback (vgpu.shim.dispatch kept it). */
+static int raise_interruption(void *unused)
+{
+    PyObject *dispatch, *exception;
+
+    (void)unused;
+    dispatch = PyImport_ImportModule("vgpu.shim.dispatch");
+    exception = dispatch != NULL ? PyObject_CallMethod(dispatch, "take_interruption", NULL)
+                                 : NULL;
+    Py_XDECREF(dispatch);
+    if (exception == NULL)
+        return -1;
+    if (exception == Py_None) { /* the pending call of an earlier interruption raised it */
+        Py_DECREF(exception);
+        return 0;
+    }
+    PyErr_SetObject((PyObject *)Py_TYPE(exception), exception);
+    Py_DECREF(exception);
+    return -1;
+}
+
+/* By the stub of the interrupted callback itself, once it has returned: a pending call added
+   earlier (by another thread's stub) could run in the main thread while it is still in the
+   callback, and be lost there. The main thread is the one interrupted, since only it runs
+   Python's signal handlers. */
+void vgpu_interrupt_again(void)
+{
+    uintptr_t self = (uintptr_t)pthread_self();
+
+    if (__atomic_compare_exchange_n(&vgpu_interrupted_thread, &self, 0, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED)
+        && Py_AddPendingCall(raise_interruption, NULL) != 0)
+        vgpu_note_interruption(); /* Python's queue of pending calls is full: the next call
+                                     tries again */
+}

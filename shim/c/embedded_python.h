@@ -9,6 +9,7 @@
 #define VGPU_EMBEDDED_PYTHON_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* What a shim gives the starter; the functions come from its cffi module. */
 struct vgpu_embedding {
@@ -37,5 +38,24 @@ struct vgpu_pending_exception {
 
 struct vgpu_pending_exception vgpu_set_aside_exception(void);
 void vgpu_restore_exception(struct vgpu_pending_exception pending);
+
+/* Ctrl-C of a Python program waiting in a CUDA call: Python's SIGINT handler runs between
+   two instructions of the call's callback, and the KeyboardInterrupt it raises (or the
+   SystemExit of a SIGTERM handler) would end in cffi, which reports it and returns the
+   callback's error value: the program would never see it. The callback's error handler
+   keeps such an exception and notes it (vgpu_note_interruption, from Python); the stub, once
+   the callback has returned, has the program's main thread raise it at its next instruction
+   (a pending call), as it would have without vgpu. The call itself returns its error value:
+   it did not finish. Checking costs one read of a flag per call. */
+extern uintptr_t vgpu_interrupted_thread; /* the thread whose callback was interrupted, or 0 */
+
+void vgpu_note_interruption(void);
+void vgpu_interrupt_again(void);
+
+static inline void vgpu_pass_on_interruption(void)
+{
+    if (__atomic_load_n(&vgpu_interrupted_thread, __ATOMIC_RELAXED))
+        vgpu_interrupt_again();
+}
 
 #endif

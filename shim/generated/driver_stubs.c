@@ -9,6 +9,7 @@ CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAl
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArray3DCreate(pHandle, pAllocateArray);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -19,6 +20,7 @@ CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAl
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArray3DCreate_v2(pHandle, pAllocateArray);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -29,6 +31,7 @@ CUresult cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR_v1 *pArrayDescriptor, CU
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArray3DGetDescriptor(pArrayDescriptor, hArray);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -39,6 +42,7 @@ CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CU
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArray3DGetDescriptor_v2(pArrayDescriptor, hArray);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -49,6 +53,7 @@ CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *pAlloca
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayCreate(pHandle, pAllocateArray);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -59,6 +64,7 @@ CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAlloca
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayCreate_v2(pHandle, pAllocateArray);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -69,6 +75,7 @@ CUresult cuArrayDestroy(CUarray hArray)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayDestroy(hArray);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -79,6 +86,7 @@ CUresult cuArrayGetDescriptor(CUDA_ARRAY_DESCRIPTOR_v1 *pArrayDescriptor, CUarra
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayGetDescriptor(pArrayDescriptor, hArray);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -89,6 +97,7 @@ CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarra
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayGetDescriptor_v2(pArrayDescriptor, hArray);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -99,6 +108,7 @@ CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequ
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayGetMemoryRequirements(memoryRequirements, array, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -109,6 +119,7 @@ CUresult cuArrayGetPlane(CUarray *pPlaneArray, CUarray hArray, unsigned int plan
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayGetPlane(pPlaneArray, hArray, planeIdx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -119,6 +130,7 @@ CUresult cuArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *sparseProperti
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayGetSparseProperties(sparseProperties, array);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -129,6 +141,7 @@ CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCheckpointProcessCheckpoint(pid, args);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -139,6 +152,7 @@ CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCheckpointProcessGetRestoreThreadId(pid, tid);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -149,6 +163,7 @@ CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCheckpointProcessGetState(pid, state);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -159,6 +174,7 @@ CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCheckpointProcessLock(pid, args);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -169,6 +185,7 @@ CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCheckpointProcessRestore(pid, args);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -179,6 +196,7 @@ CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCheckpointProcessUnlock(pid, args);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -189,6 +207,7 @@ CUresult cuCoredumpGetAttribute(CUcoredumpSettings attrib, void *value, size_t *
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCoredumpGetAttribute(attrib, value, size);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -199,6 +218,7 @@ CUresult cuCoredumpGetAttributeGlobal(CUcoredumpSettings attrib, void *value, si
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCoredumpGetAttributeGlobal(attrib, value, size);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -209,6 +229,7 @@ CUresult cuCoredumpSetAttribute(CUcoredumpSettings attrib, void *value, size_t *
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCoredumpSetAttribute(attrib, value, size);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -219,6 +240,7 @@ CUresult cuCoredumpSetAttributeGlobal(CUcoredumpSettings attrib, void *value, si
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCoredumpSetAttributeGlobal(attrib, value, size);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -229,6 +251,7 @@ CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxAttach(pctx, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -239,6 +262,7 @@ CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxCreate(pctx, flags, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -249,6 +273,7 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxCreate_v2(pctx, flags, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -259,6 +284,7 @@ CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int n
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -269,6 +295,7 @@ CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, uns
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -279,6 +306,7 @@ CUresult cuCtxDestroy(CUcontext ctx)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxDestroy(ctx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -289,6 +317,7 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxDestroy_v2(ctx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -299,6 +328,7 @@ CUresult cuCtxDetach(CUcontext ctx)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxDetach(ctx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -309,6 +339,7 @@ CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxDisablePeerAccess(peerContext);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -319,6 +350,7 @@ CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxEnablePeerAccess(peerContext, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -329,6 +361,7 @@ CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxFromGreenCtx(pContext, hCtx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -339,6 +372,7 @@ CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetApiVersion(ctx, version);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -349,6 +383,7 @@ CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetCacheConfig(pconfig);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -359,6 +394,7 @@ CUresult cuCtxGetCurrent(CUcontext *pctx)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetCurrent(pctx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -369,6 +405,7 @@ CUresult cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, CUdevResou
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetDevResource(hCtx, resource, type);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -379,6 +416,7 @@ CUresult cuCtxGetDevice(CUdevice *device)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetDevice(device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -389,6 +427,7 @@ CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetDevice_v2(device, ctx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -399,6 +438,7 @@ CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinity
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetExecAffinity(pExecAffinity, type);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -409,6 +449,7 @@ CUresult cuCtxGetFlags(unsigned int *flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetFlags(flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -419,6 +460,7 @@ CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetId(ctx, ctxId);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -429,6 +471,7 @@ CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetLimit(pvalue, limit);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -439,6 +482,7 @@ CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetSharedMemConfig(pConfig);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -449,6 +493,7 @@ CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetStreamPriorityRange(leastPriority, greatestPriority);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -459,6 +504,7 @@ CUresult cuCtxPopCurrent(CUcontext *pctx)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxPopCurrent(pctx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -469,6 +515,7 @@ CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxPopCurrent_v2(pctx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -479,6 +526,7 @@ CUresult cuCtxPushCurrent(CUcontext ctx)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxPushCurrent(ctx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -489,6 +537,7 @@ CUresult cuCtxPushCurrent_v2(CUcontext ctx)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxPushCurrent_v2(ctx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -499,6 +548,7 @@ CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxRecordEvent(hCtx, hEvent);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -509,6 +559,7 @@ CUresult cuCtxResetPersistingL2Cache(void)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxResetPersistingL2Cache();
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -519,6 +570,7 @@ CUresult cuCtxSetCacheConfig(CUfunc_cache config)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSetCacheConfig(config);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -529,6 +581,7 @@ CUresult cuCtxSetCurrent(CUcontext ctx)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSetCurrent(ctx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -539,6 +592,7 @@ CUresult cuCtxSetFlags(unsigned int flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSetFlags(flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -549,6 +603,7 @@ CUresult cuCtxSetLimit(CUlimit limit, size_t value)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSetLimit(limit, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -559,6 +614,7 @@ CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSetSharedMemConfig(config);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -569,6 +625,7 @@ CUresult cuCtxSynchronize(void)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSynchronize();
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -579,6 +636,7 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSynchronize_v2(ctx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -589,6 +647,7 @@ CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxWaitEvent(hCtx, hEvent);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -599,6 +658,7 @@ CUresult cuDestroyExternalMemory(CUexternalMemory extMem)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDestroyExternalMemory(extMem);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -609,6 +669,7 @@ CUresult cuDestroyExternalSemaphore(CUexternalSemaphore extSem)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDestroyExternalSemaphore(extSem);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -619,6 +680,7 @@ CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *res
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevResourceGenerateDesc(phDesc, resources, nbResources);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -629,6 +691,7 @@ CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGrou
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevSmResourceSplitByCount(result, nbGroups, input, remaining, useFlags, minCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -639,6 +702,7 @@ CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDe
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -649,6 +713,7 @@ CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceComputeCapability(major, minor, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -659,6 +724,7 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGet(device, ordinal);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -669,6 +735,7 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetAttribute(pi, attrib, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -679,6 +746,7 @@ CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetByPCIBusId(dev, pciBusId);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -689,6 +757,7 @@ CUresult cuDeviceGetCount(int *count)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetCount(count);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -699,6 +768,7 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetDefaultMemPool(pool_out, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -709,6 +779,7 @@ CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *resource, CUdevR
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetDevResource(device, resource, type);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -719,6 +790,7 @@ CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevi
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetExecAffinitySupport(pi, type, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -729,6 +801,7 @@ CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetGraphMemAttribute(device, attr, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -739,6 +812,7 @@ CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *capabilities, const CUa
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetHostAtomicCapabilities(capabilities, operations, count, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -749,6 +823,7 @@ CUresult cuDeviceGetLuid(char *luid, unsigned int *deviceNodeMask, CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetLuid(luid, deviceNodeMask, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -759,6 +834,7 @@ CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetMemPool(pool, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -769,6 +845,7 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetName(name, len, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -779,6 +856,7 @@ CUresult cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, CUdevice dev, i
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetNvSciSyncAttributes(nvSciSyncAttrList, dev, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -789,6 +867,7 @@ CUresult cuDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const CUat
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetP2PAtomicCapabilities(capabilities, operations, count, srcDevice, dstDevice);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -799,6 +878,7 @@ CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdev
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetP2PAttribute(value, attrib, srcDevice, dstDevice);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -809,6 +889,7 @@ CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetPCIBusId(pciBusId, len, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -819,6 +900,7 @@ CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetProperties(prop, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -829,6 +911,7 @@ CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, CUarray_
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, format, numChannels, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -839,6 +922,7 @@ CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetUuid(uuid, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -849,6 +933,7 @@ CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetUuid_v2(uuid, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -859,6 +944,7 @@ CUresult cuDeviceGraphMemTrim(CUdevice device)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGraphMemTrim(device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -869,6 +955,7 @@ CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *acti
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxGetState(dev, flags, active);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -879,6 +966,7 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxRelease(dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -889,6 +977,7 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxRelease_v2(dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -899,6 +988,7 @@ CUresult cuDevicePrimaryCtxReset(CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxReset(dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -909,6 +999,7 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxReset_v2(dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -919,6 +1010,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxRetain(pctx, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -929,6 +1021,7 @@ CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxSetFlags(dev, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -939,6 +1032,7 @@ CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxSetFlags_v2(dev, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -949,6 +1043,7 @@ CUresult cuDeviceRegisterAsyncNotification(CUdevice device, CUasyncCallback call
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceRegisterAsyncNotification(device, callbackFunc, userData, callback);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -959,6 +1054,7 @@ CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceSetGraphMemAttribute(device, attr, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -969,6 +1065,7 @@ CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceSetMemPool(dev, pool);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -979,6 +1076,7 @@ CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceTotalMem(bytes, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -989,6 +1087,7 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceTotalMem_v2(bytes, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -999,6 +1098,7 @@ CUresult cuDeviceUnregisterAsyncNotification(CUdevice device, CUasyncCallbackHan
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceUnregisterAsyncNotification(device, callback);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1009,6 +1109,7 @@ CUresult cuDriverGetVersion(int *driverVersion)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDriverGetVersion(driverVersion);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1019,6 +1120,7 @@ CUresult cuEGLStreamConsumerAcquireFrame(CUeglStreamConnection *conn, CUgraphics
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamConsumerAcquireFrame(conn, pCudaResource, pStream, timeout);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1029,6 +1131,7 @@ CUresult cuEGLStreamConsumerConnect(CUeglStreamConnection *conn, EGLStreamKHR st
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamConsumerConnect(conn, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1039,6 +1142,7 @@ CUresult cuEGLStreamConsumerConnectWithFlags(CUeglStreamConnection *conn, EGLStr
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamConsumerConnectWithFlags(conn, stream, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1049,6 +1153,7 @@ CUresult cuEGLStreamConsumerDisconnect(CUeglStreamConnection *conn)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamConsumerDisconnect(conn);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1059,6 +1164,7 @@ CUresult cuEGLStreamConsumerReleaseFrame(CUeglStreamConnection *conn, CUgraphics
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamConsumerReleaseFrame(conn, pCudaResource, pStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1069,6 +1175,7 @@ CUresult cuEGLStreamProducerConnect(CUeglStreamConnection *conn, EGLStreamKHR st
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamProducerConnect(conn, stream, width, height);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1079,6 +1186,7 @@ CUresult cuEGLStreamProducerDisconnect(CUeglStreamConnection *conn)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamProducerDisconnect(conn);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1089,6 +1197,7 @@ CUresult cuEGLStreamProducerPresentFrame(CUeglStreamConnection *conn, CUeglFrame
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamProducerPresentFrame(conn, eglframe, pStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1099,6 +1208,7 @@ CUresult cuEGLStreamProducerReturnFrame(CUeglStreamConnection *conn, CUeglFrame 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamProducerReturnFrame(conn, eglframe, pStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1109,6 +1219,7 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventCreate(phEvent, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1119,6 +1230,7 @@ CUresult cuEventCreateFromEGLSync(CUevent *phEvent, EGLSyncKHR eglSync, unsigned
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventCreateFromEGLSync(phEvent, eglSync, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1129,6 +1241,7 @@ CUresult cuEventDestroy(CUevent hEvent)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventDestroy(hEvent);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1139,6 +1252,7 @@ CUresult cuEventDestroy_v2(CUevent hEvent)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventDestroy_v2(hEvent);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1149,6 +1263,7 @@ CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventElapsedTime(pMilliseconds, hStart, hEnd);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1159,6 +1274,7 @@ CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEn
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1169,6 +1285,7 @@ CUresult cuEventQuery(CUevent hEvent)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventQuery(hEvent);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1179,6 +1296,7 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventRecord(hEvent, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1189,6 +1307,7 @@ CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int f
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventRecordWithFlags(hEvent, hStream, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1199,6 +1318,7 @@ CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventRecordWithFlags_ptsz(hEvent, hStream, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1209,6 +1329,7 @@ CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventRecord_ptsz(hEvent, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1219,6 +1340,7 @@ CUresult cuEventSynchronize(CUevent hEvent)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventSynchronize(hEvent);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1229,6 +1351,7 @@ CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *devPtr, CUexternalMemory e
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuExternalMemoryGetMappedBuffer(devPtr, extMem, bufferDesc);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1239,6 +1362,7 @@ CUresult cuExternalMemoryGetMappedMipmappedArray(CUmipmappedArray *mipmap, CUext
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuExternalMemoryGetMappedMipmappedArray(mipmap, extMem, mipmapDesc);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1249,6 +1373,7 @@ CUresult cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarget target, CUf
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFlushGPUDirectRDMAWrites(target, scope);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1259,6 +1384,7 @@ CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfu
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncGetAttribute(pi, attrib, hfunc);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1269,6 +1395,7 @@ CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncGetModule(hmod, hfunc);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1279,6 +1406,7 @@ CUresult cuFuncGetName(const char **name, CUfunction hfunc)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncGetName(name, hfunc);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1289,6 +1417,7 @@ CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOff
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1299,6 +1428,7 @@ CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncIsLoaded(state, function);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1309,6 +1439,7 @@ CUresult cuFuncLoad(CUfunction function)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncLoad(function);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1319,6 +1450,7 @@ CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int v
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncSetAttribute(hfunc, attrib, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1329,6 +1461,7 @@ CUresult cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncSetBlockShape(hfunc, x, y, z);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1339,6 +1472,7 @@ CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncSetCacheConfig(hfunc, config);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1349,6 +1483,7 @@ CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncSetSharedMemConfig(hfunc, config);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1359,6 +1494,7 @@ CUresult cuFuncSetSharedSize(CUfunction hfunc, unsigned int bytes)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncSetSharedSize(hfunc, bytes);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1369,6 +1505,7 @@ CUresult cuGLCtxCreate(CUcontext *pCtx, unsigned int Flags, CUdevice device)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLCtxCreate(pCtx, Flags, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1379,6 +1516,7 @@ CUresult cuGLCtxCreate_v2(CUcontext *pCtx, unsigned int Flags, CUdevice device)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLCtxCreate_v2(pCtx, Flags, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1389,6 +1527,7 @@ CUresult cuGLGetDevices(unsigned int *pCudaDeviceCount, CUdevice *pCudaDevices, 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLGetDevices(pCudaDeviceCount, pCudaDevices, cudaDeviceCount, deviceList);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1399,6 +1538,7 @@ CUresult cuGLGetDevices_v2(unsigned int *pCudaDeviceCount, CUdevice *pCudaDevice
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLGetDevices_v2(pCudaDeviceCount, pCudaDevices, cudaDeviceCount, deviceList);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1409,6 +1549,7 @@ CUresult cuGLInit(void)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLInit();
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1419,6 +1560,7 @@ CUresult cuGLMapBufferObject(CUdeviceptr_v1 *dptr, unsigned int *size, GLuint bu
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLMapBufferObject(dptr, size, buffer);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1429,6 +1571,7 @@ CUresult cuGLMapBufferObjectAsync(CUdeviceptr_v1 *dptr, unsigned int *size, GLui
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLMapBufferObjectAsync(dptr, size, buffer, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1439,6 +1582,7 @@ CUresult cuGLMapBufferObjectAsync_v2(CUdeviceptr *dptr, size_t *size, GLuint buf
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLMapBufferObjectAsync_v2(dptr, size, buffer, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1449,6 +1593,7 @@ CUresult cuGLMapBufferObjectAsync_v2_ptsz(CUdeviceptr *dptr, size_t *size, GLuin
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLMapBufferObjectAsync_v2_ptsz(dptr, size, buffer, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1459,6 +1604,7 @@ CUresult cuGLMapBufferObject_v2(CUdeviceptr *dptr, size_t *size, GLuint buffer)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLMapBufferObject_v2(dptr, size, buffer);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1469,6 +1615,7 @@ CUresult cuGLMapBufferObject_v2_ptds(CUdeviceptr *dptr, size_t *size, GLuint buf
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLMapBufferObject_v2_ptds(dptr, size, buffer);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1479,6 +1626,7 @@ CUresult cuGLRegisterBufferObject(GLuint buffer)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLRegisterBufferObject(buffer);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1489,6 +1637,7 @@ CUresult cuGLSetBufferObjectMapFlags(GLuint buffer, unsigned int Flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLSetBufferObjectMapFlags(buffer, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1499,6 +1648,7 @@ CUresult cuGLUnmapBufferObject(GLuint buffer)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLUnmapBufferObject(buffer);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1509,6 +1659,7 @@ CUresult cuGLUnmapBufferObjectAsync(GLuint buffer, CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLUnmapBufferObjectAsync(buffer, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1519,6 +1670,7 @@ CUresult cuGLUnregisterBufferObject(GLuint buffer)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLUnregisterBufferObject(buffer);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1529,6 +1681,7 @@ CUresult cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgraph hGraph, cons
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddBatchMemOpNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1539,6 +1692,7 @@ CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, cons
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1549,6 +1703,7 @@ CUresult cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from, const C
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddDependencies(hGraph, from, to, numDependencies);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1559,6 +1714,7 @@ CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, cons
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddDependencies_v2(hGraph, from, to, edgeData, numDependencies);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1569,6 +1725,7 @@ CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUg
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1579,6 +1736,7 @@ CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, con
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies, numDependencies, event);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1589,6 +1747,7 @@ CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddEventWaitNode(phGraphNode, hGraph, dependencies, numDependencies, event);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1599,6 +1758,7 @@ CUresult cuGraphAddExternalSemaphoresSignalNode(CUgraphNode *phGraphNode, CUgrap
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddExternalSemaphoresSignalNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1609,6 +1769,7 @@ CUresult cuGraphAddExternalSemaphoresWaitNode(CUgraphNode *phGraphNode, CUgraph 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddExternalSemaphoresWaitNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1619,6 +1780,7 @@ CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgr
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1629,6 +1791,7 @@ CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CU
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddKernelNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1639,6 +1802,7 @@ CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddKernelNode_v2(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1649,6 +1813,7 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1659,6 +1824,7 @@ CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const C
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies, dptr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1669,6 +1835,7 @@ CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CU
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1679,6 +1846,7 @@ CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CU
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies, memsetParams, ctx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1689,6 +1857,7 @@ CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphN
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1699,6 +1868,7 @@ CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgra
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddNode_v2(phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1709,6 +1879,7 @@ CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUDA_BATCH_MEM_OP_NOD
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphBatchMemOpNodeGetParams(hNode, nodeParams_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1719,6 +1890,7 @@ CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode, const CUDA_BATCH_MEM_
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphBatchMemOpNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1729,6 +1901,7 @@ CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphChildGraphNodeGetGraph(hNode, phGraph);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1739,6 +1912,7 @@ CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphClone(phGraphClone, originalGraph);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1749,6 +1923,7 @@ CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, C
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphConditionalHandleCreate(pHandle_out, hGraph, ctx, defaultLaunchValue, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1759,6 +1934,7 @@ CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphCreate(phGraph, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1769,6 +1945,7 @@ CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int fla
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphDebugDotPrint(hGraph, path, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1779,6 +1956,7 @@ CUresult cuGraphDestroy(CUgraph hGraph)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphDestroy(hGraph);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1789,6 +1967,7 @@ CUresult cuGraphDestroyNode(CUgraphNode hNode)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphDestroyNode(hNode);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1799,6 +1978,7 @@ CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphEventRecordNodeGetEvent(hNode, event_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1809,6 +1989,7 @@ CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphEventRecordNodeSetEvent(hNode, event);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1819,6 +2000,7 @@ CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphEventWaitNodeGetEvent(hNode, event_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1829,6 +2011,7 @@ CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphEventWaitNodeSetEvent(hNode, event);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1839,6 +2022,7 @@ CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecBatchMemOpNodeSetParams(hGraphExec, hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1849,6 +2033,7 @@ CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecChildGraphNodeSetParams(hGraphExec, hNode, childGraph);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1859,6 +2044,7 @@ CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecDestroy(hGraphExec);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1869,6 +2055,7 @@ CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1879,6 +2066,7 @@ CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hN
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, event);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1889,6 +2077,7 @@ CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(CUgraphExec hGraphExec
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecExternalSemaphoresSignalNodeSetParams(hGraphExec, hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1899,6 +2088,7 @@ CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(CUgraphExec hGraphExec, 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecExternalSemaphoresWaitNodeSetParams(hGraphExec, hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1909,6 +2099,7 @@ CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecGetFlags(hGraphExec, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1919,6 +2110,7 @@ CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecHostNodeSetParams(hGraphExec, hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1929,6 +2121,7 @@ CUresult cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNod
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecKernelNodeSetParams(hGraphExec, hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1939,6 +2132,7 @@ CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode h
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1949,6 +2143,7 @@ CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNod
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams, ctx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1959,6 +2154,7 @@ CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNod
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams, ctx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1969,6 +2165,7 @@ CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUg
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecNodeSetParams(hGraphExec, hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1979,6 +2176,7 @@ CUresult cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecUpdate(hGraphExec, hGraph, hErrorNode_out, updateResult_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1989,6 +2187,7 @@ CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExe
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1999,6 +2198,7 @@ CUresult cuGraphExternalSemaphoresSignalNodeGetParams(CUgraphNode hNode, CUDA_EX
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExternalSemaphoresSignalNodeGetParams(hNode, params_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2009,6 +2209,7 @@ CUresult cuGraphExternalSemaphoresSignalNodeSetParams(CUgraphNode hNode, const C
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExternalSemaphoresSignalNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2019,6 +2220,7 @@ CUresult cuGraphExternalSemaphoresWaitNodeGetParams(CUgraphNode hNode, CUDA_EXT_
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExternalSemaphoresWaitNodeGetParams(hNode, params_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2029,6 +2231,7 @@ CUresult cuGraphExternalSemaphoresWaitNodeSetParams(CUgraphNode hNode, const CUD
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExternalSemaphoresWaitNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2039,6 +2242,7 @@ CUresult cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, siz
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphGetEdges(hGraph, from, to, numEdges);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2049,6 +2253,7 @@ CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphGetEdges_v2(hGraph, from, to, edgeData, numEdges);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2059,6 +2264,7 @@ CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphGetNodes(hGraph, nodes, numNodes);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2069,6 +2275,7 @@ CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *num
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphGetRootNodes(hGraph, rootNodes, numRootNodes);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2079,6 +2286,7 @@ CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *node
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphHostNodeGetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2089,6 +2297,7 @@ CUresult cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphHostNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2099,6 +2308,7 @@ CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNod
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphInstantiate(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2109,6 +2319,7 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, u
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2119,6 +2330,7 @@ CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2129,6 +2341,7 @@ CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGr
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphInstantiateWithParams_ptsz(phGraphExec, hGraph, instantiateParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2139,6 +2352,7 @@ CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraph
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphInstantiate_v2(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2149,6 +2363,7 @@ CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeCopyAttributes(dst, src);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2159,6 +2374,7 @@ CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID att
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeGetAttribute(hNode, attr, value_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2169,6 +2385,7 @@ CUresult cuGraphKernelNodeGetParams(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeGetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2179,6 +2396,7 @@ CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAM
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeGetParams_v2(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2189,6 +2407,7 @@ CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID att
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeSetAttribute(hNode, attr, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2199,6 +2418,7 @@ CUresult cuGraphKernelNodeSetParams(CUgraphNode hNode, const CUDA_KERNEL_NODE_PA
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2209,6 +2429,7 @@ CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeSetParams_v2(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2219,6 +2440,7 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphLaunch(hGraphExec, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2229,6 +2451,7 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphLaunch_ptsz(hGraphExec, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2239,6 +2462,7 @@ CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PAR
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphMemAllocNodeGetParams(hNode, params_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2249,6 +2473,7 @@ CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphMemFreeNodeGetParams(hNode, dptr_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2259,6 +2484,7 @@ CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphMemcpyNodeGetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2269,6 +2495,7 @@ CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *node
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphMemcpyNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2279,6 +2506,7 @@ CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphMemsetNodeGetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2289,6 +2517,7 @@ CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PA
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphMemsetNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2299,6 +2528,7 @@ CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2309,6 +2539,7 @@ CUresult cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode *dependencies
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeGetDependencies(hNode, dependencies, numDependencies);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2319,6 +2550,7 @@ CUresult cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode *dependenc
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeGetDependencies_v2(hNode, dependencies, edgeData, numDependencies);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2329,6 +2561,7 @@ CUresult cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode *dependentN
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeGetDependentNodes(hNode, dependentNodes, numDependentNodes);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2339,6 +2572,7 @@ CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *depende
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeGetDependentNodes_v2(hNode, dependentNodes, edgeData, numDependentNodes);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2349,6 +2583,7 @@ CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsign
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeGetEnabled(hGraphExec, hNode, isEnabled);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2359,6 +2594,7 @@ CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeGetType(hNode, type);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2369,6 +2605,7 @@ CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsign
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeSetEnabled(hGraphExec, hNode, isEnabled);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2379,6 +2616,7 @@ CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2389,6 +2627,7 @@ CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned i
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphReleaseUserObject(graph, object, count);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2399,6 +2638,7 @@ CUresult cuGraphRemoveDependencies(CUgraph hGraph, const CUgraphNode *from, cons
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphRemoveDependencies(hGraph, from, to, numDependencies);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2409,6 +2649,7 @@ CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, c
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphRemoveDependencies_v2(hGraph, from, to, edgeData, numDependencies);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2419,6 +2660,7 @@ CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned in
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphRetainUserObject(graph, object, count, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2429,6 +2671,7 @@ CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphUpload(hGraphExec, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2439,6 +2682,7 @@ CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphUpload_ptsz(hGraphExec, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2449,6 +2693,7 @@ CUresult cuGraphicsEGLRegisterImage(CUgraphicsResource *pCudaResource, EGLImageK
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsEGLRegisterImage(pCudaResource, image, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2459,6 +2704,7 @@ CUresult cuGraphicsGLRegisterBuffer(CUgraphicsResource *pCudaResource, GLuint bu
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsGLRegisterBuffer(pCudaResource, buffer, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2469,6 +2715,7 @@ CUresult cuGraphicsGLRegisterImage(CUgraphicsResource *pCudaResource, GLuint ima
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsGLRegisterImage(pCudaResource, image, target, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2479,6 +2726,7 @@ CUresult cuGraphicsMapResources(unsigned int count, CUgraphicsResource *resource
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsMapResources(count, resources, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2489,6 +2737,7 @@ CUresult cuGraphicsMapResources_ptsz(unsigned int count, CUgraphicsResource *res
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsMapResources_ptsz(count, resources, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2499,6 +2748,7 @@ CUresult cuGraphicsResourceGetMappedEglFrame(CUeglFrame *eglFrame, CUgraphicsRes
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsResourceGetMappedEglFrame(eglFrame, resource, index, mipLevel);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2509,6 +2759,7 @@ CUresult cuGraphicsResourceGetMappedMipmappedArray(CUmipmappedArray *pMipmappedA
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsResourceGetMappedMipmappedArray(pMipmappedArray, resource);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2519,6 +2770,7 @@ CUresult cuGraphicsResourceGetMappedPointer(CUdeviceptr_v1 *pDevPtr, unsigned in
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsResourceGetMappedPointer(pDevPtr, pSize, resource);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2529,6 +2781,7 @@ CUresult cuGraphicsResourceGetMappedPointer_v2(CUdeviceptr *pDevPtr, size_t *pSi
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsResourceGetMappedPointer_v2(pDevPtr, pSize, resource);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2539,6 +2792,7 @@ CUresult cuGraphicsResourceSetMapFlags(CUgraphicsResource resource, unsigned int
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsResourceSetMapFlags(resource, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2549,6 +2803,7 @@ CUresult cuGraphicsResourceSetMapFlags_v2(CUgraphicsResource resource, unsigned 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsResourceSetMapFlags_v2(resource, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2559,6 +2814,7 @@ CUresult cuGraphicsSubResourceGetMappedArray(CUarray *pArray, CUgraphicsResource
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsSubResourceGetMappedArray(pArray, resource, arrayIndex, mipLevel);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2569,6 +2825,7 @@ CUresult cuGraphicsUnmapResources(unsigned int count, CUgraphicsResource *resour
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsUnmapResources(count, resources, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2579,6 +2836,7 @@ CUresult cuGraphicsUnmapResources_ptsz(unsigned int count, CUgraphicsResource *r
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsUnmapResources_ptsz(count, resources, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2589,6 +2847,7 @@ CUresult cuGraphicsUnregisterResource(CUgraphicsResource resource)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsUnregisterResource(resource);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2599,6 +2858,7 @@ CUresult cuGraphicsVDPAURegisterOutputSurface(CUgraphicsResource *pCudaResource,
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsVDPAURegisterOutputSurface(pCudaResource, vdpSurface, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2609,6 +2869,7 @@ CUresult cuGraphicsVDPAURegisterVideoSurface(CUgraphicsResource *pCudaResource, 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsVDPAURegisterVideoSurface(pCudaResource, vdpSurface, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2619,6 +2880,7 @@ CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice de
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxCreate(phCtx, desc, dev, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2629,6 +2891,7 @@ CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxDestroy(hCtx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2639,6 +2902,7 @@ CUresult cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUdevResource *resource, CUde
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxGetDevResource(hCtx, resource, type);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2649,6 +2913,7 @@ CUresult cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned long long *greenCtxId)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxGetId(greenCtx, greenCtxId);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2659,6 +2924,7 @@ CUresult cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxRecordEvent(hCtx, hEvent);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2669,6 +2935,7 @@ CUresult cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx greenCtx, unsigne
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxStreamCreate(phStream, greenCtx, flags, priority);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2679,6 +2946,7 @@ CUresult cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent hEvent)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxWaitEvent(hCtx, hEvent);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2689,6 +2957,7 @@ CUresult cuImportExternalMemory(CUexternalMemory *extMem_out, const CUDA_EXTERNA
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuImportExternalMemory(extMem_out, memHandleDesc);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2699,6 +2968,7 @@ CUresult cuImportExternalSemaphore(CUexternalSemaphore *extSem_out, const CUDA_E
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuImportExternalSemaphore(extSem_out, semHandleDesc);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2709,6 +2979,7 @@ CUresult cuInit(unsigned int Flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuInit(Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2719,6 +2990,7 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuIpcCloseMemHandle(dptr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2729,6 +3001,7 @@ CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuIpcGetEventHandle(pHandle, event);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2739,6 +3012,7 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuIpcGetMemHandle(pHandle, dptr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2749,6 +3023,7 @@ CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuIpcOpenEventHandle(phEvent, handle);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2759,6 +3034,7 @@ CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuIpcOpenMemHandle(pdptr, handle, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2769,6 +3045,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsign
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2779,6 +3056,7 @@ CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel ker
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelGetAttribute(pi, attrib, kernel, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2789,6 +3067,7 @@ CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelGetFunction(pFunc, kernel);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2799,6 +3078,7 @@ CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelGetLibrary(pLib, kernel);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2809,6 +3089,7 @@ CUresult cuKernelGetName(const char **name, CUkernel hfunc)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelGetName(name, hfunc);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2819,6 +3100,7 @@ CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramO
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelGetParamInfo(kernel, paramIndex, paramOffset, paramSize);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2829,6 +3111,7 @@ CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel ker
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelSetAttribute(attrib, val, kernel, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2839,6 +3122,7 @@ CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice d
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelSetCacheConfig(kernel, config, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2849,6 +3133,7 @@ CUresult cuLaunch(CUfunction f)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunch(f);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2859,6 +3144,7 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2869,6 +3155,7 @@ CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsLi
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchCooperativeKernelMultiDevice(launchParamsList, numDevices, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2879,6 +3166,7 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchCooperativeKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2889,6 +3177,7 @@ CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchGrid(f, grid_width, grid_height);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2899,6 +3188,7 @@ CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstre
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchGridAsync(f, grid_width, grid_height, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2909,6 +3199,7 @@ CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchHostFunc(hStream, fn, userData);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2919,6 +3210,7 @@ CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchHostFunc_ptsz(hStream, fn, userData);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2929,6 +3221,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2939,6 +3232,7 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **ker
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchKernelEx(config, f, kernelParams, extra);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2949,6 +3243,7 @@ CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchKernelEx_ptsz(config, f, kernelParams, extra);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2959,6 +3254,7 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2969,6 +3265,7 @@ CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, C
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryEnumerateKernels(kernels, numKernels, lib);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2979,6 +3276,7 @@ CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryGetGlobal(dptr, bytes, library, name);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2989,6 +3287,7 @@ CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *na
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryGetKernel(pKernel, library, name);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2999,6 +3298,7 @@ CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryGetKernelCount(count, lib);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3009,6 +3309,7 @@ CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryGetManaged(dptr, bytes, library, name);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3019,6 +3320,7 @@ CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryGetModule(pMod, library);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3029,6 +3331,7 @@ CUresult cuLibraryGetUnifiedFunction(void **fptr, CUlibrary library, const char 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryGetUnifiedFunction(fptr, library, symbol);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3039,6 +3342,7 @@ CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *j
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryLoadData(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3049,6 +3353,7 @@ CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_o
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryLoadFromFile(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3059,6 +3364,7 @@ CUresult cuLibraryUnload(CUlibrary library)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryUnload(library);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3069,6 +3375,7 @@ CUresult cuLinkAddData(CUlinkState state, CUjitInputType type, void *data, size_
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkAddData(state, type, data, size, name, numOptions, options, optionValues);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3079,6 +3386,7 @@ CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, si
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkAddData_v2(state, type, data, size, name, numOptions, options, optionValues);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3089,6 +3397,7 @@ CUresult cuLinkAddFile(CUlinkState state, CUjitInputType type, const char *path,
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkAddFile(state, type, path, numOptions, options, optionValues);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3099,6 +3408,7 @@ CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *pa
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkAddFile_v2(state, type, path, numOptions, options, optionValues);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3109,6 +3419,7 @@ CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkComplete(state, cubinOut, sizeOut);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3119,6 +3430,7 @@ CUresult cuLinkCreate(unsigned int numOptions, CUjit_option *options, void **opt
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkCreate(numOptions, options, optionValues, stateOut);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3129,6 +3441,7 @@ CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkCreate_v2(numOptions, options, optionValues, stateOut);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3139,6 +3452,7 @@ CUresult cuLinkDestroy(CUlinkState state)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkDestroy(state);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3149,6 +3463,7 @@ CUresult cuLogsCurrent(CUlogIterator *iterator_out, unsigned int flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLogsCurrent(iterator_out, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3159,6 +3474,7 @@ CUresult cuLogsDumpToFile(CUlogIterator *iterator, const char *pathToFile, unsig
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLogsDumpToFile(iterator, pathToFile, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3169,6 +3485,7 @@ CUresult cuLogsDumpToMemory(CUlogIterator *iterator, char *buffer, size_t *size,
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLogsDumpToMemory(iterator, buffer, size, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3179,6 +3496,7 @@ CUresult cuLogsRegisterCallback(CUlogsCallback callbackFunc, void *userData, CUl
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLogsRegisterCallback(callbackFunc, userData, callback_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3189,6 +3507,7 @@ CUresult cuLogsUnregisterCallback(CUlogsCallbackHandle callback)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLogsUnregisterCallback(callback);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3199,6 +3518,7 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAddressFree(ptr, size);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3209,6 +3529,7 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAddressReserve(ptr, size, alignment, addr, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3219,6 +3540,7 @@ CUresult cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUde
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAdvise(devPtr, count, advice, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3229,6 +3551,7 @@ CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, C
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAdvise_v2(devPtr, count, advice, location);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3239,6 +3562,7 @@ CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAlloc(dptr, bytesize);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3249,6 +3573,7 @@ CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocAsync(dptr, bytesize, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3259,6 +3584,7 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStre
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocAsync_ptsz(dptr, bytesize, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3269,6 +3595,7 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPoo
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3279,6 +3606,7 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemo
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3289,6 +3617,7 @@ CUresult cuMemAllocHost(void **pp, unsigned int bytesize)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocHost(pp, bytesize);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3299,6 +3628,7 @@ CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocHost_v2(pp, bytesize);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3309,6 +3639,7 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flag
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocManaged(dptr, bytesize, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3319,6 +3650,7 @@ CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned in
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3329,6 +3661,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInByt
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3339,6 +3672,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAlloc_v2(dptr, bytesize);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3349,6 +3683,7 @@ CUresult cuMemBatchDecompressAsync(CUmemDecompressParams *paramsArray, size_t co
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemBatchDecompressAsync(paramsArray, count, flags, errorIndex, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3359,6 +3694,7 @@ CUresult cuMemBatchDecompressAsync_ptsz(CUmemDecompressParams *paramsArray, size
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemBatchDecompressAsync_ptsz(paramsArray, count, flags, errorIndex, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3369,6 +3705,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemCreate(handle, size, prop, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3379,6 +3716,7 @@ CUresult cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, si
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemDiscardAndPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3389,6 +3727,7 @@ CUresult cuMemDiscardAndPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *size
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemDiscardAndPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3399,6 +3738,7 @@ CUresult cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count,
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemDiscardBatchAsync(dptrs, sizes, count, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3409,6 +3749,7 @@ CUresult cuMemDiscardBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t c
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemDiscardBatchAsync_ptsz(dptrs, sizes, count, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3419,6 +3760,7 @@ CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocat
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3429,6 +3771,7 @@ CUresult cuMemFree(CUdeviceptr_v1 dptr)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemFree(dptr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3439,6 +3782,7 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemFreeAsync(dptr, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3449,6 +3793,7 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemFreeAsync_ptsz(dptr, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3459,6 +3804,7 @@ CUresult cuMemFreeHost(void *p)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemFreeHost(p);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3469,6 +3815,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemFree_v2(dptr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3479,6 +3826,7 @@ CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetAccess(flags, location, ptr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3489,6 +3837,7 @@ CUresult cuMemGetAddressRange(CUdeviceptr_v1 *pbase, unsigned int *psize, CUdevi
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetAddressRange(pbase, psize, dptr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3499,6 +3848,7 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetAddressRange_v2(pbase, psize, dptr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3509,6 +3859,7 @@ CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocatio
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetAllocationGranularity(granularity, prop, option);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3519,6 +3870,7 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmem
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetAllocationPropertiesFromHandle(prop, handle);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3529,6 +3881,7 @@ CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location,
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetDefaultMemPool(pool_out, location, type);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3539,6 +3892,7 @@ CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t si
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetHandleForAddressRange(handle, dptr, size, handleType, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3549,6 +3903,7 @@ CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetInfo(free, total);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3559,6 +3914,7 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetInfo_v2(free, total);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3569,6 +3925,7 @@ CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAlloc
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetMemPool(pool, location, type);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3579,6 +3936,7 @@ CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostAlloc(pp, bytesize, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3589,6 +3947,7 @@ CUresult cuMemHostGetDevicePointer(CUdeviceptr_v1 *pdptr, void *p, unsigned int 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostGetDevicePointer(pdptr, p, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3599,6 +3958,7 @@ CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostGetDevicePointer_v2(pdptr, p, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3609,6 +3969,7 @@ CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostGetFlags(pFlags, p);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3619,6 +3980,7 @@ CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostRegister(p, bytesize, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3629,6 +3991,7 @@ CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostRegister_v2(p, bytesize, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3639,6 +4002,7 @@ CUresult cuMemHostUnregister(void *p)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostUnregister(p);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3649,6 +4013,7 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, vo
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemImportFromShareableHandle(handle, osHandle, shHandleType);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3659,6 +4024,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemMap(ptr, size, offset, handle, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3669,6 +4035,7 @@ CUresult cuMemMapArrayAsync(CUarrayMapInfo *mapInfoList, unsigned int count, CUs
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemMapArrayAsync(mapInfoList, count, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3679,6 +4046,7 @@ CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo *mapInfoList, unsigned int count
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemMapArrayAsync_ptsz(mapInfoList, count, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3689,6 +4057,7 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolCreate(pool, poolProps);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3699,6 +4068,7 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolDestroy(pool);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3709,6 +4079,7 @@ CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdevicep
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolExportPointer(shareData_out, ptr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3719,6 +4090,7 @@ CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, C
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolExportToShareableHandle(handle_out, pool, handleType, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3729,6 +4101,7 @@ CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUme
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolGetAccess(flags, memPool, location);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3739,6 +4112,7 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolGetAttribute(pool, attr, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3749,6 +4123,7 @@ CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolImportFromShareableHandle(pool_out, handle, handleType, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3759,6 +4134,7 @@ CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPo
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolImportPointer(ptr_out, pool, shareData);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3769,6 +4145,7 @@ CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolSetAccess(pool, map, count);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3779,6 +4156,7 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolSetAttribute(pool, attr, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3789,6 +4167,7 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolTrimTo(pool, minBytesToKeep);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3799,6 +4178,7 @@ CUresult cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPrefetchAsync(devPtr, count, dstDevice, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3809,6 +4189,7 @@ CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstD
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPrefetchAsync_ptsz(devPtr, count, dstDevice, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3819,6 +4200,7 @@ CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation l
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPrefetchAsync_v2(devPtr, count, location, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3829,6 +4211,7 @@ CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count, CUmemLocat
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPrefetchAsync_v2_ptsz(devPtr, count, location, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3839,6 +4222,7 @@ CUresult cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3849,6 +4233,7 @@ CUresult cuMemPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3859,6 +4244,7 @@ CUresult cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribu
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemRangeGetAttribute(data, dataSize, attribute, devPtr, count);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3869,6 +4255,7 @@ CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_att
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemRangeGetAttributes(data, dataSizes, attributes, numAttributes, devPtr, count);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3879,6 +4266,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemRelease(handle);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3889,6 +4277,7 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemRetainAllocationHandle(handle, addr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3899,6 +4288,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemSetAccess(ptr, size, desc, count);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3909,6 +4299,7 @@ CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUme
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemSetMemPool(location, type, pool);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3919,6 +4310,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemUnmap(ptr, size);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3929,6 +4321,7 @@ CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy(dst, src, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3939,6 +4332,7 @@ CUresult cuMemcpy2D(const CUDA_MEMCPY2D_v1 *pCopy)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2D(pCopy);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3949,6 +4343,7 @@ CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D_v1 *pCopy, CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2DAsync(pCopy, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3959,6 +4354,7 @@ CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2DAsync_v2(pCopy, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3969,6 +4365,7 @@ CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2DAsync_v2_ptsz(pCopy, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3979,6 +4376,7 @@ CUresult cuMemcpy2DUnaligned(const CUDA_MEMCPY2D_v1 *pCopy)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2DUnaligned(pCopy);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3989,6 +4387,7 @@ CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2DUnaligned_v2(pCopy);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3999,6 +4398,7 @@ CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2DUnaligned_v2_ptds(pCopy);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4009,6 +4409,7 @@ CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2D_v2(pCopy);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4019,6 +4420,7 @@ CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2D_v2_ptds(pCopy);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4029,6 +4431,7 @@ CUresult cuMemcpy3D(const CUDA_MEMCPY3D_v1 *pCopy)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3D(pCopy);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4039,6 +4442,7 @@ CUresult cuMemcpy3DAsync(const CUDA_MEMCPY3D_v1 *pCopy, CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DAsync(pCopy, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4049,6 +4453,7 @@ CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DAsync_v2(pCopy, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4059,6 +4464,7 @@ CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DAsync_v2_ptsz(pCopy, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4069,6 +4475,7 @@ CUresult cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, siz
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DBatchAsync(numOps, opList, failIdx, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4079,6 +4486,7 @@ CUresult cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DBatchAsync_ptsz(numOps, opList, failIdx, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4089,6 +4497,7 @@ CUresult cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DBatchAsync_v2(numOps, opList, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4099,6 +4508,7 @@ CUresult cuMemcpy3DBatchAsync_v2_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opL
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DBatchAsync_v2_ptsz(numOps, opList, flags, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4109,6 +4519,7 @@ CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DPeer(pCopy);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4119,6 +4530,7 @@ CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DPeerAsync(pCopy, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4129,6 +4541,7 @@ CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStr
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DPeerAsync_ptsz(pCopy, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4139,6 +4552,7 @@ CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *pCopy)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DPeer_ptds(pCopy);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4149,6 +4563,7 @@ CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3D_v2(pCopy);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4159,6 +4574,7 @@ CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3D_v2_ptds(pCopy);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4169,6 +4585,7 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstr
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAsync(dst, src, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4179,6 +4596,7 @@ CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAsync_ptsz(dst, src, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4189,6 +4607,7 @@ CUresult cuMemcpyAtoA(CUarray dstArray, unsigned int dstOffset, CUarray srcArray
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoA(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4199,6 +4618,7 @@ CUresult cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, s
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoA_v2(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4209,6 +4629,7 @@ CUresult cuMemcpyAtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUarray srcArr
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoA_v2_ptds(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4219,6 +4640,7 @@ CUresult cuMemcpyAtoD(CUdeviceptr_v1 dstDevice, CUarray srcArray, unsigned int s
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoD(dstDevice, srcArray, srcOffset, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4229,6 +4651,7 @@ CUresult cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffs
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoD_v2(dstDevice, srcArray, srcOffset, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4239,6 +4662,7 @@ CUresult cuMemcpyAtoD_v2_ptds(CUdeviceptr dstDevice, CUarray srcArray, size_t sr
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoD_v2_ptds(dstDevice, srcArray, srcOffset, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4249,6 +4673,7 @@ CUresult cuMemcpyAtoH(void *dstHost, CUarray srcArray, unsigned int srcOffset, u
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoH(dstHost, srcArray, srcOffset, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4259,6 +4684,7 @@ CUresult cuMemcpyAtoHAsync(void *dstHost, CUarray srcArray, unsigned int srcOffs
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoHAsync(dstHost, srcArray, srcOffset, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4269,6 +4695,7 @@ CUresult cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset,
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoHAsync_v2(dstHost, srcArray, srcOffset, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4279,6 +4706,7 @@ CUresult cuMemcpyAtoHAsync_v2_ptsz(void *dstHost, CUarray srcArray, size_t srcOf
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoHAsync_v2_ptsz(dstHost, srcArray, srcOffset, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4289,6 +4717,7 @@ CUresult cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoH_v2(dstHost, srcArray, srcOffset, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4299,6 +4728,7 @@ CUresult cuMemcpyAtoH_v2_ptds(void *dstHost, CUarray srcArray, size_t srcOffset,
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoH_v2_ptds(dstHost, srcArray, srcOffset, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4309,6 +4739,7 @@ CUresult cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4319,6 +4750,7 @@ CUresult cuMemcpyBatchAsync_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *s
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyBatchAsync_ptsz(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4329,6 +4761,7 @@ CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *siz
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyBatchAsync_v2(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4339,6 +4772,7 @@ CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyBatchAsync_v2_ptsz(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4349,6 +4783,7 @@ CUresult cuMemcpyDtoA(CUarray dstArray, unsigned int dstOffset, CUdeviceptr_v1 s
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoA(dstArray, dstOffset, srcDevice, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4359,6 +4794,7 @@ CUresult cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevi
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoA_v2(dstArray, dstOffset, srcDevice, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4369,6 +4805,7 @@ CUresult cuMemcpyDtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUdeviceptr sr
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoA_v2_ptds(dstArray, dstOffset, srcDevice, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4379,6 +4816,7 @@ CUresult cuMemcpyDtoD(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsign
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoD(dstDevice, srcDevice, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4389,6 +4827,7 @@ CUresult cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, u
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoDAsync(dstDevice, srcDevice, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4399,6 +4838,7 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4409,6 +4849,7 @@ CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoDAsync_v2_ptsz(dstDevice, srcDevice, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4419,6 +4860,7 @@ CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t By
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4429,6 +4871,7 @@ CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoD_v2_ptds(dstDevice, srcDevice, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4439,6 +4882,7 @@ CUresult cuMemcpyDtoH(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int Byte
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoH(dstHost, srcDevice, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4449,6 +4893,7 @@ CUresult cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoHAsync(dstHost, srcDevice, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4459,6 +4904,7 @@ CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteC
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4469,6 +4915,7 @@ CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoHAsync_v2_ptsz(dstHost, srcDevice, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4479,6 +4926,7 @@ CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4489,6 +4937,7 @@ CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteC
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoH_v2_ptds(dstHost, srcDevice, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4499,6 +4948,7 @@ CUresult cuMemcpyHtoA(CUarray dstArray, unsigned int dstOffset, const void *srcH
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoA(dstArray, dstOffset, srcHost, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4509,6 +4959,7 @@ CUresult cuMemcpyHtoAAsync(CUarray dstArray, unsigned int dstOffset, const void 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoAAsync(dstArray, dstOffset, srcHost, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4519,6 +4970,7 @@ CUresult cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *sr
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoAAsync_v2(dstArray, dstOffset, srcHost, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4529,6 +4981,7 @@ CUresult cuMemcpyHtoAAsync_v2_ptsz(CUarray dstArray, size_t dstOffset, const voi
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoAAsync_v2_ptsz(dstArray, dstOffset, srcHost, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4539,6 +4992,7 @@ CUresult cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoA_v2(dstArray, dstOffset, srcHost, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4549,6 +5003,7 @@ CUresult cuMemcpyHtoA_v2_ptds(CUarray dstArray, size_t dstOffset, const void *sr
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoA_v2_ptds(dstArray, dstOffset, srcHost, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4559,6 +5014,7 @@ CUresult cuMemcpyHtoD(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned in
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoD(dstDevice, srcHost, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4569,6 +5025,7 @@ CUresult cuMemcpyHtoDAsync(CUdeviceptr_v1 dstDevice, const void *srcHost, unsign
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoDAsync(dstDevice, srcHost, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4579,6 +5036,7 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoDAsync_v2(dstDevice, srcHost, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4589,6 +5047,7 @@ CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, s
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoDAsync_v2_ptsz(dstDevice, srcHost, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4599,6 +5058,7 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t Byte
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4609,6 +5069,7 @@ CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoD_v2_ptds(dstDevice, srcHost, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4619,6 +5080,7 @@ CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr s
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4629,6 +5091,7 @@ CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdevice
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyPeerAsync(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4639,6 +5102,7 @@ CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUd
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyPeerAsync_ptsz(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4649,6 +5113,7 @@ CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdevice
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyPeer_ptds(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4659,6 +5124,7 @@ CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy_ptds(dst, src, ByteCount);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4669,6 +5135,7 @@ CUresult cuMemsetD16(CUdeviceptr_v1 dstDevice, unsigned short us, unsigned int N
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD16(dstDevice, us, N);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4679,6 +5146,7 @@ CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CU
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD16Async(dstDevice, us, N, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4689,6 +5157,7 @@ CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD16Async_ptsz(dstDevice, us, N, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4699,6 +5168,7 @@ CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD16_v2(dstDevice, us, N);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4709,6 +5179,7 @@ CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD16_v2_ptds(dstDevice, us, N);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4719,6 +5190,7 @@ CUresult cuMemsetD2D16(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D16(dstDevice, dstPitch, us, Width, Height);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4729,6 +5201,7 @@ CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned sho
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D16Async(dstDevice, dstPitch, us, Width, Height, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4739,6 +5212,7 @@ CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigne
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D16Async_ptsz(dstDevice, dstPitch, us, Width, Height, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4749,6 +5223,7 @@ CUresult cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D16_v2(dstDevice, dstPitch, us, Width, Height);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4759,6 +5234,7 @@ CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D16_v2_ptds(dstDevice, dstPitch, us, Width, Height);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4769,6 +5245,7 @@ CUresult cuMemsetD2D32(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D32(dstDevice, dstPitch, ui, Width, Height);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4779,6 +5256,7 @@ CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D32Async(dstDevice, dstPitch, ui, Width, Height, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4789,6 +5267,7 @@ CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigne
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D32Async_ptsz(dstDevice, dstPitch, ui, Width, Height, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4799,6 +5278,7 @@ CUresult cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int u
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D32_v2(dstDevice, dstPitch, ui, Width, Height);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4809,6 +5289,7 @@ CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D32_v2_ptds(dstDevice, dstPitch, ui, Width, Height);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4819,6 +5300,7 @@ CUresult cuMemsetD2D8(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D8(dstDevice, dstPitch, uc, Width, Height);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4829,6 +5311,7 @@ CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D8Async(dstDevice, dstPitch, uc, Width, Height, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4839,6 +5322,7 @@ CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D8Async_ptsz(dstDevice, dstPitch, uc, Width, Height, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4849,6 +5333,7 @@ CUresult cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char u
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D8_v2(dstDevice, dstPitch, uc, Width, Height);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4859,6 +5344,7 @@ CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned c
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D8_v2_ptds(dstDevice, dstPitch, uc, Width, Height);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4869,6 +5355,7 @@ CUresult cuMemsetD32(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD32(dstDevice, ui, N);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4879,6 +5366,7 @@ CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUst
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD32Async(dstDevice, ui, N, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4889,6 +5377,7 @@ CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N,
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD32Async_ptsz(dstDevice, ui, N, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4899,6 +5388,7 @@ CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD32_v2(dstDevice, ui, N);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4909,6 +5399,7 @@ CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD32_v2_ptds(dstDevice, ui, N);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4919,6 +5410,7 @@ CUresult cuMemsetD8(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD8(dstDevice, uc, N);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4929,6 +5421,7 @@ CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUst
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD8Async(dstDevice, uc, N, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4939,6 +5432,7 @@ CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N,
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD8Async_ptsz(dstDevice, uc, N, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4949,6 +5443,7 @@ CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD8_v2(dstDevice, uc, N);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4959,6 +5454,7 @@ CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD8_v2_ptds(dstDevice, uc, N);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4969,6 +5465,7 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DE
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, numMipmapLevels);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4979,6 +5476,7 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMipmappedArrayDestroy(hMipmappedArray);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4989,6 +5487,7 @@ CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmap
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMipmappedArrayGetLevel(pLevelArray, hMipmappedArray, level);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4999,6 +5498,7 @@ CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *m
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMipmappedArrayGetMemoryRequirements(memoryRequirements, mipmap, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5009,6 +5509,7 @@ CUresult cuMipmappedArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *spars
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMipmappedArrayGetSparseProperties(sparseProperties, mipmap);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5019,6 +5520,7 @@ CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunct
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleEnumerateFunctions(functions, numFunctions, mod);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5029,6 +5531,7 @@ CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetFunction(hfunc, hmod, name);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5039,6 +5542,7 @@ CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetFunctionCount(count, mod);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5049,6 +5553,7 @@ CUresult cuModuleGetGlobal(CUdeviceptr_v1 *dptr, unsigned int *bytes, CUmodule h
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetGlobal(dptr, bytes, hmod, name);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5059,6 +5564,7 @@ CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, c
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetGlobal_v2(dptr, bytes, hmod, name);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5069,6 +5575,7 @@ CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetLoadingMode(mode);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5079,6 +5586,7 @@ CUresult cuModuleGetSurfRef(CUsurfref *pSurfRef, CUmodule hmod, const char *name
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetSurfRef(pSurfRef, hmod, name);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5089,6 +5597,7 @@ CUresult cuModuleGetTexRef(CUtexref *pTexRef, CUmodule hmod, const char *name)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetTexRef(pTexRef, hmod, name);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5099,6 +5608,7 @@ CUresult cuModuleLoad(CUmodule *module, const char *fname)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleLoad(module, fname);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5109,6 +5619,7 @@ CUresult cuModuleLoadData(CUmodule *module, const void *image)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleLoadData(module, image);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5119,6 +5630,7 @@ CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int nu
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleLoadDataEx(module, image, numOptions, options, optionValues);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5129,6 +5641,7 @@ CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleLoadFatBinary(module, fatCubin);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5139,6 +5652,7 @@ CUresult cuModuleUnload(CUmodule hmod)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleUnload(hmod);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5149,6 +5663,7 @@ CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice de
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMulticastAddDevice(mcHandle, dev);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5159,6 +5674,7 @@ CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOff
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMulticastBindAddr(mcHandle, mcOffset, memptr, size, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5169,6 +5685,7 @@ CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffs
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMulticastBindMem(mcHandle, mcOffset, memHandle, memOffset, size, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5179,6 +5696,7 @@ CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulti
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMulticastCreate(mcHandle, prop);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5189,6 +5707,7 @@ CUresult cuMulticastGetGranularity(size_t *granularity, const CUmulticastObjectP
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMulticastGetGranularity(granularity, prop, option);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5199,6 +5718,7 @@ CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMulticastUnbind(mcHandle, dev, mcOffset, size);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5209,6 +5729,7 @@ CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunc
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5219,6 +5740,7 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5229,6 +5751,7 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CU
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5239,6 +5762,7 @@ CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const C
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyMaxActiveClusters(numClusters, func, config);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5249,6 +5773,7 @@ CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfu
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyMaxPotentialBlockSize(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5259,6 +5784,7 @@ CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockS
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5269,6 +5795,7 @@ CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, c
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyMaxPotentialClusterSize(clusterSize, func, config);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5279,6 +5806,7 @@ CUresult cuParamSetSize(CUfunction hfunc, unsigned int numbytes)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuParamSetSize(hfunc, numbytes);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5289,6 +5817,7 @@ CUresult cuParamSetTexRef(CUfunction hfunc, int texunit, CUtexref hTexRef)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuParamSetTexRef(hfunc, texunit, hTexRef);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5299,6 +5828,7 @@ CUresult cuParamSetf(CUfunction hfunc, int offset, float value)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuParamSetf(hfunc, offset, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5309,6 +5839,7 @@ CUresult cuParamSeti(CUfunction hfunc, int offset, unsigned int value)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuParamSeti(hfunc, offset, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5319,6 +5850,7 @@ CUresult cuParamSetv(CUfunction hfunc, int offset, void *ptr, unsigned int numby
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuParamSetv(hfunc, offset, ptr, numbytes);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5329,6 +5861,7 @@ CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdevi
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuPointerGetAttribute(data, attribute, ptr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5339,6 +5872,7 @@ CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuPointerGetAttributes(numAttributes, attributes, data, ptr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5349,6 +5883,7 @@ CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attribute,
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuPointerSetAttribute(value, attribute, ptr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5359,6 +5894,7 @@ CUresult cuProfilerInitialize(const char *configFile, const char *outputFile, CU
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuProfilerInitialize(configFile, outputFile, outputMode);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5369,6 +5905,7 @@ CUresult cuProfilerStart(void)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuProfilerStart();
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5379,6 +5916,7 @@ CUresult cuProfilerStop(void)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuProfilerStop();
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5389,6 +5927,7 @@ CUresult cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray,
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSignalExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5399,6 +5938,7 @@ CUresult cuSignalExternalSemaphoresAsync_ptsz(const CUexternalSemaphore *extSemA
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSignalExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5409,6 +5949,7 @@ CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamAddCallback(hStream, callback, userData, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5419,6 +5960,7 @@ CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, v
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamAddCallback_ptsz(hStream, callback, userData, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5429,6 +5971,7 @@ CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t lengt
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamAttachMemAsync(hStream, dptr, length, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5439,6 +5982,7 @@ CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamAttachMemAsync_ptsz(hStream, dptr, length, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5449,6 +5993,7 @@ CUresult cuStreamBatchMemOp(CUstream stream, unsigned int count, CUstreamBatchMe
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBatchMemOp(stream, count, paramArray, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5459,6 +6004,7 @@ CUresult cuStreamBatchMemOp_ptsz(CUstream stream, unsigned int count, CUstreamBa
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBatchMemOp_ptsz(stream, count, paramArray, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5469,6 +6015,7 @@ CUresult cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatc
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBatchMemOp_v2(stream, count, paramArray, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5479,6 +6026,7 @@ CUresult cuStreamBatchMemOp_v2_ptsz(CUstream stream, unsigned int count, CUstrea
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBatchMemOp_v2_ptsz(stream, count, paramArray, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5489,6 +6037,7 @@ CUresult cuStreamBeginCapture(CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBeginCapture(hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5499,6 +6048,7 @@ CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUg
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5509,6 +6059,7 @@ CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, cons
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBeginCaptureToGraph_ptsz(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5519,6 +6070,7 @@ CUresult cuStreamBeginCapture_ptsz(CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBeginCapture_ptsz(hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5529,6 +6081,7 @@ CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBeginCapture_v2(hStream, mode);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5539,6 +6092,7 @@ CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBeginCapture_v2_ptsz(hStream, mode);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5549,6 +6103,7 @@ CUresult cuStreamCopyAttributes(CUstream dst, CUstream src)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamCopyAttributes(dst, src);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5559,6 +6114,7 @@ CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamCopyAttributes_ptsz(dst, src);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5569,6 +6125,7 @@ CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamCreate(phStream, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5579,6 +6136,7 @@ CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamCreateWithPriority(phStream, flags, priority);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5589,6 +6147,7 @@ CUresult cuStreamDestroy(CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamDestroy(hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5599,6 +6158,7 @@ CUresult cuStreamDestroy_v2(CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamDestroy_v2(hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5609,6 +6169,7 @@ CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamEndCapture(hStream, phGraph);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5619,6 +6180,7 @@ CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamEndCapture_ptsz(hStream, phGraph);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5629,6 +6191,7 @@ CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAtt
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetAttribute(hStream, attr, value_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5639,6 +6202,7 @@ CUresult cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, CUstre
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetAttribute_ptsz(hStream, attr, value_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5649,6 +6213,7 @@ CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *capture
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCaptureInfo(hStream, captureStatus_out, id_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5659,6 +6224,7 @@ CUresult cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus *ca
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCaptureInfo_ptsz(hStream, captureStatus_out, id_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5669,6 +6235,7 @@ CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *capt
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v2(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5679,6 +6246,7 @@ CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v2_ptsz(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5689,6 +6257,7 @@ CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *capt
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v3(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5699,6 +6268,7 @@ CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v3_ptsz(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5709,6 +6279,7 @@ CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCtx(hStream, pctx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5719,6 +6290,7 @@ CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCtx_ptsz(hStream, pctx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5729,6 +6301,7 @@ CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreen
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCtx_v2(hStream, pCtx, pGreenCtx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5739,6 +6312,7 @@ CUresult cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx, CUgreenCtx *p
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCtx_v2_ptsz(hStream, pCtx, pGreenCtx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5749,6 +6323,7 @@ CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetDevice(hStream, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5759,6 +6334,7 @@ CUresult cuStreamGetDevice_ptsz(CUstream hStream, CUdevice *device)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetDevice_ptsz(hStream, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5769,6 +6345,7 @@ CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetFlags(hStream, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5779,6 +6356,7 @@ CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetFlags_ptsz(hStream, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5789,6 +6367,7 @@ CUresult cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetGreenCtx(hStream, phCtx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5799,6 +6378,7 @@ CUresult cuStreamGetId(CUstream hStream, unsigned long long *streamId)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetId(hStream, streamId);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5809,6 +6389,7 @@ CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetId_ptsz(hStream, streamId);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5819,6 +6400,7 @@ CUresult cuStreamGetPriority(CUstream hStream, int *priority)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetPriority(hStream, priority);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5829,6 +6411,7 @@ CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetPriority_ptsz(hStream, priority);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5839,6 +6422,7 @@ CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureSta
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamIsCapturing(hStream, captureStatus);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5849,6 +6433,7 @@ CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captu
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamIsCapturing_ptsz(hStream, captureStatus);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5859,6 +6444,7 @@ CUresult cuStreamQuery(CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamQuery(hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5869,6 +6455,7 @@ CUresult cuStreamQuery_ptsz(CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamQuery_ptsz(hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5879,6 +6466,7 @@ CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstr
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamSetAttribute(hStream, attr, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5889,6 +6477,7 @@ CUresult cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, const 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamSetAttribute_ptsz(hStream, attr, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5899,6 +6488,7 @@ CUresult cuStreamSynchronize(CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamSynchronize(hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5909,6 +6499,7 @@ CUresult cuStreamSynchronize_ptsz(CUstream hStream)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamSynchronize_ptsz(hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5919,6 +6510,7 @@ CUresult cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *depend
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies(hStream, dependencies, numDependencies, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5929,6 +6521,7 @@ CUresult cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream, CUgraphNode *d
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies_ptsz(hStream, dependencies, numDependencies, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5939,6 +6532,7 @@ CUresult cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dep
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies_v2(hStream, dependencies, dependencyData, numDependencies, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5949,6 +6543,7 @@ CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream hStream, CUgraphNode
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies_v2_ptsz(hStream, dependencies, dependencyData, numDependencies, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5959,6 +6554,7 @@ CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitEvent(hStream, hEvent, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5969,6 +6565,7 @@ CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int F
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitEvent_ptsz(hStream, hEvent, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5979,6 +6576,7 @@ CUresult cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue32(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5989,6 +6587,7 @@ CUresult cuStreamWaitValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue32_ptsz(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -5999,6 +6598,7 @@ CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t va
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue32_v2(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6009,6 +6609,7 @@ CUresult cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue32_v2_ptsz(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6019,6 +6620,7 @@ CUresult cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue64(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6029,6 +6631,7 @@ CUresult cuStreamWaitValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue64_ptsz(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6039,6 +6642,7 @@ CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t va
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue64_v2(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6049,6 +6653,7 @@ CUresult cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue64_v2_ptsz(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6059,6 +6664,7 @@ CUresult cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t valu
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue32(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6069,6 +6675,7 @@ CUresult cuStreamWriteValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue32_ptsz(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6079,6 +6686,7 @@ CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t v
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue32_v2(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6089,6 +6697,7 @@ CUresult cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint3
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue32_v2_ptsz(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6099,6 +6708,7 @@ CUresult cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t valu
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue64(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6109,6 +6719,7 @@ CUresult cuStreamWriteValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue64_ptsz(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6119,6 +6730,7 @@ CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t v
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue64_v2(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6129,6 +6741,7 @@ CUresult cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint6
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue64_v2_ptsz(stream, addr, value, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6139,6 +6752,7 @@ CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSurfObjectCreate(pSurfObject, pResDesc);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6149,6 +6763,7 @@ CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSurfObjectDestroy(surfObject);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6159,6 +6774,7 @@ CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSurfObjectGetResourceDesc(pResDesc, surfObject);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6169,6 +6785,7 @@ CUresult cuSurfRefGetArray(CUarray *phArray, CUsurfref hSurfRef)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSurfRefGetArray(phArray, hSurfRef);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6179,6 +6796,7 @@ CUresult cuSurfRefSetArray(CUsurfref hSurfRef, CUarray hArray, unsigned int Flag
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSurfRefSetArray(hSurfRef, hArray, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6189,6 +6807,7 @@ CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapDataType ten
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTensorMapEncodeIm2col(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCorner, pixelBoxUpperCorner, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, swizzle, l2Promotion, oobFill);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6199,6 +6818,7 @@ CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUtensorMapDataType
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTensorMapEncodeIm2colWide(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCornerWidth, pixelBoxUpperCornerWidth, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, mode, swizzle, l2Promotion, oobFill);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6209,6 +6829,7 @@ CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tens
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTensorMapEncodeTiled(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, boxDim, elementStrides, interleave, swizzle, l2Promotion, oobFill);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6219,6 +6840,7 @@ CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTensorMapReplaceAddress(tensorMap, globalAddress);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6229,6 +6851,7 @@ CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pR
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexObjectCreate(pTexObject, pResDesc, pTexDesc, pResViewDesc);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6239,6 +6862,7 @@ CUresult cuTexObjectDestroy(CUtexObject texObject)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexObjectDestroy(texObject);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6249,6 +6873,7 @@ CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject te
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexObjectGetResourceDesc(pResDesc, texObject);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6259,6 +6884,7 @@ CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, C
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexObjectGetResourceViewDesc(pResViewDesc, texObject);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6269,6 +6895,7 @@ CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texO
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexObjectGetTextureDesc(pTexDesc, texObject);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6279,6 +6906,7 @@ CUresult cuTexRefCreate(CUtexref *pTexRef)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefCreate(pTexRef);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6289,6 +6917,7 @@ CUresult cuTexRefDestroy(CUtexref hTexRef)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefDestroy(hTexRef);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6299,6 +6928,7 @@ CUresult cuTexRefGetAddress(CUdeviceptr_v1 *pdptr, CUtexref hTexRef)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetAddress(pdptr, hTexRef);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6309,6 +6939,7 @@ CUresult cuTexRefGetAddressMode(CUaddress_mode *pam, CUtexref hTexRef, int dim)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetAddressMode(pam, hTexRef, dim);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6319,6 +6950,7 @@ CUresult cuTexRefGetAddress_v2(CUdeviceptr *pdptr, CUtexref hTexRef)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetAddress_v2(pdptr, hTexRef);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6329,6 +6961,7 @@ CUresult cuTexRefGetArray(CUarray *phArray, CUtexref hTexRef)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetArray(phArray, hTexRef);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6339,6 +6972,7 @@ CUresult cuTexRefGetBorderColor(float *pBorderColor, CUtexref hTexRef)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetBorderColor(pBorderColor, hTexRef);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6349,6 +6983,7 @@ CUresult cuTexRefGetFilterMode(CUfilter_mode *pfm, CUtexref hTexRef)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetFilterMode(pfm, hTexRef);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6359,6 +6994,7 @@ CUresult cuTexRefGetFlags(unsigned int *pFlags, CUtexref hTexRef)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetFlags(pFlags, hTexRef);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6369,6 +7005,7 @@ CUresult cuTexRefGetFormat(CUarray_format *pFormat, int *pNumChannels, CUtexref 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetFormat(pFormat, pNumChannels, hTexRef);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6379,6 +7016,7 @@ CUresult cuTexRefGetMaxAnisotropy(int *pmaxAniso, CUtexref hTexRef)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetMaxAnisotropy(pmaxAniso, hTexRef);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6389,6 +7027,7 @@ CUresult cuTexRefGetMipmapFilterMode(CUfilter_mode *pfm, CUtexref hTexRef)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetMipmapFilterMode(pfm, hTexRef);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6399,6 +7038,7 @@ CUresult cuTexRefGetMipmapLevelBias(float *pbias, CUtexref hTexRef)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetMipmapLevelBias(pbias, hTexRef);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6409,6 +7049,7 @@ CUresult cuTexRefGetMipmapLevelClamp(float *pminMipmapLevelClamp, float *pmaxMip
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetMipmapLevelClamp(pminMipmapLevelClamp, pmaxMipmapLevelClamp, hTexRef);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6419,6 +7060,7 @@ CUresult cuTexRefGetMipmappedArray(CUmipmappedArray *phMipmappedArray, CUtexref 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetMipmappedArray(phMipmappedArray, hTexRef);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6429,6 +7071,7 @@ CUresult cuTexRefSetAddress(unsigned int *ByteOffset, CUtexref hTexRef, CUdevice
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetAddress(ByteOffset, hTexRef, dptr, bytes);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6439,6 +7082,7 @@ CUresult cuTexRefSetAddress2D(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR_v1 *
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetAddress2D(hTexRef, desc, dptr, Pitch);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6449,6 +7093,7 @@ CUresult cuTexRefSetAddress2D_v2(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetAddress2D_v2(hTexRef, desc, dptr, Pitch);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6459,6 +7104,7 @@ CUresult cuTexRefSetAddress2D_v3(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetAddress2D_v3(hTexRef, desc, dptr, Pitch);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6469,6 +7115,7 @@ CUresult cuTexRefSetAddressMode(CUtexref hTexRef, int dim, CUaddress_mode am)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetAddressMode(hTexRef, dim, am);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6479,6 +7126,7 @@ CUresult cuTexRefSetAddress_v2(size_t *ByteOffset, CUtexref hTexRef, CUdeviceptr
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetAddress_v2(ByteOffset, hTexRef, dptr, bytes);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6489,6 +7137,7 @@ CUresult cuTexRefSetArray(CUtexref hTexRef, CUarray hArray, unsigned int Flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetArray(hTexRef, hArray, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6499,6 +7148,7 @@ CUresult cuTexRefSetBorderColor(CUtexref hTexRef, float *pBorderColor)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetBorderColor(hTexRef, pBorderColor);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6509,6 +7159,7 @@ CUresult cuTexRefSetFilterMode(CUtexref hTexRef, CUfilter_mode fm)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetFilterMode(hTexRef, fm);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6519,6 +7170,7 @@ CUresult cuTexRefSetFlags(CUtexref hTexRef, unsigned int Flags)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetFlags(hTexRef, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6529,6 +7181,7 @@ CUresult cuTexRefSetFormat(CUtexref hTexRef, CUarray_format fmt, int NumPackedCo
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetFormat(hTexRef, fmt, NumPackedComponents);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6539,6 +7192,7 @@ CUresult cuTexRefSetMaxAnisotropy(CUtexref hTexRef, unsigned int maxAniso)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetMaxAnisotropy(hTexRef, maxAniso);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6549,6 +7203,7 @@ CUresult cuTexRefSetMipmapFilterMode(CUtexref hTexRef, CUfilter_mode fm)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetMipmapFilterMode(hTexRef, fm);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6559,6 +7214,7 @@ CUresult cuTexRefSetMipmapLevelBias(CUtexref hTexRef, float bias)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetMipmapLevelBias(hTexRef, bias);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6569,6 +7225,7 @@ CUresult cuTexRefSetMipmapLevelClamp(CUtexref hTexRef, float minMipmapLevelClamp
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetMipmapLevelClamp(hTexRef, minMipmapLevelClamp, maxMipmapLevelClamp);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6579,6 +7236,7 @@ CUresult cuTexRefSetMipmappedArray(CUtexref hTexRef, CUmipmappedArray hMipmapped
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetMipmappedArray(hTexRef, hMipmappedArray, Flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6589,6 +7247,7 @@ CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuThreadExchangeStreamCaptureMode(mode);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6599,6 +7258,7 @@ CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destro
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuUserObjectCreate(object_out, ptr, destroy, initialRefcount, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6609,6 +7269,7 @@ CUresult cuUserObjectRelease(CUuserObject object, unsigned int count)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuUserObjectRelease(object, count);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6619,6 +7280,7 @@ CUresult cuUserObjectRetain(CUuserObject object, unsigned int count)
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuUserObjectRetain(object, count);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6629,6 +7291,7 @@ CUresult cuVDPAUCtxCreate(CUcontext *pCtx, unsigned int flags, CUdevice device, 
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuVDPAUCtxCreate(pCtx, flags, device, vdpDevice, vdpGetProcAddress);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6639,6 +7302,7 @@ CUresult cuVDPAUCtxCreate_v2(CUcontext *pCtx, unsigned int flags, CUdevice devic
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuVDPAUCtxCreate_v2(pCtx, flags, device, vdpDevice, vdpGetProcAddress);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6649,6 +7313,7 @@ CUresult cuVDPAUGetDevice(CUdevice *pDevice, VdpDevice vdpDevice, VdpGetProcAddr
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuVDPAUGetDevice(pDevice, vdpDevice, vdpGetProcAddress);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6659,6 +7324,7 @@ CUresult cuWaitExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, c
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuWaitExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -6669,5 +7335,6 @@ CUresult cuWaitExternalSemaphoresAsync_ptsz(const CUexternalSemaphore *extSemArr
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuWaitExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }

@@ -9,6 +9,7 @@ cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaGetKernel(kernel, hostFun);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -19,6 +20,7 @@ cudaError_t __cudaGetProcAddress(void)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaGetProcAddress();
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -29,6 +31,7 @@ char __cudaInitModule(void **fatCubinHandle)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaInitModule(fatCubinHandle);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -39,6 +42,7 @@ cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaLaunchKernel(kernel, gridDim, blockDim, args, sharedMem, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -49,6 +53,7 @@ cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 bloc
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaLaunchKernel_ptsz(kernel, gridDim, blockDim, args, sharedMem, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -59,6 +64,7 @@ void **__cudaRegisterFatBinary(void *fatCubin)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaRegisterFatBinary(fatCubin);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -68,6 +74,7 @@ void __cudaRegisterFatBinaryEnd(void **fatCubinHandle)
     if (vgpu_runtime_ready())
         vgpu_py___cudaRegisterFatBinaryEnd(fatCubinHandle);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
 }
 
 void __cudaRegisterFunction(void **fatCubinHandle, const void *hostFun, char *deviceFun, const char *deviceName, int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize)
@@ -76,6 +83,7 @@ void __cudaRegisterFunction(void **fatCubinHandle, const void *hostFun, char *de
     if (vgpu_runtime_ready())
         vgpu_py___cudaRegisterFunction(fatCubinHandle, hostFun, deviceFun, deviceName, thread_limit, tid, bid, bDim, gDim, wSize);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
 }
 
 cudaError_t __cudaRegisterHostVar(void)
@@ -85,6 +93,7 @@ cudaError_t __cudaRegisterHostVar(void)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaRegisterHostVar();
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -94,6 +103,7 @@ void __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVarPtrAddress, c
     if (vgpu_runtime_ready())
         vgpu_py___cudaRegisterManagedVar(fatCubinHandle, hostVarPtrAddress, deviceAddress, deviceName, ext, size, constant, global);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
 }
 
 cudaError_t __cudaRegisterUnifiedTable(void)
@@ -103,6 +113,7 @@ cudaError_t __cudaRegisterUnifiedTable(void)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaRegisterUnifiedTable();
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -112,6 +123,7 @@ void __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress
     if (vgpu_runtime_ready())
         vgpu_py___cudaRegisterVar(fatCubinHandle, hostVar, deviceAddress, deviceName, ext, size, constant, global);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
 }
 
 void __cudaUnregisterFatBinary(void **fatCubinHandle)
@@ -120,6 +132,7 @@ void __cudaUnregisterFatBinary(void **fatCubinHandle)
     if (vgpu_runtime_ready())
         vgpu_py___cudaUnregisterFatBinary(fatCubinHandle);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
 }
 
 cudaError_t cudaArrayGetInfo(struct cudaChannelFormatDesc *desc, struct cudaExtent *extent, unsigned int *flags, cudaArray_t array)
@@ -129,6 +142,7 @@ cudaError_t cudaArrayGetInfo(struct cudaChannelFormatDesc *desc, struct cudaExte
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaArrayGetInfo(desc, extent, flags, array);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -139,6 +153,7 @@ cudaError_t cudaArrayGetMemoryRequirements(struct cudaArrayMemoryRequirements *m
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaArrayGetMemoryRequirements(memoryRequirements, array, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -149,6 +164,7 @@ cudaError_t cudaArrayGetPlane(cudaArray_t *pPlaneArray, cudaArray_t hArray, unsi
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaArrayGetPlane(pPlaneArray, hArray, planeIdx);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -159,6 +175,7 @@ cudaError_t cudaArrayGetSparseProperties(struct cudaArraySparseProperties *spars
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaArrayGetSparseProperties(sparseProperties, array);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -169,6 +186,7 @@ cudaError_t cudaChooseDevice(int *device, const struct cudaDeviceProp *prop)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaChooseDevice(device, prop);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -179,6 +197,7 @@ struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w, e
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaCreateChannelDesc(x, y, z, w, f);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -189,6 +208,7 @@ cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t *pSurfObject, const stru
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaCreateSurfaceObject(pSurfObject, pResDesc);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -199,6 +219,7 @@ cudaError_t cudaCreateTextureObject(cudaTextureObject_t *pTexObject, const struc
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaCreateTextureObject(pTexObject, pResDesc, pTexDesc, pResViewDesc);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -209,6 +230,7 @@ cudaError_t cudaCtxResetPersistingL2Cache(void)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaCtxResetPersistingL2Cache();
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -219,6 +241,7 @@ cudaError_t cudaDestroyExternalMemory(cudaExternalMemory_t extMem)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDestroyExternalMemory(extMem);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -229,6 +252,7 @@ cudaError_t cudaDestroyExternalSemaphore(cudaExternalSemaphore_t extSem)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDestroyExternalSemaphore(extSem);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -239,6 +263,7 @@ cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t surfObject)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDestroySurfaceObject(surfObject);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -249,6 +274,7 @@ cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDestroyTextureObject(texObject);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -259,6 +285,7 @@ cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevi
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceCanAccessPeer(canAccessPeer, device, peerDevice);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -269,6 +296,7 @@ cudaError_t cudaDeviceDisablePeerAccess(int peerDevice)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceDisablePeerAccess(peerDevice);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -279,6 +307,7 @@ cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceEnablePeerAccess(peerDevice, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -289,6 +318,7 @@ cudaError_t cudaDeviceFlushGPUDirectRDMAWrites(enum cudaFlushGPUDirectRDMAWrites
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceFlushGPUDirectRDMAWrites(target, scope);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -299,6 +329,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetAttribute(value, attr, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -309,6 +340,7 @@ cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *pciBusId)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetByPCIBusId(device, pciBusId);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -319,6 +351,7 @@ cudaError_t cudaDeviceGetCacheConfig(enum cudaFuncCache *pCacheConfig)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetCacheConfig(pCacheConfig);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -329,6 +362,7 @@ cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetDefaultMemPool(memPool, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -339,6 +373,7 @@ cudaError_t cudaDeviceGetGraphMemAttribute(int device, enum cudaGraphMemAttribut
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetGraphMemAttribute(device, attr, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -349,6 +384,7 @@ cudaError_t cudaDeviceGetHostAtomicCapabilities(unsigned int *capabilities, cons
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetHostAtomicCapabilities(capabilities, operations, count, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -359,6 +395,7 @@ cudaError_t cudaDeviceGetLimit(size_t *pValue, enum cudaLimit limit)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetLimit(pValue, limit);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -369,6 +406,7 @@ cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *memPool, int device)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetMemPool(memPool, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -379,6 +417,7 @@ cudaError_t cudaDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, int device
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetNvSciSyncAttributes(nvSciSyncAttrList, device, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -389,6 +428,7 @@ cudaError_t cudaDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetP2PAtomicCapabilities(capabilities, operations, count, srcDevice, dstDevice);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -399,6 +439,7 @@ cudaError_t cudaDeviceGetP2PAttribute(int *value, enum cudaDeviceP2PAttr attr, i
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetP2PAttribute(value, attr, srcDevice, dstDevice);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -409,6 +450,7 @@ cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetPCIBusId(pciBusId, len, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -419,6 +461,7 @@ cudaError_t cudaDeviceGetSharedMemConfig(enum cudaSharedMemConfig *pConfig)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetSharedMemConfig(pConfig);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -429,6 +472,7 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPr
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetStreamPriorityRange(leastPriority, greatestPriority);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -439,6 +483,7 @@ cudaError_t cudaDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, con
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, fmtDesc, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -449,6 +494,7 @@ cudaError_t cudaDeviceGraphMemTrim(int device)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGraphMemTrim(device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -459,6 +505,7 @@ cudaError_t cudaDeviceRegisterAsyncNotification(int device, cudaAsyncCallback ca
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceRegisterAsyncNotification(device, callbackFunc, userData, callback);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -469,6 +516,7 @@ cudaError_t cudaDeviceReset(void)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceReset();
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -479,6 +527,7 @@ cudaError_t cudaDeviceSetCacheConfig(enum cudaFuncCache cacheConfig)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceSetCacheConfig(cacheConfig);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -489,6 +538,7 @@ cudaError_t cudaDeviceSetGraphMemAttribute(int device, enum cudaGraphMemAttribut
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceSetGraphMemAttribute(device, attr, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -499,6 +549,7 @@ cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceSetLimit(limit, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -509,6 +560,7 @@ cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceSetMemPool(device, memPool);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -519,6 +571,7 @@ cudaError_t cudaDeviceSetSharedMemConfig(enum cudaSharedMemConfig config)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceSetSharedMemConfig(config);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -529,6 +582,7 @@ cudaError_t cudaDeviceSynchronize(void)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceSynchronize();
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -539,6 +593,7 @@ cudaError_t cudaDeviceUnregisterAsyncNotification(int device, cudaAsyncCallbackH
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceUnregisterAsyncNotification(device, callback);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -549,6 +604,7 @@ cudaError_t cudaDriverGetVersion(int *driverVersion)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDriverGetVersion(driverVersion);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -559,6 +615,7 @@ cudaError_t cudaEGLStreamConsumerAcquireFrame(cudaEglStreamConnection *conn, cud
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamConsumerAcquireFrame(conn, pCudaResource, pStream, timeout);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -569,6 +626,7 @@ cudaError_t cudaEGLStreamConsumerConnect(cudaEglStreamConnection *conn, EGLStrea
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamConsumerConnect(conn, eglStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -579,6 +637,7 @@ cudaError_t cudaEGLStreamConsumerConnectWithFlags(cudaEglStreamConnection *conn,
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamConsumerConnectWithFlags(conn, eglStream, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -589,6 +648,7 @@ cudaError_t cudaEGLStreamConsumerDisconnect(cudaEglStreamConnection *conn)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamConsumerDisconnect(conn);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -599,6 +659,7 @@ cudaError_t cudaEGLStreamConsumerReleaseFrame(cudaEglStreamConnection *conn, cud
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamConsumerReleaseFrame(conn, pCudaResource, pStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -609,6 +670,7 @@ cudaError_t cudaEGLStreamProducerConnect(cudaEglStreamConnection *conn, EGLStrea
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamProducerConnect(conn, eglStream, width, height);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -619,6 +681,7 @@ cudaError_t cudaEGLStreamProducerDisconnect(cudaEglStreamConnection *conn)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamProducerDisconnect(conn);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -629,6 +692,7 @@ cudaError_t cudaEGLStreamProducerPresentFrame(cudaEglStreamConnection *conn, cud
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamProducerPresentFrame(conn, eglframe, pStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -639,6 +703,7 @@ cudaError_t cudaEGLStreamProducerReturnFrame(cudaEglStreamConnection *conn, cuda
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamProducerReturnFrame(conn, eglframe, pStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -649,6 +714,7 @@ cudaError_t cudaEventCreate(cudaEvent_t *event)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventCreate(event);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -659,6 +725,7 @@ cudaError_t cudaEventCreateFromEGLSync(cudaEvent_t *phEvent, EGLSyncKHR eglSync,
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventCreateFromEGLSync(phEvent, eglSync, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -669,6 +736,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventCreateWithFlags(event, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -679,6 +747,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventDestroy(event);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -689,6 +758,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventElapsedTime(ms, start, end);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -699,6 +769,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventQuery(event);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -709,6 +780,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventRecord(event, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -719,6 +791,7 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, uns
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventRecordWithFlags(event, stream, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -729,6 +802,7 @@ cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t event, cudaStream_t stream
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventRecordWithFlags_ptsz(event, stream, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -739,6 +813,7 @@ cudaError_t cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t stream)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventRecord_ptsz(event, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -749,6 +824,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventSynchronize(event);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -759,6 +835,7 @@ cudaError_t cudaExternalMemoryGetMappedBuffer(void **devPtr, cudaExternalMemory_
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaExternalMemoryGetMappedBuffer(devPtr, extMem, bufferDesc);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -769,6 +846,7 @@ cudaError_t cudaExternalMemoryGetMappedMipmappedArray(cudaMipmappedArray_t *mipm
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaExternalMemoryGetMappedMipmappedArray(mipmap, extMem, mipmapDesc);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -779,6 +857,7 @@ cudaError_t cudaFree(void *devPtr)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFree(devPtr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -789,6 +868,7 @@ cudaError_t cudaFreeArray(cudaArray_t array)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFreeArray(array);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -799,6 +879,7 @@ cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFreeAsync(devPtr, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -809,6 +890,7 @@ cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFreeAsync_ptsz(devPtr, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -819,6 +901,7 @@ cudaError_t cudaFreeHost(void *ptr)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFreeHost(ptr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -829,6 +912,7 @@ cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFreeMipmappedArray(mipmappedArray);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -839,6 +923,7 @@ cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *f
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFuncGetAttributes(attr, func);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -849,6 +934,7 @@ cudaError_t cudaFuncGetName(const char **name, const void *func)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFuncGetName(name, func);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -859,6 +945,7 @@ cudaError_t cudaFuncGetParamInfo(const void *func, size_t paramIndex, size_t *pa
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFuncGetParamInfo(func, paramIndex, paramOffset, paramSize);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -869,6 +956,7 @@ cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFuncSetAttribute(func, attr, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -879,6 +967,7 @@ cudaError_t cudaFuncSetCacheConfig(const void *func, enum cudaFuncCache cacheCon
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFuncSetCacheConfig(func, cacheConfig);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -889,6 +978,7 @@ cudaError_t cudaFuncSetSharedMemConfig(const void *func, enum cudaSharedMemConfi
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFuncSetSharedMemConfig(func, config);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -899,6 +989,7 @@ cudaError_t cudaGLGetDevices(unsigned int *pCudaDeviceCount, int *pCudaDevices, 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLGetDevices(pCudaDeviceCount, pCudaDevices, cudaDeviceCount, deviceList);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -909,6 +1000,7 @@ cudaError_t cudaGLMapBufferObject(void **devPtr, GLuint bufObj)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLMapBufferObject(devPtr, bufObj);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -919,6 +1011,7 @@ cudaError_t cudaGLMapBufferObjectAsync(void **devPtr, GLuint bufObj, cudaStream_
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLMapBufferObjectAsync(devPtr, bufObj, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -929,6 +1022,7 @@ cudaError_t cudaGLRegisterBufferObject(GLuint bufObj)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLRegisterBufferObject(bufObj);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -939,6 +1033,7 @@ cudaError_t cudaGLSetBufferObjectMapFlags(GLuint bufObj, unsigned int flags)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLSetBufferObjectMapFlags(bufObj, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -949,6 +1044,7 @@ cudaError_t cudaGLSetGLDevice(int device)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLSetGLDevice(device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -959,6 +1055,7 @@ cudaError_t cudaGLUnmapBufferObject(GLuint bufObj)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLUnmapBufferObject(bufObj);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -969,6 +1066,7 @@ cudaError_t cudaGLUnmapBufferObjectAsync(GLuint bufObj, cudaStream_t stream)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLUnmapBufferObjectAsync(bufObj, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -979,6 +1077,7 @@ cudaError_t cudaGLUnregisterBufferObject(GLuint bufObj)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLUnregisterBufferObject(bufObj);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -989,6 +1088,7 @@ cudaError_t cudaGetChannelDesc(struct cudaChannelFormatDesc *desc, cudaArray_con
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetChannelDesc(desc, array);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -999,6 +1099,7 @@ cudaError_t cudaGetDevice(int *device)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDevice(device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1009,6 +1110,7 @@ cudaError_t cudaGetDeviceCount(int *count)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDeviceCount(count);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1019,6 +1121,7 @@ cudaError_t cudaGetDeviceFlags(unsigned int *flags)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDeviceFlags(flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1029,6 +1132,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDeviceProperties(prop, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1039,6 +1143,7 @@ cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDriverEntryPoint(symbol, funcPtr, flags, driverStatus);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1049,6 +1154,7 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDriverEntryPointByVersion(symbol, funcPtr, cudaVersion, flags, driverStatus);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1059,6 +1165,7 @@ cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **fun
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDriverEntryPointByVersion_ptsz(symbol, funcPtr, cudaVersion, flags, driverStatus);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1069,6 +1176,7 @@ cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr, uns
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDriverEntryPoint_ptsz(symbol, funcPtr, flags, driverStatus);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1079,6 +1187,7 @@ const char *cudaGetErrorName(cudaError_t error)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetErrorName(error);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1089,6 +1198,7 @@ const char *cudaGetErrorString(cudaError_t error)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetErrorString(error);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1099,6 +1209,7 @@ cudaError_t cudaGetExportTable(const void **ppExportTable, const cudaUUID_t *pEx
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetExportTable(ppExportTable, pExportTableId);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1109,6 +1220,7 @@ cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *symbolP
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetFuncBySymbol(functionPtr, symbolPtr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1119,6 +1231,7 @@ cudaError_t cudaGetKernel(cudaKernel_t *kernelPtr, const void *entryFuncAddr)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetKernel(kernelPtr, entryFuncAddr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1129,6 +1242,7 @@ cudaError_t cudaGetLastError(void)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetLastError();
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1139,6 +1253,7 @@ cudaError_t cudaGetMipmappedArrayLevel(cudaArray_t *levelArray, cudaMipmappedArr
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetMipmappedArrayLevel(levelArray, mipmappedArray, level);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1149,6 +1264,7 @@ cudaError_t cudaGetSurfaceObjectResourceDesc(struct cudaResourceDesc *pResDesc, 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetSurfaceObjectResourceDesc(pResDesc, surfObject);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1159,6 +1275,7 @@ cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetSymbolAddress(devPtr, symbol);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1169,6 +1286,7 @@ cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetSymbolSize(size, symbol);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1179,6 +1297,7 @@ cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *pResDesc, 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetTextureObjectResourceDesc(pResDesc, texObject);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1189,6 +1308,7 @@ cudaError_t cudaGetTextureObjectResourceViewDesc(struct cudaResourceViewDesc *pR
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetTextureObjectResourceViewDesc(pResViewDesc, texObject);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1199,6 +1319,7 @@ cudaError_t cudaGetTextureObjectTextureDesc(struct cudaTextureDesc *pTexDesc, cu
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetTextureObjectTextureDesc(pTexDesc, texObject);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1209,6 +1330,7 @@ cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *pGraphNode, cudaGraph_t 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddChildGraphNode(pGraphNode, graph, pDependencies, numDependencies, childGraph);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1219,6 +1341,7 @@ cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *f
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddDependencies(graph, from, to, edgeData, numDependencies);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1229,6 +1352,7 @@ cudaError_t cudaGraphAddEmptyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddEmptyNode(pGraphNode, graph, pDependencies, numDependencies);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1239,6 +1363,7 @@ cudaError_t cudaGraphAddEventRecordNode(cudaGraphNode_t *pGraphNode, cudaGraph_t
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddEventRecordNode(pGraphNode, graph, pDependencies, numDependencies, event);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1249,6 +1374,7 @@ cudaError_t cudaGraphAddEventWaitNode(cudaGraphNode_t *pGraphNode, cudaGraph_t g
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddEventWaitNode(pGraphNode, graph, pDependencies, numDependencies, event);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1259,6 +1385,7 @@ cudaError_t cudaGraphAddExternalSemaphoresSignalNode(cudaGraphNode_t *pGraphNode
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddExternalSemaphoresSignalNode(pGraphNode, graph, pDependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1269,6 +1396,7 @@ cudaError_t cudaGraphAddExternalSemaphoresWaitNode(cudaGraphNode_t *pGraphNode, 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddExternalSemaphoresWaitNode(pGraphNode, graph, pDependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1279,6 +1407,7 @@ cudaError_t cudaGraphAddHostNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddHostNode(pGraphNode, graph, pDependencies, numDependencies, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1289,6 +1418,7 @@ cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t grap
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddKernelNode(pGraphNode, graph, pDependencies, numDependencies, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1299,6 +1429,7 @@ cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGraph_t gr
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemAllocNode(pGraphNode, graph, pDependencies, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1309,6 +1440,7 @@ cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, cudaGraph_t gra
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemFreeNode(pGraphNode, graph, pDependencies, numDependencies, dptr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1319,6 +1451,7 @@ cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t grap
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemcpyNode(pGraphNode, graph, pDependencies, numDependencies, pCopyParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1329,6 +1462,7 @@ cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, cudaGraph_t gr
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemcpyNode1D(pGraphNode, graph, pDependencies, numDependencies, dst, src, count, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1339,6 +1473,7 @@ cudaError_t cudaGraphAddMemcpyNodeFromSymbol(cudaGraphNode_t *pGraphNode, cudaGr
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemcpyNodeFromSymbol(pGraphNode, graph, pDependencies, numDependencies, dst, symbol, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1349,6 +1484,7 @@ cudaError_t cudaGraphAddMemcpyNodeToSymbol(cudaGraphNode_t *pGraphNode, cudaGrap
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemcpyNodeToSymbol(pGraphNode, graph, pDependencies, numDependencies, symbol, src, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1359,6 +1495,7 @@ cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *pGraphNode, cudaGraph_t grap
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemsetNode(pGraphNode, graph, pDependencies, numDependencies, pMemsetParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1369,6 +1506,7 @@ cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, con
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddNode(pGraphNode, graph, pDependencies, dependencyData, numDependencies, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1379,6 +1517,7 @@ cudaError_t cudaGraphChildGraphNodeGetGraph(cudaGraphNode_t node, cudaGraph_t *p
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphChildGraphNodeGetGraph(node, pGraph);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1389,6 +1528,7 @@ cudaError_t cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t originalGraph)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphClone(pGraphClone, originalGraph);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1399,6 +1539,7 @@ cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle *pHandle
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphConditionalHandleCreate(pHandle_out, graph, defaultLaunchValue, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1409,6 +1550,7 @@ cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphCreate(pGraph, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1419,6 +1561,7 @@ cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char *path, unsigned
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphDebugDotPrint(graph, path, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1429,6 +1572,7 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphDestroy(graph);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1439,6 +1583,7 @@ cudaError_t cudaGraphDestroyNode(cudaGraphNode_t node)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphDestroyNode(node);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1449,6 +1594,7 @@ cudaError_t cudaGraphEventRecordNodeGetEvent(cudaGraphNode_t node, cudaEvent_t *
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphEventRecordNodeGetEvent(node, event_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1459,6 +1605,7 @@ cudaError_t cudaGraphEventRecordNodeSetEvent(cudaGraphNode_t node, cudaEvent_t e
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphEventRecordNodeSetEvent(node, event);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1469,6 +1616,7 @@ cudaError_t cudaGraphEventWaitNodeGetEvent(cudaGraphNode_t node, cudaEvent_t *ev
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphEventWaitNodeGetEvent(node, event_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1479,6 +1627,7 @@ cudaError_t cudaGraphEventWaitNodeSetEvent(cudaGraphNode_t node, cudaEvent_t eve
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphEventWaitNodeSetEvent(node, event);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1489,6 +1638,7 @@ cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t hGraphExec, cud
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecChildGraphNodeSetParams(hGraphExec, node, childGraph);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1499,6 +1649,7 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecDestroy(graphExec);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1509,6 +1660,7 @@ cudaError_t cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t hGraphExec, cud
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1519,6 +1671,7 @@ cudaError_t cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t hGraphExec, cudaG
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, event);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1529,6 +1682,7 @@ cudaError_t cudaGraphExecExternalSemaphoresSignalNodeSetParams(cudaGraphExec_t h
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecExternalSemaphoresSignalNodeSetParams(hGraphExec, hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1539,6 +1693,7 @@ cudaError_t cudaGraphExecExternalSemaphoresWaitNodeSetParams(cudaGraphExec_t hGr
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecExternalSemaphoresWaitNodeSetParams(hGraphExec, hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1549,6 +1704,7 @@ cudaError_t cudaGraphExecGetFlags(cudaGraphExec_t graphExec, unsigned long long 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecGetFlags(graphExec, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1559,6 +1715,7 @@ cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraph
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecHostNodeSetParams(hGraphExec, node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1569,6 +1726,7 @@ cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t hGraphExec, cudaGra
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecKernelNodeSetParams(hGraphExec, node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1579,6 +1737,7 @@ cudaError_t cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t hGraphExec, cudaGra
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParams(hGraphExec, node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1589,6 +1748,7 @@ cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t hGraphExec, cudaG
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParams1D(hGraphExec, node, dst, src, count, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1599,6 +1759,7 @@ cudaError_t cudaGraphExecMemcpyNodeSetParamsFromSymbol(cudaGraphExec_t hGraphExe
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParamsFromSymbol(hGraphExec, node, dst, symbol, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1609,6 +1770,7 @@ cudaError_t cudaGraphExecMemcpyNodeSetParamsToSymbol(cudaGraphExec_t hGraphExec,
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParamsToSymbol(hGraphExec, node, symbol, src, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1619,6 +1781,7 @@ cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGraphExec, cudaGra
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecMemsetNodeSetParams(hGraphExec, node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1629,6 +1792,7 @@ cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, cudaGraphNode_
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecNodeSetParams(graphExec, node, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1639,6 +1803,7 @@ cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph, 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecUpdate(hGraphExec, hGraph, resultInfo);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1649,6 +1814,7 @@ cudaError_t cudaGraphExternalSemaphoresSignalNodeGetParams(cudaGraphNode_t hNode
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExternalSemaphoresSignalNodeGetParams(hNode, params_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1659,6 +1825,7 @@ cudaError_t cudaGraphExternalSemaphoresSignalNodeSetParams(cudaGraphNode_t hNode
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExternalSemaphoresSignalNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1669,6 +1836,7 @@ cudaError_t cudaGraphExternalSemaphoresWaitNodeGetParams(cudaGraphNode_t hNode, 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExternalSemaphoresWaitNodeGetParams(hNode, params_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1679,6 +1847,7 @@ cudaError_t cudaGraphExternalSemaphoresWaitNodeSetParams(cudaGraphNode_t hNode, 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExternalSemaphoresWaitNodeSetParams(hNode, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1689,6 +1858,7 @@ cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t *from, cudaGrap
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphGetEdges(graph, from, to, edgeData, numEdges);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1699,6 +1869,7 @@ cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphGetNodes(graph, nodes, numNodes);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1709,6 +1880,7 @@ cudaError_t cudaGraphGetRootNodes(cudaGraph_t graph, cudaGraphNode_t *pRootNodes
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphGetRootNodes(graph, pRootNodes, pNumRootNodes);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1719,6 +1891,7 @@ cudaError_t cudaGraphHostNodeGetParams(cudaGraphNode_t node, struct cudaHostNode
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphHostNodeGetParams(node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1729,6 +1902,7 @@ cudaError_t cudaGraphHostNodeSetParams(cudaGraphNode_t node, const struct cudaHo
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphHostNodeSetParams(node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1739,6 +1913,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphInstantiate(pGraphExec, graph, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1749,6 +1924,7 @@ cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphInstantiateWithFlags(pGraphExec, graph, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1759,6 +1935,7 @@ cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t *pGraphExec, cudaGrap
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphInstantiateWithParams(pGraphExec, graph, instantiateParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1769,6 +1946,7 @@ cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t *pGraphExec, cud
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphInstantiateWithParams_ptsz(pGraphExec, graph, instantiateParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1779,6 +1957,7 @@ cudaError_t cudaGraphKernelNodeCopyAttributes(cudaGraphNode_t hDst, cudaGraphNod
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphKernelNodeCopyAttributes(hDst, hSrc);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1789,6 +1968,7 @@ cudaError_t cudaGraphKernelNodeGetAttribute(cudaGraphNode_t hNode, cudaLaunchAtt
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphKernelNodeGetAttribute(hNode, attr, value_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1799,6 +1979,7 @@ cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node, struct cudaKernel
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphKernelNodeGetParams(node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1809,6 +1990,7 @@ cudaError_t cudaGraphKernelNodeSetAttribute(cudaGraphNode_t hNode, cudaLaunchAtt
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphKernelNodeSetAttribute(hNode, attr, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1819,6 +2001,7 @@ cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node, const struct cuda
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphKernelNodeSetParams(node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1829,6 +2012,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphLaunch(graphExec, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1839,6 +2023,7 @@ cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphLaunch_ptsz(graphExec, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1849,6 +2034,7 @@ cudaError_t cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node, struct cudaMemA
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemAllocNodeGetParams(node, params_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1859,6 +2045,7 @@ cudaError_t cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, void *dptr_out)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemFreeNodeGetParams(node, dptr_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1869,6 +2056,7 @@ cudaError_t cudaGraphMemcpyNodeGetParams(cudaGraphNode_t node, struct cudaMemcpy
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemcpyNodeGetParams(node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1879,6 +2067,7 @@ cudaError_t cudaGraphMemcpyNodeSetParams(cudaGraphNode_t node, const struct cuda
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParams(node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1889,6 +2078,7 @@ cudaError_t cudaGraphMemcpyNodeSetParams1D(cudaGraphNode_t node, void *dst, cons
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParams1D(node, dst, src, count, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1899,6 +2089,7 @@ cudaError_t cudaGraphMemcpyNodeSetParamsFromSymbol(cudaGraphNode_t node, void *d
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParamsFromSymbol(node, dst, symbol, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1909,6 +2100,7 @@ cudaError_t cudaGraphMemcpyNodeSetParamsToSymbol(cudaGraphNode_t node, const voi
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParamsToSymbol(node, symbol, src, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1919,6 +2111,7 @@ cudaError_t cudaGraphMemsetNodeGetParams(cudaGraphNode_t node, struct cudaMemset
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemsetNodeGetParams(node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1929,6 +2122,7 @@ cudaError_t cudaGraphMemsetNodeSetParams(cudaGraphNode_t node, const struct cuda
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemsetNodeSetParams(node, pNodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1939,6 +2133,7 @@ cudaError_t cudaGraphNodeFindInClone(cudaGraphNode_t *pNode, cudaGraphNode_t ori
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeFindInClone(pNode, originalNode, clonedGraph);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1949,6 +2144,7 @@ cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeGetDependencies(node, pDependencies, edgeData, pNumDependencies);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1959,6 +2155,7 @@ cudaError_t cudaGraphNodeGetDependentNodes(cudaGraphNode_t node, cudaGraphNode_t
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeGetDependentNodes(node, pDependentNodes, edgeData, pNumDependentNodes);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1969,6 +2166,7 @@ cudaError_t cudaGraphNodeGetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeGetEnabled(hGraphExec, hNode, isEnabled);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1979,6 +2177,7 @@ cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *p
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeGetType(node, pType);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1989,6 +2188,7 @@ cudaError_t cudaGraphNodeSetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeSetEnabled(hGraphExec, hNode, isEnabled);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -1999,6 +2199,7 @@ cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, struct cudaGraphNodePar
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeSetParams(node, nodeParams);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2009,6 +2210,7 @@ cudaError_t cudaGraphReleaseUserObject(cudaGraph_t graph, cudaUserObject_t objec
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphReleaseUserObject(graph, object, count);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2019,6 +2221,7 @@ cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph, const cudaGraphNode_t
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphRemoveDependencies(graph, from, to, edgeData, numDependencies);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2029,6 +2232,7 @@ cudaError_t cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserObject_t object
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphRetainUserObject(graph, object, count, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2039,6 +2243,7 @@ cudaError_t cudaGraphUpload(cudaGraphExec_t graphExec, cudaStream_t stream)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphUpload(graphExec, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2049,6 +2254,7 @@ cudaError_t cudaGraphUpload_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphUpload_ptsz(graphExec, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2059,6 +2265,7 @@ cudaError_t cudaGraphicsEGLRegisterImage(struct cudaGraphicsResource **pCudaReso
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsEGLRegisterImage(pCudaResource, image, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2069,6 +2276,7 @@ cudaError_t cudaGraphicsGLRegisterBuffer(struct cudaGraphicsResource **resource,
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsGLRegisterBuffer(resource, buffer, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2079,6 +2287,7 @@ cudaError_t cudaGraphicsGLRegisterImage(struct cudaGraphicsResource **resource, 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsGLRegisterImage(resource, image, target, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2089,6 +2298,7 @@ cudaError_t cudaGraphicsMapResources(int count, cudaGraphicsResource_t *resource
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsMapResources(count, resources, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2099,6 +2309,7 @@ cudaError_t cudaGraphicsResourceGetMappedEglFrame(cudaEglFrame *eglFrame, cudaGr
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsResourceGetMappedEglFrame(eglFrame, resource, index, mipLevel);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2109,6 +2320,7 @@ cudaError_t cudaGraphicsResourceGetMappedMipmappedArray(cudaMipmappedArray_t *mi
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsResourceGetMappedMipmappedArray(mipmappedArray, resource);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2119,6 +2331,7 @@ cudaError_t cudaGraphicsResourceGetMappedPointer(void **devPtr, size_t *size, cu
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsResourceGetMappedPointer(devPtr, size, resource);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2129,6 +2342,7 @@ cudaError_t cudaGraphicsResourceSetMapFlags(cudaGraphicsResource_t resource, uns
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsResourceSetMapFlags(resource, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2139,6 +2353,7 @@ cudaError_t cudaGraphicsSubResourceGetMappedArray(cudaArray_t *array, cudaGraphi
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsSubResourceGetMappedArray(array, resource, arrayIndex, mipLevel);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2149,6 +2364,7 @@ cudaError_t cudaGraphicsUnmapResources(int count, cudaGraphicsResource_t *resour
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsUnmapResources(count, resources, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2159,6 +2375,7 @@ cudaError_t cudaGraphicsUnregisterResource(cudaGraphicsResource_t resource)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsUnregisterResource(resource);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2169,6 +2386,7 @@ cudaError_t cudaGraphicsVDPAURegisterOutputSurface(struct cudaGraphicsResource *
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsVDPAURegisterOutputSurface(resource, vdpSurface, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2179,6 +2397,7 @@ cudaError_t cudaGraphicsVDPAURegisterVideoSurface(struct cudaGraphicsResource **
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsVDPAURegisterVideoSurface(resource, vdpSurface, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2189,6 +2408,7 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaHostAlloc(pHost, size, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2199,6 +2419,7 @@ cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int f
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaHostGetDevicePointer(pDevice, pHost, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2209,6 +2430,7 @@ cudaError_t cudaHostGetFlags(unsigned int *pFlags, void *pHost)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaHostGetFlags(pFlags, pHost);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2219,6 +2441,7 @@ cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaHostRegister(ptr, size, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2229,6 +2452,7 @@ cudaError_t cudaHostUnregister(void *ptr)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaHostUnregister(ptr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2239,6 +2463,7 @@ cudaError_t cudaImportExternalMemory(cudaExternalMemory_t *extMem_out, const str
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaImportExternalMemory(extMem_out, memHandleDesc);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2249,6 +2474,7 @@ cudaError_t cudaImportExternalSemaphore(cudaExternalSemaphore_t *extSem_out, con
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaImportExternalSemaphore(extSem_out, semHandleDesc);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2259,6 +2485,7 @@ cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsigned int fl
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaInitDevice(device, deviceFlags, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2269,6 +2496,7 @@ cudaError_t cudaIpcCloseMemHandle(void *devPtr)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaIpcCloseMemHandle(devPtr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2279,6 +2507,7 @@ cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *handle, cudaEvent_t even
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaIpcGetEventHandle(handle, event);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2289,6 +2518,7 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaIpcGetMemHandle(handle, devPtr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2299,6 +2529,7 @@ cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *event, cudaIpcEventHandle_t hand
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaIpcOpenEventHandle(event, handle);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2309,6 +2540,7 @@ cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsig
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaIpcOpenMemHandle(devPtr, handle, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2319,6 +2551,7 @@ cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel, enum cudaFuncAt
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaKernelSetAttributeForDevice(kernel, attr, value, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2329,6 +2562,7 @@ cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim, dim3 blo
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchCooperativeKernel(func, gridDim, blockDim, args, sharedMem, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2339,6 +2573,7 @@ cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 gridDim, dim
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchCooperativeKernel_ptsz(func, gridDim, blockDim, args, sharedMem, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2349,6 +2584,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userD
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchHostFunc(stream, fn, userData);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2359,6 +2595,7 @@ cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t fn, void *
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchHostFunc_ptsz(stream, fn, userData);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2369,6 +2606,7 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchKernel(func, gridDim, blockDim, args, sharedMem, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2379,6 +2617,7 @@ cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *fu
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchKernelExC(config, func, args);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2389,6 +2628,7 @@ cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config, const voi
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchKernelExC_ptsz(config, func, args);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2399,6 +2639,7 @@ cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim,
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchKernel_ptsz(func, gridDim, blockDim, args, sharedMem, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2409,6 +2650,7 @@ cudaError_t cudaLibraryEnumerateKernels(cudaKernel_t *kernels, unsigned int numK
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryEnumerateKernels(kernels, numKernels, lib);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2419,6 +2661,7 @@ cudaError_t cudaLibraryGetGlobal(void **dptr, size_t *bytes, cudaLibrary_t libra
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryGetGlobal(dptr, bytes, library, name);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2429,6 +2672,7 @@ cudaError_t cudaLibraryGetKernel(cudaKernel_t *pKernel, cudaLibrary_t library, c
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryGetKernel(pKernel, library, name);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2439,6 +2683,7 @@ cudaError_t cudaLibraryGetKernelCount(unsigned int *count, cudaLibrary_t lib)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryGetKernelCount(count, lib);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2449,6 +2694,7 @@ cudaError_t cudaLibraryGetManaged(void **dptr, size_t *bytes, cudaLibrary_t libr
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryGetManaged(dptr, bytes, library, name);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2459,6 +2705,7 @@ cudaError_t cudaLibraryGetUnifiedFunction(void **fptr, cudaLibrary_t library, co
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryGetUnifiedFunction(fptr, library, symbol);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2469,6 +2716,7 @@ cudaError_t cudaLibraryLoadData(cudaLibrary_t *library, const void *code, enum c
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryLoadData(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2479,6 +2727,7 @@ cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t *library, const char *fileName
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryLoadFromFile(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2489,6 +2738,7 @@ cudaError_t cudaLibraryUnload(cudaLibrary_t library)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryUnload(library);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2499,6 +2749,7 @@ cudaError_t cudaLogsCurrent(cudaLogIterator *iterator_out, unsigned int flags)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLogsCurrent(iterator_out, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2509,6 +2760,7 @@ cudaError_t cudaLogsDumpToFile(cudaLogIterator *iterator, const char *pathToFile
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLogsDumpToFile(iterator, pathToFile, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2519,6 +2771,7 @@ cudaError_t cudaLogsDumpToMemory(cudaLogIterator *iterator, char *buffer, size_t
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLogsDumpToMemory(iterator, buffer, size, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2529,6 +2782,7 @@ cudaError_t cudaLogsRegisterCallback(cudaLogsCallback_t callbackFunc, void *user
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLogsRegisterCallback(callbackFunc, userData, callback_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2539,6 +2793,7 @@ cudaError_t cudaLogsUnregisterCallback(cudaLogsCallbackHandle callback)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLogsUnregisterCallback(callback);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2549,6 +2804,7 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMalloc(devPtr, size);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2559,6 +2815,7 @@ cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMalloc3D(pitchedDevPtr, extent);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2569,6 +2826,7 @@ cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormat
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMalloc3DArray(array, desc, extent, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2579,6 +2837,7 @@ cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDe
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocArray(array, desc, width, height, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2589,6 +2848,7 @@ cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocAsync(devPtr, size, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2599,6 +2859,7 @@ cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStrea
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocAsync_ptsz(devPtr, size, hStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2609,6 +2870,7 @@ cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPo
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocFromPoolAsync(ptr, size, memPool, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2619,6 +2881,7 @@ cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocFromPoolAsync_ptsz(ptr, size, memPool, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2629,6 +2892,7 @@ cudaError_t cudaMallocHost(void **ptr, size_t size)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocHost(ptr, size);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2639,6 +2903,7 @@ cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocManaged(devPtr, size, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2649,6 +2914,7 @@ cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray, const
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocMipmappedArray(mipmappedArray, desc, extent, numLevels, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2659,6 +2925,7 @@ cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t h
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocPitch(devPtr, pitch, width, height);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2669,6 +2936,7 @@ cudaError_t cudaMemAdvise(const void *devPtr, size_t count, enum cudaMemoryAdvis
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemAdvise(devPtr, count, advice, location);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2679,6 +2947,7 @@ cudaError_t cudaMemDiscardAndPrefetchBatchAsync(void **dptrs, size_t *sizes, siz
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemDiscardAndPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2689,6 +2958,7 @@ cudaError_t cudaMemDiscardAndPrefetchBatchAsync_ptsz(void **dptrs, size_t *sizes
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemDiscardAndPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2699,6 +2969,7 @@ cudaError_t cudaMemDiscardBatchAsync(void **dptrs, size_t *sizes, size_t count, 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemDiscardBatchAsync(dptrs, sizes, count, flags, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2709,6 +2980,7 @@ cudaError_t cudaMemDiscardBatchAsync_ptsz(void **dptrs, size_t *sizes, size_t co
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemDiscardBatchAsync_ptsz(dptrs, sizes, count, flags, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2719,6 +2991,7 @@ cudaError_t cudaMemGetDefaultMemPool(cudaMemPool_t *memPool, struct cudaMemLocat
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemGetDefaultMemPool(memPool, location, type);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2729,6 +3002,7 @@ cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemGetInfo(free, total);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2739,6 +3013,7 @@ cudaError_t cudaMemGetMemPool(cudaMemPool_t *memPool, struct cudaMemLocation *lo
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemGetMemPool(memPool, location, type);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2749,6 +3024,7 @@ cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolPr
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolCreate(memPool, poolProps);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2759,6 +3035,7 @@ cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolDestroy(memPool);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2769,6 +3046,7 @@ cudaError_t cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportData
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolExportPointer(exportData, ptr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2779,6 +3057,7 @@ cudaError_t cudaMemPoolExportToShareableHandle(void *shareableHandle, cudaMemPoo
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolExportToShareableHandle(shareableHandle, memPool, handleType, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2789,6 +3068,7 @@ cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t m
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolGetAccess(flags, memPool, location);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2799,6 +3079,7 @@ cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolGetAttribute(memPool, attr, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2809,6 +3090,7 @@ cudaError_t cudaMemPoolImportFromShareableHandle(cudaMemPool_t *memPool, void *s
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolImportFromShareableHandle(memPool, shareableHandle, handleType, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2819,6 +3101,7 @@ cudaError_t cudaMemPoolImportPointer(void **ptr, cudaMemPool_t memPool, struct c
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolImportPointer(ptr, memPool, exportData);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2829,6 +3112,7 @@ cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAcce
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolSetAccess(memPool, descList, count);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2839,6 +3123,7 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolSetAttribute(memPool, attr, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2849,6 +3134,7 @@ cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolTrimTo(memPool, minBytesToKeep);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2859,6 +3145,7 @@ cudaError_t cudaMemPrefetchAsync(const void *devPtr, size_t count, struct cudaMe
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPrefetchAsync(devPtr, count, location, flags, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2869,6 +3156,7 @@ cudaError_t cudaMemPrefetchAsync_ptsz(const void *devPtr, size_t count, struct c
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPrefetchAsync_ptsz(devPtr, count, location, flags, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2879,6 +3167,7 @@ cudaError_t cudaMemPrefetchBatchAsync(void **dptrs, size_t *sizes, size_t count,
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2889,6 +3178,7 @@ cudaError_t cudaMemPrefetchBatchAsync_ptsz(void **dptrs, size_t *sizes, size_t c
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2899,6 +3189,7 @@ cudaError_t cudaMemRangeGetAttribute(void *data, size_t dataSize, enum cudaMemRa
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemRangeGetAttribute(data, dataSize, attribute, devPtr, count);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2909,6 +3200,7 @@ cudaError_t cudaMemRangeGetAttributes(void **data, size_t *dataSizes, enum cudaM
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemRangeGetAttributes(data, dataSizes, attributes, numAttributes, devPtr, count);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2919,6 +3211,7 @@ cudaError_t cudaMemSetMemPool(struct cudaMemLocation *location, enum cudaMemAllo
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemSetMemPool(location, type, memPool);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2929,6 +3222,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpy
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy(dst, src, count, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2939,6 +3233,7 @@ cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitc
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2949,6 +3244,7 @@ cudaError_t cudaMemcpy2DArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DArrayToArray(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, width, height, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2959,6 +3255,7 @@ cudaError_t cudaMemcpy2DArrayToArray_ptds(cudaArray_t dst, size_t wOffsetDst, si
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DArrayToArray_ptds(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, width, height, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2969,6 +3266,7 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2979,6 +3277,7 @@ cudaError_t cudaMemcpy2DAsync_ptsz(void *dst, size_t dpitch, const void *src, si
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DAsync_ptsz(dst, dpitch, src, spitch, width, height, kind, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2989,6 +3288,7 @@ cudaError_t cudaMemcpy2DFromArray(void *dst, size_t dpitch, cudaArray_const_t sr
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DFromArray(dst, dpitch, src, wOffset, hOffset, width, height, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -2999,6 +3299,7 @@ cudaError_t cudaMemcpy2DFromArrayAsync(void *dst, size_t dpitch, cudaArray_const
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DFromArrayAsync(dst, dpitch, src, wOffset, hOffset, width, height, kind, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3009,6 +3310,7 @@ cudaError_t cudaMemcpy2DFromArrayAsync_ptsz(void *dst, size_t dpitch, cudaArray_
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DFromArrayAsync_ptsz(dst, dpitch, src, wOffset, hOffset, width, height, kind, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3019,6 +3321,7 @@ cudaError_t cudaMemcpy2DFromArray_ptds(void *dst, size_t dpitch, cudaArray_const
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DFromArray_ptds(dst, dpitch, src, wOffset, hOffset, width, height, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3029,6 +3332,7 @@ cudaError_t cudaMemcpy2DToArray(cudaArray_t dst, size_t wOffset, size_t hOffset,
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DToArray(dst, wOffset, hOffset, src, spitch, width, height, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3039,6 +3343,7 @@ cudaError_t cudaMemcpy2DToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOf
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DToArrayAsync(dst, wOffset, hOffset, src, spitch, width, height, kind, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3049,6 +3354,7 @@ cudaError_t cudaMemcpy2DToArrayAsync_ptsz(cudaArray_t dst, size_t wOffset, size_
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DToArrayAsync_ptsz(dst, wOffset, hOffset, src, spitch, width, height, kind, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3059,6 +3365,7 @@ cudaError_t cudaMemcpy2DToArray_ptds(cudaArray_t dst, size_t wOffset, size_t hOf
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DToArray_ptds(dst, wOffset, hOffset, src, spitch, width, height, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3069,6 +3376,7 @@ cudaError_t cudaMemcpy2D_ptds(void *dst, size_t dpitch, const void *src, size_t 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2D_ptds(dst, dpitch, src, spitch, width, height, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3079,6 +3387,7 @@ cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3D(p);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3089,6 +3398,7 @@ cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t st
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DAsync(p, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3099,6 +3409,7 @@ cudaError_t cudaMemcpy3DAsync_ptsz(const struct cudaMemcpy3DParms *p, cudaStream
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DAsync_ptsz(p, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3109,6 +3420,7 @@ cudaError_t cudaMemcpy3DBatchAsync(size_t numOps, struct cudaMemcpy3DBatchOp *op
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DBatchAsync(numOps, opList, flags, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3119,6 +3431,7 @@ cudaError_t cudaMemcpy3DBatchAsync_ptsz(size_t numOps, struct cudaMemcpy3DBatchO
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DBatchAsync_ptsz(numOps, opList, flags, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3129,6 +3442,7 @@ cudaError_t cudaMemcpy3DPeer(const struct cudaMemcpy3DPeerParms *p)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DPeer(p);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3139,6 +3453,7 @@ cudaError_t cudaMemcpy3DPeerAsync(const struct cudaMemcpy3DPeerParms *p, cudaStr
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DPeerAsync(p, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3149,6 +3464,7 @@ cudaError_t cudaMemcpy3DPeerAsync_ptsz(const struct cudaMemcpy3DPeerParms *p, cu
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DPeerAsync_ptsz(p, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3159,6 +3475,7 @@ cudaError_t cudaMemcpy3DPeer_ptds(const struct cudaMemcpy3DPeerParms *p)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DPeer_ptds(p);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3169,6 +3486,7 @@ cudaError_t cudaMemcpy3D_ptds(const struct cudaMemcpy3DParms *p)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3D_ptds(p);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3179,6 +3497,7 @@ cudaError_t cudaMemcpyArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hO
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyArrayToArray(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, count, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3189,6 +3508,7 @@ cudaError_t cudaMemcpyArrayToArray_ptds(cudaArray_t dst, size_t wOffsetDst, size
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyArrayToArray_ptds(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, count, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3199,6 +3519,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyAsync(dst, src, count, kind, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3209,6 +3530,7 @@ cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count, enum 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyAsync_ptsz(dst, src, count, kind, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3219,6 +3541,7 @@ cudaError_t cudaMemcpyBatchAsync(void * const *dsts, const void * const *srcs, c
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3229,6 +3552,7 @@ cudaError_t cudaMemcpyBatchAsync_ptsz(void * const *dsts, const void * const *sr
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyBatchAsync_ptsz(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3239,6 +3563,7 @@ cudaError_t cudaMemcpyFromArray(void *dst, cudaArray_const_t src, size_t wOffset
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromArray(dst, src, wOffset, hOffset, count, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3249,6 +3574,7 @@ cudaError_t cudaMemcpyFromArrayAsync(void *dst, cudaArray_const_t src, size_t wO
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromArrayAsync(dst, src, wOffset, hOffset, count, kind, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3259,6 +3585,7 @@ cudaError_t cudaMemcpyFromArrayAsync_ptsz(void *dst, cudaArray_const_t src, size
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromArrayAsync_ptsz(dst, src, wOffset, hOffset, count, kind, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3269,6 +3596,7 @@ cudaError_t cudaMemcpyFromArray_ptds(void *dst, cudaArray_const_t src, size_t wO
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromArray_ptds(dst, src, wOffset, hOffset, count, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3279,6 +3607,7 @@ cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t count, si
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromSymbol(dst, symbol, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3289,6 +3618,7 @@ cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t coun
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromSymbolAsync(dst, symbol, count, offset, kind, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3299,6 +3629,7 @@ cudaError_t cudaMemcpyFromSymbolAsync_ptsz(void *dst, const void *symbol, size_t
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromSymbolAsync_ptsz(dst, symbol, count, offset, kind, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3309,6 +3640,7 @@ cudaError_t cudaMemcpyFromSymbol_ptds(void *dst, const void *symbol, size_t coun
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromSymbol_ptds(dst, symbol, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3319,6 +3651,7 @@ cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDev
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyPeer(dst, dstDevice, src, srcDevice, count);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3329,6 +3662,7 @@ cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int s
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3339,6 +3673,7 @@ cudaError_t cudaMemcpyToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, c
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToArray(dst, wOffset, hOffset, src, count, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3349,6 +3684,7 @@ cudaError_t cudaMemcpyToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffs
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToArrayAsync(dst, wOffset, hOffset, src, count, kind, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3359,6 +3695,7 @@ cudaError_t cudaMemcpyToArrayAsync_ptsz(cudaArray_t dst, size_t wOffset, size_t 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToArrayAsync_ptsz(dst, wOffset, hOffset, src, count, kind, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3369,6 +3706,7 @@ cudaError_t cudaMemcpyToArray_ptds(cudaArray_t dst, size_t wOffset, size_t hOffs
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToArray_ptds(dst, wOffset, hOffset, src, count, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3379,6 +3717,7 @@ cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToSymbol(symbol, src, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3389,6 +3728,7 @@ cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToSymbolAsync(symbol, src, count, offset, kind, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3399,6 +3739,7 @@ cudaError_t cudaMemcpyToSymbolAsync_ptsz(const void *symbol, const void *src, si
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToSymbolAsync_ptsz(symbol, src, count, offset, kind, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3409,6 +3750,7 @@ cudaError_t cudaMemcpyToSymbol_ptds(const void *symbol, const void *src, size_t 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToSymbol_ptds(symbol, src, count, offset, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3419,6 +3761,7 @@ cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count, enum cudaM
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy_ptds(dst, src, count, kind);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3429,6 +3772,7 @@ cudaError_t cudaMemset(void *devPtr, int value, size_t count)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset(devPtr, value, count);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3439,6 +3783,7 @@ cudaError_t cudaMemset2D(void *devPtr, size_t pitch, int value, size_t width, si
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset2D(devPtr, pitch, value, width, height);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3449,6 +3794,7 @@ cudaError_t cudaMemset2DAsync(void *devPtr, size_t pitch, int value, size_t widt
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset2DAsync(devPtr, pitch, value, width, height, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3459,6 +3805,7 @@ cudaError_t cudaMemset2DAsync_ptsz(void *devPtr, size_t pitch, int value, size_t
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset2DAsync_ptsz(devPtr, pitch, value, width, height, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3469,6 +3816,7 @@ cudaError_t cudaMemset2D_ptds(void *devPtr, size_t pitch, int value, size_t widt
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset2D_ptds(devPtr, pitch, value, width, height);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3479,6 +3827,7 @@ cudaError_t cudaMemset3D(struct cudaPitchedPtr pitchedDevPtr, int value, struct 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset3D(pitchedDevPtr, value, extent);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3489,6 +3838,7 @@ cudaError_t cudaMemset3DAsync(struct cudaPitchedPtr pitchedDevPtr, int value, st
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset3DAsync(pitchedDevPtr, value, extent, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3499,6 +3849,7 @@ cudaError_t cudaMemset3DAsync_ptsz(struct cudaPitchedPtr pitchedDevPtr, int valu
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset3DAsync_ptsz(pitchedDevPtr, value, extent, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3509,6 +3860,7 @@ cudaError_t cudaMemset3D_ptds(struct cudaPitchedPtr pitchedDevPtr, int value, st
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset3D_ptds(pitchedDevPtr, value, extent);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3519,6 +3871,7 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemsetAsync(devPtr, value, count, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3529,6 +3882,7 @@ cudaError_t cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count, cudaStre
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemsetAsync_ptsz(devPtr, value, count, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3539,6 +3893,7 @@ cudaError_t cudaMemset_ptds(void *devPtr, int value, size_t count)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset_ptds(devPtr, value, count);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3549,6 +3904,7 @@ cudaError_t cudaMipmappedArrayGetMemoryRequirements(struct cudaArrayMemoryRequir
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMipmappedArrayGetMemoryRequirements(memoryRequirements, mipmap, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3559,6 +3915,7 @@ cudaError_t cudaMipmappedArrayGetSparseProperties(struct cudaArraySparseProperti
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMipmappedArrayGetSparseProperties(sparseProperties, mipmap);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3569,6 +3926,7 @@ cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, c
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3579,6 +3937,7 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, const 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3589,6 +3948,7 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlock
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3599,6 +3959,7 @@ cudaError_t cudaOccupancyMaxActiveClusters(int *numClusters, const void *func, c
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaOccupancyMaxActiveClusters(numClusters, func, launchConfig);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3609,6 +3970,7 @@ cudaError_t cudaOccupancyMaxPotentialClusterSize(int *clusterSize, const void *f
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaOccupancyMaxPotentialClusterSize(clusterSize, func, launchConfig);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3619,6 +3981,7 @@ cudaError_t cudaPeekAtLastError(void)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaPeekAtLastError();
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3629,6 +3992,7 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, c
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaPointerGetAttributes(attributes, ptr);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3639,6 +4003,7 @@ cudaError_t cudaProfilerStart(void)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaProfilerStart();
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3649,6 +4014,7 @@ cudaError_t cudaProfilerStop(void)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaProfilerStop();
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3659,6 +4025,7 @@ cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaRuntimeGetVersion(runtimeVersion);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3669,6 +4036,7 @@ cudaError_t cudaSetDevice(int device)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaSetDevice(device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3679,6 +4047,7 @@ cudaError_t cudaSetDeviceFlags(unsigned int flags)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaSetDeviceFlags(flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3689,6 +4058,7 @@ cudaError_t cudaSetValidDevices(int *device_arr, int len)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaSetValidDevices(device_arr, len);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3699,6 +4069,7 @@ cudaError_t cudaSignalExternalSemaphoresAsync(const cudaExternalSemaphore_t *ext
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaSignalExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3709,6 +4080,7 @@ cudaError_t cudaSignalExternalSemaphoresAsync_ptsz(const cudaExternalSemaphore_t
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaSignalExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3719,6 +4091,7 @@ cudaError_t cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t call
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamAddCallback(stream, callback, userData, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3729,6 +4102,7 @@ cudaError_t cudaStreamAddCallback_ptsz(cudaStream_t stream, cudaStreamCallback_t
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamAddCallback_ptsz(stream, callback, userData, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3739,6 +4113,7 @@ cudaError_t cudaStreamAttachMemAsync(cudaStream_t stream, void *devPtr, size_t l
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamAttachMemAsync(stream, devPtr, length, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3749,6 +4124,7 @@ cudaError_t cudaStreamAttachMemAsync_ptsz(cudaStream_t stream, void *devPtr, siz
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamAttachMemAsync_ptsz(stream, devPtr, length, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3759,6 +4135,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMo
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamBeginCapture(stream, mode);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3769,6 +4146,7 @@ cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamBeginCaptureToGraph(stream, graph, dependencies, dependencyData, numDependencies, mode);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3779,6 +4157,7 @@ cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t 
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamBeginCaptureToGraph_ptsz(stream, graph, dependencies, dependencyData, numDependencies, mode);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3789,6 +4168,7 @@ cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCapt
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamBeginCapture_ptsz(stream, mode);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3799,6 +4179,7 @@ cudaError_t cudaStreamCopyAttributes(cudaStream_t dst, cudaStream_t src)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamCopyAttributes(dst, src);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3809,6 +4190,7 @@ cudaError_t cudaStreamCopyAttributes_ptsz(cudaStream_t dst, cudaStream_t src)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamCopyAttributes_ptsz(dst, src);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3819,6 +4201,7 @@ cudaError_t cudaStreamCreate(cudaStream_t *pStream)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamCreate(pStream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3829,6 +4212,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamCreateWithFlags(pStream, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3839,6 +4223,7 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int fla
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamCreateWithPriority(pStream, flags, priority);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3849,6 +4234,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamDestroy(stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3859,6 +4245,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamEndCapture(stream, pGraph);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3869,6 +4256,7 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamEndCapture_ptsz(stream, pGraph);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3879,6 +4267,7 @@ cudaError_t cudaStreamGetAttribute(cudaStream_t hStream, cudaLaunchAttributeID a
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetAttribute(hStream, attr, value_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3889,6 +4278,7 @@ cudaError_t cudaStreamGetAttribute_ptsz(cudaStream_t hStream, cudaLaunchAttribut
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetAttribute_ptsz(hStream, attr, value_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3899,6 +4289,7 @@ cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCapture
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetCaptureInfo(stream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3909,6 +4300,7 @@ cudaError_t cudaStreamGetCaptureInfo_ptsz(cudaStream_t stream, enum cudaStreamCa
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetCaptureInfo_ptsz(stream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3919,6 +4311,7 @@ cudaError_t cudaStreamGetDevice(cudaStream_t hStream, int *device)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetDevice(hStream, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3929,6 +4322,7 @@ cudaError_t cudaStreamGetDevice_ptsz(cudaStream_t hStream, int *device)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetDevice_ptsz(hStream, device);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3939,6 +4333,7 @@ cudaError_t cudaStreamGetFlags(cudaStream_t hStream, unsigned int *flags)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetFlags(hStream, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3949,6 +4344,7 @@ cudaError_t cudaStreamGetFlags_ptsz(cudaStream_t hStream, unsigned int *flags)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetFlags_ptsz(hStream, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3959,6 +4355,7 @@ cudaError_t cudaStreamGetId(cudaStream_t hStream, unsigned long long *streamId)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetId(hStream, streamId);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3969,6 +4366,7 @@ cudaError_t cudaStreamGetId_ptsz(cudaStream_t hStream, unsigned long long *strea
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetId_ptsz(hStream, streamId);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3979,6 +4377,7 @@ cudaError_t cudaStreamGetPriority(cudaStream_t hStream, int *priority)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetPriority(hStream, priority);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3989,6 +4388,7 @@ cudaError_t cudaStreamGetPriority_ptsz(cudaStream_t hStream, int *priority)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetPriority_ptsz(hStream, priority);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -3999,6 +4399,7 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureSta
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamIsCapturing(stream, pCaptureStatus);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4009,6 +4410,7 @@ cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream, enum cudaStreamCaptu
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamIsCapturing_ptsz(stream, pCaptureStatus);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4019,6 +4421,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamQuery(stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4029,6 +4432,7 @@ cudaError_t cudaStreamQuery_ptsz(cudaStream_t stream)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamQuery_ptsz(stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4039,6 +4443,7 @@ cudaError_t cudaStreamSetAttribute(cudaStream_t hStream, cudaLaunchAttributeID a
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamSetAttribute(hStream, attr, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4049,6 +4454,7 @@ cudaError_t cudaStreamSetAttribute_ptsz(cudaStream_t hStream, cudaLaunchAttribut
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamSetAttribute_ptsz(hStream, attr, value);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4059,6 +4465,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamSynchronize(stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4069,6 +4476,7 @@ cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamSynchronize_ptsz(stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4079,6 +4487,7 @@ cudaError_t cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNo
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamUpdateCaptureDependencies(stream, dependencies, dependencyData, numDependencies, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4089,6 +4498,7 @@ cudaError_t cudaStreamUpdateCaptureDependencies_ptsz(cudaStream_t stream, cudaGr
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamUpdateCaptureDependencies_ptsz(stream, dependencies, dependencyData, numDependencies, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4099,6 +4509,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamWaitEvent(stream, event, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4109,6 +4520,7 @@ cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, uns
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamWaitEvent_ptsz(stream, event, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4119,6 +4531,7 @@ cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaThreadExchangeStreamCaptureMode(mode);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4129,6 +4542,7 @@ cudaError_t cudaUserObjectCreate(cudaUserObject_t *object_out, void *ptr, cudaHo
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaUserObjectCreate(object_out, ptr, destroy, initialRefcount, flags);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4139,6 +4553,7 @@ cudaError_t cudaUserObjectRelease(cudaUserObject_t object, unsigned int count)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaUserObjectRelease(object, count);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4149,6 +4564,7 @@ cudaError_t cudaUserObjectRetain(cudaUserObject_t object, unsigned int count)
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaUserObjectRetain(object, count);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4159,6 +4575,7 @@ cudaError_t cudaVDPAUGetDevice(int *device, VdpDevice vdpDevice, VdpGetProcAddre
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaVDPAUGetDevice(device, vdpDevice, vdpGetProcAddress);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4169,6 +4586,7 @@ cudaError_t cudaVDPAUSetVDPAUDevice(int device, VdpDevice vdpDevice, VdpGetProcA
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaVDPAUSetVDPAUDevice(device, vdpDevice, vdpGetProcAddress);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4179,6 +4597,7 @@ cudaError_t cudaWaitExternalSemaphoresAsync(const cudaExternalSemaphore_t *extSe
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaWaitExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }
 
@@ -4189,5 +4608,6 @@ cudaError_t cudaWaitExternalSemaphoresAsync_ptsz(const cudaExternalSemaphore_t *
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaWaitExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
     vgpu_restore_exception(vgpu_pending);
+    vgpu_pass_on_interruption();
     return vgpu_result;
 }

@@ -1,7 +1,8 @@
 """Stopping: a session that ends stops its kernel, and a stopping server tells its clients.
 
-The program is an unmodified driver-API C program whose kernel would run for hours
-(programs/long_kernel.c), run under `vgpu run` as a user runs it.
+The programs are unmodified driver-API programs whose kernel would run for hours, in C
+(programs/long_kernel.c) and in Python with cuda-python (programs/long_kernel.py), run under
+`vgpu run` as a user runs them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,47 @@ TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 @pytest.fixture(scope="session")
 def long_kernel(toolkit) -> Path:
     return toolkit.c_program((HERE / "programs" / "long_kernel.c").read_text())
+
+
+LONG_KERNEL_PY = HERE / "programs" / "long_kernel.py"
+
+# Ctrl-C of `vgpu run` while the program waits for its kernel: what the user sees then is
+# what they see without vgpu. A C program dies of SIGINT; a Python program gets a
+# KeyboardInterrupt where it waits (its traceback, exit status 130), or runs its own handler;
+# a Python signal handler that exits (SIGTERM here) runs once and its exit status is the
+# program's. Case: the long kernel's program and arguments, the signal, the exit status,
+# stdout, stderr's last line (None: nothing on stderr).
+INTERRUPT_CASES = {
+    "C program": ([], signal.SIGINT, 128 + signal.SIGINT, "", None),
+    "Python program": ([LONG_KERNEL_PY], signal.SIGINT, 128 + signal.SIGINT, "",
+                       "KeyboardInterrupt"),
+    "its KeyboardInterrupt handler": ([LONG_KERNEL_PY, "--handler"], signal.SIGINT, 3,
+                                      "interrupted\n", None),
+    "waiting in the runtime": ([LONG_KERNEL_PY, "--runtime"], signal.SIGINT,
+                               128 + signal.SIGINT, "", "KeyboardInterrupt"),
+    "its SIGTERM handler's sys.exit": ([LONG_KERNEL_PY, "--exit-on-sigterm"], signal.SIGTERM,
+                                       4, "terminating\n", None),
+}
+
+
+def _interrupt_command(case: str, long_kernel: Path) -> list:
+    """The command line of an INTERRUPT_CASES case."""
+    program = INTERRUPT_CASES[case][0]
+    return [sys.executable, *program] if program else [long_kernel]
+
+
+def _check_interrupted(case: str, proc: subprocess.Popen) -> None:
+    """The program ended as INTERRUPT_CASES says, and vgpu said nothing."""
+    _, _, status, expected_out, last_err_line = INTERRUPT_CASES[case]
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == status, err
+    assert out == expected_out, err
+    if last_err_line is None:
+        assert err == ""
+    else:
+        assert err.startswith("Traceback (most recent call last):"), err
+        assert err.rstrip().splitlines()[-1] == last_err_line, err
+    assert not [line for line in err.splitlines() if line.startswith("vgpu")], err
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -99,6 +141,19 @@ def test_a_dead_client_s_kernel_stops_on_a_named_server(server, long_kernel, how
     assert server.alive()
 
 
+@pytest.mark.parametrize("case", ["Python program", "its KeyboardInterrupt handler"])
+def test_ctrl_c_of_a_python_program_stops_its_kernel_on_a_named_server(server, long_kernel,
+                                                                       case):
+    """The interrupted program ends its session as it exits: the server stops its kernel."""
+    proc = _start(_interrupt_command(case, long_kernel), server.address)
+    _running_session(server.address, LONG_KERNEL_PY)
+    proc.send_signal(signal.SIGINT)
+    _check_interrupted(case, proc)
+    assert _seconds_until_idle(server.proc.pid) < 2.0
+    assert not _session_listed(server.address, LONG_KERNEL_PY)
+    assert server.alive()
+
+
 def test_a_client_that_says_goodbye_mid_kernel_stops_it(server):
     conn = Connection(server.address)
     conn.post("cuDevicePrimaryCtxRetain", CONTEXT, 0)
@@ -117,8 +172,23 @@ def test_a_client_that_says_goodbye_mid_kernel_stops_it(server):
     assert not [s for s in _ps(server.address) if s["pid"] == os.getpid()]
 
 
-def test_ctrl_c_of_vgpu_run_returns_promptly(long_kernel):
-    proc = _start([long_kernel])  # its own private server
+def test_a_python_program_that_goes_on_after_ctrl_c_waits_for_its_kernel(server):
+    """The interrupted wait is abandoned, not the kernel: the program's next wait waits for
+    it, and its connection is as good as before."""
+    command = [sys.executable, LONG_KERNEL_PY, "--handler", "--wait-again",
+               "--iterations", "200000"]  # seconds on the emulator, not hours
+    proc = _start(command, server.address)
+    _running_session(server.address, LONG_KERNEL_PY)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (0, "")
+    assert out == "interrupted\ncuCtxSynchronize returned 0 (CUDA_SUCCESS)\n"
+
+
+@pytest.mark.parametrize("case", INTERRUPT_CASES)
+def test_ctrl_c_of_vgpu_run_returns_promptly(long_kernel, case):
+    """Ctrl-C (or SIGTERM) of vgpu run while the program waits for its kernel."""
+    proc = _start(_interrupt_command(case, long_kernel))  # its own private server
     with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
         children = [int(pid) for pid in f.read().split()]
     server_pid = next(pid for pid in children
@@ -128,11 +198,10 @@ def test_ctrl_c_of_vgpu_run_returns_promptly(long_kernel):
         assert time.monotonic() < deadline, "the private server never ran the kernel"
         time.sleep(0.1)
     start = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=30) == 128 + signal.SIGINT
+    proc.send_signal(INTERRUPT_CASES[case][1])
+    proc.wait(timeout=30)
     assert time.monotonic() - start < 2.0
-    _, err = proc.communicate()
-    assert "Traceback" not in err
+    _check_interrupted(case, proc)
     assert not Path(f"/proc/{server_pid}").exists()  # the private server is gone with it
 
 

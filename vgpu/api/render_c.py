@@ -135,8 +135,9 @@ def _stubs(headers: ApiHeaders, shim: ShimSpec, banner: str) -> str:
     for proto in _stubbed(headers, shim):
         call = f"{CALLBACK_PREFIX}{proto.name}({', '.join(p.name for p in proto.params)})"
         # A Python exception the caller has pending is set aside for the call (the runtime's
-        # start included) and put back after it: Python must not see it, nor clear it
-        # (embedded_python.h).
+        # start included) and put back after it: Python must not see it, nor clear it. What a
+        # signal handler of the program raised in the callback (KeyboardInterrupt) is passed
+        # on to the program once the callback has returned (embedded_python.h).
         if proto.restype == "void":
             head, run, tail = [], f"        {call};", []
         else:
@@ -146,7 +147,8 @@ def _stubs(headers: ApiHeaders, shim: ShimSpec, banner: str) -> str:
         body = [*head,
                 "    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();",
                 f"    if ({shim.ready}())", run,
-                "    vgpu_restore_exception(vgpu_pending);", *tail]
+                "    vgpu_restore_exception(vgpu_pending);",
+                "    vgpu_pass_on_interruption();", *tail]
         out += [proto.declaration.removesuffix(";"), "{", *body, "}", ""]
     return "\n".join(out)
 
