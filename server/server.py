@@ -40,7 +40,7 @@ from vgpu.protocol import (
 from .arena import VaArena
 from .backends import open_backend
 from .session import Session
-from .worker import LONG_CALLS, Outcome, SessionWorker, run_batch
+from .worker import INLINE_CALLS, LONG_CALLS, Outcome, SessionWorker, run_batch
 
 __all__ = ["ProxyServer", "ARENA_BASE", "ARENA_SPAN"]
 
@@ -292,7 +292,7 @@ class ProxyServer:
                         "the session queued more work than the server holds")
             self._close_session(identity, "it queued more work than the server holds")
             return
-        if worker.pending or any(_is_long_call(c) for c in body):
+        if worker.pending or len(body) > INLINE_CALLS or any(_is_long_call(c) for c in body):
             worker.submit(identity, seq, body, payloads)
         else:
             self._send_outcome(identity, seq, run_batch(session, seq, body, payloads))

@@ -26,7 +26,7 @@ from vgpu.protocol import MEMCHECK_MODES, STICKY_ERRORS
 
 from .arena import VaArena
 from .backends import Backend, LoadedModule
-from .backends.base import KernelFault
+from .backends.base import Cancelled, KernelFault
 from .handles import HandleTable
 from .peer_memory import PeerMemoryError, read_peer, write_peer
 from .shared_allocations import SHARED_BYTES, SharedAllocations
@@ -111,6 +111,7 @@ class Session:
         self.device = backend.describe()
         self.started_at = time.time()
         self.calls_served = 0
+        self.cancelled = False  # the session ended: its batch stops before its next call
         self.deferred_error = CUDA_SUCCESS
         self.deferred_message = ""
         self.sticky_error = CUDA_SUCCESS
@@ -172,6 +173,8 @@ class Session:
         last = len(calls) - 1
         with self.backend.running():
             for i, call in enumerate(calls):
+                if self.cancelled:
+                    raise Cancelled
                 code, result = self._run_one(call)
                 if code and i != last:
                     self.defer(code, self.last_error_message)
@@ -206,6 +209,13 @@ class Session:
             if isinstance(exc, MemoryError):
                 return CUDA_ERROR_OUT_OF_MEMORY, None
             return CUDA_ERROR_UNKNOWN, None
+
+    def cancel(self) -> None:
+        """The session ended (from another thread than the one running its calls): stop
+        its running kernel, and the batch being run before its next call (Cancelled), however
+        many calls a client packed into it."""
+        self.cancelled = True
+        self.backend.cancel()
 
     def defer(self, code: int, message: str = "") -> None:
         """Keep a failure of queued work, and what it said, for the next reply (the first

@@ -5,14 +5,16 @@ stall every other client (and `vgpu ps`) until they finish. Each session therefo
 worker thread. A batch with a long call goes to the worker, and so does every later batch of
 that session until the worker has caught up, so a session's calls still run in order. Short
 batches of an idle session run on the I/O thread directly: handing them over would add two
-thread wake-ups to every round trip.
+thread wake-ups to every round trip. A batch of more calls than vgpu's client sends at once
+(INLINE_CALLS) is long whatever its calls: only a worker can be cancelled between them.
 
 The worker hands finished batches back through a deque and wakes the I/O thread with an
 empty message on an inproc socket; only the I/O thread touches the client-facing socket.
 
 A session that ends (its client said goodbye, died or was cut off, or the server is
-stopping) is cancelled: the running kernel stops at its next step, the batches not yet run
-are dropped (nobody is left to answer), and the worker releases the session and exits.
+stopping) is cancelled: the running kernel stops at its next step and the running batch
+before its next call, the batches not yet run are dropped (nobody is left to answer), and
+the worker releases the session and exits.
 """
 
 from __future__ import annotations
@@ -28,12 +30,16 @@ import zmq
 from .backends.base import Cancelled
 from .session import Session
 
-__all__ = ["SessionWorker", "Outcome", "run_batch", "LONG_CALLS"]
+__all__ = ["SessionWorker", "Outcome", "run_batch", "LONG_CALLS", "INLINE_CALLS"]
 
 log = logging.getLogger("vgpu.server")
 
 # Calls that may run long enough to hold up other clients.
 LONG_CALLS = frozenset({"cuLaunchKernel", "cuModuleLoadData"})
+# The most calls a batch the I/O thread runs itself may hold: what vgpu's client sends in one
+# batch (vgpu.client.MAX_QUEUED_CALLS). A raw client may pack hundreds of thousands of calls
+# into one message; run inline, they would hold up every client, and stopping, for minutes.
+INLINE_CALLS = 512
 
 # What a batch produced: (reply code, result, reply payload frames, deferred error,
 # device output for stdout, diagnostics for stderr); see vgpu.protocol.
@@ -78,7 +84,7 @@ class SessionWorker:
     def cancel(self) -> None:
         """The session ended: stop its kernel, drop its queued batches, release it."""
         self._cancelled = True
-        self.session.backend.cancel()
+        self.session.cancel()
         self._jobs.put(None)
 
     def join(self, timeout: float) -> bool:

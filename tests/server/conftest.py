@@ -24,9 +24,16 @@ class ServerProcess:
         return self.proc.poll() is None
 
     def stop(self) -> str:
+        """Stop it as a user does (SIGTERM). One that does not exit within 10 s is a failure,
+        and is killed: left running, it would take CPU and sockets from the tests after it."""
         if self.alive():
             self.proc.terminate()
-        _, err = self.proc.communicate(timeout=10)
+        try:
+            _, err = self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            raise
         return err
 
 

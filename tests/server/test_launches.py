@@ -4,6 +4,9 @@ reused. What a user sees must not depend on what was reused."""
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -124,15 +127,30 @@ HELLO_PTX = b"""
 """
 
 
-def test_device_printf_of_every_launch_shows_at_the_next_sync(server, capfd):
-    """Launches fill many batches that nobody waits for; all their output still comes."""
-    conn = Connection(server.address)
-    conn.post("cuDevicePrimaryCtxRetain", CONTEXT, 0)
-    conn.call("cuModuleLoadData", MODULE, CONTEXT, ["inline", HELLO_PTX], len(HELLO_PTX))
-    conn.post("cuModuleGetFunction", FUNCTION, MODULE, "hello")
+# A program that launches HELLO_PTX's kernel `launches` times without waiting, synchronizes
+# once and exits: argv is the server's address, the PTX and the number of launches.
+PRINTING_PROGRAM = f"""
+import sys
+from vgpu.client import Connection
+address, ptx, launches = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
+conn = Connection(address)
+conn.post("cuDevicePrimaryCtxRetain", {CONTEXT}, 0)
+conn.call("cuModuleLoadData", {MODULE}, {CONTEXT}, ["inline", ptx], len(ptx))
+conn.post("cuModuleGetFunction", {FUNCTION}, {MODULE}, "hello")
+for _ in range(launches):
+    conn.post("cuLaunchKernel", {FUNCTION}, 1, 1, 1, 1, 1, 1, 0, 0, b"")
+conn.synchronize()
+"""
+
+
+def test_device_printf_of_every_launch_shows_at_the_next_sync(server):
+    """Launches fill many batches that nobody waits for; all their output still comes, on
+    the program's stdout as the program leaves it: a pipe, which C's stdio buffers (no
+    PYTHONUNBUFFERED to make it write at once), flushed when the program exits."""
     launches = 10 * MAX_QUEUED_CALLS + 7
-    for _ in range(launches):
-        conn.post("cuLaunchKernel", FUNCTION, 1, 1, 1, 1, 1, 1, 0, 0, b"")
-    conn.synchronize()
-    assert capfd.readouterr().out == "hi\n" * launches
-    conn.close()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    done = subprocess.run([sys.executable, "-c", PRINTING_PROGRAM, server.address,
+                           HELLO_PTX.decode(), str(launches)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "hi\n" * launches

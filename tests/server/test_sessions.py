@@ -354,11 +354,13 @@ def test_a_client_that_floods_the_queue_without_waiting_is_cut_off(server):
     flood.send(pack([HELLO, 1, hello]))
     assert flood.poll(5000) and unpack(flood.recv())[1] == 0
     module, function = 0x7667_0200_0000_0004, 0x7667_0300_0000_0004
+    # A kernel that would run for hours keeps the queue from draining however slowly the
+    # flood arrives; cutting the client off stops it (else the server's teardown fails).
     setup = [["cuDevicePrimaryCtxRetain", [CONTEXT, 0]],
              ["cuModuleLoadData", [module, CONTEXT, ["inline", SPIN_PTX], len(SPIN_PTX)]],
              ["cuModuleGetFunction", [function, module, "spin"]],
              ["cuLaunchKernel", [function, 1, 1, 1, 256, 1, 1, 0, 0,
-                                 (500_000).to_bytes(4, "little")]]]
+                                 (2_000_000_000).to_bytes(4, "little")]]]
     flood.send(pack([CALLS, 0, setup]))
     batch = pack([CALLS, 0, [["vgpuSynchronize", []]] * MAX_QUEUED_CALLS])
     for _ in range(SESSION_QUEUE_LIMIT // MAX_QUEUED_CALLS + 8):

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import zmq
 from test_sessions import CONTEXT, SPIN_PTX, _ps
 
 from vgpu.client import Connection
 from vgpu.errors import DeviceUnavailable
+from vgpu.protocol import BYE, CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
+from vgpu.server.server import SESSION_QUEUE_LIMIT
 
 HERE = Path(__file__).resolve().parent
 VGPU = [sys.executable, "-m", "vgpu.cli"]
@@ -229,3 +233,53 @@ def test_a_stopping_server_tells_its_clients_and_exits_cleanly(server, long_kern
     with pytest.raises(DeviceUnavailable, match="the server is shutting down"):
         idle.call("cuMemGetInfo")
     assert time.monotonic() - start < 1.0
+
+
+MEMSET_BYTES = 16 << 20
+
+
+@pytest.fixture
+def huge_batch(server):
+    """A raw client (not vgpu's, which sends at most a few hundred calls at once) whose one
+    message holds as many 16 MiB memsets as the server queues for a session: many minutes of
+    work. Yields its socket once the server holds that work."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(server.address)
+    try:
+        hello = {"version": PROTOCOL_VERSION, "pid": os.getpid(),
+                 "host": socket.gethostname(), "argv": ["huge batch"]}
+        sock.send(pack([HELLO, 1, hello]))
+        assert sock.poll(5000) and unpack(sock.recv())[1] == 0
+        sock.send(pack([CALLS, 2, [["cuDevicePrimaryCtxRetain", [CONTEXT, 0]],
+                                   ["cuMemAlloc", [CONTEXT, MEMSET_BYTES]]]]))
+        assert sock.poll(5000)
+        _, code, address, *_ = unpack(sock.recv())
+        assert code == 0
+        memset = ["vgpuMemset", [address, b"\x01", MEMSET_BYTES]]
+        sock.send(pack([CALLS, 0, [memset] * (SESSION_QUEUE_LIMIT - 1)]))
+        # The server keeps answering others meanwhile (`vgpu ps` among them), and lists it.
+        deadline = time.monotonic() + 30
+        while not [s for s in _ps(server.address)
+                   if s["command"] == "huge batch" and s["queued"] == SESSION_QUEUE_LIMIT - 1]:
+            assert time.monotonic() < deadline, "the server never queued the batch"
+            time.sleep(0.05)
+        yield sock
+    finally:
+        sock.close()
+
+
+def test_a_stopping_server_exits_promptly_in_the_middle_of_a_huge_batch(server, huge_batch):
+    start = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=30) == 0
+    assert time.monotonic() - start < 2.0
+    server_err = server.proc.stderr.read()
+    assert "did not stop" not in server_err and "Traceback" not in server_err, server_err
+
+
+def test_a_client_that_says_goodbye_in_the_middle_of_a_huge_batch_stops_it(server, huge_batch):
+    huge_batch.send(pack([BYE, 0, None]))
+    assert _seconds_until_idle(server.proc.pid) < 1.5
+    assert not [s for s in _ps(server.address) if s["command"] == "huge batch"]
+    assert server.alive()
