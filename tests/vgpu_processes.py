@@ -41,4 +41,9 @@ def emu_server(folder: Path, *options: str, stderr=None):
         yield address
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # never leave a hung server to later tests
+            proc.kill()
+            proc.wait()
+            raise
