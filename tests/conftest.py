@@ -11,15 +11,20 @@ from toolkit import Toolkit, find_toolkit
 
 TESTS = Path(__file__).resolve().parent
 # What takes minutes on two cores: the property tests of the emulator's instructions (many
-# generated inputs each), every runtime program built twice and run under `vgpu run`, CUDA
-# programs that take long to compile (thrust, cooperative groups), and server tests that
-# wait out timeouts or fill queues on purpose. Whole modules, or single tests.
+# generated inputs each), every runtime program built twice and run under `vgpu run`, the
+# CUDA programs modelled on real code (thrust, cooperative groups and half precision take
+# long to compile), NVRTC, the check of the committed error texts against NVIDIA's, and
+# tests that wait out timeouts or fill queues on purpose. Whole modules, or single tests.
 SLOW = {
     "emu/test_properties.py",
+    "emu/test_cuda_programs.py",
     "runtime/test_runtime_programs.py",
-    "emu/test_cuda_programs.py::test_thrust_and_cub_algorithms",
     "emu/test_conformance.py::test_cub_block_primitives",
-    "emu/test_cuda_programs.py::test_cooperative_groups_tiles_and_cta_barriers",
+    "emu/test_nvrtc.py::test_nvrtc_ptx_runs",
+    "runtime/test_error_table.py::test_committed_texts_are_nvidias",
+    "e2e/test_cli.py::test_unreachable_server_is_device_unavailable_not_a_hang",
+    "e2e/test_cli.py::test_ps_fails_when_a_named_server_does_not_answer",
+    "server/test_sessions.py::test_no_server_gives_device_unavailable_quickly",
     "server/test_sessions.py::test_a_kernel_longer_than_the_client_timeout_is_waited_for",
     "server/test_sessions.py::test_a_program_that_queues_faster_than_the_device_runs_waits_for_it",
     "server/test_sessions.py::test_a_client_that_floods_the_queue_without_waiting_is_cut_off",
