@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import zmq
@@ -256,23 +257,8 @@ def test_server_death_mid_session_is_device_unavailable(server):
         conn.call("vgpuSynchronize")
 
 
-SPIN_PTX = b"""
-.version 9.0
-.target sm_75
-.address_size 64
-.visible .entry spin(.param .u32 spin_param_0)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<4>;
-    ld.param.u32 %r1, [spin_param_0];
-    mov.u32 %r2, 0;
-$L_loop:
-    add.s32 %r2, %r2, 1;
-    setp.lt.s32 %p1, %r2, %r1;
-    @%p1 bra $L_loop;
-    ret;
-}
-"""
+# A kernel whose threads count to the number they are given.
+SPIN_PTX = (Path(__file__).parent / "programs" / "spin.ptx").read_bytes()
 
 
 def test_a_long_kernel_does_not_hold_up_other_clients(server):

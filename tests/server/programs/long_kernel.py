@@ -12,26 +12,12 @@ Usage: long_kernel.py [--runtime] [--handler [--wait-again]] [--exit-on-sigterm]
 import ctypes
 import signal
 import sys
+from pathlib import Path
 
 from cuda.bindings import driver as cu
 
-PTX = b"""
-.version 9.0
-.target sm_75
-.address_size 64
-.visible .entry spin(.param .u32 spin_param_0)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<4>;
-    ld.param.u32 %r1, [spin_param_0];
-    mov.u32 %r2, 0;
-$L_loop:
-    add.s32 %r2, %r2, 1;
-    setp.lt.u32 %p1, %r2, %r1;
-    @%p1 bra $L_loop;
-    ret;
-}
-"""
+# The kernel: each of its threads counts to the number it is given.
+PTX = (Path(__file__).parent / "spin.ptx").read_bytes()
 
 
 def check(result):
