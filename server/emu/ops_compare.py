@@ -70,10 +70,17 @@ def _operand_decoder(ptype: PtxType):
 _PACKED = {"f16x2": "f16", "bf16x2": "bf16"}
 
 
-def _packed_comparison(ptype: PtxType, op: str, ftz: bool, ctx: CompileContext):
-    """For f16x2/bf16x2 operands: cmp(a, b) -> (low halves' results, high halves')."""
+def _packed_comparison(instr, ctx: CompileContext, ptype: PtxType, op: str, ftz: bool,
+                       combine):
+    """For setp/set on f16x2/bf16x2 operands a, b (and predicate c with .and/.or/.xor):
+    run(state, lanes) -> (low halves' results, high halves'), each combined with c."""
     _, decode = _operand_decoder(TYPES[_PACKED[ptype.name]])
     compare = comparison(op, TYPES["f32"], ctx)
+    ctx.operand_count(4 if combine else 3)
+    ra = reader(instr.operands[1], ptype, ctx)
+    rb = reader(instr.operands[2], ptype, ctx)
+    rc = reader(instr.operands[3], _PRED, ctx) if combine else None
+    join = _COMBINE[combine] if combine else None
 
     def halves(v):
         v = np.asarray(v, np.uint32)
@@ -81,10 +88,14 @@ def _packed_comparison(ptype: PtxType, op: str, ftz: bool, ctx: CompileContext):
         high = decode((v >> np.uint32(16)).astype(np.uint16))
         return (flush(low), flush(high)) if ftz else (low, high)
 
-    def cmp(a, b):
-        (a_low, a_high), (b_low, b_high) = halves(a), halves(b)
-        return compare(a_low, b_low), compare(a_high, b_high)
-    return cmp
+    def run(state, lanes):
+        (a_low, a_high), (b_low, b_high) = halves(ra(state, lanes)), halves(rb(state, lanes))
+        low, high = compare(a_low, b_low), compare(a_high, b_high)
+        if join is not None:
+            c = rc(state, lanes)
+            low, high = join(low, c), join(high, c)
+        return low, high
+    return run
 
 
 def _compiled_comparison(ctx, mods):
@@ -138,20 +149,12 @@ def _setp_packed(instr, ctx, ptype, op, ftz, combine):
     combined with c by .and/.or/.xor)."""
     if instr.pair is None:
         raise ctx.error(f"setp.{ptype.name} needs two destinations p|q")
-    compare = _packed_comparison(ptype, op, ftz, ctx)
-    ctx.operand_count(4 if combine else 3)
+    compare = _packed_comparison(instr, ctx, ptype, op, ftz, combine)
     write_p = writer(instr.operands[0], _PRED, ctx)
     write_q = writer(instr.pair, _PRED, ctx)
-    ra = reader(instr.operands[1], ptype, ctx)
-    rb = reader(instr.operands[2], ptype, ctx)
-    rc = reader(instr.operands[3], _PRED, ctx) if combine else None
-    join = _COMBINE[combine] if combine else None
 
     def run(state, lanes):
-        low, high = compare(ra(state, lanes), rb(state, lanes))
-        if join is not None:
-            c = rc(state, lanes)
-            low, high = join(low, c), join(high, c)
+        low, high = compare(state, lanes)
         write_p(state, lanes, low)
         write_q(state, lanes, high)
     return ctx.op(run)
@@ -210,20 +213,12 @@ def _set_packed(instr, ctx, dtype, stype, op, ftz, combine):
     else:
         raise ctx.error(f"set.{dtype.name}.{stype.name}: the destination must be "
                         f".{stype.name}, .u32 or .s32")
-    compare = _packed_comparison(stype, op, ftz, ctx)
-    ctx.operand_count(4 if combine else 3)
+    compare = _packed_comparison(instr, ctx, stype, op, ftz, combine)
     write = writer(instr.operands[0], dtype, ctx)
-    ra = reader(instr.operands[1], stype, ctx)
-    rb = reader(instr.operands[2], stype, ctx)
-    rc = reader(instr.operands[3], _PRED, ctx) if combine else None
-    join = _COMBINE[combine] if combine else None
     zero = np.uint32(0)
 
     def run(state, lanes):
-        low, high = compare(ra(state, lanes), rb(state, lanes))
-        if join is not None:
-            c = rc(state, lanes)
-            low, high = join(low, c), join(high, c)
+        low, high = compare(state, lanes)
         bits = np.where(low, true_half, zero) | (np.where(high, true_half, zero)
                                                   << np.uint32(16))
         write(state, lanes, np.asarray(bits, np.uint32).view(dtype.dtype))

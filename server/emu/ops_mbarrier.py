@@ -23,6 +23,7 @@ from .operands import reader, writer
 from .ops_memory import address_reader, memory_modifiers
 from .ptx_types import TYPES
 from .spaces import locate
+from .state import lane_count
 
 __all__: list[str] = []
 
@@ -52,7 +53,7 @@ def _barrier_access(instr, ctx: CompileContext, address_operand):
 def _in_lane_order(state, lanes, words, each):
     """Call `each(old_state, k) -> new_state` for every lane k (in lane order) on its
     barrier word; returns the old states, one per lane."""
-    count = state.n if lanes is None else len(lanes)
+    count = lane_count(state, lanes)
     olds = np.zeros(count, np.uint64)
     for typed, index, positions in words(state, lanes):
         ks = np.arange(count) if positions is None else np.asarray(positions)
@@ -93,7 +94,7 @@ def _mbarrier(instr, ctx: CompileContext):
         def init(state, lanes):
             counts = None if read_count is None else np.broadcast_to(
                 np.asarray(read_count(state, lanes), np.uint64) & np.uint64(_COUNT_MASK),
-                (state.n if lanes is None else len(lanes),))
+                (lane_count(state, lanes),))
             _in_lane_order(state, lanes, words, lambda old, k: 0 if counts is None else
                            (int(counts[k]) << _EXPECTED_SHIFT) | int(counts[k]))
         return ctx.op(init)
@@ -111,7 +112,7 @@ def _mbarrier(instr, ctx: CompileContext):
         drop = kind == "arrive_drop"
 
         def arrive(state, lanes):
-            n = state.n if lanes is None else len(lanes)
+            n = lane_count(state, lanes)
             counts = np.broadcast_to(np.asarray(
                 1 if read_count is None else read_count(state, lanes), np.int64), (n,))
             olds = _in_lane_order(state, lanes, words,
@@ -132,7 +133,7 @@ def _wait(instr, ctx: CompileContext, kind: str):
     read_token = reader(instr.operands[2], TYPES["u32"] if parity else _U64, ctx)
 
     def wait(state, lanes):
-        n = state.n if lanes is None else len(lanes)
+        n = lane_count(state, lanes)
         token = np.broadcast_to(np.asarray(read_token(state, lanes), np.uint64), (n,))
         current = _in_lane_order(state, lanes, words, lambda old, k: old)
         current_parity = current >> np.uint64(63)
