@@ -120,9 +120,8 @@ def is_mapped(address: int, size: int) -> bool:
     """Whether [address, address + size) is mapped in this process. A host copy touches host
     memory itself: a stale device pointer or a stray address there would crash the program
     rather than fail the call. mincore(2) fails with ENOMEM on any unmapped page."""
-    start = address & ~(PAGE_SIZE - 1)
-    length = address + size - start
-    count = (length + PAGE_SIZE - 1) // PAGE_SIZE
+    start, length = page_range(address, size)
+    count = length // PAGE_SIZE
     # What mincore writes (which pages are resident) is not read: threads may share a buffer.
     pages = _RESIDENCY if count <= len(_RESIDENCY) else (ctypes.c_ubyte * count)()
     return _mincore(start, length, pages) == 0

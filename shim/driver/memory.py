@@ -204,14 +204,14 @@ def _share_registered(address: int, alloc: HostAllocation) -> bool:
     this host in place (hostmem.share_in_place); a page backs one segment, so memory sharing
     a page with another mapped registration stays host-only, as it does for a remote server."""
     conn = state.conn()
+    if conn.ring is None:
+        return False
     start, length = page_range(address, alloc.size)
     for other_start, other in state.host_allocations.items():
         if other.flags & _REGISTERED and other.segment is not None:
             low, other_length = page_range(other_start, other.size)
             if low < start + length and start < low + other_length:
                 return False
-    if conn.ring is None:
-        return False
     try:
         path = share_in_place(address, alloc.size)
     except OSError:
@@ -567,8 +567,9 @@ def _pointer_attribute_type(attribute: int) -> str:
     return ctype
 
 
-def _pointer_attribute(attribute: int, address: int):
-    """The value of one CUpointer_attribute; CudaError for an unknown pointer."""
+def _pointer_attributes(address: int) -> dict[int, int]:
+    """The value of every CUpointer_attribute (by number) of `address`; CudaError for an
+    unknown pointer."""
     device = state.find_allocation(address)
     host = state.find_host(address)
     if device is None and host is None:
@@ -578,7 +579,7 @@ def _pointer_attribute(attribute: int, address: int):
     mapped_device = device is not None or host[1].device_pointer is not None
     pool = state.pool
     from_pool = device is not None and pool is not None and start in pool.allocations
-    values = {
+    return {
         1: context,
         2: CU_MEMORYTYPE_DEVICE if device else CU_MEMORYTYPE_HOST,
         3: address if mapped_device else 0,
@@ -600,7 +601,6 @@ def _pointer_attribute(attribute: int, address: int):
         20: start,
         21: 0,
     }
-    return values[attribute]
 
 
 def _write(data, ctype: str, value) -> None:
@@ -615,7 +615,7 @@ def cuPointerGetAttribute(data, attribute, dptr):
     check_out(data)
     state.require_init()
     ctype = _pointer_attribute_type(attribute)
-    _write(data, ctype, _pointer_attribute(attribute, dptr))
+    _write(data, ctype, _pointer_attributes(dptr)[attribute])
 
 
 @api
@@ -624,15 +624,15 @@ def cuPointerGetAttributes(num_attributes, attributes, data, dptr):
     if num_attributes and (attributes == ffi.NULL or data == ffi.NULL):
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "attributes or data is NULL")
     types = [_pointer_attribute_type(attributes[i]) for i in range(num_attributes)]
+    try:
+        values = _pointer_attributes(dptr)
+    except CudaError:
+        # For unknown pointers this call reports "not CUDA memory" instead of failing:
+        # every output gets its type's zero, all of it.
+        values = None
     for i, ctype in enumerate(types):
-        try:
-            value = _pointer_attribute(attributes[i], dptr)
-        except CudaError:
-            # For unknown pointers this call reports "not CUDA memory" instead of failing:
-            # every output gets its type's zero, all of it.
-            value = 0
         if data[i] != ffi.NULL:
-            _write(data[i], ctype, value)
+            _write(data[i], ctype, values[attributes[i]] if values is not None else 0)
 
 
 # ----------------------------------------------------------------- stream-ordered allocation
