@@ -152,8 +152,7 @@ class ProxyServer:
         workers = list(self.workers.values())
         for identity in list(self.sessions):
             self._close_session(identity, SHUTTING_DOWN)
-            self._send_reply(identity, [KEEPALIVE_SEQ, CUDA_ERROR_DEVICE_UNAVAILABLE,
-                                        SHUTTING_DOWN, 0, ""])
+            self._notice(identity, CUDA_ERROR_DEVICE_UNAVAILABLE, SHUTTING_DOWN)
         deadline = time.monotonic() + WORKER_EXIT_S
         stopped = all([w.join(max(0.0, deadline - time.monotonic())) for w in workers])
         self.socket.close(linger=NOTICE_LINGER_MS)
@@ -206,6 +205,11 @@ class ProxyServer:
             self._send_reply(identity, [seq, code, result, deferred, output, diagnostics],
                              payloads)
 
+    def _notice(self, identity: bytes, code: int = 0, why=None) -> None:
+        """A reply to no request (seq 0): with code 0, the server is alive and still running
+        the client's calls; otherwise it is going away, and `why` says why."""
+        self._send_reply(identity, [KEEPALIVE_SEQ, code, why, 0, "", ""])
+
     def _send_reply(self, identity: bytes, header: list, payloads=()) -> None:
         if payloads:  # bulk payloads go zero-copy; small frames are cheaper copied
             self.socket.send_multipart([identity, pack(header), *payloads], copy=False)
@@ -251,6 +255,7 @@ class ProxyServer:
             "backend": session.backend.name,
             "shm": session.staging is not None,
             "peer_memory": session.peer_memory,
+            "device_windows": session.shared is not None,
             "device": {
                 "name": device.name,
                 "uuid": device.uuid,
@@ -342,7 +347,7 @@ class ProxyServer:
         waiting for a kernel longer than its VGPU_TIMEOUT would otherwise give up on us)."""
         for identity, worker in self.workers.items():
             if worker.pending:
-                self._send_reply(identity, [KEEPALIVE_SEQ, 0, None, 0, "", ""])
+                self._notice(identity)
 
     def _reap_dead_clients(self) -> None:
         for identity, session in list(self.sessions.items()):

@@ -234,14 +234,10 @@ class Session:
         return [code, message] if code else 0
 
     def take_output(self) -> str:
-        text = "".join(self.output)
-        self.output.clear()
-        return text
+        return _take_text(self.output)
 
     def take_diagnostics(self) -> str:
-        text = "".join(self.diagnostics)
-        self.diagnostics.clear()
-        return text
+        return _take_text(self.diagnostics)
 
     def memory_in_use(self) -> int:
         return self.arena.bytes_in_use
@@ -663,6 +659,13 @@ class Session:
 STICKY_EXEMPT = frozenset({"cuCtxDestroy", "cuDevicePrimaryCtxReset", "cuMemFree",
                            "cuModuleUnload", "cuStreamDestroy", "cuEventDestroy",
                            "vgpuUnmapHostSegment"})
+
+
+def _take_text(pieces: list[str]) -> str:
+    """What `pieces` holds, as one text; it is emptied."""
+    text = "".join(pieces)
+    pieces.clear()
+    return text
 
 
 def _check_launch_config(kernel_attrs: dict, grid, block, shared_bytes: int) -> None:

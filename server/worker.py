@@ -67,7 +67,6 @@ class SessionWorker:
         self.queued_calls = 0  # the calls in them (I/O thread only)
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._finished = finished
-        self._cancelled = False
         self._thread = threading.Thread(target=self._run, args=(context, wake_address),
                                         name=f"vgpu-session-{session.id}", daemon=True)
         self._thread.start()
@@ -83,7 +82,6 @@ class SessionWorker:
 
     def cancel(self) -> None:
         """The session ended: stop its kernel, drop its queued batches, release it."""
-        self._cancelled = True
         self.session.cancel()
         self._jobs.put(None)
 
@@ -97,7 +95,7 @@ class SessionWorker:
         wake.connect(wake_address)
         try:
             while (job := self._jobs.get()) is not None:
-                if self._cancelled:
+                if self.session.cancelled:
                     continue  # up to the end marker: nobody waits for these batches
                 identity, seq, body, payloads = job
                 try:

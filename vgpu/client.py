@@ -129,7 +129,9 @@ class Connection:
         self.peer_memory = False
         # Device allocations mapped into this process: base -> (serial, map, address).
         self._windows: dict[int, tuple[int, mmap.mmap, int]] = {}
-        self._windows_work = True  # until the kernel refuses us the server's files
+        # Whether the server shares large allocations' files (it says at hello), until the
+        # kernel refuses us one: else a large copy asks for no window and costs one round trip.
+        self._windows_work = False
         self.server_pid: int | None = None
         try:
             self.info = self._hello()
@@ -168,6 +170,7 @@ class Connection:
         if not info["shm"]:
             self.ring = None
         self.peer_memory = bool(info.get("peer_memory"))
+        self._windows_work = bool(info.get("device_windows"))
         return info
 
     def __del__(self) -> None:
