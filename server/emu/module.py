@@ -43,14 +43,10 @@ class ModuleVariable:
     relocations: list[tuple[int, str, int]] = field(default_factory=list)
 
     def initial_bytes(self, symbols: dict[str, int]) -> bytes:
-        data = bytearray(self.init.ljust(self.size, b"\0"))
-        for offset, name, addend in self.relocations:
+        for _, name, _ in self.relocations:
             if name not in symbols:
                 raise KeyError(f"{self.name} refers to {name!r}, which has no address")
-            width = min(8, self.size - offset)
-            value = (symbols[name] + addend) & ((1 << (8 * width)) - 1)
-            data[offset:offset + width] = value.to_bytes(width, "little")
-        return bytes(data)
+        return _relocated(self.init, self.size, self.relocations, symbols)
 
 
 class PtxModule:
@@ -130,12 +126,20 @@ _MAX_REGISTERS_PER_THREAD = 255
 
 
 def _with_function_addresses(var, functions: dict[str, int]) -> bytes:
-    """`var`'s initializer with the functions its relocations name filled in."""
-    data = bytearray(var.init.ljust(var.size, b"\0"))
-    for offset, name, addend, _ in var.relocations:
-        if name in functions:
-            width = min(8, var.size - offset)
-            value = (functions[name] + addend) & ((1 << (8 * width)) - 1)
+    """`var`'s initializer with the functions its relocations name filled in (as it is, not
+    padded to the variable's size, when it names none)."""
+    relocations = [(o, n, a) for o, n, a, _ in var.relocations if n in functions]
+    return _relocated(var.init, var.size, relocations, functions) if relocations else var.init
+
+
+def _relocated(init: bytes, size: int, relocations, addresses: dict[str, int]) -> bytes:
+    """`init` padded to `size` bytes, with the address of each (offset, name, addend)
+    relocation whose name `addresses` holds written in (truncated to the space left)."""
+    data = bytearray(init.ljust(size, b"\0"))
+    for offset, name, addend in relocations:
+        if name in addresses:
+            width = min(8, size - offset)
+            value = (addresses[name] + addend) & ((1 << (8 * width)) - 1)
             data[offset:offset + width] = value.to_bytes(width, "little")
     return bytes(data)
 
