@@ -102,31 +102,33 @@ def test_strict_checking_faults_inside_the_granule(device, ptx):
     assert f"at 0x{out + 400:x} by thread (36,0,0) in block (1,0,0)" in info.value.message
 
 
-def test_accesses_outside_every_granule_fault_whatever_the_checker(device, ptx):
+def _lenient_fault(device, ptx, kernel: str, threads: int, args) -> tuple[int, LaunchError]:
+    """Run `kernel` on one block of `threads` over 16 ints in 512-byte granules with a
+    lenient checker, passing args(base, out); the base and the LaunchError it must raise."""
     device.memory = DeviceMemory(granule=512)
     mod = device.load(ptx)
     base = device.upload(np.arange(16, dtype=np.int32))
     out = device.zeros(16, np.int32)
-    prepared = prepare(mod, "read_at", (1,), (16,))
-    params = device.pack(mod, "read_at", (base, 128, out))  # 512 bytes on: past the granule
+    prepared = prepare(mod, kernel, (1,), (threads,))
     with pytest.raises(LaunchError) as info:
-        prepared.run(params, device.memory, MemoryChecker(strict=False))
-    assert info.value.code == 700
-    assert f"at 0x{base + 512:x} by thread (0,0,0)" in info.value.message
+        prepared.run(device.pack(mod, kernel, args(base, out)), device.memory,
+                     MemoryChecker(strict=False))
+    return base, info.value
+
+
+def test_accesses_outside_every_granule_fault_whatever_the_checker(device, ptx):
+    # 512 bytes on: past the granule
+    base, error = _lenient_fault(device, ptx, "read_at", 16, lambda base, out: (base, 128, out))
+    assert error.code == 700
+    assert f"at 0x{base + 512:x} by thread (0,0,0)" in error.message
 
 
 def test_a_stray_access_before_a_fault_is_reported_with_it(device, ptx):
-    device.memory = DeviceMemory(granule=512)
-    mod = device.load(ptx)
-    base = device.upload(np.arange(16, dtype=np.int32))
-    out = device.zeros(2, np.int32)
-    prepared = prepare(mod, "stray_then_far", (1,), (1,))
-    with pytest.raises(LaunchError) as info:
-        prepared.run(device.pack(mod, "stray_then_far", (base, out)), device.memory,
-                     MemoryChecker(strict=False))
-    assert info.value.code == 700
-    assert f"at 0x{base + (4 << 20):x} by thread (0,0,0)" in info.value.message
-    assert info.value.diagnostics.startswith(
+    base, error = _lenient_fault(device, ptx, "stray_then_far", 1,
+                                 lambda base, out: (base, out))
+    assert error.code == 700
+    assert f"at 0x{base + (4 << 20):x} by thread (0,0,0)" in error.message
+    assert error.diagnostics.startswith(
         f"vgpu memcheck: Invalid __global__ read of size 4 at 0x{base + 64:x} by thread "
         f"(0,0,0) in block (0,0,0) of kernel 'stray_then_far' (PTX line ")
 
