@@ -36,6 +36,11 @@ def _context_arg(ctx) -> int:
     return handle_of(ctx, Kind.CONTEXT, state.contexts, E.CUDA_ERROR_INVALID_CONTEXT)
 
 
+def _context_or_current(ctx) -> int:
+    """ctx's handle, or the current context's when ctx is NULL (the _v2 forms' convention)."""
+    return _context_arg(ctx) if ptr(ctx) else state.current_context()
+
+
 def _create(pctx, flags: int, dev: int) -> None:
     check_out(pctx)
     state.require_init()
@@ -144,8 +149,7 @@ def cuCtxGetDevice(device):
 @api
 def cuCtxGetDevice_v2(device, ctx):
     check_out(device)
-    handle = _context_arg(ctx) if ptr(ctx) else state.current_context()
-    device[0] = state.contexts[handle]["device"]
+    device[0] = state.contexts[_context_or_current(ctx)]["device"]
 
 
 @api
@@ -157,10 +161,7 @@ def cuCtxGetFlags(flags):
 @api
 def cuCtxGetApiVersion(ctx, version):
     check_out(version)
-    if ptr(ctx):
-        _context_arg(ctx)
-    else:
-        state.current_context()
+    _context_or_current(ctx)
     version[0] = 13000
 
 
@@ -173,10 +174,7 @@ def cuCtxSynchronize():
 @api
 def cuCtxSynchronize_v2(ctx):
     # The server runs a session's work in order: waiting for all of it waits for ctx's.
-    if ptr(ctx):
-        _context_arg(ctx)
-    else:
-        state.current_context()
+    _context_or_current(ctx)
     state.conn().synchronize()
 
 
