@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-import struct
 import threading
 from collections.abc import Callable
 
 from vgpu.errors import CudaError
-from vgpu.module_image import ELF_MAGIC
 
 from ..arena import ALLOCATION_ALIGNMENT
 from ..emu import (
@@ -102,7 +100,8 @@ class EmuBackend(Backend):
     def load_module(self, image: bytes, allocate: Callable[[int], int]) -> LoadedModule:
         decoded: ModuleImage = decode_image(image)
         if not decoded.ptx:
-            raise CudaError(CUDA_ERROR_NO_BINARY_FOR_GPU, _why_no_ptx(image, decoded))
+            raise CudaError(CUDA_ERROR_NO_BINARY_FOR_GPU, decoded.why_no_ptx or
+                            "the module image holds no PTX, which the emu backend needs")
         try:
             module = link(decoded.ptx) if len(decoded.ptx) > 1 else PtxModule.parse(decoded.ptx[0])
         except PtxError as exc:
@@ -196,20 +195,3 @@ def _why_not_loadable(ptx: list[str], exc: PtxError) -> str:
                     f"the module uses them (PTX line {line}: "
                     f"{text.splitlines()[line - 1].strip()})")
     return f"the module's PTX cannot be loaded: {exc}"
-
-
-def _why_no_ptx(image: bytes, decoded: ModuleImage) -> str:
-    """Why a module has no PTX for the emulator, naming the SASS it holds instead."""
-    if image[:4] == ELF_MAGIC and len(image) >= 52:
-        arch = _cubin_arch(image)
-        return (f"this module holds only SASS for sm_{arch}; the emu backend runs PTX: load "
-                f"PTX instead (nvcc -ptx, or keep PTX in the fatbin with -gencode "
-                f"arch=compute_{arch},code=compute_{arch})")
-    return decoded.why_no_ptx or "the module image holds no PTX, which the emu backend needs"
-
-
-def _cubin_arch(image: bytes) -> int:
-    """The SM a cubin was built for, from its ELF header's e_flags: bits 8-15 in the ABI
-    nvcc 12.8 and later write (ELF ABI version 8 and up), the low byte before."""
-    flags = struct.unpack_from("<I", image, 48)[0]
-    return (flags >> 8) & 0xFF if image[8] >= 8 else flags & 0xFF

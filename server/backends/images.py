@@ -40,6 +40,19 @@ def decode_image(image: bytes) -> ModuleImage:
             return ModuleImage([], str(exc))
         return ModuleImage([ptx])
     if image[:4] == ELF_MAGIC:
-        return ModuleImage([], "the module is a cubin (SASS only); the emu backend runs PTX: "
-                               "load PTX instead (e.g. compile with -ptx or keep compute_XX)")
+        if len(image) < 52:  # no whole ELF header: no architecture to name
+            return ModuleImage([], "the module is a cubin (SASS only); the emu backend runs "
+                                   "PTX: load PTX instead (e.g. compile with -ptx or keep "
+                                   "compute_XX)")
+        arch = _cubin_arch(image)
+        return ModuleImage([], f"this module holds only SASS for sm_{arch}; the emu backend "
+                               f"runs PTX: load PTX instead (nvcc -ptx, or keep PTX in the "
+                               f"fatbin with -gencode arch=compute_{arch},code=compute_{arch})")
     return ModuleImage([_text(image)])
+
+
+def _cubin_arch(image: bytes) -> int:
+    """The SM a cubin was built for, from its ELF header's e_flags: bits 8-15 in the ABI
+    nvcc 12.8 and later write (ELF ABI version 8 and up), the low byte before."""
+    flags = struct.unpack_from("<I", image, 48)[0]
+    return (flags >> 8) & 0xFF if image[8] >= 8 else flags & 0xFF
