@@ -75,10 +75,15 @@ def expected_symbol(base: str, version: int, per_thread: bool) -> str | None:
     return max(entries, key=lambda e: (e.version, bool(e.flavour))).symbol
 
 
-def test_every_request_of_cuda_python_is_answered(ask, run_program):
+def _cuda_python_requests() -> list[tuple[str, int]]:
+    """(name, version) of every cuGetProcAddress request cuda-bindings 13.5 makes."""
     lines = (DATA / "cuda-bindings-13.5-procaddress.txt").read_text().splitlines()
-    queries = [(name, int(version), 0) for name, version in
-               (line.split() for line in lines if not line.startswith("#"))]
+    return [(name, int(version)) for name, version in
+            (line.split() for line in lines if not line.startswith("#"))]
+
+
+def test_every_request_of_cuda_python_is_answered(ask, run_program):
+    queries = [(name, version, 0) for name, version in _cuda_python_requests()]
     answers = ask(run_program, queries)
     known = {e.base for e in driver_proc_address()}
     found = 0
@@ -146,10 +151,8 @@ def _implemented(symbol: str) -> bool:
 def test_every_answer_for_an_implemented_function_is_an_implementation(ask, run_program):
     """A program asking for the version it was built for must never get a stub that answers
     "not supported" for a function vgpu implements in another version."""
-    lines = (DATA / "cuda-bindings-13.5-procaddress.txt").read_text().splitlines()
-    requests = [(name, int(version)) for name, version in
-                (line.split() for line in lines if not line.startswith("#"))]
-    queries = [(name, version, flags) for name, version in requests for flags in (0, PER_THREAD)]
+    queries = [(name, version, flags) for name, version in _cuda_python_requests()
+               for flags in (0, PER_THREAD)]
     answers = ask(run_program, queries)
     variants: dict[str, list[str]] = {}
     for entry in driver_proc_address():
