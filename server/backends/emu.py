@@ -22,7 +22,6 @@ from ..emu import (
     quiet_floating_point,
 )
 from ..emu.errors import IllegalAddress
-from ..emu.ir import Symbol
 from .base import (
     Backend,
     Cancelled,
@@ -172,12 +171,9 @@ class EmuBackend(Backend):
 
 def _uses_printf(module: PtxModule, kernel: str) -> bool:
     """Does the kernel, or a function it calls, call vprintf (device printf)?"""
-    for name in module.program.kernels[kernel].functions:
-        for instr in module.ir.functions[name].body or ():
-            if instr.opcode == "call" and any(isinstance(op, Symbol) and op.name == "vprintf"
-                                              for op in instr.operands):
-                return True
-    return False
+    program = module.program
+    return any("vprintf" in program.symbols_used[name]
+               for name in program.kernels[kernel].functions)
 
 
 # Texture and surface instructions and declarations: the emulator has no texture units yet.
