@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from vgpu_processes import VGPU, emu_server, vgpu_environment
+from vgpu_processes import emu_server, run_under_vgpu
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 CHECKS = Path(__file__).resolve().parents[1] / "runtime" / "programs"  # check.cuh
@@ -29,8 +29,7 @@ def server(tmp_path_factory):
 def run_program(toolkit, server: str, name: str, *flags: str) -> subprocess.CompletedProcess:
     program = toolkit.executable((PROGRAMS / f"{name}.cu").read_text(),
                                  ["-cudart", "shared", f"-I{CHECKS}", *flags])
-    return subprocess.run([*VGPU, "run", "--server", server, "--", str(program)],
-                          capture_output=True, text=True, timeout=TIMEOUT_S, env=vgpu_environment())
+    return run_under_vgpu(server, program, timeout=TIMEOUT_S)
 
 
 def assert_passed(result: subprocess.CompletedProcess, *lines: str) -> None:
@@ -89,10 +88,8 @@ def test_calls_with_register_and_constant_arguments(toolkit, server):
 
 
 def test_numba_half_precision_kernels(server):
-    result = subprocess.run([*VGPU, "run", "--server", server, "--", sys.executable,
-                             str(PROGRAMS / "numba_half.py")],
-                            capture_output=True, text=True, timeout=TIMEOUT_S,
-                            env=vgpu_environment())
+    result = run_under_vgpu(server, sys.executable, str(PROGRAMS / "numba_half.py"),
+                            timeout=TIMEOUT_S)
     assert_passed(result, "numba_half: 400 fp16 results correct, twice")
 
 
