@@ -42,18 +42,28 @@ def _add_ps_parser(sub) -> None:
     p.add_argument("--server", default=None, help="ask only this server")
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+class _VersionAction(argparse.Action):
+    """`--version`: the installed version, looked up only when asked for (importlib.metadata
+    scans every installed distribution, some 15 ms that `vgpu run` should not pay)."""
 
-    try:
-        return version("vgpu")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown (not installed)"
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="show the version and exit"):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            text = version("vgpu")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            text = "unknown (not installed)"
+        print(f"vgpu {text}")  # on stdout, as argparse's own version action
+        parser.exit()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vgpu", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"vgpu {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="verb")
     _add_server_parser(sub)
     _add_run_parser(sub)
@@ -76,6 +86,7 @@ def _server(args) -> int:
         claim_ipc_socket,
         folder_turn,
         ipc_path,
+        remove_socket_file,
         socket_folder,
     )
     from vgpu.client import default_server_address
@@ -114,8 +125,6 @@ def _server(args) -> int:
     finally:
         withdraw()
         if socket_file is not None:
-            from vgpu.addresses import remove_socket_file
-
             remove_socket_file(socket_file)
     return 0
 
