@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["VGPU", "vgpu_environment", "start_emu_server", "emu_server"]
+__all__ = ["VGPU", "vgpu_environment", "start_emu_server", "stop_server", "emu_server",
+           "run_under_vgpu"]
 
 VGPU = [sys.executable, "-m", "vgpu.cli"]
 # What a user's shell may set that would change what a test sees.
@@ -21,14 +22,19 @@ def vgpu_environment(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def start_emu_server(address: str, *options: str, stderr=None) -> subprocess.Popen:
-    """`vgpu server --backend emu` on `address`, returned once it listens."""
-    proc = subprocess.Popen([*VGPU, "server", "--listen", address, "--backend", "emu",
-                             *options], stdout=subprocess.PIPE, stderr=stderr, text=True,
+def start_emu_server(address: str | None, *options: str, stderr=None) -> subprocess.Popen:
+    """`vgpu server --backend emu` on `address` (None: the user's default address), returned
+    once it listens."""
+    listen = ["--listen", address] if address is not None else []
+    proc = subprocess.Popen([*VGPU, "server", *listen, "--backend", "emu", *options],
+                            stdout=subprocess.PIPE, stderr=stderr, text=True,
                             env=vgpu_environment())
     line = proc.stdout.readline()
     proc.stdout.close()
-    assert line.startswith("vgpu server listening"), f"the server did not start: {line!r}"
+    if not line.startswith("vgpu server listening"):
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"the server did not start: {line!r}\n{err or ''}")
     return proc
 
 
@@ -40,10 +46,26 @@ def emu_server(folder: Path, *options: str, stderr=None):
     try:
         yield address
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # never leave a hung server to later tests
-            proc.kill()
-            proc.wait()
-            raise
+        stop_server(proc)
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """Stop a server as a user does (SIGTERM). One that does not exit within 10 s is a
+    failure, and is killed: never leave a hung server to later tests."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+def run_under_vgpu(server: str, program, *args: str, timeout: float, merged: bool = False,
+                   **env: str) -> subprocess.CompletedProcess:
+    """`vgpu run --server SERVER -- PROGRAM ARGS...`, its output captured as text (stderr into
+    stdout with `merged`); `env` adds to vgpu_environment()."""
+    return subprocess.run([*VGPU, "run", "--server", server, "--", str(program), *args],
+                          stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT if merged else subprocess.PIPE,
+                          text=True, timeout=timeout, env=vgpu_environment(**env))

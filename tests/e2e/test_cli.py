@@ -13,25 +13,12 @@ from pathlib import Path
 
 import pytest
 from e2e_support import VGPU, vgpu_run
+from vgpu_processes import start_emu_server, stop_server, vgpu_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 # A client that opens a session and waits, so that `vgpu ps` sees it.
 WAITING_CLIENT = ("from cuda.bindings import driver as cu; import time\n"
                   "cu.cuInit(0); print('ready', flush=True); time.sleep(30)\n")
-
-
-def _server(address: str | None = None, env=None) -> subprocess.Popen:
-    listen = ["--listen", address] if address else []
-    proc = subprocess.Popen([*VGPU, "server", *listen, "--backend", "emu"],
-                            stdout=subprocess.PIPE, text=True, env=env)
-    assert proc.stdout.readline().startswith("vgpu server listening")
-    return proc
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    proc.wait(timeout=10)
-    proc.stdout.close()
 
 
 def _vgpu(*args, env=None, timeout=60) -> subprocess.CompletedProcess:
@@ -56,15 +43,9 @@ def _one_clear_line(result: subprocess.CompletedProcess, code: int, text: str) -
     assert "Traceback" not in result.stderr
 
 
-def _without_server_env() -> dict[str, str]:
-    env = {**os.environ}
-    env.pop("VGPU_SERVER", None)
-    return env
-
-
 def test_run_on_a_named_server_and_ps_lists_the_session(tmp_path, driver_app, kernels_ptx):
     address = f"ipc://{tmp_path}/named.sock"
-    server = _server(address)
+    server = start_emu_server(address)
     try:
         # A client that holds 1 MiB and waits, so that ps sees it.
         code = ("from cuda.bindings import driver as cu; import time\n"
@@ -94,7 +75,7 @@ def test_run_on_a_named_server_and_ps_lists_the_session(tmp_path, driver_app, ke
             assert time.monotonic() < deadline, "the killed client's session stayed"
             time.sleep(0.2)
     finally:
-        _stop(server)
+        stop_server(server)
 
 
 def test_child_processes_use_vgpu_too(driver_app, kernels_ptx):
@@ -133,7 +114,7 @@ def test_unreachable_server_is_device_unavailable_not_a_hang(tmp_path, driver_ap
 
 def test_ps_finds_the_private_server_of_a_vgpu_run():
     holder = subprocess.Popen([*VGPU, "run", "--", sys.executable, "-c", WAITING_CLIENT],
-                              stdout=subprocess.PIPE, text=True, env=_without_server_env())
+                              stdout=subprocess.PIPE, text=True, env=vgpu_environment())
     try:
         assert holder.stdout.readline().strip() == "ready"
         ps = subprocess.run([*VGPU, "ps"], capture_output=True, text=True, check=True).stdout
@@ -169,7 +150,7 @@ def test_version_and_a_missing_verb():
     (["ps", "--server", "tcp://127.0.0.1:99999"], {}, "'99999' is not a port number"),
 ])
 def test_a_bad_server_address_is_one_clear_line(args, env, message):
-    _one_clear_line(_vgpu(*args, env={**_without_server_env(), **env}), 2, message)
+    _one_clear_line(_vgpu(*args, env=vgpu_environment(**env)), 2, message)
 
 
 def test_backend_asks_for_a_private_server():
@@ -199,18 +180,18 @@ def test_a_server_listens_where_it_is_told_or_not_at_all(tmp_path):
 def test_a_second_server_is_refused_while_the_first_still_answers(tmp_path, driver_app,
                                                                    kernels_ptx):
     address = f"ipc://{tmp_path}/shared.sock"
-    first = _server(address)
+    first = start_emu_server(address)
     try:
         second = _vgpu("server", "--listen", address, "--backend", "emu")
         _one_clear_line(second, 1, f"cannot listen on {address}: already served by pid "
                                    f"{first.pid}")
         result = _vgpu("run", "--server", address, "--", driver_app, kernels_ptx,
-                       env=_without_server_env(), timeout=120)
+                       env=vgpu_environment(), timeout=120)
         assert result.returncode == 0, result.stderr
         ps = _vgpu("ps", "--server", address)
         assert ps.returncode == 0 and address in _ps_servers(ps.stdout), ps
     finally:
-        _stop(first)
+        stop_server(first)
     assert not (tmp_path / "shared.sock").exists()  # a server removes its socket on exit
 
 
@@ -239,20 +220,19 @@ def test_of_two_servers_started_together_on_one_socket_one_serves(tmp_path):
 
 def test_the_stale_socket_of_a_dead_server_is_replaced(tmp_path):
     address = f"ipc://{tmp_path}/stale.sock"
-    dead = _server(address)
+    dead = start_emu_server(address)
     dead.kill()
     dead.wait(timeout=10)
-    dead.stdout.close()
     assert (tmp_path / "stale.sock").exists()  # left behind by the killed server
     ps = _vgpu("ps", "--server", address)
     _one_clear_line(ps, 1, f"vgpu ps: no vgpu server at {address}")
-    second = _server(address)
+    second = start_emu_server(address)
     try:
         ps = _vgpu("ps", "--server", address)
         assert ps.returncode == 0, ps
         assert _ps_servers(ps.stdout)[address][0].endswith(f"(pid {second.pid}): no sessions")
     finally:
-        _stop(second)
+        stop_server(second)
 
 
 def _stale_socket(path: Path) -> None:
@@ -281,7 +261,7 @@ def test_a_killed_vgpu_run_leaves_no_server_or_socket_behind():
     folder = Path(os.environ["XDG_RUNTIME_DIR"]) / "vgpu"
     run = subprocess.Popen([*VGPU, "run", "--backend", "emu", "--", "sh", "-c",
                             "echo $$; exec sleep 60"],
-                           stdout=subprocess.PIPE, text=True, env=_without_server_env())
+                           stdout=subprocess.PIPE, text=True, env=vgpu_environment())
     program = int(run.stdout.readline())
     try:
         deadline = time.monotonic() + 30
@@ -304,28 +284,28 @@ def test_a_killed_vgpu_run_leaves_no_server_or_socket_behind():
 
 def test_ps_fails_when_a_named_server_does_not_answer(tmp_path):
     address = f"ipc://{tmp_path}/stopped.sock"
-    server = _server(address)
+    server = start_emu_server(address)
     try:
         server.send_signal(signal.SIGSTOP)
         ps = _vgpu("ps", "--server", address)
         _one_clear_line(ps, 1, f"vgpu ps: no answer from {address}")
     finally:
         server.send_signal(signal.SIGCONT)
-        _stop(server)
+        stop_server(server)
     nobody = f"ipc://{tmp_path}/nobody.sock"
     _one_clear_line(_vgpu("ps", "--server", nobody), 1, f"vgpu ps: no vgpu server at {nobody}")
 
 
 def test_ps_lists_idle_servers_with_their_whole_address(tmp_path):
     address = f"ipc://{tmp_path}/idle-server-long-name.sock"  # longer than 30 characters
-    server = _server(address)
+    server = start_emu_server(address)
     try:
         ps = _vgpu("ps")
         assert ps.returncode == 0, ps
         assert _ps_servers(ps.stdout)[address] == [
             f"server {address} (pid {server.pid}): no sessions"], ps.stdout
     finally:
-        _stop(server)
+        stop_server(server)
 
 
 # ----------------------------------------------------------------- the default server
@@ -339,7 +319,7 @@ def test_plain_vgpu_run_shares_the_running_default_server(tmp_path, monkeypatch,
     # None running: a private server for this run.
     result = _vgpu("run", "--", sys.executable, "-c", show_server)
     assert result.returncode == 0 and "/vgpu/run-" in result.stdout, result
-    server = _server()  # the user's default server
+    server = start_emu_server(None)  # the user's default server
     try:
         result = _vgpu("run", "--", sys.executable, "-c", show_server)
         assert result.returncode == 0 and result.stdout.strip() == default, result
@@ -361,7 +341,7 @@ def test_plain_vgpu_run_shares_the_running_default_server(tmp_path, monkeypatch,
         result = _vgpu("run", "--backend", "emu", "--", sys.executable, "-c", show_server)
         assert result.returncode == 0 and "/vgpu/run-" in result.stdout, result
     finally:
-        _stop(server)
+        stop_server(server)
 
 
 def test_vgpu_run_works_from_a_folder_holding_a_vgpu_source_tree(tmp_path, driver_app,
@@ -372,7 +352,7 @@ def test_vgpu_run_works_from_a_folder_holding_a_vgpu_source_tree(tmp_path, drive
     (tmp_path / "vgpu" / "__init__.py").write_text("raise ImportError('the source tree')\n")
     vgpu_script = Path(sys.executable).parent / "vgpu"  # what `pip install` put on PATH
     result = subprocess.run([vgpu_script, "run", "--", driver_app, kernels_ptx], cwd=tmp_path,
-                            capture_output=True, text=True, env=_without_server_env(),
+                            capture_output=True, text=True, env=vgpu_environment(),
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert "all results correct" in result.stdout

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from e2e_support import VGPU, vgpu_run
+from e2e_support import vgpu_run
+from vgpu_processes import run_under_vgpu, start_emu_server
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -134,14 +134,10 @@ print("allocated", flush=True)
 def logging_server(tmp_path):
     """A server of its own whose log says how each session ended."""
     address = f"ipc://{tmp_path}/server.sock"
-    env = {k: v for k, v in os.environ.items() if k not in ("VGPU_SERVER", "VGPU_TRACE")}
-    proc = subprocess.Popen([*VGPU, "server", "--listen", address, "--backend", "emu", "-v"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    assert proc.stdout.readline().startswith("vgpu server listening")
+    proc = start_emu_server(address, "-v", stderr=subprocess.PIPE)
 
-    def run_and_stop(*command) -> tuple[subprocess.CompletedProcess, str]:
-        result = subprocess.run([*VGPU, "run", "--server", address, "--", *map(str, command)],
-                                capture_output=True, text=True, timeout=120, env=env)
+    def run_and_stop(program, *args) -> tuple[subprocess.CompletedProcess, str]:
+        result = run_under_vgpu(address, program, *map(str, args), timeout=120)
         time.sleep(1.5)  # a session the goodbye missed is closed by now, its pid gone
         proc.terminate()
         _, log = proc.communicate(timeout=10)

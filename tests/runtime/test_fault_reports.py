@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from vgpu_processes import VGPU, start_emu_server, vgpu_environment
+from vgpu_processes import emu_server, run_under_vgpu
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 TIMEOUT_S = 120
@@ -19,11 +19,8 @@ TIMEOUT_S = 120
 def server(tmp_path_factory):
     """An emu server with the default memory checking, logging at -v."""
     work = tmp_path_factory.mktemp("fault-server")
-    with open(work / "server.log", "w") as log:
-        proc = start_emu_server(f"ipc://{work}/server.sock", "-v", stderr=log)
-    yield f"ipc://{work}/server.sock", work / "server.log"
-    proc.terminate()
-    proc.wait(timeout=10)
+    with open(work / "server.log", "w") as log, emu_server(work, "-v", stderr=log) as address:
+        yield address, work / "server.log"
 
 
 def _build(toolkit, name: str) -> Path:
@@ -33,10 +30,7 @@ def _build(toolkit, name: str) -> Path:
 
 def _run(address: str, program: Path, *args: str, merged: bool = False,
          **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*VGPU, "run", "--server", address, "--", str(program), *args],
-                          stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT if merged else subprocess.PIPE,
-                          text=True, timeout=TIMEOUT_S, env=vgpu_environment(**env))
+    return run_under_vgpu(address, program, *args, timeout=TIMEOUT_S, merged=merged, **env)
 
 
 def _allocation(result) -> int:
@@ -113,9 +107,7 @@ def test_a_read_far_outside_any_allocation_faults_by_default(server, out_of_boun
 
 def test_the_server_option_is_the_default_the_application_overrides(
         tmp_path, out_of_bounds):
-    address = f"ipc://{tmp_path}/strict.sock"
-    proc = start_emu_server(address, "--memcheck", "strict")
-    try:
+    with emu_server(tmp_path, "--memcheck", "strict") as address:
         strict = _run(address, out_of_bounds)
         assert strict.returncode == 3 and "returned 700" in strict.stdout
         relaxed = _run(address, out_of_bounds, VGPU_MEMCHECK="report")
@@ -124,9 +116,6 @@ def test_the_server_option_is_the_default_the_application_overrides(
         typo = _run(address, out_of_bounds, VGPU_MEMCHECK="strcit")
         assert typo.returncode == 3
         assert "VGPU_MEMCHECK='strcit' is not one of report, strict" in typo.stderr
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 # ----------------------------------------------------------------- device assert and printf

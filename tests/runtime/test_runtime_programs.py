@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from vgpu_processes import VGPU, emu_server, vgpu_environment
+from vgpu_processes import VGPU, emu_server, run_under_vgpu, vgpu_environment
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 FATBINS = {"compressed": [], "uncompressed": ["--no-compress"]}
@@ -38,8 +38,7 @@ def build(toolkit, name: str, fatbin: str = "compressed", flags: tuple[str, ...]
 
 
 def run(server: str, program: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([*VGPU, "run", "--server", server, "--", str(program)],
-                          capture_output=True, text=True, timeout=TIMEOUT_S, env=vgpu_environment())
+    return run_under_vgpu(server, program, timeout=TIMEOUT_S)
 
 
 def assert_passed(result: subprocess.CompletedProcess, *lines: str) -> None:

@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
+from vgpu_processes import start_emu_server
 
 
 class ServerProcess:
     def __init__(self, address: str):
         self.address = address
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vgpu.cli", "server", "--listen", address, "--backend", "emu"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        if not line.startswith("vgpu server listening"):
-            self.proc.kill()
-            raise RuntimeError(f"server did not start: {line}{self.proc.stderr.read()}")
+        self.proc = start_emu_server(address, stderr=subprocess.PIPE)
 
     def alive(self) -> bool:
         return self.proc.poll() is None

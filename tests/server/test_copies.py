@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from vgpu_processes import VGPU, run_under_vgpu, vgpu_environment
 
 HERE = Path(__file__).resolve().parent
-VGPU = [sys.executable, "-m", "vgpu.cli"]
 
 
 @pytest.fixture(scope="session")
@@ -27,8 +26,7 @@ def _open_files(pid: int) -> int:
 def test_large_copies_are_right_on_a_named_server(server, large_copies):
     files_before = _open_files(server.proc.pid)
     for _ in range(2):  # a second program finds the server as the first left it
-        result = subprocess.run([*VGPU, "run", "--server", server.address, "--",
-                                 str(large_copies)], capture_output=True, text=True, timeout=120)
+        result = run_under_vgpu(server.address, large_copies, timeout=120)
         assert result.returncode == 0, result.stderr
         assert result.stdout == "all large copies correct\n"
     # Every session's device memory files are closed with it.
@@ -39,8 +37,7 @@ def test_large_copies_are_right_on_a_named_server(server, large_copies):
 
 
 def test_large_copies_are_right_with_a_private_server(large_copies):
-    env = {k: v for k, v in os.environ.items() if k != "VGPU_SERVER"}
     result = subprocess.run([*VGPU, "run", "--backend", "emu", "--", str(large_copies)],
-                            capture_output=True, text=True, timeout=120, env=env)
+                            capture_output=True, text=True, timeout=120, env=vgpu_environment())
     assert result.returncode == 0, result.stderr
     assert result.stdout == "all large copies correct\n"

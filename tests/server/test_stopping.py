@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import zmq
 from test_sessions import CONTEXT, SPIN_PTX, _ps
+from vgpu_processes import VGPU, vgpu_environment
 
 from vgpu.client import Connection
 from vgpu.errors import DeviceUnavailable
@@ -25,7 +26,6 @@ from vgpu.protocol import BYE, CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
 from vgpu.server.server import SESSION_QUEUE_LIMIT
 
 HERE = Path(__file__).resolve().parent
-VGPU = [sys.executable, "-m", "vgpu.cli"]
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
@@ -105,8 +105,8 @@ def _terminal_signals() -> None:
 def _start(command: list, address: str | None = None) -> subprocess.Popen:
     """`vgpu run [--server ADDRESS] -- COMMAND`, once its kernel is queued."""
     where = ["--server", address] if address else ["--backend", "emu"]
-    env = {k: v for k, v in os.environ.items() if k != "VGPU_SERVER"}
-    proc = subprocess.Popen([*VGPU, "run", *where, "--", *map(str, command)], env=env,
+    proc = subprocess.Popen([*VGPU, "run", *where, "--", *map(str, command)],
+                            env=vgpu_environment(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=_terminal_signals)
     assert proc.stdout.readline().strip() == "launched", proc.stderr.read()
