@@ -8,8 +8,7 @@ CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAl
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArray3DCreate(pHandle, pAllocateArray);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -19,8 +18,7 @@ CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAl
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArray3DCreate_v2(pHandle, pAllocateArray);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -30,8 +28,7 @@ CUresult cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR_v1 *pArrayDescriptor, CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArray3DGetDescriptor(pArrayDescriptor, hArray);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -41,8 +38,7 @@ CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArray3DGetDescriptor_v2(pArrayDescriptor, hArray);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -52,8 +48,7 @@ CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *pAlloca
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayCreate(pHandle, pAllocateArray);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -63,8 +58,7 @@ CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAlloca
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayCreate_v2(pHandle, pAllocateArray);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -74,8 +68,7 @@ CUresult cuArrayDestroy(CUarray hArray)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayDestroy(hArray);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -85,8 +78,7 @@ CUresult cuArrayGetDescriptor(CUDA_ARRAY_DESCRIPTOR_v1 *pArrayDescriptor, CUarra
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayGetDescriptor(pArrayDescriptor, hArray);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -96,8 +88,7 @@ CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarra
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayGetDescriptor_v2(pArrayDescriptor, hArray);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -107,8 +98,7 @@ CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequ
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayGetMemoryRequirements(memoryRequirements, array, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -118,8 +108,7 @@ CUresult cuArrayGetPlane(CUarray *pPlaneArray, CUarray hArray, unsigned int plan
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayGetPlane(pPlaneArray, hArray, planeIdx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -129,8 +118,7 @@ CUresult cuArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *sparseProperti
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayGetSparseProperties(sparseProperties, array);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -140,8 +128,7 @@ CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCheckpointProcessCheckpoint(pid, args);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -151,8 +138,7 @@ CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCheckpointProcessGetRestoreThreadId(pid, tid);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -162,8 +148,7 @@ CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCheckpointProcessGetState(pid, state);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -173,8 +158,7 @@ CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCheckpointProcessLock(pid, args);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -184,8 +168,7 @@ CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCheckpointProcessRestore(pid, args);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -195,8 +178,7 @@ CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCheckpointProcessUnlock(pid, args);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -206,8 +188,7 @@ CUresult cuCoredumpGetAttribute(CUcoredumpSettings attrib, void *value, size_t *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCoredumpGetAttribute(attrib, value, size);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -217,8 +198,7 @@ CUresult cuCoredumpGetAttributeGlobal(CUcoredumpSettings attrib, void *value, si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCoredumpGetAttributeGlobal(attrib, value, size);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -228,8 +208,7 @@ CUresult cuCoredumpSetAttribute(CUcoredumpSettings attrib, void *value, size_t *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCoredumpSetAttribute(attrib, value, size);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -239,8 +218,7 @@ CUresult cuCoredumpSetAttributeGlobal(CUcoredumpSettings attrib, void *value, si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCoredumpSetAttributeGlobal(attrib, value, size);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -250,8 +228,7 @@ CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxAttach(pctx, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -261,8 +238,7 @@ CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxCreate(pctx, flags, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -272,8 +248,7 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxCreate_v2(pctx, flags, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -283,8 +258,7 @@ CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int n
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -294,8 +268,7 @@ CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, uns
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -305,8 +278,7 @@ CUresult cuCtxDestroy(CUcontext ctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxDestroy(ctx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -316,8 +288,7 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxDestroy_v2(ctx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -327,8 +298,7 @@ CUresult cuCtxDetach(CUcontext ctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxDetach(ctx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -338,8 +308,7 @@ CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxDisablePeerAccess(peerContext);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -349,8 +318,7 @@ CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxEnablePeerAccess(peerContext, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -360,8 +328,7 @@ CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxFromGreenCtx(pContext, hCtx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -371,8 +338,7 @@ CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetApiVersion(ctx, version);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -382,8 +348,7 @@ CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetCacheConfig(pconfig);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -393,8 +358,7 @@ CUresult cuCtxGetCurrent(CUcontext *pctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetCurrent(pctx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -404,8 +368,7 @@ CUresult cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, CUdevResou
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetDevResource(hCtx, resource, type);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -415,8 +378,7 @@ CUresult cuCtxGetDevice(CUdevice *device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetDevice(device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -426,8 +388,7 @@ CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetDevice_v2(device, ctx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -437,8 +398,7 @@ CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinity
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetExecAffinity(pExecAffinity, type);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -448,8 +408,7 @@ CUresult cuCtxGetFlags(unsigned int *flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetFlags(flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -459,8 +418,7 @@ CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetId(ctx, ctxId);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -470,8 +428,7 @@ CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetLimit(pvalue, limit);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -481,8 +438,7 @@ CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetSharedMemConfig(pConfig);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -492,8 +448,7 @@ CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetStreamPriorityRange(leastPriority, greatestPriority);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -503,8 +458,7 @@ CUresult cuCtxPopCurrent(CUcontext *pctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxPopCurrent(pctx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -514,8 +468,7 @@ CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxPopCurrent_v2(pctx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -525,8 +478,7 @@ CUresult cuCtxPushCurrent(CUcontext ctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxPushCurrent(ctx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -536,8 +488,7 @@ CUresult cuCtxPushCurrent_v2(CUcontext ctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxPushCurrent_v2(ctx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -547,8 +498,7 @@ CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxRecordEvent(hCtx, hEvent);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -558,8 +508,7 @@ CUresult cuCtxResetPersistingL2Cache(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxResetPersistingL2Cache();
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -569,8 +518,7 @@ CUresult cuCtxSetCacheConfig(CUfunc_cache config)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSetCacheConfig(config);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -580,8 +528,7 @@ CUresult cuCtxSetCurrent(CUcontext ctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSetCurrent(ctx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -591,8 +538,7 @@ CUresult cuCtxSetFlags(unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSetFlags(flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -602,8 +548,7 @@ CUresult cuCtxSetLimit(CUlimit limit, size_t value)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSetLimit(limit, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -613,8 +558,7 @@ CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSetSharedMemConfig(config);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -624,8 +568,7 @@ CUresult cuCtxSynchronize(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSynchronize();
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -635,8 +578,7 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSynchronize_v2(ctx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -646,8 +588,7 @@ CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxWaitEvent(hCtx, hEvent);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -657,8 +598,7 @@ CUresult cuDestroyExternalMemory(CUexternalMemory extMem)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDestroyExternalMemory(extMem);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -668,8 +608,7 @@ CUresult cuDestroyExternalSemaphore(CUexternalSemaphore extSem)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDestroyExternalSemaphore(extSem);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -679,8 +618,7 @@ CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *res
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevResourceGenerateDesc(phDesc, resources, nbResources);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -690,8 +628,7 @@ CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGrou
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevSmResourceSplitByCount(result, nbGroups, input, remaining, useFlags, minCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -701,8 +638,7 @@ CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDe
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -712,8 +648,7 @@ CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceComputeCapability(major, minor, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -723,8 +658,7 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGet(device, ordinal);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -734,8 +668,7 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetAttribute(pi, attrib, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -745,8 +678,7 @@ CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetByPCIBusId(dev, pciBusId);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -756,8 +688,7 @@ CUresult cuDeviceGetCount(int *count)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetCount(count);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -767,8 +698,7 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetDefaultMemPool(pool_out, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -778,8 +708,7 @@ CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *resource, CUdevR
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetDevResource(device, resource, type);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -789,8 +718,7 @@ CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetExecAffinitySupport(pi, type, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -800,8 +728,7 @@ CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetGraphMemAttribute(device, attr, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -811,8 +738,7 @@ CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *capabilities, const CUa
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetHostAtomicCapabilities(capabilities, operations, count, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -822,8 +748,7 @@ CUresult cuDeviceGetLuid(char *luid, unsigned int *deviceNodeMask, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetLuid(luid, deviceNodeMask, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -833,8 +758,7 @@ CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetMemPool(pool, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -844,8 +768,7 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetName(name, len, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -855,8 +778,7 @@ CUresult cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, CUdevice dev, i
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetNvSciSyncAttributes(nvSciSyncAttrList, dev, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -866,8 +788,7 @@ CUresult cuDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const CUat
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetP2PAtomicCapabilities(capabilities, operations, count, srcDevice, dstDevice);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -877,8 +798,7 @@ CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdev
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetP2PAttribute(value, attrib, srcDevice, dstDevice);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -888,8 +808,7 @@ CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetPCIBusId(pciBusId, len, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -899,8 +818,7 @@ CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetProperties(prop, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -910,8 +828,7 @@ CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, CUarray_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, format, numChannels, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -921,8 +838,7 @@ CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetUuid(uuid, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -932,8 +848,7 @@ CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetUuid_v2(uuid, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -943,8 +858,7 @@ CUresult cuDeviceGraphMemTrim(CUdevice device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGraphMemTrim(device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -954,8 +868,7 @@ CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *acti
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxGetState(dev, flags, active);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -965,8 +878,7 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxRelease(dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -976,8 +888,7 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxRelease_v2(dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -987,8 +898,7 @@ CUresult cuDevicePrimaryCtxReset(CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxReset(dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -998,8 +908,7 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxReset_v2(dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1009,8 +918,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxRetain(pctx, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1020,8 +928,7 @@ CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxSetFlags(dev, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1031,8 +938,7 @@ CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxSetFlags_v2(dev, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1042,8 +948,7 @@ CUresult cuDeviceRegisterAsyncNotification(CUdevice device, CUasyncCallback call
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceRegisterAsyncNotification(device, callbackFunc, userData, callback);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1053,8 +958,7 @@ CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceSetGraphMemAttribute(device, attr, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1064,8 +968,7 @@ CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceSetMemPool(dev, pool);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1075,8 +978,7 @@ CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceTotalMem(bytes, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1086,8 +988,7 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceTotalMem_v2(bytes, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1097,8 +998,7 @@ CUresult cuDeviceUnregisterAsyncNotification(CUdevice device, CUasyncCallbackHan
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceUnregisterAsyncNotification(device, callback);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1108,8 +1008,7 @@ CUresult cuDriverGetVersion(int *driverVersion)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDriverGetVersion(driverVersion);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1119,8 +1018,7 @@ CUresult cuEGLStreamConsumerAcquireFrame(CUeglStreamConnection *conn, CUgraphics
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamConsumerAcquireFrame(conn, pCudaResource, pStream, timeout);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1130,8 +1028,7 @@ CUresult cuEGLStreamConsumerConnect(CUeglStreamConnection *conn, EGLStreamKHR st
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamConsumerConnect(conn, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1141,8 +1038,7 @@ CUresult cuEGLStreamConsumerConnectWithFlags(CUeglStreamConnection *conn, EGLStr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamConsumerConnectWithFlags(conn, stream, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1152,8 +1048,7 @@ CUresult cuEGLStreamConsumerDisconnect(CUeglStreamConnection *conn)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamConsumerDisconnect(conn);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1163,8 +1058,7 @@ CUresult cuEGLStreamConsumerReleaseFrame(CUeglStreamConnection *conn, CUgraphics
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamConsumerReleaseFrame(conn, pCudaResource, pStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1174,8 +1068,7 @@ CUresult cuEGLStreamProducerConnect(CUeglStreamConnection *conn, EGLStreamKHR st
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamProducerConnect(conn, stream, width, height);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1185,8 +1078,7 @@ CUresult cuEGLStreamProducerDisconnect(CUeglStreamConnection *conn)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamProducerDisconnect(conn);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1196,8 +1088,7 @@ CUresult cuEGLStreamProducerPresentFrame(CUeglStreamConnection *conn, CUeglFrame
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamProducerPresentFrame(conn, eglframe, pStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1207,8 +1098,7 @@ CUresult cuEGLStreamProducerReturnFrame(CUeglStreamConnection *conn, CUeglFrame 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamProducerReturnFrame(conn, eglframe, pStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1218,8 +1108,7 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventCreate(phEvent, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1229,8 +1118,7 @@ CUresult cuEventCreateFromEGLSync(CUevent *phEvent, EGLSyncKHR eglSync, unsigned
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventCreateFromEGLSync(phEvent, eglSync, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1240,8 +1128,7 @@ CUresult cuEventDestroy(CUevent hEvent)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventDestroy(hEvent);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1251,8 +1138,7 @@ CUresult cuEventDestroy_v2(CUevent hEvent)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventDestroy_v2(hEvent);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1262,8 +1148,7 @@ CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventElapsedTime(pMilliseconds, hStart, hEnd);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1273,8 +1158,7 @@ CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEn
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1284,8 +1168,7 @@ CUresult cuEventQuery(CUevent hEvent)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventQuery(hEvent);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1295,8 +1178,7 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventRecord(hEvent, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1306,8 +1188,7 @@ CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int f
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventRecordWithFlags(hEvent, hStream, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1317,8 +1198,7 @@ CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventRecordWithFlags_ptsz(hEvent, hStream, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1328,8 +1208,7 @@ CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventRecord_ptsz(hEvent, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1339,8 +1218,7 @@ CUresult cuEventSynchronize(CUevent hEvent)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventSynchronize(hEvent);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1350,8 +1228,7 @@ CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *devPtr, CUexternalMemory e
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuExternalMemoryGetMappedBuffer(devPtr, extMem, bufferDesc);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1361,8 +1238,7 @@ CUresult cuExternalMemoryGetMappedMipmappedArray(CUmipmappedArray *mipmap, CUext
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuExternalMemoryGetMappedMipmappedArray(mipmap, extMem, mipmapDesc);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1372,8 +1248,7 @@ CUresult cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarget target, CUf
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFlushGPUDirectRDMAWrites(target, scope);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1383,8 +1258,7 @@ CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncGetAttribute(pi, attrib, hfunc);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1394,8 +1268,7 @@ CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncGetModule(hmod, hfunc);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1405,8 +1278,7 @@ CUresult cuFuncGetName(const char **name, CUfunction hfunc)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncGetName(name, hfunc);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1416,8 +1288,7 @@ CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOff
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1427,8 +1298,7 @@ CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncIsLoaded(state, function);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1438,8 +1308,7 @@ CUresult cuFuncLoad(CUfunction function)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncLoad(function);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1449,8 +1318,7 @@ CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int v
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncSetAttribute(hfunc, attrib, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1460,8 +1328,7 @@ CUresult cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncSetBlockShape(hfunc, x, y, z);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1471,8 +1338,7 @@ CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncSetCacheConfig(hfunc, config);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1482,8 +1348,7 @@ CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncSetSharedMemConfig(hfunc, config);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1493,8 +1358,7 @@ CUresult cuFuncSetSharedSize(CUfunction hfunc, unsigned int bytes)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncSetSharedSize(hfunc, bytes);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1504,8 +1368,7 @@ CUresult cuGLCtxCreate(CUcontext *pCtx, unsigned int Flags, CUdevice device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLCtxCreate(pCtx, Flags, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1515,8 +1378,7 @@ CUresult cuGLCtxCreate_v2(CUcontext *pCtx, unsigned int Flags, CUdevice device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLCtxCreate_v2(pCtx, Flags, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1526,8 +1388,7 @@ CUresult cuGLGetDevices(unsigned int *pCudaDeviceCount, CUdevice *pCudaDevices, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLGetDevices(pCudaDeviceCount, pCudaDevices, cudaDeviceCount, deviceList);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1537,8 +1398,7 @@ CUresult cuGLGetDevices_v2(unsigned int *pCudaDeviceCount, CUdevice *pCudaDevice
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLGetDevices_v2(pCudaDeviceCount, pCudaDevices, cudaDeviceCount, deviceList);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1548,8 +1408,7 @@ CUresult cuGLInit(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLInit();
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1559,8 +1418,7 @@ CUresult cuGLMapBufferObject(CUdeviceptr_v1 *dptr, unsigned int *size, GLuint bu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLMapBufferObject(dptr, size, buffer);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1570,8 +1428,7 @@ CUresult cuGLMapBufferObjectAsync(CUdeviceptr_v1 *dptr, unsigned int *size, GLui
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLMapBufferObjectAsync(dptr, size, buffer, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1581,8 +1438,7 @@ CUresult cuGLMapBufferObjectAsync_v2(CUdeviceptr *dptr, size_t *size, GLuint buf
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLMapBufferObjectAsync_v2(dptr, size, buffer, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1592,8 +1448,7 @@ CUresult cuGLMapBufferObjectAsync_v2_ptsz(CUdeviceptr *dptr, size_t *size, GLuin
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLMapBufferObjectAsync_v2_ptsz(dptr, size, buffer, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1603,8 +1458,7 @@ CUresult cuGLMapBufferObject_v2(CUdeviceptr *dptr, size_t *size, GLuint buffer)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLMapBufferObject_v2(dptr, size, buffer);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1614,8 +1468,7 @@ CUresult cuGLMapBufferObject_v2_ptds(CUdeviceptr *dptr, size_t *size, GLuint buf
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLMapBufferObject_v2_ptds(dptr, size, buffer);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1625,8 +1478,7 @@ CUresult cuGLRegisterBufferObject(GLuint buffer)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLRegisterBufferObject(buffer);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1636,8 +1488,7 @@ CUresult cuGLSetBufferObjectMapFlags(GLuint buffer, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLSetBufferObjectMapFlags(buffer, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1647,8 +1498,7 @@ CUresult cuGLUnmapBufferObject(GLuint buffer)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLUnmapBufferObject(buffer);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1658,8 +1508,7 @@ CUresult cuGLUnmapBufferObjectAsync(GLuint buffer, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLUnmapBufferObjectAsync(buffer, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1669,8 +1518,7 @@ CUresult cuGLUnregisterBufferObject(GLuint buffer)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLUnregisterBufferObject(buffer);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1680,8 +1528,7 @@ CUresult cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgraph hGraph, cons
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddBatchMemOpNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1691,8 +1538,7 @@ CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, cons
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1702,8 +1548,7 @@ CUresult cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from, const C
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddDependencies(hGraph, from, to, numDependencies);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1713,8 +1558,7 @@ CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, cons
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddDependencies_v2(hGraph, from, to, edgeData, numDependencies);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1724,8 +1568,7 @@ CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUg
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1735,8 +1578,7 @@ CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, con
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies, numDependencies, event);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1746,8 +1588,7 @@ CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddEventWaitNode(phGraphNode, hGraph, dependencies, numDependencies, event);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1757,8 +1598,7 @@ CUresult cuGraphAddExternalSemaphoresSignalNode(CUgraphNode *phGraphNode, CUgrap
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddExternalSemaphoresSignalNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1768,8 +1608,7 @@ CUresult cuGraphAddExternalSemaphoresWaitNode(CUgraphNode *phGraphNode, CUgraph 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddExternalSemaphoresWaitNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1779,8 +1618,7 @@ CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1790,8 +1628,7 @@ CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddKernelNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1801,8 +1638,7 @@ CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddKernelNode_v2(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1812,8 +1648,7 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1823,8 +1658,7 @@ CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const C
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies, dptr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1834,8 +1668,7 @@ CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1845,8 +1678,7 @@ CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies, memsetParams, ctx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1856,8 +1688,7 @@ CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphN
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1867,8 +1698,7 @@ CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgra
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddNode_v2(phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1878,8 +1708,7 @@ CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUDA_BATCH_MEM_OP_NOD
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphBatchMemOpNodeGetParams(hNode, nodeParams_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1889,8 +1718,7 @@ CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode, const CUDA_BATCH_MEM_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphBatchMemOpNodeSetParams(hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1900,8 +1728,7 @@ CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphChildGraphNodeGetGraph(hNode, phGraph);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1911,8 +1738,7 @@ CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphClone(phGraphClone, originalGraph);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1922,8 +1748,7 @@ CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, C
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphConditionalHandleCreate(pHandle_out, hGraph, ctx, defaultLaunchValue, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1933,8 +1758,7 @@ CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphCreate(phGraph, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1944,8 +1768,7 @@ CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int fla
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphDebugDotPrint(hGraph, path, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1955,8 +1778,7 @@ CUresult cuGraphDestroy(CUgraph hGraph)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphDestroy(hGraph);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1966,8 +1788,7 @@ CUresult cuGraphDestroyNode(CUgraphNode hNode)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphDestroyNode(hNode);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1977,8 +1798,7 @@ CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphEventRecordNodeGetEvent(hNode, event_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1988,8 +1808,7 @@ CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphEventRecordNodeSetEvent(hNode, event);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1999,8 +1818,7 @@ CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphEventWaitNodeGetEvent(hNode, event_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2010,8 +1828,7 @@ CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphEventWaitNodeSetEvent(hNode, event);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2021,8 +1838,7 @@ CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecBatchMemOpNodeSetParams(hGraphExec, hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2032,8 +1848,7 @@ CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecChildGraphNodeSetParams(hGraphExec, hNode, childGraph);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2043,8 +1858,7 @@ CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecDestroy(hGraphExec);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2054,8 +1868,7 @@ CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2065,8 +1878,7 @@ CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hN
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, event);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2076,8 +1888,7 @@ CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(CUgraphExec hGraphExec
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecExternalSemaphoresSignalNodeSetParams(hGraphExec, hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2087,8 +1898,7 @@ CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(CUgraphExec hGraphExec, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecExternalSemaphoresWaitNodeSetParams(hGraphExec, hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2098,8 +1908,7 @@ CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecGetFlags(hGraphExec, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2109,8 +1918,7 @@ CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecHostNodeSetParams(hGraphExec, hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2120,8 +1928,7 @@ CUresult cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNod
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecKernelNodeSetParams(hGraphExec, hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2131,8 +1938,7 @@ CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode h
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2142,8 +1948,7 @@ CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNod
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams, ctx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2153,8 +1958,7 @@ CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNod
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams, ctx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2164,8 +1968,7 @@ CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUg
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecNodeSetParams(hGraphExec, hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2175,8 +1978,7 @@ CUresult cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecUpdate(hGraphExec, hGraph, hErrorNode_out, updateResult_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2186,8 +1988,7 @@ CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExe
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2197,8 +1998,7 @@ CUresult cuGraphExternalSemaphoresSignalNodeGetParams(CUgraphNode hNode, CUDA_EX
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExternalSemaphoresSignalNodeGetParams(hNode, params_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2208,8 +2008,7 @@ CUresult cuGraphExternalSemaphoresSignalNodeSetParams(CUgraphNode hNode, const C
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExternalSemaphoresSignalNodeSetParams(hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2219,8 +2018,7 @@ CUresult cuGraphExternalSemaphoresWaitNodeGetParams(CUgraphNode hNode, CUDA_EXT_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExternalSemaphoresWaitNodeGetParams(hNode, params_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2230,8 +2028,7 @@ CUresult cuGraphExternalSemaphoresWaitNodeSetParams(CUgraphNode hNode, const CUD
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExternalSemaphoresWaitNodeSetParams(hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2241,8 +2038,7 @@ CUresult cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, siz
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphGetEdges(hGraph, from, to, numEdges);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2252,8 +2048,7 @@ CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphGetEdges_v2(hGraph, from, to, edgeData, numEdges);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2263,8 +2058,7 @@ CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphGetNodes(hGraph, nodes, numNodes);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2274,8 +2068,7 @@ CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *num
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphGetRootNodes(hGraph, rootNodes, numRootNodes);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2285,8 +2078,7 @@ CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *node
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphHostNodeGetParams(hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2296,8 +2088,7 @@ CUresult cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphHostNodeSetParams(hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2307,8 +2098,7 @@ CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNod
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphInstantiate(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2318,8 +2108,7 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, u
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2329,8 +2118,7 @@ CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2340,8 +2128,7 @@ CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphInstantiateWithParams_ptsz(phGraphExec, hGraph, instantiateParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2351,8 +2138,7 @@ CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraph
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphInstantiate_v2(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2362,8 +2148,7 @@ CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeCopyAttributes(dst, src);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2373,8 +2158,7 @@ CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID att
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeGetAttribute(hNode, attr, value_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2384,8 +2168,7 @@ CUresult cuGraphKernelNodeGetParams(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeGetParams(hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2395,8 +2178,7 @@ CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAM
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeGetParams_v2(hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2406,8 +2188,7 @@ CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID att
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeSetAttribute(hNode, attr, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2417,8 +2198,7 @@ CUresult cuGraphKernelNodeSetParams(CUgraphNode hNode, const CUDA_KERNEL_NODE_PA
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeSetParams(hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2428,8 +2208,7 @@ CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeSetParams_v2(hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2439,8 +2218,7 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphLaunch(hGraphExec, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2450,8 +2228,7 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphLaunch_ptsz(hGraphExec, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2461,8 +2238,7 @@ CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PAR
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphMemAllocNodeGetParams(hNode, params_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2472,8 +2248,7 @@ CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphMemFreeNodeGetParams(hNode, dptr_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2483,8 +2258,7 @@ CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphMemcpyNodeGetParams(hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2494,8 +2268,7 @@ CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *node
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphMemcpyNodeSetParams(hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2505,8 +2278,7 @@ CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphMemsetNodeGetParams(hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2516,8 +2288,7 @@ CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PA
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphMemsetNodeSetParams(hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2527,8 +2298,7 @@ CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2538,8 +2308,7 @@ CUresult cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode *dependencies
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeGetDependencies(hNode, dependencies, numDependencies);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2549,8 +2318,7 @@ CUresult cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode *dependenc
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeGetDependencies_v2(hNode, dependencies, edgeData, numDependencies);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2560,8 +2328,7 @@ CUresult cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode *dependentN
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeGetDependentNodes(hNode, dependentNodes, numDependentNodes);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2571,8 +2338,7 @@ CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *depende
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeGetDependentNodes_v2(hNode, dependentNodes, edgeData, numDependentNodes);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2582,8 +2348,7 @@ CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsign
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeGetEnabled(hGraphExec, hNode, isEnabled);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2593,8 +2358,7 @@ CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeGetType(hNode, type);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2604,8 +2368,7 @@ CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsign
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeSetEnabled(hGraphExec, hNode, isEnabled);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2615,8 +2378,7 @@ CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeSetParams(hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2626,8 +2388,7 @@ CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned i
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphReleaseUserObject(graph, object, count);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2637,8 +2398,7 @@ CUresult cuGraphRemoveDependencies(CUgraph hGraph, const CUgraphNode *from, cons
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphRemoveDependencies(hGraph, from, to, numDependencies);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2648,8 +2408,7 @@ CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphRemoveDependencies_v2(hGraph, from, to, edgeData, numDependencies);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2659,8 +2418,7 @@ CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned in
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphRetainUserObject(graph, object, count, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2670,8 +2428,7 @@ CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphUpload(hGraphExec, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2681,8 +2438,7 @@ CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphUpload_ptsz(hGraphExec, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2692,8 +2448,7 @@ CUresult cuGraphicsEGLRegisterImage(CUgraphicsResource *pCudaResource, EGLImageK
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsEGLRegisterImage(pCudaResource, image, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2703,8 +2458,7 @@ CUresult cuGraphicsGLRegisterBuffer(CUgraphicsResource *pCudaResource, GLuint bu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsGLRegisterBuffer(pCudaResource, buffer, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2714,8 +2468,7 @@ CUresult cuGraphicsGLRegisterImage(CUgraphicsResource *pCudaResource, GLuint ima
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsGLRegisterImage(pCudaResource, image, target, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2725,8 +2478,7 @@ CUresult cuGraphicsMapResources(unsigned int count, CUgraphicsResource *resource
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsMapResources(count, resources, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2736,8 +2488,7 @@ CUresult cuGraphicsMapResources_ptsz(unsigned int count, CUgraphicsResource *res
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsMapResources_ptsz(count, resources, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2747,8 +2498,7 @@ CUresult cuGraphicsResourceGetMappedEglFrame(CUeglFrame *eglFrame, CUgraphicsRes
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsResourceGetMappedEglFrame(eglFrame, resource, index, mipLevel);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2758,8 +2508,7 @@ CUresult cuGraphicsResourceGetMappedMipmappedArray(CUmipmappedArray *pMipmappedA
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsResourceGetMappedMipmappedArray(pMipmappedArray, resource);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2769,8 +2518,7 @@ CUresult cuGraphicsResourceGetMappedPointer(CUdeviceptr_v1 *pDevPtr, unsigned in
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsResourceGetMappedPointer(pDevPtr, pSize, resource);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2780,8 +2528,7 @@ CUresult cuGraphicsResourceGetMappedPointer_v2(CUdeviceptr *pDevPtr, size_t *pSi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsResourceGetMappedPointer_v2(pDevPtr, pSize, resource);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2791,8 +2538,7 @@ CUresult cuGraphicsResourceSetMapFlags(CUgraphicsResource resource, unsigned int
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsResourceSetMapFlags(resource, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2802,8 +2548,7 @@ CUresult cuGraphicsResourceSetMapFlags_v2(CUgraphicsResource resource, unsigned 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsResourceSetMapFlags_v2(resource, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2813,8 +2558,7 @@ CUresult cuGraphicsSubResourceGetMappedArray(CUarray *pArray, CUgraphicsResource
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsSubResourceGetMappedArray(pArray, resource, arrayIndex, mipLevel);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2824,8 +2568,7 @@ CUresult cuGraphicsUnmapResources(unsigned int count, CUgraphicsResource *resour
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsUnmapResources(count, resources, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2835,8 +2578,7 @@ CUresult cuGraphicsUnmapResources_ptsz(unsigned int count, CUgraphicsResource *r
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsUnmapResources_ptsz(count, resources, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2846,8 +2588,7 @@ CUresult cuGraphicsUnregisterResource(CUgraphicsResource resource)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsUnregisterResource(resource);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2857,8 +2598,7 @@ CUresult cuGraphicsVDPAURegisterOutputSurface(CUgraphicsResource *pCudaResource,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsVDPAURegisterOutputSurface(pCudaResource, vdpSurface, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2868,8 +2608,7 @@ CUresult cuGraphicsVDPAURegisterVideoSurface(CUgraphicsResource *pCudaResource, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsVDPAURegisterVideoSurface(pCudaResource, vdpSurface, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2879,8 +2618,7 @@ CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice de
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxCreate(phCtx, desc, dev, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2890,8 +2628,7 @@ CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxDestroy(hCtx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2901,8 +2638,7 @@ CUresult cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUdevResource *resource, CUde
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxGetDevResource(hCtx, resource, type);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2912,8 +2648,7 @@ CUresult cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned long long *greenCtxId)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxGetId(greenCtx, greenCtxId);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2923,8 +2658,7 @@ CUresult cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxRecordEvent(hCtx, hEvent);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2934,8 +2668,7 @@ CUresult cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx greenCtx, unsigne
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxStreamCreate(phStream, greenCtx, flags, priority);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2945,8 +2678,7 @@ CUresult cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent hEvent)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxWaitEvent(hCtx, hEvent);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2956,8 +2688,7 @@ CUresult cuImportExternalMemory(CUexternalMemory *extMem_out, const CUDA_EXTERNA
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuImportExternalMemory(extMem_out, memHandleDesc);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2967,8 +2698,7 @@ CUresult cuImportExternalSemaphore(CUexternalSemaphore *extSem_out, const CUDA_E
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuImportExternalSemaphore(extSem_out, semHandleDesc);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2978,8 +2708,7 @@ CUresult cuInit(unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuInit(Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2989,8 +2718,7 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuIpcCloseMemHandle(dptr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3000,8 +2728,7 @@ CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuIpcGetEventHandle(pHandle, event);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3011,8 +2738,7 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuIpcGetMemHandle(pHandle, dptr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3022,8 +2748,7 @@ CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuIpcOpenEventHandle(phEvent, handle);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3033,8 +2758,7 @@ CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuIpcOpenMemHandle(pdptr, handle, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3044,8 +2768,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsign
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3055,8 +2778,7 @@ CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel ker
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelGetAttribute(pi, attrib, kernel, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3066,8 +2788,7 @@ CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelGetFunction(pFunc, kernel);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3077,8 +2798,7 @@ CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelGetLibrary(pLib, kernel);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3088,8 +2808,7 @@ CUresult cuKernelGetName(const char **name, CUkernel hfunc)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelGetName(name, hfunc);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3099,8 +2818,7 @@ CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramO
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelGetParamInfo(kernel, paramIndex, paramOffset, paramSize);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3110,8 +2828,7 @@ CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel ker
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelSetAttribute(attrib, val, kernel, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3121,8 +2838,7 @@ CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice d
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelSetCacheConfig(kernel, config, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3132,8 +2848,7 @@ CUresult cuLaunch(CUfunction f)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunch(f);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3143,8 +2858,7 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3154,8 +2868,7 @@ CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsLi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchCooperativeKernelMultiDevice(launchParamsList, numDevices, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3165,8 +2878,7 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchCooperativeKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3176,8 +2888,7 @@ CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchGrid(f, grid_width, grid_height);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3187,8 +2898,7 @@ CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstre
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchGridAsync(f, grid_width, grid_height, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3198,8 +2908,7 @@ CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchHostFunc(hStream, fn, userData);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3209,8 +2918,7 @@ CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchHostFunc_ptsz(hStream, fn, userData);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3220,8 +2928,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3231,8 +2938,7 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **ker
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchKernelEx(config, f, kernelParams, extra);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3242,8 +2948,7 @@ CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchKernelEx_ptsz(config, f, kernelParams, extra);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3253,8 +2958,7 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3264,8 +2968,7 @@ CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, C
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryEnumerateKernels(kernels, numKernels, lib);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3275,8 +2978,7 @@ CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryGetGlobal(dptr, bytes, library, name);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3286,8 +2988,7 @@ CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *na
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryGetKernel(pKernel, library, name);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3297,8 +2998,7 @@ CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryGetKernelCount(count, lib);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3308,8 +3008,7 @@ CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryGetManaged(dptr, bytes, library, name);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3319,8 +3018,7 @@ CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryGetModule(pMod, library);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3330,8 +3028,7 @@ CUresult cuLibraryGetUnifiedFunction(void **fptr, CUlibrary library, const char 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryGetUnifiedFunction(fptr, library, symbol);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3341,8 +3038,7 @@ CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *j
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryLoadData(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3352,8 +3048,7 @@ CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_o
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryLoadFromFile(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3363,8 +3058,7 @@ CUresult cuLibraryUnload(CUlibrary library)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryUnload(library);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3374,8 +3068,7 @@ CUresult cuLinkAddData(CUlinkState state, CUjitInputType type, void *data, size_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkAddData(state, type, data, size, name, numOptions, options, optionValues);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3385,8 +3078,7 @@ CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkAddData_v2(state, type, data, size, name, numOptions, options, optionValues);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3396,8 +3088,7 @@ CUresult cuLinkAddFile(CUlinkState state, CUjitInputType type, const char *path,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkAddFile(state, type, path, numOptions, options, optionValues);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3407,8 +3098,7 @@ CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *pa
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkAddFile_v2(state, type, path, numOptions, options, optionValues);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3418,8 +3108,7 @@ CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkComplete(state, cubinOut, sizeOut);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3429,8 +3118,7 @@ CUresult cuLinkCreate(unsigned int numOptions, CUjit_option *options, void **opt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkCreate(numOptions, options, optionValues, stateOut);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3440,8 +3128,7 @@ CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkCreate_v2(numOptions, options, optionValues, stateOut);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3451,8 +3138,7 @@ CUresult cuLinkDestroy(CUlinkState state)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkDestroy(state);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3462,8 +3148,7 @@ CUresult cuLogsCurrent(CUlogIterator *iterator_out, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLogsCurrent(iterator_out, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3473,8 +3158,7 @@ CUresult cuLogsDumpToFile(CUlogIterator *iterator, const char *pathToFile, unsig
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLogsDumpToFile(iterator, pathToFile, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3484,8 +3168,7 @@ CUresult cuLogsDumpToMemory(CUlogIterator *iterator, char *buffer, size_t *size,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLogsDumpToMemory(iterator, buffer, size, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3495,8 +3178,7 @@ CUresult cuLogsRegisterCallback(CUlogsCallback callbackFunc, void *userData, CUl
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLogsRegisterCallback(callbackFunc, userData, callback_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3506,8 +3188,7 @@ CUresult cuLogsUnregisterCallback(CUlogsCallbackHandle callback)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLogsUnregisterCallback(callback);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3517,8 +3198,7 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAddressFree(ptr, size);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3528,8 +3208,7 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAddressReserve(ptr, size, alignment, addr, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3539,8 +3218,7 @@ CUresult cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUde
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAdvise(devPtr, count, advice, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3550,8 +3228,7 @@ CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, C
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAdvise_v2(devPtr, count, advice, location);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3561,8 +3238,7 @@ CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAlloc(dptr, bytesize);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3572,8 +3248,7 @@ CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocAsync(dptr, bytesize, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3583,8 +3258,7 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStre
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocAsync_ptsz(dptr, bytesize, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3594,8 +3268,7 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPoo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3605,8 +3278,7 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3616,8 +3288,7 @@ CUresult cuMemAllocHost(void **pp, unsigned int bytesize)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocHost(pp, bytesize);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3627,8 +3298,7 @@ CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocHost_v2(pp, bytesize);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3638,8 +3308,7 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flag
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocManaged(dptr, bytesize, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3649,8 +3318,7 @@ CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned in
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3660,8 +3328,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInByt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3671,8 +3338,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAlloc_v2(dptr, bytesize);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3682,8 +3348,7 @@ CUresult cuMemBatchDecompressAsync(CUmemDecompressParams *paramsArray, size_t co
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemBatchDecompressAsync(paramsArray, count, flags, errorIndex, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3693,8 +3358,7 @@ CUresult cuMemBatchDecompressAsync_ptsz(CUmemDecompressParams *paramsArray, size
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemBatchDecompressAsync_ptsz(paramsArray, count, flags, errorIndex, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3704,8 +3368,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemCreate(handle, size, prop, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3715,8 +3378,7 @@ CUresult cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemDiscardAndPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3726,8 +3388,7 @@ CUresult cuMemDiscardAndPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *size
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemDiscardAndPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3737,8 +3398,7 @@ CUresult cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemDiscardBatchAsync(dptrs, sizes, count, flags, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3748,8 +3408,7 @@ CUresult cuMemDiscardBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemDiscardBatchAsync_ptsz(dptrs, sizes, count, flags, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3759,8 +3418,7 @@ CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocat
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3770,8 +3428,7 @@ CUresult cuMemFree(CUdeviceptr_v1 dptr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemFree(dptr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3781,8 +3438,7 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemFreeAsync(dptr, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3792,8 +3448,7 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemFreeAsync_ptsz(dptr, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3803,8 +3458,7 @@ CUresult cuMemFreeHost(void *p)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemFreeHost(p);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3814,8 +3468,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemFree_v2(dptr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3825,8 +3478,7 @@ CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetAccess(flags, location, ptr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3836,8 +3488,7 @@ CUresult cuMemGetAddressRange(CUdeviceptr_v1 *pbase, unsigned int *psize, CUdevi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetAddressRange(pbase, psize, dptr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3847,8 +3498,7 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetAddressRange_v2(pbase, psize, dptr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3858,8 +3508,7 @@ CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocatio
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetAllocationGranularity(granularity, prop, option);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3869,8 +3518,7 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmem
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetAllocationPropertiesFromHandle(prop, handle);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3880,8 +3528,7 @@ CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetDefaultMemPool(pool_out, location, type);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3891,8 +3538,7 @@ CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetHandleForAddressRange(handle, dptr, size, handleType, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3902,8 +3548,7 @@ CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetInfo(free, total);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3913,8 +3558,7 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetInfo_v2(free, total);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3924,8 +3568,7 @@ CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAlloc
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetMemPool(pool, location, type);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3935,8 +3578,7 @@ CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostAlloc(pp, bytesize, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3946,8 +3588,7 @@ CUresult cuMemHostGetDevicePointer(CUdeviceptr_v1 *pdptr, void *p, unsigned int 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostGetDevicePointer(pdptr, p, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3957,8 +3598,7 @@ CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostGetDevicePointer_v2(pdptr, p, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3968,8 +3608,7 @@ CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostGetFlags(pFlags, p);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3979,8 +3618,7 @@ CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostRegister(p, bytesize, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3990,8 +3628,7 @@ CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostRegister_v2(p, bytesize, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4001,8 +3638,7 @@ CUresult cuMemHostUnregister(void *p)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostUnregister(p);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4012,8 +3648,7 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, vo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemImportFromShareableHandle(handle, osHandle, shHandleType);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4023,8 +3658,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemMap(ptr, size, offset, handle, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4034,8 +3668,7 @@ CUresult cuMemMapArrayAsync(CUarrayMapInfo *mapInfoList, unsigned int count, CUs
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemMapArrayAsync(mapInfoList, count, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4045,8 +3678,7 @@ CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo *mapInfoList, unsigned int count
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemMapArrayAsync_ptsz(mapInfoList, count, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4056,8 +3688,7 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolCreate(pool, poolProps);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4067,8 +3698,7 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolDestroy(pool);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4078,8 +3708,7 @@ CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdevicep
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolExportPointer(shareData_out, ptr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4089,8 +3718,7 @@ CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, C
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolExportToShareableHandle(handle_out, pool, handleType, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4100,8 +3728,7 @@ CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUme
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolGetAccess(flags, memPool, location);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4111,8 +3738,7 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolGetAttribute(pool, attr, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4122,8 +3748,7 @@ CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolImportFromShareableHandle(pool_out, handle, handleType, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4133,8 +3758,7 @@ CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolImportPointer(ptr_out, pool, shareData);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4144,8 +3768,7 @@ CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolSetAccess(pool, map, count);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4155,8 +3778,7 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolSetAttribute(pool, attr, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4166,8 +3788,7 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolTrimTo(pool, minBytesToKeep);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4177,8 +3798,7 @@ CUresult cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPrefetchAsync(devPtr, count, dstDevice, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4188,8 +3808,7 @@ CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstD
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPrefetchAsync_ptsz(devPtr, count, dstDevice, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4199,8 +3818,7 @@ CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation l
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPrefetchAsync_v2(devPtr, count, location, flags, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4210,8 +3828,7 @@ CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count, CUmemLocat
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPrefetchAsync_v2_ptsz(devPtr, count, location, flags, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4221,8 +3838,7 @@ CUresult cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4232,8 +3848,7 @@ CUresult cuMemPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4243,8 +3858,7 @@ CUresult cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemRangeGetAttribute(data, dataSize, attribute, devPtr, count);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4254,8 +3868,7 @@ CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_att
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemRangeGetAttributes(data, dataSizes, attributes, numAttributes, devPtr, count);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4265,8 +3878,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemRelease(handle);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4276,8 +3888,7 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemRetainAllocationHandle(handle, addr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4287,8 +3898,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemSetAccess(ptr, size, desc, count);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4298,8 +3908,7 @@ CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUme
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemSetMemPool(location, type, pool);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4309,8 +3918,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemUnmap(ptr, size);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4320,8 +3928,7 @@ CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy(dst, src, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4331,8 +3938,7 @@ CUresult cuMemcpy2D(const CUDA_MEMCPY2D_v1 *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2D(pCopy);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4342,8 +3948,7 @@ CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D_v1 *pCopy, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2DAsync(pCopy, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4353,8 +3958,7 @@ CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2DAsync_v2(pCopy, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4364,8 +3968,7 @@ CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2DAsync_v2_ptsz(pCopy, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4375,8 +3978,7 @@ CUresult cuMemcpy2DUnaligned(const CUDA_MEMCPY2D_v1 *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2DUnaligned(pCopy);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4386,8 +3988,7 @@ CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2DUnaligned_v2(pCopy);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4397,8 +3998,7 @@ CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2DUnaligned_v2_ptds(pCopy);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4408,8 +4008,7 @@ CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2D_v2(pCopy);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4419,8 +4018,7 @@ CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2D_v2_ptds(pCopy);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4430,8 +4028,7 @@ CUresult cuMemcpy3D(const CUDA_MEMCPY3D_v1 *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3D(pCopy);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4441,8 +4038,7 @@ CUresult cuMemcpy3DAsync(const CUDA_MEMCPY3D_v1 *pCopy, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DAsync(pCopy, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4452,8 +4048,7 @@ CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DAsync_v2(pCopy, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4463,8 +4058,7 @@ CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DAsync_v2_ptsz(pCopy, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4474,8 +4068,7 @@ CUresult cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, siz
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DBatchAsync(numOps, opList, failIdx, flags, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4485,8 +4078,7 @@ CUresult cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DBatchAsync_ptsz(numOps, opList, failIdx, flags, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4496,8 +4088,7 @@ CUresult cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DBatchAsync_v2(numOps, opList, flags, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4507,8 +4098,7 @@ CUresult cuMemcpy3DBatchAsync_v2_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opL
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DBatchAsync_v2_ptsz(numOps, opList, flags, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4518,8 +4108,7 @@ CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DPeer(pCopy);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4529,8 +4118,7 @@ CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DPeerAsync(pCopy, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4540,8 +4128,7 @@ CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DPeerAsync_ptsz(pCopy, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4551,8 +4138,7 @@ CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DPeer_ptds(pCopy);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4562,8 +4148,7 @@ CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3D_v2(pCopy);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4573,8 +4158,7 @@ CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3D_v2_ptds(pCopy);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4584,8 +4168,7 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAsync(dst, src, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4595,8 +4178,7 @@ CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAsync_ptsz(dst, src, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4606,8 +4188,7 @@ CUresult cuMemcpyAtoA(CUarray dstArray, unsigned int dstOffset, CUarray srcArray
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoA(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4617,8 +4198,7 @@ CUresult cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, s
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoA_v2(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4628,8 +4208,7 @@ CUresult cuMemcpyAtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUarray srcArr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoA_v2_ptds(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4639,8 +4218,7 @@ CUresult cuMemcpyAtoD(CUdeviceptr_v1 dstDevice, CUarray srcArray, unsigned int s
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoD(dstDevice, srcArray, srcOffset, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4650,8 +4228,7 @@ CUresult cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffs
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoD_v2(dstDevice, srcArray, srcOffset, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4661,8 +4238,7 @@ CUresult cuMemcpyAtoD_v2_ptds(CUdeviceptr dstDevice, CUarray srcArray, size_t sr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoD_v2_ptds(dstDevice, srcArray, srcOffset, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4672,8 +4248,7 @@ CUresult cuMemcpyAtoH(void *dstHost, CUarray srcArray, unsigned int srcOffset, u
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoH(dstHost, srcArray, srcOffset, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4683,8 +4258,7 @@ CUresult cuMemcpyAtoHAsync(void *dstHost, CUarray srcArray, unsigned int srcOffs
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoHAsync(dstHost, srcArray, srcOffset, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4694,8 +4268,7 @@ CUresult cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoHAsync_v2(dstHost, srcArray, srcOffset, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4705,8 +4278,7 @@ CUresult cuMemcpyAtoHAsync_v2_ptsz(void *dstHost, CUarray srcArray, size_t srcOf
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoHAsync_v2_ptsz(dstHost, srcArray, srcOffset, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4716,8 +4288,7 @@ CUresult cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoH_v2(dstHost, srcArray, srcOffset, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4727,8 +4298,7 @@ CUresult cuMemcpyAtoH_v2_ptds(void *dstHost, CUarray srcArray, size_t srcOffset,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoH_v2_ptds(dstHost, srcArray, srcOffset, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4738,8 +4308,7 @@ CUresult cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4749,8 +4318,7 @@ CUresult cuMemcpyBatchAsync_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *s
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyBatchAsync_ptsz(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4760,8 +4328,7 @@ CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *siz
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyBatchAsync_v2(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4771,8 +4338,7 @@ CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyBatchAsync_v2_ptsz(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4782,8 +4348,7 @@ CUresult cuMemcpyDtoA(CUarray dstArray, unsigned int dstOffset, CUdeviceptr_v1 s
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoA(dstArray, dstOffset, srcDevice, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4793,8 +4358,7 @@ CUresult cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoA_v2(dstArray, dstOffset, srcDevice, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4804,8 +4368,7 @@ CUresult cuMemcpyDtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUdeviceptr sr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoA_v2_ptds(dstArray, dstOffset, srcDevice, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4815,8 +4378,7 @@ CUresult cuMemcpyDtoD(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsign
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoD(dstDevice, srcDevice, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4826,8 +4388,7 @@ CUresult cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, u
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoDAsync(dstDevice, srcDevice, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4837,8 +4398,7 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4848,8 +4408,7 @@ CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoDAsync_v2_ptsz(dstDevice, srcDevice, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4859,8 +4418,7 @@ CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t By
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4870,8 +4428,7 @@ CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoD_v2_ptds(dstDevice, srcDevice, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4881,8 +4438,7 @@ CUresult cuMemcpyDtoH(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int Byte
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoH(dstHost, srcDevice, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4892,8 +4448,7 @@ CUresult cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoHAsync(dstHost, srcDevice, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4903,8 +4458,7 @@ CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteC
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4914,8 +4468,7 @@ CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoHAsync_v2_ptsz(dstHost, srcDevice, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4925,8 +4478,7 @@ CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4936,8 +4488,7 @@ CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteC
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoH_v2_ptds(dstHost, srcDevice, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4947,8 +4498,7 @@ CUresult cuMemcpyHtoA(CUarray dstArray, unsigned int dstOffset, const void *srcH
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoA(dstArray, dstOffset, srcHost, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4958,8 +4508,7 @@ CUresult cuMemcpyHtoAAsync(CUarray dstArray, unsigned int dstOffset, const void 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoAAsync(dstArray, dstOffset, srcHost, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4969,8 +4518,7 @@ CUresult cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *sr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoAAsync_v2(dstArray, dstOffset, srcHost, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4980,8 +4528,7 @@ CUresult cuMemcpyHtoAAsync_v2_ptsz(CUarray dstArray, size_t dstOffset, const voi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoAAsync_v2_ptsz(dstArray, dstOffset, srcHost, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4991,8 +4538,7 @@ CUresult cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoA_v2(dstArray, dstOffset, srcHost, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5002,8 +4548,7 @@ CUresult cuMemcpyHtoA_v2_ptds(CUarray dstArray, size_t dstOffset, const void *sr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoA_v2_ptds(dstArray, dstOffset, srcHost, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5013,8 +4558,7 @@ CUresult cuMemcpyHtoD(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned in
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoD(dstDevice, srcHost, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5024,8 +4568,7 @@ CUresult cuMemcpyHtoDAsync(CUdeviceptr_v1 dstDevice, const void *srcHost, unsign
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoDAsync(dstDevice, srcHost, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5035,8 +4578,7 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoDAsync_v2(dstDevice, srcHost, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5046,8 +4588,7 @@ CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, s
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoDAsync_v2_ptsz(dstDevice, srcHost, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5057,8 +4598,7 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t Byte
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5068,8 +4608,7 @@ CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoD_v2_ptds(dstDevice, srcHost, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5079,8 +4618,7 @@ CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr s
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5090,8 +4628,7 @@ CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdevice
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyPeerAsync(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5101,8 +4638,7 @@ CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUd
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyPeerAsync_ptsz(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5112,8 +4648,7 @@ CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdevice
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyPeer_ptds(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5123,8 +4658,7 @@ CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy_ptds(dst, src, ByteCount);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5134,8 +4668,7 @@ CUresult cuMemsetD16(CUdeviceptr_v1 dstDevice, unsigned short us, unsigned int N
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD16(dstDevice, us, N);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5145,8 +4678,7 @@ CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD16Async(dstDevice, us, N, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5156,8 +4688,7 @@ CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD16Async_ptsz(dstDevice, us, N, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5167,8 +4698,7 @@ CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD16_v2(dstDevice, us, N);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5178,8 +4708,7 @@ CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD16_v2_ptds(dstDevice, us, N);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5189,8 +4718,7 @@ CUresult cuMemsetD2D16(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D16(dstDevice, dstPitch, us, Width, Height);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5200,8 +4728,7 @@ CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned sho
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D16Async(dstDevice, dstPitch, us, Width, Height, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5211,8 +4738,7 @@ CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigne
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D16Async_ptsz(dstDevice, dstPitch, us, Width, Height, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5222,8 +4748,7 @@ CUresult cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D16_v2(dstDevice, dstPitch, us, Width, Height);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5233,8 +4758,7 @@ CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D16_v2_ptds(dstDevice, dstPitch, us, Width, Height);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5244,8 +4768,7 @@ CUresult cuMemsetD2D32(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D32(dstDevice, dstPitch, ui, Width, Height);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5255,8 +4778,7 @@ CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D32Async(dstDevice, dstPitch, ui, Width, Height, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5266,8 +4788,7 @@ CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigne
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D32Async_ptsz(dstDevice, dstPitch, ui, Width, Height, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5277,8 +4798,7 @@ CUresult cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int u
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D32_v2(dstDevice, dstPitch, ui, Width, Height);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5288,8 +4808,7 @@ CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D32_v2_ptds(dstDevice, dstPitch, ui, Width, Height);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5299,8 +4818,7 @@ CUresult cuMemsetD2D8(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D8(dstDevice, dstPitch, uc, Width, Height);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5310,8 +4828,7 @@ CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D8Async(dstDevice, dstPitch, uc, Width, Height, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5321,8 +4838,7 @@ CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D8Async_ptsz(dstDevice, dstPitch, uc, Width, Height, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5332,8 +4848,7 @@ CUresult cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char u
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D8_v2(dstDevice, dstPitch, uc, Width, Height);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5343,8 +4858,7 @@ CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D8_v2_ptds(dstDevice, dstPitch, uc, Width, Height);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5354,8 +4868,7 @@ CUresult cuMemsetD32(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD32(dstDevice, ui, N);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5365,8 +4878,7 @@ CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUst
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD32Async(dstDevice, ui, N, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5376,8 +4888,7 @@ CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD32Async_ptsz(dstDevice, ui, N, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5387,8 +4898,7 @@ CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD32_v2(dstDevice, ui, N);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5398,8 +4908,7 @@ CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD32_v2_ptds(dstDevice, ui, N);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5409,8 +4918,7 @@ CUresult cuMemsetD8(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD8(dstDevice, uc, N);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5420,8 +4928,7 @@ CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUst
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD8Async(dstDevice, uc, N, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5431,8 +4938,7 @@ CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD8Async_ptsz(dstDevice, uc, N, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5442,8 +4948,7 @@ CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD8_v2(dstDevice, uc, N);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5453,8 +4958,7 @@ CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD8_v2_ptds(dstDevice, uc, N);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5464,8 +4968,7 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DE
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, numMipmapLevels);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5475,8 +4978,7 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMipmappedArrayDestroy(hMipmappedArray);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5486,8 +4988,7 @@ CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmap
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMipmappedArrayGetLevel(pLevelArray, hMipmappedArray, level);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5497,8 +4998,7 @@ CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *m
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMipmappedArrayGetMemoryRequirements(memoryRequirements, mipmap, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5508,8 +5008,7 @@ CUresult cuMipmappedArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *spars
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMipmappedArrayGetSparseProperties(sparseProperties, mipmap);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5519,8 +5018,7 @@ CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunct
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleEnumerateFunctions(functions, numFunctions, mod);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5530,8 +5028,7 @@ CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetFunction(hfunc, hmod, name);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5541,8 +5038,7 @@ CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetFunctionCount(count, mod);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5552,8 +5048,7 @@ CUresult cuModuleGetGlobal(CUdeviceptr_v1 *dptr, unsigned int *bytes, CUmodule h
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetGlobal(dptr, bytes, hmod, name);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5563,8 +5058,7 @@ CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetGlobal_v2(dptr, bytes, hmod, name);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5574,8 +5068,7 @@ CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetLoadingMode(mode);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5585,8 +5078,7 @@ CUresult cuModuleGetSurfRef(CUsurfref *pSurfRef, CUmodule hmod, const char *name
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetSurfRef(pSurfRef, hmod, name);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5596,8 +5088,7 @@ CUresult cuModuleGetTexRef(CUtexref *pTexRef, CUmodule hmod, const char *name)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetTexRef(pTexRef, hmod, name);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5607,8 +5098,7 @@ CUresult cuModuleLoad(CUmodule *module, const char *fname)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleLoad(module, fname);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5618,8 +5108,7 @@ CUresult cuModuleLoadData(CUmodule *module, const void *image)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleLoadData(module, image);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5629,8 +5118,7 @@ CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int nu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleLoadDataEx(module, image, numOptions, options, optionValues);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5640,8 +5128,7 @@ CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleLoadFatBinary(module, fatCubin);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5651,8 +5138,7 @@ CUresult cuModuleUnload(CUmodule hmod)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleUnload(hmod);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5662,8 +5148,7 @@ CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice de
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMulticastAddDevice(mcHandle, dev);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5673,8 +5158,7 @@ CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOff
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMulticastBindAddr(mcHandle, mcOffset, memptr, size, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5684,8 +5168,7 @@ CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffs
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMulticastBindMem(mcHandle, mcOffset, memHandle, memOffset, size, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5695,8 +5178,7 @@ CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulti
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMulticastCreate(mcHandle, prop);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5706,8 +5188,7 @@ CUresult cuMulticastGetGranularity(size_t *granularity, const CUmulticastObjectP
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMulticastGetGranularity(granularity, prop, option);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5717,8 +5198,7 @@ CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMulticastUnbind(mcHandle, dev, mcOffset, size);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5728,8 +5208,7 @@ CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunc
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5739,8 +5218,7 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5750,8 +5228,7 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5761,8 +5238,7 @@ CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const C
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyMaxActiveClusters(numClusters, func, config);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5772,8 +5248,7 @@ CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyMaxPotentialBlockSize(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5783,8 +5258,7 @@ CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockS
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5794,8 +5268,7 @@ CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyMaxPotentialClusterSize(clusterSize, func, config);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5805,8 +5278,7 @@ CUresult cuParamSetSize(CUfunction hfunc, unsigned int numbytes)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuParamSetSize(hfunc, numbytes);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5816,8 +5288,7 @@ CUresult cuParamSetTexRef(CUfunction hfunc, int texunit, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuParamSetTexRef(hfunc, texunit, hTexRef);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5827,8 +5298,7 @@ CUresult cuParamSetf(CUfunction hfunc, int offset, float value)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuParamSetf(hfunc, offset, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5838,8 +5308,7 @@ CUresult cuParamSeti(CUfunction hfunc, int offset, unsigned int value)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuParamSeti(hfunc, offset, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5849,8 +5318,7 @@ CUresult cuParamSetv(CUfunction hfunc, int offset, void *ptr, unsigned int numby
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuParamSetv(hfunc, offset, ptr, numbytes);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5860,8 +5328,7 @@ CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdevi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuPointerGetAttribute(data, attribute, ptr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5871,8 +5338,7 @@ CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuPointerGetAttributes(numAttributes, attributes, data, ptr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5882,8 +5348,7 @@ CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attribute,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuPointerSetAttribute(value, attribute, ptr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5893,8 +5358,7 @@ CUresult cuProfilerInitialize(const char *configFile, const char *outputFile, CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuProfilerInitialize(configFile, outputFile, outputMode);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5904,8 +5368,7 @@ CUresult cuProfilerStart(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuProfilerStart();
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5915,8 +5378,7 @@ CUresult cuProfilerStop(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuProfilerStop();
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5926,8 +5388,7 @@ CUresult cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSignalExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5937,8 +5398,7 @@ CUresult cuSignalExternalSemaphoresAsync_ptsz(const CUexternalSemaphore *extSemA
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSignalExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5948,8 +5408,7 @@ CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamAddCallback(hStream, callback, userData, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5959,8 +5418,7 @@ CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, v
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamAddCallback_ptsz(hStream, callback, userData, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5970,8 +5428,7 @@ CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t lengt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamAttachMemAsync(hStream, dptr, length, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5981,8 +5438,7 @@ CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamAttachMemAsync_ptsz(hStream, dptr, length, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -5992,8 +5448,7 @@ CUresult cuStreamBatchMemOp(CUstream stream, unsigned int count, CUstreamBatchMe
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBatchMemOp(stream, count, paramArray, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6003,8 +5458,7 @@ CUresult cuStreamBatchMemOp_ptsz(CUstream stream, unsigned int count, CUstreamBa
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBatchMemOp_ptsz(stream, count, paramArray, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6014,8 +5468,7 @@ CUresult cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatc
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBatchMemOp_v2(stream, count, paramArray, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6025,8 +5478,7 @@ CUresult cuStreamBatchMemOp_v2_ptsz(CUstream stream, unsigned int count, CUstrea
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBatchMemOp_v2_ptsz(stream, count, paramArray, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6036,8 +5488,7 @@ CUresult cuStreamBeginCapture(CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBeginCapture(hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6047,8 +5498,7 @@ CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUg
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6058,8 +5508,7 @@ CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, cons
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBeginCaptureToGraph_ptsz(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6069,8 +5518,7 @@ CUresult cuStreamBeginCapture_ptsz(CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBeginCapture_ptsz(hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6080,8 +5528,7 @@ CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBeginCapture_v2(hStream, mode);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6091,8 +5538,7 @@ CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBeginCapture_v2_ptsz(hStream, mode);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6102,8 +5548,7 @@ CUresult cuStreamCopyAttributes(CUstream dst, CUstream src)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamCopyAttributes(dst, src);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6113,8 +5558,7 @@ CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamCopyAttributes_ptsz(dst, src);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6124,8 +5568,7 @@ CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamCreate(phStream, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6135,8 +5578,7 @@ CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamCreateWithPriority(phStream, flags, priority);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6146,8 +5588,7 @@ CUresult cuStreamDestroy(CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamDestroy(hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6157,8 +5598,7 @@ CUresult cuStreamDestroy_v2(CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamDestroy_v2(hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6168,8 +5608,7 @@ CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamEndCapture(hStream, phGraph);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6179,8 +5618,7 @@ CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamEndCapture_ptsz(hStream, phGraph);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6190,8 +5628,7 @@ CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAtt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetAttribute(hStream, attr, value_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6201,8 +5638,7 @@ CUresult cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, CUstre
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetAttribute_ptsz(hStream, attr, value_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6212,8 +5648,7 @@ CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *capture
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCaptureInfo(hStream, captureStatus_out, id_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6223,8 +5658,7 @@ CUresult cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus *ca
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCaptureInfo_ptsz(hStream, captureStatus_out, id_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6234,8 +5668,7 @@ CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *capt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v2(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6245,8 +5678,7 @@ CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v2_ptsz(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6256,8 +5688,7 @@ CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *capt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v3(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6267,8 +5698,7 @@ CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v3_ptsz(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6278,8 +5708,7 @@ CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCtx(hStream, pctx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6289,8 +5718,7 @@ CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCtx_ptsz(hStream, pctx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6300,8 +5728,7 @@ CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreen
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCtx_v2(hStream, pCtx, pGreenCtx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6311,8 +5738,7 @@ CUresult cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx, CUgreenCtx *p
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCtx_v2_ptsz(hStream, pCtx, pGreenCtx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6322,8 +5748,7 @@ CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetDevice(hStream, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6333,8 +5758,7 @@ CUresult cuStreamGetDevice_ptsz(CUstream hStream, CUdevice *device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetDevice_ptsz(hStream, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6344,8 +5768,7 @@ CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetFlags(hStream, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6355,8 +5778,7 @@ CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetFlags_ptsz(hStream, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6366,8 +5788,7 @@ CUresult cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetGreenCtx(hStream, phCtx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6377,8 +5798,7 @@ CUresult cuStreamGetId(CUstream hStream, unsigned long long *streamId)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetId(hStream, streamId);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6388,8 +5808,7 @@ CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetId_ptsz(hStream, streamId);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6399,8 +5818,7 @@ CUresult cuStreamGetPriority(CUstream hStream, int *priority)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetPriority(hStream, priority);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6410,8 +5828,7 @@ CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetPriority_ptsz(hStream, priority);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6421,8 +5838,7 @@ CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureSta
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamIsCapturing(hStream, captureStatus);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6432,8 +5848,7 @@ CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamIsCapturing_ptsz(hStream, captureStatus);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6443,8 +5858,7 @@ CUresult cuStreamQuery(CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamQuery(hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6454,8 +5868,7 @@ CUresult cuStreamQuery_ptsz(CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamQuery_ptsz(hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6465,8 +5878,7 @@ CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamSetAttribute(hStream, attr, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6476,8 +5888,7 @@ CUresult cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, const 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamSetAttribute_ptsz(hStream, attr, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6487,8 +5898,7 @@ CUresult cuStreamSynchronize(CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamSynchronize(hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6498,8 +5908,7 @@ CUresult cuStreamSynchronize_ptsz(CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamSynchronize_ptsz(hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6509,8 +5918,7 @@ CUresult cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *depend
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies(hStream, dependencies, numDependencies, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6520,8 +5928,7 @@ CUresult cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream, CUgraphNode *d
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies_ptsz(hStream, dependencies, numDependencies, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6531,8 +5938,7 @@ CUresult cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dep
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies_v2(hStream, dependencies, dependencyData, numDependencies, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6542,8 +5948,7 @@ CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream hStream, CUgraphNode
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies_v2_ptsz(hStream, dependencies, dependencyData, numDependencies, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6553,8 +5958,7 @@ CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitEvent(hStream, hEvent, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6564,8 +5968,7 @@ CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int F
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitEvent_ptsz(hStream, hEvent, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6575,8 +5978,7 @@ CUresult cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue32(stream, addr, value, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6586,8 +5988,7 @@ CUresult cuStreamWaitValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue32_ptsz(stream, addr, value, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6597,8 +5998,7 @@ CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t va
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue32_v2(stream, addr, value, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6608,8 +6008,7 @@ CUresult cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue32_v2_ptsz(stream, addr, value, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6619,8 +6018,7 @@ CUresult cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue64(stream, addr, value, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6630,8 +6028,7 @@ CUresult cuStreamWaitValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue64_ptsz(stream, addr, value, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6641,8 +6038,7 @@ CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t va
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue64_v2(stream, addr, value, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6652,8 +6048,7 @@ CUresult cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue64_v2_ptsz(stream, addr, value, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6663,8 +6058,7 @@ CUresult cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t valu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue32(stream, addr, value, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6674,8 +6068,7 @@ CUresult cuStreamWriteValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue32_ptsz(stream, addr, value, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6685,8 +6078,7 @@ CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t v
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue32_v2(stream, addr, value, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6696,8 +6088,7 @@ CUresult cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint3
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue32_v2_ptsz(stream, addr, value, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6707,8 +6098,7 @@ CUresult cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t valu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue64(stream, addr, value, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6718,8 +6108,7 @@ CUresult cuStreamWriteValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue64_ptsz(stream, addr, value, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6729,8 +6118,7 @@ CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t v
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue64_v2(stream, addr, value, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6740,8 +6128,7 @@ CUresult cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint6
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue64_v2_ptsz(stream, addr, value, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6751,8 +6138,7 @@ CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSurfObjectCreate(pSurfObject, pResDesc);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6762,8 +6148,7 @@ CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSurfObjectDestroy(surfObject);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6773,8 +6158,7 @@ CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSurfObjectGetResourceDesc(pResDesc, surfObject);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6784,8 +6168,7 @@ CUresult cuSurfRefGetArray(CUarray *phArray, CUsurfref hSurfRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSurfRefGetArray(phArray, hSurfRef);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6795,8 +6178,7 @@ CUresult cuSurfRefSetArray(CUsurfref hSurfRef, CUarray hArray, unsigned int Flag
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSurfRefSetArray(hSurfRef, hArray, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6806,8 +6188,7 @@ CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapDataType ten
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTensorMapEncodeIm2col(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCorner, pixelBoxUpperCorner, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, swizzle, l2Promotion, oobFill);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6817,8 +6198,7 @@ CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUtensorMapDataType
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTensorMapEncodeIm2colWide(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCornerWidth, pixelBoxUpperCornerWidth, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, mode, swizzle, l2Promotion, oobFill);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6828,8 +6208,7 @@ CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tens
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTensorMapEncodeTiled(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, boxDim, elementStrides, interleave, swizzle, l2Promotion, oobFill);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6839,8 +6218,7 @@ CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTensorMapReplaceAddress(tensorMap, globalAddress);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6850,8 +6228,7 @@ CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pR
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexObjectCreate(pTexObject, pResDesc, pTexDesc, pResViewDesc);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6861,8 +6238,7 @@ CUresult cuTexObjectDestroy(CUtexObject texObject)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexObjectDestroy(texObject);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6872,8 +6248,7 @@ CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject te
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexObjectGetResourceDesc(pResDesc, texObject);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6883,8 +6258,7 @@ CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, C
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexObjectGetResourceViewDesc(pResViewDesc, texObject);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6894,8 +6268,7 @@ CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texO
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexObjectGetTextureDesc(pTexDesc, texObject);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6905,8 +6278,7 @@ CUresult cuTexRefCreate(CUtexref *pTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefCreate(pTexRef);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6916,8 +6288,7 @@ CUresult cuTexRefDestroy(CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefDestroy(hTexRef);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6927,8 +6298,7 @@ CUresult cuTexRefGetAddress(CUdeviceptr_v1 *pdptr, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetAddress(pdptr, hTexRef);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6938,8 +6308,7 @@ CUresult cuTexRefGetAddressMode(CUaddress_mode *pam, CUtexref hTexRef, int dim)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetAddressMode(pam, hTexRef, dim);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6949,8 +6318,7 @@ CUresult cuTexRefGetAddress_v2(CUdeviceptr *pdptr, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetAddress_v2(pdptr, hTexRef);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6960,8 +6328,7 @@ CUresult cuTexRefGetArray(CUarray *phArray, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetArray(phArray, hTexRef);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6971,8 +6338,7 @@ CUresult cuTexRefGetBorderColor(float *pBorderColor, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetBorderColor(pBorderColor, hTexRef);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6982,8 +6348,7 @@ CUresult cuTexRefGetFilterMode(CUfilter_mode *pfm, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetFilterMode(pfm, hTexRef);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -6993,8 +6358,7 @@ CUresult cuTexRefGetFlags(unsigned int *pFlags, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetFlags(pFlags, hTexRef);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7004,8 +6368,7 @@ CUresult cuTexRefGetFormat(CUarray_format *pFormat, int *pNumChannels, CUtexref 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetFormat(pFormat, pNumChannels, hTexRef);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7015,8 +6378,7 @@ CUresult cuTexRefGetMaxAnisotropy(int *pmaxAniso, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetMaxAnisotropy(pmaxAniso, hTexRef);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7026,8 +6388,7 @@ CUresult cuTexRefGetMipmapFilterMode(CUfilter_mode *pfm, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetMipmapFilterMode(pfm, hTexRef);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7037,8 +6398,7 @@ CUresult cuTexRefGetMipmapLevelBias(float *pbias, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetMipmapLevelBias(pbias, hTexRef);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7048,8 +6408,7 @@ CUresult cuTexRefGetMipmapLevelClamp(float *pminMipmapLevelClamp, float *pmaxMip
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetMipmapLevelClamp(pminMipmapLevelClamp, pmaxMipmapLevelClamp, hTexRef);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7059,8 +6418,7 @@ CUresult cuTexRefGetMipmappedArray(CUmipmappedArray *phMipmappedArray, CUtexref 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetMipmappedArray(phMipmappedArray, hTexRef);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7070,8 +6428,7 @@ CUresult cuTexRefSetAddress(unsigned int *ByteOffset, CUtexref hTexRef, CUdevice
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetAddress(ByteOffset, hTexRef, dptr, bytes);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7081,8 +6438,7 @@ CUresult cuTexRefSetAddress2D(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR_v1 *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetAddress2D(hTexRef, desc, dptr, Pitch);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7092,8 +6448,7 @@ CUresult cuTexRefSetAddress2D_v2(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetAddress2D_v2(hTexRef, desc, dptr, Pitch);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7103,8 +6458,7 @@ CUresult cuTexRefSetAddress2D_v3(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetAddress2D_v3(hTexRef, desc, dptr, Pitch);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7114,8 +6468,7 @@ CUresult cuTexRefSetAddressMode(CUtexref hTexRef, int dim, CUaddress_mode am)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetAddressMode(hTexRef, dim, am);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7125,8 +6478,7 @@ CUresult cuTexRefSetAddress_v2(size_t *ByteOffset, CUtexref hTexRef, CUdeviceptr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetAddress_v2(ByteOffset, hTexRef, dptr, bytes);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7136,8 +6488,7 @@ CUresult cuTexRefSetArray(CUtexref hTexRef, CUarray hArray, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetArray(hTexRef, hArray, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7147,8 +6498,7 @@ CUresult cuTexRefSetBorderColor(CUtexref hTexRef, float *pBorderColor)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetBorderColor(hTexRef, pBorderColor);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7158,8 +6508,7 @@ CUresult cuTexRefSetFilterMode(CUtexref hTexRef, CUfilter_mode fm)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetFilterMode(hTexRef, fm);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7169,8 +6518,7 @@ CUresult cuTexRefSetFlags(CUtexref hTexRef, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetFlags(hTexRef, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7180,8 +6528,7 @@ CUresult cuTexRefSetFormat(CUtexref hTexRef, CUarray_format fmt, int NumPackedCo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetFormat(hTexRef, fmt, NumPackedComponents);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7191,8 +6538,7 @@ CUresult cuTexRefSetMaxAnisotropy(CUtexref hTexRef, unsigned int maxAniso)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetMaxAnisotropy(hTexRef, maxAniso);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7202,8 +6548,7 @@ CUresult cuTexRefSetMipmapFilterMode(CUtexref hTexRef, CUfilter_mode fm)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetMipmapFilterMode(hTexRef, fm);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7213,8 +6558,7 @@ CUresult cuTexRefSetMipmapLevelBias(CUtexref hTexRef, float bias)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetMipmapLevelBias(hTexRef, bias);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7224,8 +6568,7 @@ CUresult cuTexRefSetMipmapLevelClamp(CUtexref hTexRef, float minMipmapLevelClamp
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetMipmapLevelClamp(hTexRef, minMipmapLevelClamp, maxMipmapLevelClamp);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7235,8 +6578,7 @@ CUresult cuTexRefSetMipmappedArray(CUtexref hTexRef, CUmipmappedArray hMipmapped
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetMipmappedArray(hTexRef, hMipmappedArray, Flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7246,8 +6588,7 @@ CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuThreadExchangeStreamCaptureMode(mode);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7257,8 +6598,7 @@ CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destro
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuUserObjectCreate(object_out, ptr, destroy, initialRefcount, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7268,8 +6608,7 @@ CUresult cuUserObjectRelease(CUuserObject object, unsigned int count)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuUserObjectRelease(object, count);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7279,8 +6618,7 @@ CUresult cuUserObjectRetain(CUuserObject object, unsigned int count)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuUserObjectRetain(object, count);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7290,8 +6628,7 @@ CUresult cuVDPAUCtxCreate(CUcontext *pCtx, unsigned int flags, CUdevice device, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuVDPAUCtxCreate(pCtx, flags, device, vdpDevice, vdpGetProcAddress);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7301,8 +6638,7 @@ CUresult cuVDPAUCtxCreate_v2(CUcontext *pCtx, unsigned int flags, CUdevice devic
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuVDPAUCtxCreate_v2(pCtx, flags, device, vdpDevice, vdpGetProcAddress);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7312,8 +6648,7 @@ CUresult cuVDPAUGetDevice(CUdevice *pDevice, VdpDevice vdpDevice, VdpGetProcAddr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuVDPAUGetDevice(pDevice, vdpDevice, vdpGetProcAddress);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7323,8 +6658,7 @@ CUresult cuWaitExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuWaitExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -7334,7 +6668,6 @@ CUresult cuWaitExternalSemaphoresAsync_ptsz(const CUexternalSemaphore *extSemArr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuWaitExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }

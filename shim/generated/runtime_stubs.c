@@ -8,8 +8,7 @@ cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaGetKernel(kernel, hostFun);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -19,8 +18,7 @@ cudaError_t __cudaGetProcAddress(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaGetProcAddress();
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -30,8 +28,7 @@ char __cudaInitModule(void **fatCubinHandle)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaInitModule(fatCubinHandle);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -41,8 +38,7 @@ cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaLaunchKernel(kernel, gridDim, blockDim, args, sharedMem, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -52,8 +48,7 @@ cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 bloc
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaLaunchKernel_ptsz(kernel, gridDim, blockDim, args, sharedMem, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -63,8 +58,7 @@ void **__cudaRegisterFatBinary(void *fatCubin)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaRegisterFatBinary(fatCubin);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -73,8 +67,7 @@ void __cudaRegisterFatBinaryEnd(void **fatCubinHandle)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_py___cudaRegisterFatBinaryEnd(fatCubinHandle);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
 }
 
 void __cudaRegisterFunction(void **fatCubinHandle, const void *hostFun, char *deviceFun, const char *deviceName, int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize)
@@ -82,8 +75,7 @@ void __cudaRegisterFunction(void **fatCubinHandle, const void *hostFun, char *de
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_py___cudaRegisterFunction(fatCubinHandle, hostFun, deviceFun, deviceName, thread_limit, tid, bid, bDim, gDim, wSize);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
 }
 
 cudaError_t __cudaRegisterHostVar(void)
@@ -92,8 +84,7 @@ cudaError_t __cudaRegisterHostVar(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaRegisterHostVar();
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -102,8 +93,7 @@ void __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVarPtrAddress, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_py___cudaRegisterManagedVar(fatCubinHandle, hostVarPtrAddress, deviceAddress, deviceName, ext, size, constant, global);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
 }
 
 cudaError_t __cudaRegisterUnifiedTable(void)
@@ -112,8 +102,7 @@ cudaError_t __cudaRegisterUnifiedTable(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaRegisterUnifiedTable();
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -122,8 +111,7 @@ void __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_py___cudaRegisterVar(fatCubinHandle, hostVar, deviceAddress, deviceName, ext, size, constant, global);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
 }
 
 void __cudaUnregisterFatBinary(void **fatCubinHandle)
@@ -131,8 +119,7 @@ void __cudaUnregisterFatBinary(void **fatCubinHandle)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_py___cudaUnregisterFatBinary(fatCubinHandle);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
 }
 
 cudaError_t cudaArrayGetInfo(struct cudaChannelFormatDesc *desc, struct cudaExtent *extent, unsigned int *flags, cudaArray_t array)
@@ -141,8 +128,7 @@ cudaError_t cudaArrayGetInfo(struct cudaChannelFormatDesc *desc, struct cudaExte
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaArrayGetInfo(desc, extent, flags, array);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -152,8 +138,7 @@ cudaError_t cudaArrayGetMemoryRequirements(struct cudaArrayMemoryRequirements *m
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaArrayGetMemoryRequirements(memoryRequirements, array, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -163,8 +148,7 @@ cudaError_t cudaArrayGetPlane(cudaArray_t *pPlaneArray, cudaArray_t hArray, unsi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaArrayGetPlane(pPlaneArray, hArray, planeIdx);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -174,8 +158,7 @@ cudaError_t cudaArrayGetSparseProperties(struct cudaArraySparseProperties *spars
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaArrayGetSparseProperties(sparseProperties, array);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -185,8 +168,7 @@ cudaError_t cudaChooseDevice(int *device, const struct cudaDeviceProp *prop)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaChooseDevice(device, prop);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -196,8 +178,7 @@ struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w, e
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaCreateChannelDesc(x, y, z, w, f);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -207,8 +188,7 @@ cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t *pSurfObject, const stru
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaCreateSurfaceObject(pSurfObject, pResDesc);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -218,8 +198,7 @@ cudaError_t cudaCreateTextureObject(cudaTextureObject_t *pTexObject, const struc
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaCreateTextureObject(pTexObject, pResDesc, pTexDesc, pResViewDesc);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -229,8 +208,7 @@ cudaError_t cudaCtxResetPersistingL2Cache(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaCtxResetPersistingL2Cache();
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -240,8 +218,7 @@ cudaError_t cudaDestroyExternalMemory(cudaExternalMemory_t extMem)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDestroyExternalMemory(extMem);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -251,8 +228,7 @@ cudaError_t cudaDestroyExternalSemaphore(cudaExternalSemaphore_t extSem)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDestroyExternalSemaphore(extSem);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -262,8 +238,7 @@ cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t surfObject)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDestroySurfaceObject(surfObject);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -273,8 +248,7 @@ cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDestroyTextureObject(texObject);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -284,8 +258,7 @@ cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceCanAccessPeer(canAccessPeer, device, peerDevice);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -295,8 +268,7 @@ cudaError_t cudaDeviceDisablePeerAccess(int peerDevice)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceDisablePeerAccess(peerDevice);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -306,8 +278,7 @@ cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceEnablePeerAccess(peerDevice, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -317,8 +288,7 @@ cudaError_t cudaDeviceFlushGPUDirectRDMAWrites(enum cudaFlushGPUDirectRDMAWrites
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceFlushGPUDirectRDMAWrites(target, scope);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -328,8 +298,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetAttribute(value, attr, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -339,8 +308,7 @@ cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *pciBusId)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetByPCIBusId(device, pciBusId);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -350,8 +318,7 @@ cudaError_t cudaDeviceGetCacheConfig(enum cudaFuncCache *pCacheConfig)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetCacheConfig(pCacheConfig);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -361,8 +328,7 @@ cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetDefaultMemPool(memPool, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -372,8 +338,7 @@ cudaError_t cudaDeviceGetGraphMemAttribute(int device, enum cudaGraphMemAttribut
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetGraphMemAttribute(device, attr, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -383,8 +348,7 @@ cudaError_t cudaDeviceGetHostAtomicCapabilities(unsigned int *capabilities, cons
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetHostAtomicCapabilities(capabilities, operations, count, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -394,8 +358,7 @@ cudaError_t cudaDeviceGetLimit(size_t *pValue, enum cudaLimit limit)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetLimit(pValue, limit);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -405,8 +368,7 @@ cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *memPool, int device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetMemPool(memPool, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -416,8 +378,7 @@ cudaError_t cudaDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, int device
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetNvSciSyncAttributes(nvSciSyncAttrList, device, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -427,8 +388,7 @@ cudaError_t cudaDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetP2PAtomicCapabilities(capabilities, operations, count, srcDevice, dstDevice);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -438,8 +398,7 @@ cudaError_t cudaDeviceGetP2PAttribute(int *value, enum cudaDeviceP2PAttr attr, i
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetP2PAttribute(value, attr, srcDevice, dstDevice);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -449,8 +408,7 @@ cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetPCIBusId(pciBusId, len, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -460,8 +418,7 @@ cudaError_t cudaDeviceGetSharedMemConfig(enum cudaSharedMemConfig *pConfig)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetSharedMemConfig(pConfig);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -471,8 +428,7 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetStreamPriorityRange(leastPriority, greatestPriority);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -482,8 +438,7 @@ cudaError_t cudaDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, con
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, fmtDesc, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -493,8 +448,7 @@ cudaError_t cudaDeviceGraphMemTrim(int device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGraphMemTrim(device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -504,8 +458,7 @@ cudaError_t cudaDeviceRegisterAsyncNotification(int device, cudaAsyncCallback ca
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceRegisterAsyncNotification(device, callbackFunc, userData, callback);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -515,8 +468,7 @@ cudaError_t cudaDeviceReset(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceReset();
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -526,8 +478,7 @@ cudaError_t cudaDeviceSetCacheConfig(enum cudaFuncCache cacheConfig)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceSetCacheConfig(cacheConfig);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -537,8 +488,7 @@ cudaError_t cudaDeviceSetGraphMemAttribute(int device, enum cudaGraphMemAttribut
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceSetGraphMemAttribute(device, attr, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -548,8 +498,7 @@ cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceSetLimit(limit, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -559,8 +508,7 @@ cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceSetMemPool(device, memPool);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -570,8 +518,7 @@ cudaError_t cudaDeviceSetSharedMemConfig(enum cudaSharedMemConfig config)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceSetSharedMemConfig(config);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -581,8 +528,7 @@ cudaError_t cudaDeviceSynchronize(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceSynchronize();
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -592,8 +538,7 @@ cudaError_t cudaDeviceUnregisterAsyncNotification(int device, cudaAsyncCallbackH
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceUnregisterAsyncNotification(device, callback);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -603,8 +548,7 @@ cudaError_t cudaDriverGetVersion(int *driverVersion)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDriverGetVersion(driverVersion);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -614,8 +558,7 @@ cudaError_t cudaEGLStreamConsumerAcquireFrame(cudaEglStreamConnection *conn, cud
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamConsumerAcquireFrame(conn, pCudaResource, pStream, timeout);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -625,8 +568,7 @@ cudaError_t cudaEGLStreamConsumerConnect(cudaEglStreamConnection *conn, EGLStrea
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamConsumerConnect(conn, eglStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -636,8 +578,7 @@ cudaError_t cudaEGLStreamConsumerConnectWithFlags(cudaEglStreamConnection *conn,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamConsumerConnectWithFlags(conn, eglStream, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -647,8 +588,7 @@ cudaError_t cudaEGLStreamConsumerDisconnect(cudaEglStreamConnection *conn)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamConsumerDisconnect(conn);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -658,8 +598,7 @@ cudaError_t cudaEGLStreamConsumerReleaseFrame(cudaEglStreamConnection *conn, cud
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamConsumerReleaseFrame(conn, pCudaResource, pStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -669,8 +608,7 @@ cudaError_t cudaEGLStreamProducerConnect(cudaEglStreamConnection *conn, EGLStrea
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamProducerConnect(conn, eglStream, width, height);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -680,8 +618,7 @@ cudaError_t cudaEGLStreamProducerDisconnect(cudaEglStreamConnection *conn)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamProducerDisconnect(conn);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -691,8 +628,7 @@ cudaError_t cudaEGLStreamProducerPresentFrame(cudaEglStreamConnection *conn, cud
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamProducerPresentFrame(conn, eglframe, pStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -702,8 +638,7 @@ cudaError_t cudaEGLStreamProducerReturnFrame(cudaEglStreamConnection *conn, cuda
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamProducerReturnFrame(conn, eglframe, pStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -713,8 +648,7 @@ cudaError_t cudaEventCreate(cudaEvent_t *event)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventCreate(event);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -724,8 +658,7 @@ cudaError_t cudaEventCreateFromEGLSync(cudaEvent_t *phEvent, EGLSyncKHR eglSync,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventCreateFromEGLSync(phEvent, eglSync, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -735,8 +668,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventCreateWithFlags(event, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -746,8 +678,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventDestroy(event);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -757,8 +688,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventElapsedTime(ms, start, end);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -768,8 +698,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventQuery(event);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -779,8 +708,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventRecord(event, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -790,8 +718,7 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, uns
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventRecordWithFlags(event, stream, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -801,8 +728,7 @@ cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t event, cudaStream_t stream
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventRecordWithFlags_ptsz(event, stream, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -812,8 +738,7 @@ cudaError_t cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventRecord_ptsz(event, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -823,8 +748,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventSynchronize(event);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -834,8 +758,7 @@ cudaError_t cudaExternalMemoryGetMappedBuffer(void **devPtr, cudaExternalMemory_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaExternalMemoryGetMappedBuffer(devPtr, extMem, bufferDesc);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -845,8 +768,7 @@ cudaError_t cudaExternalMemoryGetMappedMipmappedArray(cudaMipmappedArray_t *mipm
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaExternalMemoryGetMappedMipmappedArray(mipmap, extMem, mipmapDesc);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -856,8 +778,7 @@ cudaError_t cudaFree(void *devPtr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFree(devPtr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -867,8 +788,7 @@ cudaError_t cudaFreeArray(cudaArray_t array)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFreeArray(array);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -878,8 +798,7 @@ cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFreeAsync(devPtr, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -889,8 +808,7 @@ cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFreeAsync_ptsz(devPtr, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -900,8 +818,7 @@ cudaError_t cudaFreeHost(void *ptr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFreeHost(ptr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -911,8 +828,7 @@ cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFreeMipmappedArray(mipmappedArray);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -922,8 +838,7 @@ cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *f
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFuncGetAttributes(attr, func);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -933,8 +848,7 @@ cudaError_t cudaFuncGetName(const char **name, const void *func)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFuncGetName(name, func);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -944,8 +858,7 @@ cudaError_t cudaFuncGetParamInfo(const void *func, size_t paramIndex, size_t *pa
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFuncGetParamInfo(func, paramIndex, paramOffset, paramSize);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -955,8 +868,7 @@ cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFuncSetAttribute(func, attr, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -966,8 +878,7 @@ cudaError_t cudaFuncSetCacheConfig(const void *func, enum cudaFuncCache cacheCon
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFuncSetCacheConfig(func, cacheConfig);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -977,8 +888,7 @@ cudaError_t cudaFuncSetSharedMemConfig(const void *func, enum cudaSharedMemConfi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFuncSetSharedMemConfig(func, config);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -988,8 +898,7 @@ cudaError_t cudaGLGetDevices(unsigned int *pCudaDeviceCount, int *pCudaDevices, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLGetDevices(pCudaDeviceCount, pCudaDevices, cudaDeviceCount, deviceList);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -999,8 +908,7 @@ cudaError_t cudaGLMapBufferObject(void **devPtr, GLuint bufObj)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLMapBufferObject(devPtr, bufObj);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1010,8 +918,7 @@ cudaError_t cudaGLMapBufferObjectAsync(void **devPtr, GLuint bufObj, cudaStream_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLMapBufferObjectAsync(devPtr, bufObj, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1021,8 +928,7 @@ cudaError_t cudaGLRegisterBufferObject(GLuint bufObj)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLRegisterBufferObject(bufObj);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1032,8 +938,7 @@ cudaError_t cudaGLSetBufferObjectMapFlags(GLuint bufObj, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLSetBufferObjectMapFlags(bufObj, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1043,8 +948,7 @@ cudaError_t cudaGLSetGLDevice(int device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLSetGLDevice(device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1054,8 +958,7 @@ cudaError_t cudaGLUnmapBufferObject(GLuint bufObj)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLUnmapBufferObject(bufObj);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1065,8 +968,7 @@ cudaError_t cudaGLUnmapBufferObjectAsync(GLuint bufObj, cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLUnmapBufferObjectAsync(bufObj, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1076,8 +978,7 @@ cudaError_t cudaGLUnregisterBufferObject(GLuint bufObj)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLUnregisterBufferObject(bufObj);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1087,8 +988,7 @@ cudaError_t cudaGetChannelDesc(struct cudaChannelFormatDesc *desc, cudaArray_con
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetChannelDesc(desc, array);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1098,8 +998,7 @@ cudaError_t cudaGetDevice(int *device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDevice(device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1109,8 +1008,7 @@ cudaError_t cudaGetDeviceCount(int *count)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDeviceCount(count);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1120,8 +1018,7 @@ cudaError_t cudaGetDeviceFlags(unsigned int *flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDeviceFlags(flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1131,8 +1028,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDeviceProperties(prop, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1142,8 +1038,7 @@ cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDriverEntryPoint(symbol, funcPtr, flags, driverStatus);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1153,8 +1048,7 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDriverEntryPointByVersion(symbol, funcPtr, cudaVersion, flags, driverStatus);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1164,8 +1058,7 @@ cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **fun
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDriverEntryPointByVersion_ptsz(symbol, funcPtr, cudaVersion, flags, driverStatus);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1175,8 +1068,7 @@ cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr, uns
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDriverEntryPoint_ptsz(symbol, funcPtr, flags, driverStatus);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1186,8 +1078,7 @@ const char *cudaGetErrorName(cudaError_t error)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetErrorName(error);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1197,8 +1088,7 @@ const char *cudaGetErrorString(cudaError_t error)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetErrorString(error);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1208,8 +1098,7 @@ cudaError_t cudaGetExportTable(const void **ppExportTable, const cudaUUID_t *pEx
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetExportTable(ppExportTable, pExportTableId);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1219,8 +1108,7 @@ cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *symbolP
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetFuncBySymbol(functionPtr, symbolPtr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1230,8 +1118,7 @@ cudaError_t cudaGetKernel(cudaKernel_t *kernelPtr, const void *entryFuncAddr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetKernel(kernelPtr, entryFuncAddr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1241,8 +1128,7 @@ cudaError_t cudaGetLastError(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetLastError();
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1252,8 +1138,7 @@ cudaError_t cudaGetMipmappedArrayLevel(cudaArray_t *levelArray, cudaMipmappedArr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetMipmappedArrayLevel(levelArray, mipmappedArray, level);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1263,8 +1148,7 @@ cudaError_t cudaGetSurfaceObjectResourceDesc(struct cudaResourceDesc *pResDesc, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetSurfaceObjectResourceDesc(pResDesc, surfObject);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1274,8 +1158,7 @@ cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetSymbolAddress(devPtr, symbol);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1285,8 +1168,7 @@ cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetSymbolSize(size, symbol);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1296,8 +1178,7 @@ cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *pResDesc, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetTextureObjectResourceDesc(pResDesc, texObject);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1307,8 +1188,7 @@ cudaError_t cudaGetTextureObjectResourceViewDesc(struct cudaResourceViewDesc *pR
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetTextureObjectResourceViewDesc(pResViewDesc, texObject);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1318,8 +1198,7 @@ cudaError_t cudaGetTextureObjectTextureDesc(struct cudaTextureDesc *pTexDesc, cu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetTextureObjectTextureDesc(pTexDesc, texObject);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1329,8 +1208,7 @@ cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *pGraphNode, cudaGraph_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddChildGraphNode(pGraphNode, graph, pDependencies, numDependencies, childGraph);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1340,8 +1218,7 @@ cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *f
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddDependencies(graph, from, to, edgeData, numDependencies);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1351,8 +1228,7 @@ cudaError_t cudaGraphAddEmptyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddEmptyNode(pGraphNode, graph, pDependencies, numDependencies);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1362,8 +1238,7 @@ cudaError_t cudaGraphAddEventRecordNode(cudaGraphNode_t *pGraphNode, cudaGraph_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddEventRecordNode(pGraphNode, graph, pDependencies, numDependencies, event);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1373,8 +1248,7 @@ cudaError_t cudaGraphAddEventWaitNode(cudaGraphNode_t *pGraphNode, cudaGraph_t g
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddEventWaitNode(pGraphNode, graph, pDependencies, numDependencies, event);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1384,8 +1258,7 @@ cudaError_t cudaGraphAddExternalSemaphoresSignalNode(cudaGraphNode_t *pGraphNode
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddExternalSemaphoresSignalNode(pGraphNode, graph, pDependencies, numDependencies, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1395,8 +1268,7 @@ cudaError_t cudaGraphAddExternalSemaphoresWaitNode(cudaGraphNode_t *pGraphNode, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddExternalSemaphoresWaitNode(pGraphNode, graph, pDependencies, numDependencies, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1406,8 +1278,7 @@ cudaError_t cudaGraphAddHostNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddHostNode(pGraphNode, graph, pDependencies, numDependencies, pNodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1417,8 +1288,7 @@ cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t grap
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddKernelNode(pGraphNode, graph, pDependencies, numDependencies, pNodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1428,8 +1298,7 @@ cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGraph_t gr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemAllocNode(pGraphNode, graph, pDependencies, numDependencies, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1439,8 +1308,7 @@ cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, cudaGraph_t gra
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemFreeNode(pGraphNode, graph, pDependencies, numDependencies, dptr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1450,8 +1318,7 @@ cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t grap
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemcpyNode(pGraphNode, graph, pDependencies, numDependencies, pCopyParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1461,8 +1328,7 @@ cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, cudaGraph_t gr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemcpyNode1D(pGraphNode, graph, pDependencies, numDependencies, dst, src, count, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1472,8 +1338,7 @@ cudaError_t cudaGraphAddMemcpyNodeFromSymbol(cudaGraphNode_t *pGraphNode, cudaGr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemcpyNodeFromSymbol(pGraphNode, graph, pDependencies, numDependencies, dst, symbol, count, offset, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1483,8 +1348,7 @@ cudaError_t cudaGraphAddMemcpyNodeToSymbol(cudaGraphNode_t *pGraphNode, cudaGrap
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemcpyNodeToSymbol(pGraphNode, graph, pDependencies, numDependencies, symbol, src, count, offset, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1494,8 +1358,7 @@ cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *pGraphNode, cudaGraph_t grap
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemsetNode(pGraphNode, graph, pDependencies, numDependencies, pMemsetParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1505,8 +1368,7 @@ cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, con
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddNode(pGraphNode, graph, pDependencies, dependencyData, numDependencies, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1516,8 +1378,7 @@ cudaError_t cudaGraphChildGraphNodeGetGraph(cudaGraphNode_t node, cudaGraph_t *p
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphChildGraphNodeGetGraph(node, pGraph);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1527,8 +1388,7 @@ cudaError_t cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t originalGraph)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphClone(pGraphClone, originalGraph);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1538,8 +1398,7 @@ cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle *pHandle
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphConditionalHandleCreate(pHandle_out, graph, defaultLaunchValue, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1549,8 +1408,7 @@ cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphCreate(pGraph, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1560,8 +1418,7 @@ cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char *path, unsigned
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphDebugDotPrint(graph, path, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1571,8 +1428,7 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphDestroy(graph);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1582,8 +1438,7 @@ cudaError_t cudaGraphDestroyNode(cudaGraphNode_t node)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphDestroyNode(node);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1593,8 +1448,7 @@ cudaError_t cudaGraphEventRecordNodeGetEvent(cudaGraphNode_t node, cudaEvent_t *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphEventRecordNodeGetEvent(node, event_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1604,8 +1458,7 @@ cudaError_t cudaGraphEventRecordNodeSetEvent(cudaGraphNode_t node, cudaEvent_t e
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphEventRecordNodeSetEvent(node, event);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1615,8 +1468,7 @@ cudaError_t cudaGraphEventWaitNodeGetEvent(cudaGraphNode_t node, cudaEvent_t *ev
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphEventWaitNodeGetEvent(node, event_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1626,8 +1478,7 @@ cudaError_t cudaGraphEventWaitNodeSetEvent(cudaGraphNode_t node, cudaEvent_t eve
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphEventWaitNodeSetEvent(node, event);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1637,8 +1488,7 @@ cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t hGraphExec, cud
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecChildGraphNodeSetParams(hGraphExec, node, childGraph);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1648,8 +1498,7 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecDestroy(graphExec);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1659,8 +1508,7 @@ cudaError_t cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t hGraphExec, cud
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1670,8 +1518,7 @@ cudaError_t cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t hGraphExec, cudaG
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, event);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1681,8 +1528,7 @@ cudaError_t cudaGraphExecExternalSemaphoresSignalNodeSetParams(cudaGraphExec_t h
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecExternalSemaphoresSignalNodeSetParams(hGraphExec, hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1692,8 +1538,7 @@ cudaError_t cudaGraphExecExternalSemaphoresWaitNodeSetParams(cudaGraphExec_t hGr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecExternalSemaphoresWaitNodeSetParams(hGraphExec, hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1703,8 +1548,7 @@ cudaError_t cudaGraphExecGetFlags(cudaGraphExec_t graphExec, unsigned long long 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecGetFlags(graphExec, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1714,8 +1558,7 @@ cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraph
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecHostNodeSetParams(hGraphExec, node, pNodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1725,8 +1568,7 @@ cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t hGraphExec, cudaGra
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecKernelNodeSetParams(hGraphExec, node, pNodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1736,8 +1578,7 @@ cudaError_t cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t hGraphExec, cudaGra
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParams(hGraphExec, node, pNodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1747,8 +1588,7 @@ cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t hGraphExec, cudaG
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParams1D(hGraphExec, node, dst, src, count, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1758,8 +1598,7 @@ cudaError_t cudaGraphExecMemcpyNodeSetParamsFromSymbol(cudaGraphExec_t hGraphExe
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParamsFromSymbol(hGraphExec, node, dst, symbol, count, offset, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1769,8 +1608,7 @@ cudaError_t cudaGraphExecMemcpyNodeSetParamsToSymbol(cudaGraphExec_t hGraphExec,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParamsToSymbol(hGraphExec, node, symbol, src, count, offset, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1780,8 +1618,7 @@ cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGraphExec, cudaGra
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecMemsetNodeSetParams(hGraphExec, node, pNodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1791,8 +1628,7 @@ cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, cudaGraphNode_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecNodeSetParams(graphExec, node, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1802,8 +1638,7 @@ cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecUpdate(hGraphExec, hGraph, resultInfo);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1813,8 +1648,7 @@ cudaError_t cudaGraphExternalSemaphoresSignalNodeGetParams(cudaGraphNode_t hNode
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExternalSemaphoresSignalNodeGetParams(hNode, params_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1824,8 +1658,7 @@ cudaError_t cudaGraphExternalSemaphoresSignalNodeSetParams(cudaGraphNode_t hNode
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExternalSemaphoresSignalNodeSetParams(hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1835,8 +1668,7 @@ cudaError_t cudaGraphExternalSemaphoresWaitNodeGetParams(cudaGraphNode_t hNode, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExternalSemaphoresWaitNodeGetParams(hNode, params_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1846,8 +1678,7 @@ cudaError_t cudaGraphExternalSemaphoresWaitNodeSetParams(cudaGraphNode_t hNode, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExternalSemaphoresWaitNodeSetParams(hNode, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1857,8 +1688,7 @@ cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t *from, cudaGrap
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphGetEdges(graph, from, to, edgeData, numEdges);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1868,8 +1698,7 @@ cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphGetNodes(graph, nodes, numNodes);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1879,8 +1708,7 @@ cudaError_t cudaGraphGetRootNodes(cudaGraph_t graph, cudaGraphNode_t *pRootNodes
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphGetRootNodes(graph, pRootNodes, pNumRootNodes);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1890,8 +1718,7 @@ cudaError_t cudaGraphHostNodeGetParams(cudaGraphNode_t node, struct cudaHostNode
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphHostNodeGetParams(node, pNodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1901,8 +1728,7 @@ cudaError_t cudaGraphHostNodeSetParams(cudaGraphNode_t node, const struct cudaHo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphHostNodeSetParams(node, pNodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1912,8 +1738,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphInstantiate(pGraphExec, graph, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1923,8 +1748,7 @@ cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphInstantiateWithFlags(pGraphExec, graph, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1934,8 +1758,7 @@ cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t *pGraphExec, cudaGrap
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphInstantiateWithParams(pGraphExec, graph, instantiateParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1945,8 +1768,7 @@ cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t *pGraphExec, cud
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphInstantiateWithParams_ptsz(pGraphExec, graph, instantiateParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1956,8 +1778,7 @@ cudaError_t cudaGraphKernelNodeCopyAttributes(cudaGraphNode_t hDst, cudaGraphNod
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphKernelNodeCopyAttributes(hDst, hSrc);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1967,8 +1788,7 @@ cudaError_t cudaGraphKernelNodeGetAttribute(cudaGraphNode_t hNode, cudaLaunchAtt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphKernelNodeGetAttribute(hNode, attr, value_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1978,8 +1798,7 @@ cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node, struct cudaKernel
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphKernelNodeGetParams(node, pNodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -1989,8 +1808,7 @@ cudaError_t cudaGraphKernelNodeSetAttribute(cudaGraphNode_t hNode, cudaLaunchAtt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphKernelNodeSetAttribute(hNode, attr, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2000,8 +1818,7 @@ cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node, const struct cuda
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphKernelNodeSetParams(node, pNodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2011,8 +1828,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphLaunch(graphExec, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2022,8 +1838,7 @@ cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphLaunch_ptsz(graphExec, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2033,8 +1848,7 @@ cudaError_t cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node, struct cudaMemA
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemAllocNodeGetParams(node, params_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2044,8 +1858,7 @@ cudaError_t cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, void *dptr_out)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemFreeNodeGetParams(node, dptr_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2055,8 +1868,7 @@ cudaError_t cudaGraphMemcpyNodeGetParams(cudaGraphNode_t node, struct cudaMemcpy
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemcpyNodeGetParams(node, pNodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2066,8 +1878,7 @@ cudaError_t cudaGraphMemcpyNodeSetParams(cudaGraphNode_t node, const struct cuda
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParams(node, pNodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2077,8 +1888,7 @@ cudaError_t cudaGraphMemcpyNodeSetParams1D(cudaGraphNode_t node, void *dst, cons
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParams1D(node, dst, src, count, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2088,8 +1898,7 @@ cudaError_t cudaGraphMemcpyNodeSetParamsFromSymbol(cudaGraphNode_t node, void *d
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParamsFromSymbol(node, dst, symbol, count, offset, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2099,8 +1908,7 @@ cudaError_t cudaGraphMemcpyNodeSetParamsToSymbol(cudaGraphNode_t node, const voi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParamsToSymbol(node, symbol, src, count, offset, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2110,8 +1918,7 @@ cudaError_t cudaGraphMemsetNodeGetParams(cudaGraphNode_t node, struct cudaMemset
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemsetNodeGetParams(node, pNodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2121,8 +1928,7 @@ cudaError_t cudaGraphMemsetNodeSetParams(cudaGraphNode_t node, const struct cuda
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemsetNodeSetParams(node, pNodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2132,8 +1938,7 @@ cudaError_t cudaGraphNodeFindInClone(cudaGraphNode_t *pNode, cudaGraphNode_t ori
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeFindInClone(pNode, originalNode, clonedGraph);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2143,8 +1948,7 @@ cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeGetDependencies(node, pDependencies, edgeData, pNumDependencies);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2154,8 +1958,7 @@ cudaError_t cudaGraphNodeGetDependentNodes(cudaGraphNode_t node, cudaGraphNode_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeGetDependentNodes(node, pDependentNodes, edgeData, pNumDependentNodes);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2165,8 +1968,7 @@ cudaError_t cudaGraphNodeGetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeGetEnabled(hGraphExec, hNode, isEnabled);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2176,8 +1978,7 @@ cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *p
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeGetType(node, pType);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2187,8 +1988,7 @@ cudaError_t cudaGraphNodeSetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeSetEnabled(hGraphExec, hNode, isEnabled);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2198,8 +1998,7 @@ cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, struct cudaGraphNodePar
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeSetParams(node, nodeParams);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2209,8 +2008,7 @@ cudaError_t cudaGraphReleaseUserObject(cudaGraph_t graph, cudaUserObject_t objec
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphReleaseUserObject(graph, object, count);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2220,8 +2018,7 @@ cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph, const cudaGraphNode_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphRemoveDependencies(graph, from, to, edgeData, numDependencies);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2231,8 +2028,7 @@ cudaError_t cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserObject_t object
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphRetainUserObject(graph, object, count, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2242,8 +2038,7 @@ cudaError_t cudaGraphUpload(cudaGraphExec_t graphExec, cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphUpload(graphExec, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2253,8 +2048,7 @@ cudaError_t cudaGraphUpload_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphUpload_ptsz(graphExec, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2264,8 +2058,7 @@ cudaError_t cudaGraphicsEGLRegisterImage(struct cudaGraphicsResource **pCudaReso
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsEGLRegisterImage(pCudaResource, image, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2275,8 +2068,7 @@ cudaError_t cudaGraphicsGLRegisterBuffer(struct cudaGraphicsResource **resource,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsGLRegisterBuffer(resource, buffer, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2286,8 +2078,7 @@ cudaError_t cudaGraphicsGLRegisterImage(struct cudaGraphicsResource **resource, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsGLRegisterImage(resource, image, target, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2297,8 +2088,7 @@ cudaError_t cudaGraphicsMapResources(int count, cudaGraphicsResource_t *resource
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsMapResources(count, resources, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2308,8 +2098,7 @@ cudaError_t cudaGraphicsResourceGetMappedEglFrame(cudaEglFrame *eglFrame, cudaGr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsResourceGetMappedEglFrame(eglFrame, resource, index, mipLevel);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2319,8 +2108,7 @@ cudaError_t cudaGraphicsResourceGetMappedMipmappedArray(cudaMipmappedArray_t *mi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsResourceGetMappedMipmappedArray(mipmappedArray, resource);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2330,8 +2118,7 @@ cudaError_t cudaGraphicsResourceGetMappedPointer(void **devPtr, size_t *size, cu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsResourceGetMappedPointer(devPtr, size, resource);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2341,8 +2128,7 @@ cudaError_t cudaGraphicsResourceSetMapFlags(cudaGraphicsResource_t resource, uns
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsResourceSetMapFlags(resource, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2352,8 +2138,7 @@ cudaError_t cudaGraphicsSubResourceGetMappedArray(cudaArray_t *array, cudaGraphi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsSubResourceGetMappedArray(array, resource, arrayIndex, mipLevel);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2363,8 +2148,7 @@ cudaError_t cudaGraphicsUnmapResources(int count, cudaGraphicsResource_t *resour
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsUnmapResources(count, resources, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2374,8 +2158,7 @@ cudaError_t cudaGraphicsUnregisterResource(cudaGraphicsResource_t resource)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsUnregisterResource(resource);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2385,8 +2168,7 @@ cudaError_t cudaGraphicsVDPAURegisterOutputSurface(struct cudaGraphicsResource *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsVDPAURegisterOutputSurface(resource, vdpSurface, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2396,8 +2178,7 @@ cudaError_t cudaGraphicsVDPAURegisterVideoSurface(struct cudaGraphicsResource **
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsVDPAURegisterVideoSurface(resource, vdpSurface, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2407,8 +2188,7 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaHostAlloc(pHost, size, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2418,8 +2198,7 @@ cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int f
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaHostGetDevicePointer(pDevice, pHost, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2429,8 +2208,7 @@ cudaError_t cudaHostGetFlags(unsigned int *pFlags, void *pHost)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaHostGetFlags(pFlags, pHost);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2440,8 +2218,7 @@ cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaHostRegister(ptr, size, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2451,8 +2228,7 @@ cudaError_t cudaHostUnregister(void *ptr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaHostUnregister(ptr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2462,8 +2238,7 @@ cudaError_t cudaImportExternalMemory(cudaExternalMemory_t *extMem_out, const str
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaImportExternalMemory(extMem_out, memHandleDesc);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2473,8 +2248,7 @@ cudaError_t cudaImportExternalSemaphore(cudaExternalSemaphore_t *extSem_out, con
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaImportExternalSemaphore(extSem_out, semHandleDesc);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2484,8 +2258,7 @@ cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsigned int fl
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaInitDevice(device, deviceFlags, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2495,8 +2268,7 @@ cudaError_t cudaIpcCloseMemHandle(void *devPtr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaIpcCloseMemHandle(devPtr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2506,8 +2278,7 @@ cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *handle, cudaEvent_t even
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaIpcGetEventHandle(handle, event);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2517,8 +2288,7 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaIpcGetMemHandle(handle, devPtr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2528,8 +2298,7 @@ cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *event, cudaIpcEventHandle_t hand
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaIpcOpenEventHandle(event, handle);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2539,8 +2308,7 @@ cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsig
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaIpcOpenMemHandle(devPtr, handle, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2550,8 +2318,7 @@ cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel, enum cudaFuncAt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaKernelSetAttributeForDevice(kernel, attr, value, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2561,8 +2328,7 @@ cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim, dim3 blo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchCooperativeKernel(func, gridDim, blockDim, args, sharedMem, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2572,8 +2338,7 @@ cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 gridDim, dim
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchCooperativeKernel_ptsz(func, gridDim, blockDim, args, sharedMem, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2583,8 +2348,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userD
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchHostFunc(stream, fn, userData);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2594,8 +2358,7 @@ cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t fn, void *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchHostFunc_ptsz(stream, fn, userData);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2605,8 +2368,7 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchKernel(func, gridDim, blockDim, args, sharedMem, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2616,8 +2378,7 @@ cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *fu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchKernelExC(config, func, args);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2627,8 +2388,7 @@ cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config, const voi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchKernelExC_ptsz(config, func, args);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2638,8 +2398,7 @@ cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchKernel_ptsz(func, gridDim, blockDim, args, sharedMem, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2649,8 +2408,7 @@ cudaError_t cudaLibraryEnumerateKernels(cudaKernel_t *kernels, unsigned int numK
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryEnumerateKernels(kernels, numKernels, lib);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2660,8 +2418,7 @@ cudaError_t cudaLibraryGetGlobal(void **dptr, size_t *bytes, cudaLibrary_t libra
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryGetGlobal(dptr, bytes, library, name);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2671,8 +2428,7 @@ cudaError_t cudaLibraryGetKernel(cudaKernel_t *pKernel, cudaLibrary_t library, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryGetKernel(pKernel, library, name);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2682,8 +2438,7 @@ cudaError_t cudaLibraryGetKernelCount(unsigned int *count, cudaLibrary_t lib)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryGetKernelCount(count, lib);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2693,8 +2448,7 @@ cudaError_t cudaLibraryGetManaged(void **dptr, size_t *bytes, cudaLibrary_t libr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryGetManaged(dptr, bytes, library, name);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2704,8 +2458,7 @@ cudaError_t cudaLibraryGetUnifiedFunction(void **fptr, cudaLibrary_t library, co
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryGetUnifiedFunction(fptr, library, symbol);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2715,8 +2468,7 @@ cudaError_t cudaLibraryLoadData(cudaLibrary_t *library, const void *code, enum c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryLoadData(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2726,8 +2478,7 @@ cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t *library, const char *fileName
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryLoadFromFile(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2737,8 +2488,7 @@ cudaError_t cudaLibraryUnload(cudaLibrary_t library)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryUnload(library);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2748,8 +2498,7 @@ cudaError_t cudaLogsCurrent(cudaLogIterator *iterator_out, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLogsCurrent(iterator_out, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2759,8 +2508,7 @@ cudaError_t cudaLogsDumpToFile(cudaLogIterator *iterator, const char *pathToFile
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLogsDumpToFile(iterator, pathToFile, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2770,8 +2518,7 @@ cudaError_t cudaLogsDumpToMemory(cudaLogIterator *iterator, char *buffer, size_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLogsDumpToMemory(iterator, buffer, size, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2781,8 +2528,7 @@ cudaError_t cudaLogsRegisterCallback(cudaLogsCallback_t callbackFunc, void *user
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLogsRegisterCallback(callbackFunc, userData, callback_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2792,8 +2538,7 @@ cudaError_t cudaLogsUnregisterCallback(cudaLogsCallbackHandle callback)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLogsUnregisterCallback(callback);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2803,8 +2548,7 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMalloc(devPtr, size);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2814,8 +2558,7 @@ cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMalloc3D(pitchedDevPtr, extent);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2825,8 +2568,7 @@ cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormat
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMalloc3DArray(array, desc, extent, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2836,8 +2578,7 @@ cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDe
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocArray(array, desc, width, height, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2847,8 +2588,7 @@ cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocAsync(devPtr, size, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2858,8 +2598,7 @@ cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStrea
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocAsync_ptsz(devPtr, size, hStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2869,8 +2608,7 @@ cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocFromPoolAsync(ptr, size, memPool, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2880,8 +2618,7 @@ cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocFromPoolAsync_ptsz(ptr, size, memPool, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2891,8 +2628,7 @@ cudaError_t cudaMallocHost(void **ptr, size_t size)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocHost(ptr, size);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2902,8 +2638,7 @@ cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocManaged(devPtr, size, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2913,8 +2648,7 @@ cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray, const
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocMipmappedArray(mipmappedArray, desc, extent, numLevels, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2924,8 +2658,7 @@ cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t h
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocPitch(devPtr, pitch, width, height);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2935,8 +2668,7 @@ cudaError_t cudaMemAdvise(const void *devPtr, size_t count, enum cudaMemoryAdvis
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemAdvise(devPtr, count, advice, location);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2946,8 +2678,7 @@ cudaError_t cudaMemDiscardAndPrefetchBatchAsync(void **dptrs, size_t *sizes, siz
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemDiscardAndPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2957,8 +2688,7 @@ cudaError_t cudaMemDiscardAndPrefetchBatchAsync_ptsz(void **dptrs, size_t *sizes
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemDiscardAndPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2968,8 +2698,7 @@ cudaError_t cudaMemDiscardBatchAsync(void **dptrs, size_t *sizes, size_t count, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemDiscardBatchAsync(dptrs, sizes, count, flags, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2979,8 +2708,7 @@ cudaError_t cudaMemDiscardBatchAsync_ptsz(void **dptrs, size_t *sizes, size_t co
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemDiscardBatchAsync_ptsz(dptrs, sizes, count, flags, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -2990,8 +2718,7 @@ cudaError_t cudaMemGetDefaultMemPool(cudaMemPool_t *memPool, struct cudaMemLocat
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemGetDefaultMemPool(memPool, location, type);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3001,8 +2728,7 @@ cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemGetInfo(free, total);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3012,8 +2738,7 @@ cudaError_t cudaMemGetMemPool(cudaMemPool_t *memPool, struct cudaMemLocation *lo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemGetMemPool(memPool, location, type);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3023,8 +2748,7 @@ cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolPr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolCreate(memPool, poolProps);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3034,8 +2758,7 @@ cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolDestroy(memPool);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3045,8 +2768,7 @@ cudaError_t cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportData
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolExportPointer(exportData, ptr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3056,8 +2778,7 @@ cudaError_t cudaMemPoolExportToShareableHandle(void *shareableHandle, cudaMemPoo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolExportToShareableHandle(shareableHandle, memPool, handleType, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3067,8 +2788,7 @@ cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t m
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolGetAccess(flags, memPool, location);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3078,8 +2798,7 @@ cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolGetAttribute(memPool, attr, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3089,8 +2808,7 @@ cudaError_t cudaMemPoolImportFromShareableHandle(cudaMemPool_t *memPool, void *s
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolImportFromShareableHandle(memPool, shareableHandle, handleType, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3100,8 +2818,7 @@ cudaError_t cudaMemPoolImportPointer(void **ptr, cudaMemPool_t memPool, struct c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolImportPointer(ptr, memPool, exportData);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3111,8 +2828,7 @@ cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAcce
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolSetAccess(memPool, descList, count);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3122,8 +2838,7 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolSetAttribute(memPool, attr, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3133,8 +2848,7 @@ cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolTrimTo(memPool, minBytesToKeep);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3144,8 +2858,7 @@ cudaError_t cudaMemPrefetchAsync(const void *devPtr, size_t count, struct cudaMe
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPrefetchAsync(devPtr, count, location, flags, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3155,8 +2868,7 @@ cudaError_t cudaMemPrefetchAsync_ptsz(const void *devPtr, size_t count, struct c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPrefetchAsync_ptsz(devPtr, count, location, flags, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3166,8 +2878,7 @@ cudaError_t cudaMemPrefetchBatchAsync(void **dptrs, size_t *sizes, size_t count,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3177,8 +2888,7 @@ cudaError_t cudaMemPrefetchBatchAsync_ptsz(void **dptrs, size_t *sizes, size_t c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3188,8 +2898,7 @@ cudaError_t cudaMemRangeGetAttribute(void *data, size_t dataSize, enum cudaMemRa
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemRangeGetAttribute(data, dataSize, attribute, devPtr, count);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3199,8 +2908,7 @@ cudaError_t cudaMemRangeGetAttributes(void **data, size_t *dataSizes, enum cudaM
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemRangeGetAttributes(data, dataSizes, attributes, numAttributes, devPtr, count);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3210,8 +2918,7 @@ cudaError_t cudaMemSetMemPool(struct cudaMemLocation *location, enum cudaMemAllo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemSetMemPool(location, type, memPool);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3221,8 +2928,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpy
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy(dst, src, count, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3232,8 +2938,7 @@ cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitc
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3243,8 +2948,7 @@ cudaError_t cudaMemcpy2DArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DArrayToArray(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, width, height, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3254,8 +2958,7 @@ cudaError_t cudaMemcpy2DArrayToArray_ptds(cudaArray_t dst, size_t wOffsetDst, si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DArrayToArray_ptds(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, width, height, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3265,8 +2968,7 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3276,8 +2978,7 @@ cudaError_t cudaMemcpy2DAsync_ptsz(void *dst, size_t dpitch, const void *src, si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DAsync_ptsz(dst, dpitch, src, spitch, width, height, kind, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3287,8 +2988,7 @@ cudaError_t cudaMemcpy2DFromArray(void *dst, size_t dpitch, cudaArray_const_t sr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DFromArray(dst, dpitch, src, wOffset, hOffset, width, height, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3298,8 +2998,7 @@ cudaError_t cudaMemcpy2DFromArrayAsync(void *dst, size_t dpitch, cudaArray_const
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DFromArrayAsync(dst, dpitch, src, wOffset, hOffset, width, height, kind, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3309,8 +3008,7 @@ cudaError_t cudaMemcpy2DFromArrayAsync_ptsz(void *dst, size_t dpitch, cudaArray_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DFromArrayAsync_ptsz(dst, dpitch, src, wOffset, hOffset, width, height, kind, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3320,8 +3018,7 @@ cudaError_t cudaMemcpy2DFromArray_ptds(void *dst, size_t dpitch, cudaArray_const
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DFromArray_ptds(dst, dpitch, src, wOffset, hOffset, width, height, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3331,8 +3028,7 @@ cudaError_t cudaMemcpy2DToArray(cudaArray_t dst, size_t wOffset, size_t hOffset,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DToArray(dst, wOffset, hOffset, src, spitch, width, height, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3342,8 +3038,7 @@ cudaError_t cudaMemcpy2DToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOf
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DToArrayAsync(dst, wOffset, hOffset, src, spitch, width, height, kind, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3353,8 +3048,7 @@ cudaError_t cudaMemcpy2DToArrayAsync_ptsz(cudaArray_t dst, size_t wOffset, size_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DToArrayAsync_ptsz(dst, wOffset, hOffset, src, spitch, width, height, kind, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3364,8 +3058,7 @@ cudaError_t cudaMemcpy2DToArray_ptds(cudaArray_t dst, size_t wOffset, size_t hOf
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DToArray_ptds(dst, wOffset, hOffset, src, spitch, width, height, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3375,8 +3068,7 @@ cudaError_t cudaMemcpy2D_ptds(void *dst, size_t dpitch, const void *src, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2D_ptds(dst, dpitch, src, spitch, width, height, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3386,8 +3078,7 @@ cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3D(p);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3397,8 +3088,7 @@ cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t st
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DAsync(p, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3408,8 +3098,7 @@ cudaError_t cudaMemcpy3DAsync_ptsz(const struct cudaMemcpy3DParms *p, cudaStream
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DAsync_ptsz(p, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3419,8 +3108,7 @@ cudaError_t cudaMemcpy3DBatchAsync(size_t numOps, struct cudaMemcpy3DBatchOp *op
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DBatchAsync(numOps, opList, flags, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3430,8 +3118,7 @@ cudaError_t cudaMemcpy3DBatchAsync_ptsz(size_t numOps, struct cudaMemcpy3DBatchO
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DBatchAsync_ptsz(numOps, opList, flags, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3441,8 +3128,7 @@ cudaError_t cudaMemcpy3DPeer(const struct cudaMemcpy3DPeerParms *p)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DPeer(p);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3452,8 +3138,7 @@ cudaError_t cudaMemcpy3DPeerAsync(const struct cudaMemcpy3DPeerParms *p, cudaStr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DPeerAsync(p, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3463,8 +3148,7 @@ cudaError_t cudaMemcpy3DPeerAsync_ptsz(const struct cudaMemcpy3DPeerParms *p, cu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DPeerAsync_ptsz(p, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3474,8 +3158,7 @@ cudaError_t cudaMemcpy3DPeer_ptds(const struct cudaMemcpy3DPeerParms *p)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DPeer_ptds(p);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3485,8 +3168,7 @@ cudaError_t cudaMemcpy3D_ptds(const struct cudaMemcpy3DParms *p)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3D_ptds(p);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3496,8 +3178,7 @@ cudaError_t cudaMemcpyArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hO
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyArrayToArray(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, count, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3507,8 +3188,7 @@ cudaError_t cudaMemcpyArrayToArray_ptds(cudaArray_t dst, size_t wOffsetDst, size
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyArrayToArray_ptds(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, count, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3518,8 +3198,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyAsync(dst, src, count, kind, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3529,8 +3208,7 @@ cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count, enum 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyAsync_ptsz(dst, src, count, kind, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3540,8 +3218,7 @@ cudaError_t cudaMemcpyBatchAsync(void * const *dsts, const void * const *srcs, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3551,8 +3228,7 @@ cudaError_t cudaMemcpyBatchAsync_ptsz(void * const *dsts, const void * const *sr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyBatchAsync_ptsz(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3562,8 +3238,7 @@ cudaError_t cudaMemcpyFromArray(void *dst, cudaArray_const_t src, size_t wOffset
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromArray(dst, src, wOffset, hOffset, count, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3573,8 +3248,7 @@ cudaError_t cudaMemcpyFromArrayAsync(void *dst, cudaArray_const_t src, size_t wO
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromArrayAsync(dst, src, wOffset, hOffset, count, kind, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3584,8 +3258,7 @@ cudaError_t cudaMemcpyFromArrayAsync_ptsz(void *dst, cudaArray_const_t src, size
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromArrayAsync_ptsz(dst, src, wOffset, hOffset, count, kind, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3595,8 +3268,7 @@ cudaError_t cudaMemcpyFromArray_ptds(void *dst, cudaArray_const_t src, size_t wO
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromArray_ptds(dst, src, wOffset, hOffset, count, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3606,8 +3278,7 @@ cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t count, si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromSymbol(dst, symbol, count, offset, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3617,8 +3288,7 @@ cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t coun
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromSymbolAsync(dst, symbol, count, offset, kind, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3628,8 +3298,7 @@ cudaError_t cudaMemcpyFromSymbolAsync_ptsz(void *dst, const void *symbol, size_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromSymbolAsync_ptsz(dst, symbol, count, offset, kind, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3639,8 +3308,7 @@ cudaError_t cudaMemcpyFromSymbol_ptds(void *dst, const void *symbol, size_t coun
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromSymbol_ptds(dst, symbol, count, offset, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3650,8 +3318,7 @@ cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDev
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyPeer(dst, dstDevice, src, srcDevice, count);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3661,8 +3328,7 @@ cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int s
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3672,8 +3338,7 @@ cudaError_t cudaMemcpyToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToArray(dst, wOffset, hOffset, src, count, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3683,8 +3348,7 @@ cudaError_t cudaMemcpyToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffs
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToArrayAsync(dst, wOffset, hOffset, src, count, kind, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3694,8 +3358,7 @@ cudaError_t cudaMemcpyToArrayAsync_ptsz(cudaArray_t dst, size_t wOffset, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToArrayAsync_ptsz(dst, wOffset, hOffset, src, count, kind, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3705,8 +3368,7 @@ cudaError_t cudaMemcpyToArray_ptds(cudaArray_t dst, size_t wOffset, size_t hOffs
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToArray_ptds(dst, wOffset, hOffset, src, count, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3716,8 +3378,7 @@ cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToSymbol(symbol, src, count, offset, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3727,8 +3388,7 @@ cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToSymbolAsync(symbol, src, count, offset, kind, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3738,8 +3398,7 @@ cudaError_t cudaMemcpyToSymbolAsync_ptsz(const void *symbol, const void *src, si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToSymbolAsync_ptsz(symbol, src, count, offset, kind, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3749,8 +3408,7 @@ cudaError_t cudaMemcpyToSymbol_ptds(const void *symbol, const void *src, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToSymbol_ptds(symbol, src, count, offset, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3760,8 +3418,7 @@ cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count, enum cudaM
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy_ptds(dst, src, count, kind);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3771,8 +3428,7 @@ cudaError_t cudaMemset(void *devPtr, int value, size_t count)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset(devPtr, value, count);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3782,8 +3438,7 @@ cudaError_t cudaMemset2D(void *devPtr, size_t pitch, int value, size_t width, si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset2D(devPtr, pitch, value, width, height);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3793,8 +3448,7 @@ cudaError_t cudaMemset2DAsync(void *devPtr, size_t pitch, int value, size_t widt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset2DAsync(devPtr, pitch, value, width, height, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3804,8 +3458,7 @@ cudaError_t cudaMemset2DAsync_ptsz(void *devPtr, size_t pitch, int value, size_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset2DAsync_ptsz(devPtr, pitch, value, width, height, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3815,8 +3468,7 @@ cudaError_t cudaMemset2D_ptds(void *devPtr, size_t pitch, int value, size_t widt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset2D_ptds(devPtr, pitch, value, width, height);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3826,8 +3478,7 @@ cudaError_t cudaMemset3D(struct cudaPitchedPtr pitchedDevPtr, int value, struct 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset3D(pitchedDevPtr, value, extent);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3837,8 +3488,7 @@ cudaError_t cudaMemset3DAsync(struct cudaPitchedPtr pitchedDevPtr, int value, st
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset3DAsync(pitchedDevPtr, value, extent, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3848,8 +3498,7 @@ cudaError_t cudaMemset3DAsync_ptsz(struct cudaPitchedPtr pitchedDevPtr, int valu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset3DAsync_ptsz(pitchedDevPtr, value, extent, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3859,8 +3508,7 @@ cudaError_t cudaMemset3D_ptds(struct cudaPitchedPtr pitchedDevPtr, int value, st
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset3D_ptds(pitchedDevPtr, value, extent);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3870,8 +3518,7 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemsetAsync(devPtr, value, count, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3881,8 +3528,7 @@ cudaError_t cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count, cudaStre
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemsetAsync_ptsz(devPtr, value, count, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3892,8 +3538,7 @@ cudaError_t cudaMemset_ptds(void *devPtr, int value, size_t count)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset_ptds(devPtr, value, count);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3903,8 +3548,7 @@ cudaError_t cudaMipmappedArrayGetMemoryRequirements(struct cudaArrayMemoryRequir
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMipmappedArrayGetMemoryRequirements(memoryRequirements, mipmap, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3914,8 +3558,7 @@ cudaError_t cudaMipmappedArrayGetSparseProperties(struct cudaArraySparseProperti
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMipmappedArrayGetSparseProperties(sparseProperties, mipmap);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3925,8 +3568,7 @@ cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3936,8 +3578,7 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, const 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3947,8 +3588,7 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlock
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3958,8 +3598,7 @@ cudaError_t cudaOccupancyMaxActiveClusters(int *numClusters, const void *func, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaOccupancyMaxActiveClusters(numClusters, func, launchConfig);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3969,8 +3608,7 @@ cudaError_t cudaOccupancyMaxPotentialClusterSize(int *clusterSize, const void *f
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaOccupancyMaxPotentialClusterSize(clusterSize, func, launchConfig);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3980,8 +3618,7 @@ cudaError_t cudaPeekAtLastError(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaPeekAtLastError();
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -3991,8 +3628,7 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaPointerGetAttributes(attributes, ptr);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4002,8 +3638,7 @@ cudaError_t cudaProfilerStart(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaProfilerStart();
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4013,8 +3648,7 @@ cudaError_t cudaProfilerStop(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaProfilerStop();
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4024,8 +3658,7 @@ cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaRuntimeGetVersion(runtimeVersion);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4035,8 +3668,7 @@ cudaError_t cudaSetDevice(int device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaSetDevice(device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4046,8 +3678,7 @@ cudaError_t cudaSetDeviceFlags(unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaSetDeviceFlags(flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4057,8 +3688,7 @@ cudaError_t cudaSetValidDevices(int *device_arr, int len)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaSetValidDevices(device_arr, len);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4068,8 +3698,7 @@ cudaError_t cudaSignalExternalSemaphoresAsync(const cudaExternalSemaphore_t *ext
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaSignalExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4079,8 +3708,7 @@ cudaError_t cudaSignalExternalSemaphoresAsync_ptsz(const cudaExternalSemaphore_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaSignalExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4090,8 +3718,7 @@ cudaError_t cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t call
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamAddCallback(stream, callback, userData, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4101,8 +3728,7 @@ cudaError_t cudaStreamAddCallback_ptsz(cudaStream_t stream, cudaStreamCallback_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamAddCallback_ptsz(stream, callback, userData, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4112,8 +3738,7 @@ cudaError_t cudaStreamAttachMemAsync(cudaStream_t stream, void *devPtr, size_t l
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamAttachMemAsync(stream, devPtr, length, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4123,8 +3748,7 @@ cudaError_t cudaStreamAttachMemAsync_ptsz(cudaStream_t stream, void *devPtr, siz
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamAttachMemAsync_ptsz(stream, devPtr, length, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4134,8 +3758,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamBeginCapture(stream, mode);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4145,8 +3768,7 @@ cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamBeginCaptureToGraph(stream, graph, dependencies, dependencyData, numDependencies, mode);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4156,8 +3778,7 @@ cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamBeginCaptureToGraph_ptsz(stream, graph, dependencies, dependencyData, numDependencies, mode);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4167,8 +3788,7 @@ cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCapt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamBeginCapture_ptsz(stream, mode);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4178,8 +3798,7 @@ cudaError_t cudaStreamCopyAttributes(cudaStream_t dst, cudaStream_t src)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamCopyAttributes(dst, src);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4189,8 +3808,7 @@ cudaError_t cudaStreamCopyAttributes_ptsz(cudaStream_t dst, cudaStream_t src)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamCopyAttributes_ptsz(dst, src);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4200,8 +3818,7 @@ cudaError_t cudaStreamCreate(cudaStream_t *pStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamCreate(pStream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4211,8 +3828,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamCreateWithFlags(pStream, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4222,8 +3838,7 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int fla
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamCreateWithPriority(pStream, flags, priority);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4233,8 +3848,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamDestroy(stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4244,8 +3858,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamEndCapture(stream, pGraph);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4255,8 +3868,7 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamEndCapture_ptsz(stream, pGraph);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4266,8 +3878,7 @@ cudaError_t cudaStreamGetAttribute(cudaStream_t hStream, cudaLaunchAttributeID a
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetAttribute(hStream, attr, value_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4277,8 +3888,7 @@ cudaError_t cudaStreamGetAttribute_ptsz(cudaStream_t hStream, cudaLaunchAttribut
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetAttribute_ptsz(hStream, attr, value_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4288,8 +3898,7 @@ cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCapture
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetCaptureInfo(stream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4299,8 +3908,7 @@ cudaError_t cudaStreamGetCaptureInfo_ptsz(cudaStream_t stream, enum cudaStreamCa
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetCaptureInfo_ptsz(stream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4310,8 +3918,7 @@ cudaError_t cudaStreamGetDevice(cudaStream_t hStream, int *device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetDevice(hStream, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4321,8 +3928,7 @@ cudaError_t cudaStreamGetDevice_ptsz(cudaStream_t hStream, int *device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetDevice_ptsz(hStream, device);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4332,8 +3938,7 @@ cudaError_t cudaStreamGetFlags(cudaStream_t hStream, unsigned int *flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetFlags(hStream, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4343,8 +3948,7 @@ cudaError_t cudaStreamGetFlags_ptsz(cudaStream_t hStream, unsigned int *flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetFlags_ptsz(hStream, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4354,8 +3958,7 @@ cudaError_t cudaStreamGetId(cudaStream_t hStream, unsigned long long *streamId)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetId(hStream, streamId);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4365,8 +3968,7 @@ cudaError_t cudaStreamGetId_ptsz(cudaStream_t hStream, unsigned long long *strea
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetId_ptsz(hStream, streamId);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4376,8 +3978,7 @@ cudaError_t cudaStreamGetPriority(cudaStream_t hStream, int *priority)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetPriority(hStream, priority);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4387,8 +3988,7 @@ cudaError_t cudaStreamGetPriority_ptsz(cudaStream_t hStream, int *priority)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetPriority_ptsz(hStream, priority);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4398,8 +3998,7 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureSta
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamIsCapturing(stream, pCaptureStatus);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4409,8 +4008,7 @@ cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream, enum cudaStreamCaptu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamIsCapturing_ptsz(stream, pCaptureStatus);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4420,8 +4018,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamQuery(stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4431,8 +4028,7 @@ cudaError_t cudaStreamQuery_ptsz(cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamQuery_ptsz(stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4442,8 +4038,7 @@ cudaError_t cudaStreamSetAttribute(cudaStream_t hStream, cudaLaunchAttributeID a
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamSetAttribute(hStream, attr, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4453,8 +4048,7 @@ cudaError_t cudaStreamSetAttribute_ptsz(cudaStream_t hStream, cudaLaunchAttribut
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamSetAttribute_ptsz(hStream, attr, value);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4464,8 +4058,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamSynchronize(stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4475,8 +4068,7 @@ cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamSynchronize_ptsz(stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4486,8 +4078,7 @@ cudaError_t cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamUpdateCaptureDependencies(stream, dependencies, dependencyData, numDependencies, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4497,8 +4088,7 @@ cudaError_t cudaStreamUpdateCaptureDependencies_ptsz(cudaStream_t stream, cudaGr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamUpdateCaptureDependencies_ptsz(stream, dependencies, dependencyData, numDependencies, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4508,8 +4098,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamWaitEvent(stream, event, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4519,8 +4108,7 @@ cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, uns
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamWaitEvent_ptsz(stream, event, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4530,8 +4118,7 @@ cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaThreadExchangeStreamCaptureMode(mode);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4541,8 +4128,7 @@ cudaError_t cudaUserObjectCreate(cudaUserObject_t *object_out, void *ptr, cudaHo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaUserObjectCreate(object_out, ptr, destroy, initialRefcount, flags);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4552,8 +4138,7 @@ cudaError_t cudaUserObjectRelease(cudaUserObject_t object, unsigned int count)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaUserObjectRelease(object, count);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4563,8 +4148,7 @@ cudaError_t cudaUserObjectRetain(cudaUserObject_t object, unsigned int count)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaUserObjectRetain(object, count);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4574,8 +4158,7 @@ cudaError_t cudaVDPAUGetDevice(int *device, VdpDevice vdpDevice, VdpGetProcAddre
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaVDPAUGetDevice(device, vdpDevice, vdpGetProcAddress);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4585,8 +4168,7 @@ cudaError_t cudaVDPAUSetVDPAUDevice(int device, VdpDevice vdpDevice, VdpGetProcA
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaVDPAUSetVDPAUDevice(device, vdpDevice, vdpGetProcAddress);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4596,8 +4178,7 @@ cudaError_t cudaWaitExternalSemaphoresAsync(const cudaExternalSemaphore_t *extSe
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaWaitExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
 
@@ -4607,7 +4188,6 @@ cudaError_t cudaWaitExternalSemaphoresAsync_ptsz(const cudaExternalSemaphore_t *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaWaitExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
-    vgpu_restore_exception(vgpu_pending);
-    vgpu_pass_on_interruption();
+    vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }

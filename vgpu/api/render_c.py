@@ -147,8 +147,7 @@ def _stubs(headers: ApiHeaders, shim: ShimSpec, banner: str) -> str:
         body = [*head,
                 "    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();",
                 f"    if ({shim.ready}())", run,
-                "    vgpu_restore_exception(vgpu_pending);",
-                "    vgpu_pass_on_interruption();", *tail]
+                "    vgpu_end_call(vgpu_pending);", *tail]
         out += [proto.declaration.removesuffix(";"), "{", *body, "}", ""]
     return "\n".join(out)
 
