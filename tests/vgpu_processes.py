@@ -61,11 +61,13 @@ def stop_server(proc: subprocess.Popen) -> None:
         raise
 
 
-def run_under_vgpu(server: str, program, *args: str, timeout: float, merged: bool = False,
-                   **env: str) -> subprocess.CompletedProcess:
-    """`vgpu run --server SERVER -- PROGRAM ARGS...`, its output captured as text (stderr into
-    stdout with `merged`); `env` adds to vgpu_environment()."""
-    return subprocess.run([*VGPU, "run", "--server", server, "--", str(program), *args],
+def run_under_vgpu(server: str | None, program, *args: str, timeout: float,
+                   merged: bool = False, **env: str) -> subprocess.CompletedProcess:
+    """`vgpu run --server SERVER -- PROGRAM ARGS...` (server None: `--backend emu`, a private
+    server for the run), its output captured as text (stderr into stdout with `merged`);
+    `env` adds to vgpu_environment()."""
+    where = ["--server", server] if server is not None else ["--backend", "emu"]
+    return subprocess.run([*VGPU, "run", *where, "--", str(program), *args],
                           stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT if merged else subprocess.PIPE,
                           text=True, timeout=timeout, env=vgpu_environment(**env))

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from vgpu_processes import VGPU, emu_server, run_under_vgpu, vgpu_environment
+from vgpu_processes import emu_server, run_under_vgpu, vgpu_environment
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 FATBINS = {"compressed": [], "uncompressed": ["--no-compress"]}
@@ -61,9 +61,7 @@ def test_vector_add(toolkit, server, fatbin):
 
 def test_vector_add_with_a_private_server(toolkit):
     program = build(toolkit, "vector_add")
-    result = subprocess.run([*VGPU, "run", "--backend", "emu", "--", str(program)],
-                            capture_output=True, text=True, timeout=TIMEOUT_S,
-                            env=vgpu_environment())
+    result = run_under_vgpu(None, program, timeout=TIMEOUT_S)  # a private server
     assert_passed(result, "vector_add: 1000 sums correct")
 
 

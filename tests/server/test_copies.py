@@ -4,12 +4,11 @@ device allocations it maps: right bytes, right order against kernels, no stale m
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from vgpu_processes import VGPU, run_under_vgpu, vgpu_environment
+from vgpu_processes import run_under_vgpu
 
 HERE = Path(__file__).resolve().parent
 
@@ -37,7 +36,6 @@ def test_large_copies_are_right_on_a_named_server(server, large_copies):
 
 
 def test_large_copies_are_right_with_a_private_server(large_copies):
-    result = subprocess.run([*VGPU, "run", "--backend", "emu", "--", str(large_copies)],
-                            capture_output=True, text=True, timeout=120, env=vgpu_environment())
+    result = run_under_vgpu(None, large_copies, timeout=120)  # a private server
     assert result.returncode == 0, result.stderr
     assert result.stdout == "all large copies correct\n"
