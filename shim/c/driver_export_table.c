@@ -37,7 +37,8 @@ static int starts_with(const char *text, const char *prefix)
     return strncmp(text, prefix, strlen(prefix)) == 0;
 }
 
-/* 1 if the file at `path` holds the static runtime's shared-memory segment names. */
+/* 1 if the file at `path` holds the static runtime's shared-memory segment names (the marker
+   `vgpu run` looks for before starting a program, vgpu/binary_check.py: keep them alike). */
 static int carries_static_cudart(const char *path)
 {
     static const char marker[] = "/cudart.shm.";
