@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
-VGPU = [sys.executable, "-m", "vgpu.cli"]
+from vgpu_processes import VGPU, vgpu_environment
+
+__all__ = ["VGPU", "vgpu_run"]
 
 
 def vgpu_run(*command, env=None, timeout=120, **kwargs) -> subprocess.CompletedProcess:
-    """`vgpu run --backend emu -- COMMAND`, as a user types it."""
-    full_env = {**os.environ, **(env or {})}
-    full_env.pop("VGPU_SERVER", None)
+    """`vgpu run --backend emu -- COMMAND`, as a user types it; `env` adds to
+    vgpu_environment()."""
     return subprocess.run([*VGPU, "run", "--backend", "emu", "--", *map(str, command)],
-                          capture_output=True, text=True, timeout=timeout, env=full_env, **kwargs)
+                          capture_output=True, text=True, timeout=timeout,
+                          env=vgpu_environment(**(env or {})), **kwargs)
