@@ -1,0 +1,105 @@
+"""state_loop.c as a cuda-python program (cuda.bindings.driver), for the tests that move its
+session: the same kernels, arguments and output.
+
+Usage: python state_loop.py KERNELS.ptx COUNT TOTAL_KIB ITERATIONS STRIDE [PAUSE_FILE]
+"""
+
+import os
+import sys
+import time
+
+import numpy as np
+from cuda.bindings import driver as cu
+
+THREADS = 256
+
+
+def check(result):
+    """cuda-python returns (error, *values); stop with CUDA's own error name on failure."""
+    err, *values = result
+    if err != cu.CUresult.CUDA_SUCCESS:
+        name = cu.cuGetErrorName(err)[1]
+        sys.exit(f"state_loop.py: CUDA error: {name.decode() if name else err}")
+    return values[0] if len(values) == 1 else values
+
+
+def print_state(module, pointers):
+    bases = [int(check(cu.cuMemGetAddressRange(p))[0]) for p in pointers]
+    print("pointers", " ".join(hex(b) for b in bases))
+    counter, _ = check(cu.cuModuleGetGlobal(module, b"iterations_done"))
+    value = np.zeros(1, dtype=np.uint32)
+    check(cu.cuMemcpyDtoH(value.ctypes.data, counter, 4))
+    print(f"counter {hex(int(counter))} {int(value[0])}", flush=True)
+
+
+def wait_while_paused(pause_file, k):
+    if pause_file is None or not os.path.exists(pause_file):
+        return
+    check(cu.cuCtxSynchronize())
+    print(f"paused {k}", flush=True)
+    while os.path.exists(pause_file):
+        time.sleep(0.005)
+
+
+def launch(function, blocks, args):
+    """cuLaunchKernel with each argument's bytes in its own numpy array."""
+    params = np.array([a.ctypes.data for a in args], dtype=np.uint64)
+    check(cu.cuLaunchKernel(function, blocks, 1, 1, THREADS, 1, 1, 0, 0, params.ctypes.data, 0))
+
+
+def main():
+    ptx_path, count, total_kib, iterations, stride = sys.argv[1:6]
+    pause_file = sys.argv[6] if len(sys.argv) > 6 else None
+    count, iterations, stride = int(count), int(iterations), int(stride)
+    words = int(total_kib) * 1024 // count // 4
+    print(f"pid {os.getpid()}", flush=True)
+
+    check(cu.cuInit(0))
+    device = check(cu.cuDeviceGet(0))
+    context = check(cu.cuDevicePrimaryCtxRetain(device))
+    check(cu.cuCtxSetCurrent(context))
+    with open(ptx_path, "rb") as f:
+        module = check(cu.cuModuleLoadData(f.read() + b"\0"))
+    step = check(cu.cuModuleGetFunction(module, b"step"))
+    count_iteration = check(cu.cuModuleGetFunction(module, b"count_iteration"))
+
+    pointers = []
+    i = np.arange(words, dtype=np.uint64)
+    for j in range(count):
+        pointers.append(check(cu.cuMemAlloc(words * 4)))
+        host = ((i * 2654435761 + j * 97) & 0xFFFFFFFF).astype(np.uint32)
+        check(cu.cuMemcpyHtoD(pointers[-1], host.ctypes.data, host.nbytes))
+    table_host = np.array([int(p) for p in pointers], dtype=np.uint64)
+    table = check(cu.cuMemAlloc(table_host.nbytes))
+    check(cu.cuMemcpyHtoD(table, table_host.ctypes.data, table_host.nbytes))
+    print_state(module, pointers)
+
+    blocks = ((words + stride - 1) // stride + THREADS - 1) // THREADS
+    for k in range(iterations):
+        wait_while_paused(pause_file, k)
+        for j in range(count):
+            launch(step, blocks, [np.array([int(table)], dtype=np.uint64),
+                                  np.array([j], dtype=np.uint32),
+                                  np.array([words], dtype=np.uint64),
+                                  np.array([stride], dtype=np.uint32),
+                                  np.array([k], dtype=np.uint32)])
+        check(cu.cuLaunchKernel(count_iteration, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0))
+        check(cu.cuCtxSynchronize())
+        print(f"iteration {k}", flush=True)
+    wait_while_paused(pause_file, iterations)
+
+    checksum = 0
+    weights = i * 2 + 1
+    for j, pointer in enumerate(pointers):
+        host = np.zeros(words, dtype=np.uint32)
+        check(cu.cuMemcpyDtoH(host.ctypes.data, pointer, host.nbytes))
+        checksum += int(np.sum(host.astype(np.uint64) * weights, dtype=np.uint64)) * (j + 1)
+    print_state(module, pointers)
+    print(f"checksum {checksum % 2**64:016x}", flush=True)
+    for pointer in [*pointers, table]:
+        check(cu.cuMemFree(pointer))
+    check(cu.cuDevicePrimaryCtxRelease(device))
+
+
+if __name__ == "__main__":
+    main()
