@@ -21,10 +21,12 @@ def _weighted_sum(x: np.ndarray, start: int) -> int:
     return int(np.sum(x.astype(np.uint64) * weights, dtype=np.uint64))
 
 
-def expected_checksum(count: int, total_kib: int, iterations: int, stride: int = 1) -> str:
+def expected_checksum(count: int, total_kib: int, iterations: int, stride: int = 1,
+                      only: int | None = None) -> str:
     """The checksum line's value: allocation j's word i starts as i*2654435761 + 97j, and
     every stride-th word goes through x = x*(2j+3) + (16k+j+1) for k in 0..iterations-1
-    (modulo 2^32); the checksum is the sum of x*(2i+1)*(j+1) modulo 2^64, in 16 hex digits."""
+    (modulo 2^32; with `only`, in that allocation alone); the checksum is the sum of
+    x*(2i+1)*(j+1) modulo 2^64, in 16 hex digits."""
     words = total_kib * 1024 // count // 4
     checksum = 0
     with np.errstate(over="ignore"):
@@ -35,7 +37,7 @@ def expected_checksum(count: int, total_kib: int, iterations: int, stride: int =
                 x = _initial(j, start, stop)
                 first = -start % stride  # the first word of the chunk that kernels update
                 updated = x[first::stride]
-                for k in range(iterations):
+                for k in range(iterations if only in (None, j) else 0):
                     updated = updated * np.uint32(2 * j + 3) + np.uint32(16 * k + j + 1)
                 x[first::stride] = updated
                 total += _weighted_sum(x, start)

@@ -3,13 +3,13 @@
 // asynchronous copies from and to pinned memory. It computes what state_loop.c computes with
 // COUNT 2 and STRIDE 1, so the tests check both against one host model.
 //
-// Usage: rt_state_loop TOTAL_KIB ITERATIONS [PAUSE_FILE]
-// Prints, flushed: "pid P", "pointers A0 A1" and "counter ADDR VALUE" at start and end,
-// "iteration K", "paused K" (waits while PAUSE_FILE exists), "checksum HEX" last.
+// Usage: rt_state_loop TOTAL_KIB ITERATIONS [--pause-file PATH]
+// Prints what state_loop.c prints, and pauses as it does.
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,23 +37,34 @@ static void print_state(unsigned int **buffers) {
     fflush(stdout);
 }
 
+// Whether the pause file asks for a pause before iteration k (state_loop.c says how).
+static bool pause_requested(const char *pause_file, unsigned k) {
+    if (pause_file == NULL) return false;
+    FILE *f = fopen(pause_file, "r");
+    if (f == NULL) return false;
+    unsigned at = 0;
+    if (fscanf(f, "%u", &at) != 1) at = 0;
+    fclose(f);
+    return at <= k;
+}
+
 static void wait_while_paused(const char *pause_file, unsigned k) {
-    if (pause_file == NULL || access(pause_file, F_OK) != 0) return;
+    if (!pause_requested(pause_file, k)) return;
     CHECK(cudaDeviceSynchronize());
     printf("paused %u\n", k);
     fflush(stdout);
     struct timespec tick = {0, 5 * 1000 * 1000};
-    while (access(pause_file, F_OK) == 0) nanosleep(&tick, NULL);
+    while (pause_requested(pause_file, k)) nanosleep(&tick, NULL);
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: rt_state_loop TOTAL_KIB ITERATIONS [PAUSE_FILE]\n");
+    if (argc != 3 && !(argc == 5 && strcmp(argv[3], "--pause-file") == 0)) {
+        fprintf(stderr, "usage: rt_state_loop TOTAL_KIB ITERATIONS [--pause-file PATH]\n");
         return 2;
     }
     unsigned long long words = strtoull(argv[1], NULL, 10) * 1024 / 2 / 4;
     unsigned iterations = (unsigned)atoi(argv[2]);
-    const char *pause_file = argc > 3 ? argv[3] : NULL;
+    const char *pause_file = argc == 5 ? argv[4] : NULL;
     printf("pid %d\n", (int)getpid());
 
     const unsigned int host_coefficients[2][2] = {{3, 1}, {5, 2}};

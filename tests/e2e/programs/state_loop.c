@@ -2,13 +2,16 @@
  * updated by kernels for ITERATIONS iterations (every STRIDE-th word of each), then a checksum
  * of all of them computed on the host.
  *
- * Usage: state_loop KERNELS.ptx COUNT TOTAL_KIB ITERATIONS STRIDE [PAUSE_FILE]
+ * Usage: state_loop KERNELS.ptx COUNT TOTAL_KIB ITERATIONS STRIDE [--only J]
+ *                   [--pause-file PATH]
+ * --only J: the iterations update allocation J alone.
  *
  * Prints, flushed line by line: "pid P"; "pointers A0 A1 ..." and "counter ADDR VALUE" (the
  * module's __device__ iterations_done) at the start and again at the end, both asked of the
- * device again at the end; "iteration K" once iteration K's kernels finished; "paused K" when
- * PAUSE_FILE exists before iteration K (the program then waits, its device idle, until the
- * file is removed); "checksum HEX" last. */
+ * device each time; "iteration K" once iteration K's kernels finished; "checksum HEX" last.
+ * Pausing, so that a test can act at a chosen point: before iteration K (and once more after
+ * the last, as K = ITERATIONS), while PATH exists and holds a number <= K (an empty file
+ * counts as 0), the program waits with its device idle, having printed "paused K". */
 #include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,19 +54,39 @@ static void print_state(CUmodule mod, CUdeviceptr *ptrs, unsigned count) {
     fflush(stdout);
 }
 
+/* Whether the pause file asks for a pause before iteration k. */
+static int pause_requested(const char *pause_file, unsigned k) {
+    if (pause_file == NULL) return 0;
+    FILE *f = fopen(pause_file, "r");
+    if (f == NULL) return 0;
+    unsigned at = 0;
+    if (fscanf(f, "%u", &at) != 1) at = 0;
+    fclose(f);
+    return at <= k;
+}
+
 static void wait_while_paused(const char *pause_file, unsigned k) {
-    if (pause_file == NULL || access(pause_file, F_OK) != 0) return;
+    if (!pause_requested(pause_file, k)) return;
     CHECK(cuCtxSynchronize());
     printf("paused %u\n", k);
     fflush(stdout);
     struct timespec tick = {0, 5 * 1000 * 1000};
-    while (access(pause_file, F_OK) == 0) nanosleep(&tick, NULL);
+    while (pause_requested(pause_file, k)) nanosleep(&tick, NULL);
 }
 
 int main(int argc, char **argv) {
-    if (argc < 6) {
+    const char *pause_file = NULL;
+    int only = -1;
+    if (argc >= 8 && argc % 2 == 0) {
+        for (int a = 6; a < argc; a += 2) {
+            if (strcmp(argv[a], "--pause-file") == 0) pause_file = argv[a + 1];
+            else if (strcmp(argv[a], "--only") == 0) only = atoi(argv[a + 1]);
+            else argc = 0;
+        }
+    }
+    if (argc < 6 || argc % 2 != 0) {
         fprintf(stderr, "usage: state_loop KERNELS.ptx COUNT TOTAL_KIB ITERATIONS STRIDE "
-                        "[PAUSE_FILE]\n");
+                        "[--only J] [--pause-file PATH]\n");
         return 2;
     }
     char *ptx = read_file(argv[1]);
@@ -71,8 +94,8 @@ int main(int argc, char **argv) {
     unsigned long long total = strtoull(argv[3], NULL, 10) * 1024;
     unsigned iterations = (unsigned)atoi(argv[4]);
     unsigned stride = (unsigned)atoi(argv[5]);
-    const char *pause_file = argc > 6 ? argv[6] : NULL;
-    if (ptx == NULL || count == 0 || count > MAX_COUNT || stride == 0 || total < count * 4ull) {
+    if (ptx == NULL || count == 0 || count > MAX_COUNT || stride == 0 || total < count * 4ull
+        || only >= (int)count) {
         fprintf(stderr, "state_loop: bad arguments\n");
         return 2;
     }
@@ -104,6 +127,7 @@ int main(int argc, char **argv) {
     for (unsigned k = 0; k < iterations; k++) {
         wait_while_paused(pause_file, k);
         for (unsigned j = 0; j < count; j++) {
+            if (only >= 0 && j != (unsigned)only) continue;
             void *args[] = {&table, &j, &words, &stride, &k};
             CHECK(cuLaunchKernel(step, blocks, 1, 1, THREADS, 1, 1, 0, NULL, args, NULL));
         }

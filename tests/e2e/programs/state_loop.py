@@ -1,9 +1,11 @@
 """state_loop.c as a cuda-python program (cuda.bindings.driver), for the tests that move its
 session: the same kernels, arguments and output.
 
-Usage: python state_loop.py KERNELS.ptx COUNT TOTAL_KIB ITERATIONS STRIDE [PAUSE_FILE]
+Usage: python state_loop.py KERNELS.ptx COUNT TOTAL_KIB ITERATIONS STRIDE [--only J]
+                           [--pause-file PATH]
 """
 
+import argparse
 import os
 import sys
 import time
@@ -32,12 +34,24 @@ def print_state(module, pointers):
     print(f"counter {hex(int(counter))} {int(value[0])}", flush=True)
 
 
+def pause_requested(pause_file, k):
+    """Whether the pause file asks for a pause before iteration k (state_loop.c says how)."""
+    if pause_file is None:
+        return False
+    try:
+        with open(pause_file) as f:
+            text = f.read().split()
+    except FileNotFoundError:
+        return False
+    return (int(text[0]) if text else 0) <= k
+
+
 def wait_while_paused(pause_file, k):
-    if pause_file is None or not os.path.exists(pause_file):
+    if not pause_requested(pause_file, k):
         return
     check(cu.cuCtxSynchronize())
     print(f"paused {k}", flush=True)
-    while os.path.exists(pause_file):
+    while pause_requested(pause_file, k):
         time.sleep(0.005)
 
 
@@ -48,10 +62,16 @@ def launch(function, blocks, args):
 
 
 def main():
-    ptx_path, count, total_kib, iterations, stride = sys.argv[1:6]
-    pause_file = sys.argv[6] if len(sys.argv) > 6 else None
-    count, iterations, stride = int(count), int(iterations), int(stride)
-    words = int(total_kib) * 1024 // count // 4
+    parser = argparse.ArgumentParser()
+    for name in ("ptx", "count", "total_kib", "iterations", "stride"):
+        parser.add_argument(name)
+    parser.add_argument("--only", type=int, default=None)
+    parser.add_argument("--pause-file", default=None)
+    args = parser.parse_args()
+    ptx_path, pause_file, only = args.ptx, args.pause_file, args.only
+    count, total_kib = int(args.count), int(args.total_kib)
+    iterations, stride = int(args.iterations), int(args.stride)
+    words = total_kib * 1024 // count // 4
     print(f"pid {os.getpid()}", flush=True)
 
     check(cu.cuInit(0))
@@ -77,7 +97,7 @@ def main():
     blocks = ((words + stride - 1) // stride + THREADS - 1) // THREADS
     for k in range(iterations):
         wait_while_paused(pause_file, k)
-        for j in range(count):
+        for j in range(count) if only is None else [only]:
             launch(step, blocks, [np.array([int(table)], dtype=np.uint64),
                                   np.array([j], dtype=np.uint32),
                                   np.array([words], dtype=np.uint64),
