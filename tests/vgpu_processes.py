@@ -33,8 +33,9 @@ def start_emu_server(address: str | None, *options: str, stderr=None) -> subproc
     proc.stdout.close()
     if not line.startswith("vgpu server listening"):
         proc.kill()
-        _, err = proc.communicate()
-        raise AssertionError(f"the server did not start: {line!r}\n{err or ''}")
+        err = proc.stderr.read() if proc.stderr else ""  # stdout is closed: no communicate()
+        proc.wait(timeout=10)
+        raise AssertionError(f"the server did not start: {line!r}\n{err}")
     return proc
 
 

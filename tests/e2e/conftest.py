@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+PROGRAMS = HERE / "programs"
 
 
 @pytest.fixture(scope="session")
@@ -39,3 +40,20 @@ def driver_memory_semantics(toolkit) -> Path:
 @pytest.fixture(scope="session")
 def driver_exit_hooks(toolkit) -> Path:
     return toolkit.c_program((HERE / "driver_exit_hooks.c").read_text())
+
+
+@pytest.fixture(scope="session")
+def state_kernels_ptx(toolkit, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("ptx") / "state_kernels.ptx"
+    path.write_text(toolkit.ptx((PROGRAMS / "state_kernels.cu").read_text()))
+    return path
+
+
+@pytest.fixture(scope="session")
+def state_loop(toolkit) -> Path:
+    return toolkit.c_program((PROGRAMS / "state_loop.c").read_text())
+
+
+@pytest.fixture(scope="session")
+def rt_state_loop(toolkit) -> Path:
+    return toolkit.executable((PROGRAMS / "rt_state_loop.cu").read_text(), ["-cudart", "shared"])

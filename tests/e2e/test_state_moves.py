@@ -1,0 +1,391 @@
+"""Sessions that move while their programs run: checkpoints and failover to a standby server,
+live migration, suspend and resume, incremental checkpoints, damaged and unwritable images.
+
+Every program runs unmodified under `vgpu run` against real emu servers, and pauses where a
+test asks (a pause file, see programs/state_loop.c), so that each step happens at a known
+iteration. A moved program must end as an uninterrupted run does: the same checksum
+(state_model computes it on the host), its allocations at the same addresses, and its module's
+__device__ counter, 1000 at the start, at 1000 plus the iterations run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from running_program import RunningProgram, pause_at
+from state_model import expected_checksum
+from vgpu_processes import VGPU, start_emu_server, stop_server, vgpu_environment
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+TIMEOUT_S = 60  # for any one wait: a program's line, a command, a server's stop
+MIB = 1 << 20
+
+
+# ----------------------------------------------------------------- servers and commands
+
+class Server:
+    def __init__(self, address: str, proc: subprocess.Popen, log: Path):
+        self.address, self.proc, self.log = address, proc, log
+
+    def __str__(self) -> str:
+        return self.address
+
+    def kill(self) -> None:
+        """SIGKILL: the server dies as a crashed machine does, telling nobody."""
+        self.proc.kill()
+        self.proc.wait(timeout=TIMEOUT_S)
+
+
+@pytest.fixture
+def servers(tmp_path):
+    """start(name, *options): an emu server listening in tmp_path, stopped at the test's end
+    (its stderr in tmp_path/NAME.log)."""
+    started: list[Server] = []
+
+    def start(name: str, *options) -> Server:
+        log = tmp_path / f"{name}.log"
+        address = f"ipc://{tmp_path}/{name}.sock"
+        try:
+            with log.open("w") as stderr:
+                proc = start_emu_server(address, *map(str, options), stderr=stderr)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}{log.read_text()}") from None
+        started.append(Server(address, proc, log))
+        return started[-1]
+
+    yield start
+    for server in started:
+        if server.proc.poll() is None:
+            stop_server(server.proc)
+
+
+@pytest.fixture
+def programs():
+    """run(command, **env): a RunningProgram, stopped at the test's end if still running."""
+    running: list[RunningProgram] = []
+
+    def run(command: list, **env: str) -> RunningProgram:
+        running.append(RunningProgram(command, TIMEOUT_S, **env))
+        return running[-1]
+
+    yield run
+    for program in running:
+        program.stop()
+
+
+def vgpu(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([*VGPU, *map(str, args)], capture_output=True, text=True,
+                          timeout=TIMEOUT_S, env=vgpu_environment())
+
+
+def succeeded(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, f"{result.args[2:]}: exit {result.returncode}\n" \
+        f"{result.stdout}{result.stderr}"
+    return result
+
+
+def ps_row(server: Server, pid: int) -> str | None:
+    """The row of `vgpu ps --server` for the session of program `pid`, None if it has none."""
+    output = succeeded(vgpu("ps", "--server", server)).stdout
+    return next((line for line in output.splitlines() if line.split()[:1] == [str(pid)]), None)
+
+
+def bytes_written(output: str) -> float:
+    """The bytes `vgpu checkpoint` says it wrote (its "written" figure)."""
+    units = {"B": 1, "bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    match = re.search(r"written\D*?([\d.]+)\s*(B|bytes|KiB|MiB|GiB)\b", output)
+    assert match, f"no bytes written in {output!r}"
+    return float(match.group(1)) * units[match.group(2)]
+
+
+def wait_for_image(folder: Path, newer_than: float) -> Path:
+    """The checkpoint image a server's policy wrote into `folder` after `newer_than`."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        images = [p for p in folder.glob("*.vgpu") if p.stat().st_mtime > newer_than]
+        if images:
+            return images[0]
+        time.sleep(0.05)
+    raise AssertionError(f"no checkpoint image in {folder} within {TIMEOUT_S} s: "
+                         f"{sorted(p.name for p in folder.iterdir())}")
+
+
+# ----------------------------------------------------------------- the programs' results
+
+def assert_finished_like_an_uninterrupted_run(program: RunningProgram, count: int,
+                                              total_kib: int, iterations: int, stride: int = 1,
+                                              only: int | None = None) -> None:
+    code = program.finish()
+    assert code == 0, program.transcript()
+    checksums = [line.split()[1] for line in program.lines if line.startswith("checksum ")]
+    assert checksums == [expected_checksum(count, total_kib, iterations, stride, only)], \
+        program.transcript()
+    pointers = [line for line in program.lines if line.startswith("pointers ")]
+    assert len(pointers) == 2 and pointers[0] == pointers[1], program.transcript()
+    counters = [line.split()[1:] for line in program.lines if line.startswith("counter ")]
+    assert counters == [[counters[0][0], "1000"], [counters[0][0], str(1000 + iterations)]], \
+        program.transcript()
+
+
+def state_loop_command(state_loop, ptx, count, total_kib, iterations, stride, pause_file,
+                       *options) -> list:
+    return [state_loop, ptx, count, total_kib, iterations, stride, "--pause-file", pause_file,
+            *options]
+
+
+# ----------------------------------------------------------------- unmoved
+
+@pytest.mark.parametrize("kind", ["driver", "runtime", "cuda-python"])
+def test_the_programs_compute_what_the_host_model_says_when_nothing_moves(
+        tmp_path, servers, programs, state_loop, rt_state_loop, state_kernels_ptx, kind):
+    """The reference the other tests hold moved programs to, paused and resumed once."""
+    server = servers("server")
+    pause = tmp_path / "pause"
+    pause_at(pause, 2)
+    commands = {
+        "driver": state_loop_command(state_loop, state_kernels_ptx, 3, 3072, 5, 2, pause),
+        "runtime": [rt_state_loop, 3072, 5, "--pause-file", pause],
+        "cuda-python": [sys.executable, PROGRAMS / "state_loop.py", state_kernels_ptx, 3, 3072,
+                        5, 2, "--pause-file", pause],
+    }
+    program = programs(commands[kind], VGPU_SERVER=str(server))
+    program.wait_for("paused 2")
+    pause.unlink()
+    if kind == "runtime":
+        assert_finished_like_an_uninterrupted_run(program, 2, 3072, 5)
+    else:
+        assert_finished_like_an_uninterrupted_run(program, 3, 3072, 5, 2)
+
+
+# ----------------------------------------------------------------- failover
+
+def test_a_standby_takes_over_from_a_killed_server_at_its_last_checkpoint(
+        tmp_path, servers, programs, state_loop, state_kernels_ptx):
+    """256 MiB in four allocations: the primary checkpoints by policy, dies, and the standby
+    restores its image; the client resends what it sent since."""
+    images = tmp_path / "checkpoints"
+    images.mkdir()
+    primary = servers("primary", "--checkpoint-dir", images, "--checkpoint-every", 1)
+    standby = servers("standby", "--checkpoint-dir", images)
+    shape = (4, 256 * 1024, 40, 1024)  # count, KiB, iterations, stride
+    pause = tmp_path / "pause"
+    pause_at(pause, 10)
+    started = time.time()
+    program = programs(state_loop_command(state_loop, state_kernels_ptx, *shape, pause),
+                       VGPU_SERVER=f"{primary},{standby}")
+    program.wait_for("paused 10")
+    wait_for_image(images, newer_than=started)
+    pause_at(pause, 15)  # work that no image covers: the client holds it for the standby
+    program.wait_for("paused 15")
+    primary.kill()
+    pause_at(pause, 40)
+    program.wait_for("paused 40")
+    row = ps_row(standby, program.pid)
+    assert row is not None and "256.0 MiB" in row, row
+    pause.unlink()
+    assert_finished_like_an_uninterrupted_run(program, *shape)
+
+
+# ----------------------------------------------------------------- live migration
+
+def test_a_session_migrates_there_and_back_while_its_program_runs(
+        tmp_path, servers, programs, state_loop, state_kernels_ptx):
+    first, second = servers("first"), servers("second")
+    shape = (4, 4096, 30, 1)
+    pause = tmp_path / "pause"
+    pause_at(pause, 3)
+    program = programs(state_loop_command(state_loop, state_kernels_ptx, *shape, pause),
+                       VGPU_SERVER=str(first))
+    program.wait_for("paused 3")
+    succeeded(vgpu("migrate", program.pid, "--to", second, "--server", first))
+    assert ps_row(first, program.pid) is None
+    assert ps_row(second, program.pid) is not None
+    pause_at(pause, 30)
+    program.wait_for("iteration 8")
+    # Back while it runs: kernels queued and executing, the program waiting on them.
+    succeeded(vgpu("migrate", program.pid, "--to", first, "--server", second))
+    program.wait_for("paused 30")
+    assert ps_row(second, program.pid) is None
+    assert ps_row(first, program.pid) is not None
+    pause.unlink()
+    assert_finished_like_an_uninterrupted_run(program, *shape)
+
+
+def test_a_runtime_api_program_survives_a_migration(tmp_path, servers, programs,
+                                                    rt_state_loop):
+    """Streams, events, __constant__ data and pinned memory, moved while kernels run."""
+    first, second = servers("first"), servers("second")
+    pause = tmp_path / "pause"
+    pause_at(pause, 12)
+    program = programs([rt_state_loop, 2048, 12, "--pause-file", pause],
+                       VGPU_SERVER=str(first))
+    program.wait_for("iteration 3")
+    succeeded(vgpu("migrate", program.pid, "--to", second, "--server", first))
+    program.wait_for("paused 12")
+    assert ps_row(second, program.pid) is not None
+    pause.unlink()
+    assert_finished_like_an_uninterrupted_run(program, 2, 2048, 12)
+
+
+def test_a_cuda_python_program_survives_a_migration(tmp_path, servers, programs,
+                                                    state_kernels_ptx):
+    first, second = servers("first"), servers("second")
+    shape = (4, 4096, 12, 1)
+    pause = tmp_path / "pause"
+    pause_at(pause, 12)
+    program = programs([sys.executable, PROGRAMS / "state_loop.py", state_kernels_ptx, *shape,
+                        "--pause-file", pause], VGPU_SERVER=str(first))
+    program.wait_for("iteration 3")
+    succeeded(vgpu("migrate", program.pid, "--to", second, "--server", first))
+    program.wait_for("paused 12")
+    assert ps_row(second, program.pid) is not None
+    pause.unlink()
+    assert_finished_like_an_uninterrupted_run(program, *shape)
+
+
+# ----------------------------------------------------------------- suspend and resume
+
+def test_a_suspended_session_frees_its_memory_and_resumes_on_another_server(
+        tmp_path, servers, programs, state_loop, state_kernels_ptx):
+    first, second = servers("first"), servers("second")
+    shape = (4, 4096, 10, 1)
+    pause = tmp_path / "pause"
+    pause_at(pause, 4)
+    program = programs(state_loop_command(state_loop, state_kernels_ptx, *shape, pause),
+                       VGPU_SERVER=str(first))
+    program.wait_for("paused 4")
+    assert "4.0 MiB" in ps_row(first, program.pid)
+    succeeded(vgpu("suspend", program.pid, "--server", first))
+    row = ps_row(first, program.pid)
+    assert row is not None and "suspended" in row and " 0 B " in row, row
+    pause_at(pause, 10)  # the program calls on: its calls wait for the session's return
+    time.sleep(0.5)
+    assert program.proc.poll() is None and "iteration 4" not in program.lines, \
+        program.transcript()
+    succeeded(vgpu("resume", program.pid, "--to", second, "--server", first))
+    program.wait_for("paused 10")
+    row = ps_row(second, program.pid)
+    assert row is not None and "4.0 MiB" in row, row
+    assert ps_row(first, program.pid) is None
+    pause.unlink()
+    assert_finished_like_an_uninterrupted_run(program, *shape)
+
+
+# ----------------------------------------------------------------- checkpoints on demand
+
+def test_an_incremental_checkpoint_writes_only_the_changed_allocation(
+        tmp_path, servers, programs, state_loop, state_kernels_ptx):
+    """Eight 2 MiB allocations; between two checkpoints to one image, one iteration changes
+    allocation 5 alone (and the module's counter)."""
+    server = servers("server")
+    shape = (8, 16 * 1024, 1, 1)
+    pause = tmp_path / "pause"
+    pause_at(pause, 0)
+    program = programs(state_loop_command(state_loop, state_kernels_ptx, *shape, pause,
+                                          "--only", 5), VGPU_SERVER=str(server))
+    program.wait_for("paused 0")
+    image = tmp_path / "images" / "loop.vgpu"
+    image.parent.mkdir()
+    first = succeeded(vgpu("checkpoint", program.pid, "-o", image, "--server", server))
+    assert bytes_written(first.stdout) >= 16 * MIB, first.stdout
+    pause_at(pause, 1)
+    program.wait_for("paused 1")
+    second = succeeded(vgpu("checkpoint", program.pid, "-o", image, "--server", server))
+    assert 2 * MIB <= bytes_written(second.stdout) < 3 * MIB, second.stdout
+    pause.unlink()
+    assert_finished_like_an_uninterrupted_run(program, *shape, only=5)
+
+
+@contextlib.contextmanager
+def read_only(folder: Path):
+    """`folder` and its files made unwritable, even for root (immutable, where root ignores
+    permission bits), for the `with` block."""
+    paths = [*folder.iterdir(), folder]
+    for path in paths:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    immutable = os.geteuid() == 0
+    try:
+        if immutable:
+            assert shutil.which("chattr"), "running as root, a read-only folder needs chattr"
+            subprocess.run(["chattr", "+i", *map(str, paths)], check=True, timeout=TIMEOUT_S)
+        yield
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", *map(str, paths)], check=True, timeout=TIMEOUT_S)
+        for path in paths:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def test_a_checkpoint_into_a_read_only_folder_fails_and_keeps_the_previous_image(
+        tmp_path, servers, programs, state_loop, state_kernels_ptx):
+    server = servers("server")
+    shape = (4, 4096, 4, 1)
+    pause = tmp_path / "pause"
+    pause_at(pause, 1)
+    program = programs(state_loop_command(state_loop, state_kernels_ptx, *shape, pause),
+                       VGPU_SERVER=str(server))
+    program.wait_for("paused 1")
+    image = tmp_path / "images" / "loop.vgpu"
+    image.parent.mkdir()
+    succeeded(vgpu("checkpoint", program.pid, "-o", image, "--server", server))
+    before = hashlib.sha256(image.read_bytes()).hexdigest()
+    pause_at(pause, 3)
+    program.wait_for("paused 3")
+    with read_only(image.parent):
+        result = vgpu("checkpoint", program.pid, "-o", image, "--server", server)
+    assert result.returncode == 1, result
+    assert result.stderr.count("\n") == 1 and str(image.parent) in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert hashlib.sha256(image.read_bytes()).hexdigest() == before
+    pause.unlink()
+    assert_finished_like_an_uninterrupted_run(program, *shape)
+
+
+def truncate(image: Path) -> None:
+    with image.open("r+b") as f:
+        f.truncate(image.stat().st_size // 2)
+
+
+def flip_bytes(image: Path) -> None:
+    """Bytes in the middle of the image, where its allocations' contents lie."""
+    with image.open("r+b") as f:
+        f.seek(image.stat().st_size // 2)
+        data = f.read(16)
+        f.seek(image.stat().st_size // 2)
+        f.write(bytes(b ^ 0xFF for b in data))
+
+
+@pytest.mark.parametrize(("damage", "complaint"), [(truncate, "truncated"),
+                                                   (flip_bytes, "corrupt")])
+def test_a_standby_refuses_a_damaged_image_and_the_program_gets_one_clear_error(
+        tmp_path, servers, programs, state_loop, state_kernels_ptx, damage, complaint):
+    images = tmp_path / "checkpoints"
+    images.mkdir()
+    primary = servers("primary", "--checkpoint-dir", images, "--checkpoint-every", 0.5)
+    standby = servers("standby", "--checkpoint-dir", images)
+    pause = tmp_path / "pause"
+    pause_at(pause, 2)
+    started = time.time()
+    program = programs(state_loop_command(state_loop, state_kernels_ptx, 4, 4096, 4, 1, pause),
+                       VGPU_SERVER=f"{primary},{standby}")
+    program.wait_for("paused 2")
+    image = wait_for_image(images, newer_than=started)
+    primary.kill()
+    damage(image)
+    pause.unlink()
+    assert program.finish() != 0, program.transcript()
+    assert not any(line.startswith("checksum") for line in program.lines)
+    assert complaint in program.stderr and "Traceback" not in program.stderr, \
+        program.transcript()
+    log = standby.log.read_text()
+    assert complaint in log and "Traceback" not in log, log
+    assert ps_row(standby, program.pid) is None  # and the standby serves on
