@@ -285,7 +285,8 @@ def test_a_suspended_session_frees_its_memory_and_resumes_on_another_server(
 def test_an_incremental_checkpoint_writes_only_the_changed_allocation(
         tmp_path, servers, programs, state_loop, state_kernels_ptx):
     """Eight 2 MiB allocations; between two checkpoints to one image, one iteration changes
-    allocation 5 alone (and the module's counter)."""
+    allocation 5 alone (and the module's counter). The contents do not compress: an image
+    holds about their size."""
     server = servers("server")
     shape = (8, 16 * 1024, 1, 1)
     pause = tmp_path / "pause"
@@ -309,7 +310,7 @@ def test_an_incremental_checkpoint_writes_only_the_changed_allocation(
 def read_only(folder: Path):
     """`folder` and its files made unwritable, even for root (immutable, where root ignores
     permission bits), for the `with` block."""
-    paths = [*folder.iterdir(), folder]
+    paths = [*folder.rglob("*"), folder]
     for path in paths:
         path.chmod(0o555 if path.is_dir() else 0o444)
     immutable = os.geteuid() == 0
@@ -325,6 +326,11 @@ def read_only(folder: Path):
             path.chmod(0o755 if path.is_dir() else 0o644)
 
 
+def folder_contents(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in folder.rglob("*") if p.is_file()}
+
+
 def test_a_checkpoint_into_a_read_only_folder_fails_and_keeps_the_previous_image(
         tmp_path, servers, programs, state_loop, state_kernels_ptx):
     server = servers("server")
@@ -337,7 +343,7 @@ def test_a_checkpoint_into_a_read_only_folder_fails_and_keeps_the_previous_image
     image = tmp_path / "images" / "loop.vgpu"
     image.parent.mkdir()
     succeeded(vgpu("checkpoint", program.pid, "-o", image, "--server", server))
-    before = hashlib.sha256(image.read_bytes()).hexdigest()
+    before = folder_contents(image.parent)
     pause_at(pause, 3)
     program.wait_for("paused 3")
     with read_only(image.parent):
@@ -345,7 +351,7 @@ def test_a_checkpoint_into_a_read_only_folder_fails_and_keeps_the_previous_image
     assert result.returncode == 1, result
     assert result.stderr.count("\n") == 1 and str(image.parent) in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
-    assert hashlib.sha256(image.read_bytes()).hexdigest() == before
+    assert folder_contents(image.parent) == before  # the image and every chunk it needs
     pause.unlink()
     assert_finished_like_an_uninterrupted_run(program, *shape)
 
@@ -355,17 +361,26 @@ def truncate(image: Path) -> None:
         f.truncate(image.stat().st_size // 2)
 
 
-def flip_bytes(image: Path) -> None:
-    """Bytes in the middle of the image, where its allocations' contents lie."""
+def damage_a_chunk(image: Path) -> None:
+    """Flip bytes in the largest chunk of allocation contents the image references."""
+    chunk = max((p for p in (image.parent / ".vgpu-chunks").rglob("*") if p.is_file()),
+                key=lambda p: p.stat().st_size)
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2:len(data) // 2 + 16] = bytes(b ^ 0xFF for b in
+                                                     data[len(data) // 2:len(data) // 2 + 16])
+    chunk.write_bytes(bytes(data))
+
+
+def from_a_future_vgpu(image: Path) -> None:
+    """Format version 7 where the header says 1 (after the 8-byte magic)."""
     with image.open("r+b") as f:
-        f.seek(image.stat().st_size // 2)
-        data = f.read(16)
-        f.seek(image.stat().st_size // 2)
-        f.write(bytes(b ^ 0xFF for b in data))
+        f.seek(8)
+        f.write((7).to_bytes(4, "little"))
 
 
-@pytest.mark.parametrize(("damage", "complaint"), [(truncate, "truncated"),
-                                                   (flip_bytes, "corrupt")])
+@pytest.mark.parametrize(("damage", "complaint"), [(truncate, "is truncated"),
+                                                   (damage_a_chunk, "is corrupt"),
+                                                   (from_a_future_vgpu, "format version 7")])
 def test_a_standby_refuses_a_damaged_image_and_the_program_gets_one_clear_error(
         tmp_path, servers, programs, state_loop, state_kernels_ptx, damage, complaint):
     images = tmp_path / "checkpoints"
