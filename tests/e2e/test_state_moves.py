@@ -63,9 +63,13 @@ def servers(tmp_path):
         return started[-1]
 
     yield start
-    for server in started:
-        if server.proc.poll() is None:
+    hung = []
+    for server in started:  # every one, even after one that hung
+        try:
             stop_server(server.proc)
+        except subprocess.TimeoutExpired:
+            hung.append(server.address)
+    assert not hung, f"servers that did not stop on SIGTERM within 10 s: {hung}"
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 // A runtime-API program with state worth moving: two buffers, each updated on its own stream
 // by <<<>>> kernels whose coefficients are __constant__ data, events timing each iteration,
-// asynchronous copies from and to pinned memory. It computes what state_loop.c computes with
+// stream-ordered copies (cudaMemcpyAsync) from and to its host buffers. Those are pageable:
+// sessions with pinned host memory cannot move yet. It computes what state_loop.c computes with
 // COUNT 2 and STRIDE 1, so the tests check both against one host model.
 //
 // Usage: rt_state_loop TOTAL_KIB ITERATIONS [--pause-file PATH]
@@ -71,16 +72,16 @@ int main(int argc, char **argv) {
     CHECK(cudaMemcpyToSymbol(coefficients, host_coefficients, sizeof host_coefficients));
     cudaStream_t streams[2];
     cudaEvent_t start, done[2];
-    unsigned int *buffers[2], *pinned[2];
+    unsigned int *buffers[2], *host[2];
     CHECK(cudaEventCreate(&start));
     for (unsigned j = 0; j < 2; j++) {
         CHECK(cudaStreamCreateWithFlags(&streams[j], cudaStreamNonBlocking));
         CHECK(cudaEventCreate(&done[j]));
         CHECK(cudaMalloc(&buffers[j], words * 4));
-        CHECK(cudaMallocHost(&pinned[j], words * 4));
+        host[j] = (unsigned int *)malloc(words * 4);
         for (unsigned long long i = 0; i < words; i++)
-            pinned[j][i] = (uint32_t)(i * 2654435761u + j * 97u);
-        CHECK(cudaMemcpyAsync(buffers[j], pinned[j], words * 4, cudaMemcpyHostToDevice,
+            host[j][i] = (uint32_t)(i * 2654435761u + j * 97u);
+        CHECK(cudaMemcpyAsync(buffers[j], host[j], words * 4, cudaMemcpyHostToDevice,
                               streams[j]));
     }
     CHECK(cudaDeviceSynchronize());
@@ -112,18 +113,18 @@ int main(int argc, char **argv) {
 
     uint64_t checksum = 0;
     for (unsigned j = 0; j < 2; j++) {
-        CHECK(cudaMemcpyAsync(pinned[j], buffers[j], words * 4, cudaMemcpyDeviceToHost,
+        CHECK(cudaMemcpyAsync(host[j], buffers[j], words * 4, cudaMemcpyDeviceToHost,
                               streams[j]));
         CHECK(cudaStreamSynchronize(streams[j]));
         uint64_t sum = 0;
-        for (unsigned long long i = 0; i < words; i++) sum += (uint64_t)pinned[j][i] * (2 * i + 1);
+        for (unsigned long long i = 0; i < words; i++) sum += (uint64_t)host[j][i] * (2 * i + 1);
         checksum += sum * (j + 1);
     }
     print_state(buffers);
     printf("checksum %016llx\n", (unsigned long long)checksum);
     for (unsigned j = 0; j < 2; j++) {
         CHECK(cudaFree(buffers[j]));
-        CHECK(cudaFreeHost(pinned[j]));
+        free(host[j]);
         CHECK(cudaStreamDestroy(streams[j]));
         CHECK(cudaEventDestroy(done[j]));
     }
