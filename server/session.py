@@ -16,6 +16,7 @@ import logging
 import mmap
 import os
 import secrets
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from vgpu.protocol import MEMCHECK_MODES, STICKY_ERRORS
 from vgpu.replay.journal import Journal
 
 from .arena import VaArena
-from .backends import Backend, LoadedModule
+from .backends import Backend, LoadedModule, open_backend
 from .backends.base import Cancelled, KernelFault
 from .handles import HandleTable
 from .peer_memory import PeerMemoryError, read_peer, write_peer
@@ -43,6 +44,7 @@ CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_INVALID_CONTEXT = 201
 CUDA_ERROR_INVALID_HANDLE = 400
 CUDA_ERROR_NOT_FOUND = 500
+CUDA_ERROR_NOT_READY = 600
 CUDA_ERROR_NOT_SUPPORTED = 801
 CUDA_ERROR_ASSERT = 710
 CUDA_ERROR_UNKNOWN = 999
@@ -52,6 +54,8 @@ DEFAULT_PRINTF_FIFO_BYTES = 1 << 20
 CU_EVENT_DISABLE_TIMING = 0x2
 # Streams every context has without creating them: 0 (NULL), CU_STREAM_LEGACY, PER_THREAD.
 BUILTIN_STREAMS = frozenset({0, 1, 2})
+# How long taking a session's state waits for the client to finish a device-window copy.
+WINDOW_RELEASE_S = 5.0
 # Launch configurations a function keeps checked and prepared; the oldest goes first.
 LAUNCHERS_PER_FUNCTION = 16
 
@@ -123,6 +127,17 @@ class Session:
         # CALLS messages received from the client (the server counts them): a checkpoint
         # covers the first `position` of them, and a client resumes from there.
         self.position = 0
+        # What the server is doing with the session: its state for `vgpu ps` ("running",
+        # "suspending", "suspended", "migrating"), the operation under way, the last
+        # checkpoint ({"path", "at", "bytes", "written", "position"}) and, while suspended,
+        # where its image is.
+        self.status = "running"
+        self.operation: str | None = None
+        self.last_checkpoint: dict | None = None
+        self.suspended_image: str | None = None
+        # Device windows granted to the client and not yet released (see device_window).
+        self._windows_open = 0
+        self._windows_changed = threading.Condition()
         self.arena = arena
         self.device = backend.describe()
         self.started_at = time.time()
@@ -331,14 +346,28 @@ class Session:
         }
 
     def restore(self, state: dict, regions: list[tuple[int, int]],
-                fill: Callable[[int, memoryview], None]) -> None:
+                fill: Callable[[int, memoryview], None],
+                backings: dict[int, bytearray] | None = None) -> None:
         """Remake what `state` describes on this (fresh) session: every object its journal
         lists, at the same handles and addresses, then every region's contents
-        (`fill(i, view)` writes region i into `view`). Raises CudaError if the state does not
-        fit: this session is then unusable, and the caller closes it."""
+        (`fill(i, view)` writes region i into `view`), except allocations whose contents
+        are in `backings` (by address), which become their memory where the backend allows.
+        Raises CudaError if the state does not fit: this session is then unusable, and the
+        caller closes it."""
+        backings = backings if backings is not None and self.backend.memory_is_host_ram else {}
+        backed = set()
+
+        def allocate(address: int, size: int, context: int) -> None:
+            backing = backings.get(address)
+            if backing is not None and len(backing) == size:
+                backed.add(address)
+            else:
+                backing = None
+            self._allocate(context, size, address, backing)
+
         makers = {
             "context": self._remake_context,
-            "alloc": lambda address, size, context: self._allocate(context, size, address),
+            "alloc": allocate,
             "module": lambda handle, context, image, places:
                 self._load_module(handle, context, bytes(image), list(places)),
             "function": self.module_get_function,
@@ -349,6 +378,8 @@ class Session:
             makers[kind](*fields)
         for i, (address, size) in enumerate(regions):
             self._check_range(address, size)
+            if address in backed:
+                continue
             view = self.backend.host_view(address, size)
             if view is None:
                 staged = memoryview(bytearray(size))
@@ -374,6 +405,27 @@ class Session:
             self.primary_ctx_retain(handle, device)
         else:
             self.ctx_create(handle, flags, device)
+
+    def renew_backend(self) -> None:
+        """A fresh backend of the same kind (a suspended session coming back)."""
+        self.backend.close()
+        self.backend = open_backend(self.backend.name)
+        self.backend.set_memcheck(self.memcheck == "strict")
+
+    def window_released(self) -> None:
+        """The client finished a copy through a device window (server I/O thread)."""
+        with self._windows_changed:
+            self._windows_open = max(0, self._windows_open - 1)
+            self._windows_changed.notify_all()
+
+    def wait_windows_released(self, timeout: float = WINDOW_RELEASE_S) -> None:
+        """Wait until the client copies through no device window: its copies change
+        memory outside any call, so state cannot be taken while one is under way."""
+        with self._windows_changed:
+            if not self._windows_changed.wait_for(lambda: self._windows_open == 0, timeout):
+                raise CudaError(CUDA_ERROR_NOT_READY,
+                                f"the client has been copying through a device window for "
+                                f"{timeout:g} s; try again")
 
     def release_device(self) -> None:
         """Free every object and all device memory (a suspended session), keeping the
@@ -518,8 +570,10 @@ class Session:
     def mem_alloc(self, context: int, size: int):
         return self._allocate(context, size)
 
-    def _allocate(self, context: int, size: int, at: int | None = None) -> int:
-        """A new allocation (at address `at`: a restore puts it back where it was)."""
+    def _allocate(self, context: int, size: int, at: int | None = None,
+                  backing: bytearray | None = None) -> int:
+        """A new allocation (at address `at`: a restore puts it back where it was, in the
+        `backing` buffer that holds its contents where there is one)."""
         ctx = self.contexts.get(context)
         if size <= 0:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "allocation size must be positive")
@@ -532,9 +586,10 @@ class Session:
                                 f"0x{at:x}+{size} is not free in the session's address range")
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of device memory ({size} bytes)")
         shared = (self.shared.create(address, size)
-                  if self.shared is not None and size >= SHARED_BYTES else None)
+                  if self.shared is not None and size >= SHARED_BYTES and backing is None
+                  else None)
         try:
-            self.backend.map(address, size, shared)
+            self.backend.map(address, size, shared if backing is None else memoryview(backing))
         except BaseException:
             # What could not be placed holds no device memory.
             if shared is not None:
@@ -630,7 +685,11 @@ class Session:
         self._check_range(address, size)
         found = self.arena.find(address)
         window = self.shared.window(found[0]) if self.shared and found else None
-        return None if window is None else [*window, *found]
+        if window is None:
+            return None
+        with self._windows_changed:
+            self._windows_open += 1  # until the client says it is done (window_released)
+        return [*window, *found]
 
     @op("cuMemcpyDtoD")
     def memcpy_dtod(self, dst: int, src: int, size: int):
