@@ -53,7 +53,7 @@ __all__ = [
     "write_image", "read_image", "chunk_digests",
 ]
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 4 << 20
 FORMAT_VERSION = 1
 MAGIC = b"VGPUIMG\x00"
 STORE = ".vgpu-chunks"
@@ -161,6 +161,7 @@ def _write_locked(path, folder, store, state_body, views, progress) -> WriteStat
             done += len(piece)
             if progress is not None:
                 progress(done, total)
+        writer.make_durable(pool)
     regions = [[address, len(view), digests]
                for (address, view), digests in zip(views, regions_digests, strict=True)]
     referenced = {digest for digests in regions_digests for digest in digests}
@@ -194,6 +195,10 @@ class _ChunkWriter:
         self.sizes: dict[bytes, int] = {}  # the chunks this write stored: their size on disk
         self.bytes = 0
         self.local = threading.local()  # a compressor may not be shared between threads
+        # Chunks written under temporary names, not yet fsynced: (temporary, final path).
+        # Syncing them all at the end lets the disk take them as one stream, where a sync
+        # per chunk would wait for each one in turn.
+        self.staged: list[tuple[str, str]] = []
 
     def store_chunk(self, piece: memoryview) -> bytes:
         digest = hashlib.sha256(piece).digest()
@@ -210,11 +215,20 @@ class _ChunkWriter:
         data = compressor.compress(piece)
         folder = os.path.dirname(target)
         os.makedirs(folder, mode=0o700, exist_ok=True)
-        _write_file(folder, os.path.basename(target), data)
+        temp = _write_temporary(folder, data)
         with self.lock:
+            self.staged.append((temp, target))
             self.sizes[digest] = len(data)
             self.bytes += len(data)
         return digest
+
+    def make_durable(self, pool: ThreadPoolExecutor) -> None:
+        """Sync every staged chunk, then give each its name: a chunk file that has its
+        name is always complete (a later write trusts it without reading it)."""
+        list(pool.map(_fsync_file, [temp for temp, _ in self.staged]))
+        for temp, target in self.staged:
+            os.rename(temp, target)
+        self.staged.clear()
 
 
 def _in_order(pool: ThreadPoolExecutor, jobs, window: int = 2 * _THREADS):
@@ -241,6 +255,19 @@ def _chunk_path(store: str, digest: bytes) -> str:
 def _write_file(folder: str, name: str, data) -> None:
     """`data` as folder/name, atomically: a temporary file, fsynced, renamed over the name.
     The temporary file is removed on any failure."""
+    temp = _write_temporary(folder, data)
+    try:
+        _fsync_file(temp)
+        os.rename(temp, os.path.join(folder, name))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
+def _write_temporary(folder: str, data) -> str:
+    """`data` in a new temporary file in `folder` (not synced); its path. Removed on any
+    failure; one left by a crash is removed by the next writer (see _collect_garbage)."""
     temp = os.path.join(folder, _TEMP + secrets.token_hex(8))
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
@@ -248,14 +275,21 @@ def _write_file(folder: str, name: str, data) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
         finally:
             os.close(fd)
-        os.rename(temp, os.path.join(folder, name))
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
+    return temp
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_folder(folder: str) -> None:
@@ -406,16 +440,22 @@ class Image:
             decompressor = self._local.decompressor = zstandard.ZstdDecompressor()
         try:
             # The frame says how large it unpacks to: checked first, so that a damaged one
-            # cannot make us allocate what it claims.
+            # cannot make us write past the chunk's place.
             if zstandard.frame_content_size(data) != len(target):
                 raise ImageError(f"{where} is corrupt (wrong size)")
-            plain = decompressor.decompress(data)
+            # Straight into its place: no intermediate copy of the chunk.
+            with decompressor.stream_reader(data) as reader:
+                filled = 0
+                while filled < len(target):
+                    n = reader.readinto(target[filled:])
+                    if not n:
+                        break
+                    filled += n
         except zstandard.ZstdError:
             raise ImageError(f"{where} is corrupt (not zstd data)") from None
-        if hashlib.sha256(plain).digest() != digest:
+        if filled != len(target) or hashlib.sha256(target).digest() != digest:
             raise ImageError(f"{where} is corrupt (checksum mismatch)")
-        target[:] = plain
-        return len(plain)
+        return len(target)
 
 
 def read_image(path) -> Image:

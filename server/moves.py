@@ -27,7 +27,7 @@ from typing import Protocol
 
 import zmq
 
-from vgpu.protocol import ADMIN, pack, unpack
+from vgpu.protocol import ADMIN, HANDSHAKE_TIMEOUT_S, pack, unpack
 from vgpu.replay.image import read_image, write_image
 
 from .session import Session
@@ -166,7 +166,7 @@ def move(host: SessionHost, identity: bytes, target: str, precopy: bool,
     link = _Link(host.context, target)
     try:
         token = host.control(identity, lambda s, p: s.token).result()
-        link.request({"phase": "begin", "token": token})
+        link.request({"phase": "begin", "token": token}, timeout=HANDSHAKE_TIMEOUT_S)
         sent = _Sent()
         if image_path is not None:
             return _move_suspended(host, identity, link, token, image_path, progress,
@@ -333,13 +333,13 @@ class _Link:
         self.socket.connect(address)
         self.seq = 0
 
-    def request(self, args: dict, frames=()) -> object:
+    def request(self, args: dict, frames=(), timeout: float = LINK_TIMEOUT_S) -> object:
         self.seq += 1
         if args.get("token"):
             self.token = args["token"]
         self.socket.send_multipart([pack([ADMIN, self.seq, ["adopt", [args]]]), *frames],
                                    copy=False)
-        deadline = time.monotonic() + LINK_TIMEOUT_S
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.socket.poll(100):
                 continue
@@ -349,8 +349,7 @@ class _Link:
             if reply[1]:
                 raise MoveError(f"the server at {self.address} refused: {reply[2]}")
             return reply[2]
-        raise MoveError(f"the server at {self.address} did not answer within "
-                        f"{LINK_TIMEOUT_S:g} s")
+        raise MoveError(f"the server at {self.address} did not answer within {timeout:g} s")
 
     def abort_quietly(self) -> None:
         if self.token:

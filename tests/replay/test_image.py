@@ -109,7 +109,8 @@ def test_a_rewrite_stores_only_the_chunks_that_changed(tmp_path):
     second = write_image(tmp_path / "s.vgpu", {"n": 2}, regions)
     assert (second.chunks, second.chunks_written) == (18, 1)
     manifest = (tmp_path / "s.vgpu").stat().st_size
-    assert CHUNK_BYTES // 2 < second.bytes_written - manifest <= CHUNK_BYTES + 100
+    # One chunk of noise, which zstd stores as it is, plus its frame's few bytes.
+    assert CHUNK_BYTES // 2 < second.bytes_written - manifest <= CHUNK_BYTES * 1.01
     assert second.image_bytes == first.image_bytes  # a chunk of noise for another
     image = read_image(tmp_path / "s.vgpu")
     assert image.state == {"n": 2}
