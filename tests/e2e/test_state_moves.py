@@ -212,6 +212,8 @@ def test_a_session_migrates_there_and_back_while_its_program_runs(
     program.wait_for("paused 3")
     succeeded(vgpu("migrate", program.pid, "--to", second, "--server", first))
     assert ps_row(first, program.pid) is None
+    pause_at(pause, 6)  # its client follows at its next call
+    program.wait_for("paused 6")
     assert ps_row(second, program.pid) is not None
     pause_at(pause, 30)
     program.wait_for("iteration 8")
@@ -403,8 +405,12 @@ def test_a_standby_refuses_a_damaged_image_and_the_program_gets_one_clear_error(
     pause.unlink()
     assert program.finish() != 0, program.transcript()
     assert not any(line.startswith("checksum") for line in program.lines)
-    assert complaint in program.stderr and "Traceback" not in program.stderr, \
+    # vgpu's one line says why; then the program reports the failed call, as on a lost GPU.
+    said = [line for line in program.stderr.splitlines() if line.startswith("vgpu")]
+    assert len(said) == 1 and complaint in said[0] and str(image) in said[0], \
         program.transcript()
+    assert "CUDA_ERROR_DEVICE_UNAVAILABLE" in program.stderr, program.transcript()
+    assert "Traceback" not in program.stderr, program.transcript()
     log = standby.log.read_text()
     assert complaint in log and "Traceback" not in log, log
     assert ps_row(standby, program.pid) is None  # and the standby serves on
