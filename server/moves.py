@@ -165,7 +165,10 @@ def move(host: SessionHost, identity: bytes, target: str, precopy: bool,
     started = time.perf_counter()
     link = _Link(host.context, target)
     try:
-        token = host.control(identity, lambda s, p: s.token).result()
+        # A suspended session's token comes from its image: a control task would first run
+        # the calls its client sent while suspended, on the released device.
+        token = (read_image(image_path).state["token"] if image_path is not None else
+                 host.control(identity, lambda s, p: s.token).result())
         link.request({"phase": "begin", "token": token}, timeout=HANDSHAKE_TIMEOUT_S)
         sent = _Sent()
         if image_path is not None:
