@@ -204,7 +204,7 @@ def test_a_standby_takes_over_from_a_killed_server_at_its_last_checkpoint(
 def test_a_session_migrates_there_and_back_while_its_program_runs(
         tmp_path, servers, programs, state_loop, state_kernels_ptx):
     first, second = servers("first"), servers("second")
-    shape = (4, 4096, 30, 1)
+    shape = (4, 4096, 20, 1)
     pause = tmp_path / "pause"
     pause_at(pause, 3)
     program = programs(state_loop_command(state_loop, state_kernels_ptx, *shape, pause),
@@ -215,11 +215,11 @@ def test_a_session_migrates_there_and_back_while_its_program_runs(
     pause_at(pause, 6)  # its client follows at its next call
     program.wait_for("paused 6")
     assert ps_row(second, program.pid) is not None
-    pause_at(pause, 30)
+    pause_at(pause, 20)
     program.wait_for("iteration 8")
     # Back while it runs: kernels queued and executing, the program waiting on them.
     succeeded(vgpu("migrate", program.pid, "--to", first, "--server", second))
-    program.wait_for("paused 30")
+    program.wait_for("paused 20")
     assert ps_row(second, program.pid) is None
     assert ps_row(first, program.pid) is not None
     pause.unlink()
