@@ -110,7 +110,7 @@ def write_image(path, state: dict, regions: Sequence[tuple[int, object]],
                          f"({exc})") from None
     store = os.path.join(folder, STORE)
     try:
-        os.makedirs(store, exist_ok=True)
+        os.makedirs(store, mode=0o700, exist_ok=True)
         lock = os.open(os.path.join(store, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise _cannot_write(path, exc) from None

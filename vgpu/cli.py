@@ -423,7 +423,7 @@ def _session_request(args) -> int:
         with _ProgressBars(sys.stderr) as bars:
             reply = _admin_request(address, verb, [{**selector, **extra}], bars.update)
         try:
-            line = _SESSION_REQUESTS[verb].describe(_who(selector, row), reply)
+            line = _SESSION_REQUESTS[verb].describe(_who(selector, row), extra, reply)
         except (KeyError, TypeError, ValueError):
             raise _Refused(f"unexpected answer from {address}: {reply!r:.200}") from None
     except _Refused as exc:
@@ -576,28 +576,36 @@ def _target_address(address: str | None) -> str | None:
     return address
 
 
-def _describe_checkpoint(who: str, r: dict) -> str:
+# The result lines: `who` names the session, `asked` is what the request added to the
+# selector, `r` the server's answer.
+
+def _describe_checkpoint(who: str, asked: dict, r: dict) -> str:
     shared = r["shared_chunks"]
     return (f"checkpointed {who} to {r['path']}: {_human(r.get('memory', r['bytes']))} in "
-            f"{r['chunks']} chunks, wrote {_human(r['written'])} ({shared} shared), "
+            f"{_count(r['chunks'], 'chunk')}, wrote {_human(r['written'])} ({shared} shared), "
             f"session stopped {r['stop_s']:.2f} s")
 
 
-def _describe_suspend(who: str, r: dict) -> str:
+def _describe_suspend(who: str, asked: dict, r: dict) -> str:
     return (f"suspended {who} to {r['path']} ({_human(r['bytes'])}), session stopped "
             f"{r['stop_s']:.2f} s")
 
 
-def _describe_resume(who: str, r: dict) -> str:
+def _describe_resume(who: str, asked: dict, r: dict) -> str:
     if r.get("moved_to"):
-        return f"resumed {who} on {r['moved_to']}"
+        return (f"resumed {who} on {r['moved_to']}: sent {_human(r['bytes_sent'])} in "
+                f"{r['total_s']:.2f} s")
     return f"resumed {who}: restored in {r['restore_s']:.2f} s"
 
 
-def _describe_migrate(who: str, r: dict) -> str:
-    rounds = f"{r['rounds']} round{'s' * (r['rounds'] != 1)}"
-    return (f"migrated {who}: sent {_human(r['bytes_sent'])} in {rounds}, "
+def _describe_migrate(who: str, asked: dict, r: dict) -> str:
+    return (f"migrated {who} to {asked['to']}: sent {_human(r['bytes_sent'])} in "
+            f"{_count(r['rounds'], 'round')}, "
             f"{r['total_s']:.2f} s; downtime {r['downtime_s']:.2f} s")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 _SESSION_REQUESTS = {

@@ -136,8 +136,8 @@ def test_suspend_resume_and_migrate_send_their_requests(serve, capsys):
     assert vgpu(capsys, "resume", "1234")[:2] == (
         0, "resumed session 3 (pid 1234): restored in 0.50 s\n")
     assert vgpu(capsys, "migrate", "1234", "--to", "tcp://10.0.0.2:5555")[:2] == (
-        0, "migrated session 3 (pid 1234): sent 5.0 GiB in 3 rounds, 9.50 s; downtime "
-           "0.04 s\n")
+        0, "migrated session 3 (pid 1234) to tcp://10.0.0.2:5555: sent 5.0 GiB in 3 rounds, "
+           "9.50 s; downtime 0.04 s\n")
     vgpu(capsys, "migrate", "1234", "--to", "tcp://10.0.0.2:5555", "--stop-and-copy")
     assert server.requests == [
         ["suspend", [{"pid": 1234}]],
@@ -148,9 +148,10 @@ def test_suspend_resume_and_migrate_send_their_requests(serve, capsys):
 
 
 def test_resume_on_another_server_says_where(serve, capsys):
-    server = serve({"resume": [[None, 0, {"moved_to": "tcp://10.0.0.2:5555"}]]})
+    server = serve({"resume": [[None, 0, {"moved_to": "tcp://10.0.0.2:5555",
+                                          "bytes_sent": 3 << 20, "total_s": 0.75}]]})
     assert vgpu(capsys, "resume", "1234", "--to", "tcp://10.0.0.2:5555")[:2] == (
-        0, "resumed session 3 (pid 1234) on tcp://10.0.0.2:5555\n")
+        0, "resumed session 3 (pid 1234) on tcp://10.0.0.2:5555: sent 3.0 MiB in 0.75 s\n")
     assert server.requests == [["resume", [{"pid": 1234, "to": "tcp://10.0.0.2:5555"}]]]
 
 
