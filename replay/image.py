@@ -95,9 +95,11 @@ def write_image(path, state: dict, regions: Sequence[tuple[int, object]],
                 progress: Callable[[int, int], None] | None = None) -> WriteStats:
     """Write an image of `state` (a msgpack-able dict) and `regions` ((address, buffer)
     pairs; any C-contiguous buffer) to `path`, replacing the image there only once the new
-    one is complete and durable. `progress(bytes_done, bytes_total)` is called as regions'
-    bytes are stored. Raises ImageError when it cannot write (the previous image at `path`
-    is then intact); ValueError for regions that are not (address >= 0, contiguous buffer).
+    one is complete and durable. A region that changes while it is written gives an image
+    of a mix of its old and new contents, never a damaged one. `progress(bytes_done,
+    bytes_total)` is called as the regions' bytes are stored. Raises ImageError when it
+    cannot write (the previous image at `path` is then intact); ValueError for regions that
+    are not (address >= 0, contiguous buffer).
     """
     started = time.perf_counter()
     path = os.fspath(path)
@@ -202,6 +204,10 @@ class _ChunkWriter:
         self.staged: list[tuple[str, str]] = []
 
     def store_chunk(self, piece: memoryview) -> bytes:
+        # Hashed and compressed from one copy: memory that changes meanwhile (a region still
+        # in use) must not give a chunk whose bytes differ from its name, which every later
+        # image would share. The copy costs a few percent of the hashing and compressing.
+        piece = bytes(piece)
         digest = hashlib.sha256(piece).digest()
         with self.lock:
             if digest in self.claimed:
