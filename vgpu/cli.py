@@ -430,7 +430,7 @@ def _session_request(args) -> int:
         print(f"vgpu {verb}: {exc}", file=sys.stderr)
         return exc.status
     except KeyboardInterrupt:
-        print(f"vgpu {verb}: interrupted; the server carries on with the request",
+        print(f"vgpu {verb}: interrupted (a request already sent goes on at the server)",
               file=sys.stderr)
         return 130
     print(line)
