@@ -63,8 +63,8 @@ _DIGEST_BYTES = 32
 # Level 1: on float data (what device memory mostly holds) higher levels gain a few percent
 # of size for half the speed or less; zeroed memory shrinks to almost nothing at any level.
 _LEVEL = 1
-# Hashing and compressing release the GIL, and a thread waiting for its chunk's fsync leaves
-# its core to another's compression: a few threads keep up with a disk, even on 2 cores.
+# Hashing, compressing and writing release the GIL: while one thread waits for the disk,
+# another compresses, so a few threads keep up with a disk even on 2 cores.
 _THREADS = 4
 _TEMP = ".vgpu-tmp-"  # prefix of files being written; any found under the writers' lock are stale
 
