@@ -63,8 +63,9 @@ _DIGEST_BYTES = 32
 # Level 1: on float data (what device memory mostly holds) higher levels gain a few percent
 # of size for half the speed or less; zeroed memory shrinks to almost nothing at any level.
 _LEVEL = 1
-# Hashing and compressing release the GIL: a few threads keep up with a disk.
-_THREADS = max(2, min(4, os.cpu_count() or 1))
+# Hashing, compressing and writing release the GIL: while one thread waits for the disk,
+# another compresses, so a few threads keep up with a disk even on 2 cores.
+_THREADS = 4
 _TEMP = ".vgpu-tmp-"  # prefix of files being written; any found under the writers' lock are stale
 
 
@@ -94,9 +95,11 @@ def write_image(path, state: dict, regions: Sequence[tuple[int, object]],
                 progress: Callable[[int, int], None] | None = None) -> WriteStats:
     """Write an image of `state` (a msgpack-able dict) and `regions` ((address, buffer)
     pairs; any C-contiguous buffer) to `path`, replacing the image there only once the new
-    one is complete and durable. `progress(bytes_done, bytes_total)` is called as regions'
-    bytes are stored. Raises ImageError when it cannot write (the previous image at `path`
-    is then intact); ValueError for regions that are not (address >= 0, contiguous buffer).
+    one is complete and durable. A region that changes while it is written gives an image
+    of a mix of its old and new contents, never a damaged one. `progress(bytes_done,
+    bytes_total)` is called as the regions' bytes are stored. Raises ImageError when it
+    cannot write (the previous image at `path` is then intact); ValueError for regions that
+    are not (address >= 0, contiguous buffer).
     """
     started = time.perf_counter()
     path = os.fspath(path)
@@ -109,7 +112,7 @@ def write_image(path, state: dict, regions: Sequence[tuple[int, object]],
                          f"({exc})") from None
     store = os.path.join(folder, STORE)
     try:
-        os.makedirs(store, exist_ok=True)
+        os.makedirs(store, mode=0o700, exist_ok=True)
         lock = os.open(os.path.join(store, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise _cannot_write(path, exc) from None
@@ -201,6 +204,10 @@ class _ChunkWriter:
         self.staged: list[tuple[str, str]] = []
 
     def store_chunk(self, piece: memoryview) -> bytes:
+        # Hashed and compressed from one copy: memory that changes meanwhile (a region still
+        # in use) must not give a chunk whose bytes differ from its name, which every later
+        # image would share. The copy costs a few percent of the hashing and compressing.
+        piece = bytes(piece)
         digest = hashlib.sha256(piece).digest()
         with self.lock:
             if digest in self.claimed:
