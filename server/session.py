@@ -730,9 +730,12 @@ class Session:
         wanted = iter(places) if places is not None else None
 
         def allocate(size: int) -> int:
-            address = self.arena.alloc(size, next(wanted, None) if wanted else None)
+            place = next(wanted, None) if wanted else None
+            address = self.arena.alloc(size, place)
             if address is None:
-                raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, "no room for module variables")
+                raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, "no room for module variables"
+                                if place is None else f"0x{place:x}+{size} is not free in "
+                                                      f"the session's address range")
             allocated.append(address)
             return address
 
