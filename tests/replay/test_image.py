@@ -170,6 +170,23 @@ def test_two_writers_into_one_folder_both_succeed(tmp_path):
     assert len(chunk_files(tmp_path)) == 2 * 2 + 1
 
 
+def test_memory_that_changes_while_it_is_written_never_gives_a_damaged_chunk(tmp_path,
+                                                                           monkeypatch):
+    region = bytearray(noise(CHUNK_BYTES, 1))
+    real_sha256 = hashlib.sha256
+
+    def sha256_then_a_kernel_writes(data=b""):
+        digest = real_sha256(data)
+        region[:8] = noise(8, len(region))  # the region changes right after it was hashed
+        return digest
+
+    monkeypatch.setattr(image_module.hashlib, "sha256", sha256_then_a_kernel_writes)
+    write_image(tmp_path / "m.vgpu", {}, [(0, region)])
+    monkeypatch.undo()
+    image = read_image(tmp_path / "m.vgpu")
+    assert read_all(image) == [noise(CHUNK_BYTES, 1)]  # what was hashed is what was stored
+
+
 # ----------------------------------------------------------------- refusals
 
 @pytest.fixture
