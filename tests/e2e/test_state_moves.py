@@ -103,12 +103,15 @@ def ps_row(server: Server, pid: int) -> str | None:
     return next((line for line in output.splitlines() if line.split()[:1] == [str(pid)]), None)
 
 
-def bytes_written(output: str) -> float:
-    """The bytes `vgpu checkpoint` says it wrote (its "written" figure)."""
-    units = {"B": 1, "bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-    match = re.search(r"written\D*?([\d.]+)\s*(B|bytes|KiB|MiB|GiB)\b", output)
-    assert match, f"no bytes written in {output!r}"
-    return float(match.group(1)) * units[match.group(2)]
+def checkpoint_figures(output: str) -> tuple[int, float, int]:
+    """What `vgpu checkpoint` says it did: chunks in the image, bytes it wrote, and chunks
+    it found already written."""
+    units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    match = re.search(r"in (\d+) chunks?, wrote ([\d.]+) (B|KiB|MiB|GiB) \((\d+) shared\)",
+                      output)
+    assert match, f"no figures in {output!r}"
+    return (int(match.group(1)), float(match.group(2)) * units[match.group(3)],
+            int(match.group(4)))
 
 
 def wait_for_image(folder: Path, newer_than: float) -> Path:
@@ -302,12 +305,15 @@ def test_an_incremental_checkpoint_writes_only_the_changed_allocation(
     program.wait_for("paused 0")
     image = tmp_path / "images" / "loop.vgpu"
     image.parent.mkdir()
-    first = succeeded(vgpu("checkpoint", program.pid, "-o", image, "--server", server))
-    assert bytes_written(first.stdout) >= 16 * MIB, first.stdout
+    first = succeeded(vgpu("checkpoint", program.pid, "-o", image, "--server", server)).stdout
+    chunks, written, shared = checkpoint_figures(first)
+    assert written >= 16 * MIB and shared == 0, first
     pause_at(pause, 1)
     program.wait_for("paused 1")
-    second = succeeded(vgpu("checkpoint", program.pid, "-o", image, "--server", server))
-    assert 2 * MIB <= bytes_written(second.stdout) < 3 * MIB, second.stdout
+    second = succeeded(vgpu("checkpoint", program.pid, "-o", image, "--server", server)).stdout
+    # Allocation 5 and the counter's chunk are new; every other chunk is the first image's.
+    assert checkpoint_figures(second) == (chunks, pytest.approx(2 * MIB, rel=0.05),
+                                          chunks - 2), second
     pause.unlink()
     assert_finished_like_an_uninterrupted_run(program, *shape, only=5)
 
