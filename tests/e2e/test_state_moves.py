@@ -114,11 +114,12 @@ def checkpoint_figures(output: str) -> tuple[int, float, int]:
             int(match.group(4)))
 
 
-def wait_for_image(folder: Path, newer_than: float) -> Path:
-    """The checkpoint image a server's policy wrote into `folder` after `newer_than`."""
+def wait_for_image(folder: Path) -> Path:
+    """The first checkpoint image a server's policy wrote into `folder` (written whole, then
+    renamed: one that is there is complete)."""
     deadline = time.monotonic() + TIMEOUT_S
     while time.monotonic() < deadline:
-        images = [p for p in folder.glob("*.vgpu") if p.stat().st_mtime > newer_than]
+        images = list(folder.glob("*.vgpu"))
         if images:
             return images[0]
         time.sleep(0.05)
@@ -186,11 +187,10 @@ def test_a_standby_takes_over_from_a_killed_server_at_its_last_checkpoint(
     shape = (4, 256 * 1024, 40, 1024)  # count, KiB, iterations, stride
     pause = tmp_path / "pause"
     pause_at(pause, 10)
-    started = time.time()
     program = programs(state_loop_command(state_loop, state_kernels_ptx, *shape, pause),
                        VGPU_SERVER=f"{primary},{standby}")
     program.wait_for("paused 10")
-    wait_for_image(images, newer_than=started)
+    wait_for_image(images)
     pause_at(pause, 15)  # work that no image covers: the client holds it for the standby
     program.wait_for("paused 15")
     primary.kill()
@@ -231,7 +231,8 @@ def test_a_session_migrates_there_and_back_while_its_program_runs(
 
 def test_a_runtime_api_program_survives_a_migration(tmp_path, servers, programs,
                                                     rt_state_loop):
-    """Streams, events, __constant__ data and pinned memory, moved while kernels run."""
+    """Two streams, events, __constant__ data and stream-ordered copies, moved while kernels
+    run."""
     first, second = servers("first"), servers("second")
     pause = tmp_path / "pause"
     pause_at(pause, 12)
@@ -401,11 +402,10 @@ def test_a_standby_refuses_a_damaged_image_and_the_program_gets_one_clear_error(
     standby = servers("standby", "--checkpoint-dir", images)
     pause = tmp_path / "pause"
     pause_at(pause, 2)
-    started = time.time()
     program = programs(state_loop_command(state_loop, state_kernels_ptx, 4, 4096, 4, 1, pause),
                        VGPU_SERVER=f"{primary},{standby}")
     program.wait_for("paused 2")
-    image = wait_for_image(images, newer_than=started)
+    image = wait_for_image(images)
     primary.kill()
     damage(image)
     pause.unlink()
