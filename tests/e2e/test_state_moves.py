@@ -329,7 +329,8 @@ def read_only(folder: Path):
     immutable = os.geteuid() == 0
     try:
         if immutable:
-            assert shutil.which("chattr"), "running as root, a read-only folder needs chattr"
+            assert shutil.which("chattr"), \
+                "as root, a folder is made read-only with chattr (e2fsprogs), not found"
             subprocess.run(["chattr", "+i", *map(str, paths)], check=True, timeout=TIMEOUT_S)
         yield
     finally:
