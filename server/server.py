@@ -25,6 +25,7 @@ import traceback
 
 import zmq
 
+from vgpu.errors import CudaError
 from vgpu.protocol import (
     ADMIN,
     BYE,
@@ -32,11 +33,13 @@ from vgpu.protocol import (
     HELLO,
     KEEPALIVE_SEQ,
     PROTOCOL_VERSION,
+    RELEASE,
     ProtocolError,
     pack,
     unpack,
 )
 
+from .admin import AdminMixin
 from .arena import VaArena
 from .backends import open_backend
 from .session import Session
@@ -67,11 +70,19 @@ NOTICE_LINGER_MS = 500
 SESSION_QUEUE_LIMIT = 1 << 18
 
 
-class ProxyServer:
-    def __init__(self, address: str, backend: str = "auto", memcheck: str = "report"):
+class ProxyServer(AdminMixin):
+    def __init__(self, address: str, backend: str = "auto", memcheck: str = "report",
+                 checkpoint_dir: str | None = None, checkpoint_every: float | None = None):
         self.address = address
         self.backend_name = backend
         self.memcheck = memcheck  # for sessions whose application does not say
+        # Where sessions' images go (`<dir>/<token>.vgpu`), and how often each running
+        # session is checkpointed there; a standby server reading the same folder restores
+        # a client whose server died.
+        self.checkpoint_dir = os.path.abspath(checkpoint_dir) if checkpoint_dir else None
+        self.checkpoint_every = checkpoint_every
+        if checkpoint_every is not None and not self.checkpoint_dir:
+            raise ValueError("--checkpoint-every needs --checkpoint-dir")
         open_backend(backend).close()  # fail now, not at the first client, if it cannot start
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.ROUTER)
@@ -94,6 +105,7 @@ class ProxyServer:
         self._stopping = False
         self._stop_read, self._stop_write = os.pipe()
         os.set_blocking(self._stop_write, False)
+        self._init_admin()
 
     # ----------------------------------------------------------------- main loop
 
@@ -110,6 +122,7 @@ class ProxyServer:
         poller.register(self.socket, zmq.POLLIN)
         poller.register(self.wake, zmq.POLLIN)
         poller.register(self._stop_read, zmq.POLLIN)
+        poller.register(self._soon_read, zmq.POLLIN)
         next_check = time.monotonic() + LIVENESS_INTERVAL_S
         try:
             while not self._stopping:
@@ -117,6 +130,8 @@ class ProxyServer:
                 ready = dict(poller.poll(timeout_ms))
                 if self.wake in ready:
                     self._hand_back_finished()
+                if self._soon_read in ready:
+                    self._run_soon()
                 while self.socket in ready:  # everything that arrived, before polling again
                     try:
                         self._handle(self._receive())
@@ -125,6 +140,7 @@ class ProxyServer:
                 if time.monotonic() >= next_check:
                     self._reap_dead_clients()
                     self._reassure_busy_sessions()
+                    self._checkpoint_due_sessions()
                     next_check = time.monotonic() + LIVENESS_INTERVAL_S
         finally:
             self.close()
@@ -159,6 +175,7 @@ class ProxyServer:
         self.wake.close(0)
         os.close(self._stop_read)
         os.close(self._stop_write)
+        self._close_admin()
         if stopped:
             self.context.term()
         else:  # its socket would hold term() up; the process exit ends the thread
@@ -186,11 +203,20 @@ class ProxyServer:
         payloads = frames[2:]
         try:
             if kind == CALLS:
+                session = self.sessions.get(identity)
+                if session is not None:
+                    session.position += 1  # every message counts, whatever is in it
+                elif identity in self.moved:
+                    return  # sent before its client heard that the session moved
                 self._calls(identity, seq, body, payloads)
+            elif kind == RELEASE:
+                session = self.sessions.get(identity)
+                if session is not None:
+                    session.window_released()
             elif kind == HELLO:
                 self._hello(identity, seq, body)
             elif kind == ADMIN:
-                self._admin(identity, seq, body)
+                self._admin(identity, seq, body, payloads)
             elif kind == BYE:
                 self._close_session(identity, "client said goodbye")
             else:
@@ -228,20 +254,18 @@ class ProxyServer:
             return
         if identity in self.sessions:
             self._close_session(identity, "client reconnected")
-        slot = self._free_slot()
-        if slot is None:
-            self._reply(identity, seq, 2, "the server has no free session slot")
-            return
-        arena = VaArena(ARENA_BASE + slot * ARENA_SPAN, ARENA_SPAN)
-        backend = open_backend(self.backend_name)
+        self.moved.pop(identity, None)
         try:
-            session = Session(self._next_session_id, body, backend, arena,
-                              self.memcheck)
-        except (TypeError, ValueError) as exc:  # a pid that is no number, argv no list...
-            backend.close()
+            if body.get("resume"):
+                session, slot = self._resumed_session(body)
+            else:
+                session, slot = self._new_session(body)
+        except (TypeError, ValueError, AttributeError) as exc:  # a pid that is no number...
             self._reply(identity, seq, 1, f"malformed hello: {exc}")
             return
-        self._next_session_id += 1
+        except CudaError as exc:
+            self._reply(identity, seq, exc.code, exc.message)
+            return
         self.sessions[identity] = session
         self.slots[identity] = slot
         self.workers[identity] = SessionWorker(session, self.context, self.wake_address,
@@ -250,6 +274,7 @@ class ProxyServer:
         log.info("session %d opened: pid %d %s", session.id, session.pid, " ".join(session.argv))
         self._reply(identity, seq, 0, {
             "session": session.id,
+            "position": session.position,
             "server_pid": os.getpid(),
             "host": self.host,
             "backend": session.backend.name,
@@ -264,6 +289,33 @@ class ProxyServer:
                 "attributes": device.attributes,
             },
         })
+
+    def _new_session(self, hello: dict, arena_base: int | None = None
+                     ) -> tuple[Session, int]:
+        """A fresh session for `hello`, in a free arena slot (or the one at `arena_base`:
+        a restored session keeps its addresses)."""
+        if arena_base is None:
+            slot = self._free_slot()
+            if slot is None:
+                raise CudaError(2, "the server has no free session slot")
+        else:
+            slot, rest = divmod(int(arena_base) - ARENA_BASE, ARENA_SPAN)
+            if rest or not 0 <= slot < ARENA_SLOTS:
+                raise CudaError(1, f"0x{arena_base:x} is not a session address range")
+        arena = VaArena(ARENA_BASE + slot * ARENA_SPAN, ARENA_SPAN)
+        backend = open_backend(self.backend_name)
+        try:
+            # Each emulated session has an address space of its own; sessions of a backend
+            # that share one (a GPU's) cannot both have one range.
+            if arena_base is not None and backend.shares_address_space and \
+                    slot in self.slots.values():
+                raise CudaError(2, "the session's address range is in use on this server")
+            session = Session(self._next_session_id, hello, backend, arena, self.memcheck)
+        except BaseException:
+            backend.close()
+            raise
+        self._next_session_id += 1
+        return session, slot
 
     def _free_slot(self) -> int | None:
         used = set(self.slots.values())
@@ -297,7 +349,7 @@ class ProxyServer:
                         "the session queued more work than the server holds")
             self._close_session(identity, "it queued more work than the server holds")
             return
-        if worker.pending or len(body) > INLINE_CALLS or any(_is_long_call(c) for c in body):
+        if worker.busy() or len(body) > INLINE_CALLS or any(_is_long_call(c) for c in body):
             worker.submit(identity, seq, body, payloads)
         else:
             self._send_outcome(identity, seq, run_batch(session, seq, body, payloads))
@@ -317,19 +369,6 @@ class ProxyServer:
             worker.handed_back(calls)
             if self.workers.get(identity) is worker:  # the client is still there
                 self._send_outcome(identity, seq, outcome)
-
-    def _admin(self, identity: bytes, seq, body) -> None:
-        if body == ("ps", ()) or body == ("ps",):
-            self._reply(identity, seq, 0, self.describe_sessions())
-        else:
-            self._reply(identity, seq, 1, f"unknown admin request {body!r:.60}")
-
-    def describe_sessions(self) -> list[dict]:
-        return [{
-            "session": s.id, "pid": s.pid, "host": s.host, "command": " ".join(s.argv),
-            "backend": s.backend.name, "memory": s.memory_in_use(), "calls": s.calls_served,
-            "queued": self.workers[identity].queued_calls, "since": s.started_at,
-        } for identity, s in self.sessions.items()]
 
     # ----------------------------------------------------------------- liveness
 

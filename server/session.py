@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import secrets
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -23,15 +25,16 @@ from dataclasses import dataclass, field
 from vgpu.api.cudadefs import CUresult
 from vgpu.errors import CudaError
 from vgpu.protocol import MEMCHECK_MODES, STICKY_ERRORS
+from vgpu.replay.journal import Journal
 
 from .arena import VaArena
-from .backends import Backend, LoadedModule
+from .backends import Backend, LoadedModule, open_backend
 from .backends.base import Cancelled, KernelFault
 from .handles import HandleTable
 from .peer_memory import PeerMemoryError, read_peer, write_peer
 from .shared_allocations import SHARED_BYTES, SharedAllocations
 
-__all__ = ["Session", "OPS"]
+__all__ = ["Session", "Capture", "OPS"]
 
 log = logging.getLogger("vgpu.server")
 
@@ -41,6 +44,8 @@ CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_INVALID_CONTEXT = 201
 CUDA_ERROR_INVALID_HANDLE = 400
 CUDA_ERROR_NOT_FOUND = 500
+CUDA_ERROR_NOT_READY = 600
+CUDA_ERROR_NOT_SUPPORTED = 801
 CUDA_ERROR_ASSERT = 710
 CUDA_ERROR_UNKNOWN = 999
 CU_LIMIT_PRINTF_FIFO_SIZE = 1
@@ -49,6 +54,8 @@ DEFAULT_PRINTF_FIFO_BYTES = 1 << 20
 CU_EVENT_DISABLE_TIMING = 0x2
 # Streams every context has without creating them: 0 (NULL), CU_STREAM_LEGACY, PER_THREAD.
 BUILTIN_STREAMS = frozenset({0, 1, 2})
+# How long taking a session's state waits for the client to finish a device-window copy.
+WINDOW_RELEASE_S = 5.0
 # Launch configurations a function keeps checked and prepared; the oldest goes first.
 LAUNCHERS_PER_FUNCTION = 16
 
@@ -63,6 +70,15 @@ def op(name: str):
         return fn
 
     return register
+
+
+@dataclass
+class Capture:
+    """A session's state at one point of its calls: `Session.describe`'s plain values, and
+    every allocation's (address, contents), copied aside."""
+
+    state: dict
+    regions: list[tuple[int, bytearray]]
 
 
 @dataclass
@@ -103,10 +119,25 @@ class Session:
     def __init__(self, session_id: int, hello: dict, backend: Backend, arena: VaArena,
                  memcheck: str = "report"):
         self.id = session_id
-        self.pid = int(hello.get("pid", 0))
-        self.host = str(hello.get("host", ""))
+        self.token = _token(hello.get("token"))
         self.argv = [str(a) for a in hello.get("argv", [])]
         self.backend = backend
+        # What the session's calls created and have not destroyed: what a restore remakes.
+        self.journal = Journal()
+        # CALLS messages received from the client (the server counts them): a checkpoint
+        # covers the first `position` of them, and a client resumes from there.
+        self.position = 0
+        # What the server is doing with the session: its state for `vgpu ps` ("running",
+        # "suspending", "suspended", "migrating"), the operation under way, the last
+        # checkpoint ({"path", "at", "bytes", "written", "position"}) and, while suspended,
+        # where its image is.
+        self.status = "running"
+        self.operation: str | None = None
+        self.last_checkpoint: dict | None = None
+        self.suspended_image: str | None = None
+        # Device windows granted to the client and not yet released (see device_window).
+        self._windows_open = 0
+        self._windows_changed = threading.Condition()
         self.arena = arena
         self.device = backend.describe()
         self.started_at = time.time()
@@ -134,13 +165,26 @@ class Session:
         self.allocation_owner: dict[int, int] = {}  # address -> context handle
         self.staging: mmap.mmap | None = None
         self.segments: dict[int, tuple[mmap.mmap, int | None]] = {}  # id -> (map, device addr)
-        self._attach_staging(hello.get("shm"))
-        self.peer_memory = self._probe_peer_memory(hello.get("probe"))
-        # Large allocations the client copies to and from itself (see shared_allocations).
-        self.shared = (SharedAllocations() if self.peer_memory and backend.memory_is_host_ram
-                       else None)
+        self.shared: SharedAllocations | None = None
+        self.peer_memory = False
+        self.attach_client(hello)
 
     # ----------------------------------------------------------------- plumbing
+
+    def attach_client(self, hello: dict) -> None:
+        """Take the client's staging segment and learn whether we can reach its memory: at
+        the session's hello, and again when it reconnects to a session restored here."""
+        self.pid = int(hello.get("pid", 0))
+        self.host = str(hello.get("host", ""))
+        if self.staging is not None:
+            self.staging.close()
+            self.staging = None
+        self._attach_staging(hello.get("shm"))
+        self.peer_memory = self._probe_peer_memory(hello.get("probe"))
+        # Large allocations the client copies to and from itself (see shared_allocations);
+        # those a restore made before the client came back stay private.
+        if self.shared is None and self.peer_memory and self.backend.memory_is_host_ram:
+            self.shared = SharedAllocations()
 
     def _attach_staging(self, shm: dict | None) -> None:
         if shm:
@@ -256,6 +300,142 @@ class Session:
             self.staging.close()
             self.staging = None
 
+    # ----------------------------------------------------------------- state that moves
+
+    def check_movable(self) -> None:
+        """Refuse what a checkpoint cannot carry yet: host memory the client shares."""
+        if self.segments:
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                            "the session has pinned host memory mapped (cuMemHostAlloc or "
+                            "cuMemHostRegister), which cannot be checkpointed or moved yet")
+
+    def capture(self, position: int) -> Capture:
+        """The session's state after its first `position` messages, with every allocation's
+        contents copied aside: call it between batches, on the thread that runs them; the
+        session may run on as soon as it returns."""
+        self.check_movable()
+        copies = []
+        for address, size in self.arena.allocations():
+            copy = bytearray(size)
+            self.backend.read_into(address, memoryview(copy))
+            copies.append((address, copy))
+        return Capture(self.describe(position), copies)
+
+    def describe(self, position: int) -> dict:
+        """Everything but memory contents, as plain values: the journal and the session's
+        own state (errors waiting to be reported, limits, recorded events)."""
+        now = time.perf_counter()
+        return {
+            "token": self.token,
+            "position": position,
+            "client": {"pid": self.pid, "host": self.host, "argv": self.argv},
+            "backend": self.backend.name,
+            "arena": [self.arena.base, self.arena.size],
+            "journal": self.journal.entries(),
+            "sticky_error": self.sticky_error,
+            "deferred": [self.deferred_error, self.deferred_message],
+            "last_error_message": self.last_error_message,
+            "output": list(self.output),
+            "diagnostics": list(self.diagnostics),
+            "memcheck": self.memcheck,
+            "printf_fifo_bytes": self.printf_fifo_bytes,
+            "printf_launched": self.printf_launched,
+            # Seconds since each recorded event: elapsed times stay right on another host.
+            "events_recorded": [[h, now - e.recorded_at] for h, e in self.events.items()
+                                if e.recorded_at is not None],
+        }
+
+    def restore(self, state: dict, regions: list[tuple[int, int]],
+                fill: Callable[[int, memoryview], None],
+                backings: dict[int, bytearray] | None = None) -> None:
+        """Remake what `state` describes on this (fresh) session: every object its journal
+        lists, at the same handles and addresses, then every region's contents
+        (`fill(i, view)` writes region i into `view`), except allocations whose contents
+        are in `backings` (by address), which become their memory where the backend allows.
+        Raises CudaError if the state does not fit: this session is then unusable, and the
+        caller closes it."""
+        backings = backings if backings is not None and self.backend.memory_is_host_ram else {}
+        backed = set()
+
+        def allocate(address: int, size: int, context: int) -> None:
+            backing = backings.get(address)
+            if backing is not None and len(backing) == size:
+                backed.add(address)
+            else:
+                backing = None
+            self._allocate(context, size, address, backing)
+
+        makers = {
+            "context": self._remake_context,
+            "alloc": allocate,
+            "module": lambda handle, context, image, places:
+                self._load_module(handle, context, bytes(image), list(places)),
+            "function": self.module_get_function,
+            "stream": self.stream_create,
+            "event": self.event_create,
+        }
+        for kind, *fields in state["journal"]:
+            makers[kind](*fields)
+        for i, (address, size) in enumerate(regions):
+            self._check_range(address, size)
+            if address in backed:
+                continue
+            view = self.backend.host_view(address, size)
+            if view is None:
+                staged = memoryview(bytearray(size))
+                fill(i, staged)
+                self.backend.write(address, staged)
+            else:
+                fill(i, view)
+        now = time.perf_counter()
+        for handle, age in state["events_recorded"]:
+            self.events.get(handle).recorded_at = now - age
+        self.sticky_error = int(state["sticky_error"])
+        self.deferred_error, self.deferred_message = state["deferred"]
+        self.last_error_message = state["last_error_message"]
+        self.output.extend(state["output"])
+        self.diagnostics.extend(state["diagnostics"])
+        self.memcheck = state["memcheck"]
+        self.backend.set_memcheck(self.memcheck == "strict")
+        self.printf_fifo_bytes = int(state["printf_fifo_bytes"])
+        self.printf_launched = bool(state["printf_launched"])
+
+    def _remake_context(self, handle: int, device: int, flags: int, primary: bool) -> None:
+        if primary:
+            self.primary_ctx_retain(handle, device)
+        else:
+            self.ctx_create(handle, flags, device)
+
+    def renew_backend(self) -> None:
+        """A fresh backend of the same kind (a suspended session coming back)."""
+        self.backend.close()
+        self.backend = open_backend(self.backend.name)
+        self.backend.set_memcheck(self.memcheck == "strict")
+
+    def window_released(self) -> None:
+        """The client finished a copy through a device window (server I/O thread)."""
+        with self._windows_changed:
+            self._windows_open = max(0, self._windows_open - 1)
+            self._windows_changed.notify_all()
+
+    def wait_windows_released(self, timeout: float = WINDOW_RELEASE_S) -> None:
+        """Wait until the client copies through no device window: its copies change
+        memory outside any call, so state cannot be taken while one is under way."""
+        with self._windows_changed:
+            if not self._windows_changed.wait_for(lambda: self._windows_open == 0, timeout):
+                raise CudaError(CUDA_ERROR_NOT_READY,
+                                f"the client has been copying through a device window for "
+                                f"{timeout:g} s; try again")
+
+    def release_device(self) -> None:
+        """Free every object and all device memory (a suspended session), keeping the
+        client's attachment; `restore` on a new backend brings them back."""
+        for handle, _ in self.contexts.items():
+            self._destroy_context_resources(handle)
+            self.contexts.pop(handle)
+        self.journal = Journal()
+        self.backend.close()
+
     # ----------------------------------------------------------------- data specs
 
     def _source(self, spec, size: int) -> memoryview:
@@ -319,18 +499,21 @@ class Session:
     def ctx_create(self, handle: int, flags: int, device: int):
         self._check_device(device)
         self.contexts.add(handle, Context(device, flags))
+        self.journal.created("context", handle, device, flags, False)
 
     @op("cuDevicePrimaryCtxRetain")
     def primary_ctx_retain(self, handle: int, device: int):
         self._check_device(device)
         if handle not in self.contexts:
             self.contexts.add(handle, Context(device, 0))
+            self.journal.created("context", handle, device, 0, True)
 
     @op("cuCtxDestroy")
     def ctx_destroy(self, handle: int):
         self.contexts.get(handle)
         self._destroy_context_resources(handle)
         self.contexts.pop(handle)
+        self.journal.destroyed("context", handle)
 
     @op("cuDevicePrimaryCtxReset")
     def primary_ctx_reset(self, handle: int):
@@ -360,8 +543,10 @@ class Session:
             self.mem_free(address)
         for s in list(ctx.streams):
             self.streams.pop(s)
+            self.journal.destroyed("stream", s)
         for e in list(ctx.events):
             self.events.pop(e)
+            self.journal.destroyed("event", e)
         ctx.streams.clear()
         ctx.events.clear()
 
@@ -383,18 +568,28 @@ class Session:
 
     @op("cuMemAlloc")
     def mem_alloc(self, context: int, size: int):
+        return self._allocate(context, size)
+
+    def _allocate(self, context: int, size: int, at: int | None = None,
+                  backing: bytearray | None = None) -> int:
+        """A new allocation (at address `at`: a restore puts it back where it was, in the
+        `backing` buffer that holds its contents where there is one)."""
         ctx = self.contexts.get(context)
         if size <= 0:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "allocation size must be positive")
         if size > self.device.total_memory - self.arena.bytes_in_use:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of device memory ({size} bytes)")
-        address = self.arena.alloc(size)
+        address = self.arena.alloc(size, at)
         if address is None:
+            if at is not None:
+                raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
+                                f"0x{at:x}+{size} is not free in the session's address range")
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of device memory ({size} bytes)")
         shared = (self.shared.create(address, size)
-                  if self.shared is not None and size >= SHARED_BYTES else None)
+                  if self.shared is not None and size >= SHARED_BYTES and backing is None
+                  else None)
         try:
-            self.backend.map(address, size, shared)
+            self.backend.map(address, size, shared if backing is None else memoryview(backing))
         except BaseException:
             # What could not be placed holds no device memory.
             if shared is not None:
@@ -403,6 +598,7 @@ class Session:
             raise
         self.allocation_owner[address] = context
         ctx.allocations.add(address)
+        self.journal.created("alloc", address, size, context)
         return address
 
     @op("cuMemFree")
@@ -415,6 +611,7 @@ class Session:
             self.shared.release(address)
         self.arena.free(address)
         ctx = self.allocation_owner.pop(address)
+        self.journal.destroyed("alloc", address)
         if ctx in self.contexts:
             self.contexts.get(ctx).allocations.discard(address)
 
@@ -488,7 +685,11 @@ class Session:
         self._check_range(address, size)
         found = self.arena.find(address)
         window = self.shared.window(found[0]) if self.shared and found else None
-        return None if window is None else [*window, *found]
+        if window is None:
+            return None
+        with self._windows_changed:
+            self._windows_open += 1  # until the client says it is done (window_released)
+        return [*window, *found]
 
     @op("cuMemcpyDtoD")
     def memcpy_dtod(self, dst: int, src: int, size: int):
@@ -508,12 +709,24 @@ class Session:
 
     @op("cuModuleLoadData")
     def module_load(self, handle: int, context: int, image_spec, image_size: int):
-        ctx = self.contexts.get(context)
         image = bytes(self._source(image_spec, image_size))
+        loaded = self._load_module(handle, context, image)
+        return {
+            "kernels": {name: [k.param_offsets, k.param_sizes, k.param_buffer_size, k.attributes]
+                        for name, k in loaded.kernels.items()},
+            "variables": {name: list(v) for name, v in loaded.variables.items()},
+        }
+
+    def _load_module(self, handle: int, context: int, image: bytes,
+                     places: list[int] | None = None) -> LoadedModule:
+        """Load `image`; its variables go to the arena's next free places, or to `places`
+        (a restore puts them back where they were)."""
+        ctx = self.contexts.get(context)
         allocated: list[int] = []
+        wanted = iter(places) if places is not None else None
 
         def allocate(size: int) -> int:
-            address = self.arena.alloc(size)
+            address = self.arena.alloc(size, next(wanted, None) if wanted else None)
             if address is None:
                 raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, "no room for module variables")
             allocated.append(address)
@@ -527,17 +740,16 @@ class Session:
             raise
         self.modules.add(handle, Module(context, loaded))
         ctx.modules.add(handle)
-        return {
-            "kernels": {name: [k.param_offsets, k.param_sizes, k.param_buffer_size, k.attributes]
-                        for name, k in loaded.kernels.items()},
-            "variables": {name: list(v) for name, v in loaded.variables.items()},
-        }
+        self.journal.created("module", handle, context, image, allocated)
+        return loaded
 
     @op("cuModuleUnload")
     def module_unload(self, handle: int):
         module = self.modules.pop(handle)
+        self.journal.destroyed("module", handle)
         for f in module.functions:
             self.functions.pop(f)
+            self.journal.destroyed("function", f)
         self.backend.unload_module(module.loaded)
         for address, _ in module.loaded.variables.values():
             self.arena.free(address)
@@ -553,6 +765,7 @@ class Session:
         self.functions.add(handle, Function(module_handle, name, kernel.param_buffer_size,
                                             kernel.uses_printf))
         module.functions.add(handle)
+        self.journal.created("function", handle, module_handle, name)
 
     @op("cuLaunchKernel")
     def launch_kernel(self, function: int, gx: int, gy: int, gz: int, bx: int, by: int,
@@ -615,10 +828,12 @@ class Session:
     def stream_create(self, handle: int, context: int, flags: int, priority: int):
         self.contexts.get(context).streams.add(handle)
         self.streams.add(handle, context)
+        self.journal.created("stream", handle, context, flags, priority)
 
     @op("cuStreamDestroy")
     def stream_destroy(self, handle: int):
         context = self.streams.pop(handle)
+        self.journal.destroyed("stream", handle)
         if context in self.contexts:
             self.contexts.get(context).streams.discard(handle)
 
@@ -632,6 +847,7 @@ class Session:
     def event_create(self, handle: int, context: int, flags: int):
         self.contexts.get(context).events.add(handle)
         self.events.add(handle, Event(context, flags))
+        self.journal.created("event", handle, context, flags)
 
     @op("cuEventRecord")
     def event_record(self, handle: int, stream: int):
@@ -642,6 +858,7 @@ class Session:
     @op("cuEventDestroy")
     def event_destroy(self, handle: int):
         event = self.events.pop(handle)
+        self.journal.destroyed("event", handle)
         if event.context in self.contexts:
             self.contexts.get(event.context).events.discard(handle)
 
@@ -683,6 +900,15 @@ def _check_launch_config(kernel_attrs: dict, grid, block, shared_bytes: int) -> 
     static_shared = kernel_attrs.get("shared_size_bytes", 0)
     if shared_bytes < 0 or shared_bytes + static_shared > 163 * 1024:
         raise CudaError(CUDA_ERROR_INVALID_VALUE, "too much shared memory requested")
+
+
+def _token(value) -> str:
+    """The client's session token: 32 hex digits (it names the session's checkpoint file, so
+    nothing else is accepted); a client that sends none gets one."""
+    if isinstance(value, str) and len(value) == 32 and all(c in "0123456789abcdef"
+                                                           for c in value):
+        return value
+    return secrets.token_hex(16)
 
 
 def _map_file(path: str, size: int) -> mmap.mmap:

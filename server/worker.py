@@ -11,6 +11,11 @@ thread wake-ups to every round trip. A batch of more calls than vgpu's client se
 The worker hands finished batches back through a deque and wakes the I/O thread with an
 empty message on an inproc socket; only the I/O thread touches the client-facing socket.
 
+Control tasks (a checkpoint's capture, a migration's final stop, a restore) run on the worker
+too, in line with the batches: one sees the session exactly as the batches before it left
+it, and none runs concurrently with the session's calls. A task may `hold` the session: the
+worker then keeps the batches that arrive, unrun and in order, until a later task lets go.
+
 A session that ends (its client said goodbye, died or was cut off, or the server is
 stopping) is cancelled: the running kernel stops at its next step and the running batch
 before its next call, the batches not yet run are dropped (nobody is left to answer), and
@@ -24,6 +29,9 @@ import logging
 import queue
 import threading
 import traceback
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
 
 import zmq
 
@@ -59,6 +67,14 @@ def run_batch(session: Session, seq: int, body: list, payloads: list) -> Outcome
             session.take_diagnostics())
 
 
+@dataclass
+class _Control:
+    task: Callable[[Session, int], object]
+    position: int  # the session's position when the task was queued: what it follows
+    future: Future
+    hold: bool
+
+
 class SessionWorker:
     def __init__(self, session: Session, context: zmq.Context, wake_address: str,
                  finished: collections.deque):
@@ -67,6 +83,8 @@ class SessionWorker:
         self.queued_calls = 0  # the calls in them (I/O thread only)
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._finished = finished
+        self._holding = False  # (written by the worker thread only)
+        self._held: collections.deque = collections.deque()
         self._thread = threading.Thread(target=self._run, args=(context, wake_address),
                                         name=f"vgpu-session-{session.id}", daemon=True)
         self._thread.start()
@@ -75,6 +93,23 @@ class SessionWorker:
         self.pending += 1
         self.queued_calls += len(body)
         self._jobs.put((identity, seq, body, payloads))
+
+    def control(self, task: Callable[[Session, int], object], hold: bool = False,
+                future: Future | None = None) -> Future:
+        """Run `task(session, position)` once the batches queued so far have run (I/O thread
+        only); `position` counts the messages they came in. With `hold`, the batches after
+        it wait until a later task without it; a task that fails holds nothing. Its result,
+        or exception, comes in the returned future."""
+        future = future or Future()
+        self.pending += 1
+        self._jobs.put(_Control(task, self.session.position, future, hold))
+        return future
+
+    def busy(self) -> bool:
+        """Must the session's next batch go to the worker (I/O thread only)? While work is
+        handed over, and while a task holds the session (the worker sets `_holding` before
+        it hands the task back, so it is settled once nothing is pending)."""
+        return bool(self.pending) or self._holding
 
     def handed_back(self, calls: int) -> None:
         self.pending -= 1
@@ -90,6 +125,31 @@ class SessionWorker:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
+    def _run_batch(self, job, wake) -> None:
+        identity, seq, body, payloads = job
+        try:
+            outcome = run_batch(self.session, seq, body, payloads)
+        except Cancelled:
+            return
+        except Exception:  # a server bug must not strand the session's client
+            log.error("internal error in session %d:\n%s", self.session.id,
+                      traceback.format_exc())
+            outcome = (999, "internal server error", [], 0, "", "")
+        self._finished.append((self, identity, seq, len(body), outcome))
+        wake.send(b"")
+
+    def _run_control(self, job: _Control, wake) -> None:
+        try:
+            result = job.task(self.session, job.position)
+        except BaseException as exc:  # Cancelled included: whoever waits must hear of it
+            self._holding = False
+            job.future.set_exception(exc)
+        else:
+            self._holding = job.hold
+            job.future.set_result(result)
+        self._finished.append((self, None, 0, 0, None))  # no reply; `pending` goes down
+        wake.send(b"")
+
     def _run(self, context: zmq.Context, wake_address: str) -> None:
         wake = context.socket(zmq.PUSH)
         wake.connect(wake_address)
@@ -97,17 +157,14 @@ class SessionWorker:
             while (job := self._jobs.get()) is not None:
                 if self.session.cancelled:
                     continue  # up to the end marker: nobody waits for these batches
-                identity, seq, body, payloads = job
-                try:
-                    outcome = run_batch(self.session, seq, body, payloads)
-                except Cancelled:
-                    continue
-                except Exception:  # a server bug must not strand the session's client
-                    log.error("internal error in session %d:\n%s", self.session.id,
-                              traceback.format_exc())
-                    outcome = (999, "internal server error", [], 0, "", "")
-                self._finished.append((self, identity, seq, len(body), outcome))
-                wake.send(b"")
+                if isinstance(job, _Control):
+                    self._run_control(job, wake)
+                    while self._held and not self._holding and not self.session.cancelled:
+                        self._run_batch(self._held.popleft(), wake)
+                elif self._holding:
+                    self._held.append(job)
+                else:
+                    self._run_batch(job, wake)
             self.session.close()
         finally:
             wake.close(0)

@@ -24,6 +24,11 @@ def _add_server_parser(sub) -> None:
                    help="what a kernel's access past its allocation's end does, for clients "
                         "whose VGPU_MEMCHECK does not say: reported once per kernel (report, "
                         "as a GPU does not fault) or CUDA_ERROR_ILLEGAL_ADDRESS (strict)")
+    p.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                   help="where sessions' checkpoint images go (DIR/TOKEN.vgpu); a server "
+                        "reading the same folder restores a client whose server died")
+    p.add_argument("--checkpoint-every", type=float, default=None, metavar="SECONDS",
+                   help="checkpoint each running session this often (needs --checkpoint-dir)")
 
 
 def _add_run_parser(sub) -> None:
@@ -105,7 +110,9 @@ def _server(args) -> int:
             if socket_file is not None:
                 turn.enter_context(folder_turn(socket_folder(socket_file, str(runtime_dir()))))
                 claim_ipc_socket(socket_file)
-            server = ProxyServer(address, args.backend, args.memcheck)
+            server = ProxyServer(address, args.backend, args.memcheck,
+                                 checkpoint_dir=args.checkpoint_dir,
+                                 checkpoint_every=args.checkpoint_every)
         except AddressError as exc:
             print(f"vgpu server: cannot listen on {address}: {exc}", file=sys.stderr)
             return 1

@@ -73,13 +73,14 @@ from __future__ import annotations
 import msgpack
 
 __all__ = [
-    "PROTOCOL_VERSION", "HELLO", "CALLS", "RELEASE", "ADMIN", "BYE", "pack", "unpack",
-    "ProtocolError", "DEFAULT_TIMEOUT_S", "HANDSHAKE_TIMEOUT_S", "KEEPALIVE_SEQ", "STICKY_ERRORS",
+    "PROTOCOL_VERSION", "HELLO", "CALLS", "ADMIN", "BYE", "RELEASE", "pack", "unpack",
+    "ProtocolError",
+    "DEFAULT_TIMEOUT_S", "HANDSHAKE_TIMEOUT_S", "KEEPALIVE_SEQ", "STICKY_ERRORS",
     "MEMCHECK_MODES",
 ]
 
 PROTOCOL_VERSION = 3
-HELLO, CALLS, RELEASE, ADMIN, BYE = "hello", "calls", "release", "admin", "bye"
+HELLO, CALLS, ADMIN, BYE, RELEASE = "hello", "calls", "admin", "bye", "release"
 
 # How long a client waits for a server that has gone silent before declaring the device lost.
 DEFAULT_TIMEOUT_S = 60.0

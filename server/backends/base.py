@@ -67,6 +67,9 @@ class Backend(abc.ABC):
     name: str
     # Whether device memory is host RAM (emu), which a local client may then map itself.
     memory_is_host_ram = False
+    # Whether the sessions of one server share one device address space (a GPU's, with
+    # unified addressing), so that their arenas must not overlap.
+    shares_address_space = True
 
     @abc.abstractmethod
     def describe(self) -> DeviceDescription: ...

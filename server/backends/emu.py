@@ -49,6 +49,7 @@ _BINARY_VERSION = EMU_COMPUTE_CAPABILITY[0] * 10 + EMU_COMPUTE_CAPABILITY[1]
 class EmuBackend(Backend):
     name = "emu"
     memory_is_host_ram = True
+    shares_address_space = False  # each session's memory is its own DeviceMemory
 
     def __init__(self) -> None:
         # Allocations are mapped in the arena's granules: what a GPU maps at the least.

@@ -10,9 +10,9 @@ from vgpu_processes import start_emu_server
 
 
 class ServerProcess:
-    def __init__(self, address: str):
+    def __init__(self, address: str, *options: str):
         self.address = address
-        self.proc = start_emu_server(address, stderr=subprocess.PIPE)
+        self.proc = start_emu_server(address, *options, stderr=subprocess.PIPE)
 
     def alive(self) -> bool:
         return self.proc.poll() is None

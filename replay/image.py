@@ -1,0 +1,531 @@
+"""Checkpoint images: a session's state and the contents of its memory, on disk.
+
+An image is a manifest file (the path the caller names) plus chunks in a store beside it:
+
+    PATH                                  the manifest
+    <dirname(PATH)>/.vgpu-chunks/lock     taken (flock) by writers
+    <dirname(PATH)>/.vgpu-chunks/ab/<sha256 hex>   one chunk, zstd-compressed
+
+Every memory region is cut into CHUNK_BYTES pieces at region-relative offsets (the last one
+may be short); a chunk is stored under the sha256 of its uncompressed bytes and written only
+when the store does not hold it yet, so successive checkpoints into one folder share what did
+not change (and identical pieces, such as zeroed memory, are stored once).
+
+Manifest: MAGIC (8 bytes), the format version (u32, little-endian), the body's length (u64),
+the msgpack body, the sha256 of the body (32 bytes). The body:
+
+    {"format": 1, "vgpu": package version, "created": unix time, "chunk_bytes": 1048576,
+     "hash": "sha256", "compression": "zstd", "state": the caller's dict,
+     "regions": [[address, size, [digest, ...]], ...]}
+
+Durability: every chunk is written to a temporary file, fsynced and renamed, and the store's
+folders fsynced, before the manifest is written the same way; a crash, a full disk or a
+read-only folder at any point leaves the previous manifest at PATH and every chunk it
+references intact. After a successful write, chunks that no manifest in the folder references
+are deleted (a manifest is any file there that starts with MAGIC).
+
+Readers take no lock: an image that another writer replaces while it is being read may lose
+its chunks to that writer's clean-up (the read then fails with ImageError, never returns
+wrong bytes, since every chunk is checked against its digest).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import os
+import secrets
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import msgpack
+import zstandard
+
+__all__ = [
+    "CHUNK_BYTES", "FORMAT_VERSION", "MAGIC", "ImageError", "WriteStats", "Image",
+    "write_image", "read_image", "chunk_digests",
+]
+
+CHUNK_BYTES = 1 << 20
+FORMAT_VERSION = 1
+MAGIC = b"VGPUIMG\x00"
+STORE = ".vgpu-chunks"
+
+_HEADER = struct.Struct("<8sIQ")  # magic, format version, body length
+_DIGEST_BYTES = 32
+# Level 1: on float data (what device memory mostly holds) higher levels gain a few percent
+# of size for half the speed or less; zeroed memory shrinks to almost nothing at any level.
+_LEVEL = 1
+# Hashing and compressing release the GIL: a few threads keep up with a disk.
+_THREADS = max(2, min(4, os.cpu_count() or 1))
+_TEMP = ".vgpu-tmp-"  # prefix of files being written; any found under the writers' lock are stale
+
+
+class ImageError(ValueError):
+    """An image that cannot be read (not an image, truncated, corrupt, a newer format, a
+    missing or damaged chunk) or written (the folder is full, read-only, ...). The message
+    names the file and what is wrong."""
+
+
+@dataclass
+class WriteStats:
+    """What write_image did. bytes_total: the regions' (uncompressed) bytes; bytes_written:
+    what this write added to the disk (new chunks and the manifest); chunks: chunk references
+    in the image; chunks_written: those the store did not hold yet; image_bytes: the manifest
+    plus every chunk it references, as stored."""
+
+    path: str
+    bytes_total: int
+    bytes_written: int
+    chunks: int
+    chunks_written: int
+    image_bytes: int
+    seconds: float
+
+
+def write_image(path, state: dict, regions: Sequence[tuple[int, object]],
+                progress: Callable[[int, int], None] | None = None) -> WriteStats:
+    """Write an image of `state` (a msgpack-able dict) and `regions` ((address, buffer)
+    pairs; any C-contiguous buffer) to `path`, replacing the image there only once the new
+    one is complete and durable. `progress(bytes_done, bytes_total)` is called as regions'
+    bytes are stored. Raises ImageError when it cannot write (the previous image at `path`
+    is then intact); ValueError for regions that are not (address >= 0, contiguous buffer).
+    """
+    started = time.perf_counter()
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    views = [(address, _bytes_view(address, buffer)) for address, buffer in regions]
+    try:
+        state_body = msgpack.packb(state, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ImageError(f"cannot write checkpoint {path}: its state cannot be stored "
+                         f"({exc})") from None
+    store = os.path.join(folder, STORE)
+    try:
+        os.makedirs(store, exist_ok=True)
+        lock = os.open(os.path.join(store, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise _cannot_write(path, exc) from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            stats = _write_locked(path, folder, store, state_body, views, progress)
+        except OSError as exc:
+            _collect_garbage(folder, store)  # the chunks this write stored for nothing
+            raise _cannot_write(path, exc) from None
+        _collect_garbage(folder, store)
+    finally:
+        os.close(lock)
+    stats.seconds = time.perf_counter() - started
+    return stats
+
+
+def _bytes_view(address, buffer) -> memoryview:
+    if not isinstance(address, int) or address < 0:
+        raise ValueError(f"a region's address must be an int >= 0, not {address!r}")
+    view = memoryview(buffer)
+    if not view.c_contiguous:
+        raise ValueError(f"the buffer of region {address:#x} is not contiguous")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+def _cannot_write(path: str, exc: OSError) -> ImageError:
+    why = exc.strerror or str(exc)
+    where = f" ({exc.filename})" if exc.filename and exc.filename != path else ""
+    if os.path.exists(path):
+        outcome = "the previous checkpoint is intact"
+    else:
+        outcome = "no checkpoint was written"
+    return ImageError(f"cannot write checkpoint {path}: {why}{where}; {outcome}")
+
+
+def _write_locked(path, folder, store, state_body, views, progress) -> WriteStats:
+    regions_digests: list[list[bytes]] = [[] for _ in views]
+    pieces = [(digests, view[offset:offset + CHUNK_BYTES])
+              for digests, (_, view) in zip(regions_digests, views, strict=True)
+              for offset in range(0, len(view), CHUNK_BYTES)]
+    total = sum(len(view) for _, view in views)
+    writer = _ChunkWriter(store)
+    done = 0
+    with ThreadPoolExecutor(_THREADS, thread_name_prefix="vgpu-image") as pool:
+        jobs = (functools.partial(writer.store_chunk, piece) for _, piece in pieces)
+        for (digests, piece), digest in zip(pieces, _in_order(pool, jobs), strict=True):
+            digests.append(digest)
+            done += len(piece)
+            if progress is not None:
+                progress(done, total)
+    regions = [[address, len(view), digests]
+               for (address, view), digests in zip(views, regions_digests, strict=True)]
+    referenced = {digest for digests in regions_digests for digest in digests}
+    # The chunks' names must be durable before a manifest names them, those of chunks that
+    # an earlier writer stored (and perhaps did not live to fsync) as well.
+    for prefix in sorted({digest[:1].hex() for digest in referenced}):
+        _fsync_folder(os.path.join(store, prefix))
+    manifest = _manifest_bytes({
+        "format": FORMAT_VERSION, "vgpu": _vgpu_version(), "created": time.time(),
+        "chunk_bytes": CHUNK_BYTES, "hash": "sha256", "compression": "zstd",
+        "state": state_body, "regions": regions,
+    })
+    _write_file(folder, os.path.basename(path), manifest)
+    _fsync_folder(folder)
+    stored = sum(writer.sizes.get(d) or os.stat(_chunk_path(store, d)).st_size
+                 for d in referenced)
+    return WriteStats(
+        path=path, bytes_total=total, bytes_written=writer.bytes + len(manifest),
+        chunks=len(pieces), chunks_written=len(writer.sizes),
+        image_bytes=len(manifest) + stored, seconds=0.0)
+
+
+class _ChunkWriter:
+    """Stores chunks from several threads at once: each is hashed, and compressed and written
+    only if neither the store nor another thread of this write has it."""
+
+    def __init__(self, store: str):
+        self.store = store
+        self.lock = threading.Lock()
+        self.claimed: set[bytes] = set()
+        self.sizes: dict[bytes, int] = {}  # the chunks this write stored: their size on disk
+        self.bytes = 0
+        self.local = threading.local()  # a compressor may not be shared between threads
+
+    def store_chunk(self, piece: memoryview) -> bytes:
+        digest = hashlib.sha256(piece).digest()
+        with self.lock:
+            if digest in self.claimed:
+                return digest
+            self.claimed.add(digest)
+        target = _chunk_path(self.store, digest)
+        if os.path.exists(target):
+            return digest
+        compressor = getattr(self.local, "compressor", None)
+        if compressor is None:
+            compressor = self.local.compressor = zstandard.ZstdCompressor(level=_LEVEL)
+        data = compressor.compress(piece)
+        folder = os.path.dirname(target)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        _write_file(folder, os.path.basename(target), data)
+        with self.lock:
+            self.sizes[digest] = len(data)
+            self.bytes += len(data)
+        return digest
+
+
+def _in_order(pool: ThreadPoolExecutor, jobs, window: int = 2 * _THREADS):
+    """The results of `jobs` (callables) run on `pool`, in order, with at most `window` of
+    them submitted at a time: memory stays at a few chunks however large the regions are."""
+    pending: deque = deque()
+    try:
+        for job in jobs:
+            pending.append(pool.submit(job))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for future in pending:  # after a failure: what has not started never will
+            future.cancel()
+
+
+def _chunk_path(store: str, digest: bytes) -> str:
+    name = digest.hex()
+    return os.path.join(store, name[:2], name)
+
+
+def _write_file(folder: str, name: str, data) -> None:
+    """`data` as folder/name, atomically: a temporary file, fsynced, renamed over the name.
+    The temporary file is removed on any failure."""
+    temp = os.path.join(folder, _TEMP + secrets.token_hex(8))
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temp, os.path.join(folder, name))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
+def _fsync_folder(folder: str) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _manifest_bytes(body: dict) -> bytes:
+    """The manifest of `body`, whose "state" is already packed (write_image packs it first,
+    to refuse a state that cannot be stored before writing any chunk): it goes in as the
+    packed value of its key."""
+    packer = msgpack.Packer(use_bin_type=True)
+    parts = [packer.pack_map_header(len(body))]
+    for key, value in body.items():
+        parts.append(packer.pack(key))
+        parts.append(value if key == "state" else packer.pack(value))
+    encoded = b"".join(parts)
+    return (_HEADER.pack(MAGIC, FORMAT_VERSION, len(encoded)) + encoded
+            + hashlib.sha256(encoded).digest())
+
+
+@functools.cache
+def _vgpu_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vgpu")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def _collect_garbage(folder: str, store: str) -> None:
+    """Delete the chunks no manifest in `folder` references, and temporary files left by
+    writers that died (the caller holds the writers' lock, so no live writer has any). If a
+    manifest there cannot be read, nothing is deleted: its chunks are unknown."""
+    referenced = _referenced_chunks(folder)
+    if referenced is None:
+        return
+    with contextlib.suppress(OSError):  # tidying up: whatever cannot be removed stays
+        for entry in os.scandir(folder):
+            if entry.name.startswith(_TEMP):
+                _remove(entry.path)
+        for sub in os.scandir(store):
+            if len(sub.name) != 2 or not sub.is_dir(follow_symlinks=False):
+                continue
+            for entry in os.scandir(sub.path):
+                if entry.name.startswith(_TEMP) or (
+                        _is_digest_name(entry.name)
+                        and bytes.fromhex(entry.name) not in referenced):
+                    _remove(entry.path)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _is_digest_name(name: str) -> bool:
+    return len(name) == 2 * _DIGEST_BYTES and all(c in "0123456789abcdef" for c in name)
+
+
+def _referenced_chunks(folder: str) -> set[bytes] | None:
+    """The digests every manifest in `folder` references; None if some file there that
+    starts like a manifest (or cannot be opened to tell) cannot be read."""
+    referenced: set[bytes] = set()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return None
+    for entry in entries:
+        if entry.name.startswith(_TEMP) or not entry.is_file():
+            continue
+        try:
+            with open(entry.path, "rb") as f:
+                if f.read(len(MAGIC)) != MAGIC:
+                    continue
+            body = _load_manifest(entry.path)[0]
+        except (OSError, ImageError):
+            return None
+        for _, _, digests in body["regions"]:
+            referenced.update(digests)
+    return referenced
+
+
+# ----------------------------------------------------------------- reading
+
+class Image:
+    """An image whose manifest has been read and checked, and whose chunks all exist.
+
+    path: the manifest; state: the dict it was written with; regions: (address, size) of
+    each region, in the order written; created: when it was written (unix time);
+    vgpu_version: the version of vgpu that wrote it; bytes_on_disk: the manifest plus every
+    chunk it references, as stored.
+    """
+
+    def __init__(self, path: str, body: dict, manifest_bytes: int, chunk_sizes: int):
+        self.path = path
+        self.state: dict = body["state"]
+        self.regions: list[tuple[int, int]] = [(a, s) for a, s, _ in body["regions"]]
+        self.created: float = float(body["created"])
+        self.vgpu_version: str = body["vgpu"]
+        self.bytes_on_disk = manifest_bytes + chunk_sizes
+        self._digests = [digests for _, _, digests in body["regions"]]
+        self._chunk_bytes: int = body["chunk_bytes"]
+        self._store = os.path.join(os.path.dirname(os.path.abspath(path)), STORE)
+        self._local = threading.local()
+
+    def read_region(self, index: int, out, progress: Callable[[int, int], None] | None = None
+                    ) -> None:
+        """Fill `out` (a writable buffer of exactly the region's size) with region `index`:
+        each chunk is decompressed and checked against its sha256. Raises ImageError naming
+        the chunk and the region if one is missing or damaged (`out` then holds part of the
+        region). `progress(bytes_done, bytes_total)` is called as chunks arrive."""
+        address, size = self.regions[index]
+        view = memoryview(out)
+        if view.readonly or not view.c_contiguous:
+            raise ValueError("read_region needs a writable, contiguous buffer")
+        view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+        if len(view) != size:
+            raise ValueError(f"region {address:#x} holds {size} bytes; the buffer given for it "
+                             f"holds {len(view)}")
+        step = self._chunk_bytes
+        targets = [view[offset:offset + step] for offset in range(0, size, step)]
+        jobs = (functools.partial(self._load_chunk, address, digest, target)
+                for digest, target in zip(self._digests[index], targets, strict=True))
+        done = 0
+        with ThreadPoolExecutor(_THREADS, thread_name_prefix="vgpu-image") as pool:
+            for length in _in_order(pool, jobs):
+                done += length
+                if progress is not None:
+                    progress(done, size)
+
+    def _load_chunk(self, address: int, digest: bytes, target: memoryview) -> int:
+        name = digest.hex()
+        where = f"{self.path}: chunk {name} of region {address:#x}"
+        try:
+            with open(_chunk_path(self._store, digest), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise ImageError(f"{where} is missing from {self._store}") from None
+        except OSError as exc:
+            raise ImageError(f"{where} cannot be read: {exc.strerror}") from None
+        decompressor = getattr(self._local, "decompressor", None)
+        if decompressor is None:
+            decompressor = self._local.decompressor = zstandard.ZstdDecompressor()
+        try:
+            # The frame says how large it unpacks to: checked first, so that a damaged one
+            # cannot make us allocate what it claims.
+            if zstandard.frame_content_size(data) != len(target):
+                raise ImageError(f"{where} is corrupt (wrong size)")
+            plain = decompressor.decompress(data)
+        except zstandard.ZstdError:
+            raise ImageError(f"{where} is corrupt (not zstd data)") from None
+        if hashlib.sha256(plain).digest() != digest:
+            raise ImageError(f"{where} is corrupt (checksum mismatch)")
+        target[:] = plain
+        return len(plain)
+
+
+def read_image(path) -> Image:
+    """Read and check the image at `path`: the manifest completely (magic, format version,
+    length, checksum, structure) and that every chunk it references exists. Raises
+    ImageError saying what is wrong otherwise. Reads no region: see Image.read_region."""
+    path = os.fspath(path)
+    body, manifest_bytes = _load_manifest(path)
+    store = os.path.join(os.path.dirname(os.path.abspath(path)), STORE)
+    stored = 0
+    seen: set[bytes] = set()
+    for address, _, digests in body["regions"]:
+        for digest in digests:
+            if digest in seen:
+                continue
+            seen.add(digest)
+            try:
+                stored += os.stat(_chunk_path(store, digest)).st_size
+            except FileNotFoundError:
+                raise ImageError(f"{path}: chunk {digest.hex()} of region {address:#x} is "
+                                 f"missing from {store}") from None
+            except OSError as exc:
+                raise ImageError(f"{path}: chunk {digest.hex()} of region {address:#x} "
+                                 f"cannot be read: {exc.strerror}") from None
+    return Image(path, body, manifest_bytes, stored)
+
+
+def _load_manifest(path: str) -> tuple[dict, int]:
+    """The checked body of the manifest at `path`, and the manifest's size."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(_HEADER.size)
+            if head[:len(MAGIC)] != MAGIC:
+                if head and len(head) < len(MAGIC) and MAGIC.startswith(head):
+                    raise ImageError(f"{path} is truncated ({size} bytes)")
+                raise ImageError(f"{path} is not a vgpu checkpoint image")
+            if len(head) < _HEADER.size:
+                raise ImageError(f"{path} is truncated ({size} bytes, shorter than a header)")
+            _, version, length = _HEADER.unpack(head)
+            if version != FORMAT_VERSION:
+                upgrade = " (upgrade vgpu)" if version > FORMAT_VERSION else ""
+                raise ImageError(f"{path} has format version {version}; this vgpu reads "
+                                 f"version {FORMAT_VERSION}{upgrade}")
+            expected = _HEADER.size + length + _DIGEST_BYTES
+            if size < expected:
+                raise ImageError(f"{path} is truncated ({size} bytes; its header says "
+                                 f"{expected})")
+            if size > expected:
+                raise ImageError(f"{path} is corrupt ({size - expected} bytes past its end)")
+            encoded = f.read(length)
+            checksum = f.read(_DIGEST_BYTES)
+    except OSError as exc:
+        raise ImageError(f"cannot read checkpoint {path}: {exc.strerror}") from None
+    if hashlib.sha256(encoded).digest() != checksum:
+        raise ImageError(f"{path} is corrupt (checksum mismatch)")
+    try:
+        body = msgpack.unpackb(encoded, raw=False, strict_map_key=False)
+    except Exception:  # msgpack raises several unrelated types on garbage
+        raise ImageError(f"{path} is corrupt (its body does not decode)") from None
+    _check_body(path, body)
+    return body, size
+
+
+_FIELDS = {"format": int, "vgpu": str, "created": (int, float), "chunk_bytes": int,
+           "hash": str, "compression": str, "state": dict, "regions": list}
+
+
+def _check_body(path: str, body) -> None:
+    def corrupt(why: str) -> ImageError:
+        return ImageError(f"{path} is corrupt ({why})")
+
+    if not isinstance(body, dict):
+        raise corrupt("its body is not a map")
+    for key, kind in _FIELDS.items():
+        if not isinstance(body.get(key), kind):
+            raise corrupt(f"{key!r} is missing or of the wrong type")
+    if body["format"] != FORMAT_VERSION:
+        raise corrupt(f"its header says format {FORMAT_VERSION}, its body {body['format']}")
+    if (body["hash"], body["compression"]) != ("sha256", "zstd"):
+        raise ImageError(f"{path} uses {body['hash']} and {body['compression']}; this vgpu "
+                         "reads sha256 and zstd")
+    step = body["chunk_bytes"]
+    if step <= 0:
+        raise corrupt(f"chunk size {step}")
+    for region in body["regions"]:
+        if not (isinstance(region, list) and len(region) == 3
+                and isinstance(region[0], int) and region[0] >= 0
+                and isinstance(region[1], int) and region[1] >= 0
+                and isinstance(region[2], list)):
+            raise corrupt(f"a region is malformed: {region!r:.80}")
+        address, size, digests = region
+        if len(digests) != -(-size // step):
+            raise corrupt(f"region {address:#x} of {size} bytes has {len(digests)} chunks")
+        if not all(isinstance(d, bytes) and len(d) == _DIGEST_BYTES for d in digests):
+            raise corrupt(f"region {address:#x} has a malformed chunk digest")
+
+
+def chunk_digests(buffer) -> list[bytes]:
+    """The sha256 digest of each CHUNK_BYTES piece of `buffer` (the last may be short): the
+    names its chunks have in an image, so that two versions of a region can be compared
+    piece by piece."""
+    view = _bytes_view(0, buffer)
+    jobs = (functools.partial(_sha256, view[offset:offset + CHUNK_BYTES])
+            for offset in range(0, len(view), CHUNK_BYTES))
+    if len(view) <= CHUNK_BYTES:
+        return [job() for job in jobs]
+    with ThreadPoolExecutor(_THREADS, thread_name_prefix="vgpu-image") as pool:
+        return list(_in_order(pool, jobs))
+
+
+def _sha256(piece: memoryview) -> bytes:
+    return hashlib.sha256(piece).digest()

@@ -1,0 +1,401 @@
+"""Moving a session's state: checkpoints, suspend and resume, live migration.
+
+Each operation runs on a thread of its own, so that the server's I/O thread goes on serving
+every session while an image is compressed and written, or memory is sent to another server.
+An operation touches its session only through control tasks (`SessionHost.control`), which
+the session's worker runs in line with its calls: a task sees the session exactly as the
+calls before it left it, and runs alone with it.
+
+Live migration pre-copies: while the session keeps running, its memory is hashed in slices
+of MiBs and each chunk that differs from what the target holds is sent; rounds repeat until
+what changed in one is small. Then the session stops (its later calls are held), the last
+changed chunks and the journal go to the target, which restores the session, and the client
+is told to reconnect there. The downtime is that last step only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import zmq
+
+from vgpu.protocol import ADMIN, HANDSHAKE_TIMEOUT_S, pack, unpack
+from vgpu.replay.image import read_image, write_image
+
+from .session import Session
+
+__all__ = ["SessionHost", "MoveError", "checkpoint", "suspend", "resume_here", "move",
+           "Incoming", "MIGRATION_CHUNK"]
+
+log = logging.getLogger("vgpu.server")
+
+# Migration compares and sends memory in chunks of this size.
+MIGRATION_CHUNK = 1 << 20
+# Pre-copy hashes at most this much memory per control task, so the session's own calls
+# wait at most a few tens of milliseconds for one.
+SLICE_BYTES = 64 << 20
+# Pre-copy stops when a round found at most this much changed (or after MAX_ROUNDS).
+CONVERGED_BYTES = 16 << 20
+MAX_ROUNDS = 8
+# How long a server waits for another to answer one step of a migration.
+LINK_TIMEOUT_S = 120.0
+HASH_THREADS = 2
+
+
+class MoveError(Exception):
+    """An operation that could not be done; its message is for the user."""
+
+
+class SessionHost(Protocol):
+    """What an operation needs of the server (ProxyServer implements it)."""
+
+    context: zmq.Context
+
+    def control(self, identity: bytes, task: Callable[[Session, int], object],
+                hold: bool = False) -> Future: ...
+
+    def call_soon(self, fn: Callable[[], None]) -> None: ...
+
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+# ----------------------------------------------------------------- checkpoints
+
+def checkpoint(host: SessionHost, identity: bytes, path: str, progress: Progress) -> dict:
+    """Write the session's image to `path`; what it cost, for the admin reply."""
+    started = time.perf_counter()
+    capture, stop_s = host.control(identity, _timed_capture).result()
+    stats = write_image(path, capture.state, capture.regions,
+                        progress=lambda done, total: progress("write", done, total))
+    return {"path": stats.path, "bytes": stats.image_bytes, "written": stats.bytes_written,
+            "memory": stats.bytes_total, "chunks": stats.chunks,
+            "shared_chunks": stats.chunks - stats.chunks_written, "stop_s": stop_s,
+            "total_s": time.perf_counter() - started,
+            "position": capture.state["position"]}
+
+
+def _timed_capture(session: Session, position: int):
+    started = time.perf_counter()
+    session.wait_windows_released()
+    with session.backend.running():
+        capture = session.capture(position)
+    return capture, time.perf_counter() - started
+
+
+def suspend(host: SessionHost, identity: bytes, path: str, progress: Progress) -> dict:
+    """Save the session to `path` and free its device memory; its later calls wait."""
+    started = time.perf_counter()
+
+    def capture_and_release(session: Session, position: int):
+        capture, stop_s = _timed_capture(session, position)
+        session.release_device()
+        return capture, stop_s
+
+    capture, stop_s = host.control(identity, capture_and_release, hold=True).result()
+    try:
+        stats = write_image(path, capture.state, capture.regions,
+                            progress=lambda done, total: progress("write", done, total))
+    except Exception:
+        # Nothing may be lost: put the session back from what was copied aside.
+        host.control(identity, _restore_task(capture.state, [
+            (address, len(data)) for address, data in capture.regions],
+            lambda i, out: out.__setitem__(slice(None), capture.regions[i][1]))).result()
+        raise
+    return {"path": stats.path, "bytes": stats.image_bytes, "memory": stats.bytes_total,
+            "stop_s": stop_s, "total_s": time.perf_counter() - started,
+            "position": capture.state["position"]}
+
+
+def resume_here(host: SessionHost, identity: bytes, path: str, progress: Progress) -> dict:
+    """Restore a suspended session from its image on this server, and let its calls run."""
+    started = time.perf_counter()
+    image = read_image(path)
+    total = sum(size for _, size in image.regions)
+    done = 0
+
+    def fill(i: int, out: memoryview) -> None:
+        nonlocal done
+        image.read_region(i, out)
+        done += len(out)
+        progress("read", done, total)
+
+    host.control(identity, _restore_task(image.state, image.regions, fill)).result()
+    return {"restore_s": time.perf_counter() - started, "memory": total}
+
+
+def _restore_task(state: dict, regions, fill):
+    def restore(session: Session, position: int) -> None:
+        session.renew_backend()
+        with session.backend.running():
+            session.restore(state, regions, fill)
+    return restore
+
+
+def temporary_image_path(directory: str | None, token: str) -> str:
+    """Where a suspended session's image goes when the server keeps none of its own."""
+    if directory:
+        return os.path.join(directory, f"{token}.vgpu")
+    return os.path.join(tempfile.mkdtemp(prefix="vgpu-suspended-"), f"{token}.vgpu")
+
+
+# ----------------------------------------------------------------- migration
+
+@dataclass
+class _Sent:
+    """What the target holds: (address, offset) -> digest of the chunk sent there."""
+
+    digests: dict[tuple[int, int], bytes] = field(default_factory=dict)
+    bytes: int = 0
+
+
+def move(host: SessionHost, identity: bytes, target: str, precopy: bool,
+         progress: Progress, image_path: str | None = None) -> dict:
+    """Move the session to the server at `target` and redirect its client there. With
+    `image_path` the session is suspended and comes from its image; else it is running, and
+    it is pre-copied (`precopy`) or stopped and copied at once."""
+    started = time.perf_counter()
+    link = _Link(host.context, target)
+    try:
+        token = host.control(identity, lambda s, p: s.token).result()
+        link.request({"phase": "begin", "token": token}, timeout=HANDSHAKE_TIMEOUT_S)
+        sent = _Sent()
+        if image_path is not None:
+            return _move_suspended(host, identity, link, token, image_path, progress,
+                                   started)
+        rounds = 0
+        if precopy:
+            while rounds < MAX_ROUNDS:
+                rounds += 1
+                changed = _precopy_round(host, identity, link, token, sent, progress)
+                if changed <= CONVERGED_BYTES:
+                    break
+        stop = host.control(identity, lambda s, p: _final_stop(s, p, sent), hold=True).result()
+        try:
+            _send_chunks(link, token, stop.chunks, sent)
+            link.request({"phase": "commit", "token": token, "state": stop.state,
+                          "regions": stop.regions})
+        except BaseException:
+            host.control(identity, lambda s, p: None)  # let the held calls run here
+            raise
+        redirected = Future()
+        host.call_soon(lambda: redirected.set_result(
+            host.redirect(identity, target, stop.state["position"])))
+        redirected.result()
+        downtime = time.perf_counter() - stop.stopped_at
+        return {"moved_to": target, "downtime_s": downtime, "rounds": rounds,
+                "bytes_sent": sent.bytes, "total_s": time.perf_counter() - started,
+                "position": stop.state["position"]}
+    except BaseException:
+        link.abort_quietly()
+        raise
+    finally:
+        link.close()
+
+
+def _move_suspended(host, identity, link, token, image_path, progress, started) -> dict:
+    image = read_image(image_path)
+    total = sum(size for _, size in image.regions)
+    done = 0
+    for i, (address, size) in enumerate(image.regions):
+        data = bytearray(size)
+        image.read_region(i, memoryview(data))
+        for offset in range(0, size, MIGRATION_CHUNK):
+            n = min(MIGRATION_CHUNK, size - offset)
+            link.request({"phase": "memory", "token": token,
+                          "chunks": [[address, size, offset, n]]},
+                         [memoryview(data)[offset:offset + n]])
+            done += n
+            progress("send", done, total)
+    link.request({"phase": "commit", "token": token, "state": image.state,
+                  "regions": [list(r) for r in image.regions]})
+    redirected = Future()
+    host.call_soon(lambda: redirected.set_result(
+        host.redirect(identity, link.address, image.state["position"])))
+    redirected.result()
+    return {"moved_to": link.address, "bytes_sent": total,
+            "total_s": time.perf_counter() - started, "position": image.state["position"]}
+
+
+def _precopy_round(host, identity, link, token, sent: _Sent, progress: Progress) -> int:
+    """Send every chunk that differs from the target's copy, a slice at a time while the
+    session runs; returns the bytes that had changed."""
+    cursor = (0, 0)
+    changed = 0
+    while cursor is not None:
+        chunks, cursor, total = host.control(
+            identity, lambda s, p, c=cursor: _changed_slice(s, c, sent)).result()
+        changed += _send_chunks(link, token, chunks, sent)
+        progress("copy", changed, total)
+    return changed
+
+
+def _changed_slice(session: Session, cursor: tuple[int, int], sent: _Sent):
+    """From (address, offset) on, up to SLICE_BYTES of memory: the chunks that differ from
+    what was sent, the cursor to go on from (None at the end), and the memory's size."""
+    regions = session.arena.allocations()
+    total = sum(size for _, size in regions)
+    todo, budget = [], SLICE_BYTES
+    for address, size in regions:
+        if address < cursor[0]:
+            continue
+        offset = cursor[1] if address == cursor[0] else 0
+        while offset < size:
+            if budget <= 0:
+                return _changed(session, todo, sent), (address, offset), total
+            n = min(MIGRATION_CHUNK, size - offset)
+            todo.append((address, size, offset, n))
+            budget -= n
+            offset += n
+    return _changed(session, todo, sent), None, total
+
+
+def _changed(session: Session, todo: list, sent: _Sent) -> list:
+    """[(address, region size, offset, bytes)] of the chunks in `todo` whose digest differs
+    from the one sent, each with its new digest noted in `sent` once sent."""
+    def digest(item):
+        address, size, offset, n = item
+        view = _view(session, address + offset, n)
+        return hashlib.sha256(view).digest(), view
+
+    with ThreadPoolExecutor(HASH_THREADS) as pool:  # sha256 lets go of the GIL
+        hashed = list(pool.map(digest, todo))
+    out = []
+    for (address, size, offset, _), (d, view) in zip(todo, hashed, strict=True):
+        if sent.digests.get((address, offset)) != d:
+            out.append((address, size, offset, bytes(view), d))
+    return out
+
+
+def _view(session: Session, address: int, size: int) -> memoryview:
+    view = session.backend.host_view(address, size)
+    if view is None:
+        view = memoryview(bytearray(size))
+        session.backend.read_into(address, view)
+    return view
+
+
+@dataclass
+class _Stop:
+    state: dict
+    regions: list
+    chunks: list
+    stopped_at: float
+
+
+def _final_stop(session: Session, position: int, sent: _Sent) -> _Stop:
+    stopped_at = time.perf_counter()
+    session.wait_windows_released()
+    session.check_movable()
+    regions = session.arena.allocations()
+    todo = [(address, size, offset, min(MIGRATION_CHUNK, size - offset))
+            for address, size in regions for offset in range(0, size, MIGRATION_CHUNK)]
+    chunks = _changed(session, todo, sent)
+    return _Stop(session.describe(position), [list(r) for r in regions], chunks, stopped_at)
+
+
+def _send_chunks(link: _Link, token: str, chunks: list, sent: _Sent) -> int:
+    """Send chunks to the target, a few MiB a message; returns their bytes."""
+    total = 0
+    batch, frames, batch_bytes = [], [], 0
+    for address, size, offset, data, digest in chunks:
+        batch.append([address, size, offset, len(data)])
+        frames.append(data)
+        batch_bytes += len(data)
+        sent.digests[(address, offset)] = digest
+        if batch_bytes >= 8 * MIGRATION_CHUNK:
+            link.request({"phase": "memory", "token": token, "chunks": batch}, frames)
+            total += batch_bytes
+            batch, frames, batch_bytes = [], [], 0
+    if batch:
+        link.request({"phase": "memory", "token": token, "chunks": batch}, frames)
+        total += batch_bytes
+    sent.bytes += total
+    return total
+
+
+class _Link:
+    """A request/reply channel to another vgpu server's admin interface."""
+
+    def __init__(self, context: zmq.Context, address: str):
+        self.address = address
+        self.token: str | None = None
+        self.socket = context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.connect(address)
+        self.seq = 0
+
+    def request(self, args: dict, frames=(), timeout: float = LINK_TIMEOUT_S) -> object:
+        self.seq += 1
+        if args.get("token"):
+            self.token = args["token"]
+        self.socket.send_multipart([pack([ADMIN, self.seq, ["adopt", [args]]]), *frames],
+                                   copy=False)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.socket.poll(100):
+                continue
+            reply = unpack(self.socket.recv_multipart()[0])
+            if reply[0] != self.seq:
+                continue  # a progress notice or a stale answer
+            if reply[1]:
+                raise MoveError(f"the server at {self.address} refused: {reply[2]}")
+            return reply[2]
+        raise MoveError(f"the server at {self.address} did not answer within {timeout:g} s")
+
+    def abort_quietly(self) -> None:
+        if self.token:
+            try:
+                self.socket.send(pack([ADMIN, 0, ["adopt", [{"phase": "abort",
+                                                            "token": self.token}]]]),
+                                 zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+
+    def close(self) -> None:
+        self.socket.close(linger=200)
+
+
+# ----------------------------------------------------------------- the receiving end
+
+class Incoming:
+    """A session arriving from another server: its memory, assembled as chunks come in, so
+    that the restore at the end maps these buffers instead of copying them."""
+
+    def __init__(self, token: str):
+        self.token = token
+        self.buffers: dict[int, bytearray] = {}  # region address -> contents
+        self.started = time.monotonic()
+
+    def take_chunks(self, chunks: list, frames: list) -> None:
+        if len(chunks) != len(frames):
+            raise MoveError("memory message: chunks and frames do not match")
+        for (address, size, offset, n), frame in zip(chunks, frames, strict=True):
+            address, size, offset, n = int(address), int(size), int(offset), int(n)
+            if not 0 < size <= 1 << 40 or offset < 0 or offset + n > size or len(frame) != n:
+                raise MoveError(f"memory message: chunk 0x{address:x}+{offset} is malformed")
+            buffer = self.buffers.get(address)
+            if buffer is None or len(buffer) != size:
+                buffer = self.buffers[address] = bytearray(size)
+            memoryview(buffer)[offset:offset + n] = frame
+
+    def fill(self, regions: list):
+        """(backings, fill) for Session.restore from what arrived; MoveError if a region
+        never came."""
+        for address, size in regions:
+            buffer = self.buffers.get(address)
+            if buffer is None or len(buffer) != size:
+                raise MoveError(f"region 0x{address:x}+{size} never arrived")
+
+        def fill(i: int, out: memoryview) -> None:
+            out[:] = self.buffers[regions[i][0]]
+
+        return self.buffers, fill

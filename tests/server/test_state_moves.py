@@ -1,0 +1,292 @@
+"""Checkpoint, suspend/resume, migration and restore, driven through the wire protocol.
+
+A raw client (no shim) makes a session with a few allocations, streams and events; admin
+requests move it around; the tests check what a user would: the memory is bit-identical at
+the same addresses, handles still work, errors waiting to be reported are still reported,
+and bad requests and damaged images are refused clearly.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import time
+
+import pytest
+import zmq
+from conftest import ServerProcess
+
+from vgpu.protocol import ADMIN, CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
+
+CONTEXT = 7
+MiB = 1 << 20
+
+
+_open_clients: list[RawClient] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients():
+    yield
+    while _open_clients:
+        _open_clients.pop().close()
+
+
+class RawClient:
+    """A vgpu client speaking the protocol by hand (closed after each test)."""
+
+    def __init__(self, address: str, token: str | None = None, resume: int | None = None):
+        _open_clients.append(self)
+        self.socket = zmq.Context.instance().socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.connect(address)
+        self.seq = 0
+        self.notices: list = []
+        self.token = token or secrets.token_hex(16)
+        self.hello = self.request(HELLO, {
+            "version": PROTOCOL_VERSION, "pid": os.getpid(), "host": "elsewhere",
+            "argv": ["raw-client"], "token": self.token,
+            "resume": None if resume is None else {"position": resume}})
+
+    def request(self, kind: str, body, frames=(), timeout: float = 30.0) -> list:
+        self.seq += 1
+        self.socket.send_multipart([pack([kind, self.seq, body]), *frames])
+        return self.wait(self.seq, timeout)
+
+    def wait(self, seq: int, timeout: float = 30.0) -> list:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.socket.poll(100):
+                frames = self.socket.recv_multipart()
+                reply = unpack(frames[0])
+                if reply[0] == seq:
+                    return [*reply[1:], frames[1:]]
+                self.notices.append(reply[2])
+        raise TimeoutError(f"no reply to {seq}")
+
+    def post(self, calls: list, frames=()) -> None:
+        self.socket.send_multipart([pack([CALLS, 0, calls]), *frames])
+
+    def call(self, *calls, frames=()) -> list:
+        return self.request(CALLS, list(calls), frames)
+
+    def read(self, address: int, size: int) -> bytes:
+        code, result, _, _, _, frames = self.call(["cuMemcpyDtoH", [address, size, ["frame"]]])
+        assert code == 0, result
+        return bytes(frames[0])
+
+    def close(self) -> None:
+        self.socket.close(0)
+
+
+def admin(address: str, op: str, **args) -> tuple[int, object]:
+    client = zmq.Context.instance().socket(zmq.DEALER)
+    client.setsockopt(zmq.LINGER, 0)
+    client.connect(address)
+    try:
+        client.send(pack([ADMIN, 1, [op, [args]] if op != "ps" else ["ps", []]]))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if client.poll(100):
+                reply = unpack(client.recv())
+                if reply[0] == 1:
+                    return reply[1], reply[2]
+        raise TimeoutError(f"no answer to {op}")
+    finally:
+        client.close(0)
+
+
+def make_session(client: RawClient, sizes=(3 * MiB, 5 * MiB + 123, 4096)) -> dict[int, bytes]:
+    """Allocations filled with random bytes, a stream and a recorded event."""
+    client.post([["cuDevicePrimaryCtxRetain", [CONTEXT, 0]]])
+    contents = {}
+    for size in sizes:
+        code, address, *_ = client.call(["cuMemAlloc", [CONTEXT, size]])
+        assert code == 0, address
+        data = os.urandom(size)
+        code, result, *_ = client.call(["cuMemcpyHtoD", [address, ["frame", 0], size]],
+                                       ["vgpuSynchronize", []], frames=[data])
+        assert code == 0, result
+        contents[address] = data
+    code, result, *_ = client.call(["cuStreamCreate", [9, CONTEXT, 0, 0]],
+                                   ["cuEventCreate", [11, CONTEXT, 0]],
+                                   ["cuEventCreate", [12, CONTEXT, 0]],
+                                   ["cuEventRecord", [11, 9]], ["cuEventRecord", [12, 9]],
+                                   ["vgpuSynchronize", []])
+    assert code == 0, result
+    return contents
+
+
+def assert_session_intact(client: RawClient, contents: dict[int, bytes]) -> None:
+    for address, data in contents.items():
+        assert client.read(address, len(data)) == data, f"contents at 0x{address:x} differ"
+    code, elapsed, *_ = client.call(["cuEventElapsedTime", [11, 12]])
+    assert code == 0 and elapsed >= 0.0
+    code, result, *_ = client.call(["cuStreamWaitEvent", [9, 12]], ["vgpuSynchronize", []])
+    assert code == 0, result
+
+
+@pytest.fixture
+def two_servers(tmp_path):
+    folder = tmp_path / "images"
+    a = ServerProcess(f"ipc://{tmp_path}/a.sock", "--checkpoint-dir", str(folder))
+    b = ServerProcess(f"ipc://{tmp_path}/b.sock", "--checkpoint-dir", str(folder))
+    yield a, b, folder
+    for server in (a, b):
+        server.stop()
+
+
+def test_migration_keeps_addresses_contents_and_handles(two_servers):
+    a, b, _ = two_servers
+    client = RawClient(a.address)
+    contents = make_session(client)
+    client.post([["cuModuleUnload", [12345]]])  # fails: reported at the next reply
+
+    code, result = admin(a.address, "migrate", pid=os.getpid(), to=b.address)
+    assert code == 0, result
+    assert result["moved_to"] == b.address and result["downtime_s"] < 5
+
+    deadline = time.monotonic() + 10
+    while not any(isinstance(n, dict) and "redirect" in n for n in client.notices):
+        assert time.monotonic() < deadline, client.notices
+        client.socket.poll(100) and client.notices.append(unpack(client.socket.recv())[2])
+    redirect = next(n for n in client.notices if isinstance(n, dict) and "redirect" in n)
+    assert redirect == {"redirect": b.address, "position": result["position"]}
+    assert admin(a.address, "ps") == (0, [])
+
+    moved = RawClient(b.address, client.token, resume=redirect["position"])
+    assert moved.hello[0] == 0 and moved.hello[1]["position"] == redirect["position"]
+    code, message, deferred, *_ = moved.call(["vgpuSynchronize", []])
+    assert deferred and deferred[0] == 400 and "module" in deferred[1]
+    assert_session_intact(moved, contents)
+    ps = admin(b.address, "ps")[1]
+    assert [s["state"] for s in ps] == ["running"]
+    assert ps[0]["memory"] == sum(len(d) for d in contents.values())
+
+
+def test_stop_and_copy_migration_and_a_refused_target(two_servers, tmp_path):
+    a, b, _ = two_servers
+    client = RawClient(a.address)
+    contents = make_session(client)
+    code, result = admin(a.address, "migrate", pid=os.getpid(), to=f"ipc://{tmp_path}/none",
+                         precopy=False)
+    assert code != 0 and "did not answer" in result
+    # The session stayed, and still works where it was.
+    assert_session_intact(client, contents)
+    code, result = admin(a.address, "migrate", pid=os.getpid(), to=b.address, precopy=False)
+    assert code == 0 and result["rounds"] == 0, result
+    moved = RawClient(b.address, client.token, resume=result["position"])
+    assert_session_intact(moved, contents)
+
+
+def test_suspend_frees_memory_and_holds_calls_until_resume(two_servers):
+    a, _, _ = two_servers
+    client = RawClient(a.address)
+    contents = make_session(client)
+    code, result = admin(a.address, "suspend", pid=os.getpid())
+    assert code == 0, result
+    ps = admin(a.address, "ps")[1]
+    assert ps[0]["state"] == "suspended" and ps[0]["memory"] == 0
+
+    first = next(iter(contents))
+    client.seq += 1
+    client.socket.send(pack([CALLS, client.seq, [["cuMemcpyDtoH", [first, 16, ["frame"]]]]]))
+    with pytest.raises(TimeoutError):  # the call waits, hearing that the server is alive
+        client.wait(client.seq, timeout=1.2)
+    assert None in client.notices
+    code, result = admin(a.address, "resume", pid=os.getpid())
+    assert code == 0, result
+    code, _, _, _, _, frames = client.wait(client.seq)
+    assert code == 0 and bytes(frames[0]) == contents[first][:16]
+    assert_session_intact(client, contents)
+    assert admin(a.address, "ps")[1][0]["state"] == "running"
+
+
+def test_suspend_then_resume_on_another_server(two_servers):
+    a, b, _ = two_servers
+    client = RawClient(a.address)
+    contents = make_session(client)
+    assert admin(a.address, "suspend", pid=os.getpid())[0] == 0
+    code, result = admin(a.address, "resume", pid=os.getpid(), to=b.address)
+    assert code == 0, result
+    moved = RawClient(b.address, client.token, resume=result["position"])
+    assert moved.hello[1]["position"] == result["position"]
+    assert_session_intact(moved, contents)
+
+
+def test_incremental_checkpoint_writes_only_what_changed(two_servers):
+    a, _, folder = two_servers
+    client = RawClient(a.address)
+    contents = make_session(client, sizes=[2 * MiB] * 8)
+    code, first = admin(a.address, "checkpoint", pid=os.getpid())
+    assert code == 0, first
+    assert first["path"] == str(folder / f"{client.token}.vgpu")
+    assert first["written"] >= 16 * MiB * 0.9  # random data does not compress
+
+    changed = sorted(contents)[3]
+    code, result, *_ = client.call(["cuMemcpyHtoD", [changed, ["frame", 0], 2 * MiB]],
+                                   frames=[os.urandom(2 * MiB)])
+    assert code == 0, result
+    code, second = admin(a.address, "checkpoint", pid=os.getpid())
+    assert code == 0, second
+    assert second["shared_chunks"] == first["chunks"] - 2
+    assert 2 * MiB <= second["written"] < 2 * MiB + 64 * 1024
+    ps = admin(a.address, "ps")[1]
+    assert ps[0]["checkpoint"]["written"] == second["written"]
+
+
+def test_failover_restores_the_last_checkpoint(tmp_path):
+    folder = tmp_path / "images"
+    a = ServerProcess(f"ipc://{tmp_path}/a.sock", "--checkpoint-dir", str(folder),
+                      "--checkpoint-every", "0.2")
+    try:
+        client = RawClient(a.address)
+        contents = make_session(client)
+        deadline = time.monotonic() + 20
+        while not any(isinstance(n, dict) and "checkpointed" in n for n in client.notices):
+            assert time.monotonic() < deadline, "no periodic checkpoint"
+            if client.socket.poll(100):
+                client.notices.append(unpack(client.socket.recv())[2])
+        covered = next(n for n in client.notices if isinstance(n, dict) and "checkpointed" in n)
+        os.kill(a.proc.pid, signal.SIGKILL)
+        a.proc.wait(10)
+    finally:
+        a.stop()
+    b = ServerProcess(f"ipc://{tmp_path}/b.sock", "--checkpoint-dir", str(folder))
+    try:
+        standby = RawClient(b.address, client.token, resume=0)
+        assert standby.hello[0] == 0, standby.hello
+        assert standby.hello[1]["position"] == covered["checkpointed"]
+        assert_session_intact(standby, contents)
+        # A client whose image is damaged hears why, once, and nothing is restored.
+        image = folder / f"{client.token}.vgpu"
+        damaged = bytearray(image.read_bytes())
+        damaged[len(damaged) // 2] ^= 0xFF
+        image.write_bytes(damaged)
+        code, message, *_ = RawClient(b.address, client.token, resume=0).hello
+        assert code == 46 and "cannot be restored" in message and "corrupt" in message
+    finally:
+        b.stop()
+
+
+def test_bad_admin_requests_are_refused_clearly(two_servers, tmp_path):
+    a, _, _ = two_servers
+    RawClient(a.address).post([["cuDevicePrimaryCtxRetain", [CONTEXT, 0]]])
+    assert admin(a.address, "checkpoint", pid=1) == (1, "no session with pid 1 on this server")
+    code, message = admin(a.address, "checkpoint", pid=os.getpid(), path="relative.vgpu")
+    assert code == 1 and "absolute" in message
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    code, message = admin(a.address, "checkpoint", pid=os.getpid(), path=str(precious))
+    assert code == 1 and "not a vgpu checkpoint image" in message
+    assert precious.read_text() == "keep me"
+    assert admin(a.address, "resume", pid=os.getpid())[1].endswith("is not suspended (running)")
+    assert admin(a.address, "migrate", pid=os.getpid())[0] == 1
+    code, message = admin(a.address, "adopt", token="0" * 32, phase="commit", state={},
+                          regions=[])
+    assert code == 1 and "no session" in message
+    code, message = admin(a.address, "adopt", token="0" * 32, phase="memory",
+                          chunks=[[1, 2, 3, 4]])
+    assert code == 1
+    assert a.alive()
