@@ -30,7 +30,7 @@ import time
 import zmq
 
 from .errors import CudaError, DeviceUnavailable
-from .outbox import Outbox, relocate, replay_form
+from .outbox import Outbox, relocate, replay_form, staged_ranges
 from .protocol import (
     BYE,
     CALLS,
@@ -107,9 +107,11 @@ class StagingRing:
         except FileNotFoundError:
             pass
 
-    def take_contents(self, old: StagingRing) -> None:
-        """Hold what `old` holds, where it holds it: messages being resent name its slots."""
-        ctypes.memmove(self.address, old.address, min(self.size, old.size))
+    def take_contents(self, old: StagingRing, ranges) -> None:
+        """Hold what `old` holds in `ranges` ((offset, size)), at the same offsets: messages
+        being resent name them. (Only those: copying a whole ring costs tens of ms.)"""
+        for offset, size in ranges:
+            ctypes.memmove(self.address + offset, old.address + offset, size)
         self.position, self.pending = old.position, old.pending
 
 
@@ -191,16 +193,17 @@ class Connection:
         sock.connect(address)
         return sock
 
-    def _hello(self, resume: dict | None) -> dict:
+    def _hello(self, resume: dict | None, staged=()) -> dict:
         """Open the session on the server at self.address (`resume`: None, or where a moving
-        session's state stands). Raises _ServerLost when it does not answer."""
+        session's state stands; `staged`: what of the old ring to take along). Raises
+        _ServerLost when it does not answer."""
         old = self.ring
         try:
             self.ring = StagingRing(STAGING_BYTES)
         except OSError:
             self.ring = None  # no /dev/shm: bulk data goes inline
         if old is not None and self.ring is not None:
-            self.ring.take_contents(old)
+            self.ring.take_contents(old, staged)
         # Bytes the server may read back from our memory to learn whether it can copy
         # straight from application buffers (see vgpu.server.peer_memory).
         probe = ctypes.create_string_buffer(secrets.token_bytes(16), 16)
@@ -244,7 +247,8 @@ class Connection:
         self._forget_windows(None)  # they map the old server's memory
         self._socket, self.address = self._open_socket(address), address
         try:
-            info = self._hello({"position": position})
+            info = self._hello({"position": position},
+                               [*self._outbox.staged(), *staged_ranges(self._queue)])
             resumed = info.get("position")
             if (not isinstance(resumed, int) or resumed < self._outbox.oldest - 1
                     or resumed > self._outbox.position):

@@ -27,7 +27,8 @@ import collections
 import ctypes
 from dataclasses import dataclass
 
-__all__ = ["Outbox", "Sent", "SOURCE_ARG", "DEST_ARG", "READ_ONLY", "replay_form", "relocate"]
+__all__ = ["Outbox", "Sent", "SOURCE_ARG", "DEST_ARG", "READ_ONLY", "replay_form", "relocate",
+           "staged_ranges"]
 
 # Calls whose argument at this index says where their data comes from (a source spec: "shm",
 # "seg", "frame", "inline" or "peer"), the size being the argument after it.
@@ -105,10 +106,24 @@ class Outbox:
         first = position + 1 - self.oldest
         return list(self.held)[max(first, 0):]
 
+    def staged(self) -> list[tuple[int, int]]:
+        """(offset, size) of the ring-staged data the held messages copy to the device."""
+        return [r for entry in self.held for r in staged_ranges(entry.calls)]
+
     def forget_waits(self) -> None:
         """Replies still awaited will never come (the old server is gone); the resent
         messages are awaited again under their seqs."""
         self._waiting = {e.seq: e for e in self.held if e.seq and not e.answered}
+
+
+def staged_ranges(calls: list) -> list[tuple[int, int]]:
+    """(offset, size) of the ring-staged data `calls` copy to the device."""
+    ranges = []
+    for op, args in calls:
+        index = SOURCE_ARG.get(op)
+        if index is not None and args[index][0] == "shm":
+            ranges.append((int(args[index][1]), int(args[index + 1])))
+    return ranges
 
 
 def replay_form(entry: Sent, ring_map, has_ring: bool, has_peer: bool) -> tuple[int, list, list]:
