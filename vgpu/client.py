@@ -244,6 +244,7 @@ class Connection:
                        "which cannot move to another server yet")
         started = time.perf_counter()
         old_socket, old_ring, old_address = self._socket, self.ring, self.address
+        old_pid, self.server_pid = self.server_pid, None  # not the new server's
         self._forget_windows(None)  # they map the old server's memory
         self._socket, self.address = self._open_socket(address), address
         try:
@@ -258,6 +259,7 @@ class Connection:
         except (_ServerLost, CudaError, _MoveFailed) as exc:
             self._socket.close(linger=0)
             self._socket, self.ring, self.address = old_socket, old_ring, old_address
+            self.server_pid = old_pid
             raise _MoveFailed(f"{address}: {exc}") from None
         self.info = info
         ring_map = old_ring.map if old_ring is not None else None
@@ -730,6 +732,14 @@ def _command_line() -> list[str]:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, dead but not yet reaped by its parent, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[:1] != [b"Z"]
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel, which counts a zombie as alive
+        pass
     try:
         os.kill(pid, 0)
         return True

@@ -8,6 +8,7 @@ import ctypes
 import mmap
 import os
 import socket
+import subprocess
 import threading
 import time
 
@@ -31,8 +32,9 @@ class FakeServer:
     records every message. `on_calls(server, seq, calls, frames)` may replace the answer."""
 
     def __init__(self, address: str, *, position: int = 0, shm: bool = True,
-                 windows: bool = False):
+                 windows: bool = False, pid: int | None = None):
         self.address = address
+        self.pid = pid or os.getpid()  # the server process its hello names
         self.position = position  # what its hello says the session's state covers
         self.shm, self.windows = shm, windows
         self.hellos: list[dict] = []
@@ -102,7 +104,7 @@ class FakeServer:
             self.ring = mmap.mmap(fd, body["shm"]["size"])
             os.close(fd)
         self._socket.send_multipart([self.identity, pack([seq, 0, {
-            "session": 1, "server_pid": os.getpid(), "host": socket.gethostname(),
+            "session": 1, "server_pid": self.pid, "host": socket.gethostname(),
             "backend": "fake", "shm": shm, "peer_memory": self.windows,
             "device_windows": self.windows, "device": DEVICE, "position": self.position,
         }, 0, "", ""])])
@@ -342,6 +344,19 @@ def test_failover_to_a_standby_without_the_checkpoint_is_device_unavailable(
     with pytest.raises(DeviceUnavailable) as again:
         conn.call("cuMemGetInfo")
     assert again.value.message == outcome.message
+
+
+def test_failover_when_the_server_process_is_gone(servers, connections):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    old, standby = servers("old", pid=gone.pid), servers("standby")
+    old.on_calls = lambda *_: None  # it never answers: its process is gone
+    conn = connections(f"{old.address},{standby.address}", timeout=30)
+    started = time.monotonic()
+    assert conn.call("cuMemGetInfo")[0] == FREE_TOTAL
+    assert time.monotonic() - started < 2  # no waiting for the timeout
+    assert standby.hellos[0]["resume"] == {"position": 0}
+    assert [seq for seq, _, _ in standby.calls] == [old.calls[0][0]]
 
 
 def test_without_a_standby_a_stopping_server_is_device_unavailable(servers, connections):
