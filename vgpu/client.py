@@ -59,6 +59,10 @@ MAX_QUEUED_CALLS = 512  # a batch is sent once this many calls are waiting
 BATCHES_PER_MARK = 8
 MARKS_IN_FLIGHT = 4
 INLINE_BYTES = 4096  # small copies travel inside the message; no staging needed
+# With a failover list, sent data is kept until the server says a checkpoint covers it. A
+# server that does not checkpoint (no --checkpoint-every) would have us keep all of it:
+# past this much, the session gives up failing over rather than the application's memory.
+RETAIN_LIMIT_BYTES = 2 << 30
 # From this size on, a pageable copy is worth a round trip for one memcpy instead of two
 # through the ring: ours, into the device allocation mapped here (server/shared_allocations),
 # or else the server's, straight from or to the application's buffer (server/peer_memory).
@@ -430,7 +434,18 @@ class Connection:
         self._transmit(kind, seq, body, frames)
         if kind == CALLS:
             self._outbox.sent(seq, body, frames, self.ring.map if self.ring else None)
+            if self.failover and self._outbox.retained_bytes > RETAIN_LIMIT_BYTES:
+                self._stop_failing_over()
         return seq
+
+    def _stop_failing_over(self) -> None:
+        self.stderr_writer(
+            f"vgpu: {self._outbox.retained_bytes >> 20} MiB of work sent to {self.address} "
+            f"awaits a checkpoint there (does it run with --checkpoint-dir and "
+            f"--checkpoint-every?); this session will not fail over to "
+            f"{', '.join(self._standbys)}\n")
+        self._outbox.stop_retaining()
+        self.failover, self._standbys = False, []
 
     def _transmit(self, kind: str, seq: int, body, frames: list) -> None:
         if frames:  # bulk payloads go zero-copy; the header is small and cheaper copied

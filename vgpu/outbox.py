@@ -60,6 +60,8 @@ class Outbox:
     def __init__(self, retain_all: bool = False):
         self.retain_all = retain_all
         self.position = 0  # CALLS messages sent
+        self.confirmed = 0  # the last position a reply confirmed
+        self.retained_bytes = 0  # payload bytes of the held messages
         self.held: collections.deque[Sent] = collections.deque()
         self._waiting: dict[int, Sent] = {}  # seq -> the message that reply answers
 
@@ -71,6 +73,7 @@ class Outbox:
             calls, frames = relocate(calls, frames, ring_map, has_ring=False, has_peer=True)
         entry = Sent(self.position, seq, calls, frames)
         self.held.append(entry)
+        self.retained_bytes += sum(len(f) for f in frames)
         if seq:
             self._waiting[seq] = entry
 
@@ -83,18 +86,25 @@ class Outbox:
         entry.answered = True
         entry.failed = code != 0
         early = code == CUDA_ERROR_NOT_READY and entry.calls and entry.calls[-1][0] == QUERY
-        if not self.retain_all and not early:
-            self._drop_through(entry.position)
+        if not early:
+            self.confirmed = max(self.confirmed, entry.position)
+            if not self.retain_all:
+                self._drop_through(entry.position)
 
     def checkpointed(self, position: int) -> None:
         """A checkpoint a standby can restore covers the messages up to `position`."""
         if self.retain_all:
             self._drop_through(position)
 
+    def stop_retaining(self) -> None:
+        """Keep messages only until confirmed from now on (no failover any more)."""
+        self.retain_all = False
+        self._drop_through(self.confirmed)
+
     def _drop_through(self, position: int) -> None:
         held = self.held
         while held and held[0].position <= position:
-            held.popleft()
+            self.retained_bytes -= sum(len(f) for f in held.popleft().frames)
 
     @property
     def oldest(self) -> int:

@@ -377,3 +377,21 @@ def test_without_a_standby_a_silent_server_times_out(servers, connections):
     with pytest.raises(DeviceUnavailable, match="no answer from the vgpu server"):
         conn.call("cuMemGetInfo")
     assert time.monotonic() - started < 2
+
+
+def test_a_session_whose_server_never_checkpoints_stops_retaining(
+        servers, connections, monkeypatch, capfd):
+    monkeypatch.setattr("vgpu.client.RETAIN_LIMIT_BYTES", 100 << 10)
+    old, standby = servers("old"), servers("standby")
+    conn = connections(f"{old.address},{standby.address}")
+    data = _buffer(64 << 10, 9)
+    for _ in range(2):
+        conn.write_device("cuMemcpyHtoD", BASE, ctypes.addressof(data), len(data))
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1
+    assert "awaits a checkpoint there" in err and f"not fail over to {standby.address}" in err
+    old.on_calls = lambda server, seq, calls, frames: server.notice(SHUTTING_DOWN, 46)
+    with pytest.raises(DeviceUnavailable) as lost:
+        conn.call("cuMemGetInfo")
+    assert lost.value.message == f"{SHUTTING_DOWN} ({old.address})"
+    assert not standby.hellos
