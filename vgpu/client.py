@@ -646,11 +646,19 @@ class Connection:
 
     def _device_window(self, address: int, size: int) -> int | None:
         """Where device memory [address, +size) is mapped in this process, once the work
-        queued before has run (a round trip); None where the server does not share it."""
+        queued before has run (a round trip); None where the server does not share it.
+        A window granted is the caller's to release (_release_window) once it has copied:
+        until then the server cannot take the session's state (a checkpoint, a move)."""
         if not self._windows_work:
             return None
         self._queue.append(["vgpuDeviceWindow", (address, size)])
-        window, _ = self._finish(self._wait(self._flush(want_reply=True), self.timeout))
+        reply = self._wait(self._flush(want_reply=True), self.timeout)
+        try:
+            window, _ = self._finish(reply)
+        except CudaError:
+            if reply[0] == 0 and reply[1] is not None:  # granted, but queued work failed
+                self._release_window()
+            raise
         if window is None:
             return None
         pid, fd, serial, inode, base, length = window
@@ -661,6 +669,7 @@ class Connection:
                 mapped = (serial, *_map_server_file(pid, fd, inode, length))
             except (OSError, ValueError):  # not allowed to open it: the server copies
                 self._windows_work = False
+                self._release_window()
                 return None
             self._windows[base] = mapped
         return mapped[2] + (address - base)

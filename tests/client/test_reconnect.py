@@ -16,7 +16,7 @@ import pytest
 import zmq
 
 from vgpu.client import CHUNK_BYTES, PEER_COPY_BYTES, Connection
-from vgpu.errors import DeviceUnavailable
+from vgpu.errors import CudaError, DeviceUnavailable
 from vgpu.protocol import CALLS, HELLO, PROTOCOL_VERSION, RELEASE, pack, unpack
 
 DEVICE = {"name": "fake", "uuid": "0" * 32, "total_memory": 1 << 30,
@@ -55,8 +55,8 @@ class FakeServer:
         self._thread.start()
 
     # What a test (or on_calls) sends to the client.
-    def reply(self, seq: int, result=None, code: int = 0, frames=()) -> None:
-        self._queue([pack([seq, code, result, 0, "", ""]), *frames])
+    def reply(self, seq: int, result=None, code: int = 0, frames=(), deferred=0) -> None:
+        self._queue([pack([seq, code, result, deferred, "", ""]), *frames])
 
     def notice(self, result=None, code: int = 0) -> None:
         self._queue([pack([0, code, result, 0, "", ""])])
@@ -64,6 +64,11 @@ class FakeServer:
     def _queue(self, message: list) -> None:
         with self._lock:
             self._outbox.append(message)
+
+    def window(self, inode: int | None = None) -> list:
+        """A grant of its device memory: the vgpuDeviceWindow answer."""
+        info = os.fstat(self.window_fd)
+        return [os.getpid(), self.window_fd, 1, inode or info.st_ino, BASE, info.st_size]
 
     def window_bytes(self, size: int) -> bytes:
         return os.pread(self.window_fd, size, 0)
@@ -117,8 +122,7 @@ class FakeServer:
         if op == "cuMemGetInfo":
             self.reply(seq, FREE_TOTAL)
         elif op == "vgpuDeviceWindow":
-            info = os.fstat(self.window_fd)
-            self.reply(seq, [os.getpid(), self.window_fd, 1, info.st_ino, BASE, info.st_size])
+            self.reply(seq, self.window())
         else:
             self.reply(seq)
 
@@ -261,6 +265,33 @@ def test_window_copies_are_released_uncounted_and_forgotten_after_a_move(
     conn.write_device("cuMemcpyHtoD", BASE, ctypes.addressof(data), len(data))
     assert new.window_bytes(len(data)) == data.raw
     assert _until(lambda: new.kinds[-2:] == [CALLS, RELEASE])
+
+
+def test_a_window_granted_but_not_used_is_released(servers, connections):
+    server = servers("only", windows=True)
+    conn = connections(server.address)
+    data = _buffer(PEER_COPY_BYTES, 10)
+
+    def grant(error=0, inode=None):
+        def on_calls(server, seq, calls, frames):
+            if calls[-1][0] == "vgpuDeviceWindow":
+                server.reply(seq, server.window(inode), deferred=error)
+            else:
+                server.answer(seq, calls, frames)
+        return on_calls
+
+    # Earlier queued work failed: the copy fails with that error, and the grant goes back.
+    server.on_calls = grant(error=[700, "an illegal address"])
+    with pytest.raises(CudaError, match="an illegal address"):
+        conn.write_device("cuMemcpyHtoD", BASE, ctypes.addressof(data), len(data))
+    assert _until(lambda: server.kinds == [HELLO, CALLS, RELEASE])
+    # A window this process may not map (here: not the file the server means): the grant
+    # goes back, and the server copies instead, straight from the application's buffer.
+    server.on_calls = grant(inode=1)
+    conn.write_device("cuMemcpyHtoD", BASE, ctypes.addressof(data), len(data))
+    assert _until(lambda: server.kinds[3:] == [CALLS, RELEASE, CALLS])
+    (op, args), = server.calls[-1][1]
+    assert op == "cuMemcpyHtoD" and args[1] == ["peer", ctypes.addressof(data)]
 
 
 def test_a_session_with_pinned_memory_cannot_move(servers, connections):
