@@ -556,9 +556,10 @@ class Connection:
         necessarily applied. Large copies go in chunks so client and server copy in parallel.
         """
         with self._lock:
-            if size <= INLINE_BYTES:
-                self._queue.append([op, (dst, ["inline", ctypes.string_at(src, size)], size,
-                                         *extra)])
+            if size <= INLINE_BYTES or self.ring is None:
+                spec = ["inline", ctypes.string_at(src, size)] if size <= INLINE_BYTES else \
+                    self.frame(ctypes.string_at(src, size))
+                self._queue.append([op, (dst, spec, size, *extra)])
                 return
             if self.peer_memory and size >= PEER_COPY_BYTES:
                 window = self._device_window(dst, size)
@@ -575,7 +576,7 @@ class Connection:
             for offset in range(0, size, CHUNK_BYTES):
                 n = min(CHUNK_BYTES, size - offset)
                 slot = self._stage(n)
-                if slot is None:  # no ring (a server on another host)
+                if slot is None:  # no ring any more: the session moved to another host
                     spec = self.frame(ctypes.string_at(src + offset, n))
                 else:
                     ctypes.memmove(self.ring.address + slot, src + offset, n)

@@ -238,12 +238,31 @@ def test_a_redirect_to_a_server_without_shared_memory_sends_staged_data_in_frame
     copies = [(args, frames) for (op, args), frames in sent if op == "cuMemcpyHtoD"]
     assert [args[1][0] for args, _ in copies] == ["frame", "frame"]
     assert b"".join(frames[args[1][1]] for args, frames in copies) == data.raw
-    # Later copies go in frames too: there is no ring any more.
+    # Later copies go in frames too, queued with the next call: there is no ring any more.
     more = _buffer(64 << 10, 4)
     conn.write_device("cuMemcpyHtoD", BASE, ctypes.addressof(more), len(more))
     conn.synchronize()
-    _, calls, frames = new.calls[-2]
+    _, calls, frames = new.calls[-1]
+    assert [op for op, _ in calls] == ["cuMemcpyHtoD", "vgpuSynchronize"]
     assert calls[0][1][1] == ["frame", 0] and frames[0] == more.raw
+
+
+def test_a_copy_the_session_moves_in_the_middle_of_arrives_whole(servers, connections):
+    # The ring fills up after eight chunks; the copy waits for the server to drain it, and
+    # the session moves to a server on another host meanwhile: the rest goes in a frame.
+    old, new = servers("old"), servers("remote", position=8, shm=False)
+    old.on_calls = _redirect_on("vgpuSynchronize", new.address, 8)
+    conn = connections(old.address)
+    data = _buffer(9 * CHUNK_BYTES, 11)
+    conn.write_device("cuMemcpyHtoD", BASE, ctypes.addressof(data), len(data))
+    conn.synchronize()
+    assert [c[0][0] for _, c, _ in old.calls] == ["cuMemcpyHtoD"] * 8 + ["vgpuSynchronize"]
+    staged = b"".join(_ring_data(old, c[0][1][1], CHUNK_BYTES) for _, c, _ in old.calls[:8])
+    assert [c[-1][0] for _, c, _ in new.calls] == [
+        "vgpuSynchronize", "cuMemcpyHtoD", "vgpuSynchronize"]
+    (op, args), = new.calls[1][1]
+    assert op == "cuMemcpyHtoD" and args[0] == BASE + 8 * CHUNK_BYTES
+    assert staged + new.calls[1][2][args[1][1]] == data.raw
 
 
 def test_window_copies_are_released_uncounted_and_forgotten_after_a_move(
