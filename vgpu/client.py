@@ -309,6 +309,13 @@ class Connection:
         self._lost = why
         raise DeviceUnavailable(why)
 
+    @property
+    def shares_host_memory(self) -> bool:
+        """Whether pinned host memory may live in segments the server maps: only for a server
+        on this host, and not with standbys (a segment's contents change outside any message,
+        so no replay could restore them, and segments cannot move to another server yet)."""
+        return self.ring is not None and not self.failover
+
     def __del__(self) -> None:
         # A connection nobody holds says goodbye; one a forked child inherited is its
         # parent's. (No atexit hook: CUDA must work in exit hooks registered before it

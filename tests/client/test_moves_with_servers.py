@@ -1,5 +1,5 @@
-"""A Connection whose session real emu servers move: migrated while it works, and restored on a
-standby from its checkpoint when its server is killed. The data the client wrote is all there
+"""Sessions that real emu servers move: migrated while they work, and restored on a standby
+from their checkpoint when their server is killed. The data the client wrote is all there
 afterwards, at the same addresses, and the client noticed nothing but the address."""
 
 from __future__ import annotations
@@ -7,16 +7,20 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import zmq
-from vgpu_processes import start_emu_server, stop_server
+from vgpu_processes import VGPU, start_emu_server, stop_server, vgpu_environment
 
 from vgpu.client import PEER_COPY_BYTES, Connection
 from vgpu.protocol import ADMIN, pack, unpack
 
+PROGRAMS = Path(__file__).parent / "programs"
 CONTEXT = 7
 SIZES = (64 << 10, 2 * PEER_COPY_BYTES)  # through the ring; through a window (or the ring)
 
@@ -122,3 +126,30 @@ def test_a_session_whose_server_is_killed_goes_on_at_the_standby(emu_servers, tm
     assert conn.moves[0]["position"] > 0  # from the checkpoint, not from scratch
     work.round()
     conn.close()
+
+
+def test_a_program_with_pinned_memory_fails_over(emu_servers, tmp_path):
+    # With standbys, pinned host memory stays the program's own (copies from it go through
+    # messages a standby can replay), so the session can fail over.
+    start, procs = emu_servers
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    options = ("--checkpoint-dir", str(folder), "--checkpoint-every", "0.2")
+    primary, standby = start("primary", *options), start("standby", *options)
+    program = subprocess.Popen(
+        [*VGPU, "run", "--", sys.executable, str(PROGRAMS / "pinned_copies.py")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=vgpu_environment(VGPU_SERVER=f"{primary},{standby}"))
+    try:
+        assert program.stdout.readline() == "ready\n"
+        deadline = time.monotonic() + 30
+        while not list(folder.glob("*.vgpu")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        procs[0].send_signal(signal.SIGKILL)
+        out, err = program.communicate("go\n", timeout=60)
+    finally:
+        if program.poll() is None:
+            program.kill()
+            program.communicate()
+    assert (program.returncode, out) == (0, "same\n"), err
+    assert f"the session goes on at {standby}" in err
