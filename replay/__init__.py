@@ -1,7 +1,8 @@
-"""Journal format, checkpoint/restore, migration and record/replay.
+"""A session's state as data: its journal, and checkpoint images of it.
 
-`vgpu.replay.image` stores checkpoint images (a session's state and the contents of its
-memory) on disk: see README.md in this folder for the format.
+`vgpu.replay.journal` keeps a session's live objects, each with what it takes to make it
+again; `vgpu.replay.image` stores checkpoint images (the journal, the session's own state
+and the contents of its memory) on disk: see README.md in this folder for the format.
 """
 
 from .image import (

@@ -56,6 +56,8 @@ class AdminMixin:
         self.moved: dict[bytes, str] = {}  # client identity -> where its session went
         self.incoming: dict[str, Incoming] = {}  # token -> a session being handed over
         self.adopted: dict[str, tuple[Session, int, float]] = {}  # token -> (session, slot, t)
+        # Clients whose session is being restored from its image: identity -> (session, slot).
+        self.restoring: dict[bytes, tuple[Session, int]] = {}
 
     def _close_admin(self) -> None:
         for session, _, _ in self.adopted.values():
@@ -325,10 +327,12 @@ class AdminMixin:
         session.position = int(state["position"])
         return session, slot
 
-    def _resumed_session(self, hello: dict) -> tuple[Session, int]:
+    def _resumed_session(self, identity: bytes, seq, hello: dict
+                         ) -> tuple[Session, int] | None:
         """The session a reconnecting client comes back to: handed over to this server, or
-        restored from its image in the checkpoint folder, or else a fresh one (position 0:
-        the client replays what it kept, if it kept everything)."""
+        else a fresh one (position 0: the client replays what it kept, if it kept
+        everything); or None when it is being restored from its image in the checkpoint
+        folder, on a thread of its own, which answers the hello when done."""
         token = hello.get("token")
         adopted = self.adopted.pop(token, None) if isinstance(token, str) else None
         if adopted is not None:
@@ -340,13 +344,43 @@ class AdminMixin:
             return self._new_session(hello)
         try:
             image = read_image(path)
-            return self._restored_session(token, image.state, image.regions,
-                                          image.read_region, hello=hello)
+            if image.state.get("token") != token:
+                raise MoveError("the image belongs to another session")
+            session, slot = self._new_session(hello, image.state["arena"][0])
         except (ImageError, MoveError, CudaError, KeyError, TypeError, ValueError) as exc:
-            log.error("cannot restore session %s from %s: %s", token[:8], path, exc)
-            why = _message(exc)
-            raise CudaError(CUDA_ERROR_DEVICE_UNAVAILABLE, f"the session cannot be restored: "
-                            f"{why if path in why else f'{path}: {why}'}") from None
+            raise _unrestorable(token, path, exc) from None
+        self.restoring[identity] = (session, slot)
+
+        def restore() -> None:
+            try:
+                with session.backend.running():
+                    session.restore(image.state, image.regions, image.read_region)
+                session.position = int(image.state["position"])
+            except Exception as exc:  # what the image holds may not fit: refuse, clearly
+                error = _unrestorable(token, path, exc)
+                self.call_soon(lambda: self._restored(identity, seq, session, slot, error))
+            else:
+                self.call_soon(lambda: self._restored(identity, seq, session, slot, None))
+
+        threading.Thread(target=restore, name=f"vgpu-restore-{session.id}", daemon=True).start()
+        return None
+
+    def _restored(self, identity: bytes, seq, session: Session, slot: int,
+                  error: CudaError | None) -> None:
+        if self.restoring.get(identity, (None,))[0] is not session:  # the client went away
+            session.close()
+            return
+        del self.restoring[identity]
+        if error is not None:
+            session.close()
+            self._reply(identity, seq, error.code, error.message)
+        else:
+            log.info("session %d restored from its image", session.id)
+            self._open(identity, seq, session, slot)
+
+    def _forget_restoring(self, identity: bytes) -> None:
+        """A client that says hello again gives up the restore it was waiting for."""
+        self.restoring.pop(identity, None)
 
     def _standby_path(self, session: Session) -> str | None:
         return self._standby_path_of(session.token)
@@ -389,6 +423,13 @@ def _image_path(path) -> str:
         raise MoveError(f"{path} exists and is not a vgpu checkpoint image; "
                         f"not overwriting it")
     return path
+
+
+def _unrestorable(token: str, path: str, exc: Exception) -> CudaError:
+    log.error("cannot restore session %s from %s: %s", token[:8], path, exc)
+    why = _message(exc)
+    return CudaError(CUDA_ERROR_DEVICE_UNAVAILABLE, f"the session cannot be restored: "
+                                                    f"{why if path in why else f'{path}: {why}'}")
 
 
 def _is_image(path: str) -> bool:

@@ -255,9 +255,13 @@ class ProxyServer(AdminMixin):
         if identity in self.sessions:
             self._close_session(identity, "client reconnected")
         self.moved.pop(identity, None)
+        self._forget_restoring(identity)
         try:
             if body.get("resume"):
-                session, slot = self._resumed_session(body)
+                opened = self._resumed_session(identity, seq, body)
+                if opened is None:
+                    return  # restored from its image on another thread; answered then
+                session, slot = opened
             else:
                 session, slot = self._new_session(body)
         except (TypeError, ValueError, AttributeError) as exc:  # a pid that is no number...
@@ -266,6 +270,10 @@ class ProxyServer(AdminMixin):
         except CudaError as exc:
             self._reply(identity, seq, exc.code, exc.message)
             return
+        self._open(identity, seq, session, slot)
+
+    def _open(self, identity: bytes, seq, session: Session, slot: int) -> None:
+        """Serve `session` to the client at `identity`, and answer its hello."""
         self.sessions[identity] = session
         self.slots[identity] = slot
         self.workers[identity] = SessionWorker(session, self.context, self.wake_address,
@@ -308,7 +316,7 @@ class ProxyServer(AdminMixin):
             # Each emulated session has an address space of its own; sessions of a backend
             # that share one (a GPU's) cannot both have one range.
             if arena_base is not None and backend.shares_address_space and \
-                    slot in self.slots.values():
+                    slot in self._slots_in_use():
                 raise CudaError(2, "the session's address range is in use on this server")
             session = Session(self._next_session_id, hello, backend, arena, self.memcheck)
         except BaseException:
@@ -318,8 +326,13 @@ class ProxyServer(AdminMixin):
         return session, slot
 
     def _free_slot(self) -> int | None:
-        used = set(self.slots.values())
+        used = self._slots_in_use()
         return next((i for i in range(ARENA_SLOTS) if i not in used), None)
+
+    def _slots_in_use(self) -> set[int]:
+        """Served sessions' slots, and those of sessions restored for clients to come."""
+        return {*self.slots.values(), *(slot for _, slot in self.restoring.values()),
+                *(slot for _, slot, _ in self.adopted.values())}
 
     def _calls(self, identity: bytes, seq, body, payloads) -> None:
         session = self.sessions.get(identity)
@@ -387,6 +400,8 @@ class ProxyServer(AdminMixin):
         for identity, worker in self.workers.items():
             if worker.pending:
                 self._notice(identity)
+        for identity in self.restoring:  # waiting for its hello's answer
+            self._notice(identity)
 
     def _reap_dead_clients(self) -> None:
         for identity, session in list(self.sessions.items()):

@@ -78,7 +78,7 @@ class Capture:
     every allocation's (address, contents), copied aside."""
 
     state: dict
-    regions: list[tuple[int, bytearray]]
+    regions: list[tuple[int, bytearray | mmap.mmap]]
 
 
 @dataclass
@@ -309,14 +309,18 @@ class Session:
                             "the session has pinned host memory mapped (cuMemHostAlloc or "
                             "cuMemHostRegister), which cannot be checkpointed or moved yet")
 
-    def capture(self, position: int) -> Capture:
+    def capture(self, position: int, buffers: dict | None = None) -> Capture:
         """The session's state after its first `position` messages, with every allocation's
-        contents copied aside: call it between batches, on the thread that runs them; the
-        session may run on as soon as it returns."""
+        contents copied aside (into `buffers[address]` where one of the right size is
+        given): call it between batches, on the thread that runs them; the session may run
+        on as soon as it returns."""
         self.check_movable()
+        buffers = buffers or {}
         copies = []
         for address, size in self.arena.allocations():
-            copy = bytearray(size)
+            copy = buffers.get(address)
+            if copy is None or len(copy) != size:
+                copy = bytearray(size)
             self.backend.read_into(address, memoryview(copy))
             copies.append((address, copy))
         return Capture(self.describe(position), copies)
@@ -726,9 +730,12 @@ class Session:
         wanted = iter(places) if places is not None else None
 
         def allocate(size: int) -> int:
-            address = self.arena.alloc(size, next(wanted, None) if wanted else None)
+            place = next(wanted, None) if wanted else None
+            address = self.arena.alloc(size, place)
             if address is None:
-                raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, "no room for module variables")
+                raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, "no room for module variables"
+                                if place is None else f"0x{place:x}+{size} is not free in "
+                                                      f"the session's address range")
             allocated.append(address)
             return address
 

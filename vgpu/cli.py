@@ -1,4 +1,5 @@
-"""The `vgpu` command: `run` an unmodified CUDA program, `server` a device, `ps` the sessions."""
+"""The `vgpu` command: `run` an unmodified CUDA program, `server` a device, `ps` the sessions,
+`checkpoint`, `suspend`, `resume` and `migrate` one."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 __all__ = ["main"]
 
@@ -48,6 +50,37 @@ def _add_ps_parser(sub) -> None:
     p.add_argument("--server", default=None, help="ask only this server")
 
 
+def _add_session_parsers(sub) -> None:
+    """checkpoint, suspend, resume, migrate: requests about one session."""
+    checkpoint = _session_parser(
+        sub, "checkpoint", "write a session's checkpoint image while it keeps running")
+    checkpoint.add_argument("-o", "--output", default=None, metavar="PATH",
+                            help="the image's path (default: the server's checkpoint folder)")
+    _session_parser(sub, "suspend",
+                    "save a session to its image and free its device memory; its program "
+                    "waits until `vgpu resume`")
+    resume = _session_parser(sub, "resume", "let a suspended session run again")
+    resume.add_argument("--to", default=None, metavar="ADDR",
+                        help="restore it on this server instead of the one that suspended it")
+    migrate = _session_parser(sub, "migrate",
+                              "move a running session to another server; its program goes on")
+    migrate.add_argument("--to", required=True, metavar="ADDR", help="the server to move to")
+    migrate.add_argument("--stop-and-copy", action="store_true",
+                         help="stop the session, then copy its memory (default: copy while it "
+                              "runs, then stop it only to send what changed)")
+
+
+def _session_parser(sub, verb: str, help_text: str):
+    p = sub.add_parser(verb, help=help_text, description=help_text)
+    p.add_argument("target", type=int, metavar="PID",
+                   help="the program's process id (or, with --session, the session id), as "
+                        "`vgpu ps` shows")
+    p.add_argument("--session", action="store_true", help="PID is a session id")
+    p.add_argument("--server", default=None,
+                   help="the server that serves the session (default: whichever does)")
+    return p
+
+
 class _VersionAction(argparse.Action):
     """`--version`: the installed version, looked up only when asked for (importlib.metadata
     scans every installed distribution, some 15 ms that `vgpu run` should not pay)."""
@@ -74,10 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     _add_server_parser(sub)
     _add_run_parser(sub)
     _add_ps_parser(sub)
+    _add_session_parsers(sub)
     args = parser.parse_args(argv)
     if args.verb is None:  # a usage error, as argparse treats one: help on stderr, status 2
         parser.print_help(sys.stderr)
         return 2
+    if args.verb in _SESSION_REQUESTS:
+        return _session_request(args)
     return {"server": _server, "run": _run, "ps": _ps}[args.verb](args)
 
 
@@ -344,11 +380,30 @@ def _print_server(address: str, pid: int | None, sessions: list[dict]) -> None:
     print(f"server {address}{served_by}: {count}")
     if not sessions:
         return
-    print(f"  {'PID':>8}  {'BACKEND':7}  {'MEMORY':>10}  {'CALLS':>8}  {'QUEUED':>6}  COMMAND")
+    print(f"  {'PID':>8}  {'SESSION':>7}  {'BACKEND':7}  {'MEMORY':>10}  {'CALLS':>8}  "
+          f"{'QUEUED':>6}  {'STATE':9}  {'TOKEN':8}  {'CHECKPOINT':19}  COMMAND")
+    now = time.time()
     for s in sessions:
         command = " ".join(s["command"].split())  # one row per session, whatever argv holds
-        print(f"  {s['pid']:>8}  {s['backend']:7}  {_human(s['memory']):>10}  {s['calls']:>8}  "
-              f"{s.get('queued', 0):>6}  {command}")
+        print(f"  {s['pid']:>8}  {s.get('session', '-'):>7}  {s['backend']:7}  "
+              f"{_human(s['memory']):>10}  {s['calls']:>8}  {s.get('queued', 0):>6}  "
+              f"{s.get('state') or '-':9}  {(s.get('token') or '-')[:8]:8}  "
+              f"{_checkpoint_column(s.get('checkpoint'), now):19}  {command}")
+
+
+def _checkpoint_column(checkpoint: dict | None, now: float) -> str:
+    """The session's last checkpoint: how long ago, and its image's size."""
+    if not checkpoint:
+        return "-"
+    return f"{_age(now - checkpoint['at'])} ago, {_human(checkpoint['bytes'])}"
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def _human(n: int) -> str:
@@ -357,6 +412,218 @@ def _human(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+# ----------------------------------------------------------------- checkpoint, suspend, ...
+
+class _Refused(Exception):
+    """A session request that cannot be made: the message for stderr, and the exit status."""
+
+    def __init__(self, message: str, status: int = 1):
+        super().__init__(message)
+        self.status = status
+
+
+def _session_request(args) -> int:
+    verb = args.verb
+    try:
+        selector = {"session": args.target} if args.session else {"pid": args.target}
+        extra = _SESSION_REQUESTS[verb].arguments(args)
+        address, row = _find_session(args.server, selector)
+        with _ProgressBars(sys.stderr) as bars:
+            reply = _admin_request(address, verb, [{**selector, **extra}], bars.update)
+        try:
+            line = _SESSION_REQUESTS[verb].describe(_who(selector, row), extra, reply)
+        except (KeyError, TypeError, ValueError):
+            raise _Refused(f"unexpected answer from {address}: {reply!r:.200}") from None
+    except _Refused as exc:
+        print(f"vgpu {verb}: {exc}", file=sys.stderr)
+        return exc.status
+    except KeyboardInterrupt:
+        print(f"vgpu {verb}: interrupted (a request already sent goes on at the server)",
+              file=sys.stderr)
+        return 130
+    print(line)
+    return 0
+
+
+def _admin_request(address: str, op: str, args: list, progress):
+    from vgpu.admin import AdminError, request
+
+    try:
+        return request(address, op, args, progress)
+    except AdminError as exc:
+        raise _Refused(str(exc)) from None
+
+
+def _find_session(server: str | None, selector: dict) -> tuple[str, dict | None]:
+    """The address of the server that serves the session, and its `ps` row. A server named
+    with --server is asked even if its list lacks the session: its answer then says why."""
+    from vgpu.addresses import AddressError, check_address
+    from vgpu.registry import live_servers
+
+    if server is not None:
+        try:
+            check_address(server)
+        except AddressError as exc:
+            raise _Refused(f"--server {server}: {exc}", 2) from None
+        return server, _matching(_sessions_of(server, quiet=False), selector)
+    servers = live_servers()
+    if not servers:
+        raise _Refused("no vgpu server is running")
+    found = [(address, row) for _, address in servers
+             if (row := _matching(_sessions_of(address, quiet=True), selector)) is not None]
+    what = " ".join(f"{key} {value}" for key, value in selector.items())
+    if not found:
+        raise _Refused(f"no {what} on any running vgpu server (see vgpu ps)")
+    if len(found) > 1:
+        raise _Refused(f"{what} is on several servers ({', '.join(a for a, _ in found)}); "
+                       "name one with --server", 2)
+    return found[0]
+
+
+def _sessions_of(address: str, quiet: bool) -> list[dict]:
+    """The server's sessions; with quiet, none for a server that is not there or does not
+    answer (one of several looked through), else the error `vgpu ps` gives."""
+    from vgpu.addresses import AddressError, ipc_path, listener_pid
+    from vgpu.registry import ask_sessions
+
+    try:
+        socket_file = ipc_path(address)
+        if socket_file is not None and listener_pid(socket_file) is None:
+            if quiet:
+                return []
+            raise _Refused(f"no vgpu server at {address}")
+    except AddressError as exc:
+        if quiet:
+            return []
+        raise _Refused(f"{address}: {exc}") from None
+    sessions = ask_sessions(address, timeout_s=3)
+    if sessions is None:
+        if quiet:
+            return []
+        raise _Refused(f"no answer from {address}")
+    return sessions
+
+
+def _matching(sessions: list[dict], selector: dict) -> dict | None:
+    (key, value), = selector.items()
+    return next((s for s in sessions if isinstance(s, dict) and s.get(key) == value), None)
+
+
+def _who(selector: dict, row: dict | None) -> str:
+    if row is not None and "session" in row:
+        return f"session {row['session']} (pid {row['pid']})"
+    (key, value), = selector.items()
+    return f"{key} {value}"
+
+
+class _ProgressBars:
+    """The server's progress notices as tqdm bars on stderr, one per phase (and per round of
+    a migration), on a terminal only: a log or a pipe gets the result line alone."""
+
+    _LABELS = {"copy": "copying", "write": "writing", "read": "reading", "send": "sending"}
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.shown = stream.isatty()
+        self.bar = None
+        self.key = None
+
+    def update(self, phase: str, done: int, total: int) -> None:
+        if not self.shown:
+            return
+        if self.bar is None or self.key != (phase, total):
+            from tqdm import tqdm
+
+            self.close()
+            self.bar = tqdm(total=total, desc=self._LABELS.get(phase, phase), unit="B",
+                            unit_scale=True, unit_divisor=1024, file=self.stream, leave=False)
+            self.key = (phase, total)
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class _Request:
+    """What a session verb adds to its request, and its result line."""
+
+    def __init__(self, arguments, describe):
+        self.arguments = arguments
+        self.describe = describe
+
+
+def _checkpoint_arguments(args) -> dict:
+    # The server resolves a relative path against its own folder, not the user's.
+    return {"path": os.path.abspath(args.output) if args.output else None}
+
+
+def _resume_arguments(args) -> dict:
+    return {"to": _target_address(args.to)}
+
+
+def _migrate_arguments(args) -> dict:
+    return {"to": _target_address(args.to), "precopy": not args.stop_and_copy}
+
+
+def _target_address(address: str | None) -> str | None:
+    from vgpu.addresses import AddressError, check_address
+
+    if address is not None:
+        try:
+            check_address(address)
+        except AddressError as exc:
+            raise _Refused(f"--to {address}: {exc}", 2) from None
+    return address
+
+
+# The result lines: `who` names the session, `asked` is what the request added to the
+# selector, `r` the server's answer.
+
+def _describe_checkpoint(who: str, asked: dict, r: dict) -> str:
+    shared = r["shared_chunks"]
+    return (f"checkpointed {who} to {r['path']}: {_human(r.get('memory', r['bytes']))} in "
+            f"{_count(r['chunks'], 'chunk')}, wrote {_human(r['written'])} ({shared} shared), "
+            f"session stopped {r['stop_s']:.2f} s")
+
+
+def _describe_suspend(who: str, asked: dict, r: dict) -> str:
+    return (f"suspended {who} to {r['path']} ({_human(r['bytes'])}), session stopped "
+            f"{r['stop_s']:.2f} s")
+
+
+def _describe_resume(who: str, asked: dict, r: dict) -> str:
+    if r.get("moved_to"):
+        return (f"resumed {who} on {r['moved_to']}: sent {_human(r['bytes_sent'])} in "
+                f"{r['total_s']:.2f} s")
+    return f"resumed {who}: restored in {r['restore_s']:.2f} s"
+
+
+def _describe_migrate(who: str, asked: dict, r: dict) -> str:
+    return (f"migrated {who} to {asked['to']}: sent {_human(r['bytes_sent'])} in "
+            f"{_count(r['rounds'], 'round')}, "
+            f"{r['total_s']:.2f} s; downtime {r['downtime_s']:.2f} s")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+_SESSION_REQUESTS = {
+    "checkpoint": _Request(_checkpoint_arguments, _describe_checkpoint),
+    "suspend": _Request(lambda args: {}, _describe_suspend),
+    "resume": _Request(_resume_arguments, _describe_resume),
+    "migrate": _Request(_migrate_arguments, _describe_migrate),
+}
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import zmq
 from conftest import ServerProcess
 
 from vgpu.protocol import ADMIN, CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
+from vgpu.replay.image import CHUNK_BYTES
 
 CONTEXT = 7
 MiB = 1 << 20
@@ -230,7 +231,7 @@ def test_incremental_checkpoint_writes_only_what_changed(two_servers):
     assert code == 0, result
     code, second = admin(a.address, "checkpoint", pid=os.getpid())
     assert code == 0, second
-    assert second["shared_chunks"] == first["chunks"] - 2
+    assert second["chunks"] - second["shared_chunks"] == -(-2 * MiB // CHUNK_BYTES)
     assert 2 * MiB <= second["written"] < 2 * MiB + 64 * 1024
     ps = admin(a.address, "ps")[1]
     assert ps[0]["checkpoint"]["written"] == second["written"]
@@ -259,7 +260,16 @@ def test_failover_restores_the_last_checkpoint(tmp_path):
         assert standby.hello[0] == 0, standby.hello
         assert standby.hello[1]["position"] == covered["checkpointed"]
         assert_session_intact(standby, contents)
-        # A client whose image is damaged hears why, once, and nothing is restored.
+        # A client whose image is damaged hears why, once, and nothing is restored: a
+        # damaged chunk (found while restoring) or a damaged manifest (found at once).
+        chunk = max((p for p in (folder / ".vgpu-chunks").rglob("*") if len(p.name) == 64),
+                    key=lambda p: p.stat().st_size)
+        original = chunk.read_bytes()
+        chunk.write_bytes(original[:-9] + bytes(9))
+        code, message, *_ = RawClient(b.address, client.token, resume=0).hello
+        assert code == 46 and "cannot be restored" in message and chunk.name in message
+        chunk.write_bytes(original)
+        assert len(admin(b.address, "ps")[1]) == 1  # the standby's; the refused one is gone
         image = folder / f"{client.token}.vgpu"
         damaged = bytearray(image.read_bytes())
         damaged[len(damaged) // 2] ^= 0xFF
