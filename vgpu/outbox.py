@@ -10,8 +10,8 @@ So the client holds on to messages:
 - normally until the server confirms them: the reply to a message at position p says that
   every message up to p has run (replies come in order). Their data needs no copy: bulk data
   staged in the shared-memory ring stays there until the server has confirmed the copy
-  (vgpu.client's ring is not reused before), and a session that moves takes a copy of the
-  whole ring along.
+  (vgpu.client's ring is not reused before), and a session that moves copies the ranges
+  they name into its new ring.
 - with a failover list (retain_all), until a checkpoint covers them ({"checkpointed": N}):
   a replay may come long after the ring was reused, so data staged there is copied into the
   retained message when it is sent.
