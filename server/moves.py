@@ -188,13 +188,16 @@ def move(host: SessionHost, identity: bytes, target: str, precopy: bool,
             return _move_suspended(host, identity, link, token, image_path, progress,
                                    started)
         rounds = 0
+        mark = None
         if precopy:
             while rounds < MAX_ROUNDS:
                 rounds += 1
-                changed = _precopy_round(host, identity, link, token, sent, progress)
+                changed, mark = _precopy_round(host, identity, link, token, sent, progress,
+                                               mark)
                 if changed <= CONVERGED_BYTES:
                     break
-        stop = host.control(identity, lambda s, p: _final_stop(s, p, sent), hold=True).result()
+        stop = host.control(identity, lambda s, p: _final_stop(s, p, sent, mark),
+                            hold=True).result()
         try:
             _send_chunks(link, token, stop.chunks, sent)
             link.request({"phase": "commit", "token": token, "state": stop.state,
@@ -241,55 +244,63 @@ def _move_suspended(host, identity, link, token, image_path, progress, started) 
             "total_s": time.perf_counter() - started, "position": image.state["position"]}
 
 
-def _precopy_round(host, identity, link, token, sent: _Sent, progress: Progress) -> int:
+def _precopy_round(host, identity, link, token, sent: _Sent, progress: Progress,
+                   since: tuple | None) -> tuple[int, tuple]:
     """Send every chunk that differs from the target's copy, a slice at a time while the
-    session runs; returns the bytes that had changed."""
-    cursor = (0, 0)
-    changed = 0
-    while cursor is not None:
-        chunks, cursor, total = host.control(
-            identity, lambda s, p, c=cursor: _changed_slice(s, c, sent)).result()
+    session runs: of all memory, or (`since` a mark) of what may have changed since. Returns
+    the bytes that had changed, and the mark this round started from."""
+    mark, todo = host.control(identity, lambda s, p: _plan(s, since, sent)).result()
+    total = sum(n for *_, n in todo)
+    changed = done = 0
+    for first in range(0, len(todo), SLICE_BYTES // MIGRATION_CHUNK):
+        part = todo[first:first + SLICE_BYTES // MIGRATION_CHUNK]
+        chunks = host.control(identity, lambda s, p, part=part: _changed(s, part, sent)).result()
         changed += _send_chunks(link, token, chunks, sent)
-        progress("copy", changed, total)
-    return changed
+        done += sum(n for *_, n in part)
+        progress("copy", done, total)
+    return changed, mark
 
 
-def _changed_slice(session: Session, cursor: tuple[int, int], sent: _Sent):
-    """From (address, offset) on, up to SLICE_BYTES of memory: the chunks that differ from
-    what was sent, the cursor to go on from (None at the end), and the memory's size."""
+def _plan(session: Session, since: tuple | None, sent: _Sent) -> tuple[tuple, list]:
+    """A mark, and the chunks to compare with what was sent: every chunk, or those the
+    session says may have changed since `since`, and any never sent."""
+    mark = session.mark()
     regions = session.arena.allocations()
-    total = sum(size for _, size in regions)
-    todo, budget = [], SLICE_BYTES
-    for address, size in regions:
-        if address < cursor[0]:
-            continue
-        offset = cursor[1] if address == cursor[0] else 0
-        while offset < size:
-            if budget <= 0:
-                return _changed(session, todo, sent), (address, offset), total
-            n = min(MIGRATION_CHUNK, size - offset)
-            todo.append((address, size, offset, n))
-            budget -= n
-            offset += n
-    return _changed(session, todo, sent), None, total
+    ranges = session.changed_since(since) if since is not None else None
+    if ranges is None:
+        return mark, [(address, size, offset, min(MIGRATION_CHUNK, size - offset))
+                      for address, size in regions
+                      for offset in range(0, size, MIGRATION_CHUNK)]
+    wanted = set()
+    for address, size in ranges:
+        found = session.arena.find(address)
+        if found is not None and size > 0:
+            start, _ = found
+            first = (address - start) // MIGRATION_CHUNK
+            last = (address + size - 1 - start) // MIGRATION_CHUNK
+            wanted.update((start, k * MIGRATION_CHUNK) for k in range(first, last + 1))
+    return mark, [(address, size, offset, min(MIGRATION_CHUNK, size - offset))
+                  for address, size in regions
+                  for offset in range(0, size, MIGRATION_CHUNK)
+                  if (address, offset) in wanted or (address, offset) not in sent.digests]
 
 
 def _changed(session: Session, todo: list, sent: _Sent) -> list:
-    """[(address, region size, offset, bytes)] of the chunks in `todo` whose digest differs
-    from the one sent, each with its new digest noted in `sent` once sent."""
-    hashed = []
-    for address, _, offset, n in todo:
-        view = _view(session, address + offset, n)
-        hashed.append((xxhash.xxh3_128_digest(view), view))
+    """[(address, region size, offset, bytes, digest)] of the chunks in `todo` (still
+    inside a live allocation of the same size) whose digest differs from the one sent."""
     out = []
-    for (address, size, offset, _), (d, view) in zip(todo, hashed, strict=True):
-        if sent.digests.get((address, offset)) != d:
-            out.append((address, size, offset, bytes(view), d))
+    for address, size, offset, n in todo:
+        if session.arena.find(address) != (address, size):
+            continue  # freed since it was planned
+        view = _view(session, address + offset, n)
+        digest = xxhash.xxh3_128_digest(view)
+        if sent.digests.get((address, offset)) != digest:
+            out.append((address, size, offset, bytes(view), digest))
     return out
 
 
 def _view(session: Session, address: int, size: int) -> memoryview:
-    view = session.backend.host_view(address, size)
+    view = session.backend.host_view(address, size, writing=False)
     if view is None:
         view = memoryview(bytearray(size))
         session.backend.read_into(address, view)
@@ -304,15 +315,15 @@ class _Stop:
     stopped_at: float
 
 
-def _final_stop(session: Session, position: int, sent: _Sent) -> _Stop:
+def _final_stop(session: Session, position: int, sent: _Sent, since: tuple | None) -> _Stop:
+    """The session stops here: what changed since the last round began, and its journal."""
     stopped_at = time.perf_counter()
     session.wait_windows_released()
     session.check_movable()
-    regions = session.arena.allocations()
-    todo = [(address, size, offset, min(MIGRATION_CHUNK, size - offset))
-            for address, size in regions for offset in range(0, size, MIGRATION_CHUNK)]
+    _, todo = _plan(session, since, sent)
     chunks = _changed(session, todo, sent)
-    return _Stop(session.describe(position), [list(r) for r in regions], chunks, stopped_at)
+    regions = [list(r) for r in session.arena.allocations()]
+    return _Stop(session.describe(position), regions, chunks, stopped_at)
 
 
 def _send_chunks(link: _Link, token: str, chunks: list, sent: _Sent) -> int:

@@ -137,6 +137,7 @@ class Session:
         self.suspended_image: str | None = None
         # Device windows granted to the client and not yet released (see device_window).
         self._windows_open = 0
+        self._windows_granted = 0  # ever: a grant since a mark makes changes unknown
         self._windows_changed = threading.Condition()
         self.arena = arena
         self.device = backend.describe()
@@ -416,6 +417,19 @@ class Session:
         self.backend = open_backend(self.backend.name)
         self.backend.set_memcheck(self.memcheck == "strict")
 
+    def mark(self) -> tuple[int, int]:
+        """A point in the session's history, for `changed_since`."""
+        return self.backend.mark(), self._windows_granted
+
+    def changed_since(self, mark: tuple[int, int]) -> list[tuple[int, int]] | None:
+        """Ranges of device memory that may have changed since `mark`, or None when that
+        is unknown: the backend cannot tell, or the client was given a device window (its
+        copies through one change memory outside any call)."""
+        backend_mark, granted = mark
+        if self._windows_granted != granted:
+            return None
+        return self.backend.changed_since(backend_mark)
+
     def window_released(self) -> None:
         """The client finished a copy through a device window (server I/O thread)."""
         with self._windows_changed:
@@ -668,7 +682,7 @@ class Session:
     def memcpy_dtoh(self, src: int, size: int, dst_spec):
         self._check_range(src, size)
         if dst_spec[0] == "peer":
-            view = self.backend.host_view(src, size)
+            view = self.backend.host_view(src, size, writing=False)
             if view is None:
                 view = memoryview(bytearray(size))
                 self.backend.read_into(src, view)
@@ -693,6 +707,7 @@ class Session:
             return None
         with self._windows_changed:
             self._windows_open += 1  # until the client says it is done (window_released)
+            self._windows_granted += 1
         return [*window, *found]
 
     @op("cuMemcpyDtoD")

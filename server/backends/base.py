@@ -87,13 +87,24 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def read_into(self, address: int, out: memoryview) -> None: ...
 
-    def host_view(self, address: int, size: int) -> memoryview | None:
+    def host_view(self, address: int, size: int, writing: bool = True) -> memoryview | None:
         """A writable host view of device memory, for backends that keep it in host RAM
-        (emu); None where device memory is elsewhere, and callers stage through a buffer."""
+        (emu); None where device memory is elsewhere, and callers stage through a buffer.
+        `writing=False`: the caller only reads it (it does not count as a change)."""
         return None
 
     @abc.abstractmethod
     def copy(self, dst: int, src: int, size: int) -> None: ...
+
+    def mark(self) -> int:
+        """A point in the device's history, for `changed_since`."""
+        return 0
+
+    def changed_since(self, mark: int) -> list[tuple[int, int]] | None:
+        """(address, size) ranges that may have changed since `mark`, where the backend can
+        tell (more is allowed, never less); None when it cannot (a kernel ran, say). A
+        migration then compares only these ranges with what it sent."""
+        return None
 
     @abc.abstractmethod
     def fill(self, address: int, pattern: bytes, count: int) -> None: ...

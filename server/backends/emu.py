@@ -56,6 +56,7 @@ class EmuBackend(Backend):
         self.memory = DeviceMemory(granule=ALLOCATION_ALIGNMENT)
         self.checker = MemoryChecker(strict=False)
         self._cancelled = threading.Event()
+        self._writes = WriteLog()
 
     def describe(self) -> DeviceDescription:
         return DeviceDescription(
@@ -68,24 +69,37 @@ class EmuBackend(Backend):
 
     def map(self, address: int, size: int, backing: memoryview | None = None) -> None:
         self.memory.map(address, size, backing)
+        self._writes.wrote(address, size)
 
     def unmap(self, address: int) -> None:
         self.memory.unmap(address)
 
     def write(self, address: int, data: memoryview) -> None:
         self._checked(self.memory.view, address, len(data))[:] = data
+        self._writes.wrote(address, len(data))
 
     def read_into(self, address: int, out: memoryview) -> None:
         out[:] = self._checked(self.memory.view, address, len(out))
 
-    def host_view(self, address: int, size: int) -> memoryview:
-        return self._checked(self.memory.view, address, size)
+    def host_view(self, address: int, size: int, writing: bool = True) -> memoryview:
+        view = self._checked(self.memory.view, address, size)
+        if writing:
+            self._writes.wrote(address, size)
+        return view
 
     def copy(self, dst: int, src: int, size: int) -> None:
         self._checked(self.memory.copy, dst, src, size)
+        self._writes.wrote(dst, size)
 
     def fill(self, address: int, pattern: bytes, count: int) -> None:
         self._checked(self.memory.fill, address, pattern, count)
+        self._writes.wrote(address, len(pattern) * count)
+
+    def mark(self) -> int:
+        return self._writes.mark()
+
+    def changed_since(self, mark: int) -> list[tuple[int, int]] | None:
+        return self._writes.since(mark)
 
     @staticmethod
     def _checked(fn, *args):
@@ -149,6 +163,7 @@ class EmuBackend(Backend):
             raise CudaError(exc.code, str(exc)) from None
 
         def run(params: bytes, printf_fifo_bytes: int) -> tuple[str, str]:
+            self._writes.wrote_anywhere()  # a kernel may store through any pointer
             try:
                 result = prepared.execute(params, self.memory, self.checker, printf_fifo_bytes,
                                           self._cancelled)
@@ -168,6 +183,40 @@ class EmuBackend(Backend):
 
     def close(self) -> None:
         self.memory = DeviceMemory(granule=ALLOCATION_ALIGNMENT)
+
+
+class WriteLog:
+    """The ranges written since each mark, until there are too many to be worth keeping
+    (or a kernel ran), when everything counts as written."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self._generation = 0
+        self._ranges: list[tuple[int, int, int]] = []  # (generation, address, size)
+        self._anywhere = -1  # the last generation in which anything may have been written
+
+    def mark(self) -> int:
+        self._generation += 1
+        return self._generation
+
+    def wrote(self, address: int, size: int) -> None:
+        if self._anywhere == self._generation:
+            return
+        if len(self._ranges) >= self.LIMIT:
+            self.wrote_anywhere()
+        else:
+            self._ranges.append((self._generation, address, size))
+
+    def wrote_anywhere(self) -> None:
+        self._anywhere = self._generation
+        self._ranges.clear()
+
+    def since(self, mark: int) -> list[tuple[int, int]] | None:
+        if self._anywhere >= mark:
+            return None
+        return [(address, size) for generation, address, size in self._ranges
+                if generation >= mark]
 
 
 def _uses_printf(module: PtxModule, kernel: str) -> bool:

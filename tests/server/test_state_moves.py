@@ -300,3 +300,24 @@ def test_bad_admin_requests_are_refused_clearly(two_servers, tmp_path):
                           chunks=[[1, 2, 3, 4]])
     assert code == 1
     assert a.alive()
+
+
+def test_the_emulator_says_what_may_have_changed_since_a_mark():
+    from vgpu.server.backends.emu import EmuBackend
+
+    backend = EmuBackend()
+    backend.map(0x1000, 4096)
+    mark = backend.mark()
+    assert backend.changed_since(mark) == []
+    backend.write(0x1100, memoryview(b"x" * 16))
+    backend.fill(0x1200, b"\0", 8)
+    backend.host_view(0x1300, 4, writing=False)  # read only: no change
+    assert backend.changed_since(mark) == [(0x1100, 16), (0x1200, 8)]
+    later = backend.mark()
+    assert backend.changed_since(later) == []
+    # A kernel may store through any pointer: after a launch, nothing is known.
+    ptx = b".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry nop()\n{\n ret;\n}\n"
+    module = backend.load_module(ptx, allocate=lambda size: 0x9000)
+    backend.prepare_launch(module, "nop", (1, 1, 1), (1, 1, 1), 0)(b"", 1 << 20)
+    assert backend.changed_since(later) is None and backend.changed_since(mark) is None
+    assert backend.changed_since(backend.mark()) == []
