@@ -15,7 +15,7 @@ import time
 
 import pytest
 import zmq
-from conftest import ServerProcess
+from vgpu_processes import ServerProcess
 
 from vgpu.protocol import ADMIN, CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
 from vgpu.replay.image import CHUNK_BYTES
