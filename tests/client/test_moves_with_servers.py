@@ -14,11 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-import zmq
 from vgpu_processes import VGPU, start_emu_server, stop_server, vgpu_environment
 
+from vgpu.admin import AdminError, request
 from vgpu.client import PEER_COPY_BYTES, Connection
-from vgpu.protocol import ADMIN, pack, unpack
 
 PROGRAMS = Path(__file__).parent / "programs"
 CONTEXT = 7
@@ -26,20 +25,10 @@ SIZES = (64 << 10, 2 * PEER_COPY_BYTES)  # through the ring; through a window (o
 
 
 def _admin(address: str, op: str, **args) -> tuple[int, object]:
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(address)
     try:
-        sock.send(pack([ADMIN, 1, [op, [args]]]))
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if sock.poll(100):
-                reply = unpack(sock.recv())
-                if reply[0] == 1:
-                    return reply[1], reply[2]
-        raise TimeoutError(f"no answer to {op}")
-    finally:
-        sock.close(0)
+        return 0, request(address, op, [args], timeout_s=60)
+    except AdminError as exc:
+        return 1, str(exc)
 
 
 class Workload:
