@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from vgpu.protocol import ADMIN, CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
+from vgpu.admin import request
+from vgpu.protocol import CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
 
 HERE = Path(__file__).resolve().parent
 CONTEXT = 7
@@ -76,19 +77,7 @@ class Session:
 
 
 def admin(address: str, op: str, **args):
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(address)
-    try:
-        sock.send(pack([ADMIN, 1, [op, [args]]]))
-        while True:
-            reply = unpack(sock.recv())
-            if reply[0] == 1:
-                if reply[1]:
-                    raise RuntimeError(f"{op} failed: {reply[2]}")
-                return reply[2]
-    finally:
-        sock.close()
+    return request(address, op, [args], timeout_s=600)
 
 
 def start_server(address: str, *options: str) -> subprocess.Popen:

@@ -248,7 +248,8 @@ class AdminMixin:
                         lambda progress: moves.resume_here(self, client, path, progress), done)
             return
         self._start(identity, seq, session, "resume",
-                    lambda progress: moves.move(self, client, target, False, progress, path))
+                    lambda progress: moves.move(self, client, session.token, target, False,
+                                               progress, path))
 
     def _migrate(self, identity: bytes, seq, args: dict, payloads) -> None:
         client, session = self._find(args)
@@ -264,7 +265,8 @@ class AdminMixin:
 
         def work(progress):
             try:
-                return moves.move(self, client, target, bool(args.get("precopy", True)),
+                return moves.move(self, client, session.token, target,
+                                  bool(args.get("precopy", True)),
                                   progress)
             except BaseException:
                 self.call_soon(lambda: setattr(session, "status", "running"))

@@ -173,7 +173,7 @@ class _Sent:
     bytes: int = 0
 
 
-def move(host: SessionHost, identity: bytes, target: str, precopy: bool,
+def move(host: SessionHost, identity: bytes, token: str, target: str, precopy: bool,
          progress: Progress, image_path: str | None = None) -> dict:
     """Move the session to the server at `target` and redirect its client there. With
     `image_path` the session is suspended and comes from its image; else it is running, and
@@ -181,10 +181,6 @@ def move(host: SessionHost, identity: bytes, target: str, precopy: bool,
     started = time.perf_counter()
     link = _Link(host.context, target)
     try:
-        # A suspended session's token comes from its image: a control task would first run
-        # the calls its client sent while suspended, on the released device.
-        token = (read_image(image_path).state["token"] if image_path is not None else
-                 host.control(identity, lambda s, p: s.token).result())
         link.request({"phase": "begin", "token": token}, timeout=HANDSHAKE_TIMEOUT_S)
         sent = _Sent()
         if image_path is not None:

@@ -7,6 +7,10 @@ exits says BYE, and one that crashes is noticed by a periodic check of its pid (
 this host) and its session is released.
 A session that ends stops its running kernel at once (see worker.py).
 
+Admin requests (`vgpu ps`, checkpoint, suspend, resume, migrate, and sessions handed over
+by another server) are in admin.py; the operations that move a session's state run on
+threads of their own (moves.py) and reach the I/O thread through `call_soon`.
+
 `stop()` (what SIGTERM and SIGINT call) ends serve_forever: every client is told that the
 server is shutting down, every kernel is cancelled, and the process can exit within a second
 or two, whatever its kernels were doing.

@@ -72,3 +72,25 @@ def run_under_vgpu(server: str | None, program, *args: str, timeout: float,
                           stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT if merged else subprocess.PIPE,
                           text=True, timeout=timeout, env=vgpu_environment(**env))
+
+
+class ServerProcess:
+    def __init__(self, address: str, *options: str):
+        self.address = address
+        self.proc = start_emu_server(address, *options, stderr=subprocess.PIPE)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> str:
+        """Stop it as a user does (SIGTERM). One that does not exit within 10 s is a failure,
+        and is killed: left running, it would take CPU and sockets from the tests after it."""
+        if self.alive():
+            self.proc.terminate()
+        try:
+            _, err = self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            raise
+        return err

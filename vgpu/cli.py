@@ -37,8 +37,9 @@ def _add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="run a CUDA program through vgpu",
                        usage="vgpu run [--server ADDR] [--backend B] -- CMD [ARGS...]")
     p.add_argument("--server", default=None,
-                   help="address of a running vgpu server (default: the user's default server "
-                        "when it runs, else a private one started for this run)")
+                   help="address of a running vgpu server, or a comma-separated list: the "
+                        "first, then standbys to fail over to (default: the user's default "
+                        "server when it runs, else a private one started for this run)")
     p.add_argument("--backend", default=None, choices=("auto", "emu", "cuda"),
                    help="start a private server with this backend for this run")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
@@ -206,11 +207,20 @@ def _run(args) -> int:
     if address is None and args.backend is None and os.environ.get("VGPU_SERVER"):
         address, named_by = os.environ["VGPU_SERVER"], "VGPU_SERVER="
     if address is not None:
-        try:
-            check_address(address)
-        except AddressError as exc:
-            print(f"vgpu run: {named_by}{address}: {exc}", file=sys.stderr)
+        # A comma list names standbys: the session fails over to the next one (vgpu.client).
+        from vgpu.client import server_addresses
+
+        addresses = server_addresses(address)
+        if not addresses:
+            print(f"vgpu run: {named_by}{address}: no server address given", file=sys.stderr)
             return 2
+        for one in addresses:
+            try:
+                check_address(one)
+            except AddressError as exc:
+                which = "" if one == address else f" ({one})"
+                print(f"vgpu run: {named_by}{address}{which}: {exc}", file=sys.stderr)
+                return 2
     elif args.backend is None:
         address = _running_default_server()
     if address is None:

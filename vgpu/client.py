@@ -5,6 +5,12 @@ It queues calls whose result the application does not need yet and sends them in
 the server is on this host, and never hangs: a server that does not answer within a bounded
 time, or whose process is gone, turns into CUDA_ERROR_DEVICE_UNAVAILABLE.
 
+A session can move without the application noticing: a server that migrated it says where
+to (a redirect), and with a failover list (VGPU_SERVER="ADDR1,ADDR2,...") a session whose
+server died goes on at the next address, restored from its last checkpoint there. Either
+way the client says hello there with its session token and resends what the new server
+lacks (vgpu.outbox keeps it), with the seqs it was waiting for.
+
 Kept light on purpose, since it loads into every application: the standard library, pyzmq
 and msgpack only.
 """
@@ -24,6 +30,7 @@ import time
 import zmq
 
 from .errors import CudaError, DeviceUnavailable
+from .outbox import Outbox, relocate, replay_form, staged_ranges
 from .protocol import (
     BYE,
     CALLS,
@@ -33,6 +40,7 @@ from .protocol import (
     KEEPALIVE_SEQ,
     MEMCHECK_MODES,
     PROTOCOL_VERSION,
+    RELEASE,
     STICKY_ERRORS,
     pack,
     unpack,
@@ -51,6 +59,10 @@ MAX_QUEUED_CALLS = 512  # a batch is sent once this many calls are waiting
 BATCHES_PER_MARK = 8
 MARKS_IN_FLIGHT = 4
 INLINE_BYTES = 4096  # small copies travel inside the message; no staging needed
+# With a failover list, sent data is kept until the server says a checkpoint covers it. A
+# server that does not checkpoint (no --checkpoint-every) would have us keep all of it:
+# past this much, the session gives up failing over rather than the application's memory.
+RETAIN_LIMIT_BYTES = 2 << 30
 # From this size on, a pageable copy is worth a round trip for one memcpy instead of two
 # through the ring: ours, into the device allocation mapped here (server/shared_allocations),
 # or else the server's, straight from or to the application's buffer (server/peer_memory).
@@ -64,6 +76,11 @@ CUDA_ERROR_NOT_READY = 600
 # own work, so, like CUDA's default scheduling (spin while cores are free), we poll briefly.
 # A context created with CU_CTX_SCHED_BLOCKING_SYNC sets it to 0; VGPU_SPIN_US overrides.
 DEFAULT_SPIN_S = 100e-6
+
+
+def server_addresses(text: str) -> list[str]:
+    """The addresses of a VGPU_SERVER value: one, or a failover list separated by commas."""
+    return [a.strip() for a in text.split(",") if a.strip()]
 
 
 def default_server_address() -> str:
@@ -94,22 +111,48 @@ class StagingRing:
         except FileNotFoundError:
             pass
 
+    def take_contents(self, old: StagingRing, ranges) -> None:
+        """Hold what `old` holds in `ranges` ((offset, size)), at the same offsets: messages
+        being resent name them. (Only those: copying a whole ring costs tens of ms.)"""
+        for offset, size in ranges:
+            ctypes.memmove(self.address + offset, old.address + offset, size)
+        self.position, self.pending = old.position, old.pending
+
+
+class _ServerLost(Exception):
+    """The server is gone or does not answer (the message says which, in words)."""
+
+
+class _Redirect(Exception):
+    """The server moved the session: (address, position its state covers there)."""
+
+
+class _MoveFailed(Exception):
+    """A server the session was moving to did not take it (the message says why)."""
+
 
 class Connection:
     """One application's session with a vgpu server."""
 
     def __init__(self, address: str | None = None, timeout: float | None = None):
-        self.address = address or os.environ.get("VGPU_SERVER") or default_server_address()
+        addresses = server_addresses(address or os.environ.get("VGPU_SERVER") or "")
+        addresses = addresses or [default_server_address()]
+        self.address, self._standbys = addresses[0], addresses[1:]
+        # With standbys, every message is kept until a checkpoint covers it, and nothing
+        # changes device memory outside a message (no device windows, no direct copies from
+        # our memory): a replay on a standby could not redo it.
+        self.failover = bool(self._standbys)
+        self.token = secrets.token_hex(16)  # names the session across servers
+        self._outbox = Outbox(retain_all=self.failover)
+        self._segments: set[int] = set()  # pinned host segments the server has mapped
+        self.moves: list[dict] = []  # the session's moves so far: why, where, seconds, resent
         self.timeout = timeout or float(os.environ.get("VGPU_TIMEOUT", DEFAULT_TIMEOUT_S))
         spin_us = os.environ.get("VGPU_SPIN_US")
         self.spin_s = float(spin_us) * 1e-6 if spin_us is not None else DEFAULT_SPIN_S
         self.owner_pid = os.getpid()  # a forked child must leave its parent's connection alone
         self._lock = threading.RLock()
         self._zmq = zmq.Context()
-        self._socket = self._zmq.socket(zmq.DEALER)
-        self._socket.setsockopt(zmq.LINGER, 0)
-        self._socket.setsockopt(zmq.RCVTIMEO, POLL_SLICE_MS)
-        self._socket.connect(self.address)
+        self._socket = self._open_socket(self.address)
         self._queue: list = []
         self._frames: list = []
         self._seq = 0
@@ -134,7 +177,12 @@ class Connection:
         self._windows_work = False
         self.server_pid: int | None = None
         try:
-            self.info = self._hello()
+            self.info = self._hello(None)
+        except _ServerLost as exc:
+            self._lost = str(exc)
+            self._socket.close(linger=0)
+            self._zmq.term()
+            raise DeviceUnavailable(self._lost) from None
         except CudaError:
             self._socket.close(linger=0)
             self._zmq.term()
@@ -142,11 +190,24 @@ class Connection:
 
     # ----------------------------------------------------------------- session
 
-    def _hello(self) -> dict:
+    def _open_socket(self, address: str) -> zmq.Socket:
+        sock = self._zmq.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, POLL_SLICE_MS)
+        sock.connect(address)
+        return sock
+
+    def _hello(self, resume: dict | None, staged=()) -> dict:
+        """Open the session on the server at self.address (`resume`: None, or where a moving
+        session's state stands; `staged`: what of the old ring to take along). Raises
+        _ServerLost when it does not answer."""
+        old = self.ring
         try:
             self.ring = StagingRing(STAGING_BYTES)
         except OSError:
             self.ring = None  # no /dev/shm: bulk data goes inline
+        if old is not None and self.ring is not None:
+            self.ring.take_contents(old, staged)
         # Bytes the server may read back from our memory to learn whether it can copy
         # straight from application buffers (see vgpu.server.peer_memory).
         probe = ctypes.create_string_buffer(secrets.token_bytes(16), 16)
@@ -156,22 +217,104 @@ class Connection:
             "shm": {"path": self.ring.path, "size": self.ring.size} if self.ring else None,
             "probe": [ctypes.addressof(probe), probe.raw],
             "memcheck": _memcheck_mode(),
+            "token": self.token,
+            "resume": resume,
         }
         seq = self._send(HELLO, body, [])
         try:
-            code, info = self._wait(seq, HANDSHAKE_TIMEOUT_S)[:2]
+            code, info = self._receive(seq, HANDSHAKE_TIMEOUT_S)[:2]
+        except _Redirect:
+            raise _ServerLost(f"the vgpu server at {self.address} redirected the session "
+                              "before it was open") from None
         finally:
             if self.ring:
                 self.ring.unlink()  # both ends have mapped it (or never will)
         if code:
             raise CudaError(code, f"the vgpu server at {self.address} refused the session: {info}")
-        if info["host"] == socket.gethostname():
-            self.server_pid = info["server_pid"]
+        self.server_pid = info["server_pid"] if info["host"] == socket.gethostname() else None
         if not info["shm"]:
             self.ring = None
-        self.peer_memory = bool(info.get("peer_memory"))
-        self._windows_work = bool(info.get("device_windows"))
+        self.peer_memory = bool(info.get("peer_memory")) and not self.failover
+        self._windows_work = bool(info.get("device_windows")) and not self.failover
         return info
+
+    def _move(self, address: str, position: int, why: str) -> None:
+        """Take the session to the server at `address`, whose state for it covers (or, when
+        it says so at hello, covers instead) the first `position` messages, and resend the
+        messages after that. Raises _MoveFailed when that server does not take it."""
+        if self._segments:
+            self._lose(f"the session cannot move to {address} ({why}): it has pinned host "
+                       "memory mapped into the server (cuMemHostAlloc, cuMemHostRegister), "
+                       "which cannot move to another server yet")
+        started = time.perf_counter()
+        old_socket, old_ring, old_address = self._socket, self.ring, self.address
+        old_pid, self.server_pid = self.server_pid, None  # not the new server's
+        self._forget_windows(None)  # they map the old server's memory
+        self._socket, self.address = self._open_socket(address), address
+        try:
+            info = self._hello({"position": position},
+                               [*self._outbox.staged(), *staged_ranges(self._queue)])
+            resumed = info.get("position")
+            if (not isinstance(resumed, int) or resumed < self._outbox.oldest - 1
+                    or resumed > self._outbox.position):
+                raise _MoveFailed(
+                    f"it resumed the session at message {resumed!r}, but this client has sent "
+                    f"{self._outbox.position} and holds messages {self._outbox.oldest} on")
+        except (_ServerLost, CudaError, _MoveFailed) as exc:
+            self._socket.close(linger=0)
+            self._socket, self.ring, self.address = old_socket, old_ring, old_address
+            self.server_pid = old_pid
+            raise _MoveFailed(f"{address}: {exc}") from None
+        self.info = info
+        ring_map = old_ring.map if old_ring is not None else None
+        resent = self._outbox.after(resumed)
+        for entry in resent:
+            seq, calls, frames = replay_form(entry, ring_map, self.ring is not None,
+                                             self.peer_memory)
+            self._transmit(CALLS, seq, calls, frames)
+        if self._queue and old_ring is not None and self.ring is None:
+            self._queue, self._frames = relocate(self._queue, self._frames, ring_map,
+                                                 False, self.peer_memory)
+        self._outbox.forget_waits()
+        old_socket.close(linger=0)
+        if old_ring is not None:
+            old_ring.map.close()
+        self.moves.append({"why": why, "to": address, "position": resumed,
+                           "resent": len(resent), "seconds": time.perf_counter() - started})
+        if os.environ.get("VGPU_TRACE"):
+            _write_fd(2, f"vgpu trace: session moved to {address} ({why}) at message "
+                         f"{resumed}, {len(resent)} resent, in "
+                         f"{self.moves[-1]['seconds'] * 1e3:.1f} ms\n".encode())
+
+    def _fail_over(self, why: str) -> None:
+        """The server is gone (`why`): go on at the next standby that takes the session."""
+        if not self._standbys:
+            self._lose(why)
+        refusals = []
+        while self._standbys:
+            address = self._standbys.pop(0)
+            try:
+                self._move(address, self._outbox.oldest - 1, "failover")
+            except _MoveFailed as exc:
+                refusals.append(str(exc))
+                continue
+            move = self.moves[-1]
+            self.stderr_writer(f"vgpu: {why}; the session goes on at {address}, restored at "
+                               f"message {move['position']} ({move['resent']} replayed)\n")
+            return
+        self._lose(f"{why}; no standby server took the session over ({'; '.join(refusals)})")
+
+    def _lose(self, why: str):
+        """The device is gone for good: this call and every later one fail with `why`."""
+        self._lost = why
+        raise DeviceUnavailable(why)
+
+    @property
+    def shares_host_memory(self) -> bool:
+        """Whether pinned host memory may live in segments the server maps: only for a server
+        on this host, and not with standbys (a segment's contents change outside any message,
+        so no replay could restore them, and segments cannot move to another server yet)."""
+        return self.ring is not None and not self.failover
 
     def __del__(self) -> None:
         # A connection nobody holds says goodbye; one a forked child inherited is its
@@ -211,7 +354,12 @@ class Connection:
         with self._lock:
             self._queue.append((op, args))
             seq = self._flush(want_reply=True)
-            return self._finish(self._wait(seq, self.timeout))
+            if op == "vgpuUnmapHostSegment":
+                self._segments.discard(args[0])
+            reply = self._finish(self._wait(seq, self.timeout))
+            if op == "vgpuMapHostSegment":
+                self._segments.add(args[0])
+            return reply
 
     def synchronize(self) -> None:
         """Wait for all work sent so far (cuCtxSynchronize and kin).
@@ -290,13 +438,51 @@ class Connection:
             seq = self._seq
         else:
             self._unconfirmed = True
+        self._transmit(kind, seq, body, frames)
+        if kind == CALLS:
+            self._outbox.sent(seq, body, frames, self.ring.map if self.ring else None)
+            if self.failover and self._outbox.retained_bytes > RETAIN_LIMIT_BYTES:
+                self._stop_failing_over()
+        return seq
+
+    def _stop_failing_over(self) -> None:
+        self.stderr_writer(
+            f"vgpu: {self._outbox.retained_bytes >> 20} MiB of work sent to {self.address} "
+            f"awaits a checkpoint there (does it run with --checkpoint-dir and "
+            f"--checkpoint-every?); this session will not fail over to "
+            f"{', '.join(self._standbys)}\n")
+        self._outbox.stop_retaining()
+        self.failover, self._standbys = False, []
+
+    def _transmit(self, kind: str, seq: int, body, frames: list) -> None:
         if frames:  # bulk payloads go zero-copy; the header is small and cheaper copied
             self._socket.send_multipart([pack([kind, seq, body]), *frames], copy=False)
         else:
             self._socket.send(pack([kind, seq, body]))
-        return seq
+
+    def _release_window(self) -> None:
+        """Done copying through a device window: a migration waits for that (not a CALLS
+        message: it has no position, and the server handles it on arrival)."""
+        if not self._lost:
+            self._transmit(RELEASE, 0, None, [])
 
     def _wait(self, seq: int, timeout: float) -> list:
+        """The reply to `seq`, wherever the session goes meanwhile."""
+        while True:
+            try:
+                return self._receive(seq, timeout)
+            except _Redirect as redirect:
+                address, position = redirect.args
+                try:
+                    self._move(address, position, "redirect")
+                except _MoveFailed as exc:
+                    self._fail_over(f"the session could not move to {exc}")
+            except _ServerLost as exc:
+                self._fail_over(str(exc))
+
+    def _receive(self, seq: int, timeout: float) -> list:
+        """The reply to `seq` from the current server; raises _Redirect for a redirect
+        notice, _ServerLost when the server is gone or silent for `timeout`."""
         deadline = time.monotonic() + timeout
         spin_until = time.perf_counter() + self.spin_s
         while True:
@@ -311,22 +497,28 @@ class Connection:
                 if self.spin_s and time.perf_counter() < spin_until:
                     continue
                 if self.server_pid is not None and not _pid_alive(self.server_pid):
-                    self._lost = (f"the vgpu server (pid {self.server_pid}) at "
-                                  f"{self.address} is gone")
-                    raise DeviceUnavailable(self._lost) from None
+                    raise _ServerLost(f"the vgpu server (pid {self.server_pid}) at "
+                                      f"{self.address} is gone") from None
                 if time.monotonic() > deadline:
-                    self._lost = (f"no answer from the vgpu server at {self.address} "
-                                  f"within {timeout:g} s")
-                    raise DeviceUnavailable(self._lost) from None
+                    raise _ServerLost(f"no answer from the vgpu server at {self.address} "
+                                      f"within {timeout:g} s") from None
                 continue
             reply = unpack(frames[0])
+            if reply[0] != KEEPALIVE_SEQ:
+                self._outbox.answered(reply[0], reply[1])
             if reply[0] == seq:
                 return [*reply[1:], frames[1:]]
-            if reply[0] == KEEPALIVE_SEQ and reply[1]:  # the server is going away, and why
-                self._lost = f"{reply[2]} ({self.address})"
-                raise DeviceUnavailable(self._lost)
-            # The server is alive: a keepalive (it is still running our calls), a mark's
-            # answer, or one to a request abandoned after a timeout.
+            if reply[0] == KEEPALIVE_SEQ:
+                if reply[1]:  # the server is going away, and why
+                    raise _ServerLost(f"{reply[2]} ({self.address})")
+                notice = reply[2]
+                if isinstance(notice, dict):
+                    if "redirect" in notice:
+                        raise _Redirect(str(notice["redirect"]), int(notice["position"]))
+                    if "checkpointed" in notice:
+                        self._outbox.checkpointed(int(notice["checkpointed"]))
+            # The server is alive: a keepalive (it is still running our calls), a notice, a
+            # mark's answer, or one to a request abandoned after a timeout.
             deadline = time.monotonic() + timeout
             if self._marks and reply[0] == self._marks[0]:
                 self._take_mark([*reply[1:], frames[1:]])
@@ -379,47 +571,71 @@ class Connection:
             if self.peer_memory and size >= PEER_COPY_BYTES:
                 window = self._device_window(dst, size)
                 if window is not None:
-                    ctypes.memmove(window, src, size)
+                    try:
+                        ctypes.memmove(window, src, size)
+                    finally:
+                        self._release_window()
                     return
-                self._queue.append([op, (dst, ["peer", src], size, *extra)])
-                self._finish(self._wait(self._flush(want_reply=True), self.timeout))
-                return
-            ring = self.ring
+                if self.peer_memory:  # still: the session may have moved meanwhile
+                    self._queue.append([op, (dst, ["peer", src], size, *extra)])
+                    self._finish(self._wait(self._flush(want_reply=True), self.timeout))
+                    return
             for offset in range(0, size, CHUNK_BYTES):
                 n = min(CHUNK_BYTES, size - offset)
                 slot = self._stage(n)
-                ctypes.memmove(ring.address + slot, src + offset, n)
-                self._queue.append([op, (dst + offset, ["shm", slot], n, *extra)])
+                if slot is None:  # no ring any more: the session moved to another host
+                    spec = self.frame(ctypes.string_at(src + offset, n))
+                else:
+                    ctypes.memmove(self.ring.address + slot, src + offset, n)
+                    spec = ["shm", slot]
+                self._queue.append([op, (dst + offset, spec, n, *extra)])
                 self._flush()  # start the server on this chunk while we stage the next
 
-    def _stage(self, n: int) -> int:
+    def _stage(self, n: int) -> int | None:
+        """Where in the ring to stage `n` bytes (waiting for the server to consume what is
+        there if need be); None without a ring."""
         ring = self.ring
+        if ring is None:
+            return None
         if ring.position + n > ring.size:
             ring.pending += ring.size - ring.position  # the unused tail, until it wraps back
             ring.position = 0
         if ring.pending + n > ring.size:
             self._queue.append(["vgpuSynchronize", ()])
             self._finish(self._wait(self._flush(want_reply=True), self.timeout))
+            ring = self.ring  # the session may have moved meanwhile
+            if ring is None:
+                return None
         slot = ring.position
         ring.position += n
         ring.pending += n
         return slot
 
     def read_device(self, op: str, src: int, dst: int, size: int, *extra) -> None:
-        """Copy device memory at `src` into host memory at address `dst` (waits for it)."""
+        """Copy device memory at `src` into host memory at address `dst` (waits for it).
+
+        Wherever the data was to land, a reply that carries it in a frame wins: a copy the
+        new server of a moved session could not do that way comes back so."""
         with self._lock:
             if self.ring is None or size <= INLINE_BYTES:
                 self._queue.append([op, (src, size, ["frame"], *extra)])
                 _, frames = self._finish(self._wait(self._flush(True), self.timeout))
-                ctypes.memmove(dst, bytes(frames[0]) if frames else b"", size)
+                ctypes.memmove(dst, frames[0] if frames else b"", size)
                 return
             if self.peer_memory and size >= PEER_COPY_BYTES:
                 window = self._device_window(src, size)
                 if window is not None:
-                    ctypes.memmove(dst, window, size)
+                    try:
+                        ctypes.memmove(dst, window, size)
+                    finally:
+                        self._release_window()
                     return
-                self._queue.append([op, (src, size, ["peer", dst], *extra)])
-                self._finish(self._wait(self._flush(want_reply=True), self.timeout))
+                spec = ["peer", dst] if self.peer_memory else ["frame"]
+                self._queue.append([op, (src, size, spec, *extra)])
+                _, frames = self._finish(self._wait(self._flush(want_reply=True),
+                                                    self.timeout))
+                if frames:
+                    ctypes.memmove(dst, frames[0], size)
                 return
             # Two chunks in flight: the server fills one half of the ring while we drain the
             # other. Everything queued earlier runs first, so the whole ring is free to use.
@@ -430,18 +646,27 @@ class Connection:
                 slot = (i % 2) * half
                 if len(in_flight) == 2:  # this slot still holds chunk i-2: drain it first
                     self._drain(in_flight.pop(0), dst)
-                self._queue.append([op, (src + offset, n, ["shm", slot], *extra)])
+                spec = ["shm", slot] if self.ring is not None else ["frame"]
+                self._queue.append([op, (src + offset, n, spec, *extra)])
                 in_flight.append((self._flush(want_reply=True), offset, n, slot))
             for chunk in in_flight:
                 self._drain(chunk, dst)
 
     def _device_window(self, address: int, size: int) -> int | None:
         """Where device memory [address, +size) is mapped in this process, once the work
-        queued before has run (a round trip); None where the server does not share it."""
+        queued before has run (a round trip); None where the server does not share it.
+        A window granted is the caller's to release (_release_window) once it has copied:
+        until then the server cannot take the session's state (a checkpoint, a move)."""
         if not self._windows_work:
             return None
         self._queue.append(["vgpuDeviceWindow", (address, size)])
-        window, _ = self._finish(self._wait(self._flush(want_reply=True), self.timeout))
+        reply = self._wait(self._flush(want_reply=True), self.timeout)
+        try:
+            window, _ = self._finish(reply)
+        except CudaError:
+            if reply[0] == 0 and reply[1] is not None:  # granted, but queued work failed
+                self._release_window()
+            raise
         if window is None:
             return None
         pid, fd, serial, inode, base, length = window
@@ -452,6 +677,7 @@ class Connection:
                 mapped = (serial, *_map_server_file(pid, fd, inode, length))
             except (OSError, ValueError):  # not allowed to open it: the server copies
                 self._windows_work = False
+                self._release_window()
                 return None
             self._windows[base] = mapped
         return mapped[2] + (address - base)
@@ -465,8 +691,8 @@ class Connection:
 
     def _drain(self, chunk: tuple[int, int, int, int], dst: int) -> None:
         seq, offset, n, slot = chunk
-        self._finish(self._wait(seq, self.timeout))
-        ctypes.memmove(dst + offset, self.ring.address + slot, n)
+        _, frames = self._finish(self._wait(seq, self.timeout))
+        ctypes.memmove(dst + offset, frames[0] if frames else self.ring.address + slot, n)
 
 
 def _map_server_file(pid: int, fd: int, inode: int, length: int) -> tuple[mmap.mmap, int]:
@@ -538,6 +764,14 @@ def _command_line() -> list[str]:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, dead but not yet reaped by its parent, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[:1] != [b"Z"]
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel, which counts a zombie as alive
+        pass
     try:
         os.kill(pid, 0)
         return True

@@ -9,10 +9,17 @@ message whose first frame is a msgpack header and whose further frames are raw p
                        header = [seq, code, result, deferred, output, diagnostics]
 
 kind is one of:
-    HELLO   body = {"version", "pid", "host", "argv", "shm", "probe", "memcheck"}: opens the
-            session; "memcheck" is the application's VGPU_MEMCHECK (None: the server's)
+    HELLO   body = {"version", "pid", "host", "argv", "shm", "probe", "memcheck", "token",
+            "resume"}: opens the session; "memcheck" is the application's VGPU_MEMCHECK
+            (None: the server's); "token" (32 hex digits) names the session, the same at
+            every hello of one client, across servers; "resume" is None at the first hello,
+            {"position": N} when the session moves here (see "Moving sessions"). The reply
+            says, besides the server's pid, host and device, "position": the messages the
+            session's state here covers (0 for a fresh session).
     CALLS   body = [[op, args], ...]: driver calls in order; the server replies only when the
             header's seq is non-zero (the last call then is the synchronizing one)
+    RELEASE body = None: the client finished copying through the device window the server
+            last granted it (vgpuDeviceWindow); handled on arrival, not queued
     ADMIN   body = [op, args]: `ps` and friends, answered without a session
     BYE     body = None: the client is leaving; its session is released
 
@@ -21,6 +28,28 @@ While a session's worker is busy (a long kernel), the server sends it a reply wi
 working, not gone, however long the kernel runs; VGPU_TIMEOUT bounds only silence. A
 seq-0 reply with a non-zero code says the server is going away (code 46, the result says
 why: "the server is shutting down"); the client fails its calls from then on.
+
+Seq-0 replies with code 0 may carry a notice in their result (None: a plain keepalive):
+    {"checkpointed": N}   a checkpoint covering messages <= N is written where a standby
+                          server can restore it
+    {"redirect": ADDRESS, "position": N}   the session moved to ADDRESS, where its state
+                          covers the first N messages
+    {"suspended": true}   a keepalive while the session is suspended
+
+Moving sessions. Every CALLS message has a position, its 1-based count since the first
+hello; client and server count the same messages (HELLO, RELEASE, ADMIN and BYE do not
+count). A reply to the message at position p confirms every message up to p, except a
+vgpuQuery's "not ready", which is answered ahead of the work it is about. On a redirect the
+client says hello at ADDRESS with its token and "resume": {"position": N}. With a failover
+list (VGPU_SERVER="ADDR1,ADDR2"), when its server is gone (pid gone, silence, "shutting
+down") the client says hello at the next address with "resume": {"position": P}, P being
+the last message the client no longer holds (a checkpoint covered it); that server restores
+the token's checkpoint if it has one. Either way the hello's reply says the position R the
+session's state there covers, and the client sends again every message after R that it
+holds, each under its first seq while its reply is awaited; one whose reply was consumed
+goes with seq 0 and without the calls that only read (copies to the host, vgpuQuery,
+vgpuSynchronize, vgpuDeviceWindow, cuMemGetInfo, cuEventElapsedTime). Data staged in the
+ring goes to the same offsets of the new session's ring.
 
 Ops inside CALLS are driver-API names (`cuMemAlloc_v2`, `cuLaunchKernel`, ...) plus a few
 `vgpu*` transport helpers; see `vgpu.server.session` for the handlers.

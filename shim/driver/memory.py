@@ -106,7 +106,7 @@ def _host_alloc(size: int, flags: int) -> int:
     if size == 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes")
     conn = state.conn()
-    if conn.ring is None:  # a remote server cannot share pages with us: plain pinned memory
+    if not conn.shares_host_memory:  # a remote server (or a standby) cannot: plain memory
         address = map_anonymous(size)
         state.host_allocations[address] = HostAllocation(size, flags, None)
         return address
@@ -191,6 +191,10 @@ def cuMemHostRegister_v2(p, bytesize, flags):
     alloc = HostAllocation(bytesize, flags | _REGISTERED, None)
     if not _share_registered(address, alloc) and flags & CU_MEMHOSTREGISTER_DEVICEMAP:
         # The server cannot see these pages; say so rather than pretend.
+        if state.conn().failover:
+            raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED,
+                            "vgpu cannot map host memory into the device for a session with "
+                            "standby servers (VGPU_SERVER lists several)")
         raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED,
                         "vgpu can map registered host memory into the device only for a server "
                         "on this host, for heap or anonymous memory whose pages no other "
@@ -204,7 +208,7 @@ def _share_registered(address: int, alloc: HostAllocation) -> bool:
     this host in place (hostmem.share_in_place); a page backs one segment, so memory sharing
     a page with another mapped registration stays host-only, as it does for a remote server."""
     conn = state.conn()
-    if conn.ring is None:
+    if not conn.shares_host_memory:
         return False
     start, length = page_range(address, alloc.size)
     for other_start, other in state.host_allocations.items():

@@ -15,9 +15,10 @@ import time
 
 import pytest
 import zmq
-from conftest import ServerProcess
+from vgpu_processes import ServerProcess
 
-from vgpu.protocol import ADMIN, CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
+from vgpu.admin import AdminError, request
+from vgpu.protocol import CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
 from vgpu.replay.image import CHUNK_BYTES
 
 CONTEXT = 7
@@ -82,20 +83,11 @@ class RawClient:
 
 
 def admin(address: str, op: str, **args) -> tuple[int, object]:
-    client = zmq.Context.instance().socket(zmq.DEALER)
-    client.setsockopt(zmq.LINGER, 0)
-    client.connect(address)
+    """(0, result) or (1, the server's refusal), as `vgpu checkpoint` and kin hear them."""
     try:
-        client.send(pack([ADMIN, 1, [op, [args]] if op != "ps" else ["ps", []]]))
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if client.poll(100):
-                reply = unpack(client.recv())
-                if reply[0] == 1:
-                    return reply[1], reply[2]
-        raise TimeoutError(f"no answer to {op}")
-    finally:
-        client.close(0)
+        return 0, request(address, op, [args] if op != "ps" else [], timeout_s=60)
+    except AdminError as exc:
+        return 1, str(exc)
 
 
 def make_session(client: RawClient, sizes=(3 * MiB, 5 * MiB + 123, 4096)) -> dict[int, bytes]:
