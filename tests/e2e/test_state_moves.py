@@ -229,8 +229,9 @@ def test_a_session_migrates_there_and_back_while_its_program_runs(
     assert_finished_like_an_uninterrupted_run(program, *shape)
 
 
+@pytest.mark.parametrize("how", [(), ("--stop-and-copy",)], ids=["pre-copy", "stop-and-copy"])
 def test_a_runtime_api_program_survives_a_migration(tmp_path, servers, programs,
-                                                    rt_state_loop):
+                                                    rt_state_loop, how):
     """Two streams, events, __constant__ data and stream-ordered copies, moved while kernels
     run."""
     first, second = servers("first"), servers("second")
@@ -239,7 +240,7 @@ def test_a_runtime_api_program_survives_a_migration(tmp_path, servers, programs,
     program = programs([rt_state_loop, 2048, 12, "--pause-file", pause],
                        VGPU_SERVER=str(first))
     program.wait_for("iteration 3")
-    succeeded(vgpu("migrate", program.pid, "--to", second, "--server", first))
+    succeeded(vgpu("migrate", program.pid, "--to", second, "--server", first, *how))
     program.wait_for("paused 12")
     assert ps_row(second, program.pid) is not None
     pause.unlink()
@@ -258,6 +259,25 @@ def test_a_cuda_python_program_survives_a_migration(tmp_path, servers, programs,
     succeeded(vgpu("migrate", program.pid, "--to", second, "--server", first))
     program.wait_for("paused 12")
     assert ps_row(second, program.pid) is not None
+    pause.unlink()
+    assert_finished_like_an_uninterrupted_run(program, *shape)
+
+
+def test_a_migration_to_a_server_that_is_not_there_fails_and_the_program_runs_on(
+        tmp_path, servers, programs, state_loop, state_kernels_ptx):
+    server = servers("server")
+    shape = (2, 1024, 4, 1)
+    pause = tmp_path / "pause"
+    pause_at(pause, 2)
+    program = programs(state_loop_command(state_loop, state_kernels_ptx, *shape, pause),
+                       VGPU_SERVER=str(server))
+    program.wait_for("paused 2")
+    nobody = f"ipc://{tmp_path}/nobody.sock"
+    result = vgpu("migrate", program.pid, "--to", nobody, "--server", server)
+    assert result.returncode == 1, result
+    assert result.stderr.count("\n") == 1 and nobody in result.stderr, result.stderr
+    row = ps_row(server, program.pid)
+    assert row is not None and "running" in row, row
     pause.unlink()
     assert_finished_like_an_uninterrupted_run(program, *shape)
 
