@@ -282,6 +282,26 @@ def test_a_migration_to_a_server_that_is_not_there_fails_and_the_program_runs_on
     assert_finished_like_an_uninterrupted_run(program, *shape)
 
 
+def test_a_session_with_pinned_memory_is_refused_clearly_and_runs_on(
+        tmp_path, servers, programs, rt_state_loop):
+    """Pinned host memory lives in shared memory the server maps: it cannot move yet."""
+    first, second = servers("first"), servers("second")
+    pause = tmp_path / "pause"
+    pause_at(pause, 2)
+    program = programs([rt_state_loop, 2048, 4, "--pause-file", pause, "--pinned"],
+                       VGPU_SERVER=str(first))
+    program.wait_for("paused 2")
+    for request in (["migrate", program.pid, "--to", second], ["suspend", program.pid],
+                    ["checkpoint", program.pid, "-o", tmp_path / "pinned.vgpu"]):
+        result = vgpu(*request, "--server", first)
+        assert result.returncode == 1, result
+        assert result.stderr.count("\n") == 1 and "pinned host memory" in result.stderr, \
+            result.stderr
+    assert "running" in ps_row(first, program.pid)
+    pause.unlink()
+    assert_finished_like_an_uninterrupted_run(program, 2, 2048, 4)
+
+
 # ----------------------------------------------------------------- suspend and resume
 
 def test_a_suspended_session_frees_its_memory_and_resumes_on_another_server(

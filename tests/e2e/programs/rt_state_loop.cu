@@ -1,10 +1,11 @@
 // A runtime-API program with state worth moving: two buffers, each updated on its own stream
 // by <<<>>> kernels whose coefficients are __constant__ data, events timing each iteration,
-// stream-ordered copies (cudaMemcpyAsync) from and to its host buffers. Those are pageable:
-// sessions with pinned host memory cannot move yet. It computes what state_loop.c computes with
-// COUNT 2 and STRIDE 1, so the tests check both against one host model.
+// stream-ordered copies (cudaMemcpyAsync) from and to its host buffers: pageable ones, or
+// with --pinned pinned ones (cudaMallocHost), which keep a session from moving for now.
+// It computes what state_loop.c computes with COUNT 2 and STRIDE 1, so the tests check both
+// against one host model.
 //
-// Usage: rt_state_loop TOTAL_KIB ITERATIONS [--pause-file PATH]
+// Usage: rt_state_loop TOTAL_KIB ITERATIONS [--pause-file PATH] [--pinned]
 // Prints what state_loop.c prints, and pauses as it does.
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -59,13 +60,20 @@ static void wait_while_paused(const char *pause_file, unsigned k) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3 && !(argc == 5 && strcmp(argv[3], "--pause-file") == 0)) {
-        fprintf(stderr, "usage: rt_state_loop TOTAL_KIB ITERATIONS [--pause-file PATH]\n");
+    const char *pause_file = NULL;
+    bool pinned = false, usage = argc < 3;
+    for (int a = 3; a < argc && !usage; a++) {
+        if (strcmp(argv[a], "--pinned") == 0) pinned = true;
+        else if (strcmp(argv[a], "--pause-file") == 0 && a + 1 < argc) pause_file = argv[++a];
+        else usage = true;
+    }
+    if (usage) {
+        fprintf(stderr, "usage: rt_state_loop TOTAL_KIB ITERATIONS [--pause-file PATH] "
+                        "[--pinned]\n");
         return 2;
     }
     unsigned long long words = strtoull(argv[1], NULL, 10) * 1024 / 2 / 4;
     unsigned iterations = (unsigned)atoi(argv[2]);
-    const char *pause_file = argc == 5 ? argv[4] : NULL;
     printf("pid %d\n", (int)getpid());
 
     const unsigned int host_coefficients[2][2] = {{3, 1}, {5, 2}};
@@ -78,7 +86,8 @@ int main(int argc, char **argv) {
         CHECK(cudaStreamCreateWithFlags(&streams[j], cudaStreamNonBlocking));
         CHECK(cudaEventCreate(&done[j]));
         CHECK(cudaMalloc(&buffers[j], words * 4));
-        host[j] = (unsigned int *)malloc(words * 4);
+        if (pinned) CHECK(cudaMallocHost(&host[j], words * 4));
+        else host[j] = (unsigned int *)malloc(words * 4);
         for (unsigned long long i = 0; i < words; i++)
             host[j][i] = (uint32_t)(i * 2654435761u + j * 97u);
         CHECK(cudaMemcpyAsync(buffers[j], host[j], words * 4, cudaMemcpyHostToDevice,
@@ -124,7 +133,8 @@ int main(int argc, char **argv) {
     printf("checksum %016llx\n", (unsigned long long)checksum);
     for (unsigned j = 0; j < 2; j++) {
         CHECK(cudaFree(buffers[j]));
-        free(host[j]);
+        if (pinned) CHECK(cudaFreeHost(host[j]));
+        else free(host[j]);
         CHECK(cudaStreamDestroy(streams[j]));
         CHECK(cudaEventDestroy(done[j]));
     }
