@@ -202,6 +202,28 @@ def test_a_standby_takes_over_from_a_killed_server_at_its_last_checkpoint(
     assert_finished_like_an_uninterrupted_run(program, *shape)
 
 
+def test_a_standby_takes_over_while_kernels_run(tmp_path, servers, programs, state_loop,
+                                               state_kernels_ptx):
+    """The primary dies in the middle of the loop, with launches queued and running."""
+    images = tmp_path / "checkpoints"
+    images.mkdir()
+    primary = servers("primary", "--checkpoint-dir", images, "--checkpoint-every", 0.3)
+    standby = servers("standby", "--checkpoint-dir", images)
+    shape = (4, 4096, 40, 1)
+    pause = tmp_path / "pause"
+    pause_at(pause, 40)
+    program = programs(state_loop_command(state_loop, state_kernels_ptx, *shape, pause),
+                       VGPU_SERVER=f"{primary},{standby}")
+    program.wait_for("iteration 2")
+    wait_for_image(images)
+    primary.kill()
+    assert not any(line.startswith("paused") for line in program.lines), "killed too late"
+    program.wait_for("paused 40")
+    assert ps_row(standby, program.pid) is not None
+    pause.unlink()
+    assert_finished_like_an_uninterrupted_run(program, *shape)
+
+
 # ----------------------------------------------------------------- live migration
 
 def test_a_session_migrates_there_and_back_while_its_program_runs(
@@ -304,9 +326,11 @@ def test_a_session_with_pinned_memory_is_refused_clearly_and_runs_on(
 
 # ----------------------------------------------------------------- suspend and resume
 
-def test_a_suspended_session_frees_its_memory_and_resumes_on_another_server(
-        tmp_path, servers, programs, state_loop, state_kernels_ptx):
-    first, second = servers("first"), servers("second")
+@pytest.mark.parametrize("where", ["elsewhere", "here"])
+def test_a_suspended_session_frees_its_memory_and_resumes(
+        tmp_path, servers, programs, state_loop, state_kernels_ptx, where):
+    first = servers("first")
+    second = servers("second") if where == "elsewhere" else first
     shape = (4, 4096, 10, 1)
     pause = tmp_path / "pause"
     pause_at(pause, 4)
@@ -321,11 +345,13 @@ def test_a_suspended_session_frees_its_memory_and_resumes_on_another_server(
     time.sleep(0.5)
     assert program.proc.poll() is None and "iteration 4" not in program.lines, \
         program.transcript()
-    succeeded(vgpu("resume", program.pid, "--to", second, "--server", first))
+    to = ["--to", second] if where == "elsewhere" else []
+    succeeded(vgpu("resume", program.pid, *to, "--server", first))
     program.wait_for("paused 10")
     row = ps_row(second, program.pid)
-    assert row is not None and "4.0 MiB" in row, row
-    assert ps_row(first, program.pid) is None
+    assert row is not None and "4.0 MiB" in row and "running" in row, row
+    if where == "elsewhere":
+        assert ps_row(first, program.pid) is None
     pause.unlink()
     assert_finished_like_an_uninterrupted_run(program, *shape)
 
