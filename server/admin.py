@@ -281,7 +281,7 @@ class AdminMixin:
         if not isinstance(token, str) or len(token) != 32:
             raise MoveError("adopt: a session token is needed")
         if phase == "begin":
-            self.incoming[token] = Incoming(token)
+            self.incoming[token] = Incoming(token, self.device_memory)
             self._reply(identity, seq, 0, {})
         elif phase == "abort":
             self.incoming.pop(token, None)

@@ -393,10 +393,11 @@ class Incoming:
     """A session arriving from another server: its memory, assembled as chunks come in, so
     that the restore at the end maps these buffers instead of copying them."""
 
-    def __init__(self, token: str):
+    def __init__(self, token: str, memory_limit: int):
         self.token = token
         self.buffers: dict[int, bytearray] = {}  # region address -> contents
         self.started = time.monotonic()
+        self.memory_limit = memory_limit  # the device's memory: no session holds more
 
     def take_chunks(self, chunks: list, frames: list) -> None:
         if len(chunks) != len(frames):
@@ -407,6 +408,10 @@ class Incoming:
                 raise MoveError(f"memory message: chunk 0x{address:x}+{offset} is malformed")
             buffer = self.buffers.get(address)
             if buffer is None or len(buffer) != size:
+                held = sum(len(b) for a, b in self.buffers.items() if a != address)
+                if held + size > self.memory_limit:
+                    raise MoveError(f"the session's memory would exceed the device's "
+                                    f"{self.memory_limit} bytes")
                 buffer = self.buffers[address] = bytearray(size)
             memoryview(buffer)[offset:offset + n] = frame
 

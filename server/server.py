@@ -87,7 +87,9 @@ class ProxyServer(AdminMixin):
         self.checkpoint_every = checkpoint_every
         if checkpoint_every is not None and not self.checkpoint_dir:
             raise ValueError("--checkpoint-every needs --checkpoint-dir")
-        open_backend(backend).close()  # fail now, not at the first client, if it cannot start
+        probe = open_backend(backend)  # fail now, not at the first client, if it cannot start
+        self.device_memory = probe.describe().total_memory
+        probe.close()
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)

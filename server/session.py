@@ -577,6 +577,14 @@ class Session:
         """cuCtxSynchronize, cuStreamSynchronize, cuEventSynchronize."""
         self.backend.synchronize()
 
+    @op("vgpuDiscardReported")
+    def discard_reported(self):
+        """The client replayed, after a failover, messages whose answers it had already
+        had: the errors and device output they produced again were reported once."""
+        self.deferred_error, self.deferred_message = CUDA_SUCCESS, ""
+        self.output.clear()
+        self.diagnostics.clear()
+
     @op("vgpuQuery")
     def query(self):
         """cuStreamQuery and cuEventQuery. While a worker still runs this session's work the
@@ -897,7 +905,7 @@ class Session:
 # Calls that still work after a sticky error: the ones that tear state down.
 STICKY_EXEMPT = frozenset({"cuCtxDestroy", "cuDevicePrimaryCtxReset", "cuMemFree",
                            "cuModuleUnload", "cuStreamDestroy", "cuEventDestroy",
-                           "vgpuUnmapHostSegment"})
+                           "vgpuUnmapHostSegment", "vgpuDiscardReported"})
 
 
 def _take_text(pieces: list[str]) -> str:

@@ -70,6 +70,8 @@ PEER_COPY_BYTES = 1 << 20
 # Calls after which device windows mapped here may be of freed allocations.
 RELEASING_CALLS = frozenset({"cuMemFree", "cuCtxDestroy", "cuDevicePrimaryCtxReset"})
 POLL_SLICE_MS = 100
+# Ends a failover's replay of messages whose answers the application already has.
+DISCARD_REPORTED = "vgpuDiscardReported"
 CUDA_ERROR_NOT_READY = 600
 # How long a synchronizing call polls for its reply before it sleeps in the kernel. Waking a
 # sleeping thread costs tens of microseconds on an idle machine, more than a round trip's
@@ -268,9 +270,14 @@ class Connection:
         self.info = info
         ring_map = old_ring.map if old_ring is not None else None
         resent = self._outbox.after(resumed)
-        for entry in resent:
+        # The application has heard everything up to the last answered message: the errors
+        # and device output that replaying those messages produce again are dropped there.
+        last_answered = max((i for i, e in enumerate(resent) if e.answered), default=None)
+        for i, entry in enumerate(resent):
             seq, calls, frames = replay_form(entry, ring_map, self.ring is not None,
                                              self.peer_memory)
+            if i == last_answered:
+                calls = [*calls, (DISCARD_REPORTED, ())]
             self._transmit(CALLS, seq, calls, frames)
         if self._queue and old_ring is not None and self.ring is None:
             self._queue, self._frames = relocate(self._queue, self._frames, ring_map,

@@ -34,7 +34,9 @@ Seq-0 replies with code 0 may carry a notice in their result (None: a plain keep
                           server can restore it
     {"redirect": ADDRESS, "position": N}   the session moved to ADDRESS, where its state
                           covers the first N messages
-    {"suspended": true}   a keepalive while the session is suspended
+    {"progress": [phase, done, total]}   to an admin client, while its request runs
+A suspended session's calls wait for its resume; while any are held, the client hears
+plain keepalives.
 
 Moving sessions. Every CALLS message has a position, its 1-based count since the first
 hello; client and server count the same messages (HELLO, RELEASE, ADMIN and BYE do not
@@ -48,8 +50,10 @@ the token's checkpoint if it has one. Either way the hello's reply says the posi
 session's state there covers, and the client sends again every message after R that it
 holds, each under its first seq while its reply is awaited; one whose reply was consumed
 goes with seq 0 and without the calls that only read (copies to the host, vgpuQuery,
-vgpuSynchronize, vgpuDeviceWindow, cuMemGetInfo, cuEventElapsedTime). Data staged in the
-ring goes to the same offsets of the new session's ring.
+vgpuSynchronize, vgpuDeviceWindow, cuMemGetInfo, cuEventElapsedTime). The last of those
+ends with the call vgpuDiscardReported: the errors and device output their replay produced
+again were reported once already. Data staged in the ring goes to the same offsets of the
+new session's ring.
 
 Ops inside CALLS are driver-API names (`cuMemAlloc_v2`, `cuLaunchKernel`, ...) plus a few
 `vgpu*` transport helpers; see `vgpu.server.session` for the handlers.

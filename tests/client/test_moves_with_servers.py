@@ -18,6 +18,7 @@ from vgpu_processes import VGPU, start_emu_server, stop_server, vgpu_environment
 
 from vgpu.admin import AdminError, request
 from vgpu.client import PEER_COPY_BYTES, Connection
+from vgpu.errors import CudaError
 
 PROGRAMS = Path(__file__).parent / "programs"
 CONTEXT = 7
@@ -142,3 +143,21 @@ def test_a_program_with_pinned_memory_fails_over(emu_servers, tmp_path):
             program.communicate()
     assert (program.returncode, out) == (0, "same\n"), err
     assert f"the session goes on at {standby}" in err
+
+
+def test_a_failover_reports_no_error_and_no_output_twice(emu_servers):
+    """What the standby replays, the program has already heard of: a queued call that failed
+    (its error came with the next synchronization) must not fail the program again."""
+    start, procs = emu_servers
+    primary, standby = start("primary"), start("standby")  # no checkpoint: replayed whole
+    conn = Connection(f"{primary},{standby}", timeout=30)
+    conn.post("cuDevicePrimaryCtxRetain", CONTEXT, 0)
+    conn.post("cuModuleUnload", 999)
+    with pytest.raises(CudaError) as caught:
+        conn.call("cuMemGetInfo")
+    assert caught.value.code == 400
+    procs[0].send_signal(signal.SIGKILL)
+    procs[0].wait(10)
+    free, total = conn.call("cuMemGetInfo")[0]  # fails over, replays, and answers plainly
+    assert conn.address == standby and 0 < free <= total
+    conn.close()

@@ -18,7 +18,7 @@ import zmq
 from vgpu_processes import ServerProcess
 
 from vgpu.admin import AdminError, request
-from vgpu.protocol import CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
+from vgpu.protocol import ADMIN, CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
 from vgpu.replay.image import CHUNK_BYTES
 
 CONTEXT = 7
@@ -291,6 +291,18 @@ def test_bad_admin_requests_are_refused_clearly(two_servers, tmp_path):
     code, message = admin(a.address, "adopt", token="0" * 32, phase="memory",
                           chunks=[[1, 2, 3, 4]])
     assert code == 1
+    assert admin(a.address, "adopt", token="1" * 32, phase="begin")[0] == 0
+    sender = zmq.Context.instance().socket(zmq.DEALER)  # a memory message, with its frame
+    sender.setsockopt(zmq.LINGER, 0)
+    sender.connect(a.address)
+    try:
+        sender.send_multipart([pack([ADMIN, 1, ["adopt", [{
+            "token": "1" * 32, "phase": "memory", "chunks": [[0, 1 << 40, 0, 1]]}]]]), b"x"])
+        assert sender.poll(10_000)
+        code, message = unpack(sender.recv())[1:3]
+    finally:
+        sender.close()
+    assert code == 1 and "exceed the device's" in message
     assert a.alive()
 
 
