@@ -69,6 +69,7 @@ _LEVEL = -1
 # Hashing, compressing and writing release the GIL: while one thread waits for the disk,
 # another compresses, so a few threads keep up with a disk even on 2 cores.
 _THREADS = 4
+_FRAME_HEADER_MAX = 18  # bytes: zstd's ZSTD_FRAMEHEADERSIZE_MAX
 _TEMP = ".vgpu-tmp-"  # prefix of files being written; any found under the writers' lock are stale
 
 
@@ -445,35 +446,36 @@ class Image:
     def _load_chunk(self, address: int, digest: bytes, target: memoryview) -> int:
         name = digest.hex()
         where = f"{self.path}: chunk {name} of region {address:#x}"
-        try:
-            with open(_chunk_path(self._store, digest), "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            raise ImageError(f"{where} is missing from {self._store}") from None
-        except OSError as exc:
-            raise ImageError(f"{where} cannot be read: {exc.strerror}") from None
         decompressor = getattr(self._local, "decompressor", None)
         if decompressor is None:
             decompressor = self._local.decompressor = zstandard.ZstdDecompressor()
         try:
-            # The frame says how large it unpacks to: checked first, so that a damaged one
-            # cannot make us write past the chunk's place.
-            if zstandard.frame_content_size(data) != len(target):
-                raise ImageError(f"{where} is corrupt (wrong size)")
-            if not zstandard.get_frame_parameters(data).has_checksum:
-                raise ImageError(f"{where} is corrupt (no checksum of its contents)")
-            # Straight into its place: no intermediate copy of the chunk. Reading on to the
-            # frame's end makes zstd check the frame's checksum of the contents.
-            with decompressor.stream_reader(data) as reader:
-                filled = 0
-                while filled < len(target):
-                    n = reader.readinto(target[filled:])
-                    if not n:
-                        break
-                    filled += n
-                complete = filled == len(target) and not reader.read(1)
+            with open(_chunk_path(self._store, digest), "rb") as f:
+                # The frame says how large it unpacks to: checked first, so that a damaged
+                # one cannot make us write past the chunk's place.
+                header = f.read(_FRAME_HEADER_MAX)
+                if zstandard.frame_content_size(header) != len(target):
+                    raise ImageError(f"{where} is corrupt (wrong size)")
+                if not zstandard.get_frame_parameters(header).has_checksum:
+                    raise ImageError(f"{where} is corrupt (no checksum of its contents)")
+                f.seek(0)
+                # From the file straight into its place, a little at a time: no copy of the
+                # whole chunk in between (whose fresh pages would cost as much as the
+                # chunk's own). Reading on to the frame's end makes zstd check its checksum.
+                with decompressor.stream_reader(f, read_size=1 << 18) as reader:
+                    filled = 0
+                    while filled < len(target):
+                        n = reader.readinto(target[filled:])
+                        if not n:
+                            break
+                        filled += n
+                    complete = filled == len(target) and not reader.read(1)
+        except FileNotFoundError:
+            raise ImageError(f"{where} is missing from {self._store}") from None
         except zstandard.ZstdError:
             raise ImageError(f"{where} is corrupt (checksum mismatch)") from None
+        except OSError as exc:
+            raise ImageError(f"{where} cannot be read: {exc.strerror}") from None
         if not complete:
             raise ImageError(f"{where} is corrupt (truncated)")
         return len(target)

@@ -29,6 +29,7 @@ from vgpu.replay.image import MAGIC, ImageError, read_image
 from . import moves
 from .moves import Incoming, MoveError
 from .session import Session
+from .worker import SessionEnded
 
 __all__ = ["AdminMixin"]
 
@@ -90,7 +91,7 @@ class AdminMixin:
         def submit() -> None:
             worker = self.workers.get(identity)
             if worker is None:
-                future.set_exception(MoveError("the session ended"))
+                future.set_exception(SessionEnded("the session ended"))
             else:
                 worker.control(task, hold, future)
 
@@ -174,7 +175,7 @@ class AdminMixin:
         def run() -> None:
             try:
                 result = work(progress)
-            except (MoveError, ImageError, CudaError, OSError) as exc:
+            except (MoveError, ImageError, CudaError, OSError, SessionEnded) as exc:
                 message = _message(exc)
                 self.call_soon(lambda: finish(CUDA_ERROR_INVALID_VALUE, message))
             except BaseException as exc:

@@ -38,7 +38,8 @@ import zmq
 from .backends.base import Cancelled
 from .session import Session
 
-__all__ = ["SessionWorker", "Outcome", "run_batch", "LONG_CALLS", "INLINE_CALLS"]
+__all__ = ["SessionWorker", "SessionEnded", "Outcome", "run_batch", "LONG_CALLS",
+           "INLINE_CALLS"]
 
 log = logging.getLogger("vgpu.server")
 
@@ -65,6 +66,10 @@ def run_batch(session: Session, seq: int, body: list, payloads: list) -> Outcome
         result = session.last_error_message
     return (code, result, frames, session.take_deferred(), session.take_output(),
             session.take_diagnostics())
+
+
+class SessionEnded(Exception):
+    """A control task's session ended before the task could run."""
 
 
 @dataclass
@@ -155,8 +160,10 @@ class SessionWorker:
         wake.connect(wake_address)
         try:
             while (job := self._jobs.get()) is not None:
-                if self.session.cancelled:
-                    continue  # up to the end marker: nobody waits for these batches
+                if self.session.cancelled:  # up to the end marker: nobody waits for batches
+                    if isinstance(job, _Control):  # but an operation waits for its task
+                        job.future.set_exception(SessionEnded("the session ended"))
+                    continue
                 if isinstance(job, _Control):
                     self._run_control(job, wake)
                     while self._held and not self._holding and not self.session.cancelled:

@@ -12,13 +12,15 @@ import os
 import secrets
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import zmq
 from vgpu_processes import ServerProcess
 
 from vgpu.admin import AdminError, request
-from vgpu.protocol import ADMIN, CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
+from vgpu.protocol import ADMIN, BYE, CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
 from vgpu.replay.image import CHUNK_BYTES
 
 CONTEXT = 7
@@ -325,3 +327,19 @@ def test_the_emulator_says_what_may_have_changed_since_a_mark():
     backend.prepare_launch(module, "nop", (1, 1, 1), (1, 1, 1), 0)(b"", 1 << 20)
     assert backend.changed_since(later) is None and backend.changed_since(mark) is None
     assert backend.changed_since(backend.mark()) == []
+
+
+def test_an_operation_on_a_session_that_ends_meanwhile_fails_clearly(two_servers):
+    a, _, _ = two_servers
+    spin = (Path(__file__).parent / "programs" / "spin.ptx").read_bytes()
+    client = RawClient(a.address)
+    client.post([["cuDevicePrimaryCtxRetain", [CONTEXT, 0]],
+                 ["cuModuleLoadData", [20, CONTEXT, ["inline", spin], len(spin)]],
+                 ["cuModuleGetFunction", [21, 20, "spin"]],
+                 ["cuLaunchKernel", [21, 1, 1, 1, 1, 1, 1, 0, 0,
+                                     (1 << 31).to_bytes(4, "little")]]])
+    asked = ThreadPoolExecutor(1).submit(admin, a.address, "checkpoint", pid=os.getpid())
+    time.sleep(0.5)  # the checkpoint waits behind the kernel
+    client.socket.send(pack([BYE, 0, None]))
+    assert asked.result(timeout=30) == (1, "the session ended")
+    assert admin(a.address, "ps") == (0, [])
