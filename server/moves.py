@@ -48,8 +48,10 @@ SLICE_BYTES = 64 << 20
 # Pre-copy stops when a round found at most this much changed (or after MAX_ROUNDS).
 CONVERGED_BYTES = 16 << 20
 MAX_ROUNDS = 8
-# How long a server waits for another to answer one step of a migration.
+# How long a server waits for another to answer one step of a migration, and one step
+# while the session is stopped (then the session goes on here).
 LINK_TIMEOUT_S = 120.0
+STOPPED_LINK_TIMEOUT_S = 20.0
 
 
 class MoveError(Exception):
@@ -198,9 +200,10 @@ def move(host: SessionHost, identity: bytes, token: str, target: str, precopy: b
         stop = host.control(identity, lambda s, p: _final_stop(s, p, sent, mark),
                             hold=True).result()
         try:
-            _send_chunks(link, token, stop.chunks, sent)
+            # The session is stopped now: a target that stalls must not hold it for long.
+            _send_chunks(link, token, stop.chunks, sent, timeout=STOPPED_LINK_TIMEOUT_S)
             link.request({"phase": "commit", "token": token, "state": stop.state,
-                          "regions": stop.regions})
+                          "regions": stop.regions}, timeout=STOPPED_LINK_TIMEOUT_S)
         except BaseException:
             host.control(identity, lambda s, p: None)  # let the held calls run here
             raise
@@ -325,7 +328,8 @@ def _final_stop(session: Session, position: int, sent: _Sent, since: tuple | Non
     return _Stop(session.describe(position), regions, chunks, stopped_at)
 
 
-def _send_chunks(link: _Link, token: str, chunks: list, sent: _Sent) -> int:
+def _send_chunks(link: _Link, token: str, chunks: list, sent: _Sent,
+                 timeout: float = LINK_TIMEOUT_S) -> int:
     """Send chunks to the target, a few MiB a message; returns their bytes."""
     total = 0
     batch, frames, batch_bytes = [], [], 0
@@ -335,11 +339,12 @@ def _send_chunks(link: _Link, token: str, chunks: list, sent: _Sent) -> int:
         batch_bytes += len(data)
         sent.digests[(address, offset)] = digest
         if batch_bytes >= 8 * MIGRATION_CHUNK:
-            link.request({"phase": "memory", "token": token, "chunks": batch}, frames)
+            link.request({"phase": "memory", "token": token, "chunks": batch}, frames,
+                         timeout)
             total += batch_bytes
             batch, frames, batch_bytes = [], [], 0
     if batch:
-        link.request({"phase": "memory", "token": token, "chunks": batch}, frames)
+        link.request({"phase": "memory", "token": token, "chunks": batch}, frames, timeout)
         total += batch_bytes
     sent.bytes += total
     return total
