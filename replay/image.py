@@ -36,8 +36,6 @@ import fcntl
 import functools
 import hashlib
 import os
-import secrets
-import struct
 import threading
 import time
 from collections import deque
@@ -48,6 +46,21 @@ from dataclasses import dataclass
 import msgpack
 import zstandard
 
+from .store import (
+    DIGEST_BYTES,
+    FRAME_HEADER_MAX,
+    STORE,
+    TEMP,
+    chunk_path,
+    frame,
+    fsync_file,
+    fsync_folder,
+    read_framed,
+    vgpu_version,
+    write_file,
+    write_temporary,
+)
+
 __all__ = [
     "CHUNK_BYTES", "FORMAT_VERSION", "MAGIC", "ImageError", "WriteStats", "Image",
     "write_image", "read_image", "chunk_digests",
@@ -56,10 +69,7 @@ __all__ = [
 CHUNK_BYTES = 4 << 20
 FORMAT_VERSION = 1
 MAGIC = b"VGPUIMG\x00"
-STORE = ".vgpu-chunks"
 
-_HEADER = struct.Struct("<8sIQ")  # magic, format version, body length
-_DIGEST_BYTES = 32
 # Level -1, one of zstd's fast levels (no entropy coding of literals): zeroed and repetitive
 # memory still shrinks to almost nothing, while float data, which level 1 shrinks by only
 # 8-9%, is stored as it is, at 3-4 GB/s each way instead of 0.4-0.7 GB/s. Measured on 4 MiB
@@ -69,8 +79,6 @@ _LEVEL = -1
 # Hashing, compressing and writing release the GIL: while one thread waits for the disk,
 # another compresses, so a few threads keep up with a disk even on 2 cores.
 _THREADS = 4
-_FRAME_HEADER_MAX = 18  # bytes: zstd's ZSTD_FRAMEHEADERSIZE_MAX
-_TEMP = ".vgpu-tmp-"  # prefix of files being written; any found under the writers' lock are stale
 
 
 class ImageError(ValueError):
@@ -175,15 +183,15 @@ def _write_locked(path, folder, store, state_body, views, progress) -> WriteStat
     # The chunks' names must be durable before a manifest names them, those of chunks that
     # an earlier writer stored (and perhaps did not live to fsync) as well.
     for prefix in sorted({digest[:1].hex() for digest in referenced}):
-        _fsync_folder(os.path.join(store, prefix))
+        fsync_folder(os.path.join(store, prefix))
     manifest = _manifest_bytes({
-        "format": FORMAT_VERSION, "vgpu": _vgpu_version(), "created": time.time(),
+        "format": FORMAT_VERSION, "vgpu": vgpu_version(), "created": time.time(),
         "chunk_bytes": CHUNK_BYTES, "hash": "sha256", "compression": "zstd",
         "state": state_body, "regions": regions,
     })
-    _write_file(folder, os.path.basename(path), manifest)
-    _fsync_folder(folder)
-    stored = sum(writer.sizes.get(d) or os.stat(_chunk_path(store, d)).st_size
+    write_file(folder, os.path.basename(path), manifest)
+    fsync_folder(folder)
+    stored = sum(writer.sizes.get(d) or os.stat(chunk_path(store, d)).st_size
                  for d in referenced)
     return WriteStats(
         path=path, bytes_total=total, bytes_written=writer.bytes + len(manifest),
@@ -217,7 +225,7 @@ class _ChunkWriter:
             if digest in self.claimed:
                 return digest
             self.claimed.add(digest)
-        target = _chunk_path(self.store, digest)
+        target = chunk_path(self.store, digest)
         if os.path.exists(target):
             return digest
         compressor = getattr(self.local, "compressor", None)
@@ -229,7 +237,7 @@ class _ChunkWriter:
         data = compressor.compress(piece)
         folder = os.path.dirname(target)
         os.makedirs(folder, mode=0o700, exist_ok=True)
-        temp = _write_temporary(folder, data)
+        temp = write_temporary(folder, data)
         with self.lock:
             self.staged.append((temp, target))
             self.sizes[digest] = len(data)
@@ -239,7 +247,7 @@ class _ChunkWriter:
     def make_durable(self, pool: ThreadPoolExecutor) -> None:
         """Sync every staged chunk, then give each its name: a chunk file that has its
         name is always complete (a later write trusts it without reading it)."""
-        list(pool.map(_fsync_file, [temp for temp, _ in self.staged]))
+        list(pool.map(fsync_file, [temp for temp, _ in self.staged]))
         for temp, target in self.staged:
             os.rename(temp, target)
         self.staged.clear()
@@ -261,63 +269,6 @@ def _in_order(pool: ThreadPoolExecutor, jobs, window: int = 2 * _THREADS):
             future.cancel()
 
 
-def _chunk_path(store: str, digest: bytes) -> str:
-    name = digest.hex()
-    return os.path.join(store, name[:2], name)
-
-
-def _write_file(folder: str, name: str, data) -> None:
-    """`data` as folder/name, atomically: a temporary file, fsynced, renamed over the name.
-    The temporary file is removed on any failure."""
-    temp = _write_temporary(folder, data)
-    try:
-        _fsync_file(temp)
-        os.rename(temp, os.path.join(folder, name))
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-
-
-def _write_temporary(folder: str, data) -> str:
-    """`data` in a new temporary file in `folder` (not synced); its path. Removed on any
-    failure; one left by a crash is removed by the next writer (see _collect_garbage)."""
-    temp = os.path.join(folder, _TEMP + secrets.token_hex(8))
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            # Start writing it to the disk now, while the next chunks are prepared: Linux
-            # begins writeback of a file's dirty pages on this advice (and drops them from
-            # the cache once written), so the final sync waits for little.
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    return temp
-
-
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_folder(folder: str) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _manifest_bytes(body: dict) -> bytes:
     """The manifest of `body`, whose "state" is already packed (write_image packs it first,
     to refuse a state that cannot be stored before writing any chunk): it goes in as the
@@ -327,19 +278,7 @@ def _manifest_bytes(body: dict) -> bytes:
     for key, value in body.items():
         parts.append(packer.pack(key))
         parts.append(value if key == "state" else packer.pack(value))
-    encoded = b"".join(parts)
-    return (_HEADER.pack(MAGIC, FORMAT_VERSION, len(encoded)) + encoded
-            + hashlib.sha256(encoded).digest())
-
-
-@functools.cache
-def _vgpu_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("vgpu")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
+    return frame(MAGIC, FORMAT_VERSION, b"".join(parts))
 
 
 def _collect_garbage(folder: str, store: str) -> None:
@@ -351,13 +290,13 @@ def _collect_garbage(folder: str, store: str) -> None:
         return
     with contextlib.suppress(OSError):  # tidying up: whatever cannot be removed stays
         for entry in os.scandir(folder):
-            if entry.name.startswith(_TEMP):
+            if entry.name.startswith(TEMP):
                 _remove(entry.path)
         for sub in os.scandir(store):
             if len(sub.name) != 2 or not sub.is_dir(follow_symlinks=False):
                 continue
             for entry in os.scandir(sub.path):
-                if entry.name.startswith(_TEMP) or (
+                if entry.name.startswith(TEMP) or (
                         _is_digest_name(entry.name)
                         and bytes.fromhex(entry.name) not in referenced):
                     _remove(entry.path)
@@ -369,7 +308,7 @@ def _remove(path: str) -> None:
 
 
 def _is_digest_name(name: str) -> bool:
-    return len(name) == 2 * _DIGEST_BYTES and all(c in "0123456789abcdef" for c in name)
+    return len(name) == 2 * DIGEST_BYTES and all(c in "0123456789abcdef" for c in name)
 
 
 def _referenced_chunks(folder: str) -> set[bytes] | None:
@@ -381,7 +320,7 @@ def _referenced_chunks(folder: str) -> set[bytes] | None:
     except OSError:
         return None
     for entry in entries:
-        if entry.name.startswith(_TEMP) or not entry.is_file():
+        if entry.name.startswith(TEMP) or not entry.is_file():
             continue
         try:
             with open(entry.path, "rb") as f:
@@ -450,10 +389,10 @@ class Image:
         if decompressor is None:
             decompressor = self._local.decompressor = zstandard.ZstdDecompressor()
         try:
-            with open(_chunk_path(self._store, digest), "rb") as f:
+            with open(chunk_path(self._store, digest), "rb") as f:
                 # The frame says how large it unpacks to: checked first, so that a damaged
                 # one cannot make us write past the chunk's place.
-                header = f.read(_FRAME_HEADER_MAX)
+                header = f.read(FRAME_HEADER_MAX)
                 if zstandard.frame_content_size(header) != len(target):
                     raise ImageError(f"{where} is corrupt (wrong size)")
                 if not zstandard.get_frame_parameters(header).has_checksum:
@@ -496,7 +435,7 @@ def read_image(path) -> Image:
                 continue
             seen.add(digest)
             try:
-                stored += os.stat(_chunk_path(store, digest)).st_size
+                stored += os.stat(chunk_path(store, digest)).st_size
             except FileNotFoundError:
                 raise ImageError(f"{path}: chunk {digest.hex()} of region {address:#x} is "
                                  f"missing from {store}") from None
@@ -508,33 +447,8 @@ def read_image(path) -> Image:
 
 def _load_manifest(path: str) -> tuple[dict, int]:
     """The checked body of the manifest at `path`, and the manifest's size."""
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            head = f.read(_HEADER.size)
-            if head[:len(MAGIC)] != MAGIC:
-                if head and len(head) < len(MAGIC) and MAGIC.startswith(head):
-                    raise ImageError(f"{path} is truncated ({size} bytes)")
-                raise ImageError(f"{path} is not a vgpu checkpoint image")
-            if len(head) < _HEADER.size:
-                raise ImageError(f"{path} is truncated ({size} bytes, shorter than a header)")
-            _, version, length = _HEADER.unpack(head)
-            if version != FORMAT_VERSION:
-                upgrade = " (upgrade vgpu)" if version > FORMAT_VERSION else ""
-                raise ImageError(f"{path} has format version {version}; this vgpu reads "
-                                 f"version {FORMAT_VERSION}{upgrade}")
-            expected = _HEADER.size + length + _DIGEST_BYTES
-            if size < expected:
-                raise ImageError(f"{path} is truncated ({size} bytes; its header says "
-                                 f"{expected})")
-            if size > expected:
-                raise ImageError(f"{path} is corrupt ({size - expected} bytes past its end)")
-            encoded = f.read(length)
-            checksum = f.read(_DIGEST_BYTES)
-    except OSError as exc:
-        raise ImageError(f"cannot read checkpoint {path}: {exc.strerror}") from None
-    if hashlib.sha256(encoded).digest() != checksum:
-        raise ImageError(f"{path} is corrupt (checksum mismatch)")
+    encoded, size = read_framed(path, MAGIC, FORMAT_VERSION, ImageError, "checkpoint image",
+                                "checkpoint")
     try:
         body = msgpack.unpackb(encoded, raw=False, strict_map_key=False)
     except Exception:  # msgpack raises several unrelated types on garbage
@@ -573,7 +487,7 @@ def _check_body(path: str, body) -> None:
         address, size, digests = region
         if len(digests) != -(-size // step):
             raise corrupt(f"region {address:#x} of {size} bytes has {len(digests)} chunks")
-        if not all(isinstance(d, bytes) and len(d) == _DIGEST_BYTES for d in digests):
+        if not all(isinstance(d, bytes) and len(d) == DIGEST_BYTES for d in digests):
             raise corrupt(f"region {address:#x} has a malformed chunk digest")
 
 
