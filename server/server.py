@@ -46,6 +46,7 @@ from vgpu.protocol import (
 from .admin import AdminMixin
 from .arena import VaArena
 from .backends import open_backend
+from .recorder import SessionRecorder
 from .session import Session
 from .worker import INLINE_CALLS, LONG_CALLS, Outcome, SessionWorker, run_batch
 
@@ -76,7 +77,8 @@ SESSION_QUEUE_LIMIT = 1 << 18
 
 class ProxyServer(AdminMixin):
     def __init__(self, address: str, backend: str = "auto", memcheck: str = "report",
-                 checkpoint_dir: str | None = None, checkpoint_every: float | None = None):
+                 checkpoint_dir: str | None = None, checkpoint_every: float | None = None,
+                 record_dir: str | None = None, record_full: bool = False):
         self.address = address
         self.backend_name = backend
         self.memcheck = memcheck  # for sessions whose application does not say
@@ -87,6 +89,12 @@ class ProxyServer(AdminMixin):
         self.checkpoint_every = checkpoint_every
         if checkpoint_every is not None and not self.checkpoint_dir:
             raise ValueError("--checkpoint-every needs --checkpoint-dir")
+        # Where every new session records its trace (see recorder.py), and whether the
+        # trace keeps the data that went back to the program besides its digests.
+        self.record_dir = os.path.abspath(record_dir) if record_dir else None
+        self.record_full = record_full
+        if self.record_dir:
+            os.makedirs(self.record_dir, exist_ok=True)
         probe = open_backend(backend)  # fail now, not at the first client, if it cannot start
         self.device_memory = probe.describe().total_memory
         probe.close()
@@ -269,7 +277,13 @@ class ProxyServer(AdminMixin):
                     return  # restored from its image on another thread; answered then
                 session, slot = opened
             else:
-                session, slot = self._new_session(body)
+                if self.record_dir:
+                    # No shared staging segment and no access to the client's memory: what
+                    # a recorded session's calls use arrives in the messages we record.
+                    body = {**body, "shm": None, "probe": None}
+                session, slot = self._new_session(body, body.get("arena"))
+                if self.record_dir:
+                    SessionRecorder(session, self.record_dir, self.record_full)
         except (TypeError, ValueError, AttributeError) as exc:  # a pid that is no number...
             self._reply(identity, seq, 1, f"malformed hello: {exc}")
             return

@@ -168,6 +168,10 @@ class Session:
         self.segments: dict[int, tuple[mmap.mmap, int | None]] = {}  # id -> (map, device addr)
         self.shared: SharedAllocations | None = None
         self.peer_memory = False
+        # What runs each call of `execute`: a recorder (server/recorder.py) puts itself
+        # here, so that sessions not recorded pay nothing for recording.
+        self.run_call: Callable[[object], tuple[int, object]] = self._run_one
+        self.recorder = None
         self.attach_client(hello)
 
     # ----------------------------------------------------------------- plumbing
@@ -220,7 +224,7 @@ class Session:
             for i, call in enumerate(calls):
                 if self.cancelled:
                     raise Cancelled
-                code, result = self._run_one(call)
+                code, result = self.run_call(call)
                 if code and i != last:
                     self.defer(code, self.last_error_message)
         frames_out, self.payloads, self.reply_frames = self.reply_frames, [], []
@@ -289,6 +293,8 @@ class Session:
 
     def close(self) -> None:
         """Release everything the session holds (client exit, crash or disconnect)."""
+        if self.recorder is not None:
+            self.recorder.finish()
         for handle, _ in self.contexts.items():
             self._destroy_context_resources(handle)
         self.backend.close()

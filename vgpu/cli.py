@@ -1,5 +1,6 @@
 """The `vgpu` command: `run` an unmodified CUDA program, `server` a device, `ps` the sessions,
-`checkpoint`, `suspend`, `resume` and `migrate` one."""
+`checkpoint`, `suspend`, `resume` and `migrate` one, `record` a program's calls and `replay`
+them."""
 
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ def _add_server_parser(sub) -> None:
                         "reading the same folder restores a client whose server died")
     p.add_argument("--checkpoint-every", type=float, default=None, metavar="SECONDS",
                    help="checkpoint each running session this often (needs --checkpoint-dir)")
+    p.add_argument("--record", default=None, metavar="DIR",
+                   help="record every new session's calls into the trace DIR")
+    p.add_argument("--record-full", action="store_true",
+                   help="with --record: keep the data returned to programs, not only digests")
 
 
 def _add_run_parser(sub) -> None:
@@ -43,6 +48,26 @@ def _add_run_parser(sub) -> None:
     p.add_argument("--backend", default=None, choices=("auto", "emu", "cuda"),
                    help="start a private server with this backend for this run")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
+
+
+def _add_record_parsers(sub) -> None:
+    p = sub.add_parser("record", help="run a CUDA program and record its calls in a trace",
+                       usage="vgpu record -o TRACE [--full] -- CMD [ARGS...]")
+    p.add_argument("-o", "--output", required=True, metavar="TRACE",
+                   help="the trace to write: a folder, new or empty")
+    p.add_argument("--full", action="store_true",
+                   help="keep the data returned to the program too, not only its digests "
+                        "(replay --check then shows where results differ)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
+    p = sub.add_parser("replay", help="run a recorded trace again, without its program")
+    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("--check", action="store_true",
+                   help="compare every result with the recording's; exit 1 at the first "
+                        "difference")
+    p.add_argument("--server", default=None, metavar="ADDR",
+                   help="replay on this running server (default: a private one)")
+    p.add_argument("--backend", default="emu", choices=("auto", "emu", "cuda"),
+                   help="the private server's backend (default: emu)")
 
 
 def _add_ps_parser(sub) -> None:
@@ -108,13 +133,15 @@ def main(argv: list[str] | None = None) -> int:
     _add_run_parser(sub)
     _add_ps_parser(sub)
     _add_session_parsers(sub)
+    _add_record_parsers(sub)
     args = parser.parse_args(argv)
     if args.verb is None:  # a usage error, as argparse treats one: help on stderr, status 2
         parser.print_help(sys.stderr)
         return 2
     if args.verb in _SESSION_REQUESTS:
         return _session_request(args)
-    return {"server": _server, "run": _run, "ps": _ps}[args.verb](args)
+    return {"server": _server, "run": _run, "ps": _ps, "record": _record,
+            "replay": _replay}[args.verb](args)
 
 
 # ----------------------------------------------------------------- vgpu server
@@ -148,7 +175,8 @@ def _server(args) -> int:
                 claim_ipc_socket(socket_file)
             server = ProxyServer(address, args.backend, args.memcheck,
                                  checkpoint_dir=args.checkpoint_dir,
-                                 checkpoint_every=args.checkpoint_every)
+                                 checkpoint_every=args.checkpoint_every,
+                                 record_dir=args.record, record_full=args.record_full)
         except AddressError as exc:
             print(f"vgpu server: cannot listen on {address}: {exc}", file=sys.stderr)
             return 1
@@ -256,7 +284,7 @@ def _running_default_server() -> str | None:
     return address
 
 
-def _start_private_server(backend: str):
+def _start_private_server(backend: str, options: tuple[str, ...] = ()):
     from vgpu.registry import runtime_dir
 
     _remove_stale_private_sockets(runtime_dir())
@@ -266,7 +294,7 @@ def _start_private_server(backend: str):
     # vgpu was installed from) would shadow the installed package.
     proc = subprocess.Popen(
         [sys.executable, "-P", "-m", "vgpu.cli", "server", "--listen", address, "--backend",
-         backend],
+         backend, *options],
         stdout=subprocess.PIPE, text=True, start_new_session=True,
         preexec_fn=lambda: _stop_with_parent(parent))
     line = proc.stdout.readline()  # one line once it listens; EOF if it failed to start
@@ -331,6 +359,76 @@ def _run_program(command: list[str], address: str) -> int:
         signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
     code = proc.wait()
     return 128 - code if code < 0 else code
+
+
+# ----------------------------------------------------------------- vgpu record, replay
+
+def _record(args) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        print("vgpu record: no command given (vgpu record -o TRACE -- CMD [ARGS...])",
+              file=sys.stderr)
+        return 2
+    if shutil.which(command[0]) is None:
+        print(f"vgpu record: {command[0]}: command not found", file=sys.stderr)
+        return 127
+    trace = os.path.abspath(args.output)
+    if os.path.exists(trace) and not (os.path.isdir(trace) and not os.listdir(trace)):
+        print(f"vgpu record: {trace} exists; a trace goes into a new or empty folder",
+              file=sys.stderr)
+        return 2
+    options = ("--record", trace, *(("--record-full",) if args.full else ()))
+    server, address = _start_private_server("emu", options)
+    if server is None:
+        return 1
+    try:
+        status = _run_program(command, address)
+    finally:
+        _stop(server, address)  # every session's manifest is written as it ends
+    from vgpu.replay.trace import TraceError, read_trace
+
+    try:
+        recorded = read_trace(trace)
+    except TraceError as exc:
+        print(f"vgpu record: no trace was recorded: {exc}", file=sys.stderr)
+        return status or 1
+    calls = sum(len(s.calls) for s in recorded.sessions)
+    print(f"vgpu record: {_count(len(recorded.sessions), 'session')}, "
+          f"{_count(calls, 'call')} recorded in {trace}", file=sys.stderr)
+    return status
+
+
+def _replay(args) -> int:
+    from vgpu.replay.replayer import ReplayError, replay
+    from vgpu.replay.trace import TraceError, read_trace
+
+    try:
+        trace = read_trace(args.trace)  # all of it checked before anything runs
+    except TraceError as exc:
+        print(f"vgpu replay: {exc}", file=sys.stderr)
+        return 2
+    server, address = None, args.server
+    if address is None:
+        server, address = _start_private_server(args.backend)
+        if server is None:
+            return 1
+    try:
+        difference = replay(trace, address, args.check)
+    except ReplayError as exc:
+        print(f"vgpu replay: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if server is not None:
+            _stop(server, address)
+    calls = sum(len(s.calls) for s in trace.sessions)
+    if difference is not None:
+        print(f"vgpu replay: results differ from the recording at\n{difference}",
+              file=sys.stderr)
+        return 1
+    checked = "; every result as recorded" if args.check else ""
+    print(f"vgpu replay: {_count(len(trace.sessions), 'session')}, "
+          f"{_count(calls, 'call')} replayed{checked}")
+    return 0
 
 
 # ----------------------------------------------------------------- vgpu ps

@@ -10,12 +10,16 @@ message whose first frame is a msgpack header and whose further frames are raw p
 
 kind is one of:
     HELLO   body = {"version", "pid", "host", "argv", "shm", "probe", "memcheck", "token",
-            "resume"}: opens the session; "memcheck" is the application's VGPU_MEMCHECK
+            "resume", "arena"}: opens the session; "memcheck" is the application's VGPU_MEMCHECK
             (None: the server's); "token" (32 hex digits) names the session, the same at
             every hello of one client, across servers; "resume" is None at the first hello,
             {"position": N} when the session moves here (see "Moving sessions"). The reply
             says, besides the server's pid, host and device, "position": the messages the
-            session's state here covers (0 for a fresh session).
+            session's state here covers (0 for a fresh session). "arena" (optional, a fresh
+            session only) asks for the session's addresses to start where they started in
+            another session: a replay's calls use the addresses its recording got. A
+            server that records sessions answers "shm", "peer_memory" and
+            "device_windows" false: every byte then travels in the messages it records.
     CALLS   body = [[op, args], ...]: driver calls in order; the server replies only when the
             header's seq is non-zero (the last call then is the synchronizing one)
     RELEASE body = None: the client finished copying through the device window the server

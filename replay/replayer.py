@@ -1,0 +1,195 @@
+"""Running a trace again, without the program that was recorded (`vgpu replay`).
+
+Each session of the trace gets a session of its own on the server, opened at the addresses
+its recording had ("arena" at hello), and is sent its calls one at a time, each waiting
+for its reply: so every call's outcome (code, result, data copied back, device output) is
+seen on its own, to be compared with what the recording kept. Sessions are replayed one
+after the other, in the order they started.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import zmq
+
+from vgpu.protocol import BYE, CALLS, DEFAULT_TIMEOUT_S, HELLO, PROTOCOL_VERSION, pack, unpack
+
+from .trace import SessionTrace, Trace, is_blob, outcome_of
+
+__all__ = ["ReplayError", "Difference", "replay", "describe_call"]
+
+# Calls whose result is not reproducible by nature: only their code is compared.
+UNREPRODUCIBLE = frozenset({"cuEventElapsedTime"})
+
+
+class ReplayError(RuntimeError):
+    """The replay could not go on: the server refused the session or went away."""
+
+
+@dataclass
+class Difference:
+    """The first call whose outcome differs from the recording's."""
+
+    session: SessionTrace
+    index: int
+    what: list[str]  # one line per thing that differed
+
+    def __str__(self) -> str:
+        op, args, _ = self.session.calls[self.index]
+        info = self.session.session
+        lines = [f"session {info['id']} ({' '.join(info['argv'])[:60]}), call {self.index}: "
+                 f"{describe_call(op, args)}"]
+        return "\n".join(lines + [f"  {line}" for line in self.what])
+
+
+def replay(trace: Trace, address: str, check: bool,
+           seen: Callable[[dict], None] | None = None) -> Difference | None:
+    """Run every session of `trace` against the server at `address`; with `check`, stop at
+    the first call whose outcome differs from the recording's and return it. `seen` is
+    given every call's outcome, as a trace keeps it (without the results of UNREPRODUCIBLE
+    calls)."""
+    for recorded in trace.sessions:
+        with _Connection(address, recorded.session) as connection:
+            for index, (op, args, expected) in enumerate(recorded.calls):
+                code, result, data, output, diagnostics = connection.call(
+                    *_as_sent(trace, op, args))
+                outcome = outcome_of(code, result, data, output, diagnostics, False)
+                if op in UNREPRODUCIBLE:
+                    outcome.pop("result", None)
+                if seen is not None:
+                    seen(outcome)
+                if check:
+                    what = _differences(trace, op, expected, outcome,
+                                        (result, data, output, diagnostics))
+                    if what:
+                        return Difference(recorded, index, what)
+    return None
+
+
+def _as_sent(trace: Trace, op, args) -> tuple[list, list]:
+    """The call as a message carries it, and its payload frames: recorded data goes as
+    frames."""
+    if op is None:  # a malformed call, as it came
+        return args, []
+    if not isinstance(args, list):
+        return [op, args], []
+    frames: list = []
+    sent = []
+    for value in args:
+        if is_blob(value):
+            frames.append(trace.load(value))
+            value = ["frame", len(frames) - 1]
+        sent.append(value)
+    return [op, sent], frames
+
+
+def _differences(trace: Trace, op, expected: dict, got: dict, values: tuple) -> list[str]:
+    result, data, output, diagnostics = values
+    kept = expected.get("kept")
+    what = []
+    if expected["code"] != got["code"]:
+        what.append(f"code: recorded {expected['code']}, replayed {got['code']}"
+                    + (f" ({result})" if got["code"] and result else ""))
+    if op not in UNREPRODUCIBLE and expected.get("result") != got.get("result"):
+        recorded = f"{kept['result']!r:.200}" if kept else "(not kept: record with --full)"
+        what.append(f"result: recorded {recorded}, replayed {result!r:.200}")
+    if expected.get("data", []) != got.get("data", []):
+        what.append(_data_difference(trace, expected.get("data", []), got.get("data", []),
+                                     kept["data"] if kept else None, data))
+    for name, text in (("output", output), ("diagnostics", diagnostics)):
+        if expected.get(name) != got.get(name):
+            recorded = f"{kept[name]!r:.200}" if kept else "(not kept: record with --full)"
+            what.append(f"{name}: recorded {recorded}, replayed {text!r:.200}")
+    return what
+
+
+def _data_difference(trace: Trace, expected: list, got: list, kept: list | None,
+                     data: list) -> str:
+    if len(expected) != len(got):
+        return f"data copied back: recorded {len(expected)} pieces, replayed {len(got)}"
+    piece = next(i for i, (a, b) in enumerate(zip(expected, got, strict=True)) if a != b)
+    if kept is None:
+        return (f"data copied back differ (sha256 {expected[piece].hex()[:16]}… recorded, "
+                f"{got[piece].hex()[:16]}… replayed; record with --full to see where)")
+    recorded, replayed = trace.load(kept[piece]), bytes(data[piece])
+    if len(recorded) != len(replayed):
+        return f"data copied back: recorded {len(recorded)} bytes, replayed {len(replayed)}"
+    offset = next(i for i, (a, b) in enumerate(zip(recorded, replayed, strict=True)) if a != b)
+    start = offset - offset % 16
+    return (f"data copied back differ first at byte {offset} (of {len(recorded)}):\n"
+            f"    recorded +{start}: {recorded[start:start + 16].hex(' ')}\n"
+            f"    replayed +{start}: {replayed[start:start + 16].hex(' ')}")
+
+
+def describe_call(op, args) -> str:
+    """op(arg, ...) as a person reads it: addresses in hex, data by its size."""
+    if op is None:
+        return f"malformed call {args!r:.80}"
+
+    def show(value) -> str:
+        if is_blob(value):
+            return f"<{value[1]} bytes>"
+        if isinstance(value, bytes):
+            return f"<{len(value)} bytes: {value[:16].hex()}{'…' if len(value) > 16 else ''}>"
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1 << 32:
+            return hex(value)
+        if isinstance(value, list):
+            return "[" + ", ".join(show(v) for v in value) + "]"
+        return repr(value)
+
+    shown = ", ".join(show(a) for a in args) if isinstance(args, list) else show(args)
+    return f"{op}({shown})"
+
+
+class _Connection:
+    """A session on the server, spoken to with the raw protocol."""
+
+    def __init__(self, address: str, recorded: dict):
+        self.address = address
+        self.socket = zmq.Context.instance().socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.connect(address)
+        self.seq = 0
+        code, info, *_ = self._request(HELLO, {
+            "version": PROTOCOL_VERSION, "pid": os.getpid(), "host": socket.gethostname(),
+            "argv": ["vgpu-replay", *recorded["argv"]], "memcheck": recorded["memcheck"],
+            "token": None, "resume": None, "arena": recorded["arena"]}, [])
+        if code:
+            self.close()
+            raise ReplayError(f"the server at {address} refused the session: {info}")
+
+    def call(self, call: list, frames: list) -> tuple[int, object, list, str, str]:
+        code, result, _, output, diagnostics, data = self._request(CALLS, [call], frames)
+        return code, result, data, output, diagnostics
+
+    def _request(self, kind: str, body, frames: list) -> list:
+        self.seq += 1
+        self.socket.send_multipart([pack([kind, self.seq, body]), *frames])
+        deadline = time.monotonic() + DEFAULT_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if not self.socket.poll(100):
+                continue
+            reply_frames = self.socket.recv_multipart()
+            reply = unpack(reply_frames[0])
+            if reply[0] == self.seq:
+                return [*reply[1:], reply_frames[1:]]
+            if reply[1]:  # a notice that the server is going away
+                raise ReplayError(f"the server at {self.address} stopped: {reply[2]}")
+            deadline = time.monotonic() + DEFAULT_TIMEOUT_S  # a keepalive: still working
+        raise ReplayError(f"the server at {self.address} did not answer for "
+                          f"{DEFAULT_TIMEOUT_S:g} s")
+
+    def close(self, linger_ms: int = 0) -> None:
+        self.socket.close(linger_ms)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.socket.send_multipart([pack([BYE, 0, None])])
+        self.close(1000)  # the goodbye must leave: it releases the session at once

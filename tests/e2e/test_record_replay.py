@@ -1,0 +1,105 @@
+"""Recording a program once and replaying it without the program, as a user does:
+`vgpu record -o TRACE -- CMD`, then `vgpu replay TRACE --check`."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import msgpack
+import pytest
+from vgpu_processes import VGPU, emu_server, vgpu_environment
+
+from vgpu.replay.replayer import replay
+from vgpu.replay.store import frame, read_framed
+from vgpu.replay.trace import FORMAT_VERSION, MAGIC, TraceWriter, read_trace
+
+PROGRAMS = Path(__file__).resolve().parents[1] / "runtime" / "programs"
+BIAS = "0f3E800000"  # kernels.cu's `bias = 0.25f`, as its PTX writes it
+
+
+def vgpu(*args, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([*VGPU, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=vgpu_environment())
+
+
+@pytest.fixture(scope="module")
+def driver_trace(driver_app, kernels_ptx, tmp_path_factory) -> Path:
+    trace = tmp_path_factory.mktemp("traces") / "driver_app"
+    result = vgpu("record", "--full", "-o", trace, "--", driver_app, kernels_ptx)
+    assert result.returncode == 0, result.stderr
+    assert "driver_app: all results correct" in result.stdout
+    assert "vgpu record: 1 session, " in result.stderr
+    return trace
+
+
+def test_a_recorded_driver_program_replays_with_the_same_results(driver_trace):
+    result = vgpu("replay", driver_trace, "--check")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("vgpu replay: 1 session, ")
+    assert result.stdout.rstrip().endswith("replayed; every result as recorded")
+
+
+def test_a_recorded_runtime_program_replays_with_the_same_results(toolkit, tmp_path):
+    program = toolkit.executable((PROGRAMS / "vector_add.cu").read_text(),
+                                 ["-cudart", "shared", f"-I{PROGRAMS}"])
+    trace = tmp_path / "vector_add"
+    recorded = vgpu("record", "-o", trace, "--", program)
+    assert recorded.returncode == 0, recorded.stderr
+    assert "vector_add: 1000 sums correct" in recorded.stdout
+    result = vgpu("replay", trace, "--check")
+    assert result.returncode == 0, result.stderr
+    assert "every result as recorded" in result.stdout
+
+
+def test_an_edited_kernel_is_caught_at_the_first_result_it_changes(driver_trace, tmp_path):
+    trace = _copy(driver_trace, tmp_path / "edited")
+    manifest = next(trace.glob("*.trace"))
+    body = msgpack.unpackb(read_framed(str(manifest), MAGIC, FORMAT_VERSION, ValueError,
+                                       "trace", "trace")[0], raw=False)
+    loaded = read_trace(trace)
+    load = next(i for i, c in enumerate(body["calls"]) if c[0] == "cuModuleLoadData")
+    ptx = loaded.load(body["calls"][load][1][2]).decode()
+    assert BIAS in ptx
+    writer = TraceWriter(str(trace), body["session"], True)
+    body["calls"][load][1][2] = writer.blob(ptx.replace(BIAS, "0f3F000000").encode())
+    manifest.write_bytes(frame(MAGIC, FORMAT_VERSION, msgpack.packb(body)))
+
+    result = vgpu("replay", trace, "--check")
+    assert result.returncode == 1, result.stderr
+    assert "results differ from the recording at" in result.stderr
+    # The program reads `bias` back: the first result the edit changes.
+    bias, size = body["calls"][load][2]["kept"]["result"]["variables"]["bias"]
+    first = next(i for i, (op, args, _) in enumerate(body["calls"])
+                 if op == "cuMemcpyDtoH" and args[0] == bias)
+    assert f"call {first}: cuMemcpyDtoH({bias:#x}, {size}, ['frame'])\n" in result.stderr
+    assert "data copied back differ first at byte" in result.stderr
+    assert "recorded +" in result.stderr and "replayed +" in result.stderr
+
+
+def test_replaying_twice_gives_identical_results(driver_trace, tmp_path):
+    trace = read_trace(driver_trace)
+    runs = []
+    with emu_server(tmp_path) as address:
+        for _ in range(2):
+            outcomes: list = []
+            assert replay(trace, address, check=True, seen=outcomes.append) is None
+            runs.append(outcomes)
+    assert runs[0] == runs[1]
+    assert len(runs[0]) == sum(len(s.calls) for s in trace.sessions)
+
+
+def test_a_damaged_trace_is_refused_before_anything_runs(driver_trace, tmp_path):
+    trace = _copy(driver_trace, tmp_path / "damaged")
+    manifest = next(trace.glob("*.trace"))
+    manifest.write_bytes(manifest.read_bytes()[:-10])
+    result = vgpu("replay", trace, "--check")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (f"vgpu replay: {manifest} is truncated "
+                                     f"({manifest.stat().st_size} bytes; its header says "
+                                     f"{manifest.stat().st_size + 10})")
+
+
+def _copy(trace: Path, to: Path) -> Path:
+    subprocess.run(["cp", "-a", str(trace), str(to)], check=True)
+    return to
