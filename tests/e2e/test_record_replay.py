@@ -3,13 +3,18 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
+import socket
 import subprocess
 from pathlib import Path
 
 import msgpack
 import pytest
+import zmq
 from vgpu_processes import VGPU, emu_server, vgpu_environment
 
+from vgpu.protocol import HELLO, PROTOCOL_VERSION, pack, unpack
 from vgpu.replay.replayer import replay
 from vgpu.replay.store import frame, read_framed
 from vgpu.replay.trace import FORMAT_VERSION, MAGIC, TraceWriter, read_trace
@@ -50,6 +55,44 @@ def test_a_recorded_runtime_program_replays_with_the_same_results(toolkit, tmp_p
     result = vgpu("replay", trace, "--check")
     assert result.returncode == 0, result.stderr
     assert "every result as recorded" in result.stdout
+
+
+def test_every_process_of_a_program_is_one_session_of_its_trace(driver_app, kernels_ptx,
+                                                                 tmp_path):
+    trace = tmp_path / "two"
+    both = f"{driver_app} {kernels_ptx} & {driver_app} {kernels_ptx}; wait $!"
+    recorded = vgpu("record", "-o", trace, "--", "sh", "-c", both)
+    assert recorded.returncode == 0, recorded.stderr
+    assert recorded.stdout.count("driver_app: all results correct") == 2
+    assert "vgpu record: 2 sessions, " in recorded.stderr
+    result = vgpu("replay", trace, "--check")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("vgpu replay: 2 sessions, ")
+
+
+def test_a_recording_server_shares_no_memory_with_its_clients(tmp_path):
+    segment = tmp_path / "ring"
+    segment.write_bytes(bytes(4096))
+    probe = ctypes.create_string_buffer(b"probe")
+    hello = {"version": PROTOCOL_VERSION, "pid": os.getpid(), "host": socket.gethostname(),
+             "argv": ["test"], "token": None, "resume": None,
+             "shm": {"path": str(segment), "size": 4096},
+             "probe": [ctypes.addressof(probe), b"probe"]}
+    answers = {}
+    for name, options in (("plain", ()), ("recording", ("--record", str(tmp_path / "t")))):
+        with emu_server(tmp_path, *options) as address:
+            sock = zmq.Context.instance().socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(address)
+            sock.send_multipart([pack([HELLO, 1, hello])])
+            assert sock.poll(10_000), "no answer to hello"
+            _, code, info, *_ = unpack(sock.recv_multipart()[0])
+            sock.close()
+            assert code == 0, info
+            answers[name] = {k: info[k] for k in ("shm", "peer_memory", "device_windows")}
+    assert answers["plain"]["shm"]  # the same hello gets shared memory from a plain server
+    assert answers["recording"] == {"shm": False, "peer_memory": False,
+                                    "device_windows": False}
 
 
 def test_an_edited_kernel_is_caught_at_the_first_result_it_changes(driver_trace, tmp_path):
