@@ -2,6 +2,7 @@
 
     python benchmarks/bench_transport.py            # prints a table; figures go to BENCHMARKS.md
     python benchmarks/bench_transport.py --copies   # only the 64 MiB copies, more rounds
+    python benchmarks/bench_transport.py --record   # end-to-end launches, recording off vs on
 
 Figures, each a ratio against a baseline measured in this run (medians of alternating rounds):
 - an idle cuCtxSynchronize (nothing outstanding: answered without a round trip) and the
@@ -93,12 +94,14 @@ def rss_kib(pid: int) -> int:
 
 
 def vgpu_figures(work: Path, spin_us: str | None = None, syncs: int = SYNCS,
-                 launches: int = LAUNCHES) -> dict[str, float]:
+                 launches: int = LAUNCHES, mib: int = MIB,
+                 server_options: tuple[str, ...] = ()) -> dict[str, float]:
     toolkit = find_toolkit(work / "build")
     program = toolkit.c_program((HERE / "bench_transport.c").read_text())
     address = f"ipc://{work}/vgpu.sock"
     server = subprocess.Popen([sys.executable, "-m", "vgpu.cli", "server", "--listen", address,
-                               "--backend", "emu"], stdout=subprocess.PIPE, text=True)
+                               "--backend", "emu", *server_options], stdout=subprocess.PIPE,
+                              text=True)
     server.stdout.readline()
     time.sleep(0.5)
     idle_rss = rss_kib(server.pid)
@@ -106,7 +109,7 @@ def vgpu_figures(work: Path, spin_us: str | None = None, syncs: int = SYNCS,
     if spin_us is not None:
         env["VGPU_SPIN_US"] = spin_us
     out = subprocess.run([sys.executable, "-m", "vgpu.cli", "run", "--server", address, "--",
-                          str(program), str(syncs), str(launches), str(MIB)],
+                          str(program), str(syncs), str(launches), str(mib)],
                          capture_output=True, text=True, check=True, env=env).stdout
     server.terminate()
     server.wait()
@@ -152,6 +155,22 @@ def copies_only() -> None:
               f"{max(ratios[key]):.2f})")
 
 
+def record_overhead() -> None:
+    """End-to-end queued launches per second on a server that records sessions (into a
+    fresh trace each round) and on one that does not, alternating rounds."""
+    off, on = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for i in range(ROUNDS):
+            off.append(vgpu_figures(work, syncs=100, mib=1)["launch_rate_end_to_end_per_s"])
+            on.append(vgpu_figures(work, syncs=100, mib=1, server_options=(
+                "--record", str(work / f"trace-{i}")))["launch_rate_end_to_end_per_s"])
+    print(f"queued empty launches end to end, median of {ROUNDS} rounds: recording off "
+          f"{statistics.median(off):.0f}/s (rounds {min(off):.0f}-{max(off):.0f}), on "
+          f"{statistics.median(on):.0f}/s (rounds {min(on):.0f}-{max(on):.0f}); ratio "
+          f"{statistics.median(on) / statistics.median(off):.2f}")
+
+
 def main() -> None:
     raws, copies, vgpus, blocking = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -195,4 +214,5 @@ def main() -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    copies_only() if sys.argv[1:] == ["--copies"] else main()
+    {"--copies": copies_only, "--record": record_overhead}.get(sys.argv[1] if sys.argv[1:]
+                                                               else "", main)()

@@ -17,7 +17,16 @@ from dataclasses import dataclass
 
 import zmq
 
-from vgpu.protocol import BYE, CALLS, DEFAULT_TIMEOUT_S, HELLO, PROTOCOL_VERSION, pack, unpack
+from vgpu.protocol import (
+    BYE,
+    CALLS,
+    DEFAULT_TIMEOUT_S,
+    HANDSHAKE_TIMEOUT_S,
+    HELLO,
+    PROTOCOL_VERSION,
+    pack,
+    unpack,
+)
 
 from .trace import SessionTrace, Trace, is_blob, outcome_of
 
@@ -158,7 +167,8 @@ class _Connection:
         code, info, *_ = self._request(HELLO, {
             "version": PROTOCOL_VERSION, "pid": os.getpid(), "host": socket.gethostname(),
             "argv": ["vgpu-replay", *recorded["argv"]], "memcheck": recorded["memcheck"],
-            "token": None, "resume": None, "arena": recorded["arena"]}, [])
+            "token": None, "resume": None, "arena": recorded["arena"]}, [],
+            HANDSHAKE_TIMEOUT_S)
         if code:
             self.close()
             raise ReplayError(f"the server at {address} refused the session: {info}")
@@ -167,10 +177,11 @@ class _Connection:
         code, result, _, output, diagnostics, data = self._request(CALLS, [call], frames)
         return code, result, data, output, diagnostics
 
-    def _request(self, kind: str, body, frames: list) -> list:
+    def _request(self, kind: str, body, frames: list, timeout: float = DEFAULT_TIMEOUT_S
+                 ) -> list:
         self.seq += 1
         self.socket.send_multipart([pack([kind, self.seq, body]), *frames])
-        deadline = time.monotonic() + DEFAULT_TIMEOUT_S
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.socket.poll(100):
                 continue
@@ -180,9 +191,9 @@ class _Connection:
                 return [*reply[1:], reply_frames[1:]]
             if reply[1]:  # a notice that the server is going away
                 raise ReplayError(f"the server at {self.address} stopped: {reply[2]}")
-            deadline = time.monotonic() + DEFAULT_TIMEOUT_S  # a keepalive: still working
-        raise ReplayError(f"the server at {self.address} did not answer for "
-                          f"{DEFAULT_TIMEOUT_S:g} s")
+            deadline = time.monotonic() + timeout  # a keepalive: still working
+        self.close()
+        raise ReplayError(f"the server at {self.address} did not answer for {timeout:g} s")
 
     def close(self, linger_ms: int = 0) -> None:
         self.socket.close(linger_ms)

@@ -66,7 +66,7 @@ def _add_record_parsers(sub) -> None:
                         "difference")
     p.add_argument("--server", default=None, metavar="ADDR",
                    help="replay on this running server (default: a private one)")
-    p.add_argument("--backend", default="emu", choices=("auto", "emu", "cuda"),
+    p.add_argument("--backend", default=None, choices=("auto", "emu", "cuda"),
                    help="the private server's backend (default: emu)")
 
 
@@ -407,9 +407,21 @@ def _replay(args) -> int:
     except TraceError as exc:
         print(f"vgpu replay: {exc}", file=sys.stderr)
         return 2
+    if args.server is not None and args.backend is not None:
+        print("vgpu replay: --backend is for a private server; --server names a running one",
+              file=sys.stderr)
+        return 2
     server, address = None, args.server
-    if address is None:
-        server, address = _start_private_server(args.backend)
+    if address is not None:
+        from vgpu.addresses import AddressError, check_address
+
+        try:
+            check_address(address)
+        except AddressError as exc:
+            print(f"vgpu replay: --server {address}: {exc}", file=sys.stderr)
+            return 2
+    else:
+        server, address = _start_private_server(args.backend or "emu")
         if server is None:
             return 1
     try:
@@ -417,6 +429,9 @@ def _replay(args) -> int:
     except ReplayError as exc:
         print(f"vgpu replay: {exc}", file=sys.stderr)
         return 1
+    except TraceError as exc:  # a chunk removed or damaged since it was checked
+        print(f"vgpu replay: {exc}", file=sys.stderr)
+        return 2
     finally:
         if server is not None:
             _stop(server, address)
