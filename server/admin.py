@@ -37,8 +37,10 @@ log = logging.getLogger("vgpu.server")
 
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_DEVICE_UNAVAILABLE = 46
-# How long a session handed over to this server waits for its client to come back.
-ADOPTED_WAIT_S = 60.0
+# How long a session handed over to this server waits for a client on another host to come
+# back (it does at its next call, however long the program computes on the host meanwhile);
+# one on this host waits as long as its process lives.
+ADOPTED_WAIT_S = 3600.0
 # Progress notices go out at most this often.
 PROGRESS_INTERVAL_S = 0.1
 
@@ -126,12 +128,16 @@ class AdminMixin:
             self._reply(identity, seq, CUDA_ERROR_INVALID_VALUE, _message(exc))
 
     def describe_sessions(self) -> list[dict]:
+        served = [(s, self.workers[identity].queued_calls, s.status)
+                  for identity, s in self.sessions.items()]
+        # Handed over here, waiting for the client to reconnect at its next call.
+        arriving = [(s, 0, "arriving") for s, _, _ in self.adopted.values()]
         return [{
             "session": s.id, "pid": s.pid, "host": s.host, "command": " ".join(s.argv),
             "backend": s.backend.name, "memory": s.memory_in_use(), "calls": s.calls_served,
-            "queued": self.workers[identity].queued_calls, "since": s.started_at,
-            "state": s.status, "token": s.token[:8], "checkpoint": s.last_checkpoint,
-        } for identity, s in self.sessions.items()]
+            "queued": queued, "since": s.started_at, "state": state, "token": s.token[:8],
+            "checkpoint": s.last_checkpoint,
+        } for s, queued, state in served + arriving]
 
     def _find(self, args: dict) -> tuple[bytes, Session]:
         if args.get("session") is not None:
@@ -401,7 +407,8 @@ class AdminMixin:
         that old, if it did anything since; and drop handed-over sessions never claimed."""
         now = time.monotonic()
         for token, (session, _, since) in list(self.adopted.items()):
-            if now - since > ADOPTED_WAIT_S:
+            local = session.host == self.host and session.pid
+            if not self._client_alive(session) or (not local and now - since > ADOPTED_WAIT_S):
                 log.warning("session %d was handed over but its client never came",
                             session.id)
                 self.adopted.pop(token)[0].close()

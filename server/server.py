@@ -425,8 +425,12 @@ class ProxyServer(AdminMixin):
 
     def _reap_dead_clients(self) -> None:
         for identity, session in list(self.sessions.items()):
-            if session.host == self.host and session.pid and not _pid_alive(session.pid):
+            if not self._client_alive(session):
                 self._close_session(identity, f"client pid {session.pid} is gone")
+
+    def _client_alive(self, session: Session) -> bool:
+        """False once a client on this host is gone; a remote one is presumed alive."""
+        return not (session.host == self.host and session.pid and not _pid_alive(session.pid))
 
 
 def _seq_of(header) -> int | None:

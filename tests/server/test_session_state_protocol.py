@@ -149,6 +149,8 @@ def test_migration_keeps_addresses_contents_and_handles(two_servers):
     redirect = next(n for n in client.notices if isinstance(n, dict) and "redirect" in n)
     assert redirect == {"redirect": b.address, "position": result["position"]}
     assert admin(a.address, "ps") == (0, [])
+    # Until its client comes back (at its next call), the target shows it arriving.
+    assert [s["state"] for s in admin(b.address, "ps")[1]] == ["arriving"]
 
     moved = RawClient(b.address, client.token, resume=redirect["position"])
     assert moved.hello[0] == 0 and moved.hello[1]["position"] == redirect["position"]
