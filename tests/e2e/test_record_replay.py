@@ -146,3 +146,11 @@ def test_a_damaged_trace_is_refused_before_anything_runs(driver_trace, tmp_path)
 def _copy(trace: Path, to: Path) -> Path:
     subprocess.run(["cp", "-a", str(trace), str(to)], check=True)
     return to
+
+
+def test_a_trace_is_never_written_over_another(driver_trace, driver_app, kernels_ptx):
+    result = vgpu("record", "-o", driver_trace, "--", driver_app, kernels_ptx)
+    assert result.returncode == 2
+    assert result.stderr == (f"vgpu record: {driver_trace} exists; a trace goes into a new "
+                             "or empty folder\n")
+    assert len(read_trace(driver_trace).sessions) == 1
