@@ -69,6 +69,8 @@ SHUTTING_DOWN = "the server is shutting down"
 # of its lanes), and how long the socket may take to deliver the clients' notices.
 WORKER_EXIT_S = 1.0
 NOTICE_LINGER_MS = 500
+# At shutdown: how long recorded sessions may take to write their traces.
+TRACE_WRITE_S = 60.0
 # Calls one session may have waiting for its worker. vgpu's client holds itself to about
 # 20 k (vgpu.client's bounded queue); a client that sends far more without ever waiting is
 # not one, and is disconnected before it fills the server's memory.
@@ -93,6 +95,8 @@ class ProxyServer(AdminMixin):
         # trace keeps the data that went back to the program besides its digests.
         self.record_dir = os.path.abspath(record_dir) if record_dir else None
         self.record_full = record_full
+        # Workers of recorded sessions that ended: shutting down waits for their traces.
+        self.ending: list[SessionWorker] = []
         if self.record_dir:
             os.makedirs(self.record_dir, exist_ok=True)
         probe = open_backend(backend)  # fail now, not at the first client, if it cannot start
@@ -179,11 +183,13 @@ class ProxyServer(AdminMixin):
     def close(self) -> None:
         """Shut down: cancel every session's work and tell every client, whose waiting call
         then fails at once with CUDA_ERROR_DEVICE_UNAVAILABLE (not after its VGPU_TIMEOUT)."""
-        workers = list(self.workers.values())
+        workers = [*self.workers.values(), *self.ending]
         for identity in list(self.sessions):
             self._close_session(identity, SHUTTING_DOWN)
             self._notice(identity, CUDA_ERROR_DEVICE_UNAVAILABLE, SHUTTING_DOWN)
-        deadline = time.monotonic() + WORKER_EXIT_S
+        # A recorded session writes its trace's manifest as it ends, after its kernel stops.
+        limit = TRACE_WRITE_S if self.record_dir else WORKER_EXIT_S
+        deadline = time.monotonic() + limit
         stopped = all([w.join(max(0.0, deadline - time.monotonic())) for w in workers])
         self.socket.close(linger=NOTICE_LINGER_MS)
         self.wake.close(0)
@@ -193,7 +199,7 @@ class ProxyServer(AdminMixin):
         if stopped:
             self.context.term()
         else:  # its socket would hold term() up; the process exit ends the thread
-            log.warning("a session's worker did not stop in %g s; leaving it", WORKER_EXIT_S)
+            log.warning("a session's worker did not stop in %g s; leaving it", limit)
 
     # ----------------------------------------------------------------- messages
 
@@ -413,6 +419,9 @@ class ProxyServer(AdminMixin):
             log.info("session %d closing (%s); %d bytes to release", session.id, why,
                      session.memory_in_use())
             worker.cancel()  # stops its kernel, then releases the session
+            if session.recorder is not None:
+                self.ending = [w for w in self.ending if not w.join(0)]
+                self.ending.append(worker)
 
     def _reassure_busy_sessions(self) -> None:
         """Clients whose calls are still running hear that the server is alive (a client

@@ -329,12 +329,12 @@ def _remove_stale_private_sockets(folder) -> None:
             continue
 
 
-def _stop(proc: subprocess.Popen, address: str) -> None:
+def _stop(proc: subprocess.Popen, address: str, timeout: float = 10) -> None:
     from vgpu.addresses import ipc_path, remove_socket_file
 
     proc.terminate()
     try:
-        proc.wait(timeout=10)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
@@ -384,7 +384,8 @@ def _record(args) -> int:
     try:
         status = _run_program(command, address)
     finally:
-        _stop(server, address)  # every session's manifest is written as it ends
+        # Each session writes its trace's manifest as it ends: give the server time to.
+        _stop(server, address, timeout=90)
     from vgpu.replay.trace import TraceError, read_trace
 
     try:
