@@ -14,7 +14,7 @@ import pytest
 import zmq
 from vgpu_processes import VGPU, emu_server, vgpu_environment
 
-from vgpu.protocol import HELLO, PROTOCOL_VERSION, pack, unpack
+from vgpu.protocol import CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
 from vgpu.replay.replayer import replay
 from vgpu.replay.store import frame, read_framed
 from vgpu.replay.trace import FORMAT_VERSION, MAGIC, TraceWriter, read_trace
@@ -93,6 +93,26 @@ def test_a_recording_server_shares_no_memory_with_its_clients(tmp_path):
     assert answers["plain"]["shm"]  # the same hello gets shared memory from a plain server
     assert answers["recording"] == {"shm": False, "peer_memory": False,
                                     "device_windows": False}
+
+
+def test_a_server_stopped_under_a_recorded_session_still_writes_its_trace(tmp_path):
+    trace = tmp_path / "trace"
+    with emu_server(tmp_path, "--record", str(trace)) as address:
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(address)
+        hello = {"version": PROTOCOL_VERSION, "pid": os.getpid(), "host": "elsewhere",
+                 "argv": ["raw"], "token": None, "resume": None}
+        calls = [["cuDevicePrimaryCtxRetain", [7, 0]], ["cuMemAlloc", [7, 4096]]]
+        for seq, (kind, body) in enumerate(((HELLO, hello), (CALLS, calls)), 1):
+            sock.send_multipart([pack([kind, seq, body])])
+            assert sock.poll(10_000)
+            assert unpack(sock.recv_multipart()[0])[1] == 0
+        sock.close()
+    (session,) = read_trace(trace).sessions  # the server stopped with the session open
+    assert session.session["argv"] == ["raw"]
+    assert [op for op, _, _ in session.calls] == ["cuDevicePrimaryCtxRetain", "cuMemAlloc"]
+    assert [outcome["code"] for _, _, outcome in session.calls] == [0, 0]
 
 
 def test_an_edited_kernel_is_caught_at_the_first_result_it_changes(driver_trace, tmp_path):
