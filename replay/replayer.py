@@ -28,7 +28,7 @@ from vgpu.protocol import (
     unpack,
 )
 
-from .trace import SessionTrace, Trace, is_blob, outcome_of
+from .trace import SessionTrace, Trace, digest, is_blob, outcome_of
 
 __all__ = ["ReplayError", "Difference", "replay", "describe_call"]
 
@@ -76,8 +76,80 @@ def replay(trace: Trace, address: str, check: bool,
                     what = _differences(trace, op, expected, outcome,
                                         (result, data, output, diagnostics))
                     if what:
+                        span = _differing_span(trace, op, args, expected, outcome, data)
+                        if span is not None:
+                            what.append(_last_writer(trace, address, recorded, index, *span))
                         return Difference(recorded, index, what)
     return None
+
+
+def _differing_span(trace: Trace, op, args, expected: dict, got: dict, data: list
+                    ) -> tuple[int, int, int, bytes] | None:
+    """For a copy back whose data differ: the device range [address, +size) that came
+    back different (with a full trace, from the first to the last differing byte; without,
+    all that was copied) and what the replay read there."""
+    if op != "cuMemcpyDtoH" or expected.get("data", []) == got.get("data", []):
+        return None
+    if len(data) != 1 or len(expected.get("data", [])) != 1:
+        return None
+    replayed = bytes(data[0])
+    kept = expected.get("kept")
+    first, last = 0, len(replayed)
+    if kept is not None:
+        recorded = trace.load(kept["data"][0])
+        if len(recorded) == len(replayed):
+            differing = [i for i, (a, b) in enumerate(zip(recorded, replayed, strict=True))
+                         if a != b]
+            first, last = differing[0], differing[-1] + 1
+    return args[0], first, last, replayed[first:last]
+
+
+def _last_writer(trace: Trace, address: str, recorded: SessionTrace, index: int,
+                 copied: int, first: int, last: int, replayed: bytes) -> str:
+    """Which launch last wrote the bytes copied back from [copied+first, copied+last) by
+    call `index`, as the replay ran it. The recording says what memory held only where the
+    program copied it back, so the replay is its own reference: the session is replayed
+    afresh up to a point and the range's digest compared with the one the copy back got.
+    The first point from which it holds those bytes is found by halving over the launches
+    (a range written, then put back as it was, may mislead the halving; kernels rarely do
+    that)."""
+    calls = recorded.calls
+    launches = [i for i in range(index) if calls[i][0] == "cuLaunchKernel"]
+    start, size = copied + first, last - first
+    where = f"{copied:#x}+{first}" + (f" (to +{last})" if size > 1 else "")
+    if not launches:
+        return f"no kernel launch came before it: the bytes at {where} were copied in"
+    # Points to replay up to (exclusive): before the first launch, after each one, and the
+    # copy back itself, whose digest is known.
+    cuts = [launches[0], *(i + 1 for i in launches)]
+    wanted = digest(replayed)
+
+    def holds(cut: int) -> bool:
+        with _Connection(address, recorded.session) as connection:
+            for op, args, _ in calls[:cut]:
+                connection.call(*_as_sent(trace, op, args))
+            code, result, *_ = connection.call(["vgpuDigest", [start, size]], [])
+        return code == 0 and bytes(result) == wanted
+
+    if holds(cuts[0]):
+        return f"no kernel launch wrote the bytes at {where}: they were so before the first"
+    low, high = 0, len(cuts)  # cuts[low] does not hold them; the copy back (high) does
+    while high - low > 1:
+        middle = (low + high) // 2
+        if holds(cuts[middle]):
+            high = middle
+        else:
+            low = middle
+    if high == len(cuts):
+        return (f"the bytes at {where} were last written after the last launch (call "
+                f"{launches[-1]}), by a call that is not a launch")
+    at = launches[high - 1]
+    function, gx, gy, gz, bx, by, bz = calls[at][1][:7]
+    names = {args[0]: args[2] for op, args, _ in calls[:at]
+             if op == "cuModuleGetFunction" and isinstance(args, list) and len(args) == 3}
+    return (f"the bytes at {where} were last written by launch #{high} (kernel "
+            f"{names.get(function, f'{function:#x}')}, grid ({gx}, {gy}, {gz}), block "
+            f"({bx}, {by}, {bz})) at call {at}")
 
 
 def _as_sent(trace: Trace, op, args) -> tuple[list, list]:

@@ -12,6 +12,7 @@ the memory checker's reports and a description of any other kernel fault.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import mmap
 import os
@@ -708,6 +709,16 @@ class Session:
             self.reply_frames.append(out)
             return None
         self.backend.read_into(src, self._source(dst_spec, size))
+
+    @op("vgpuDigest")
+    def digest(self, address: int, size: int):
+        """sha256 of device memory [address, +size), inside one of the session's allocations
+        as a copy must be: `vgpu replay --check` compares memory this way, at points where
+        the program copied nothing back, to find the launch that wrote a difference."""
+        self._check_range(address, size)
+        out = bytearray(size)
+        self.backend.read_into(address, memoryview(out))
+        return hashlib.sha256(out).digest()
 
     @op("vgpuDeviceWindow")
     def device_window(self, address: int, size: int):

@@ -140,6 +140,45 @@ def test_an_edited_kernel_is_caught_at_the_first_result_it_changes(driver_trace,
     assert "recorded +" in result.stderr and "replayed +" in result.stderr
 
 
+def test_a_difference_names_the_launch_that_wrote_it(driver_trace, tmp_path):
+    trace = _copy(driver_trace, tmp_path / "edited")
+    body = _edit_module(trace, lambda ptx: _in_kernel(ptx, "add_bias", "add.f32", "sub.f32"))
+    calls = body["calls"]
+    result = vgpu("replay", trace, "--check")
+    assert result.returncode == 1, result.stderr
+    # add_bias runs last, after the scale loop, on the array copied back after it.
+    at = max(i for i, (op, _, _) in enumerate(calls) if op == "cuLaunchKernel")
+    copy = next(i for i in range(at, len(calls)) if calls[i][0] == "cuMemcpyDtoH")
+    assert f"call {copy}: cuMemcpyDtoH({calls[copy][1][0]:#x}, " in result.stderr
+    launches = sum(op == "cuLaunchKernel" for op, _, _ in calls)
+    assert launches > 2
+    gx, gy, gz, bx, by, bz = calls[at][1][1:7]
+    assert (f"were last written by launch #{launches} (kernel add_bias, grid ({gx}, {gy}, "
+            f"{gz}), block ({bx}, {by}, {bz})) at call {at}\n") in result.stderr
+    assert f"the bytes at {calls[copy][1][0]:#x}+" in result.stderr, result.stderr
+
+
+def _in_kernel(ptx: str, kernel: str, old: str, new: str) -> str:
+    """`ptx` with the first `old` of `kernel`'s body replaced by `new`."""
+    start = ptx.index(f".entry {kernel}(")
+    assert old in ptx[start:ptx.index("\n}", start)]
+    return ptx[:start] + ptx[start:].replace(old, new, 1)
+
+
+def _edit_module(trace: Path, edit) -> dict:
+    """Change the module the trace's session loads (its PTX through `edit`): the manifest's
+    body, as written back."""
+    manifest = next(trace.glob("*.trace"))
+    body = msgpack.unpackb(read_framed(str(manifest), MAGIC, FORMAT_VERSION, ValueError,
+                                       "trace", "trace")[0], raw=False)
+    load = next(i for i, c in enumerate(body["calls"]) if c[0] == "cuModuleLoadData")
+    ptx = read_trace(trace).load(body["calls"][load][1][2]).decode()
+    writer = TraceWriter(str(trace), body["session"], True)
+    body["calls"][load][1][2] = writer.blob(edit(ptx).encode())
+    manifest.write_bytes(frame(MAGIC, FORMAT_VERSION, msgpack.packb(body)))
+    return body
+
+
 def test_replaying_twice_gives_identical_results(driver_trace, tmp_path):
     trace = read_trace(driver_trace)
     runs = []

@@ -4,6 +4,7 @@ disconnects."""
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import signal
 import socket
@@ -57,6 +58,20 @@ def test_allocations_round_trip_and_errors_carry_cuda_codes(server):
     with pytest.raises(CudaError) as err:
         conn.call("cuMemFree", address)  # double free
     assert err.value.code == 1
+    conn.close()
+
+
+def test_a_digest_of_device_memory_is_its_sha256_within_one_allocation(server):
+    conn = _open(server.address)
+    address, _ = conn.call("cuMemAlloc", CONTEXT, 4096)
+    data = bytes(range(256)) * 16
+    buf = (ctypes.c_char * 4096).from_buffer_copy(data)
+    conn.write_device("cuMemcpyHtoD", address, ctypes.addressof(buf), 4096)
+    assert conn.call("vgpuDigest", address + 16, 100)[0] == hashlib.sha256(data[16:116]).digest()
+    for outside in ((address + 4000, 200), (0x1234, 4)):  # past the allocation, in none
+        with pytest.raises(CudaError) as err:
+            conn.call("vgpuDigest", *outside)
+        assert err.value.code == 1
     conn.close()
 
 
