@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import zmq
 
 from vgpu.protocol import (
@@ -30,7 +31,7 @@ from vgpu.protocol import (
 
 from .trace import SessionTrace, Trace, digest, is_blob, outcome_of
 
-__all__ = ["ReplayError", "Difference", "replay", "describe_call"]
+__all__ = ["ReplayError", "Difference", "Tolerance", "replay", "describe_call"]
 
 # Calls whose result is not reproducible by nature: only their code is compared.
 UNREPRODUCIBLE = frozenset({"cuEventElapsedTime"})
@@ -56,12 +57,28 @@ class Difference:
         return "\n".join(lines + [f"  {line}" for line in self.what])
 
 
+@dataclass(frozen=True)
+class Tolerance:
+    """Data copied back compared as little-endian floats (`floats`: "f32" or "f64"), each
+    replayed value within `atol` + `rtol` * |recorded| of the recorded one (NaN equal to
+    NaN); bytes after the last whole float compared exactly."""
+
+    rtol: float
+    atol: float
+    floats: str = "f32"
+
+
 def replay(trace: Trace, address: str, check: bool,
-           seen: Callable[[dict], None] | None = None) -> Difference | None:
+           seen: Callable[[dict], None] | None = None,
+           tolerance: Tolerance | None = None) -> Difference | None:
     """Run every session of `trace` against the server at `address`; with `check`, stop at
     the first call whose outcome differs from the recording's and return it. `seen` is
     given every call's outcome, as a trace keeps it (without the results of UNREPRODUCIBLE
-    calls)."""
+    calls). A `tolerance` needs a full trace: only it keeps the data to compare."""
+    if tolerance is not None and not all(s.full for s in trace.sessions):
+        raise ValueError("a tolerance compares the data copied back, and this trace keeps "
+                         "only their digests (recorded without --full): it can only be "
+                         "checked for exact equality")
     for recorded in trace.sessions:
         with _Connection(address, recorded.session) as connection:
             for index, (op, args, expected) in enumerate(recorded.calls):
@@ -73,35 +90,15 @@ def replay(trace: Trace, address: str, check: bool,
                 if seen is not None:
                     seen(outcome)
                 if check:
-                    what = _differences(trace, op, expected, outcome,
-                                        (result, data, output, diagnostics))
+                    what, span = _differences(trace, op, expected, outcome,
+                                              (result, data, output, diagnostics), tolerance)
                     if what:
-                        span = _differing_span(trace, op, args, expected, outcome, data)
-                        if span is not None:
-                            what.append(_last_writer(trace, address, recorded, index, *span))
+                        if op == "cuMemcpyDtoH" and span is not None:
+                            first, last = span
+                            what.append(_last_writer(trace, address, recorded, index, args[0],
+                                                     first, last, bytes(data[0][first:last])))
                         return Difference(recorded, index, what)
     return None
-
-
-def _differing_span(trace: Trace, op, args, expected: dict, got: dict, data: list
-                    ) -> tuple[int, int, int, bytes] | None:
-    """For a copy back whose data differ: the device range [address, +size) that came
-    back different (with a full trace, from the first to the last differing byte; without,
-    all that was copied) and what the replay read there."""
-    if op != "cuMemcpyDtoH" or expected.get("data", []) == got.get("data", []):
-        return None
-    if len(data) != 1 or len(expected.get("data", [])) != 1:
-        return None
-    replayed = bytes(data[0])
-    kept = expected.get("kept")
-    first, last = 0, len(replayed)
-    if kept is not None:
-        recorded = trace.load(kept["data"][0])
-        if len(recorded) == len(replayed):
-            differing = [i for i, (a, b) in enumerate(zip(recorded, replayed, strict=True))
-                         if a != b]
-            first, last = differing[0], differing[-1] + 1
-    return args[0], first, last, replayed[first:last]
 
 
 def _last_writer(trace: Trace, address: str, recorded: SessionTrace, index: int,
@@ -132,7 +129,8 @@ def _last_writer(trace: Trace, address: str, recorded: SessionTrace, index: int,
         return code == 0 and bytes(result) == wanted
 
     if holds(cuts[0]):
-        return f"no kernel launch wrote the bytes at {where}: they were so before the first"
+        return (f"no kernel launch wrote the bytes at {where}: they held them before the "
+                f"first launch (call {launches[0]})")
     low, high = 0, len(cuts)  # cuts[low] does not hold them; the copy back (high) does
     while high - low > 1:
         middle = (low + high) // 2
@@ -169,10 +167,13 @@ def _as_sent(trace: Trace, op, args) -> tuple[list, list]:
     return [op, sent], frames
 
 
-def _differences(trace: Trace, op, expected: dict, got: dict, values: tuple) -> list[str]:
+def _differences(trace: Trace, op, expected: dict, got: dict, values: tuple,
+                 tolerance: Tolerance | None) -> tuple[list[str], tuple[int, int] | None]:
+    """What differs, a line each, and for one piece of data copied back that differs, the
+    bytes [first, last) of it that do."""
     result, data, output, diagnostics = values
     kept = expected.get("kept")
-    what = []
+    what, span = [], None
     if expected["code"] != got["code"]:
         what.append(f"code: recorded {expected['code']}, replayed {got['code']}"
                     + (f" ({result})" if got["code"] and result else ""))
@@ -180,31 +181,81 @@ def _differences(trace: Trace, op, expected: dict, got: dict, values: tuple) -> 
         recorded = f"{kept['result']!r:.200}" if kept else "(not kept: record with --full)"
         what.append(f"result: recorded {recorded}, replayed {result!r:.200}")
     if expected.get("data", []) != got.get("data", []):
-        what.append(_data_difference(trace, expected.get("data", []), got.get("data", []),
-                                     kept["data"] if kept else None, data))
+        line, span = _data_difference(trace, expected.get("data", []), got.get("data", []),
+                                      kept["data"] if kept else None, data, tolerance)
+        if line:
+            what.append(line)
     for name, text in (("output", output), ("diagnostics", diagnostics)):
         if expected.get(name) != got.get(name):
             recorded = f"{kept[name]!r:.200}" if kept else "(not kept: record with --full)"
             what.append(f"{name}: recorded {recorded}, replayed {text!r:.200}")
-    return what
+    return what, span
 
 
 def _data_difference(trace: Trace, expected: list, got: list, kept: list | None,
-                     data: list) -> str:
+                     data: list, tolerance: Tolerance | None
+                     ) -> tuple[str | None, tuple[int, int] | None]:
+    """How data copied back differ (None: within the tolerance), and for a single piece,
+    which of its bytes do."""
     if len(expected) != len(got):
-        return f"data copied back: recorded {len(expected)} pieces, replayed {len(got)}"
-    piece = next(i for i, (a, b) in enumerate(zip(expected, got, strict=True)) if a != b)
+        return f"data copied back: recorded {len(expected)} pieces, replayed {len(got)}", None
+    single = len(expected) == 1
     if kept is None:
+        piece = next(i for i, (a, b) in enumerate(zip(expected, got, strict=True)) if a != b)
         return (f"data copied back differ (sha256 {expected[piece].hex()[:16]}… recorded, "
-                f"{got[piece].hex()[:16]}… replayed; record with --full to see where)")
-    recorded, replayed = trace.load(kept[piece]), bytes(data[piece])
-    if len(recorded) != len(replayed):
-        return f"data copied back: recorded {len(recorded)} bytes, replayed {len(replayed)}"
-    offset = next(i for i, (a, b) in enumerate(zip(recorded, replayed, strict=True)) if a != b)
+                f"{got[piece].hex()[:16]}… replayed; record with --full to see where)",
+                (0, len(data[0])) if single else None)
+    for blob, replayed in zip(kept, data, strict=True):
+        recorded, replayed = trace.load(blob), bytes(replayed)
+        if len(recorded) != len(replayed):
+            return (f"data copied back: recorded {len(recorded)} bytes, replayed "
+                    f"{len(replayed)}", None)
+        span = _differing_bytes(recorded, replayed, tolerance)
+        if span is not None:
+            break
+    else:
+        return None, None  # within the tolerance
+    offset = span[0]
     start = offset - offset % 16
-    return (f"data copied back differ first at byte {offset} (of {len(recorded)}):\n"
+    line = (f"data copied back differ first at byte {offset} (of {len(recorded)}):\n"
             f"    recorded +{start}: {recorded[start:start + 16].hex(' ')}\n"
             f"    replayed +{start}: {replayed[start:start + 16].hex(' ')}")
+    if tolerance is not None:
+        size = _float_type(tolerance).itemsize
+        element = offset // size
+        if (element + 1) * size <= len(recorded):
+            # Shown by str: the fewest digits that read back as the same float of its type.
+            values = [np.frombuffer(b, _float_type(tolerance), 1, element * size)[0]
+                      for b in (recorded, replayed)]
+            line = (f"data copied back differ beyond rtol {tolerance.rtol:g}, atol "
+                    f"{tolerance.atol:g} first at {tolerance.floats} element {element} "
+                    f"(byte {offset} of {len(recorded)}): recorded {str(values[0])}, replayed "
+                    f"{str(values[1])}\n" + line.split("\n", 1)[1])
+    return line, span if single else None
+
+
+def _float_type(tolerance: Tolerance) -> np.dtype:
+    return np.dtype({"f32": "<f4", "f64": "<f8"}[tolerance.floats])
+
+
+def _differing_bytes(recorded: bytes, replayed: bytes, tolerance: Tolerance | None
+                     ) -> tuple[int, int] | None:
+    """[first, last) of the bytes that differ (of whole floats out of the tolerance), or
+    None."""
+    a, b = np.frombuffer(recorded, np.uint8), np.frombuffer(replayed, np.uint8)
+    if tolerance is None:
+        differs = a != b
+    else:
+        kind = _float_type(tolerance)
+        whole = len(recorded) // kind.itemsize
+        x = np.frombuffer(recorded, kind, whole)
+        y = np.frombuffer(replayed, kind, whole)
+        with np.errstate(invalid="ignore", over="ignore"):
+            close = np.isclose(y, x, rtol=tolerance.rtol, atol=tolerance.atol, equal_nan=True)
+        cut = whole * kind.itemsize
+        differs = np.concatenate([np.repeat(~close, kind.itemsize), a[cut:] != b[cut:]])
+    where = np.flatnonzero(differs)
+    return None if where.size == 0 else (int(where[0]), int(where[-1]) + 1)
 
 
 def describe_call(op, args) -> str:

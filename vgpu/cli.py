@@ -64,6 +64,13 @@ def _add_record_parsers(sub) -> None:
     p.add_argument("--check", action="store_true",
                    help="compare every result with the recording's; exit 1 at the first "
                         "difference")
+    p.add_argument("--rtol", type=float, default=None, metavar="R",
+                   help="with --check: compare data copied back as floats, equal within "
+                        "ATOL + R * |recorded| (needs a trace recorded with --full)")
+    p.add_argument("--atol", type=float, default=None, metavar="A",
+                   help="with --check: the absolute tolerance of that comparison")
+    p.add_argument("--floats", default=None, choices=("f32", "f64"),
+                   help="with --rtol/--atol: the data's float type (default: f32)")
     p.add_argument("--server", default=None, metavar="ADDR",
                    help="replay on this running server (default: a private one)")
     p.add_argument("--backend", default=None, choices=("auto", "emu", "cuda"),
@@ -400,13 +407,31 @@ def _record(args) -> int:
 
 
 def _replay(args) -> int:
-    from vgpu.replay.replayer import ReplayError, replay
+    from vgpu.replay.replayer import ReplayError, Tolerance, replay
     from vgpu.replay.trace import TraceError, read_trace
 
+    tolerance = None
+    if args.rtol is not None or args.atol is not None or args.floats is not None:
+        if not args.check:
+            print("vgpu replay: --rtol, --atol and --floats say how --check compares",
+                  file=sys.stderr)
+            return 2
+        if args.rtol is None and args.atol is None:
+            print("vgpu replay: --floats needs --rtol or --atol", file=sys.stderr)
+            return 2
+        if min(args.rtol or 0.0, args.atol or 0.0) < 0:
+            print("vgpu replay: --rtol and --atol cannot be negative", file=sys.stderr)
+            return 2
+        tolerance = Tolerance(args.rtol or 0.0, args.atol or 0.0, args.floats or "f32")
     try:
         trace = read_trace(args.trace)  # all of it checked before anything runs
     except TraceError as exc:
         print(f"vgpu replay: {exc}", file=sys.stderr)
+        return 2
+    if tolerance is not None and not all(s.full for s in trace.sessions):
+        print(f"vgpu replay: --rtol/--atol compare the data copied back, and {args.trace} "
+              "keeps only their digests (recorded without --full): it can only be checked "
+              "for exact equality", file=sys.stderr)
         return 2
     if args.server is not None and args.backend is not None:
         print("vgpu replay: --backend is for a private server; --server names a running one",
@@ -426,7 +451,7 @@ def _replay(args) -> int:
         if server is None:
             return 1
     try:
-        difference = replay(trace, address, args.check)
+        difference = replay(trace, address, args.check, tolerance=tolerance)
     except ReplayError as exc:
         print(f"vgpu replay: {exc}", file=sys.stderr)
         return 1
@@ -442,6 +467,9 @@ def _replay(args) -> int:
               file=sys.stderr)
         return 1
     checked = "; every result as recorded" if args.check else ""
+    if tolerance is not None:
+        checked += (f" (data copied back as {tolerance.floats} within rtol "
+                    f"{tolerance.rtol:g}, atol {tolerance.atol:g})")
     print(f"vgpu replay: {_count(len(trace.sessions), 'session')}, "
           f"{_count(calls, 'call')} replayed{checked}")
     return 0

@@ -158,6 +158,42 @@ def test_a_difference_names_the_launch_that_wrote_it(driver_trace, tmp_path):
     assert f"the bytes at {calls[copy][1][0]:#x}+" in result.stderr, result.stderr
 
 
+def test_floats_that_differ_in_the_last_bit_pass_within_a_tolerance(driver_trace, tmp_path):
+    trace = _copy(driver_trace, tmp_path / "ulp")
+    _edit_module(trace, lambda ptx: ptx.replace(BIAS, "0f3E800001"))  # 0.25 + 1 ulp
+    exact = vgpu("replay", trace, "--check")
+    assert exact.returncode == 1
+    assert "data copied back differ first at byte 0 (of 4)" in exact.stderr
+
+    close = vgpu("replay", trace, "--check", "--rtol", "1e-6")
+    assert close.returncode == 0, close.stderr
+    assert close.stdout.rstrip().endswith(
+        "replayed; every result as recorded (data copied back as f32 within rtol 1e-06, "
+        "atol 0)")
+
+    strict = vgpu("replay", trace, "--check", "--rtol", "1e-9", "--atol", "1e-9")
+    assert strict.returncode == 1
+    assert ("data copied back differ beyond rtol 1e-09, atol 1e-09 first at f32 element 0 "
+            "(byte 0 of 4): recorded 0.25, replayed 0.25000003\n") in strict.stderr
+
+
+def test_a_tolerance_needs_a_trace_that_keeps_the_data(driver_trace, tmp_path):
+    trace = _copy(driver_trace, tmp_path / "digests")
+    manifest = next(trace.glob("*.trace"))
+    body = msgpack.unpackb(read_framed(str(manifest), MAGIC, FORMAT_VERSION, ValueError,
+                                       "trace", "trace")[0], raw=False)
+    body["full"] = False  # as recorded without --full: digests only
+    for _, _, outcome in body["calls"]:
+        outcome.pop("kept", None)
+    manifest.write_bytes(frame(MAGIC, FORMAT_VERSION, msgpack.packb(body)))
+    result = vgpu("replay", trace, "--check", "--atol", "1e-6")
+    assert result.returncode == 2
+    assert result.stderr == (f"vgpu replay: --rtol/--atol compare the data copied back, and "
+                             f"{trace} keeps only their digests (recorded without --full): "
+                             "it can only be checked for exact equality\n")
+    assert vgpu("replay", trace, "--check").returncode == 0
+
+
 def _in_kernel(ptx: str, kernel: str, old: str, new: str) -> str:
     """`ptx` with the first `old` of `kernel`'s body replaced by `new`."""
     start = ptx.index(f".entry {kernel}(")
