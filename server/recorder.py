@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 
+from vgpu.outbox import SOURCE_ARG
 from vgpu.replay.trace import TraceWriter, outcome_of
 
 from .session import Session
@@ -67,9 +68,10 @@ class SessionRecorder:
         if not (isinstance(call, tuple) and len(call) == 2 and isinstance(call[0], str)):
             return [None, call]  # malformed: replayed as it came, to be refused again
         name, args = call
-        # Most calls (launches above all) send no data: their arguments are kept as they
-        # came (msgpack writes a tuple as a list), which spares a look at each one.
-        if not isinstance(args, tuple) or tuple not in map(type, args):
+        # Only the calls that read a source spec send data (a payload frame, or inline):
+        # the others keep their arguments as they came (msgpack writes a tuple as a list),
+        # which spares a look at each one, launches above all.
+        if name not in SOURCE_ARG or not isinstance(args, tuple):
             return [name, args]
         return [name, [self._argument(a) for a in args]]
 
