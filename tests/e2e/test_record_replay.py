@@ -7,6 +7,7 @@ import ctypes
 import os
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import msgpack
@@ -20,6 +21,7 @@ from vgpu.replay.store import frame, read_framed
 from vgpu.replay.trace import FORMAT_VERSION, MAGIC, TraceWriter, read_trace
 
 PROGRAMS = Path(__file__).resolve().parents[1] / "runtime" / "programs"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BIAS = "0f3E800000"  # kernels.cu's `bias = 0.25f`, as its PTX writes it
 
 
@@ -55,6 +57,24 @@ def test_a_recorded_runtime_program_replays_with_the_same_results(toolkit, tmp_p
     result = vgpu("replay", trace, "--check")
     assert result.returncode == 0, result.stderr
     assert "every result as recorded" in result.stdout
+
+
+@pytest.mark.parametrize("program, says", [
+    ("vector_add.py", "vector_add of 1048576 floats on 'vgpu emulated GPU (PTX on CPU)': correct"),
+    ("numba_axpy.py", "numba axpy ok on vgpu emulated GPU"),
+])
+def test_recorded_python_programs_replay_with_the_same_results(program, says, tmp_path):
+    # examples/: a cuda-python program, and a numba-cuda one whose kernel numba compiles.
+    trace = tmp_path / "trace"
+    recorded = vgpu("record", "-o", trace, "--", sys.executable, EXAMPLES / program)
+    assert recorded.returncode == 0, recorded.stderr
+    assert says in recorded.stdout
+    (session,) = read_trace(trace).sessions
+    assert [op for op, _, _ in session.calls].count("cuLaunchKernel") == 1  # replayed too
+    result = vgpu("replay", trace, "--check")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("vgpu replay: 1 session, ")
+    assert result.stdout.rstrip().endswith("replayed; every result as recorded")
 
 
 def test_every_process_of_a_program_is_one_session_of_its_trace(driver_app, kernels_ptx,
