@@ -198,20 +198,54 @@ def test_floats_that_differ_in_the_last_bit_pass_within_a_tolerance(driver_trace
 
 
 def test_a_tolerance_needs_a_trace_that_keeps_the_data(driver_trace, tmp_path):
-    trace = _copy(driver_trace, tmp_path / "digests")
-    manifest = next(trace.glob("*.trace"))
-    body = msgpack.unpackb(read_framed(str(manifest), MAGIC, FORMAT_VERSION, ValueError,
-                                       "trace", "trace")[0], raw=False)
-    body["full"] = False  # as recorded without --full: digests only
-    for _, _, outcome in body["calls"]:
-        outcome.pop("kept", None)
-    manifest.write_bytes(frame(MAGIC, FORMAT_VERSION, msgpack.packb(body)))
+    trace = _digests_only(_copy(driver_trace, tmp_path / "digests"))
     result = vgpu("replay", trace, "--check", "--atol", "1e-6")
     assert result.returncode == 2
     assert result.stderr == (f"vgpu replay: --rtol/--atol compare the data copied back, and "
                              f"{trace} keeps only their digests (recorded without --full): "
                              "it can only be checked for exact equality\n")
     assert vgpu("replay", trace, "--check").returncode == 0
+
+
+def test_tolerance_options_are_refused_where_they_mean_nothing(driver_trace):
+    for options, why in (
+            (("--rtol", "1e-6"), "--rtol, --atol and --floats say how --check compares"),
+            (("--check", "--floats", "f64"), "--floats needs --rtol or --atol"),
+            (("--check", "--atol", "-1"), "--rtol and --atol cannot be negative")):
+        result = vgpu("replay", driver_trace, *options)
+        assert result.returncode == 2
+        assert result.stderr == f"vgpu replay: {why}\n"
+
+
+def test_a_digest_only_trace_names_the_launch_that_wrote_what_differs(driver_trace,
+                                                                      tmp_path):
+    trace = _digests_only(_copy(driver_trace, tmp_path / "edited"))
+    body = _edit_module(trace, lambda ptx: _in_kernel(ptx, "add_bias", "add.f32", "sub.f32"))
+    result = vgpu("replay", trace, "--check")
+    assert result.returncode == 1, result.stderr
+    assert "record with --full to see where" in result.stderr
+    calls = body["calls"]
+    at = max(i for i, (op, _, _) in enumerate(calls) if op == "cuLaunchKernel")
+    copy = next(i for i in range(at, len(calls)) if calls[i][0] == "cuMemcpyDtoH")
+    address, size = calls[copy][1][:2]
+    launches = sum(op == "cuLaunchKernel" for op, _, _ in calls)
+    gx, gy, gz, bx, by, bz = calls[at][1][1:7]
+    # Without the data, all the copy read back is what differs.
+    assert (f"the bytes at {address:#x}+0 (to +{size}) were last written by launch "
+            f"#{launches} (kernel add_bias, grid ({gx}, {gy}, {gz}), block ({bx}, {by}, "
+            f"{bz})) at call {at}\n") in result.stderr
+
+
+def _digests_only(trace: Path) -> Path:
+    """`trace` as if recorded without --full: its outcomes without the data they kept."""
+    manifest = next(trace.glob("*.trace"))
+    body = msgpack.unpackb(read_framed(str(manifest), MAGIC, FORMAT_VERSION, ValueError,
+                                       "trace", "trace")[0], raw=False)
+    body["full"] = False
+    for _, _, outcome in body["calls"]:
+        outcome.pop("kept", None)
+    manifest.write_bytes(frame(MAGIC, FORMAT_VERSION, msgpack.packb(body)))
+    return trace
 
 
 def _in_kernel(ptx: str, kernel: str, old: str, new: str) -> str:
