@@ -38,6 +38,7 @@ class SessionRecorder:
         self.full = full
         self._succeeded = outcome_of(0, None, [], "", "", full, self.writer.blob)
         self.session = session
+        self._keep = self.writer.calls.append
         self._run = session.run_call
         session.run_call = self.run_call
         session.recorder = self
@@ -52,7 +53,10 @@ class SessionRecorder:
                 and diagnostics == len(session.diagnostics)):
             # Most calls (queued launches above all) succeed and send nothing back: their
             # outcome is the same map, made once (only ever written out, never changed).
-            self.writer.calls.append([*self._recorded(call), self._succeeded])
+            # A call that succeeded had the form (op, args); one that sends no data is kept
+            # as it came (see _recorded).
+            self._keep([*call, self._succeeded] if call[0] not in SOURCE_ARG
+                       else [*self._recorded(call), self._succeeded])
             return code, result
         shown = result
         if code and result is None and session.last_error_message:
