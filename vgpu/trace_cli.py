@@ -14,10 +14,8 @@ duration in ns from the session's start); traces recorded before vgpu kept them 
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 
 __all__ = ["add_trace_parser", "trace_command", "calls", "statistics", "chrome_trace",
            "Call"]
@@ -29,21 +27,27 @@ NO_STREAM = None
 ARGUMENTS_WIDTH = 72
 
 
-@dataclass
 class Call:
-    """One recorded call, with what the tools derive from it."""
+    """One recorded call, with what the tools derive from it (a plain class: `vgpu` imports
+    this module at every start, and dataclasses costs milliseconds to import)."""
 
-    session: int         # the session's id
-    index: int           # its index in the session's calls
-    op: str | None
-    args: object
-    outcome: dict
-    stream: int | None   # NO_STREAM: the call names none
-    kernel: str | None   # a launch: the function's name ("?" when the trace does not say)
-    sent: int            # bytes the call carried to the server (copies, module images)
-    returned: int        # bytes copied back to the program
-    time: list | None    # [start, duration] in ns from the session's start, if recorded
-    started: float       # the session's start (unix time)
+    __slots__ = ("session", "index", "op", "args", "outcome", "stream", "kernel", "sent",
+                 "returned", "time", "started")
+
+    def __init__(self, session: int, index: int, op: str | None, args, outcome: dict,
+                 stream: int | None, kernel: str | None, sent: int, returned: int,
+                 time: list | None, started: float):
+        self.session = session    # the session's id
+        self.index = index        # the call's index in the session's calls
+        self.op = op
+        self.args = args
+        self.outcome = outcome
+        self.stream = stream      # NO_STREAM: the call names none
+        self.kernel = kernel      # a launch: the function's name ("?" if the trace says none)
+        self.sent = sent          # bytes the call carried to the server (copies, images)
+        self.returned = returned  # bytes copied back to the program
+        self.time = time          # [start, duration] in ns from the session's start, or None
+        self.started = started    # the session's start (unix time)
 
 
 def add_trace_parser(sub) -> None:
@@ -86,6 +90,8 @@ def trace_command(args) -> int:
     if args.trace_verb == "stats":
         print(format_statistics(statistics(trace)), end="")
         return 0
+    import json
+
     document = chrome_trace(trace)
     try:
         with open(args.output, "w") as out:
