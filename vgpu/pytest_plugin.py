@@ -34,6 +34,8 @@ def pytest_configure(config: pytest.Config) -> None:
     folders = _trace_folders(config)
     if not folders:
         return
+    if not hasattr(pytest, "Directory"):
+        raise pytest.UsageError("--vgpu-traces needs pytest 8 or newer")
     config.stash[_SERVER] = []  # [process, address] once started
     given = [Path(str(a).split("::")[0]).resolve() for a in config.args]
     for folder in folders:
@@ -48,7 +50,8 @@ def _is_trace(path: Path) -> bool:
         return False
 
 
-@pytest.hookimpl(tryfirst=True)
+# optionalhook: pytest 7 has no such hook, and the plugin must not break its runs.
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_collect_directory(path: Path, parent: pytest.Collector):
     folders = _trace_folders(parent.config)
     if not folders:
@@ -61,7 +64,7 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector):
     return None
 
 
-class TraceFolder(pytest.Directory):
+class TraceFolder(getattr(pytest, "Directory", pytest.Collector)):
     """A trace: one test."""
 
     def collect(self):

@@ -62,7 +62,7 @@ def add_trace_parser(sub) -> None:
                    help="only calls whose op starts with NAME (cuMemcpy, cuLaunchKernel)")
     p.add_argument("--kernel", default=None, metavar="NAME",
                    help="only the launches of the kernel NAME")
-    p.add_argument("--stream", type=_stream, default=None, metavar="S",
+    p.add_argument("--stream", type=handle, default=None, metavar="S",
                    help="only calls on stream S (its handle, 0x... or decimal; 0 the default)")
     p = verbs.add_parser("stats", help="calls, bytes and time per API and per kernel")
     p.add_argument("trace", metavar="TRACE")
@@ -73,7 +73,7 @@ def add_trace_parser(sub) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE")
 
 
-def _stream(text: str) -> int:
+def handle(text: str) -> int:
     return int(text, 0)
 
 
