@@ -86,7 +86,8 @@ class TraceItem(pytest.Item):
         except (TraceError, ReplayError) as exc:
             raise TraceDiffers(f"vgpu replay: {exc}") from None
         if difference is not None:
-            raise TraceDiffers(f"vgpu replay: results differ from the recording at\n"
+            # On one line with the session and call: the short summary shows the first.
+            raise TraceDiffers(f"vgpu replay: results differ from the recording at "
                                f"{difference}")
 
     def repr_failure(self, excinfo, style=None):

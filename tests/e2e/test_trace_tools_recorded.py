@@ -90,7 +90,7 @@ def test_export_writes_chrome_trace_events(traces, tmp_path):
 def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
                           capture_output=True, text=True, timeout=60, cwd=folder,
-                          env=vgpu_environment())
+                          env=vgpu_environment(COLUMNS="300"))  # short summary whole
 
 
 def test_the_pytest_plugin_runs_each_trace_as_a_test(traces, tmp_path):
@@ -99,9 +99,21 @@ def test_the_pytest_plugin_runs_each_trace_as_a_test(traces, tmp_path):
     assert "collected 2 items" in result.stdout
     assert "PASSED " in result.stdout and "good::good" in result.stdout
     failure = result.stdout[result.stdout.index("vgpu trace edited"):]
-    assert "vgpu replay: results differ from the recording at\nsession 1 (" in failure
+    assert "vgpu replay: results differ from the recording at session 1 (" in failure
     assert "data copied back differ first at byte" in failure
     assert "1 failed, 1 passed" in result.stdout
+    assert "FAILED " in result.stdout and ("edited::edited - vgpu replay: results differ from "
+                                           "the recording at session 1 (") in result.stdout
+
+
+def test_the_pytest_plugin_fails_a_damaged_trace_with_what_is_wrong(traces, tmp_path):
+    damaged = tmp_path / "damaged"
+    subprocess.run(["cp", "-a", str(traces / "good"), str(damaged)], check=True)
+    manifest = next(damaged.glob("*.trace"))
+    manifest.write_bytes(manifest.read_bytes()[:-10])
+    result = _pytest(tmp_path, "--vgpu-traces", str(damaged))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"vgpu replay: {manifest} is truncated" in result.stdout
 
 
 def test_the_pytest_plugin_does_nothing_unless_asked(traces, tmp_path):
