@@ -1,6 +1,6 @@
 """The `vgpu` command: `run` an unmodified CUDA program, `server` a device, `ps` the sessions,
-`checkpoint`, `suspend`, `resume` and `migrate` one, `record` a program's calls and `replay`
-them."""
+`checkpoint`, `suspend`, `resume` and `migrate` one, `record` a program's calls, `replay`
+them and look into a `trace`."""
 
 from __future__ import annotations
 
