@@ -19,7 +19,9 @@ to the device, a module's image) is `["blob", size, [chunk digest, ...]]`. `outc
 went back to the program: {"code": CUresult} and, when there was one, the sha256 of the
 result value (msgpack), of each piece of data copied to the host ("data", a list), of the
 device printf text ("output") and of the diagnostics text; with `full`, "kept" holds the
-same things themselves ({"result", "data": [blob, ...], "output", "diagnostics"}).
+same things themselves ({"result", "data": [blob, ...], "output", "diagnostics"}). A
+recording adds "time": [start, duration] of the call on the server, in ns from the
+session's start (not compared by replay; absent from traces made before it was kept).
 """
 
 from __future__ import annotations

@@ -36,7 +36,9 @@ class SessionRecorder:
             "backend": session.backend.name, "arena": session.arena.base,
             "started": time.time()}, full)
         self.full = full
+        # The outcome of a call that succeeded with nothing to return, but for its time.
         self._succeeded = outcome_of(0, None, [], "", "", full, self.writer.blob)
+        self._origin = time.perf_counter_ns()  # calls' times count from the session's start
         self.session = session
         self._keep = self.writer.calls.append
         self._run = session.run_call
@@ -47,24 +49,32 @@ class SessionRecorder:
         session = self.session
         frames, output, diagnostics = (len(session.reply_frames), len(session.output),
                                        len(session.diagnostics))
+        start = time.perf_counter_ns()
         code, result = self._run(call)
+        took = time.perf_counter_ns() - start
         if (not code and result is None and frames == len(session.reply_frames)
                 and output == len(session.output)
                 and diagnostics == len(session.diagnostics)):
             # Most calls (queued launches above all) succeed and send nothing back: their
-            # outcome is the same map, made once (only ever written out, never changed).
-            # A call that succeeded had the form (op, args); one that sends no data is kept
-            # as it came (see _recorded).
-            self._keep([*call, self._succeeded] if call[0] not in SOURCE_ARG
-                       else [*self._recorded(call), self._succeeded])
+            # outcome is a copy of one map made once, with its time. A call that succeeded
+            # had the form (op, args); one that sends no data is kept as it came (see
+            # _recorded).
+            outcome = {**self._succeeded, "time": [start - self._origin, took]}
+            self._keep([*call, outcome] if call[0] not in SOURCE_ARG
+                       else [*self._recorded(call), outcome])
             return code, result
         shown = result
         if code and result is None and session.last_error_message:
             shown = session.last_error_message  # what a reply says for it (run_batch)
-        self.writer.add(self._recorded(call), outcome_of(
+        outcome = outcome_of(
             code, shown, session.reply_frames[frames:],
             "".join(session.output[output:]), "".join(session.diagnostics[diagnostics:]),
-            self.full, self.writer.blob))
+            self.full, self.writer.blob)
+        # When the call ran and for how long (ns from the session's start), for `vgpu trace
+        # stats` and `export`: an addition readers of format 1 ignore, and replay does not
+        # compare.
+        outcome["time"] = [start - self._origin, took]
+        self.writer.add(self._recorded(call), outcome)
         return code, result
 
     def _recorded(self, call) -> list:

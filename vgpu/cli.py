@@ -1,6 +1,6 @@
 """The `vgpu` command: `run` an unmodified CUDA program, `server` a device, `ps` the sessions,
-`checkpoint`, `suspend`, `resume` and `migrate` one, `record` a program's calls and `replay`
-them."""
+`checkpoint`, `suspend`, `resume` and `migrate` one, `record` a program's calls, `replay`
+them and look into a `trace`."""
 
 from __future__ import annotations
 
@@ -141,12 +141,17 @@ def main(argv: list[str] | None = None) -> int:
     _add_ps_parser(sub)
     _add_session_parsers(sub)
     _add_record_parsers(sub)
+    from vgpu.trace_cli import add_trace_parser, trace_command
+
+    add_trace_parser(sub)
     args = parser.parse_args(argv)
     if args.verb is None:  # a usage error, as argparse treats one: help on stderr, status 2
         parser.print_help(sys.stderr)
         return 2
     if args.verb in _SESSION_REQUESTS:
         return _session_request(args)
+    if args.verb == "trace":
+        return trace_command(args)
     return {"server": _server, "run": _run, "ps": _ps, "record": _record,
             "replay": _replay}[args.verb](args)
 
