@@ -26,6 +26,7 @@ session's start (not compared by replay; absent from traces made before it was k
 
 from __future__ import annotations
 
+import array
 import hashlib
 import os
 import time
@@ -94,7 +95,13 @@ class TraceWriter:
         os.makedirs(self.store, mode=0o700, exist_ok=True)
         self.session = session
         self.full = full
+        # Calls as recorded: [op, args, outcome], or (op, args) for one that succeeded with
+        # nothing to return (add_plain), whose time is in `_plain_times`. Plain calls, most
+        # of any program's, then cost no map of their own until the manifest is written:
+        # maps by the million kept the garbage collector busy while the program ran.
         self.calls: list = []
+        self._plain_times = array.array("q")  # start and duration (ns) of each plain call
+        self._plain = outcome_of(0, None, [], "", "", full, self.blob)
         self.name = f"{session['id']:04d}-{session['token']}{SUFFIX}"
         self._known: set[bytes] = set()  # chunks this writer stored or found stored
         self._compressor = zstandard.ZstdCompressor(level=_LEVEL, write_checksum=True)
@@ -123,6 +130,18 @@ class TraceWriter:
     def add(self, call: list, outcome: dict) -> None:
         self.calls.append([*call, outcome])
 
+    def add_plain(self, op: str, args, start_ns: int, took_ns: int) -> None:
+        """A call that succeeded with nothing to return, run at `start_ns` (from the
+        session's start) for `took_ns`."""
+        self.calls.append((op, args))
+        self._plain_times.append(start_ns)
+        self._plain_times.append(took_ns)
+
+    def _recorded_calls(self) -> list:
+        times = iter(self._plain_times)
+        return [[*call, {**self._plain, "time": [next(times), next(times)]}]
+                if type(call) is tuple else call for call in self.calls]
+
     def finish(self) -> None:
         """Write the manifest (once)."""
         if self._finished:
@@ -130,7 +149,7 @@ class TraceWriter:
         self._finished = True
         body = {"format": FORMAT_VERSION, "vgpu": vgpu_version(), "created": time.time(),
                 "hash": "sha256", "compression": "zstd", "chunk_bytes": CHUNK_BYTES,
-                "full": self.full, "session": self.session, "calls": self.calls}
+                "full": self.full, "session": self.session, "calls": self._recorded_calls()}
         write_file(self.folder, self.name,
                    frame(MAGIC, FORMAT_VERSION, msgpack.packb(body, use_bin_type=True)))
 

@@ -36,11 +36,9 @@ class SessionRecorder:
             "backend": session.backend.name, "arena": session.arena.base,
             "started": time.time()}, full)
         self.full = full
-        # The outcome of a call that succeeded with nothing to return, but for its time.
-        self._succeeded = outcome_of(0, None, [], "", "", full, self.writer.blob)
         self._origin = time.perf_counter_ns()  # calls' times count from the session's start
         self.session = session
-        self._keep = self.writer.calls.append
+        self._keep_plain = self.writer.add_plain
         self._run = session.run_call
         session.run_call = self.run_call
         session.recorder = self
@@ -55,13 +53,12 @@ class SessionRecorder:
         if (not code and result is None and frames == len(session.reply_frames)
                 and output == len(session.output)
                 and diagnostics == len(session.diagnostics)):
-            # Most calls (queued launches above all) succeed and send nothing back: their
-            # outcome is a copy of one map made once, with its time. A call that succeeded
-            # had the form (op, args); one that sends no data is kept as it came (see
-            # _recorded).
-            outcome = {**self._succeeded, "time": [start - self._origin, took]}
-            self._keep([*call, outcome] if call[0] not in SOURCE_ARG
-                       else [*self._recorded(call), outcome])
+            # Most calls (queued launches above all) succeed and send nothing back: kept as
+            # they came with their time (the writer adds their common outcome at the end).
+            # A call that succeeded had the form (op, args); one that sends no data is kept
+            # as it came (see _recorded).
+            op, args = call if call[0] not in SOURCE_ARG else self._recorded(call)
+            self._keep_plain(op, args, start - self._origin, took)
             return code, result
         shown = result
         if code and result is None and session.last_error_message:
