@@ -207,10 +207,7 @@ def move(host: SessionHost, identity: bytes, token: str, target: str, precopy: b
         except BaseException:
             host.control(identity, lambda s, p: None)  # let the held calls run here
             raise
-        redirected = Future()
-        host.call_soon(lambda: redirected.set_result(
-            host.redirect(identity, target, stop.state["position"])))
-        redirected.result()
+        _redirect(host, identity, target, stop.state["position"])
         downtime = time.perf_counter() - stop.stopped_at
         return {"moved_to": target, "downtime_s": downtime, "rounds": rounds,
                 "bytes_sent": sent.bytes, "total_s": time.perf_counter() - started,
@@ -225,25 +222,25 @@ def move(host: SessionHost, identity: bytes, token: str, target: str, precopy: b
 def _move_suspended(host, identity, link, token, image_path, progress, started) -> dict:
     image = read_image(image_path)
     total = sum(size for _, size in image.regions)
-    done = 0
+    sent = _Sent()  # nothing to compare with: every chunk goes
     for i, (address, size) in enumerate(image.regions):
-        data = bytearray(size)
-        image.read_region(i, memoryview(data))
-        for offset in range(0, size, MIGRATION_CHUNK):
-            n = min(MIGRATION_CHUNK, size - offset)
-            link.request({"phase": "memory", "token": token,
-                          "chunks": [[address, size, offset, n]]},
-                         [memoryview(data)[offset:offset + n]])
-            done += n
-            progress("send", done, total)
+        data = memoryview(bytearray(size))
+        image.read_region(i, data)
+        _send_chunks(link, token, [(address, size, offset, data[offset:offset + MIGRATION_CHUNK],
+                                    b"") for offset in range(0, size, MIGRATION_CHUNK)], sent)
+        progress("send", sent.bytes, total)
     link.request({"phase": "commit", "token": token, "state": image.state,
                   "regions": [list(r) for r in image.regions]})
-    redirected = Future()
-    host.call_soon(lambda: redirected.set_result(
-        host.redirect(identity, link.address, image.state["position"])))
-    redirected.result()
+    _redirect(host, identity, link.address, image.state["position"])
     return {"moved_to": link.address, "bytes_sent": total,
             "total_s": time.perf_counter() - started, "position": image.state["position"]}
+
+
+def _redirect(host: SessionHost, identity: bytes, target: str, position: int) -> None:
+    """Have the I/O thread tell the client its session is at `target` now; once it did."""
+    redirected: Future = Future()
+    host.call_soon(lambda: redirected.set_result(host.redirect(identity, target, position)))
+    redirected.result()
 
 
 def _precopy_round(host, identity, link, token, sent: _Sent, progress: Progress,

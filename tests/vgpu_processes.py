@@ -22,6 +22,12 @@ def vgpu_environment(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+def run_vgpu(*args, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`vgpu ARGS...` as a user types it, its output captured."""
+    return subprocess.run([*VGPU, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=vgpu_environment())
+
+
 def start_emu_server(address: str | None, *options: str, stderr=None) -> subprocess.Popen:
     """`vgpu server --backend emu` on `address` (None: the user's default address), returned
     once it listens."""

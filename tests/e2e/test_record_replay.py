@@ -13,7 +13,7 @@ from pathlib import Path
 import msgpack
 import pytest
 import zmq
-from vgpu_processes import VGPU, emu_server, vgpu_environment
+from vgpu_processes import emu_server, run_vgpu
 
 from vgpu.protocol import CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
 from vgpu.replay.replayer import replay
@@ -25,15 +25,12 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BIAS = "0f3E800000"  # kernels.cu's `bias = 0.25f`, as its PTX writes it
 
 
-def vgpu(*args, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run([*VGPU, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=vgpu_environment())
 
 
 @pytest.fixture(scope="module")
 def driver_trace(driver_app, kernels_ptx, tmp_path_factory) -> Path:
     trace = tmp_path_factory.mktemp("traces") / "driver_app"
-    result = vgpu("record", "--full", "-o", trace, "--", driver_app, kernels_ptx)
+    result = run_vgpu("record", "--full", "-o", trace, "--", driver_app, kernels_ptx)
     assert result.returncode == 0, result.stderr
     assert "driver_app: all results correct" in result.stdout
     assert "vgpu record: 1 session, " in result.stderr
@@ -41,7 +38,7 @@ def driver_trace(driver_app, kernels_ptx, tmp_path_factory) -> Path:
 
 
 def test_a_recorded_driver_program_replays_with_the_same_results(driver_trace):
-    result = vgpu("replay", driver_trace, "--check")
+    result = run_vgpu("replay", driver_trace, "--check")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("vgpu replay: 1 session, ")
     assert result.stdout.rstrip().endswith("replayed; every result as recorded")
@@ -51,10 +48,10 @@ def test_a_recorded_runtime_program_replays_with_the_same_results(toolkit, tmp_p
     program = toolkit.executable((PROGRAMS / "vector_add.cu").read_text(),
                                  ["-cudart", "shared", f"-I{PROGRAMS}"])
     trace = tmp_path / "vector_add"
-    recorded = vgpu("record", "-o", trace, "--", program)
+    recorded = run_vgpu("record", "-o", trace, "--", program)
     assert recorded.returncode == 0, recorded.stderr
     assert "vector_add: 1000 sums correct" in recorded.stdout
-    result = vgpu("replay", trace, "--check")
+    result = run_vgpu("replay", trace, "--check")
     assert result.returncode == 0, result.stderr
     assert "every result as recorded" in result.stdout
 
@@ -66,12 +63,12 @@ def test_a_recorded_runtime_program_replays_with_the_same_results(toolkit, tmp_p
 def test_recorded_python_programs_replay_with_the_same_results(program, says, tmp_path):
     # examples/: a cuda-python program, and a numba-cuda one whose kernel numba compiles.
     trace = tmp_path / "trace"
-    recorded = vgpu("record", "-o", trace, "--", sys.executable, EXAMPLES / program)
+    recorded = run_vgpu("record", "-o", trace, "--", sys.executable, EXAMPLES / program)
     assert recorded.returncode == 0, recorded.stderr
     assert says in recorded.stdout
     (session,) = read_trace(trace).sessions
     assert [op for op, _, _ in session.calls].count("cuLaunchKernel") == 1  # replayed too
-    result = vgpu("replay", trace, "--check")
+    result = run_vgpu("replay", trace, "--check")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("vgpu replay: 1 session, ")
     assert result.stdout.rstrip().endswith("replayed; every result as recorded")
@@ -81,11 +78,11 @@ def test_every_process_of_a_program_is_one_session_of_its_trace(driver_app, kern
                                                                  tmp_path):
     trace = tmp_path / "two"
     both = f"{driver_app} {kernels_ptx} & {driver_app} {kernels_ptx}; wait $!"
-    recorded = vgpu("record", "-o", trace, "--", "sh", "-c", both)
+    recorded = run_vgpu("record", "-o", trace, "--", "sh", "-c", both)
     assert recorded.returncode == 0, recorded.stderr
     assert recorded.stdout.count("driver_app: all results correct") == 2
     assert "vgpu record: 2 sessions, " in recorded.stderr
-    result = vgpu("replay", trace, "--check")
+    result = run_vgpu("replay", trace, "--check")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("vgpu replay: 2 sessions, ")
 
@@ -148,7 +145,7 @@ def test_an_edited_kernel_is_caught_at_the_first_result_it_changes(driver_trace,
     body["calls"][load][1][2] = writer.blob(ptx.replace(BIAS, "0f3F000000").encode())
     manifest.write_bytes(frame(MAGIC, FORMAT_VERSION, msgpack.packb(body)))
 
-    result = vgpu("replay", trace, "--check")
+    result = run_vgpu("replay", trace, "--check")
     assert result.returncode == 1, result.stderr
     assert "results differ from the recording at" in result.stderr
     # The program reads `bias` back: the first result the edit changes.
@@ -164,7 +161,7 @@ def test_a_difference_names_the_launch_that_wrote_it(driver_trace, tmp_path):
     trace = _copy(driver_trace, tmp_path / "edited")
     body = _edit_module(trace, lambda ptx: _in_kernel(ptx, "add_bias", "add.f32", "sub.f32"))
     calls = body["calls"]
-    result = vgpu("replay", trace, "--check")
+    result = run_vgpu("replay", trace, "--check")
     assert result.returncode == 1, result.stderr
     # add_bias runs last, after the scale loop, on the array copied back after it.
     at = max(i for i, (op, _, _) in enumerate(calls) if op == "cuLaunchKernel")
@@ -181,17 +178,17 @@ def test_a_difference_names_the_launch_that_wrote_it(driver_trace, tmp_path):
 def test_floats_that_differ_in_the_last_bit_pass_within_a_tolerance(driver_trace, tmp_path):
     trace = _copy(driver_trace, tmp_path / "ulp")
     _edit_module(trace, lambda ptx: ptx.replace(BIAS, "0f3E800001"))  # 0.25 + 1 ulp
-    exact = vgpu("replay", trace, "--check")
+    exact = run_vgpu("replay", trace, "--check")
     assert exact.returncode == 1
     assert "data copied back differ first at byte 0 (of 4)" in exact.stderr
 
-    close = vgpu("replay", trace, "--check", "--rtol", "1e-6")
+    close = run_vgpu("replay", trace, "--check", "--rtol", "1e-6")
     assert close.returncode == 0, close.stderr
     assert close.stdout.rstrip().endswith(
         "replayed; every result as recorded (data copied back as f32 within rtol 1e-06, "
         "atol 0)")
 
-    strict = vgpu("replay", trace, "--check", "--rtol", "1e-9", "--atol", "1e-9")
+    strict = run_vgpu("replay", trace, "--check", "--rtol", "1e-9", "--atol", "1e-9")
     assert strict.returncode == 1
     assert ("data copied back differ beyond rtol 1e-09, atol 1e-09 first at f32 element 0 "
             "(byte 0 of 4): recorded 0.25, replayed 0.25000003\n") in strict.stderr
@@ -199,12 +196,12 @@ def test_floats_that_differ_in_the_last_bit_pass_within_a_tolerance(driver_trace
 
 def test_a_tolerance_needs_a_trace_that_keeps_the_data(driver_trace, tmp_path):
     trace = _digests_only(_copy(driver_trace, tmp_path / "digests"))
-    result = vgpu("replay", trace, "--check", "--atol", "1e-6")
+    result = run_vgpu("replay", trace, "--check", "--atol", "1e-6")
     assert result.returncode == 2
     assert result.stderr == (f"vgpu replay: --rtol/--atol compare the data copied back, and "
                              f"{trace} keeps only their digests (recorded without --full): "
                              "it can only be checked for exact equality\n")
-    assert vgpu("replay", trace, "--check").returncode == 0
+    assert run_vgpu("replay", trace, "--check").returncode == 0
 
 
 def test_tolerance_options_are_refused_where_they_mean_nothing(driver_trace):
@@ -212,7 +209,7 @@ def test_tolerance_options_are_refused_where_they_mean_nothing(driver_trace):
             (("--rtol", "1e-6"), "--rtol, --atol and --floats say how --check compares"),
             (("--check", "--floats", "f64"), "--floats needs --rtol or --atol"),
             (("--check", "--atol", "-1"), "--rtol and --atol cannot be negative")):
-        result = vgpu("replay", driver_trace, *options)
+        result = run_vgpu("replay", driver_trace, *options)
         assert result.returncode == 2
         assert result.stderr == f"vgpu replay: {why}\n"
 
@@ -221,7 +218,7 @@ def test_a_digest_only_trace_names_the_launch_that_wrote_what_differs(driver_tra
                                                                       tmp_path):
     trace = _digests_only(_copy(driver_trace, tmp_path / "edited"))
     body = _edit_module(trace, lambda ptx: _in_kernel(ptx, "add_bias", "add.f32", "sub.f32"))
-    result = vgpu("replay", trace, "--check")
+    result = run_vgpu("replay", trace, "--check")
     assert result.returncode == 1, result.stderr
     assert "record with --full to see where" in result.stderr
     calls = body["calls"]
@@ -285,7 +282,7 @@ def test_a_damaged_trace_is_refused_before_anything_runs(driver_trace, tmp_path)
     trace = _copy(driver_trace, tmp_path / "damaged")
     manifest = next(trace.glob("*.trace"))
     manifest.write_bytes(manifest.read_bytes()[:-10])
-    result = vgpu("replay", trace, "--check")
+    result = run_vgpu("replay", trace, "--check")
     assert result.returncode == 2
     assert result.stderr.strip() == (f"vgpu replay: {manifest} is truncated "
                                      f"({manifest.stat().st_size} bytes; its header says "
@@ -298,7 +295,7 @@ def _copy(trace: Path, to: Path) -> Path:
 
 
 def test_a_trace_is_never_written_over_another(driver_trace, driver_app, kernels_ptx):
-    result = vgpu("record", "-o", driver_trace, "--", driver_app, kernels_ptx)
+    result = run_vgpu("record", "-o", driver_trace, "--", driver_app, kernels_ptx)
     assert result.returncode == 2
     assert result.stderr == (f"vgpu record: {driver_trace} exists; a trace goes into a new "
                              "or empty folder\n")

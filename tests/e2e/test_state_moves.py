@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from running_program import RunningProgram, pause_at
 from state_model import expected_checksum
-from vgpu_processes import VGPU, start_emu_server, stop_server, vgpu_environment
+from vgpu_processes import run_vgpu, start_emu_server, stop_server
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 TIMEOUT_S = 60  # for any one wait: a program's line, a command, a server's stop
@@ -85,8 +85,7 @@ def programs():
 
 
 def vgpu(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([*VGPU, *map(str, args)], capture_output=True, text=True,
-                          timeout=TIMEOUT_S, env=vgpu_environment())
+    return run_vgpu(*args, timeout=TIMEOUT_S)
 
 
 def succeeded(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

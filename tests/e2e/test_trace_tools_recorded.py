@@ -10,7 +10,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from vgpu_processes import VGPU, vgpu_environment
+from vgpu_processes import run_vgpu, vgpu_environment
 
 from vgpu.replay.store import frame, read_framed
 from vgpu.replay.trace import FORMAT_VERSION, MAGIC, TraceWriter, read_trace
@@ -18,9 +18,6 @@ from vgpu.replay.trace import FORMAT_VERSION, MAGIC, TraceWriter, read_trace
 BIAS = "0f3E800000"  # kernels.cu's `bias = 0.25f`, as its PTX writes it
 
 
-def vgpu(*args, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run([*VGPU, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=vgpu_environment())
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +26,7 @@ def traces(driver_app, kernels_ptx, tmp_path_factory) -> Path:
     module's `bias` was changed after the recording."""
     folder = tmp_path_factory.mktemp("traces")
     good = folder / "good"
-    result = vgpu("record", "--full", "-o", good, "--", driver_app, kernels_ptx)
+    result = run_vgpu("record", "--full", "-o", good, "--", driver_app, kernels_ptx)
     assert result.returncode == 0, result.stderr
     edited = folder / "edited"
     subprocess.run(["cp", "-a", str(good), str(edited)], check=True)
@@ -52,7 +49,7 @@ def test_a_recording_keeps_each_calls_time(traces):
 
 
 def test_show_names_the_launches_of_a_kernel(traces):
-    result = vgpu("trace", "show", traces / "good", "--kernel", "scale")
+    result = run_vgpu("trace", "show", traces / "good", "--kernel", "scale")
     assert result.returncode == 0, result.stderr
     rows = result.stdout.splitlines()[1:-1]
     assert len(rows) == 8  # driver_app launches `scale` 8 times on its stream s1
@@ -62,7 +59,7 @@ def test_show_names_the_launches_of_a_kernel(traces):
 
 
 def test_stats_count_launches_bytes_and_time(traces):
-    result = vgpu("trace", "stats", traces / "good")
+    result = run_vgpu("trace", "stats", traces / "good")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "1 session, 43 calls"
@@ -76,7 +73,7 @@ def test_stats_count_launches_bytes_and_time(traces):
 
 def test_export_writes_chrome_trace_events(traces, tmp_path):
     out = tmp_path / "trace.json"
-    result = vgpu("trace", "export", "--chrome", traces / "good", "-o", out)
+    result = run_vgpu("trace", "export", "--chrome", traces / "good", "-o", out)
     assert result.returncode == 0, result.stderr
     document = json.loads(out.read_text())
     assert document["otherData"]["timestamps"] == "recorded"
