@@ -42,7 +42,7 @@ from .store import (
     STORE,
     chunk_path,
     frame,
-    load_chunk,
+    read_chunk_into,
     read_framed,
     vgpu_version,
     write_file,
@@ -181,13 +181,17 @@ class Trace:
     def load(self, blob: list, where: str = "") -> bytes:
         """The bytes a blob reference names."""
         _, size, digests = blob
-        pieces = []
+        data = bytearray(size)
+        view = memoryview(data)
         for i, name in enumerate(digests):
-            length = min(CHUNK_BYTES, size - i * CHUNK_BYTES)
-            pieces.append(load_chunk(self._store, name, length, TraceError,
-                                     f"{where or self.path}: chunk {name.hex()}",
-                                     self._decompressor))
-        return b"".join(pieces)
+            piece = view[i * CHUNK_BYTES:(i + 1) * CHUNK_BYTES]
+            what = f"{where or self.path}: chunk {name.hex()}"
+            read_chunk_into(self._store, name, piece, TraceError, what, self._decompressor)
+            # Chunks are named by what they hold: one renamed into another's place is
+            # whole and checksummed, yet not what the trace means.
+            if digest(piece) != name:
+                raise TraceError(f"{what} is corrupt (its contents are not what it is named)")
+        return bytes(data)
 
 
 def read_trace(path) -> Trace:
