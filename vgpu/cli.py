@@ -36,6 +36,9 @@ def _add_server_parser(sub) -> None:
                    help="record every new session's calls into the trace DIR")
     p.add_argument("--record-full", action="store_true",
                    help="with --record: keep the data returned to programs, not only digests")
+    p.add_argument("--reconnect-grace", type=float, default=5.0, metavar="SECONDS",
+                   help="how long a session whose connection dropped waits for its client to "
+                        "reconnect before it ends (default 5)")
 
 
 def _add_run_parser(sub) -> None:
@@ -188,7 +191,8 @@ def _server(args) -> int:
             server = ProxyServer(address, args.backend, args.memcheck,
                                  checkpoint_dir=args.checkpoint_dir,
                                  checkpoint_every=args.checkpoint_every,
-                                 record_dir=args.record, record_full=args.record_full)
+                                 record_dir=args.record, record_full=args.record_full,
+                                 reconnect_grace=args.reconnect_grace)
         except AddressError as exc:
             print(f"vgpu server: cannot listen on {address}: {exc}", file=sys.stderr)
             return 1
