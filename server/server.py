@@ -49,6 +49,7 @@ from .backends import open_backend
 from .connections import DEFAULT_RECONNECT_GRACE_S, ConnectionsMixin
 from .recorder import SessionRecorder
 from .session import Session
+from .transfers import Transfers
 from .worker import INLINE_CALLS, LONG_CALLS, Outcome, SessionWorker, run_batch
 
 __all__ = ["ProxyServer", "ARENA_BASE", "ARENA_SPAN"]
@@ -110,6 +111,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         self.socket.bind(address)
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._init_connections(reconnect_grace)
+        self.transfers = Transfers()  # large copies streaming, for `vgpu ps`
         self.sessions: dict[bytes, Session] = {}
         self.workers: dict[bytes, SessionWorker] = {}
         self.slots: dict[bytes, int] = {}  # client identity -> arena slot
@@ -236,6 +238,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                 session = self.sessions.get(identity)
                 if session is not None:
                     session.position += 1  # every message counts, whatever is in it
+                    self.transfers.arrived(session, body)
                 elif identity in self.moved:
                     return  # sent before its client heard that the session moved
                 self._calls(identity, seq, body, payloads)
@@ -414,6 +417,8 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
 
     def _send_outcome(self, identity: bytes, seq, outcome: Outcome) -> None:
         code, result, frames, deferred, output, diagnostics = outcome
+        if frames:
+            self.transfers.sent(self.sessions[identity], frames)
         self._reply(identity, seq, code, result, deferred, output, diagnostics, frames)
 
     def _hand_back_finished(self) -> None:
@@ -438,6 +443,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         self._forget_connection(identity)
         if session is not None:
             self._forget_replies(session)
+            self.transfers.forget(session)
             log.info("session %d closing (%s); %d bytes to release", session.id, why,
                      session.memory_in_use())
             worker.cancel()  # stops its kernel, then releases the session

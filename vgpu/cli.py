@@ -532,14 +532,22 @@ def _print_server(address: str, pid: int | None, sessions: list[dict]) -> None:
     if not sessions:
         return
     print(f"  {'PID':>8}  {'SESSION':>7}  {'BACKEND':7}  {'MEMORY':>10}  {'CALLS':>8}  "
-          f"{'QUEUED':>6}  {'STATE':9}  {'TOKEN':8}  {'CHECKPOINT':19}  COMMAND")
+          f"{'QUEUED':>6}  {'STATE':9}  {'TOKEN':8}  {'CHECKPOINT':19}  {'COPY':20}  COMMAND")
     now = time.time()
     for s in sessions:
         command = " ".join(s["command"].split())  # one row per session, whatever argv holds
         print(f"  {s['pid']:>8}  {s.get('session', '-'):>7}  {s['backend']:7}  "
               f"{_human(s['memory']):>10}  {s['calls']:>8}  {s.get('queued', 0):>6}  "
               f"{s.get('state') or '-':9}  {(s.get('token') or '-')[:8]:8}  "
-              f"{_checkpoint_column(s.get('checkpoint'), now):19}  {command}")
+              f"{_checkpoint_column(s.get('checkpoint'), now):19}  "
+              f"{_copy_column(s.get('copy')):20}  {command}")
+
+
+def _copy_column(copy: dict | None) -> str:
+    """The large copy streaming over the network: its direction, bytes done and total."""
+    if not copy:
+        return "-"
+    return f"{copy['direction']} {_human(copy['done'])}/{_human(copy['total'])}"
 
 
 def _checkpoint_column(checkpoint: dict | None, now: float) -> str:

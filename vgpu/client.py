@@ -50,6 +50,12 @@ __all__ = ["Connection", "default_server_address", "STAGING_BYTES", "CHUNK_BYTES
 
 STAGING_BYTES = 64 << 20  # the shared-memory ring bulk copies go through
 CHUNK_BYTES = 8 << 20  # bulk copies are pipelined in chunks of this size
+# Without shared memory (a server on another host), larger copies stream in chunks of this
+# size, a message each, with this many device-to-host chunks asked for at once.
+STREAM_CHUNK_BYTES = 2 << 20
+STREAM_CHUNKS_IN_FLIGHT = 4
+# Announces a streamed copy: its direction and size, which `vgpu ps` shows it against.
+TRANSFER = "vgpuTransfer"
 MAX_QUEUED_CALLS = 512  # a batch is sent once this many calls are waiting
 # A bounded queue, as CUDA's own: every BATCHES_PER_MARK-th batch sent without a wait asks the
 # server to answer once it has run it (a mark), and with MARKS_IN_FLIGHT marks unanswered
@@ -664,6 +670,9 @@ class Connection:
         necessarily applied. Large copies go in chunks so client and server copy in parallel.
         """
         with self._lock:
+            if self.ring is None and size > STREAM_CHUNK_BYTES:
+                self._stream_to_device(op, dst, src, size, extra)
+                return
             if size <= INLINE_BYTES or self.ring is None:
                 spec = ["inline", ctypes.string_at(src, size)] if size <= INLINE_BYTES else \
                     self.frame(ctypes.string_at(src, size))
@@ -692,6 +701,42 @@ class Connection:
                 self._queue.append([op, (dst + offset, spec, n, *extra)])
                 self._flush()  # start the server on this chunk while we stage the next
 
+    def _stream_to_device(self, op: str, dst: int, src: int, size: int, extra) -> None:
+        """A large copy to a server without shared memory: chunks sent as they go, each a
+        message of its own, so the network carries one while the server writes the last.
+        They go without a copy, straight from the application's buffer (zmq reads it as it
+        sends), so the copy returns once the server has them all: until then the buffer
+        must stay as it is, and the messages a reconnect resends come from it too. With
+        standbys, whose replays may come much later, the chunks are copies."""
+        self._queue.append((TRANSFER, ("HtoD", size)))
+        for offset in range(0, size, STREAM_CHUNK_BYTES):
+            n = min(STREAM_CHUNK_BYTES, size - offset)
+            data = ctypes.string_at(src + offset, n) if self.failover else \
+                memoryview((ctypes.c_char * n).from_address(src + offset)).cast("B")
+            self._queue.append([op, (dst + offset, self.frame(data), n, *extra)])
+            if offset + n < size:
+                self._flush()
+        self._finish(self._wait(self._flush(want_reply=True), self.timeout))
+
+    def _stream_from_device(self, op: str, src: int, dst: int, size: int, extra) -> None:
+        """A large copy from a server without shared memory: chunks asked for a few at a
+        time, so the server reads the next while the network carries the last."""
+        self._queue.append((TRANSFER, ("DtoH", size)))
+        in_flight: collections.deque[tuple[int, int, int]] = collections.deque()
+        for offset in range(0, size, STREAM_CHUNK_BYTES):
+            n = min(STREAM_CHUNK_BYTES, size - offset)
+            self._queue.append([op, (src + offset, n, ["frame"], *extra)])
+            in_flight.append((self._flush(want_reply=True), offset, n))
+            if len(in_flight) == STREAM_CHUNKS_IN_FLIGHT:
+                self._take_chunk(in_flight.popleft(), dst)
+        while in_flight:
+            self._take_chunk(in_flight.popleft(), dst)
+
+    def _take_chunk(self, chunk: tuple[int, int, int], dst: int) -> None:
+        seq, offset, n = chunk
+        _, frames = self._finish(self._wait(seq, self.timeout))
+        ctypes.memmove(dst + offset, frames[0] if frames else b"", n)
+
     def _stage(self, n: int) -> int | None:
         """Where in the ring to stage `n` bytes (waiting for the server to consume what is
         there if need be); None without a ring."""
@@ -718,6 +763,9 @@ class Connection:
         Wherever the data was to land, a reply that carries it in a frame wins: a copy the
         new server of a moved session could not do that way comes back so."""
         with self._lock:
+            if self.ring is None and size > STREAM_CHUNK_BYTES:
+                self._stream_from_device(op, src, dst, size, extra)
+                return
             if self.ring is None or size <= INLINE_BYTES:
                 self._queue.append([op, (src, size, ["frame"], *extra)])
                 _, frames = self._finish(self._wait(self._flush(True), self.timeout))

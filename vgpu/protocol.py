@@ -87,7 +87,7 @@ __all__ = [
     "MEMCHECK_MODES",
 ]
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 HELLO, CALLS, ADMIN, BYE, RELEASE = "hello", "calls", "admin", "bye", "release"
 
 # How long a client waits for a server that has gone silent before declaring the device lost.
