@@ -196,7 +196,7 @@ class Session:
         if shm:
             try:
                 self.staging = _map_file(shm["path"], int(shm["size"]))
-            except (OSError, KeyError, ValueError, TypeError):
+            except (OSError, KeyError, ValueError, TypeError, OverflowError):
                 self.staging = None  # the client falls back to payload frames
 
     def _probe_peer_memory(self, probe) -> bool:
