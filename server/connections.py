@@ -42,12 +42,14 @@ HEARTBEAT_IVL_MS = 1000
 HEARTBEAT_TIMEOUT_MS = 4000
 # How long a session whose connection dropped waits for its client to come back.
 DEFAULT_RECONNECT_GRACE_S = 5.0
-# Replies a session keeps for a client that may have lost them. vgpu's client waits for a
-# few at a time (its marks in flight, its synchronizing call, the chunks of a copy it reads
-# in flight) and asks for nothing more before it has those; so the newest REPLIES_KEPT
-# replies, or REPLY_BYTES_KEPT of their data, hold every reply it may be waiting for.
+# Replies a session keeps for a client that may have lost them (over TCP: a local socket
+# does not drop while both ends live). vgpu's client waits for a few at a time (its marks in
+# flight, its synchronizing call, the four 2 MiB chunks of a copy it streams back) and asks
+# for nothing more before it has those; so the newest REPLIES_KEPT replies, or
+# REPLY_BYTES_KEPT of their data (the newest is kept whatever its size), hold every reply it
+# may be waiting for.
 REPLIES_KEPT = 64
-REPLY_BYTES_KEPT = 256 << 20
+REPLY_BYTES_KEPT = 16 << 20
 
 
 class ReplyLog:
@@ -82,6 +84,7 @@ class ConnectionsMixin:
 
     def _init_connections(self, grace_s: float) -> None:
         self.reconnect_grace = grace_s
+        self._keeps_replies = self.endpoint.startswith("tcp://")
         self.socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
         self.socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         self.monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
@@ -140,7 +143,7 @@ class ConnectionsMixin:
                                               "ago and its client did not come back")
 
     def _keep_reply(self, identity: bytes, header: list, payloads) -> None:
-        session = self.sessions.get(identity)
+        session = self.sessions.get(identity) if self._keeps_replies else None
         if session is not None:
             log_ = self._reply_logs.get(session.id)
             if log_ is None:

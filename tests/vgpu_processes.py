@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 __all__ = ["VGPU", "vgpu_environment", "start_emu_server", "stop_server", "emu_server",
-           "run_under_vgpu", "TcpForwarder"]
+           "run_under_vgpu", "TcpForwarder", "free_tcp_address"]
 
 VGPU = [sys.executable, "-m", "vgpu.cli"]
 # What a user's shell may set that would change what a test sees.
@@ -102,6 +102,13 @@ class ServerProcess:
             self.proc.communicate()
             raise
         return err
+
+
+def free_tcp_address() -> str:
+    """A loopback TCP address nothing listens on (now)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
 class TcpForwarder:

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-import socket
 
 import pytest
 import zmq
-from vgpu_processes import ServerProcess, run_vgpu
+from vgpu_processes import ServerProcess, free_tcp_address, run_vgpu
 
 import vgpu.client
 from vgpu.client import STREAM_CHUNK_BYTES, Connection
@@ -19,15 +18,9 @@ CONTEXT = 0x7667_0100_0000_0001
 MIB = 1 << 20
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def tcp_server():
-    server = ServerProcess(f"tcp://127.0.0.1:{_free_port()}")
+    server = ServerProcess(free_tcp_address())
     yield server
     server.stop()
 

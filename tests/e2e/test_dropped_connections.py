@@ -6,7 +6,6 @@ has its session freed within seconds."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,23 +18,23 @@ from test_state_moves import (
     assert_finished_like_an_uninterrupted_run,
     state_loop_command,
 )
-from vgpu_processes import TcpForwarder, run_vgpu, start_emu_server, stop_server
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from vgpu_processes import (
+    TcpForwarder,
+    free_tcp_address,
+    run_vgpu,
+    start_emu_server,
+    stop_server,
+)
 
 
 @pytest.fixture
 def tcp_server():
     """An emu server on loopback TCP, behind a forwarder the test can cut; yields both."""
-    port = _free_port()
-    proc = start_emu_server(f"tcp://127.0.0.1:{port}", "--reconnect-grace", "3")
-    forwarder = TcpForwarder(("127.0.0.1", port))
+    address = free_tcp_address()
+    proc = start_emu_server(address, "--reconnect-grace", "3")
+    forwarder = TcpForwarder(("127.0.0.1", int(address.rsplit(":", 1)[1])))
     try:
-        yield f"tcp://127.0.0.1:{port}", forwarder
+        yield address, forwarder
     finally:
         forwarder.close()
         stop_server(proc)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 import zmq
-from vgpu_processes import ServerProcess
+from vgpu_processes import ServerProcess, free_tcp_address
 
 from vgpu.protocol import ADMIN, CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
 
@@ -19,8 +19,9 @@ TOKEN = "5e" * 16
 
 
 @pytest.fixture
-def server(tmp_path):
-    srv = ServerProcess(f"ipc://{tmp_path}/server.sock", "--reconnect-grace", "1")
+def server():
+    """A server on TCP, the kind of connection that drops while both ends live."""
+    srv = ServerProcess(free_tcp_address(), "--reconnect-grace", "1")
     yield srv
     srv.stop()
 
