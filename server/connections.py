@@ -163,6 +163,8 @@ class ConnectionsMixin:
             if isinstance(token, str) else None
         if old is None:
             return False
+        if identity in self.sessions:  # this connection's own session gives way
+            self._close_session(identity, "its client took another session back")
         session = self.sessions.pop(old)
         self.sessions[identity] = session
         self.slots[identity] = self.slots.pop(old)
