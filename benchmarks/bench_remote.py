@@ -76,6 +76,16 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
+def _seconds_each(round_trip: Callable[[], object]) -> float:
+    """The time one of SYNCS round trips takes, after 100 to warm up."""
+    for _ in range(100):
+        round_trip()
+    t = time.perf_counter()
+    for _ in range(SYNCS):
+        round_trip()
+    return (time.perf_counter() - t) / SYNCS
+
+
 def raw_round(transport: str) -> dict[str, float]:
     address = f"tcp://127.0.0.1:{_port()}"
     here = os.path.dirname(os.path.abspath(__file__))
@@ -87,14 +97,12 @@ def raw_round(transport: str) -> dict[str, float]:
     sock = context.socket(zmq.DEALER)
     TRANSPORTS[transport][1](sock, False)
     sock.connect(address)
-    for _ in range(100):
+
+    def round_trip() -> None:
         sock.send(b"x")
         sock.recv()
-    t = time.perf_counter()
-    for _ in range(SYNCS):
-        sock.send(b"x")
-        sock.recv()
-    rtt = (time.perf_counter() - t) / SYNCS
+
+    rtt = _seconds_each(round_trip)
     payload = os.urandom(COPY_BYTES)
     t = time.perf_counter()
     sock.send_multipart([b"write", payload], copy=False)
@@ -116,12 +124,7 @@ def vgpu_round(address: str) -> dict[str, float]:
     assert conn.ring is None, "the client shares memory with the server"
     conn.post("cuDevicePrimaryCtxRetain", CONTEXT, 0)
     device, _ = conn.call("cuMemAlloc", CONTEXT, COPY_BYTES)
-    for _ in range(100):
-        conn.call("vgpuSynchronize")
-    t = time.perf_counter()
-    for _ in range(SYNCS):
-        conn.call("vgpuSynchronize")
-    rtt = (time.perf_counter() - t) / SYNCS
+    rtt = _seconds_each(lambda: conn.call("vgpuSynchronize"))
     host = (ctypes.c_char * COPY_BYTES).from_buffer_copy(os.urandom(COPY_BYTES))
     t = time.perf_counter()
     conn.write_device("cuMemcpyHtoD", device, ctypes.addressof(host), COPY_BYTES)

@@ -568,13 +568,16 @@ class Connection:
         """The connection dropped (`why`): go on with the session on a new connection to
         the same server, which keeps it for a grace period; else fail over or give up."""
         deadline = time.monotonic() + RECONNECT_WINDOW_S
+        server_pid = self.server_pid
         while True:
             try:
                 self._move(self.address, self._outbox.oldest - 1, "reconnect", reconnect=True)
                 return
             except _MoveFailed as exc:
-                # A server that answers without the session will not find it later.
-                if not isinstance(exc, _NoAnswer) or time.monotonic() >= deadline:
+                # A server that answers without the session will not find it later, and
+                # one whose process is gone will not answer.
+                gone = server_pid is not None and not _pid_alive(server_pid)
+                if not isinstance(exc, _NoAnswer) or gone or time.monotonic() >= deadline:
                     self._fail_over(f"{why}, and reconnecting failed: {exc}")
                     return
                 time.sleep(RECONNECT_PAUSE_S)
@@ -595,12 +598,12 @@ class Connection:
             except zmq.Again:
                 if self.spin_s and time.perf_counter() < spin_until:
                     continue
-                if self._dropped():
-                    raise _Dropped(f"the connection to the vgpu server at {self.address} "
-                                   "dropped") from None
                 if self.server_pid is not None and not _pid_alive(self.server_pid):
                     raise _ServerLost(f"the vgpu server (pid {self.server_pid}) at "
                                       f"{self.address} is gone") from None
+                if self._dropped():
+                    raise _Dropped(f"the connection to the vgpu server at {self.address} "
+                                   "dropped") from None
                 if time.monotonic() > deadline:
                     raise _ServerLost(f"no answer from the vgpu server at {self.address} "
                                       f"within {timeout:g} s") from None

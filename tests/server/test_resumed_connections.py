@@ -55,6 +55,15 @@ class Client:
         assert reply[1] == 0, reply
         return reply[2]
 
+    def open_session(self) -> int:
+        """Hello (seq 1), then a context and a 4 KiB allocation (seq 2): its address."""
+        self.hello(1)
+        self.send(CALLS, 2, [["cuDevicePrimaryCtxRetain", [CONTEXT, 0]],
+                             ["cuMemAlloc", [CONTEXT, 4096]]])
+        code, pointer = self.reply(2)[1:3]
+        assert code == 0, pointer
+        return pointer
+
     def close(self) -> None:
         self.socket.close()
 
@@ -69,10 +78,7 @@ def sessions(address: str) -> list[dict]:
 
 def test_a_client_back_on_a_new_connection_finds_its_session_and_lost_replies(server):
     first = Client(server.address)
-    first.hello(1)
-    first.send(CALLS, 2, [["cuDevicePrimaryCtxRetain", [CONTEXT, 0]],
-                          ["cuMemAlloc", [CONTEXT, 4096]]])
-    pointer = first.reply(2)[2]
+    pointer = first.open_session()
     first.send(CALLS, 0, [["vgpuMemset", [pointer, b"\x07", 4096]]])
     first.send(CALLS, 3, [["cuMemcpyDtoH", [pointer, 16, ["frame"]]]])
     time.sleep(0.5)  # answered; but the connection "drops" before the client reads it
@@ -92,10 +98,7 @@ def test_a_client_back_on_a_new_connection_finds_its_session_and_lost_replies(se
 
 def test_what_the_old_connection_still_delivers_is_not_run(server):
     old = Client(server.address)
-    old.hello(1)
-    old.send(CALLS, 2, [["cuDevicePrimaryCtxRetain", [CONTEXT, 0]],
-                        ["cuMemAlloc", [CONTEXT, 4096]]])
-    assert old.reply(2)[1] == 0
+    old.open_session()
     new = Client(server.address)
     assert new.hello(3, resume={"position": 1, "waiting": []})["position"] == 1
     old.send(CALLS, 4, [["cuMemAlloc", [CONTEXT, 4096]]])  # late, from the dead connection
@@ -109,10 +112,7 @@ def test_what_the_old_connection_still_delivers_is_not_run(server):
 
 def test_a_session_whose_connection_dropped_ends_after_the_grace_period(server):
     client = Client(server.address)
-    client.hello(1)
-    client.send(CALLS, 2, [["cuDevicePrimaryCtxRetain", [CONTEXT, 0]],
-                           ["cuMemAlloc", [CONTEXT, 4096]]])
-    assert client.reply(2)[1] == 0
+    client.open_session()
     client.close()  # and never comes back (its pid, 1, is no process of this client's)
     assert len(sessions(server.address)) == 1  # within its grace
     deadline = time.monotonic() + 10
