@@ -271,11 +271,13 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         self._send_reply(identity, [KEEPALIVE_SEQ, code, why, 0, "", ""])
 
     def _send_reply(self, identity: bytes, header: list, payloads=()) -> None:
+        packed = pack(header)  # first: a failure after the identity went would leave the
+        # socket holding half a message, which the next reply, to anyone, would complete
         if payloads:  # bulk payloads go zero-copy; small frames are cheaper copied
-            self.socket.send_multipart([identity, pack(header), *payloads], copy=False)
+            self.socket.send_multipart([identity, packed, *payloads], copy=False)
         else:
             self.socket.send(identity, zmq.SNDMORE)
-            self.socket.send(pack(header))
+            self.socket.send(packed)
 
     def _hello(self, identity: bytes, seq, body) -> None:
         if not isinstance(body, dict):

@@ -90,7 +90,7 @@ class Fuzzed:
                     break
             sock.send(msgpack.packb([BYE, 0, None]))
         finally:
-            sock.close()
+            sock.close(linger=1000)  # the goodbye must go
         assert self.proc.poll() is None, "the server died"
 
     def check_control(self) -> None:
