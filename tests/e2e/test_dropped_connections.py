@@ -14,6 +14,7 @@ import time
 import pytest
 from running_program import RunningProgram, pause_at
 from test_state_moves import (
+    PROGRAMS,
     TIMEOUT_S,
     assert_finished_like_an_uninterrupted_run,
     state_loop_command,
@@ -47,14 +48,21 @@ def sessions(address: str) -> list[str]:
     return [line for line in result.stdout.splitlines()[2:] if line.strip()]
 
 
+@pytest.mark.parametrize("kind", ["driver", "runtime", "cuda-python"])
 def test_a_program_finishes_correctly_through_connections_cut_while_it_runs(
-        tmp_path, tcp_server, state_loop, state_kernels_ptx):
+        tmp_path, tcp_server, state_loop, rt_state_loop, state_kernels_ptx, kind):
     address, forwarder = tcp_server
-    shape = (3, 3072, 20, 1)
     pause = tmp_path / "pause"
     pause_at(pause, 1_000_000)  # no pause: the file only has to be there
-    program = RunningProgram(state_loop_command(state_loop, state_kernels_ptx, *shape, pause),
-                             TIMEOUT_S, VGPU_SERVER=forwarder.address)
+    shape, command = {
+        "driver": ((3, 3072, 20, 1),
+                   state_loop_command(state_loop, state_kernels_ptx, 3, 3072, 20, 1, pause)),
+        "runtime": ((2, 3072, 20), [rt_state_loop, 3072, 20, "--pause-file", pause]),
+        "cuda-python": ((3, 3072, 20, 1), [sys.executable, PROGRAMS / "state_loop.py",
+                                           state_kernels_ptx, 3, 3072, 20, 1,
+                                           "--pause-file", pause]),
+    }[kind]
+    program = RunningProgram(command, TIMEOUT_S, VGPU_SERVER=forwarder.address)
     try:
         cuts = 0
         while program.proc.poll() is None and cuts < 8:
