@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 
 import pytest
 import zmq
-from vgpu_processes import ServerProcess, free_tcp_address, run_vgpu
+from vgpu_processes import ServerProcess, TcpForwarder, free_tcp_address, run_vgpu
 
 import vgpu.client
 from vgpu.client import STREAM_CHUNK_BYTES, Connection
@@ -52,6 +53,40 @@ def test_large_copies_without_shared_memory_arrive_whole_and_in_place(tcp_server
     conn.read_device("cuMemcpyDtoH", address, ctypes.addressof(back), size + 2 * 4096)
     assert bytes(back) == guard + original + guard
     conn.close()
+
+
+def test_streamed_copies_survive_connections_cut_under_them(tcp_server, remote):
+    port = int(tcp_server.address.rsplit(":", 1)[1])
+    forwarder = TcpForwarder(("127.0.0.1", port))
+    stop = threading.Event()
+
+    def cut() -> None:
+        while not stop.wait(0.05):
+            forwarder.drop()
+
+    cutter = threading.Thread(target=cut)
+    try:
+        conn = Connection(forwarder.address)
+        conn.post("cuDevicePrimaryCtxRetain", CONTEXT, 0)
+        size = 4 * STREAM_CHUNK_BYTES + 7
+        address, _ = conn.call("cuMemAlloc", CONTEXT, size)
+        cutter.start()
+        for _ in range(6):
+            original = os.urandom(size)
+            data = (ctypes.c_char * size).from_buffer_copy(original)
+            conn.write_device("cuMemcpyHtoD", address, ctypes.addressof(data), size)
+            back = (ctypes.c_char * size)()
+            conn.read_device("cuMemcpyDtoH", address, ctypes.addressof(back), size)
+            assert bytes(back) == original
+        stop.set()
+        cutter.join()
+        assert len(conn.moves) > 1, "no connection was cut under the copies"
+        assert {move["why"] for move in conn.moves} == {"reconnect"}
+        assert {move["to"] for move in conn.moves} == {forwarder.address}
+        conn.close()
+    finally:
+        stop.set()
+        forwarder.close()
 
 
 def _request(sock, kind: str, seq: int, body, frames=()) -> list:
