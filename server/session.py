@@ -34,6 +34,7 @@ from .backends.base import Cancelled, KernelFault
 from .handles import HandleTable
 from .peer_memory import PeerMemoryError, read_peer, write_peer
 from .shared_allocations import SHARED_BYTES, SharedAllocations
+from .vmm import VMM_OPS, VirtualMemory
 
 __all__ = ["Session", "Capture", "OPS"]
 
@@ -165,6 +166,7 @@ class Session:
         self.streams: HandleTable[int] = HandleTable("stream")
         self.events: HandleTable[Event] = HandleTable("event")
         self.allocation_owner: dict[int, int] = {}  # address -> context handle
+        self.vmm = VirtualMemory(self)
         self.staging: mmap.mmap | None = None
         self.segments: dict[int, tuple[mmap.mmap, int | None]] = {}  # id -> (map, device addr)
         self.shared: SharedAllocations | None = None
@@ -317,11 +319,16 @@ class Session:
     # ----------------------------------------------------------------- state that moves
 
     def check_movable(self) -> None:
-        """Refuse what a checkpoint cannot carry yet: host memory the client shares."""
+        """Refuse what a checkpoint cannot carry yet: host memory the client shares, and
+        memory of the virtual memory API."""
         if self.segments:
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                             "the session has pinned host memory mapped (cuMemHostAlloc or "
                             "cuMemHostRegister), which cannot be checkpointed or moved yet")
+        if self.vmm.in_use:
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                            "the session uses the virtual memory API (cuMemAddressReserve, "
+                            "cuMemCreate, cuMemMap), which cannot be checkpointed or moved yet")
 
     def capture(self, position: int, buffers: dict | None = None) -> Capture:
         """The session's state after its first `position` messages, with every allocation's
@@ -502,8 +509,9 @@ class Session:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"unknown host segment {seg_id}") from None
 
     def _check_range(self, address: int, size: int) -> None:
-        """A copy or memset must stay inside one live allocation (or mapped host segment)."""
-        found = self.arena.find(address)
+        """A copy or memset must stay inside one live allocation (or mapping, or mapped host
+        segment)."""
+        found = self.arena.find(address) or self.vmm.find(address)
         if found is None:
             for _, dev_addr in self.segments.values():
                 if dev_addr is not None:
@@ -928,7 +936,16 @@ class Session:
 # Calls that still work after a sticky error: the ones that tear state down.
 STICKY_EXEMPT = frozenset({"cuCtxDestroy", "cuDevicePrimaryCtxReset", "cuMemFree",
                            "cuModuleUnload", "cuStreamDestroy", "cuEventDestroy",
-                           "vgpuUnmapHostSegment", "vgpuDiscardReported"})
+                           "vgpuUnmapHostSegment", "vgpuDiscardReported", "cuMemUnmap",
+                           "cuMemRelease", "cuMemAddressFree"})
+
+
+def _on_vmm(method: Callable) -> Callable:
+    """A handler of the virtual memory API's op: the method of the session's `vmm`."""
+    return lambda session, *args: method(session.vmm, *args)
+
+
+OPS.update({name: _on_vmm(method) for name, method in VMM_OPS.items()})
 
 
 def _take_text(pieces: list[str]) -> str:

@@ -31,7 +31,7 @@ E = CUresult  # short alias for error codes: E.CUDA_ERROR_INVALID_VALUE
 class Kind:
     """Handle kinds; a handle carries its kind so a wrong-kind handle is caught (ZLUDA's cookie)."""
 
-    CONTEXT, MODULE, FUNCTION, STREAM, EVENT, LIBRARY, KERNEL, LINK, POOL = range(1, 10)
+    CONTEXT, MODULE, FUNCTION, STREAM, EVENT, LIBRARY, KERNEL, LINK, POOL, MEMORY = range(1, 11)
 
 
 _HANDLE_MARK = 0x7667 << 48  # "vg": every vgpu handle has this in its top bits
@@ -98,6 +98,7 @@ class DriverState:
         self.allocations: dict[int, int] = {}  # device address -> size
         self.allocation_context: dict[int, int] = {}  # device address -> context handle
         self.module_variables: set[int] = set()  # addresses above that belong to a module
+        self.mappings: dict[int, int] = {}  # cuMemMap'd addresses above -> access flags
         self._allocation_starts: list[int] = []
         self.host_allocations: dict[int, HostAllocation] = {}
         self.modules: dict[int, ModuleInfo] = {}

@@ -27,6 +27,7 @@ from .hostmem import (
     unmap,
     unshare_in_place,
 )
+from .vmm import mapped_access
 
 CU_MEMHOSTALLOC_DEVICEMAP = 0x02
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
@@ -64,7 +65,8 @@ def cuMemAllocPitch_v2(dptr, pitch, width, height, element_size):
 
 def _free(address: int) -> None:
     state.current_context()
-    if address not in state.allocations or address in state.module_variables:
+    if address not in state.allocations or address in state.module_variables \
+            or address in state.mappings:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
                         f"0x{address:x} is not the start of a live allocation")
     state.remove_allocation(address)
@@ -598,13 +600,20 @@ def _pointer_attributes(address: int) -> dict[int, int]:
         13: 1,
         14: 0,  # CU_MEM_HANDLE_TYPE_NONE: nothing exportable
         15: 0,
-        16: CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE if mapped_device else 0,
+        16: _access_flags(start) if mapped_device else 0,
         17: pool.handle if from_pool else 0,
         18: size,
         19: start,
         20: start,
         21: 0,
     }
+
+
+def _access_flags(start: int) -> int:
+    """What device memory allows: all of cuMemAlloc's; a mapping's, what cuMemSetAccess
+    gave it (CUmemAccess_flags and CUpointer_attribute's flags number them alike)."""
+    access = mapped_access(start)
+    return CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE if access is None else access
 
 
 def _write(data, ctype: str, value) -> None:

@@ -1,0 +1,84 @@
+"""CUDA's virtual memory API through vgpu's driver, from an unmodified C program
+(driver_vmm.c) under `vgpu run` on an emu server: reservations at fixed addresses, physical
+allocations mapped, made accessible and run over by kernels, one allocation at two addresses,
+unmapping, releasing, misuse with CUDA's errors; memory touched without the access it needs
+faulting as on a GPU; a session using the API refused a checkpoint in one line; recording
+and replaying such a program."""
+
+from __future__ import annotations
+
+import pytest
+from running_program import RunningProgram
+from vgpu_processes import emu_server, run_under_vgpu, run_vgpu
+
+TIMEOUT_S = 60
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with emu_server(tmp_path_factory.mktemp("vmm")) as address:
+        yield address
+
+
+def checks(result) -> dict[str, tuple[int, int]]:
+    """The program's "name got expected" lines; every one must hold, and it must end."""
+    found = {}
+    for line in result.stdout.splitlines():
+        name, *values = line.split()
+        if len(values) == 2:
+            found[name] = (int(values[0]), int(values[1]))
+    wrong = {name: got for name, got in found.items() if got[0] != got[1]}
+    assert not wrong, f"(got, expected) per check: {wrong}\n{result.stderr}"
+    assert "failures 0" in result.stdout, result.stdout + result.stderr
+    return found
+
+
+def test_reserve_map_access_alias_unmap_release_and_misuse(server, driver_vmm, kernels_ptx):
+    result = run_under_vgpu(server, driver_vmm, str(kernels_ptx), timeout=TIMEOUT_S)
+    found = checks(result)
+    assert result.returncode == 0 and len(found) == 111, result.stdout + result.stderr
+    assert "not implemented" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("mode, check, says", [
+    ("copy-without-access", "copy_faults", "mapped without access"),
+    ("kernel-without-access", "kernel_faults", "mapped without access"),
+    ("write-read-only", "kernel_writing_faults", "mapped read-only"),
+])
+def test_memory_without_the_access_it_needs_faults(server, driver_vmm, kernels_ptx, mode,
+                                                   check, says):
+    result = run_under_vgpu(server, driver_vmm, str(kernels_ptx), mode, timeout=TIMEOUT_S,
+                            VGPU_TRACE="1")
+    assert check in checks(result) and result.returncode == 0
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in result.stderr and says in result.stderr, \
+        result.stderr
+
+
+def test_a_session_using_the_api_is_refused_a_checkpoint_and_runs_on(
+        server, driver_vmm, kernels_ptx, tmp_path):
+    hold = tmp_path / "hold"
+    hold.touch()
+    program = RunningProgram([driver_vmm, kernels_ptx, "hold", hold], TIMEOUT_S,
+                             VGPU_SERVER=server)
+    try:
+        result = run_vgpu("checkpoint", program.pid, "-o", tmp_path / "vmm.vgpu",
+                          "--server", server, timeout=TIMEOUT_S)
+        assert result.returncode == 1, result
+        assert result.stderr.count("\n") == 1 and "virtual memory API" in result.stderr, \
+            result.stderr
+        hold.unlink()
+        assert program.proc.wait(timeout=TIMEOUT_S) == 0, program.transcript()
+        assert "failures 0" in program.lines, program.transcript()
+    finally:
+        program.stop()
+
+
+def test_a_recorded_program_using_the_api_replays_with_the_same_results(
+        driver_vmm, kernels_ptx, tmp_path):
+    trace = tmp_path / "trace"
+    recorded = run_vgpu("record", "-o", trace, "--", driver_vmm, kernels_ptx,
+                        timeout=TIMEOUT_S)
+    assert recorded.returncode == 0 and "failures 0" in recorded.stdout, recorded.stderr
+    replayed = run_vgpu("replay", trace, "--check", timeout=TIMEOUT_S)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "every result as recorded" in replayed.stdout
