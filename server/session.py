@@ -319,16 +319,12 @@ class Session:
     # ----------------------------------------------------------------- state that moves
 
     def check_movable(self) -> None:
-        """Refuse what a checkpoint cannot carry yet: host memory the client shares, and
-        memory of the virtual memory API."""
+        """Refuse what a checkpoint cannot carry yet: host memory the client shares."""
         if self.segments:
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                             "the session has pinned host memory mapped (cuMemHostAlloc or "
                             "cuMemHostRegister), which cannot be checkpointed or moved yet")
-        if self.vmm.in_use:
-            raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
-                            "the session uses the virtual memory API (cuMemAddressReserve, "
-                            "cuMemCreate, cuMemMap), which cannot be checkpointed or moved yet")
+
 
     def capture(self, position: int, buffers: dict | None = None) -> Capture:
         """The session's state after its first `position` messages, with every allocation's
@@ -338,13 +334,33 @@ class Session:
         self.check_movable()
         buffers = buffers or {}
         copies = []
-        for address, size in self.arena.allocations():
+        for address, size in self.regions():
             copy = buffers.get(address)
             if copy is None or len(copy) != size:
                 copy = bytearray(size)
-            self.backend.read_into(address, memoryview(copy))
+            self.read_region(address, 0, memoryview(copy))
             copies.append((address, copy))
         return Capture(self.describe(position), copies)
+
+    def regions(self) -> list[tuple[int, int]]:
+        """What holds the session's memory contents, as (address, size): its allocations,
+        then its physical allocations of the virtual memory API (named by their handles)."""
+        return self.arena.allocations() + self.vmm.regions()
+
+    def region_size(self, address: int) -> int | None:
+        """The size of region `address`, None if there is none (any longer)."""
+        physical = self.vmm.physical.get(address)
+        if physical is not None:
+            return physical.size
+        found = self.arena.find(address)
+        return found[1] if found is not None and found[0] == address else None
+
+    def read_region(self, address: int, offset: int, out: memoryview) -> None:
+        """Contents of region `address` from `offset`, into `out`."""
+        if address in self.vmm.physical:
+            self.vmm.read_region(address, offset, out)
+        else:
+            self.backend.read_into(address + offset, out)
 
     def describe(self, position: int) -> dict:
         """Everything but memory contents, as plain values: the journal and the session's
@@ -382,13 +398,18 @@ class Session:
         backings = backings if backings is not None and self.backend.memory_is_host_ram else {}
         backed = set()
 
-        def allocate(address: int, size: int, context: int) -> None:
+        def backing_of(address: int, size: int) -> bytearray | None:
             backing = backings.get(address)
             if backing is not None and len(backing) == size:
                 backed.add(address)
-            else:
-                backing = None
-            self._allocate(context, size, address, backing)
+                return backing
+            return None
+
+        def allocate(address: int, size: int, context: int) -> None:
+            self._allocate(context, size, address, backing_of(address, size))
+
+        def physical(handle: int, size: int, prop: list, references: int) -> None:
+            self.vmm.restore_memory(handle, size, prop, references, backing_of(handle, size))
 
         makers = {
             "context": self._remake_context,
@@ -398,13 +419,21 @@ class Session:
             "function": self.module_get_function,
             "stream": self.stream_create,
             "event": self.event_create,
+            "reserve": self.vmm.restore_reservation,
+            "memory": physical,
+            "mapping": self.vmm.restore_mapping,
         }
         for kind, *fields in state["journal"]:
             makers[kind](*fields)
         for i, (address, size) in enumerate(regions):
-            self._check_range(address, size)
             if address in backed:
                 continue
+            if address in self.vmm.physical:
+                staged = memoryview(bytearray(size))
+                fill(i, staged)
+                self.vmm.write_region(address, 0, staged)
+                continue
+            self._check_range(address, size)
             view = self.backend.host_view(address, size)
             if view is None:
                 staged = memoryview(bytearray(size))
@@ -444,9 +473,11 @@ class Session:
     def changed_since(self, mark: tuple[int, int]) -> list[tuple[int, int]] | None:
         """Ranges of device memory that may have changed since `mark`, or None when that
         is unknown: the backend cannot tell, or the client was given a device window (its
-        copies through one change memory outside any call)."""
+        copies through one change memory outside any call), or there is physical memory of
+        the virtual memory API (written through addresses, its regions are named by
+        handles)."""
         backend_mark, granted = mark
-        if self._windows_granted != granted:
+        if self._windows_granted != granted or self.vmm.physical:
             return None
         return self.backend.changed_since(backend_mark)
 
@@ -471,6 +502,7 @@ class Session:
         for handle, _ in self.contexts.items():
             self._destroy_context_resources(handle)
             self.contexts.pop(handle)
+        self.vmm.forget()
         self.journal = Journal()
         self.backend.close()
 

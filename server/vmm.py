@@ -13,6 +13,11 @@ Handles are the client's, like every object's; a handle lives while the program 
 reference to it (cuMemCreate, each cuMemRetainAllocationHandle) and its memory while a
 reference or a mapping is left. Errors are CUDA's: misuse is CUDA_ERROR_INVALID_VALUE, a
 location on another device CUDA_ERROR_INVALID_DEVICE.
+
+What moves with the session: reservations, physical allocations and mappings are journaled
+like every object (a restore makes them again, at the same addresses and handles, so one
+allocation mapped twice is one again), and each physical allocation's contents are a region
+of the checkpoint, named by its handle (handles lie far above every device address).
 """
 
 from __future__ import annotations
@@ -46,16 +51,21 @@ def op(name: str):
 
 @dataclass
 class Physical:
+    handle: int
     size: int
     prop: list  # the allocation's properties, as cuMemGetAllocationPropertiesFromHandle gives
     memory: object  # the backend's
     references: int = 1
     mappings: int = 0
 
+    def journal_fields(self) -> list:
+        return [self.size, self.prop, self.references]
+
 
 @dataclass
 class Mapping:
     size: int
+    offset: int
     handle: int
     physical: Physical
     access: int = 0
@@ -64,14 +74,28 @@ class Mapping:
 class VirtualMemory:
     def __init__(self, session) -> None:
         self.session = session
+        self._empty()
+
+    def _empty(self) -> None:
+        # Handles the program holds references to; `physical`: every physical allocation
+        # with memory, referenced or still mapped.
         self.handles: HandleTable[Physical] = HandleTable("memory", CUDA_ERROR_INVALID_VALUE)
+        self.physical: dict[int, Physical] = {}
         self._starts: list[int] = []  # sorted starts of mappings
         self.mappings: dict[int, Mapping] = {}
 
-    @property
-    def in_use(self) -> bool:
-        """Whether the session holds anything of the API (what a checkpoint cannot carry)."""
-        return bool(len(self.handles) or self.mappings or self.session.arena.reservations())
+    def regions(self) -> list[tuple[int, int]]:
+        """(handle, size) of every physical allocation: its contents, for a checkpoint."""
+        return [(handle, p.size) for handle, p in self.physical.items()]
+
+    def forget(self) -> None:
+        """Give back every address and byte the API holds (the backend's memory goes with
+        the backend): a suspended session's, which its restore makes again."""
+        arena = self.session.arena
+        for start, _ in arena.reservations():
+            arena.unreserve(start)
+        arena.hold(-sum(p.size for p in self.physical.values()))
+        self._empty()
 
     def find(self, address: int) -> tuple[int, int] | None:
         """(start, size) of the mapping containing `address`, if any."""
@@ -98,7 +122,18 @@ class VirtualMemory:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
                             f"no room for a reservation of {size} bytes in the session's "
                             "address range")
+        self.session.journal.created("reserve", start, size)
         return start
+
+    def restore_reservation(self, address: int, size: int) -> None:
+        arena = self.session.arena
+        start = arena.reserve(size, VMM_GRANULARITY, address)
+        if start != address:
+            if start is not None:
+                arena.unreserve(start)
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
+                            f"0x{address:x}+{size} is not free in the session's address range")
+        self.session.journal.created("reserve", address, size)
 
     @op("cuMemAddressFree")
     def free(self, address: int, size: int) -> None:
@@ -112,11 +147,22 @@ class VirtualMemory:
                             f"the reservation 0x{address:x}+{size} still has memory mapped: "
                             "unmap it first")
         self.session.arena.unreserve(address)
+        self.session.journal.destroyed("reserve", address)
 
     # ----------------------------------------------------------------- physical memory
 
     @op("cuMemCreate")
     def create(self, handle: int, size: int, prop: list) -> None:
+        self._create(handle, size, prop, 1, None)
+
+    def restore_memory(self, handle: int, size: int, prop: list, references: int,
+                       backing: bytearray | None) -> None:
+        """A physical allocation again, with the references the program held (0: memory
+        only mapped) and, where given, `backing` as its memory (its contents)."""
+        self._create(handle, size, prop, references, backing)
+
+    def _create(self, handle: int, size: int, prop: list, references: int,
+                backing: bytearray | None) -> None:
         if size <= 0 or size % VMM_GRANULARITY:
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
                             f"size {size} is not a positive multiple of the allocation "
@@ -125,9 +171,15 @@ class VirtualMemory:
         arena = session.arena
         if size > session.device.total_memory - arena.bytes_in_use:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of device memory ({size} bytes)")
-        physical = Physical(size, [int(v) for v in prop], session.backend.create_physical(size))
-        self.handles.add(handle, physical)
+        if handle in self.physical:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"memory handle 0x{handle:x} is not new")
+        physical = Physical(handle, size, [int(v) for v in prop],
+                            session.backend.create_physical(size, backing), references)
+        if references:
+            self.handles.add(handle, physical)
+        self.physical[handle] = physical
         arena.hold(size)
+        session.journal.created("memory", handle, *physical.journal_fields())
 
     @op("cuMemRelease")
     def release(self, handle: int) -> None:
@@ -135,7 +187,7 @@ class VirtualMemory:
         physical.references -= 1
         if physical.references == 0:
             self.handles.pop(handle)
-            self._free_if_unused(physical)
+        self._journal(physical)
 
     @op("cuMemRetainAllocationHandle")
     def retain(self, address: int) -> int:
@@ -143,27 +195,47 @@ class VirtualMemory:
         if found is None:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"0x{address:x} is not mapped memory")
         mapping = self.mappings[found[0]]
-        if mapping.handle in self.handles:
-            self.handles.get(mapping.handle).references += 1
-        else:  # released while mapped: the handle lives again
-            mapping.physical.references = 1
-            self.handles.add(mapping.handle, mapping.physical)
+        physical = mapping.physical
+        if physical.references == 0:  # released while mapped: the handle lives again
+            self.handles.add(mapping.handle, physical)
+        physical.references += 1
+        self._journal(physical)
         return mapping.handle
 
     @op("cuMemGetAllocationPropertiesFromHandle")
     def properties(self, handle: int) -> list:
         return self.handles.get(handle).prop
 
-    def _free_if_unused(self, physical: Physical) -> None:
-        if physical.references == 0 and physical.mappings == 0:
-            self.session.backend.release_physical(physical.memory)
-            self.session.arena.hold(-physical.size)
+    def _journal(self, physical: Physical) -> None:
+        """Journal what changed of `physical`, or free it once nothing refers to it."""
+        if physical.references or physical.mappings:
+            self.session.journal.created("memory", physical.handle, *physical.journal_fields())
+            return
+        del self.physical[physical.handle]
+        self.session.backend.release_physical(physical.memory)
+        self.session.arena.hold(-physical.size)
+        self.session.journal.destroyed("memory", physical.handle)
+
+    def read_region(self, handle: int, offset: int, out: memoryview) -> None:
+        self.session.backend.read_physical(self.physical[handle].memory, offset, out)
+
+    def write_region(self, handle: int, offset: int, data: memoryview) -> None:
+        self.session.backend.write_physical(self.physical[handle].memory, offset, data)
 
     # ----------------------------------------------------------------- mappings
 
     @op("cuMemMap")
     def map(self, address: int, size: int, offset: int, handle: int) -> None:
-        physical = self.handles.get(handle)
+        self._map(address, size, offset, self.handles.get(handle), 0)
+
+    def restore_mapping(self, address: int, size: int, offset: int, handle: int,
+                        access: int) -> None:
+        if handle not in self.physical:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"unknown memory handle 0x{handle:x}")
+        self._map(address, size, offset, self.physical[handle], access)
+
+    def _map(self, address: int, size: int, offset: int, physical: Physical,
+             access: int) -> None:
         if size <= 0 or (address | size | offset) % VMM_GRANULARITY:
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
                             "the address, size and offset of a mapping must be multiples of "
@@ -182,8 +254,9 @@ class VirtualMemory:
                             f"0x{address:x}+{size} overlaps memory mapped already")
         self.session.backend.map_physical(address, size, physical.memory, offset)
         bisect.insort(self._starts, address)
-        self.mappings[address] = Mapping(size, handle, physical)
+        self.mappings[address] = Mapping(size, offset, physical.handle, physical)
         physical.mappings += 1
+        self._set_access(address, access)
 
     @op("cuMemUnmap")
     def unmap(self, address: int, size: int) -> list[int]:
@@ -193,8 +266,9 @@ class VirtualMemory:
             self.session.backend.unmap(start)
             self._starts.remove(start)
             mapping = self.mappings.pop(start)
+            self.session.journal.destroyed("mapping", start)
             mapping.physical.mappings -= 1
-            self._free_if_unused(mapping.physical)
+            self._journal(mapping.physical)
         return starts
 
     @op("cuMemSetAccess")
@@ -204,9 +278,15 @@ class VirtualMemory:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"unknown access flags {access}")
         starts = self._covering(address, size)
         for start in starts:
-            self.session.backend.set_access(start, access)
-            self.mappings[start].access = access
+            self._set_access(start, access)
         return starts
+
+    def _set_access(self, start: int, access: int) -> None:
+        self.session.backend.set_access(start, access)
+        mapping = self.mappings[start]
+        mapping.access = access
+        self.session.journal.created("mapping", start, mapping.size, mapping.offset,
+                                     mapping.handle, access)
 
     def _covering(self, address: int, size: int) -> list[int]:
         """The starts of the mappings that make up [address, +size) exactly, without a gap

@@ -86,8 +86,19 @@ class Backend(abc.ABC):
     # Physical memory apart from addresses (CUDA's virtual memory API): made, mapped at
     # addresses (one piece at several, each place showing the same bytes), given access.
     # A backend without it refuses the API.
-    def create_physical(self, size: int) -> object:
-        """Physical memory of `size` bytes, zero-filled, mapped nowhere."""
+    def create_physical(self, size: int, contents: bytearray | None = None) -> object:
+        """Physical memory of `size` bytes, mapped nowhere: zero-filled, or holding
+        `contents` (a restore's; a backend in host RAM may keep the buffer as the memory)."""
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                        f"the {self.name} backend has no virtual memory management")
+
+    def read_physical(self, physical: object, offset: int, out: memoryview) -> None:
+        """Copy physical memory from `offset` into `out` (a checkpoint's copy)."""
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                        f"the {self.name} backend has no virtual memory management")
+
+    def write_physical(self, physical: object, offset: int, data: memoryview) -> None:
+        """Copy `data` into physical memory at `offset` (a restore's)."""
         raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                         f"the {self.name} backend has no virtual memory management")
 

@@ -102,8 +102,16 @@ class EmuBackend(Backend):
     def changed_since(self, mark: int) -> list[tuple[int, int]] | None:
         return self._writes.since(mark)
 
-    def create_physical(self, size: int) -> bytearray:
+    def create_physical(self, size: int, contents: bytearray | None = None) -> bytearray:
+        if contents is not None:
+            return contents
         return bytearray(size)  # zeroed pages the host commits only when touched
+
+    def read_physical(self, physical: bytearray, offset: int, out: memoryview) -> None:
+        out[:] = memoryview(physical)[offset:offset + len(out)]
+
+    def write_physical(self, physical: bytearray, offset: int, data: memoryview) -> None:
+        memoryview(physical)[offset:offset + len(data)] = data
 
     def map_physical(self, address: int, size: int, physical: bytearray, offset: int) -> None:
         self.memory.map(address, size, memoryview(physical)[offset:offset + size], NO_ACCESS)

@@ -9,7 +9,10 @@
  *   copy-without-access    a copy into memory mapped but not made accessible
  *   kernel-without-access  a kernel reading such memory
  *   write-read-only        reads of memory made read-only, then a kernel writing it
- *   hold PAUSE_FILE        prints "pid N", then holds its mappings until PAUSE_FILE is gone */
+ * and one holds state for a test to move:
+ *   hold PAUSE_FILE        one allocation at two addresses (read-write, read-only), another
+ *                          released while mapped, both filled; prints "pid N", waits until
+ *                          PAUSE_FILE is gone, then checks all is as it was */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -298,6 +301,56 @@ static CUdeviceptr mapped(size_t gran, int access) {
     return p;
 }
 
+static void hold(CUfunction scale, size_t gran, const char *pause_file) {
+    CUmemAllocationProp prop = device_prop();
+    CUdeviceptr rw, ro, orphan;
+    CUmemGenericAllocationHandle h, released, got;
+    unsigned long long flags = 99;
+    CUmemLocation location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+    int n = N, right = 1;
+    float two = 2.0f;
+    for (int i = 0; i < N; i++) { host_a[i] = i * 0.5f; host_b[i] = 1000.0f - i; }
+    expect("reserve_rw", cuMemAddressReserve(&rw, gran, 0, 0, 0), CUDA_SUCCESS);
+    expect("reserve_ro", cuMemAddressReserve(&ro, gran, 0, 0, 0), CUDA_SUCCESS);
+    expect("reserve_orphan", cuMemAddressReserve(&orphan, gran, 0, 0, 0), CUDA_SUCCESS);
+    expect("create", cuMemCreate(&h, gran, &prop, 0), CUDA_SUCCESS);
+    expect("create_released", cuMemCreate(&released, gran, &prop, 0), CUDA_SUCCESS);
+    expect("map_rw", cuMemMap(rw, gran, 0, h, 0), CUDA_SUCCESS);
+    expect("map_ro", cuMemMap(ro, gran, 0, h, 0), CUDA_SUCCESS);
+    expect("map_orphan", cuMemMap(orphan, gran, 0, released, 0), CUDA_SUCCESS);
+    expect("access_rw", set_access(rw, gran, CU_MEM_ACCESS_FLAGS_PROT_READWRITE), CUDA_SUCCESS);
+    expect("access_ro", set_access(ro, gran, CU_MEM_ACCESS_FLAGS_PROT_READ), CUDA_SUCCESS);
+    expect("access_orphan", set_access(orphan, gran, CU_MEM_ACCESS_FLAGS_PROT_READWRITE),
+           CUDA_SUCCESS);
+    expect("fill_rw", cuMemcpyHtoD(rw, host_a, sizeof host_a), CUDA_SUCCESS);
+    expect("fill_orphan", cuMemcpyHtoD(orphan, host_b, sizeof host_b), CUDA_SUCCESS);
+    expect("release_mapped", cuMemRelease(released), CUDA_SUCCESS);
+    expect("synchronize", cuCtxSynchronize(), CUDA_SUCCESS);
+    printf("pid %d\n", (int)getpid());
+    fflush(stdout);
+    while (access(pause_file, F_OK) == 0) usleep(20000);
+
+    expect("read_only_alias_kept", cuMemcpyDtoH(host_c, ro, sizeof host_c), CUDA_SUCCESS);
+    expect("read_only_alias_shows_a", memcmp(host_c, host_a, sizeof host_a) == 0, 1);
+    void *scale_args[] = {&rw, &two, &n};
+    expect("scale_rw", launch(scale, scale_args, N), CUDA_SUCCESS);
+    expect("read_alias_after_scale", cuMemcpyDtoH(host_c, ro, sizeof host_c), CUDA_SUCCESS);
+    for (int i = 0; i < N; i++) right &= host_c[i] == host_a[i] * 2.0f;
+    expect("still_one_allocation_at_two_addresses", right, 1);
+    expect("get_access_ro", cuMemGetAccess(&flags, &location, ro), CUDA_SUCCESS);
+    expect("access_ro_kept", (long long)flags, CU_MEM_ACCESS_FLAGS_PROT_READ);
+    expect("read_orphan", cuMemcpyDtoH(host_c, orphan, sizeof host_c), CUDA_SUCCESS);
+    expect("released_memory_kept", memcmp(host_c, host_b, sizeof host_b) == 0, 1);
+    expect("retain_orphan", cuMemRetainAllocationHandle(&got, (void *)orphan), CUDA_SUCCESS);
+    expect("retain_orphan_handle", got == released, 1);
+    expect("release_orphan", cuMemRelease(got), CUDA_SUCCESS);
+    expect("unmap_all", cuMemUnmap(rw, gran) | cuMemUnmap(ro, gran) | cuMemUnmap(orphan, gran),
+           CUDA_SUCCESS);
+    expect("release", cuMemRelease(h), CUDA_SUCCESS);
+    expect("free_all", cuMemAddressFree(rw, gran) | cuMemAddressFree(ro, gran) |
+           cuMemAddressFree(orphan, gran), CUDA_SUCCESS);
+}
+
 int main(int argc, char **argv) {
     CUdevice dev; CUcontext ctx; CUmodule mod; CUfunction vadd, scale;
     int supported = 0, n = N;
@@ -348,11 +401,7 @@ int main(int argc, char **argv) {
         void *scale_args[] = {&p, &two, &n};
         expect("kernel_writing_faults", launch(scale, scale_args, N), CUDA_ERROR_ILLEGAL_ADDRESS);
     } else if (strcmp(mode, "hold") == 0 && argc > 3) {
-        CUdeviceptr p = mapped(gran, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
-        printf("pid %d\n", (int)getpid());
-        fflush(stdout);
-        while (access(argv[3], F_OK) == 0) usleep(20000);
-        expect("copy_after_hold", cuMemcpyHtoD(p, host_a, sizeof host_a), CUDA_SUCCESS);
+        hold(scale, gran, argv[3]);
     } else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;

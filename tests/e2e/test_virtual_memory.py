@@ -1,16 +1,20 @@
 """CUDA's virtual memory API through vgpu's driver, from an unmodified C program
 (driver_vmm.c) under `vgpu run` on an emu server: reservations at fixed addresses, physical
-allocations mapped, made accessible and run over by kernels, one allocation at two addresses,
-unmapping, releasing, misuse with CUDA's errors; memory touched without the access it needs
-faulting as on a GPU; a session using the API refused a checkpoint in one line; recording
-and replaying such a program."""
+allocations mapped, made accessible and run over by kernels, one allocation at two
+addresses (from cuda-python too), unmapping, releasing, misuse with CUDA's errors; memory
+touched without the access it needs faulting as on a GPU; a session using the API
+checkpointed, suspended, resumed and migrated; recording and replaying such a program."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import pytest
 from running_program import RunningProgram
 from vgpu_processes import emu_server, run_under_vgpu, run_vgpu
 
+PROGRAMS = Path(__file__).resolve().parent / "programs"
 TIMEOUT_S = 60
 
 
@@ -40,6 +44,13 @@ def test_reserve_map_access_alias_unmap_release_and_misuse(server, driver_vmm, k
     assert "not implemented" not in result.stderr, result.stderr
 
 
+def test_cuda_python_maps_one_allocation_at_two_addresses(server):
+    result = run_under_vgpu(server, sys.executable, str(PROGRAMS / "vmm_aliasing.py"),
+                            timeout=TIMEOUT_S)
+    assert result.returncode == 0, result.stderr
+    assert "granularity 2097152; one allocation at two addresses: same bytes" in result.stdout
+
+
 @pytest.mark.parametrize("mode, check, says", [
     ("copy-without-access", "copy_faults", "mapped without access"),
     ("kernel-without-access", "kernel_faults", "mapped without access"),
@@ -54,21 +65,25 @@ def test_memory_without_the_access_it_needs_faults(server, driver_vmm, kernels_p
         result.stderr
 
 
-def test_a_session_using_the_api_is_refused_a_checkpoint_and_runs_on(
+def test_a_session_using_the_api_moves_with_its_mappings_and_contents(
         server, driver_vmm, kernels_ptx, tmp_path):
     hold = tmp_path / "hold"
     hold.touch()
     program = RunningProgram([driver_vmm, kernels_ptx, "hold", hold], TIMEOUT_S,
                              VGPU_SERVER=server)
     try:
-        result = run_vgpu("checkpoint", program.pid, "-o", tmp_path / "vmm.vgpu",
-                          "--server", server, timeout=TIMEOUT_S)
-        assert result.returncode == 1, result
-        assert result.stderr.count("\n") == 1 and "virtual memory API" in result.stderr, \
-            result.stderr
-        hold.unlink()
-        assert program.proc.wait(timeout=TIMEOUT_S) == 0, program.transcript()
+        with emu_server(tmp_path) as other:
+            for request in (["checkpoint", program.pid, "-o", tmp_path / "vmm.vgpu"],
+                            ["suspend", program.pid], ["resume", program.pid],
+                            ["migrate", program.pid, "--to", other]):
+                result = run_vgpu(*request, "--server", server, timeout=TIMEOUT_S)
+                assert result.returncode == 0, (request, result.stderr)
+            hold.unlink()
+            assert program.proc.wait(timeout=TIMEOUT_S) == 0, program.transcript()
         assert "failures 0" in program.lines, program.transcript()
+        wrong = [line for line in program.lines if len(line.split()) == 3
+                 and line.split()[1] != line.split()[2]]
+        assert not wrong, program.transcript()
     finally:
         program.stop()
 
