@@ -191,6 +191,28 @@ class DriverState:
             raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
                             f"0x{address:x}+{size} runs past the allocation 0x{start:x}+{length}")
 
+    def device_pieces(self, address: int, size: int) -> list[tuple[int, int]]:
+        """(offset, size) pieces of a device range a copy or memset uses, each inside one
+        allocation; CudaError for a range that is not. Only a range over mappings of the
+        virtual memory API that lie side by side has several pieces: a GPU sees one run of
+        addresses there, and CUDA copies across them."""
+        found = self.find_allocation(address)
+        if found is None or address + size <= found[0] + found[1] \
+                or found[0] not in self.mappings:
+            self.check_device_range(address, size)
+            return [(0, size)]
+        pieces = []
+        cursor, end = address, address + size
+        while cursor < end:
+            found = self.find_allocation(cursor)
+            if found is None or found[0] not in self.mappings:
+                raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                                f"0x{address:x}+{size} runs past mapped memory at 0x{cursor:x}")
+            stop = min(found[0] + found[1], end)
+            pieces.append((cursor - address, stop - cursor))
+            cursor = stop
+        return pieces
+
     # ----------------------------------------------------------------- server
 
     def conn(self):

@@ -285,7 +285,11 @@ def _htod(dst: int, src: int, size: int, queued: bool) -> None:
         return
     if src == 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "source pointer is NULL")
-    state.check_device_range(dst, size)
+    for offset, n in state.device_pieces(dst, size):
+        _htod_piece(dst + offset, src + offset, n, queued)
+
+
+def _htod_piece(dst: int, src: int, size: int, queued: bool) -> None:
     spec = _pinned_spec(src, size)
     conn = state.conn()
     if spec is None:
@@ -303,7 +307,11 @@ def _dtoh(dst: int, src: int, size: int, queued: bool) -> None:
         return
     if dst == 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "destination pointer is NULL")
-    state.check_device_range(src, size)
+    for offset, n in state.device_pieces(src, size):
+        _dtoh_piece(dst + offset, src + offset, n, queued)
+
+
+def _dtoh_piece(dst: int, src: int, size: int, queued: bool) -> None:
     spec = _pinned_spec(dst, size)
     conn = state.conn()
     if spec is None:
@@ -319,9 +327,13 @@ def _dtod(dst: int, src: int, size: int) -> None:
     state.current_context()
     if size == 0:
         return
-    state.check_device_range(dst, size)
-    state.check_device_range(src, size)
-    state.conn().post("cuMemcpyDtoD", dst, src, size)
+    # Pieces inside one allocation on both sides: where either side's pieces end.
+    ends = {offset + n for offset, n in state.device_pieces(dst, size)}
+    ends.update(offset + n for offset, n in state.device_pieces(src, size))
+    start = 0
+    for end in sorted(ends):
+        state.conn().post("cuMemcpyDtoD", dst + start, src + start, end - start)
+        start = end
 
 
 @api
@@ -474,12 +486,12 @@ def _memset(dst: int, element: bytes, count: int, queued: bool = True) -> None:
         return
     if dst % len(element):
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "memset destination is misaligned")
-    state.check_device_range(dst, len(element) * count)
     conn = state.conn()
-    if queued or state.find_allocation(dst) is not None:
-        conn.post("vgpuMemset", dst, element, count)
-    else:
-        conn.call("vgpuMemset", dst, element, count)
+    for offset, n in state.device_pieces(dst, len(element) * count):
+        if queued or state.find_allocation(dst) is not None:
+            conn.post("vgpuMemset", dst + offset, element, n // len(element))
+        else:
+            conn.call("vgpuMemset", dst + offset, element, n // len(element))
 
 
 @api

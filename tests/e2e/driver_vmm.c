@@ -131,6 +131,31 @@ static void api(CUfunction vadd, CUfunction scale, size_t gran) {
     for (int i = 0; i < N; i++) right &= host_c[i] == host_a[i] + host_b[i];
     expect("vadd_results", right, 1);
 
+    /* b and c are one run of addresses: copies, memsets and kernels cross from one to the
+     * other, as on a GPU */
+    {
+        float cross[16], back[16];
+        int sixteen = 16;
+        CUdeviceptr seam = first + 2 * gran - 8 * sizeof(float), inside_c = dc + 4096;
+        for (int i = 0; i < 16; i++) cross[i] = i + 0.25f;
+        expect("copy_across_mappings", cuMemcpyHtoD(seam, cross, sizeof cross), CUDA_SUCCESS);
+        void *args[] = {&seam, &two, &sixteen};
+        expect("kernel_across_mappings", launch(scale, args, 16), CUDA_SUCCESS);
+        expect("copy_back_across_mappings", cuMemcpyDtoH(back, seam, sizeof back), CUDA_SUCCESS);
+        right = 1;
+        for (int i = 0; i < 16; i++) right &= back[i] == cross[i] * 2.0f;
+        expect("across_mappings_results", right, 1);
+        expect("memset_across_mappings", cuMemsetD32(seam, 0x3f800000, 16), CUDA_SUCCESS);
+        expect("copy_dtod_across_mappings", cuMemcpyDtoD(inside_c, seam, sizeof back),
+               CUDA_SUCCESS);
+        expect("copy_back_dtod", cuMemcpyDtoH(back, inside_c, sizeof back), CUDA_SUCCESS);
+        right = 1;
+        for (int i = 0; i < 16; i++) right &= back[i] == 1.0f;
+        expect("memset_and_dtod_across_mappings_results", right, 1);
+        expect("copy_past_mapped_memory", cuMemcpyHtoD(first + 3 * gran - 8, cross, 16),
+               CUDA_ERROR_INVALID_VALUE);
+    }
+
     /* pointer queries see each mapping */
     {
         CUdeviceptr base = 0; size_t size = 0;

@@ -30,7 +30,7 @@ access.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
 for place in places:
     check(cu.cuMemMap(place, granularity, 0, handle, 0))
     check(cu.cuMemSetAccess(place, granularity, [access], 1))
-data = np.arange(1024, dtype=np.float32)
+data = np.arange(granularity // 4, dtype=np.float32)  # all of it: a large copy
 check(cu.cuMemcpyHtoD(places[0], data.ctypes.data, data.nbytes))
 back = np.zeros_like(data)
 check(cu.cuMemcpyDtoH(back.ctypes.data, places[1], back.nbytes))
