@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from e2e_support import printed_checks
 from running_program import RunningProgram
 from vgpu_processes import emu_server, run_under_vgpu, run_vgpu
 
@@ -26,11 +27,7 @@ def server(tmp_path_factory):
 
 def checks(result) -> dict[str, tuple[int, int]]:
     """The program's "name got expected" lines; every one must hold, and it must end."""
-    found = {}
-    for line in result.stdout.splitlines():
-        name, *values = line.split()
-        if len(values) == 2:
-            found[name] = (int(values[0]), int(values[1]))
+    found = printed_checks(result)
     wrong = {name: got for name, got in found.items() if got[0] != got[1]}
     assert not wrong, f"(got, expected) per check: {wrong}\n{result.stderr}"
     assert "failures 0" in result.stdout, result.stdout + result.stderr
