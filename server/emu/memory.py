@@ -55,6 +55,7 @@ class DeviceMemory:
         self._np_sizes = np.empty(0, np.uint64)
         self._np_spans = np.empty(0, np.uint64)
         self._np_access = np.empty(0, np.uint8)
+        self._all_read_write = True
 
     # -- allocation ---------------------------------------------------------------------
     def map(self, address: int, size: int, backing: memoryview | None = None,
@@ -117,6 +118,8 @@ class DeviceMemory:
         self._np_sizes = np.array(self._sizes, np.uint64)
         self._np_spans = np.array([a.size for a in self._arrays], np.uint64)
         self._np_access = np.array(self._access, np.uint8)
+        # Access is checked lane by lane only where some allocation restricts it.
+        self._all_read_write = all(a == READ_WRITE for a in self._access)
 
     def find(self, address: int) -> tuple[int, int] | None:
         """(base, size) of the allocation containing `address`, or None."""
@@ -210,12 +213,13 @@ class DeviceMemory:
                 bad = int(np.flatnonzero(~mapped)[0])
                 raise IllegalAddress(int(addrs[bad]), size, index=bad)
             stray(int(np.flatnonzero(~valid)[0]))
-        allowed = self._np_access[safe] if self._np_access.size else np.zeros(len(idx), np.uint8)
-        denied = (idx >= 0) & ((allowed & np.uint8(need)) != np.uint8(need))
-        if denied.any():
-            bad = int(np.flatnonzero(denied)[0])
-            raise IllegalAddress(int(addrs[bad]), size, index=bad,
-                                 denied=_DENIED[int(allowed[bad])])
+        if not self._all_read_write:
+            allowed = self._np_access[safe]
+            denied = (idx >= 0) & ((allowed & np.uint8(need)) != np.uint8(need))
+            if denied.any():
+                bad = int(np.flatnonzero(denied)[0])
+                raise IllegalAddress(int(addrs[bad]), size, index=bad,
+                                     denied=_DENIED[int(allowed[bad])])
         order = np.argsort(idx, kind="stable")
         sorted_idx = idx[order]
         starts = np.flatnonzero(np.diff(sorted_idx)) + 1
