@@ -6,6 +6,10 @@ memory need no translation. The arena only hands out addresses; backends back th
 
 Reservations (cuMemAddressReserve) take addresses too, so that no allocation lands inside
 one, but are no allocation: `find` and `allocations` pass them by, and they hold no memory.
+One asked for at a fixed address may lie outside the arena, inside its `fixed_window` (the
+server's range of session addresses, where no host memory is; None: the arena only): a
+session whose backend gives it an address space of its own can have any free address there,
+as a GPU's driver gives any free one.
 What the arena counts in use is its allocations' sizes plus memory the session holds
 outside them (`hold`: physical memory of the virtual memory API, mapped or not).
 """
@@ -23,10 +27,12 @@ ALLOCATION_ALIGNMENT = 512
 class VaArena:
     """First-fit allocator over [base, base + size), tracking live allocations by address."""
 
-    def __init__(self, base: int, size: int, alignment: int = ALLOCATION_ALIGNMENT):
+    def __init__(self, base: int, size: int, alignment: int = ALLOCATION_ALIGNMENT,
+                 fixed_window: tuple[int, int] | None = None):
         self.base = base
         self.size = size
         self.alignment = alignment
+        self.fixed_window = fixed_window or (base, size)  # (start, size)
         self._starts: list[int] = []  # sorted starts of live allocations
         self._sizes: dict[int, int] = {}  # start -> requested size
         self._reserved: set[int] = set()  # starts that are reservations
@@ -46,12 +52,15 @@ class VaArena:
         self._place(cursor, size, span)
         return cursor
 
-    def reserve(self, size: int, alignment: int, address: int = 0) -> int | None:
-        """Take [start, start+size) for a reservation: at `address` when it is free, else
-        at the first free place aligned to `alignment` (a power of two, a multiple of the
-        arena's); None when there is no room."""
+    def reserve(self, size: int, alignment: int, address: int = 0,
+                anywhere: bool = False) -> int | None:
+        """Take [start, start+size) for a reservation: at `address` when it is free (in the
+        arena or, `anywhere`, in its fixed window), else at the first free place in the
+        arena aligned to `alignment` (a power of two, a multiple of the arena's); None when
+        there is no room."""
         span = self._round(size)
-        if address and address % alignment == 0 and self._place(address, 0, span):
+        window = self.fixed_window if anywhere else (self.base, self.size)
+        if address and address % alignment == 0 and self._place(address, 0, span, window):
             start = address
         else:
             start = self._first_fit(span, alignment)
@@ -82,8 +91,10 @@ class VaArena:
         cursor = -(-cursor // alignment) * alignment
         return cursor if cursor + span <= self.base + self.size else None
 
-    def _place(self, address: int, size: int, span: int) -> bool:
-        if address < self.base or address + span > self.base + self.size:
+    def _place(self, address: int, size: int, span: int,
+               window: tuple[int, int] | None = None) -> bool:
+        low, length = window or (self.base, self.size)
+        if address < low or address + span > low + length:
             return False
         i = bisect.bisect_left(self._starts, address)
         if i > 0:

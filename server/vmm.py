@@ -117,7 +117,8 @@ class VirtualMemory:
         if alignment < 0 or alignment & (alignment - 1):
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
                             f"alignment {alignment} is neither 0 nor a power of two")
-        start = self.session.arena.reserve(size, max(alignment, VMM_GRANULARITY), address)
+        start = self.session.arena.reserve(size, max(alignment, VMM_GRANULARITY), address,
+                                           self._anywhere)
         if start is None:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
                             f"no room for a reservation of {size} bytes in the session's "
@@ -125,9 +126,15 @@ class VirtualMemory:
         self.session.journal.created("reserve", start, size)
         return start
 
+    @property
+    def _anywhere(self) -> bool:
+        """Whether a fixed address may lie outside the session's own range: where its
+        backend gives it an address space of its own, which no other session's use."""
+        return not self.session.backend.shares_address_space
+
     def restore_reservation(self, address: int, size: int) -> None:
         arena = self.session.arena
-        start = arena.reserve(size, VMM_GRANULARITY, address)
+        start = arena.reserve(size, VMM_GRANULARITY, address, self._anywhere)
         if start != address:
             if start is not None:
                 arena.unreserve(start)

@@ -11,8 +11,9 @@
  *   write-read-only        reads of memory made read-only, then a kernel writing it
  * and one holds state for a test to move:
  *   hold PAUSE_FILE        one allocation at two addresses (read-write, read-only), another
- *                          released while mapped, both filled; prints "pid N", waits until
- *                          PAUSE_FILE is gone, then checks all is as it was */
+ *                          released while mapped at a far fixed address, both filled;
+ *                          prints "pid N", waits until PAUSE_FILE is gone, then checks all
+ *                          is as it was */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,11 @@ static void api(CUfunction vadd, CUfunction scale, size_t gran) {
     CUdeviceptr wanted = first + 64 * gran;
     expect("reserve_fixed", cuMemAddressReserve(&fixed, 2 * gran, 0, wanted, 0), CUDA_SUCCESS);
     expect("reserve_fixed_honoured", fixed == wanted, 1);
+    /* far from everything the program has: honoured too */
+    CUdeviceptr far_wanted = first + (2ULL << 40), far;
+    expect("reserve_fixed_far", cuMemAddressReserve(&far, gran, 0, far_wanted, 0),
+           CUDA_SUCCESS);
+    expect("reserve_fixed_far_honoured", far == far_wanted, 1);
     expect("reserve_taken_hint", cuMemAddressReserve(&moved, 2 * gran, 0, first, 0),
            CUDA_SUCCESS);
     expect("reserve_taken_hint_elsewhere",
@@ -181,6 +187,19 @@ static void api(CUfunction vadd, CUfunction scale, size_t gran) {
     right = 1;
     for (int i = 0; i < N; i++) right &= host_c[i] == host_a[i] * 2.0f;
     expect("write_through_alias_shows_at_a", right, 1);
+
+    /* c at the far address too */
+    {
+        static float at_c[N];
+        expect("map_c_far", cuMemMap(far, gran, 0, hc, 0), CUDA_SUCCESS);
+        expect("set_access_far", set_access(far, gran, CU_MEM_ACCESS_FLAGS_PROT_READ),
+               CUDA_SUCCESS);
+        expect("copy_out_far", cuMemcpyDtoH(host_c, far, sizeof host_c), CUDA_SUCCESS);
+        expect("copy_out_c_again", cuMemcpyDtoH(at_c, dc, sizeof at_c), CUDA_SUCCESS);
+        expect("far_alias_shows_c", memcmp(host_c, at_c, sizeof at_c) == 0, 1);
+        expect("unmap_far", cuMemUnmap(far, gran), CUDA_SUCCESS);
+        expect("address_free_far", cuMemAddressFree(far, gran), CUDA_SUCCESS);
+    }
 
     /* the handle behind an address, and the allocation's properties */
     expect("retain", cuMemRetainAllocationHandle(&retained, (void *)(fixed + 4096)),
@@ -337,7 +356,9 @@ static void hold(CUfunction scale, size_t gran, const char *pause_file) {
     for (int i = 0; i < N; i++) { host_a[i] = i * 0.5f; host_b[i] = 1000.0f - i; }
     expect("reserve_rw", cuMemAddressReserve(&rw, gran, 0, 0, 0), CUDA_SUCCESS);
     expect("reserve_ro", cuMemAddressReserve(&ro, gran, 0, 0, 0), CUDA_SUCCESS);
-    expect("reserve_orphan", cuMemAddressReserve(&orphan, gran, 0, 0, 0), CUDA_SUCCESS);
+    expect("reserve_orphan_far", cuMemAddressReserve(&orphan, gran, 0, rw + (2ULL << 40), 0),
+           CUDA_SUCCESS);
+    expect("reserve_orphan_far_honoured", orphan == rw + (2ULL << 40), 1);
     expect("create", cuMemCreate(&h, gran, &prop, 0), CUDA_SUCCESS);
     expect("create_released", cuMemCreate(&released, gran, &prop, 0), CUDA_SUCCESS);
     expect("map_rw", cuMemMap(rw, gran, 0, h, 0), CUDA_SUCCESS);

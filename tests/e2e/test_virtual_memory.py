@@ -37,7 +37,7 @@ def checks(result) -> dict[str, tuple[int, int]]:
 def test_reserve_map_access_alias_unmap_release_and_misuse(server, driver_vmm, kernels_ptx):
     result = run_under_vgpu(server, driver_vmm, str(kernels_ptx), timeout=TIMEOUT_S)
     found = checks(result)
-    assert result.returncode == 0 and len(found) == 120, result.stdout + result.stderr
+    assert result.returncode == 0 and len(found) == 129, result.stdout + result.stderr
     assert "not implemented" not in result.stderr, result.stderr
 
 

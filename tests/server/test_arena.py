@@ -41,3 +41,14 @@ def test_a_reservation_that_does_not_fit_gets_none():
     arena = VaArena(BASE, 8 * MIB)
     assert arena.reserve(8 * MIB, 2 * MIB) == BASE
     assert arena.reserve(2 * MIB, 2 * MIB) is None
+
+
+def test_a_fixed_address_beyond_the_arena_is_had_only_inside_its_fixed_window():
+    arena = VaArena(BASE, 1 << 40, fixed_window=(BASE, 4 << 40))
+    far = BASE + (2 << 40)
+    assert arena.reserve(2 * MIB, 2 * MIB, far) != far  # only the arena's own range
+    assert arena.reserve(2 * MIB, 2 * MIB, far + 4 * MIB, anywhere=True) == far + 4 * MIB
+    beyond = BASE + (4 << 40)
+    assert BASE <= arena.reserve(2 * MIB, 2 * MIB, beyond, anywhere=True) < BASE + (1 << 40)
+    assert arena.alloc(MIB) < BASE + (1 << 40)  # allocations stay in the arena
+    arena.unreserve(far + 4 * MIB)
