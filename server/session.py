@@ -325,11 +325,10 @@ class Session:
                             "the session has pinned host memory mapped (cuMemHostAlloc or "
                             "cuMemHostRegister), which cannot be checkpointed or moved yet")
 
-
     def capture(self, position: int, buffers: dict | None = None) -> Capture:
-        """The session's state after its first `position` messages, with every allocation's
-        contents copied aside (into `buffers[address]` where one of the right size is
-        given): call it between batches, on the thread that runs them; the session may run
+        """The session's state after its first `position` messages, with every region's
+        contents copied aside (see `regions`; into `buffers[address]` where one of the right
+        size is given): call it between batches, on the thread that runs them; the session may run
         on as soon as it returns."""
         self.check_movable()
         buffers = buffers or {}
@@ -391,8 +390,9 @@ class Session:
                 backings: dict[int, bytearray] | None = None) -> None:
         """Remake what `state` describes on this (fresh) session: every object its journal
         lists, at the same handles and addresses, then every region's contents
-        (`fill(i, view)` writes region i into `view`), except allocations whose contents
-        are in `backings` (by address), which become their memory where the backend allows.
+        (`fill(i, view)` writes region i into `view`), except regions whose contents are in
+        `backings` (by address, or handle: see `regions`), which become their memory where
+        the backend allows.
         Raises CudaError if the state does not fit: this session is then unusable, and the
         caller closes it."""
         backings = backings if backings is not None and self.backend.memory_is_host_ram else {}

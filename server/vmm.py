@@ -65,10 +65,8 @@ class Physical:
 @dataclass
 class Mapping:
     size: int
-    offset: int
-    handle: int
+    offset: int  # into the physical allocation
     physical: Physical
-    access: int = 0
 
 
 class VirtualMemory:
@@ -201,13 +199,12 @@ class VirtualMemory:
         found = self.find(address)
         if found is None:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"0x{address:x} is not mapped memory")
-        mapping = self.mappings[found[0]]
-        physical = mapping.physical
+        physical = self.mappings[found[0]].physical
         if physical.references == 0:  # released while mapped: the handle lives again
-            self.handles.add(mapping.handle, physical)
+            self.handles.add(physical.handle, physical)
         physical.references += 1
         self._journal(physical)
-        return mapping.handle
+        return physical.handle
 
     @op("cuMemGetAllocationPropertiesFromHandle")
     def properties(self, handle: int) -> list:
@@ -261,7 +258,7 @@ class VirtualMemory:
                             f"0x{address:x}+{size} overlaps memory mapped already")
         self.session.backend.map_physical(address, size, physical.memory, offset)
         bisect.insort(self._starts, address)
-        self.mappings[address] = Mapping(size, offset, physical.handle, physical)
+        self.mappings[address] = Mapping(size, offset, physical)
         physical.mappings += 1
         self._set_access(address, access)
 
@@ -291,9 +288,8 @@ class VirtualMemory:
     def _set_access(self, start: int, access: int) -> None:
         self.session.backend.set_access(start, access)
         mapping = self.mappings[start]
-        mapping.access = access
         self.session.journal.created("mapping", start, mapping.size, mapping.offset,
-                                     mapping.handle, access)
+                                     mapping.physical.handle, access)
 
     def _covering(self, address: int, size: int) -> list[int]:
         """The starts of the mappings that make up [address, +size) exactly, without a gap
