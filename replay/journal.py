@@ -2,7 +2,8 @@
 
 A session records every object its state-changing calls create (contexts, allocations at
 their addresses, modules with their images and their variables' addresses, functions,
-streams, events) and forgets each one its calls destroy. The journal is therefore always
+streams, events, and the virtual memory API's reservations, physical allocations and
+mappings) and forgets each one its calls destroy. The journal is therefore always
 compacted: at any moment it is exactly the session's live objects, in the order they were
 created, so replaying it in order recreates them with every parent before its children.
 
@@ -17,6 +18,10 @@ Entries are plain lists of msgpack-able values, `[kind, *fields]`:
     ["function", handle, module, name]
     ["stream",   handle, context, flags, priority]
     ["event",    handle, context, flags]
+    ["reserve",  address, size]                             (cuMemAddressReserve)
+    ["memory",   handle, size, properties, references]      (cuMemCreate; 0 references:
+                                                             released, still mapped)
+    ["mapping",  address, size, offset, memory handle, access flags]   (cuMemMap)
 
 A journal is restored by `vgpu.server.session.Session.restore`, which knows how to make each
 kind; the format's version is the checkpoint image's (`vgpu.replay.image`).
@@ -26,7 +31,8 @@ from __future__ import annotations
 
 __all__ = ["Journal", "ENTRY_KINDS"]
 
-ENTRY_KINDS = ("context", "alloc", "module", "function", "stream", "event")
+ENTRY_KINDS = ("context", "alloc", "module", "function", "stream", "event", "reserve",
+               "memory", "mapping")
 
 
 class Journal:

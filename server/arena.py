@@ -3,6 +3,15 @@
 Every allocation a session makes is placed inside its arena, so an address means the same
 allocation on any backend and after a restore: kernel arguments and pointers stored in device
 memory need no translation. The arena only hands out addresses; backends back them.
+
+Reservations (cuMemAddressReserve) take addresses too, so that no allocation lands inside
+one, but are no allocation: `find` and `allocations` pass them by, and they hold no memory.
+One asked for at a fixed address may lie outside the arena, inside its `fixed_window` (the
+server's range of session addresses, where no host memory is; None: the arena only): a
+session whose backend gives it an address space of its own can have any free address there,
+as a GPU's driver gives any free one.
+What the arena counts in use is its allocations' sizes plus memory the session holds
+outside them (`hold`: physical memory of the virtual memory API, mapped or not).
 """
 
 from __future__ import annotations
@@ -18,12 +27,15 @@ ALLOCATION_ALIGNMENT = 512
 class VaArena:
     """First-fit allocator over [base, base + size), tracking live allocations by address."""
 
-    def __init__(self, base: int, size: int, alignment: int = ALLOCATION_ALIGNMENT):
+    def __init__(self, base: int, size: int, alignment: int = ALLOCATION_ALIGNMENT,
+                 fixed_window: tuple[int, int] | None = None):
         self.base = base
         self.size = size
         self.alignment = alignment
+        self.fixed_window = fixed_window or (base, size)  # (start, size)
         self._starts: list[int] = []  # sorted starts of live allocations
         self._sizes: dict[int, int] = {}  # start -> requested size
+        self._reserved: set[int] = set()  # starts that are reservations
         self.bytes_in_use = 0
 
     def _round(self, n: int) -> int:
@@ -34,18 +46,55 @@ class VaArena:
         span = self._round(size)
         if address is not None:
             return address if self._place(address, size, span) else None
-        cursor = self.base
-        for start in self._starts:
-            if start - cursor >= span:
-                break
-            cursor = start + self._round(self._sizes[start])
-        if cursor + span > self.base + self.size:
+        cursor = self._first_fit(span, self.alignment)
+        if cursor is None:
             return None
         self._place(cursor, size, span)
         return cursor
 
-    def _place(self, address: int, size: int, span: int) -> bool:
-        if address < self.base or address + span > self.base + self.size:
+    def reserve(self, size: int, alignment: int, address: int = 0,
+                anywhere: bool = False) -> int | None:
+        """Take [start, start+size) for a reservation: at `address` when it is free (in the
+        arena or, `anywhere`, in its fixed window), else at the first free place in the
+        arena aligned to `alignment` (a power of two, a multiple of the arena's); None when
+        there is no room."""
+        span = self._round(size)
+        window = self.fixed_window if anywhere else (self.base, self.size)
+        if address and address % alignment == 0 and self._place(address, 0, span, window):
+            start = address
+        else:
+            start = self._first_fit(span, alignment)
+            if start is None:
+                return None
+            self._place(start, 0, span)
+        self._sizes[start] = span
+        self._reserved.add(start)
+        return start
+
+    def unreserve(self, address: int) -> None:
+        """Give back the reservation starting at `address`."""
+        self._reserved.remove(address)
+        del self._sizes[address]
+        self._starts.pop(bisect.bisect_left(self._starts, address))
+
+    def hold(self, size: int) -> None:
+        """Count `size` bytes more (a negative size: fewer) in use outside allocations."""
+        self.bytes_in_use += size
+
+    def _first_fit(self, span: int, alignment: int) -> int | None:
+        cursor = self.base
+        for start in self._starts:
+            cursor = -(-cursor // alignment) * alignment
+            if start - cursor >= span:
+                break
+            cursor = max(cursor, start + self._round(self._sizes[start]))
+        cursor = -(-cursor // alignment) * alignment
+        return cursor if cursor + span <= self.base + self.size else None
+
+    def _place(self, address: int, size: int, span: int,
+               window: tuple[int, int] | None = None) -> bool:
+        low, length = window or (self.base, self.size)
+        if address < low or address + span > low + length:
             return False
         i = bisect.bisect_left(self._starts, address)
         if i > 0:
@@ -71,9 +120,21 @@ class VaArena:
         i = bisect.bisect_right(self._starts, address) - 1
         if i >= 0:
             start = self._starts[i]
-            if address < start + self._sizes[start]:
+            if address < start + self._sizes[start] and start not in self._reserved:
+                return start, self._sizes[start]
+        return None
+
+    def find_reservation(self, address: int) -> tuple[int, int] | None:
+        """(start, size) of the reservation containing `address`, if any."""
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i >= 0:
+            start = self._starts[i]
+            if address < start + self._sizes[start] and start in self._reserved:
                 return start, self._sizes[start]
         return None
 
     def allocations(self) -> list[tuple[int, int]]:
-        return [(s, self._sizes[s]) for s in self._starts]
+        return [(s, self._sizes[s]) for s in self._starts if s not in self._reserved]
+
+    def reservations(self) -> list[tuple[int, int]]:
+        return [(s, self._sizes[s]) for s in self._starts if s in self._reserved]

@@ -93,7 +93,7 @@ def _capture_buffers(host: SessionHost, identity: bytes) -> dict[int, mmap.mmap]
     """Memory to copy the session's allocations into, one buffer per allocation there is
     now, with its pages already in place: touching fresh pages costs several times the copy
     itself, and the session need not be stopped while that happens."""
-    layout = host.control(identity, lambda s, p: s.arena.allocations()).result()
+    layout = host.control(identity, lambda s, p: s.regions()).result()
     return {address: mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS |
                                getattr(mmap, "MAP_POPULATE", 0))
             for address, size in layout}
@@ -264,7 +264,7 @@ def _plan(session: Session, since: tuple | None, sent: _Sent) -> tuple[tuple, li
     """A mark, and the chunks to compare with what was sent: every chunk, or those the
     session says may have changed since `since`, and any never sent."""
     mark = session.mark()
-    regions = session.arena.allocations()
+    regions = session.regions()
     ranges = session.changed_since(since) if since is not None else None
     if ranges is None:
         return mark, [(address, size, offset, min(MIGRATION_CHUNK, size - offset))
@@ -289,20 +289,24 @@ def _changed(session: Session, todo: list, sent: _Sent) -> list:
     inside a live allocation of the same size) whose digest differs from the one sent."""
     out = []
     for address, size, offset, n in todo:
-        if session.arena.find(address) != (address, size):
+        if session.region_size(address) != size:
             continue  # freed since it was planned
-        view = _view(session, address + offset, n)
+        view = _view(session, address, offset, n)
         digest = xxhash.xxh3_128_digest(view)
         if sent.digests.get((address, offset)) != digest:
             out.append((address, size, offset, bytes(view), digest))
     return out
 
 
-def _view(session: Session, address: int, size: int) -> memoryview:
-    view = session.backend.host_view(address, size, writing=False)
-    if view is None:
-        view = memoryview(bytearray(size))
-        session.backend.read_into(address, view)
+def _view(session: Session, address: int, offset: int, size: int) -> memoryview:
+    """Bytes of region `address` from `offset`: in place where the backend keeps device
+    memory in host RAM, else a copy."""
+    if address not in session.vmm.physical:
+        view = session.backend.host_view(address + offset, size, writing=False)
+        if view is not None:
+            return view
+    view = memoryview(bytearray(size))
+    session.read_region(address, offset, view)
     return view
 
 
@@ -321,7 +325,7 @@ def _final_stop(session: Session, position: int, sent: _Sent, since: tuple | Non
     session.check_movable()
     _, todo = _plan(session, since, sent)
     chunks = _changed(session, todo, sent)
-    regions = [list(r) for r in session.arena.allocations()]
+    regions = [list(r) for r in session.regions()]
     return _Stop(session.describe(position), regions, chunks, stopped_at)
 
 

@@ -360,7 +360,8 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
             slot, rest = divmod(int(arena_base) - ARENA_BASE, ARENA_SPAN)
             if rest or not 0 <= slot < ARENA_SLOTS:
                 raise CudaError(1, f"0x{arena_base:x} is not a session address range")
-        arena = VaArena(ARENA_BASE + slot * ARENA_SPAN, ARENA_SPAN)
+        arena = VaArena(ARENA_BASE + slot * ARENA_SPAN, ARENA_SPAN,
+                        fixed_window=(ARENA_BASE, ARENA_SLOTS * ARENA_SPAN))
         backend = open_backend(self.backend_name)
         try:
             # Each emulated session has an address space of its own; sessions of a backend

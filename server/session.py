@@ -34,6 +34,7 @@ from .backends.base import Cancelled, KernelFault
 from .handles import HandleTable
 from .peer_memory import PeerMemoryError, read_peer, write_peer
 from .shared_allocations import SHARED_BYTES, SharedAllocations
+from .vmm import VMM_OPS, VirtualMemory
 
 __all__ = ["Session", "Capture", "OPS"]
 
@@ -165,6 +166,7 @@ class Session:
         self.streams: HandleTable[int] = HandleTable("stream")
         self.events: HandleTable[Event] = HandleTable("event")
         self.allocation_owner: dict[int, int] = {}  # address -> context handle
+        self.vmm = VirtualMemory(self)
         self.staging: mmap.mmap | None = None
         self.segments: dict[int, tuple[mmap.mmap, int | None]] = {}  # id -> (map, device addr)
         self.shared: SharedAllocations | None = None
@@ -326,20 +328,40 @@ class Session:
                             "cuMemHostRegister), which cannot be checkpointed or moved yet")
 
     def capture(self, position: int, buffers: dict | None = None) -> Capture:
-        """The session's state after its first `position` messages, with every allocation's
-        contents copied aside (into `buffers[address]` where one of the right size is
-        given): call it between batches, on the thread that runs them; the session may run
+        """The session's state after its first `position` messages, with every region's
+        contents copied aside (see `regions`; into `buffers[address]` where one of the right
+        size is given): call it between batches, on the thread that runs them; the session may run
         on as soon as it returns."""
         self.check_movable()
         buffers = buffers or {}
         copies = []
-        for address, size in self.arena.allocations():
+        for address, size in self.regions():
             copy = buffers.get(address)
             if copy is None or len(copy) != size:
                 copy = bytearray(size)
-            self.backend.read_into(address, memoryview(copy))
+            self.read_region(address, 0, memoryview(copy))
             copies.append((address, copy))
         return Capture(self.describe(position), copies)
+
+    def regions(self) -> list[tuple[int, int]]:
+        """What holds the session's memory contents, as (address, size): its allocations,
+        then its physical allocations of the virtual memory API (named by their handles)."""
+        return self.arena.allocations() + self.vmm.regions()
+
+    def region_size(self, address: int) -> int | None:
+        """The size of region `address`, None if there is none (any longer)."""
+        physical = self.vmm.physical.get(address)
+        if physical is not None:
+            return physical.size
+        found = self.arena.find(address)
+        return found[1] if found is not None and found[0] == address else None
+
+    def read_region(self, address: int, offset: int, out: memoryview) -> None:
+        """Contents of region `address` from `offset`, into `out`."""
+        if address in self.vmm.physical:
+            self.vmm.read_region(address, offset, out)
+        else:
+            self.backend.read_into(address + offset, out)
 
     def describe(self, position: int) -> dict:
         """Everything but memory contents, as plain values: the journal and the session's
@@ -370,20 +392,26 @@ class Session:
                 backings: dict[int, bytearray] | None = None) -> None:
         """Remake what `state` describes on this (fresh) session: every object its journal
         lists, at the same handles and addresses, then every region's contents
-        (`fill(i, view)` writes region i into `view`), except allocations whose contents
-        are in `backings` (by address), which become their memory where the backend allows.
+        (`fill(i, view)` writes region i into `view`), except regions whose contents are in
+        `backings` (by address, or handle: see `regions`), which become their memory where
+        the backend allows.
         Raises CudaError if the state does not fit: this session is then unusable, and the
         caller closes it."""
         backings = backings if backings is not None and self.backend.memory_is_host_ram else {}
         backed = set()
 
-        def allocate(address: int, size: int, context: int) -> None:
+        def backing_of(address: int, size: int) -> bytearray | None:
             backing = backings.get(address)
             if backing is not None and len(backing) == size:
                 backed.add(address)
-            else:
-                backing = None
-            self._allocate(context, size, address, backing)
+                return backing
+            return None
+
+        def allocate(address: int, size: int, context: int) -> None:
+            self._allocate(context, size, address, backing_of(address, size))
+
+        def physical(handle: int, size: int, prop: list, references: int) -> None:
+            self.vmm.restore_memory(handle, size, prop, references, backing_of(handle, size))
 
         makers = {
             "context": self._remake_context,
@@ -393,13 +421,21 @@ class Session:
             "function": self.module_get_function,
             "stream": self.stream_create,
             "event": self.event_create,
+            "reserve": self.vmm.restore_reservation,
+            "memory": physical,
+            "mapping": self.vmm.restore_mapping,
         }
         for kind, *fields in state["journal"]:
             makers[kind](*fields)
         for i, (address, size) in enumerate(regions):
-            self._check_range(address, size)
             if address in backed:
                 continue
+            if address in self.vmm.physical:
+                staged = memoryview(bytearray(size))
+                fill(i, staged)
+                self.vmm.write_region(address, 0, staged)
+                continue
+            self._check_range(address, size)
             view = self.backend.host_view(address, size)
             if view is None:
                 staged = memoryview(bytearray(size))
@@ -439,9 +475,11 @@ class Session:
     def changed_since(self, mark: tuple[int, int]) -> list[tuple[int, int]] | None:
         """Ranges of device memory that may have changed since `mark`, or None when that
         is unknown: the backend cannot tell, or the client was given a device window (its
-        copies through one change memory outside any call)."""
+        copies through one change memory outside any call), or there is physical memory of
+        the virtual memory API (written through addresses, its regions are named by
+        handles)."""
         backend_mark, granted = mark
-        if self._windows_granted != granted:
+        if self._windows_granted != granted or self.vmm.physical:
             return None
         return self.backend.changed_since(backend_mark)
 
@@ -466,6 +504,7 @@ class Session:
         for handle, _ in self.contexts.items():
             self._destroy_context_resources(handle)
             self.contexts.pop(handle)
+        self.vmm.forget()
         self.journal = Journal()
         self.backend.close()
 
@@ -504,8 +543,9 @@ class Session:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"unknown host segment {seg_id}") from None
 
     def _check_range(self, address: int, size: int) -> None:
-        """A copy or memset must stay inside one live allocation (or mapped host segment)."""
-        found = self.arena.find(address)
+        """A copy or memset must stay inside one live allocation (or mapping, or mapped host
+        segment)."""
+        found = self.arena.find(address) or self.vmm.find(address)
         if found is None:
             for _, dev_addr in self.segments.values():
                 if dev_addr is not None:
@@ -930,7 +970,16 @@ class Session:
 # Calls that still work after a sticky error: the ones that tear state down.
 STICKY_EXEMPT = frozenset({"cuCtxDestroy", "cuDevicePrimaryCtxReset", "cuMemFree",
                            "cuModuleUnload", "cuStreamDestroy", "cuEventDestroy",
-                           "vgpuUnmapHostSegment", "vgpuDiscardReported"})
+                           "vgpuUnmapHostSegment", "vgpuDiscardReported", "cuMemUnmap",
+                           "cuMemRelease", "cuMemAddressFree"})
+
+
+def _on_vmm(method: Callable) -> Callable:
+    """A handler of the virtual memory API's op: the method of the session's `vmm`."""
+    return lambda session, *args: method(session.vmm, *args)
+
+
+OPS.update({name: _on_vmm(method) for name, method in VMM_OPS.items()})
 
 
 def _take_text(pieces: list[str]) -> str:

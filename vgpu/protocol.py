@@ -98,7 +98,7 @@ __all__ = [
     "PROTOCOL_VERSION", "HELLO", "CALLS", "ADMIN", "BYE", "RELEASE", "pack", "unpack",
     "ProtocolError",
     "DEFAULT_TIMEOUT_S", "HANDSHAKE_TIMEOUT_S", "KEEPALIVE_SEQ", "STICKY_ERRORS",
-    "MEMCHECK_MODES",
+    "MEMCHECK_MODES", "VMM_GRANULARITY", "HOST_PAGE",
 ]
 
 PROTOCOL_VERSION = 4  # 4: vgpuTransfer; a resuming hello's "waiting"
@@ -119,6 +119,13 @@ STICKY_ERRORS = frozenset({700, 710, 714, 715, 716, 717, 718, 719})
 # allocation does. "report": what a GPU does (no fault where memory is mapped), reported once
 # per kernel on stderr; "strict": CUDA_ERROR_ILLEGAL_ADDRESS, as outside mapped memory.
 MEMCHECK_MODES = ("report", "strict")
+
+
+# The virtual memory API's granularity (cuMemGetAllocationGranularity, minimum and
+# recommended alike): a GPU's large page, what NVIDIA's GPUs report. Reservations are sized
+# in host pages, as CUDA documents.
+VMM_GRANULARITY = 2 << 20
+HOST_PAGE = 4096
 
 
 # The server's "still working on your calls" (see above): a reply to nothing.

@@ -12,6 +12,8 @@ from vgpu.errors import CudaError
 __all__ = ["Backend", "Cancelled", "DeviceDescription", "KernelDescription", "KernelFault",
            "LoadedModule"]
 
+CUDA_ERROR_NOT_SUPPORTED = 801
+
 
 class KernelFault(CudaError):
     """A launch that failed while running: besides code and message, the device printf text
@@ -80,6 +82,40 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def unmap(self, address: int) -> None: ...
+
+    # Physical memory apart from addresses (CUDA's virtual memory API): made, mapped at
+    # addresses (one piece at several, each place showing the same bytes), given access.
+    # A backend without it refuses the API.
+    def create_physical(self, size: int, contents: bytearray | None = None) -> object:
+        """Physical memory of `size` bytes, mapped nowhere: zero-filled, or holding
+        `contents` (a restore's; a backend in host RAM may keep the buffer as the memory)."""
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                        f"the {self.name} backend has no virtual memory management")
+
+    def read_physical(self, physical: object, offset: int, out: memoryview) -> None:
+        """Copy physical memory from `offset` into `out` (a checkpoint's copy)."""
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                        f"the {self.name} backend has no virtual memory management")
+
+    def write_physical(self, physical: object, offset: int, data: memoryview) -> None:
+        """Copy `data` into physical memory at `offset` (a restore's)."""
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                        f"the {self.name} backend has no virtual memory management")
+
+    def map_physical(self, address: int, size: int, physical: object, offset: int) -> None:
+        """Map [offset, offset+size) of `physical` at `address`, inaccessible until
+        `set_access`; `unmap(address)` takes the mapping away."""
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                        f"the {self.name} backend has no virtual memory management")
+
+    def set_access(self, address: int, access: int) -> None:
+        """What the mapping at `address` allows: CUmemAccess_flags (0, 1 read, 3 both)."""
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                        f"the {self.name} backend has no virtual memory management")
+
+    @abc.abstractmethod
+    def release_physical(self, physical: object) -> None:
+        """Free physical memory that nothing maps any longer."""
 
     @abc.abstractmethod
     def write(self, address: int, data: memoryview) -> None: ...

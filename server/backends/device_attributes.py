@@ -3,7 +3,7 @@
 Limits are those of an Ampere-class part (compute capability 8.0) because that is what the
 emulator enforces: 1024 threads per block, 48 KiB static shared memory per block (opt-in up to
 163 KiB), warps of 32. Capabilities the emulator lacks (managed memory, cooperative launch,
-VMM, IPC, textures) are reported as 0 so applications take their fallback paths.
+IPC, textures) are reported as 0 so applications take their fallback paths.
 """
 
 from __future__ import annotations
@@ -76,4 +76,6 @@ def emu_attributes(compute_capability: tuple[int, int]) -> dict[int, int]:
     values[int(CUdevice_attribute[prefix + "COMPUTE_CAPABILITY_MINOR"])] = minor
     values[int(CUdevice_attribute[prefix + "SHARED_MEMORY_PER_BLOCK"])] = 48 * 1024
     values[int(CUdevice_attribute[prefix + "REGISTERS_PER_BLOCK"])] = 65536
+    # Named here: cuda.h's first name for this number is a deprecated alias.
+    values[int(CUdevice_attribute[prefix + "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED"])] = 1
     return values

@@ -22,6 +22,7 @@ from ..emu import (
     quiet_floating_point,
 )
 from ..emu.errors import IllegalAddress
+from ..emu.memory import NO_ACCESS
 from .base import (
     Backend,
     Cancelled,
@@ -79,10 +80,10 @@ class EmuBackend(Backend):
         self._writes.wrote(address, len(data))
 
     def read_into(self, address: int, out: memoryview) -> None:
-        out[:] = self._checked(self.memory.view, address, len(out))
+        out[:] = self._checked(self.memory.view, address, len(out), False)
 
     def host_view(self, address: int, size: int, writing: bool = True) -> memoryview:
-        view = self._checked(self.memory.view, address, size)
+        view = self._checked(self.memory.view, address, size, writing)
         if writing:
             self._writes.wrote(address, size)
         return view
@@ -101,12 +102,35 @@ class EmuBackend(Backend):
     def changed_since(self, mark: int) -> list[tuple[int, int]] | None:
         return self._writes.since(mark)
 
+    def create_physical(self, size: int, contents: bytearray | None = None) -> bytearray:
+        if contents is not None:
+            return contents
+        return bytearray(size)  # zeroed pages the host commits only when touched
+
+    def read_physical(self, physical: bytearray, offset: int, out: memoryview) -> None:
+        out[:] = memoryview(physical)[offset:offset + len(out)]
+
+    def write_physical(self, physical: bytearray, offset: int, data: memoryview) -> None:
+        memoryview(physical)[offset:offset + len(data)] = data
+
+    def map_physical(self, address: int, size: int, physical: bytearray, offset: int) -> None:
+        self.memory.map(address, size, memoryview(physical)[offset:offset + size], NO_ACCESS)
+
+    def set_access(self, address: int, access: int) -> None:
+        self.memory.set_access(address, access)
+
+    def release_physical(self, physical: bytearray) -> None:
+        """Nothing to do: the buffer goes with the last mapping that views it."""
+
     @staticmethod
     def _checked(fn, *args):
         try:
             return fn(*args)
         except IllegalAddress as exc:
-            raise CudaError(CUDA_ERROR_INVALID_VALUE, str(exc)) from None
+            # Memory there, but mapped without the access a copy needs: the copy engine
+            # faults on a GPU, and the context is lost as with a kernel's fault.
+            code = CUDA_ERROR_ILLEGAL_ADDRESS if exc.denied else CUDA_ERROR_INVALID_VALUE
+            raise CudaError(code, str(exc)) from None
 
     def set_memcheck(self, strict: bool) -> None:
         self.checker = MemoryChecker(strict)

@@ -49,17 +49,21 @@ class UnsupportedPtx(PtxError):
 
 
 class IllegalAddress(Exception):
-    """An access of `size` bytes at `address` that is not inside one live allocation.
+    """An access of `size` bytes at `address` that is not inside one live allocation, or
+    (`denied` says why) inside one that does not allow it.
 
     `index` is the position of the first offending lane when the access was a vector of
     per-lane addresses (`DeviceMemory.gather` and friends), else None.
     """
 
-    def __init__(self, address: int, size: int, index: int | None = None):
+    def __init__(self, address: int, size: int, index: int | None = None,
+                 denied: str | None = None):
         self.address = int(address)
         self.size = int(size)
         self.index = index
-        super().__init__(f"illegal address 0x{self.address:x} (size {self.size})")
+        self.denied = denied
+        super().__init__(f"illegal address 0x{self.address:x} (size {self.size})"
+                         + (f": {denied}" if denied else ""))
 
 
 class LaunchError(Exception):

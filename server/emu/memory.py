@@ -12,6 +12,11 @@ and an access inside that span but past the allocation's end is a *stray* access
 only where the caller asks for strictness (VGPU_MEMCHECK=strict), else reported by the caller
 and carried out. Outside every granule an access always raises `IllegalAddress`.
 
+Access: each allocation is readable and writable, unless mapped otherwise (`map`'s
+`access`, `set_access`: CUDA's virtual memory API maps memory inaccessible until the program
+grants read or read-write access). An access it does not allow raises `IllegalAddress`
+saying so, as a GPU's page tables fault it.
+
 Scalar accesses (`read`, `write`, `view`, `fill`, `copy`) serve the server's memcpy/memset
 calls and must lie inside one live allocation. Vector accesses (`gather`, `scatter`,
 `segments`) serve the executor: one address per lane, every lane checked, with a fast path
@@ -28,7 +33,13 @@ import numpy as np
 from .address_space import DEVICE_ADDRESS_LIMIT
 from .errors import IllegalAddress
 
-__all__ = ["DeviceMemory", "load_elements", "store_elements", "typed_elements"]
+__all__ = ["DeviceMemory", "load_elements", "store_elements", "typed_elements", "NO_ACCESS",
+           "READ", "READ_WRITE"]
+
+# Access an allocation allows, as CUmemAccess_flags numbers them.
+NO_ACCESS, READ, READ_WRITE = 0, 1, 3
+_DENIED = {NO_ACCESS: "the address is mapped without access for the device",
+           READ: "the address is mapped read-only"}
 
 
 class DeviceMemory:
@@ -39,13 +50,18 @@ class DeviceMemory:
         self._bases: list[int] = []          # sorted
         self._arrays: list[np.ndarray] = []  # parallel to _bases: each one's mapped span
         self._sizes: list[int] = []          # parallel to _bases: the allocated sizes
+        self._access: list[int] = []         # parallel to _bases: READ_WRITE, READ, NO_ACCESS
         self._np_bases = np.empty(0, np.uint64)
         self._np_sizes = np.empty(0, np.uint64)
         self._np_spans = np.empty(0, np.uint64)
+        self._np_access = np.empty(0, np.uint8)
+        self._all_read_write = True
 
     # -- allocation ---------------------------------------------------------------------
-    def map(self, address: int, size: int, backing: memoryview | None = None) -> None:
-        """Place a new allocation of `size` bytes at `address` (zero-filled unless backed)."""
+    def map(self, address: int, size: int, backing: memoryview | None = None,
+            access: int = READ_WRITE) -> None:
+        """Place a new allocation of `size` bytes at `address` (zero-filled unless backed),
+        allowing `access`."""
         if size <= 0:
             raise ValueError(f"allocation size must be positive, got {size}")
         if address < 0 or address + size > DEVICE_ADDRESS_LIMIT:
@@ -75,6 +91,7 @@ class DeviceMemory:
         self._bases.insert(pos, address)
         self._arrays.insert(pos, array)
         self._sizes.insert(pos, size)
+        self._access.insert(pos, access)
         self._reindex()
 
     def unmap(self, address: int) -> None:
@@ -85,12 +102,24 @@ class DeviceMemory:
         del self._bases[pos]
         del self._arrays[pos]
         del self._sizes[pos]
+        del self._access[pos]
+        self._reindex()
+
+    def set_access(self, address: int, access: int) -> None:
+        """What the allocation whose base is `address` allows from now on."""
+        pos = bisect.bisect_left(self._bases, address)
+        if pos == len(self._bases) or self._bases[pos] != address:
+            raise IllegalAddress(address, 0)
+        self._access[pos] = access
         self._reindex()
 
     def _reindex(self) -> None:
         self._np_bases = np.array(self._bases, np.uint64)
         self._np_sizes = np.array(self._sizes, np.uint64)
         self._np_spans = np.array([a.size for a in self._arrays], np.uint64)
+        self._np_access = np.array(self._access, np.uint8)
+        # Access is checked lane by lane only where some allocation restricts it.
+        self._all_read_write = all(a == READ_WRITE for a in self._access)
 
     def find(self, address: int) -> tuple[int, int] | None:
         """(base, size) of the allocation containing `address`, or None."""
@@ -110,47 +139,51 @@ class DeviceMemory:
         return list(zip(self._bases, self._sizes, strict=True))
 
     # -- scalar access ------------------------------------------------------------------
-    def _locate(self, address: int, size: int) -> tuple[np.ndarray, int]:
+    def _locate(self, address: int, size: int, need: int) -> tuple[np.ndarray, int]:
         pos = bisect.bisect_right(self._bases, address) - 1
         if pos >= 0:
             offset = address - self._bases[pos]
             if size >= 0 and offset + size <= self._sizes[pos]:
+                if (self._access[pos] & need) != need:
+                    raise IllegalAddress(address, size, denied=_DENIED[self._access[pos]])
                 return self._arrays[pos], offset
         raise IllegalAddress(address, size)
 
     def read(self, address: int, size: int) -> bytes:
-        array, offset = self._locate(address, size)
+        array, offset = self._locate(address, size, READ)
         return array[offset:offset + size].tobytes()
 
     def write(self, address: int, data) -> None:
         source = np.frombuffer(memoryview(data).cast("B"), np.uint8)
-        array, offset = self._locate(address, source.size)
+        array, offset = self._locate(address, source.size, READ_WRITE)
         array[offset:offset + source.size] = source
 
-    def view(self, address: int, size: int) -> memoryview:
-        """A zero-copy writable view of `size` bytes inside one allocation."""
-        array, offset = self._locate(address, size)
+    def view(self, address: int, size: int, writing: bool = True) -> memoryview:
+        """A zero-copy writable view of `size` bytes inside one allocation (which must
+        allow writing, unless the caller only reads it)."""
+        array, offset = self._locate(address, size, READ_WRITE if writing else READ)
         return memoryview(array[offset:offset + size])
 
     def fill(self, address: int, pattern: bytes, count: int) -> None:
         """memset D8/D16/D32: `pattern` (1, 2 or 4 bytes) repeated `count` times."""
         if len(pattern) not in (1, 2, 4):
             raise ValueError(f"fill pattern must be 1, 2 or 4 bytes, got {len(pattern)}")
-        array, offset = self._locate(address, len(pattern) * count)
+        array, offset = self._locate(address, len(pattern) * count, READ_WRITE)
         target = array[offset:offset + len(pattern) * count]
         target.reshape(count, len(pattern))[:] = np.frombuffer(pattern, np.uint8)
 
     def copy(self, dst: int, src: int, size: int) -> None:
-        src_array, src_offset = self._locate(src, size)
-        dst_array, dst_offset = self._locate(dst, size)
+        src_array, src_offset = self._locate(src, size, READ)
+        dst_array, dst_offset = self._locate(dst, size, READ_WRITE)
         # numpy detects overlap within one buffer and copies through a temporary.
         dst_array[dst_offset:dst_offset + size] = src_array[src_offset:src_offset + size]
 
     # -- per-lane access ----------------------------------------------------------------
     def segments(self, addrs: np.ndarray, size: int,
-                 stray: Callable[[int], None] | None = None
+                 stray: Callable[[int], None] | None = None, need: int = READ
                  ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
-        """Split per-lane accesses of `size` bytes by allocation.
+        """Split per-lane accesses of `size` bytes by allocation, each allocation allowing
+        the access `need` (READ, or READ_WRITE for stores and atomics).
 
         Yields (allocation bytes, byte offsets, lane positions or None for "all lanes").
         Raises IllegalAddress naming the first lane whose access is not inside one live
@@ -165,7 +198,8 @@ class DeviceMemory:
         lo = int(addrs.min())
         hi = int(addrs.max())
         pos = bisect.bisect_right(self._bases, lo) - 1
-        if pos >= 0 and hi + size <= self._bases[pos] + self._sizes[pos]:
+        if pos >= 0 and hi + size <= self._bases[pos] + self._sizes[pos] \
+                and (self._access[pos] & need) == need:
             yield self._arrays[pos], addrs - np.uint64(self._bases[pos]), None
             return
         idx = np.searchsorted(self._np_bases, addrs, side="right").astype(np.int64) - 1
@@ -179,6 +213,13 @@ class DeviceMemory:
                 bad = int(np.flatnonzero(~mapped)[0])
                 raise IllegalAddress(int(addrs[bad]), size, index=bad)
             stray(int(np.flatnonzero(~valid)[0]))
+        if not self._all_read_write:
+            allowed = self._np_access[safe]
+            denied = (idx >= 0) & ((allowed & np.uint8(need)) != np.uint8(need))
+            if denied.any():
+                bad = int(np.flatnonzero(denied)[0])
+                raise IllegalAddress(int(addrs[bad]), size, index=bad,
+                                     denied=_DENIED[int(allowed[bad])])
         order = np.argsort(idx, kind="stable")
         sorted_idx = idx[order]
         starts = np.flatnonzero(np.diff(sorted_idx)) + 1
@@ -204,7 +245,8 @@ class DeviceMemory:
         """Per-lane stores; `values` has shape (n,) or (n, count). Later lanes win ties."""
         values = np.asarray(values)
         count = 1 if values.ndim == 1 else values.shape[1]
-        for array, offsets, lanes in self.segments(addrs, values.dtype.itemsize * count):
+        for array, offsets, lanes in self.segments(addrs, values.dtype.itemsize * count,
+                                                   need=READ_WRITE):
             store_elements(array, offsets, values if lanes is None else values[lanes])
 
 

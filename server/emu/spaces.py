@@ -16,7 +16,7 @@ import numpy as np
 
 from .address_space import GENERIC_LOCAL_BASE, GENERIC_PARAM_BASE, GENERIC_SHARED_BASE
 from .errors import CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_MISALIGNED_ADDRESS, IllegalAddress
-from .memory import load_elements, store_elements
+from .memory import READ, READ_WRITE, load_elements, store_elements
 from .state import Fault, State, lane_count
 
 __all__ = ["STRAYS_ALLOWED", "STRAYS_FAULT", "STRAYS_REPORTED", "StrayAccess", "load",
@@ -86,14 +86,15 @@ def locate(state: State, space: str, addrs, size: int, lanes, access: str,
     if space in ("global", "const"):
         memory = state.ctx.memory
         try:
-            return list(memory.segments(addrs, size, _STRAY_HANDLERS[state.ctx.strays]))
+            return list(memory.segments(addrs, size, _STRAY_HANDLERS[state.ctx.strays],
+                                        READ if access == "read" else READ_WRITE))
         except _Stray as stray:
             k = stray.position
             raise _stray(state, lanes, k, space, access, size, int(addrs[k]), memory) from None
         except IllegalAddress as exc:
             k = exc.index or 0
             raise _fault(state, lanes, k, space, access, size, addrs[k],
-                         _out_of_bounds(memory, int(addrs[k])),
+                         exc.denied or _out_of_bounds(memory, int(addrs[k])),
                          CUDA_ERROR_ILLEGAL_ADDRESS) from None
     if space == "shared":
         _check_limit(state, lanes, addrs, size, state.ctx.launch.shared_size, space, access)

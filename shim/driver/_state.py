@@ -31,7 +31,7 @@ E = CUresult  # short alias for error codes: E.CUDA_ERROR_INVALID_VALUE
 class Kind:
     """Handle kinds; a handle carries its kind so a wrong-kind handle is caught (ZLUDA's cookie)."""
 
-    CONTEXT, MODULE, FUNCTION, STREAM, EVENT, LIBRARY, KERNEL, LINK, POOL = range(1, 10)
+    CONTEXT, MODULE, FUNCTION, STREAM, EVENT, LIBRARY, KERNEL, LINK, POOL, MEMORY = range(1, 11)
 
 
 _HANDLE_MARK = 0x7667 << 48  # "vg": every vgpu handle has this in its top bits
@@ -98,6 +98,7 @@ class DriverState:
         self.allocations: dict[int, int] = {}  # device address -> size
         self.allocation_context: dict[int, int] = {}  # device address -> context handle
         self.module_variables: set[int] = set()  # addresses above that belong to a module
+        self.mappings: dict[int, int] = {}  # cuMemMap'd addresses above -> access flags
         self._allocation_starts: list[int] = []
         self.host_allocations: dict[int, HostAllocation] = {}
         self.modules: dict[int, ModuleInfo] = {}
@@ -189,6 +190,28 @@ class DriverState:
         if address + size > start + length:
             raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
                             f"0x{address:x}+{size} runs past the allocation 0x{start:x}+{length}")
+
+    def device_pieces(self, address: int, size: int) -> list[tuple[int, int]]:
+        """(offset, size) pieces of a device range a copy or memset uses, each inside one
+        allocation; CudaError for a range that is not. Only a range over mappings of the
+        virtual memory API that lie side by side has several pieces: a GPU sees one run of
+        addresses there, and CUDA copies across them."""
+        found = self.find_allocation(address)
+        if found is None or address + size <= found[0] + found[1] \
+                or found[0] not in self.mappings:
+            self.check_device_range(address, size)
+            return [(0, size)]
+        pieces = []
+        cursor, end = address, address + size
+        while cursor < end:
+            found = self.find_allocation(cursor)
+            if found is None or found[0] not in self.mappings:
+                raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                                f"0x{address:x}+{size} runs past mapped memory at 0x{cursor:x}")
+            stop = min(found[0] + found[1], end)
+            pieces.append((cursor - address, stop - cursor))
+            cursor = stop
+        return pieces
 
     # ----------------------------------------------------------------- server
 

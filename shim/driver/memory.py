@@ -27,6 +27,7 @@ from .hostmem import (
     unmap,
     unshare_in_place,
 )
+from .vmm import mapped_access
 
 CU_MEMHOSTALLOC_DEVICEMAP = 0x02
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
@@ -64,7 +65,8 @@ def cuMemAllocPitch_v2(dptr, pitch, width, height, element_size):
 
 def _free(address: int) -> None:
     state.current_context()
-    if address not in state.allocations or address in state.module_variables:
+    if address not in state.allocations or address in state.module_variables \
+            or address in state.mappings:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
                         f"0x{address:x} is not the start of a live allocation")
     state.remove_allocation(address)
@@ -283,7 +285,11 @@ def _htod(dst: int, src: int, size: int, queued: bool) -> None:
         return
     if src == 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "source pointer is NULL")
-    state.check_device_range(dst, size)
+    for offset, n in state.device_pieces(dst, size):
+        _htod_piece(dst + offset, src + offset, n, queued)
+
+
+def _htod_piece(dst: int, src: int, size: int, queued: bool) -> None:
     spec = _pinned_spec(src, size)
     conn = state.conn()
     if spec is None:
@@ -301,7 +307,11 @@ def _dtoh(dst: int, src: int, size: int, queued: bool) -> None:
         return
     if dst == 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "destination pointer is NULL")
-    state.check_device_range(src, size)
+    for offset, n in state.device_pieces(src, size):
+        _dtoh_piece(dst + offset, src + offset, n, queued)
+
+
+def _dtoh_piece(dst: int, src: int, size: int, queued: bool) -> None:
     spec = _pinned_spec(dst, size)
     conn = state.conn()
     if spec is None:
@@ -317,9 +327,13 @@ def _dtod(dst: int, src: int, size: int) -> None:
     state.current_context()
     if size == 0:
         return
-    state.check_device_range(dst, size)
-    state.check_device_range(src, size)
-    state.conn().post("cuMemcpyDtoD", dst, src, size)
+    # Pieces inside one allocation on both sides: where either side's pieces end.
+    ends = {offset + n for offset, n in state.device_pieces(dst, size)}
+    ends.update(offset + n for offset, n in state.device_pieces(src, size))
+    start = 0
+    for end in sorted(ends):
+        state.conn().post("cuMemcpyDtoD", dst + start, src + start, end - start)
+        start = end
 
 
 @api
@@ -472,12 +486,12 @@ def _memset(dst: int, element: bytes, count: int, queued: bool = True) -> None:
         return
     if dst % len(element):
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "memset destination is misaligned")
-    state.check_device_range(dst, len(element) * count)
     conn = state.conn()
-    if queued or state.find_allocation(dst) is not None:
-        conn.post("vgpuMemset", dst, element, count)
-    else:
-        conn.call("vgpuMemset", dst, element, count)
+    for offset, n in state.device_pieces(dst, len(element) * count):
+        if queued or state.find_allocation(dst) is not None:
+            conn.post("vgpuMemset", dst + offset, element, n // len(element))
+        else:
+            conn.call("vgpuMemset", dst + offset, element, n // len(element))
 
 
 @api
@@ -598,13 +612,20 @@ def _pointer_attributes(address: int) -> dict[int, int]:
         13: 1,
         14: 0,  # CU_MEM_HANDLE_TYPE_NONE: nothing exportable
         15: 0,
-        16: CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE if mapped_device else 0,
+        16: _access_flags(start) if mapped_device else 0,
         17: pool.handle if from_pool else 0,
         18: size,
         19: start,
         20: start,
         21: 0,
     }
+
+
+def _access_flags(start: int) -> int:
+    """What device memory allows: all of cuMemAlloc's; a mapping's, what cuMemSetAccess
+    gave it (CUmemAccess_flags and CUpointer_attribute's flags number them alike)."""
+    access = mapped_access(start)
+    return CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE if access is None else access
 
 
 def _write(data, ctype: str, value) -> None:

@@ -38,6 +38,11 @@ def driver_memory_semantics(toolkit) -> Path:
 
 
 @pytest.fixture(scope="session")
+def driver_vmm(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_vmm.c").read_text())
+
+
+@pytest.fixture(scope="session")
 def driver_exit_hooks(toolkit) -> Path:
     return toolkit.c_program((HERE / "driver_exit_hooks.c").read_text())
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from vgpu.server.emu import DeviceMemory, IllegalAddress
+from vgpu.server.emu.memory import NO_ACCESS, READ, READ_WRITE
 
 BASE = 0x7F00_0000_0000
 
@@ -169,3 +170,39 @@ def test_an_allocation_inside_a_granule_takes_its_bytes_back():
     (array, offsets, _), = memory.segments(np.array([BASE + 252], np.uint64), 4,
                                            strays.append)
     assert strays == [0] and array.size == 256 and offsets.tolist() == [252]
+
+
+def test_one_buffer_at_two_addresses_shows_the_same_bytes():
+    physical = bytearray(8192)
+    memory = DeviceMemory()
+    memory.map(BASE, 4096, memoryview(physical)[4096:])
+    memory.map(BASE + 65536, 8192, memoryview(physical))
+    memory.write(BASE + 8, b"alias")
+    assert memory.read(BASE + 65536 + 4096 + 8, 5) == b"alias" and physical[4104:4109] == b"alias"
+    memory.scatter(np.array([BASE + 65536 + 4096], np.uint64), np.array([7], np.uint32))
+    assert memory.gather(np.array([BASE], np.uint64), np.uint32).tolist() == [7]
+
+
+def test_access_a_mapping_does_not_allow_is_refused():
+    memory = DeviceMemory()
+    memory.map(BASE, 4096, access=NO_ACCESS)
+    memory.map(BASE + 8192, 4096)
+    with pytest.raises(IllegalAddress, match="without access") as info:
+        memory.read(BASE, 4)
+    assert info.value.denied
+    with pytest.raises(IllegalAddress, match="without access") as info:  # lane 1 of 2
+        memory.gather(np.array([BASE + 8192, BASE + 4], np.uint64), np.uint32)
+    assert info.value.index == 1
+    memory.set_access(BASE, READ)
+    assert memory.read(BASE, 4) == bytes(4)
+    assert memory.gather(np.array([BASE, BASE + 8192], np.uint64), np.uint32).tolist() == [0, 0]
+    for write in (lambda: memory.write(BASE, b"x"), lambda: memory.fill(BASE, b"x", 1),
+                  lambda: memory.copy(BASE, BASE + 8192, 4), lambda: memory.view(BASE, 4),
+                  lambda: memory.scatter(np.array([BASE], np.uint64), np.zeros(1, np.uint32))):
+        with pytest.raises(IllegalAddress, match="read-only"):
+            write()
+    memory.copy(BASE + 8192, BASE, 4)  # reading it is allowed
+    memory.view(BASE, 4, writing=False)
+    memory.set_access(BASE, READ_WRITE)
+    memory.write(BASE, b"now")
+    assert memory.read(BASE, 3) == b"now"
