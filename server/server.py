@@ -46,6 +46,7 @@ from vgpu.protocol import (
 from .admin import AdminMixin
 from .arena import VaArena
 from .backends import open_backend
+from .peers import Access, Peer, peer_of
 from .recorder import SessionRecorder
 from .session import Session
 from .worker import INLINE_CALLS, LONG_CALLS, Outcome, SessionWorker, run_batch
@@ -80,7 +81,8 @@ SESSION_QUEUE_LIMIT = 1 << 18
 class ProxyServer(AdminMixin):
     def __init__(self, address: str, backend: str = "auto", memcheck: str = "report",
                  checkpoint_dir: str | None = None, checkpoint_every: float | None = None,
-                 record_dir: str | None = None, record_full: bool = False):
+                 record_dir: str | None = None, record_full: bool = False,
+                 access: Access | None = None):
         self.address = address
         self.backend_name = backend
         self.memcheck = memcheck  # for sessions whose application does not say
@@ -105,8 +107,15 @@ class ProxyServer(AdminMixin):
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        # Who may connect, and who each connection is (server/peers.py): before the bind,
+        # so that no connection is ever taken unchecked.
+        self.access = access or Access()
+        self.access.secure(self.context, self.socket, address)
         self.socket.bind(address)
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        if self.endpoint.startswith("ipc://"):
+            self.access.open_socket_file(self.endpoint[len("ipc://"):])
+        self._inproc = self.endpoint.startswith("inproc://")
         self.sessions: dict[bytes, Session] = {}
         self.workers: dict[bytes, SessionWorker] = {}
         self.slots: dict[bytes, int] = {}  # client identity -> arena slot
@@ -152,7 +161,7 @@ class ProxyServer(AdminMixin):
                     self._run_soon()
                 while self.socket in ready:  # everything that arrived, before polling again
                     try:
-                        self._handle(self._receive())
+                        self._handle(*self._receive())
                     except zmq.Again:
                         break
                 if time.monotonic() >= next_check:
@@ -163,14 +172,16 @@ class ProxyServer(AdminMixin):
         finally:
             self.close()
 
-    def _receive(self) -> list:
-        """[identity, header, payload...]: the small frames copied (cheaper than a zmq Frame
-        object for a few bytes), payload frames zero-copy, as bulk data arrives."""
+    def _receive(self) -> tuple[list, zmq.Frame]:
+        """[identity, header, payload...], and the identity's frame, which says who sent it
+        (peers.peer_of): the header copied (cheaper than a zmq Frame object for a few
+        bytes), payload frames zero-copy, as bulk data arrives."""
         sock = self.socket
-        frames = [sock.recv(zmq.NOBLOCK), sock.recv()]  # a ROUTER delivers identity + header
+        origin = sock.recv(zmq.NOBLOCK, copy=False)  # a ROUTER delivers identity + header
+        frames = [origin.bytes, sock.recv()]
         while sock.rcvmore:
             frames.append(sock.recv(copy=False).buffer)
-        return frames
+        return frames, origin
 
     def stop(self) -> None:
         """Make serve_forever return. Safe in a signal handler and from any thread."""
@@ -203,7 +214,7 @@ class ProxyServer(AdminMixin):
 
     # ----------------------------------------------------------------- messages
 
-    def _handle(self, frames: list) -> None:
+    def _handle(self, frames: list, origin: zmq.Frame) -> None:
         identity = frames[0]
         try:
             header = unpack(frames[1], arrays_as_tuples=True)
@@ -234,9 +245,9 @@ class ProxyServer(AdminMixin):
                 if session is not None:
                     session.window_released()
             elif kind == HELLO:
-                self._hello(identity, seq, body)
+                self._hello(identity, seq, body, peer_of(origin, self._inproc))
             elif kind == ADMIN:
-                self._admin(identity, seq, body, payloads)
+                self._admin(identity, seq, body, payloads, peer_of(origin, self._inproc))
             elif kind == BYE:
                 self._close_session(identity, "client said goodbye")
             else:
@@ -263,7 +274,7 @@ class ProxyServer(AdminMixin):
             self.socket.send(identity, zmq.SNDMORE)
             self.socket.send(pack(header))
 
-    def _hello(self, identity: bytes, seq, body) -> None:
+    def _hello(self, identity: bytes, seq, body, peer: Peer) -> None:
         if not isinstance(body, dict):
             self._reply(identity, seq, 1, f"malformed hello: {body!r:.60} is not a map")
             return
@@ -278,7 +289,7 @@ class ProxyServer(AdminMixin):
         self._forget_restoring(identity)
         try:
             if body.get("resume"):
-                opened = self._resumed_session(identity, seq, body)
+                opened = self._resumed_session(identity, seq, body, peer)
                 if opened is None:
                     return  # restored from its image on another thread; answered then
                 session, slot = opened
@@ -287,7 +298,7 @@ class ProxyServer(AdminMixin):
                     # No shared staging segment and no access to the client's memory: what
                     # a recorded session's calls use arrives in the messages we record.
                     body = {**body, "shm": None, "probe": None}
-                session, slot = self._new_session(body, body.get("arena"))
+                session, slot = self._new_session(body, body.get("arena"), peer)
                 if self.record_dir:
                     SessionRecorder(session, self.record_dir, self.record_full)
         except (TypeError, ValueError, AttributeError) as exc:  # a pid that is no number...
@@ -305,7 +316,8 @@ class ProxyServer(AdminMixin):
         self.workers[identity] = SessionWorker(session, self.context, self.wake_address,
                                                self.finished)
         device = session.device
-        log.info("session %d opened: pid %d %s", session.id, session.pid, " ".join(session.argv))
+        log.info("session %d opened for %s: pid %d %s", session.id, session.peer.name,
+                 session.pid, " ".join(session.argv))
         self._reply(identity, seq, 0, {
             "session": session.id,
             "position": session.position,
@@ -324,7 +336,7 @@ class ProxyServer(AdminMixin):
             },
         })
 
-    def _new_session(self, hello: dict, arena_base: int | None = None
+    def _new_session(self, hello: dict, arena_base: int | None, peer: Peer
                      ) -> tuple[Session, int]:
         """A fresh session for `hello`, in a free arena slot (or the one at `arena_base`:
         a restored session keeps its addresses)."""
@@ -344,7 +356,8 @@ class ProxyServer(AdminMixin):
             if arena_base is not None and backend.shares_address_space and \
                     slot in self._slots_in_use():
                 raise CudaError(2, "the session's address range is in use on this server")
-            session = Session(self._next_session_id, hello, backend, arena, self.memcheck)
+            session = Session(self._next_session_id, hello, backend, arena, self.memcheck,
+                              peer=peer)
         except BaseException:
             backend.close()
             raise

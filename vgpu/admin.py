@@ -24,19 +24,23 @@ def request(address: str, op: str, args: list,
     import zmq
 
     from vgpu.protocol import ADMIN, DEFAULT_TIMEOUT_S, KEEPALIVE_SEQ, ProtocolError, pack, unpack
+    from vgpu.transport import TransportError, close_monitor, connect, refusal
 
     if timeout_s is None:
         timeout_s = float(os.environ.get("VGPU_TIMEOUT") or DEFAULT_TIMEOUT_S)
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock, monitor = connect(ctx, zmq.DEALER, address, watch=True)
+    except TransportError as exc:
+        ctx.term()
+        raise AdminError(f"cannot connect to {address}: {exc}") from None
     seq = 1
     try:
-        sock.connect(address)
         sock.send_multipart([pack([ADMIN, seq, [op, args]])])
         while True:
             if not sock.poll(int(timeout_s * 1000)):
-                raise AdminError(f"no answer from {address} in {timeout_s:g} s")
+                raise AdminError(refusal(monitor, address)
+                                 or f"no answer from {address} in {timeout_s:g} s")
             try:
                 header = unpack(sock.recv_multipart()[0])
                 reply_seq, code, result = header[:3]
@@ -51,6 +55,7 @@ def request(address: str, op: str, args: list,
                     raise AdminError(str(result))
                 return result
     finally:
+        close_monitor(sock, monitor)
         sock.close()
         ctx.term()
 

@@ -14,6 +14,15 @@ import subprocess
 import sys
 import time
 
+from vgpu.security_cli import (
+    add_keygen_parser,
+    add_run_options,
+    add_server_options,
+    keygen_command,
+    server_access,
+    server_address_with_key,
+)
+
 __all__ = ["main"]
 
 
@@ -36,6 +45,7 @@ def _add_server_parser(sub) -> None:
                    help="record every new session's calls into the trace DIR")
     p.add_argument("--record-full", action="store_true",
                    help="with --record: keep the data returned to programs, not only digests")
+    add_server_options(p)
 
 
 def _add_run_parser(sub) -> None:
@@ -47,6 +57,7 @@ def _add_run_parser(sub) -> None:
                         "server when it runs, else a private one started for this run)")
     p.add_argument("--backend", default=None, choices=("auto", "emu", "cuda"),
                    help="start a private server with this backend for this run")
+    add_run_options(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
 
 
@@ -141,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_ps_parser(sub)
     _add_session_parsers(sub)
     _add_record_parsers(sub)
+    add_keygen_parser(sub)
     from vgpu.trace_cli import add_trace_parser, trace_command
 
     add_trace_parser(sub)
@@ -153,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb == "trace":
         return trace_command(args)
     return {"server": _server, "run": _run, "ps": _ps, "record": _record,
-            "replay": _replay}[args.verb](args)
+            "replay": _replay, "keygen": keygen_command}[args.verb](args)
 
 
 # ----------------------------------------------------------------- vgpu server
@@ -188,7 +200,8 @@ def _server(args) -> int:
             server = ProxyServer(address, args.backend, args.memcheck,
                                  checkpoint_dir=args.checkpoint_dir,
                                  checkpoint_every=args.checkpoint_every,
-                                 record_dir=args.record, record_full=args.record_full)
+                                 record_dir=args.record, record_full=args.record_full,
+                                 access=server_access(args, address))
         except AddressError as exc:
             print(f"vgpu server: cannot listen on {address}: {exc}", file=sys.stderr)
             return 1
@@ -202,8 +215,10 @@ def _server(args) -> int:
     # clients, cancels every kernel and releases every session on its way out.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda _signum, _frame: server.stop())
-    announce(server.endpoint)
-    print(f"vgpu server listening on {server.endpoint} (backend {args.backend})", flush=True)
+    # A tcp server's address carries its key: what its clients and `vgpu ps` connect with.
+    endpoint = server_address_with_key(server.endpoint, server.access.public_key)
+    announce(endpoint)
+    print(f"vgpu server listening on {endpoint} (backend {args.backend})", flush=True)
     try:
         server.serve_forever()
     finally:
@@ -237,6 +252,8 @@ def _run(args) -> int:
 
     from vgpu.addresses import AddressError, check_address
 
+    if args.insecure:  # for the program's client, and whatever it starts
+        os.environ["VGPU_INSECURE"] = "1"
     if args.server is not None and args.backend is not None:
         print("vgpu run: --backend is for a private server; --server names a running one",
               file=sys.stderr)

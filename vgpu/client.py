@@ -45,6 +45,7 @@ from .protocol import (
     pack,
     unpack,
 )
+from .transport import TransportError, close_monitor, connect, refusal
 
 __all__ = ["Connection", "default_server_address", "STAGING_BYTES", "CHUNK_BYTES"]
 
@@ -94,8 +95,8 @@ def default_server_address() -> str:
 class StagingRing:
     """A shared-memory file mapped by client and server; bulk data is staged through it."""
 
-    def __init__(self, size: int):
-        self.path = f"/dev/shm/vgpu-{os.getpid()}-{secrets.token_hex(4)}"
+    def __init__(self, size: int, prefix: str):
+        self.path = f"/dev/shm/{prefix}ring-{secrets.token_hex(4)}"
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.ftruncate(fd, size)
@@ -145,6 +146,9 @@ class Connection:
         # our memory): a replay on a standby could not redo it.
         self.failover = bool(self._standbys)
         self.token = secrets.token_hex(16)  # names the session across servers
+        # What the names of our shared-memory files begin with: the server maps only files
+        # so named, made by the process its socket says is us (vgpu.server.client_files).
+        self.file_prefix = f"vgpu-{os.getpid()}-{self.token}-"
         self._outbox = Outbox(retain_all=self.failover)
         self._segments: set[int] = set()  # pinned host segments the server has mapped
         self.moves: list[dict] = []  # the session's moves so far: why, where, seconds, resent
@@ -154,7 +158,12 @@ class Connection:
         self.owner_pid = os.getpid()  # a forked child must leave its parent's connection alone
         self._lock = threading.RLock()
         self._zmq = zmq.Context()
-        self._socket = self._open_socket(self.address)
+        self._monitor = None
+        try:
+            self._socket = self._open_socket(self.address)
+        except TransportError as exc:
+            self._zmq.term()
+            raise DeviceUnavailable(f"cannot connect to {self.address}: {exc}") from None
         self._queue: list = []
         self._frames: list = []
         self._seq = 0
@@ -193,10 +202,10 @@ class Connection:
     # ----------------------------------------------------------------- session
 
     def _open_socket(self, address: str) -> zmq.Socket:
-        sock = self._zmq.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
+        """A socket to `address`, secured as its transport needs (vgpu.transport), and a
+        monitor of its handshake, which explains a hello nobody answers (_hello closes it)."""
+        sock, self._monitor = connect(self._zmq, zmq.DEALER, address, watch=True)
         sock.setsockopt(zmq.RCVTIMEO, POLL_SLICE_MS)
-        sock.connect(address)
         return sock
 
     def _hello(self, resume: dict | None, staged=()) -> dict:
@@ -205,7 +214,7 @@ class Connection:
         _ServerLost when it does not answer."""
         old = self.ring
         try:
-            self.ring = StagingRing(STAGING_BYTES)
+            self.ring = StagingRing(STAGING_BYTES, self.file_prefix)
         except OSError:
             self.ring = None  # no /dev/shm: bulk data goes inline
         if old is not None and self.ring is not None:
@@ -228,7 +237,11 @@ class Connection:
         except _Redirect:
             raise _ServerLost(f"the vgpu server at {self.address} redirected the session "
                               "before it was open") from None
+        except _ServerLost as exc:  # a refused handshake looks like silence: say what it was
+            raise _ServerLost(refusal(self._monitor, self.address) or str(exc)) from None
         finally:
+            close_monitor(self._socket, self._monitor)
+            self._monitor = None
             if self.ring:
                 self.ring.unlink()  # both ends have mapped it (or never will)
         if code:
@@ -252,7 +265,11 @@ class Connection:
         old_socket, old_ring, old_address = self._socket, self.ring, self.address
         old_pid, self.server_pid = self.server_pid, None  # not the new server's
         self._forget_windows(None)  # they map the old server's memory
-        self._socket, self.address = self._open_socket(address), address
+        try:
+            self._socket, self.address = self._open_socket(address), address
+        except TransportError as exc:
+            self._socket, self.server_pid = old_socket, old_pid
+            raise _MoveFailed(f"{address}: {exc}") from None
         try:
             info = self._hello({"position": position},
                                [*self._outbox.staged(), *staged_ranges(self._queue)])

@@ -53,12 +53,15 @@ def ask_sessions(address: str, timeout_s: float) -> list[dict] | None:
     import zmq
 
     from vgpu.protocol import ADMIN, pack, unpack
+    from vgpu.transport import TransportError, connect
 
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
     try:
-        sock.connect(address)
+        sock = connect(ctx, zmq.DEALER, address)
+    except TransportError:  # no key for it: it cannot be asked
+        ctx.term()
+        return None
+    try:
         sock.send_multipart([pack([ADMIN, 1, ["ps", []]])])
         if not sock.poll(int(timeout_s * 1000)):
             return None
