@@ -28,13 +28,15 @@ def run_vgpu(*args, timeout: float = 120) -> subprocess.CompletedProcess:
                           timeout=timeout, env=vgpu_environment())
 
 
-def start_emu_server(address: str | None, *options: str, stderr=None) -> subprocess.Popen:
+def start_emu_server(address: str | None, *options: str, stderr=None,
+                     env: dict | None = None) -> subprocess.Popen:
     """`vgpu server --backend emu` on `address` (None: the user's default address), returned
-    once it listens."""
+    once it listens; its `endpoint` is the address it says it listens on (with the port it
+    got for `tcp://host:*`, and a tcp server's key)."""
     listen = ["--listen", address] if address is not None else []
     proc = subprocess.Popen([*VGPU, "server", *listen, "--backend", "emu", *options],
                             stdout=subprocess.PIPE, stderr=stderr, text=True,
-                            env=vgpu_environment())
+                            env=env or vgpu_environment())
     line = proc.stdout.readline()
     proc.stdout.close()
     if not line.startswith("vgpu server listening"):
@@ -42,6 +44,7 @@ def start_emu_server(address: str | None, *options: str, stderr=None) -> subproc
         err = proc.stderr.read() if proc.stderr else ""  # stdout is closed: no communicate()
         proc.wait(timeout=10)
         raise AssertionError(f"the server did not start: {line!r}\n{err}")
+    proc.endpoint = line.split()[4]
     return proc
 
 
@@ -81,9 +84,9 @@ def run_under_vgpu(server: str | None, program, *args: str, timeout: float,
 
 
 class ServerProcess:
-    def __init__(self, address: str, *options: str):
-        self.address = address
-        self.proc = start_emu_server(address, *options, stderr=subprocess.PIPE)
+    def __init__(self, address: str, *options: str, env: dict | None = None):
+        self.proc = start_emu_server(address, *options, stderr=subprocess.PIPE, env=env)
+        self.address = self.proc.endpoint
 
     def alive(self) -> bool:
         return self.proc.poll() is None
