@@ -33,7 +33,7 @@ import zmq
 
 from vgpu.protocol import ADMIN, HANDSHAKE_TIMEOUT_S, pack, unpack
 from vgpu.replay.image import read_image, write_image
-from vgpu.transport import TransportError, close_monitor, connect, refusal
+from vgpu.transport import TransportError, close_monitor, connect, wait_answer
 
 from .peers import Access
 from .session import Session
@@ -374,16 +374,18 @@ class _Link:
                                    copy=False)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not self.socket.poll(100):
-                continue
+            try:
+                if not wait_answer(self.socket, self.monitor, self.address, 0.1):
+                    continue
+            except TransportError as exc:
+                raise MoveError(str(exc)) from None
             reply = unpack(self.socket.recv_multipart()[0])
             if reply[0] != self.seq:
                 continue  # a progress notice or a stale answer
             if reply[1]:
                 raise MoveError(f"the server at {self.address} refused: {reply[2]}")
             return reply[2]
-        why = refusal(self.monitor, self.address)
-        raise MoveError(why or f"the server at {self.address} did not answer within {timeout:g} s")
+        raise MoveError(f"the server at {self.address} did not answer within {timeout:g} s")
 
     def abort_quietly(self) -> None:
         if self.token:

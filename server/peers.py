@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import zmq
+from zmq.utils import z85
 
 from vgpu.keys import KeyFileError, check_public, load_secret
 
@@ -177,6 +178,8 @@ class Access:
             socket.curve_secretkey = secret
             self.public_key = public.decode()
         socket.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
+        # Without an answer from the handler a connection is refused, not let through.
+        socket.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
         handler = context.socket(zmq.REP)
         handler.setsockopt(zmq.LINGER, 0)
         handler.bind(ZAP_ENDPOINT)
@@ -217,8 +220,9 @@ class Access:
         try:
             address, mechanism = request[3].decode(), request[5]
             peer, refusal = self._admit(address, mechanism, request[6:])
-        except (IndexError, ValueError, UnicodeDecodeError) as exc:
-            peer, refusal = None, f"malformed request: {exc}"
+        except Exception as exc:  # refuse, and keep answering: a dead handler admits nobody
+            log.error("ZAP request %.200r failed: %s", request, exc)
+            peer, refusal = None, f"internal error: {exc}"
         if peer is None:
             log.warning("refused a connection: %s", refusal)
             return [version, request_id, b"400", refusal.encode(), b"", b""]
@@ -227,7 +231,7 @@ class Access:
     def _admit(self, address: str, mechanism: bytes, credentials: list[bytes]
                ) -> tuple[Peer | None, str]:
         if mechanism == b"CURVE":
-            key = zmq.z85_encode(credentials[0]).decode()
+            key = z85.encode(credentials[0]).decode()
             entry = read_authorized_keys(self.authorized_keys).get(key)
             if entry is None:
                 return None, f"key {key} from {address} is not in {self.authorized_keys}"

@@ -14,7 +14,8 @@ __all__ = ["VGPU", "vgpu_environment", "start_emu_server", "stop_server", "emu_s
 
 VGPU = [sys.executable, "-m", "vgpu.cli"]
 # What a user's shell may set that would change what a test sees.
-_USER_SETTINGS = ("VGPU_SERVER", "VGPU_TRACE", "VGPU_MEMCHECK")
+_USER_SETTINGS = ("VGPU_SERVER", "VGPU_TRACE", "VGPU_MEMCHECK", "VGPU_HOME", "VGPU_INSECURE",
+                  "VGPU_CLIENT_KEY")
 
 
 def vgpu_environment(**extra: str) -> dict[str, str]:
@@ -29,12 +30,14 @@ def run_vgpu(*args, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def start_emu_server(address: str | None, *options: str, stderr=None,
-                     env: dict | None = None) -> subprocess.Popen:
+                     env: dict | None = None, prefix: tuple[str, ...] = ()
+                     ) -> subprocess.Popen:
     """`vgpu server --backend emu` on `address` (None: the user's default address), returned
     once it listens; its `endpoint` is the address it says it listens on (with the port it
-    got for `tcp://host:*`, and a tcp server's key)."""
+    got for `tcp://host:*`, and a tcp server's key). `prefix` runs it through a command
+    (`ip netns exec NAME`)."""
     listen = ["--listen", address] if address is not None else []
-    proc = subprocess.Popen([*VGPU, "server", *listen, "--backend", "emu", *options],
+    proc = subprocess.Popen([*prefix, *VGPU, "server", *listen, "--backend", "emu", *options],
                             stdout=subprocess.PIPE, stderr=stderr, text=True,
                             env=env or vgpu_environment())
     line = proc.stdout.readline()
@@ -72,20 +75,23 @@ def stop_server(proc: subprocess.Popen) -> None:
 
 
 def run_under_vgpu(server: str | None, program, *args: str, timeout: float,
-                   merged: bool = False, **env: str) -> subprocess.CompletedProcess:
+                   merged: bool = False, prefix: tuple[str, ...] = (),
+                   **env: str) -> subprocess.CompletedProcess:
     """`vgpu run --server SERVER -- PROGRAM ARGS...` (server None: `--backend emu`, a private
     server for the run), its output captured as text (stderr into stdout with `merged`);
-    `env` adds to vgpu_environment()."""
+    `env` adds to vgpu_environment(); `prefix` runs it through a command."""
     where = ["--server", server] if server is not None else ["--backend", "emu"]
-    return subprocess.run([*VGPU, "run", *where, "--", str(program), *args],
+    return subprocess.run([*prefix, *VGPU, "run", *where, "--", str(program), *args],
                           stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT if merged else subprocess.PIPE,
                           text=True, timeout=timeout, env=vgpu_environment(**env))
 
 
 class ServerProcess:
-    def __init__(self, address: str, *options: str, env: dict | None = None):
-        self.proc = start_emu_server(address, *options, stderr=subprocess.PIPE, env=env)
+    def __init__(self, address: str, *options: str, env: dict | None = None,
+                 prefix: tuple[str, ...] = ()):
+        self.proc = start_emu_server(address, *options, stderr=subprocess.PIPE, env=env,
+                                     prefix=prefix)
         self.address = self.proc.endpoint
 
     def alive(self) -> bool:

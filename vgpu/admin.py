@@ -24,7 +24,7 @@ def request(address: str, op: str, args: list,
     import zmq
 
     from vgpu.protocol import ADMIN, DEFAULT_TIMEOUT_S, KEEPALIVE_SEQ, ProtocolError, pack, unpack
-    from vgpu.transport import TransportError, close_monitor, connect, refusal
+    from vgpu.transport import TransportError, close_monitor, connect, wait_answer
 
     if timeout_s is None:
         timeout_s = float(os.environ.get("VGPU_TIMEOUT") or DEFAULT_TIMEOUT_S)
@@ -38,9 +38,11 @@ def request(address: str, op: str, args: list,
     try:
         sock.send_multipart([pack([ADMIN, seq, [op, args]])])
         while True:
-            if not sock.poll(int(timeout_s * 1000)):
-                raise AdminError(refusal(monitor, address)
-                                 or f"no answer from {address} in {timeout_s:g} s")
+            try:
+                if not wait_answer(sock, monitor, address, timeout_s):
+                    raise AdminError(f"no answer from {address} in {timeout_s:g} s")
+            except TransportError as exc:
+                raise AdminError(str(exc)) from None
             try:
                 header = unpack(sock.recv_multipart()[0])
                 reply_seq, code, result = header[:3]

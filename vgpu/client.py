@@ -45,7 +45,7 @@ from .protocol import (
     pack,
     unpack,
 )
-from .transport import TransportError, close_monitor, connect, refusal
+from .transport import TransportError, close_monitor, connect, refusal, wait_answer
 
 __all__ = ["Connection", "default_server_address", "STAGING_BYTES", "CHUNK_BYTES"]
 
@@ -213,8 +213,9 @@ class Connection:
         session's state stands; `staged`: what of the old ring to take along). Raises
         _ServerLost when it does not answer."""
         old = self.ring
-        try:
-            self.ring = StagingRing(STAGING_BYTES, self.file_prefix)
+        try:  # only a server behind a local socket maps our files (vgpu.server.client_files)
+            local = self.address.startswith("ipc://")
+            self.ring = StagingRing(STAGING_BYTES, self.file_prefix) if local else None
         except OSError:
             self.ring = None  # no /dev/shm: bulk data goes inline
         if old is not None and self.ring is not None:
@@ -233,12 +234,16 @@ class Connection:
         }
         seq = self._send(HELLO, body, [])
         try:
+            if not wait_answer(self._socket, self._monitor, self.address, HANDSHAKE_TIMEOUT_S):
+                raise _ServerLost(refusal(self._monitor, self.address)
+                                  or f"no answer from the vgpu server at {self.address} "
+                                     f"within {HANDSHAKE_TIMEOUT_S:g} s")
             code, info = self._receive(seq, HANDSHAKE_TIMEOUT_S)[:2]
         except _Redirect:
             raise _ServerLost(f"the vgpu server at {self.address} redirected the session "
                               "before it was open") from None
-        except _ServerLost as exc:  # a refused handshake looks like silence: say what it was
-            raise _ServerLost(refusal(self._monitor, self.address) or str(exc)) from None
+        except TransportError as exc:  # a refused handshake: say what it was
+            raise _ServerLost(str(exc)) from None
         finally:
             close_monitor(self._socket, self._monitor)
             self._monitor = None

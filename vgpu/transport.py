@@ -22,7 +22,8 @@ import zmq
 
 from .keys import KeyFileError, check_public, known_server_key, load_secret, vgpu_home
 
-__all__ = ["TransportError", "split_address", "connect", "refusal", "INSECURE_ENV"]
+__all__ = ["TransportError", "split_address", "connect", "refusal", "wait_answer",
+           "close_monitor", "INSECURE_ENV"]
 
 INSECURE_ENV = "VGPU_INSECURE"
 _warned: set[str] = set()
@@ -116,20 +117,37 @@ def refusal(monitor: zmq.Socket | None, address: str) -> str | None:
         if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
             why = None
         elif kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-            why = (f"the vgpu server at {address} did not accept this client "
-                   + ("(its user is not one the server admits)" if address.startswith("ipc")
-                      else "key: add its public key (client.pub) to the server's "
-                           "authorized-keys folder"))
+            why = (f"the vgpu server at {address} did not accept this client"
+                   + ("'s user" if address.startswith("ipc") else
+                      "'s key (or is not a vgpu server): add its public key (client.pub) to "
+                      "the server's authorized-keys folder"))
+        elif insecure():  # whether the server says which, or closes the connection
+            why = (f"the server at {address} refused a plain (unencrypted) connection: it "
+                   f"requires encryption (CurveZMQ); unset {INSECURE_ENV} and give its key")
         elif kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
-            why = (f"the server at {address} does not speak this client's transport: "
-                   + ("it expects plain tcp (a vgpu server started with --insecure?)"
-                      if not insecure() else
-                      f"it requires encryption (CurveZMQ); unset {INSECURE_ENV} and give "
-                      "its key"))
-        elif kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            why = (f"the server at {address} expects plain tcp, not encryption (a vgpu "
+                   "server started with --insecure?)")
+        else:
             why = (f"the server at {address} does not hold the key this client expects "
                    "for it (or is not a vgpu server)")
     return why
+
+
+def wait_answer(sock: zmq.Socket, monitor: zmq.Socket | None, address: str,
+                timeout_s: float) -> bool:
+    """Wait up to `timeout_s` for something to read on `sock`; False if nothing came. A
+    refused handshake raises TransportError at once, saying why, rather than after the
+    timeout (libzmq would go on retrying it)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not sock.poll(50):
+        why = refusal(monitor, address)
+        if why:
+            raise TransportError(why)
+        if time.monotonic() >= deadline:
+            return False
+    return True
 
 
 def close_monitor(sock: zmq.Socket, monitor: zmq.Socket | None) -> None:
