@@ -8,15 +8,25 @@ servers that are gone are ignored and removed.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 __all__ = ["runtime_dir", "announce", "withdraw", "live_servers", "ask_sessions"]
 
 
 def runtime_dir() -> Path:
+    """vgpu's folder of the user's sockets, created owner-only. One another user made (in
+    /tmp, anybody can make the user's folder first) is refused: its owner could replace the
+    sockets in it."""
     base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/vgpu-{os.getuid()}"
     path = Path(base) / "vgpu"
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for folder in (path, path.parent):
+        info = folder.lstat()
+        if info.st_uid != os.getuid() or not stat.S_ISDIR(info.st_mode):
+            raise RuntimeError(f"{folder} belongs to another user (uid {info.st_uid}) or is "
+                               "not a folder: vgpu keeps its sockets in folders of the user's "
+                               "own (set XDG_RUNTIME_DIR)")
     return path
 
 

@@ -111,9 +111,31 @@ def test_another_local_user_is_refused_even_where_the_socket_lets_it_in():
         shutil.rmtree(folder)
 
 
-def _connect_as_nobody(address: str) -> str:
-    """What a client of user nobody hears from the server at `address` (a forked child: the
-    interpreter need not be one that nobody may run)."""
+def test_a_group_opens_a_local_server_to_its_members(tmp_path):
+    """`--group users`: the socket and its folder become the group's, and a member of it is
+    served (through message frames: its files are its own); others still are not."""
+    if os.getuid() != 0:
+        pytest.skip("becoming another user needs root")
+    folder = Path(tempfile.mkdtemp(prefix="vgpu-group-"))
+    os.chmod(folder, 0o700)
+    address = f"ipc://{folder}/server.sock"
+    proc = start_emu_server(address, "--group", "users")
+    try:
+        socket_file = os.stat(folder / "server.sock")
+        assert (socket_file.st_gid, socket_file.st_mode & 0o777) == (100, 0o660)
+        assert (os.stat(folder).st_gid, os.stat(folder).st_mode & 0o777) == (100, 0o710)
+        assert _connect_as_nobody(address, gid=100) == "admitted"
+        os.chmod(folder, 0o711)  # as an administrator's mistake would
+        os.chmod(folder / "server.sock", 0o666)
+        assert "did not accept this client's user" in _connect_as_nobody(address, gid=65534)
+    finally:
+        stop_server(proc)
+        shutil.rmtree(folder)
+
+
+def _connect_as_nobody(address: str, gid: int = 65534) -> str:
+    """What a client of user nobody (group `gid`) hears from the server at `address` (a
+    forked child: the interpreter need not be one that nobody may run)."""
     import zmq.utils.monitor  # noqa: F401 (nobody cannot read this interpreter's library)
 
     from vgpu.errors import DeviceUnavailable
@@ -122,7 +144,8 @@ def _connect_as_nobody(address: str) -> str:
     child = os.fork()
     if child == 0:  # pragma: no cover (the child)
         try:
-            os.setgid(65534)
+            os.setgroups([])
+            os.setgid(gid)
             os.setuid(65534)
             Connection(address, timeout=10).close()
             os.write(write, b"admitted")
