@@ -302,11 +302,12 @@ def _running_default_server() -> str | None:
     try:
         if listener_pid(ipc_path(address)) is None:
             return None
+        sessions = ask_sessions(address, timeout_s=3)
     except AddressError as exc:
         print(f"vgpu run: warning: ignoring the default server {address}: {exc}",
               file=sys.stderr)
         return None
-    if ask_sessions(address, timeout_s=3) is None:
+    if sessions is None:
         print(f"vgpu run: warning: the default server at {address} does not answer; "
               "starting a private one", file=sys.stderr)
         return None
@@ -525,11 +526,11 @@ def _ps(args) -> int:
                     print(f"vgpu ps: no vgpu server at {address}", file=sys.stderr)
                     status = 1
                     continue
+            sessions = ask_sessions(address, timeout_s=3)
         except AddressError as exc:
             print(f"vgpu ps: {address}: {exc}", file=sys.stderr)
             status = 1
             continue
-        sessions = ask_sessions(address, timeout_s=3)
         if sessions is None:
             print(f"vgpu ps: no answer from {address}", file=sys.stderr)
             status = 1
@@ -658,11 +659,11 @@ def _sessions_of(address: str, quiet: bool) -> list[dict]:
             if quiet:
                 return []
             raise _Refused(f"no vgpu server at {address}")
+        sessions = ask_sessions(address, timeout_s=3)
     except AddressError as exc:
         if quiet:
             return []
         raise _Refused(f"{address}: {exc}") from None
-    sessions = ask_sessions(address, timeout_s=3)
     if sessions is None:
         if quiet:
             return []

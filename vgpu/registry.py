@@ -59,26 +59,31 @@ def live_servers() -> list[tuple[int, str]]:
 
 
 def ask_sessions(address: str, timeout_s: float) -> list[dict] | None:
-    """The sessions the server at `address` serves, or None if it does not answer in time."""
+    """The sessions the server at `address` serves, or None if it does not answer in time.
+    A server that cannot be reached safely, or refuses us, is an AddressError saying why."""
     import zmq
 
+    from vgpu.addresses import AddressError
     from vgpu.protocol import ADMIN, pack, unpack
-    from vgpu.transport import TransportError, connect
+    from vgpu.transport import TransportError, close_monitor, connect, wait_answer
 
     ctx = zmq.Context()
     try:
-        sock = connect(ctx, zmq.DEALER, address)
-    except TransportError:  # no key for it: it cannot be asked
+        sock, monitor = connect(ctx, zmq.DEALER, address, watch=True)
+    except TransportError as exc:
         ctx.term()
-        return None
+        raise AddressError(str(exc)) from None
     try:
         sock.send_multipart([pack([ADMIN, 1, ["ps", []]])])
-        if not sock.poll(int(timeout_s * 1000)):
+        if not wait_answer(sock, monitor, address, timeout_s):
             return None
         _, _, sessions, *_ = unpack(sock.recv_multipart()[0])
         return list(sessions or [])
+    except TransportError as exc:
+        raise AddressError(str(exc)) from None
     except (ValueError, TypeError):  # something answered, but not a vgpu server
         return None
     finally:
+        close_monitor(sock, monitor)
         sock.close()
         ctx.term()
