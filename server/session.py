@@ -206,7 +206,7 @@ class Session:
         try:
             self.staging = map_client_file(shm.get("path"), shm.get("size"), self.peer,
                                            self.pid, self.token)
-        except (SegmentRefused, AttributeError) as exc:
+        except (OSError, AttributeError) as exc:  # refused (SegmentRefused), or no memory
             # The client falls back to payload frames, as when it has no /dev/shm.
             log.warning("session %d: no shared staging memory for %s: %s", self.id,
                         self.peer.name, exc)
