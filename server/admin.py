@@ -25,9 +25,11 @@ from concurrent.futures import Future
 
 from vgpu.errors import CudaError
 from vgpu.replay.image import MAGIC, ImageError, read_image
+from vgpu.transport import TransportError, split_address
 
 from . import moves
 from .moves import Incoming, MoveError
+from .peers import Peer
 from .session import Session
 from .worker import SessionEnded
 
@@ -109,9 +111,9 @@ class AdminMixin:
 
     # ----------------------------------------------------------------- requests
 
-    def _admin(self, identity: bytes, seq, body, payloads) -> None:
+    def _admin(self, identity: bytes, seq, body, payloads, peer: Peer) -> None:
         if body in (("ps", ()), ("ps",)):
-            self._reply(identity, seq, 0, self.describe_sessions())
+            self._reply(identity, seq, 0, self.describe_sessions(peer))
             return
         try:
             op, (args,) = body
@@ -123,11 +125,13 @@ class AdminMixin:
                         f"unknown admin request {body!r:.60}")
             return
         try:
-            handler(self, identity, seq, args, payloads)
-        except (MoveError, ImageError, CudaError, OSError) as exc:
+            _authorize(peer, op, args)
+            handler(self, identity, seq, args, payloads, peer)
+        except (MoveError, ImageError, CudaError, OSError, TransportError) as exc:
             self._reply(identity, seq, CUDA_ERROR_INVALID_VALUE, _message(exc))
 
-    def describe_sessions(self) -> list[dict]:
+    def describe_sessions(self, peer: Peer) -> list[dict]:
+        """The sessions `peer` may see: all for an admin, else its own."""
         served = [(s, self.workers[identity].queued_calls, s.status)
                   for identity, s in self.sessions.items()]
         # Handed over here, waiting for the client to reconnect at its next call.
@@ -137,14 +141,17 @@ class AdminMixin:
             "backend": s.backend.name, "memory": s.memory_in_use(), "calls": s.calls_served,
             "queued": queued, "since": s.started_at, "state": state, "token": s.token[:8],
             "checkpoint": s.last_checkpoint, "copy": self.transfers.describe(s),
-        } for s, queued, state in served + arriving]
+            "peer": s.peer.name,
+        } for s, queued, state in served + arriving if peer.admin or peer.owns(s.peer)]
 
-    def _find(self, args: dict) -> tuple[bytes, Session]:
+    def _find(self, args: dict, peer: Peer) -> tuple[bytes, Session]:
+        """The session `args` names, among those `peer` may act on (see _authorize)."""
+        mine = [(i, s) for i, s in self.sessions.items() if peer.admin or peer.owns(s.peer)]
         if args.get("session") is not None:
-            found = [(i, s) for i, s in self.sessions.items() if s.id == args["session"]]
+            found = [(i, s) for i, s in mine if s.id == args["session"]]
             what = f"session {args['session']}"
         else:
-            found = [(i, s) for i, s in self.sessions.items() if s.pid == args.get("pid")]
+            found = [(i, s) for i, s in mine if s.pid == args.get("pid")]
             what = f"pid {args.get('pid')}"
         if not found:
             raise MoveError(f"no session with {what} on this server")
@@ -194,8 +201,8 @@ class AdminMixin:
 
         threading.Thread(target=run, name=f"vgpu-{name}-{session.id}", daemon=True).start()
 
-    def _checkpoint(self, identity: bytes, seq, args: dict, payloads) -> None:
-        client, session = self._find(args)
+    def _checkpoint(self, identity: bytes, seq, args: dict, payloads, peer: Peer) -> None:
+        client, session = self._find(args, peer)
         path = args.get("path") or self._standby_path(session)
         if path is None:
             raise MoveError("name the image's path (-o PATH): this server keeps no "
@@ -219,8 +226,8 @@ class AdminMixin:
         self._start(identity, seq, session, "checkpoint",
                     lambda progress: moves.checkpoint(self, client, path, progress), done)
 
-    def _suspend(self, identity: bytes, seq, args: dict, payloads) -> None:
-        client, session = self._find(args)
+    def _suspend(self, identity: bytes, seq, args: dict, payloads, peer: Peer) -> None:
+        client, session = self._find(args, peer)
         if session.status != "running":
             raise MoveError(f"session {session.id} is {session.status}")
         session.check_movable()
@@ -240,13 +247,13 @@ class AdminMixin:
 
         self._start(identity, seq, session, "suspend", work, done)
 
-    def _resume(self, identity: bytes, seq, args: dict, payloads) -> None:
-        client, session = self._find(args)
+    def _resume(self, identity: bytes, seq, args: dict, payloads, peer: Peer) -> None:
+        client, session = self._find(args, peer)
         if session.status != "suspended":
             raise MoveError(f"session {session.id} is not suspended ({session.status})")
         path = session.suspended_image
         target = args.get("to")
-        if not target or target == self.endpoint:
+        if not target or split_address(target)[0] == self.endpoint:
             def done(result: dict) -> None:
                 session.status = "running"
                 session.suspended_image = None
@@ -258,12 +265,12 @@ class AdminMixin:
                     lambda progress: moves.move(self, client, session.token, target, False,
                                                progress, path))
 
-    def _migrate(self, identity: bytes, seq, args: dict, payloads) -> None:
-        client, session = self._find(args)
+    def _migrate(self, identity: bytes, seq, args: dict, payloads, peer: Peer) -> None:
+        client, session = self._find(args, peer)
         target = args.get("to")
         if not isinstance(target, str) or not target:
             raise MoveError("migrate needs the address of the server to move to")
-        if target == self.endpoint:
+        if split_address(target)[0] == self.endpoint:
             raise MoveError("the session is already on this server")
         if session.status != "running":
             raise MoveError(f"session {session.id} is {session.status}")
@@ -283,7 +290,7 @@ class AdminMixin:
 
     # ----------------------------------------------------------------- sessions arriving
 
-    def _adopt(self, identity: bytes, seq, args: dict, payloads) -> None:
+    def _adopt(self, identity: bytes, seq, args: dict, payloads, peer: Peer) -> None:
         token, phase = args.get("token"), args.get("phase")
         if not isinstance(token, str) or len(token) != 32:
             raise MoveError("adopt: a session token is needed")
@@ -302,7 +309,8 @@ class AdminMixin:
                 raise MoveError(f"adopt: no session {token[:8]} is being handed over")
             state, regions = args["state"], [tuple(r) for r in args["regions"]]
             backings, fill = incoming.fill(regions)
-            session, slot = self._restored_session(token, state, regions, fill, backings)
+            session, slot = self._restored_session(token, state, regions, fill, peer,
+                                                   backings)
             old = self.adopted.pop(token, None)
             if old is not None:
                 old[0].close()
@@ -319,14 +327,14 @@ class AdminMixin:
             raise MoveError(f"adopt: no session {token[:8]} is being handed over")
         return incoming
 
-    def _restored_session(self, token: str, state: dict, regions, fill, backings=None,
-                          hello: dict | None = None) -> tuple[Session, int]:
+    def _restored_session(self, token: str, state: dict, regions, fill, peer: Peer,
+                          backings=None, hello: dict | None = None) -> tuple[Session, int]:
         if state.get("token") != token:
             raise MoveError("the image belongs to another session")
         client = state["client"]
         hello = hello or {"token": token, "pid": client["pid"], "host": client["host"],
                           "argv": client["argv"], "memcheck": state["memcheck"]}
-        session, slot = self._new_session(hello, state["arena"][0])
+        session, slot = self._new_session(hello, state["arena"][0], peer)
         try:
             with session.backend.running():
                 session.restore(state, regions, fill, backings)
@@ -336,7 +344,7 @@ class AdminMixin:
         session.position = int(state["position"])
         return session, slot
 
-    def _resumed_session(self, identity: bytes, seq, hello: dict
+    def _resumed_session(self, identity: bytes, seq, hello: dict, peer: Peer
                          ) -> tuple[Session, int] | None:
         """The session a reconnecting client comes back to: handed over to this server, or
         else a fresh one (position 0: the client replays what it kept, if it kept
@@ -346,16 +354,16 @@ class AdminMixin:
         adopted = self.adopted.pop(token, None) if isinstance(token, str) else None
         if adopted is not None:
             session, slot, _ = adopted
-            session.attach_client(hello)
+            session.attach_client(hello, peer)
             return session, slot
         path = self._standby_path_of(token)
         if path is None or not os.path.exists(path):
-            return self._new_session(hello)
+            return self._new_session(hello, None, peer)
         try:
             image = read_image(path)
             if image.state.get("token") != token:
                 raise MoveError("the image belongs to another session")
-            session, slot = self._new_session(hello, image.state["arena"][0])
+            session, slot = self._new_session(hello, image.state["arena"][0], peer)
         except (ImageError, MoveError, CudaError, KeyError, TypeError, ValueError) as exc:
             raise _unrestorable(token, path, exc) from None
         self.restoring[identity] = (session, slot)
@@ -422,6 +430,22 @@ class AdminMixin:
             if due and changed and session.status == "running" and not session.operation \
                     and not session.segments:
                 self._start_checkpoint(None, 0, client, session, self._standby_path(session))
+
+
+def _authorize(peer: Peer, op: str, args: dict) -> None:
+    """Refuse what only an admin may ask (see Peer.admin): to hand a session over or take
+    one, to send one to another server (the server connects where it is told), or to write
+    an image where the request says (the server writes as its own user). A session's owner
+    may checkpoint it into the server's checkpoint folder, suspend and resume it here."""
+    if peer.admin:
+        return
+    if op in ("adopt", "migrate") or (op == "resume" and args.get("to")) or \
+            (op == "checkpoint" and args.get("path")):
+        what = {"adopt": "hand sessions to this server", "migrate": "move sessions",
+                "resume": "resume a session on another server",
+                "checkpoint": "write an image where it names"}[op]
+        raise MoveError(f"{peer.name} may not {what}: only the server's own user, root, or "
+                        f"a key whose authorized-keys entry says `admin`")
 
 
 def _image_path(path) -> str:

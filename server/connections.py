@@ -30,16 +30,13 @@ import time
 
 import zmq
 
-__all__ = ["ConnectionsMixin", "ReplyLog", "HEARTBEAT_IVL_MS", "HEARTBEAT_TIMEOUT_MS",
-           "DEFAULT_RECONNECT_GRACE_S"]
+from vgpu.transport import HEARTBEAT_IVL_MS, HEARTBEAT_TIMEOUT_MS
+
+__all__ = ["ConnectionsMixin", "ReplyLog", "DEFAULT_RECONNECT_GRACE_S"]
 
 log = logging.getLogger("vgpu.server")
 
-# ZMTP heartbeats: a peer silent this long (no data, no PONG) loses its connection. zmq's
-# I/O threads answer them, so a client busy computing on its host, or a server busy running
-# kernels, still answers.
-HEARTBEAT_IVL_MS = 1000
-HEARTBEAT_TIMEOUT_MS = 4000
+CUDA_ERROR_NOT_PERMITTED = 800
 # How long a session whose connection dropped waits for its client to come back.
 DEFAULT_RECONNECT_GRACE_S = 5.0
 # Replies a session keeps for a client that may have lost them (over TCP: a local socket
@@ -153,16 +150,24 @@ class ConnectionsMixin:
     def _forget_replies(self, session) -> None:
         self._reply_logs.pop(session.id, None)
 
-    def _rebind(self, identity: bytes, seq, hello: dict) -> bool:
+    def _rebind(self, identity: bytes, seq, hello: dict, peer) -> bool:
         """A resuming hello from a new connection, for a session served here: bind the
         session to `identity`, answer the hello, and send again the replies its client still
-        waits for. False when no session served here has the hello's token."""
+        waits for. False when no session served here has the hello's token. The token alone
+        is not enough: the new connection must be the session's own client (the same user
+        or key, see peers.Peer.owns), or it is refused."""
         token = hello.get("token")
         old = next((i for i, s in self.sessions.items()
                     if s.token == token and i != identity), None) \
             if isinstance(token, str) else None
         if old is None:
             return False
+        if not peer.owns(self.sessions[old].peer):
+            log.warning("refused %s a session of %s (it presented the session's token)",
+                        peer.name, self.sessions[old].peer.name)
+            self._reply(identity, seq, CUDA_ERROR_NOT_PERMITTED,
+                        "the session belongs to another client")
+            return True
         if identity in self.sessions:  # this connection's own session gives way
             self._close_session(identity, "its client took another session back")
         session = self.sessions.pop(old)

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import xxhash
@@ -32,7 +33,9 @@ import zmq
 
 from vgpu.protocol import ADMIN, HANDSHAKE_TIMEOUT_S, pack, unpack
 from vgpu.replay.image import read_image, write_image
+from vgpu.transport import TransportError, connect, wait_answer
 
+from .peers import Access
 from .session import Session
 
 __all__ = ["SessionHost", "MoveError", "checkpoint", "suspend", "resume_here", "move",
@@ -62,6 +65,7 @@ class SessionHost(Protocol):
     """What an operation needs of the server (ProxyServer implements it)."""
 
     context: zmq.Context
+    access: Access
 
     def control(self, identity: bytes, task: Callable[[Session, int], object],
                 hold: bool = False) -> Future: ...
@@ -181,7 +185,7 @@ def move(host: SessionHost, identity: bytes, token: str, target: str, precopy: b
     `image_path` the session is suspended and comes from its image; else it is running, and
     it is pre-copied (`precopy`) or stopped and copied at once."""
     started = time.perf_counter()
-    link = _Link(host.context, target)
+    link = _Link(host.context, target, host.access.link_key())
     try:
         link.request({"phase": "begin", "token": token}, timeout=HANDSHAKE_TIMEOUT_S)
         sent = _Sent()
@@ -354,12 +358,16 @@ def _send_chunks(link: _Link, token: str, chunks: list, sent: _Sent,
 class _Link:
     """A request/reply channel to another vgpu server's admin interface."""
 
-    def __init__(self, context: zmq.Context, address: str):
+    def __init__(self, context: zmq.Context, address: str, key: Path | None):
+        """`key`: this server's key pair, which the other server must admit as an admin
+        (None: this user's client key)."""
         self.address = address
         self.token: str | None = None
-        self.socket = context.socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.connect(address)
+        try:
+            self.socket, self.watch = connect(context, zmq.DEALER, address, secret_file=key,
+                                                watch=True)
+        except TransportError as exc:
+            raise MoveError(str(exc)) from None
         self.seq = 0
 
     def request(self, args: dict, frames=(), timeout: float = LINK_TIMEOUT_S) -> object:
@@ -370,8 +378,11 @@ class _Link:
                                    copy=False)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not self.socket.poll(100):
-                continue
+            try:
+                if not wait_answer(self.socket, self.watch, 0.1):
+                    continue
+            except TransportError as exc:
+                raise MoveError(str(exc)) from None
             reply = unpack(self.socket.recv_multipart()[0])
             if reply[0] != self.seq:
                 continue  # a progress notice or a stale answer
@@ -390,6 +401,7 @@ class _Link:
                 pass
 
     def close(self) -> None:
+        self.watch.close()
         self.socket.close(linger=200)
 
 

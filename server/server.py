@@ -47,6 +47,7 @@ from .admin import AdminMixin
 from .arena import VaArena
 from .backends import open_backend
 from .connections import DEFAULT_RECONNECT_GRACE_S, ConnectionsMixin
+from .peers import Access, Peer, peer_of
 from .recorder import SessionRecorder
 from .session import Session
 from .transfers import Transfers
@@ -83,7 +84,8 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
     def __init__(self, address: str, backend: str = "auto", memcheck: str = "report",
                  checkpoint_dir: str | None = None, checkpoint_every: float | None = None,
                  record_dir: str | None = None, record_full: bool = False,
-                 reconnect_grace: float = DEFAULT_RECONNECT_GRACE_S):
+                 reconnect_grace: float = DEFAULT_RECONNECT_GRACE_S,
+                 access: Access | None = None):
         self.address = address
         self.backend_name = backend
         self.memcheck = memcheck  # for sessions whose application does not say
@@ -108,8 +110,15 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        # Who may connect, and who each connection is (server/peers.py): before the bind,
+        # so that no connection is ever taken unchecked.
+        self.access = access or Access()
+        self.access.secure(self.context, self.socket, address)
         self.socket.bind(address)
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        if self.endpoint.startswith("ipc://"):
+            self.access.open_socket_file(self.endpoint[len("ipc://"):])
+        self._inproc = self.endpoint.startswith("inproc://")
         self._init_connections(reconnect_grace)
         self.transfers = Transfers()  # large copies streaming, for `vgpu ps`
         self.sessions: dict[bytes, Session] = {}
@@ -160,7 +169,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                     self._connection_events()
                 while self.socket in ready:  # everything that arrived, before polling again
                     try:
-                        self._handle(self._receive())
+                        self._handle(*self._receive())
                     except zmq.Again:
                         break
                 if time.monotonic() >= next_check:
@@ -172,16 +181,17 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         finally:
             self.close()
 
-    def _receive(self) -> list:
-        """[identity, header, payload...]: the small frames copied (cheaper than a zmq Frame
-        object for a few bytes), payload frames zero-copy, as bulk data arrives."""
+    def _receive(self) -> tuple[list, zmq.Frame]:
+        """[identity, header, payload...], and the identity's frame, which says who sent it
+        (peers.peer_of): the header copied (cheaper than a zmq Frame object for a few
+        bytes), payload frames zero-copy, as bulk data arrives."""
         sock = self.socket
-        identity = sock.recv(zmq.NOBLOCK, copy=False)  # a ROUTER delivers identity + header
-        self.last_fd = identity.get(zmq.SRCFD)  # which connection it came through
-        frames = [identity.bytes, sock.recv()]
+        origin = sock.recv(zmq.NOBLOCK, copy=False)  # a ROUTER delivers identity + header
+        self.last_fd = origin.get(zmq.SRCFD)  # which connection it came through
+        frames = [origin.bytes, sock.recv()]
         while sock.rcvmore:
             frames.append(sock.recv(copy=False).buffer)
-        return frames
+        return frames, origin
 
     def stop(self) -> None:
         """Make serve_forever return. Safe in a signal handler and from any thread."""
@@ -215,7 +225,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
 
     # ----------------------------------------------------------------- messages
 
-    def _handle(self, frames: list) -> None:
+    def _handle(self, frames: list, origin: zmq.Frame) -> None:
         identity = frames[0]
         try:
             header = unpack(frames[1], arrays_as_tuples=True)
@@ -247,9 +257,9 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                 if session is not None:
                     session.window_released()
             elif kind == HELLO:
-                self._hello(identity, seq, body)
+                self._hello(identity, seq, body, peer_of(origin, self._inproc))
             elif kind == ADMIN:
-                self._admin(identity, seq, body, payloads)
+                self._admin(identity, seq, body, payloads, peer_of(origin, self._inproc))
             elif kind == BYE:
                 self._close_session(identity, "client said goodbye")
             else:
@@ -279,7 +289,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
             self.socket.send(identity, zmq.SNDMORE)
             self.socket.send(packed)
 
-    def _hello(self, identity: bytes, seq, body) -> None:
+    def _hello(self, identity: bytes, seq, body, peer: Peer) -> None:
         if not isinstance(body, dict):
             self._reply(identity, seq, 1, f"malformed hello: {body!r:.60} is not a map")
             return
@@ -289,7 +299,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                                             f"{body.get('version')!r:.60}")
             return
         self._bind_connection(identity)
-        if body.get("resume") and self._rebind(identity, seq, body):
+        if body.get("resume") and self._rebind(identity, seq, body, peer):
             return  # a live session's client, back on a new connection
         if identity in self.sessions:
             self._close_session(identity, "client reconnected")
@@ -297,7 +307,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         self._forget_restoring(identity)
         try:
             if body.get("resume"):
-                opened = self._resumed_session(identity, seq, body)
+                opened = self._resumed_session(identity, seq, body, peer)
                 if opened is None:
                     return  # restored from its image on another thread; answered then
                 session, slot = opened
@@ -306,7 +316,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                     # No shared staging segment and no access to the client's memory: what
                     # a recorded session's calls use arrives in the messages we record.
                     body = {**body, "shm": None, "probe": None}
-                session, slot = self._new_session(body, body.get("arena"))
+                session, slot = self._new_session(body, body.get("arena"), peer)
                 if self.record_dir:
                     SessionRecorder(session, self.record_dir, self.record_full)
         except (TypeError, ValueError, AttributeError) as exc:  # a pid that is no number...
@@ -324,7 +334,8 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         worker = SessionWorker(session, self.context, self.wake_address, self.finished)
         worker.identity = identity  # where its replies go; a reconnect moves it
         self.workers[identity] = worker
-        log.info("session %d opened: pid %d %s", session.id, session.pid, " ".join(session.argv))
+        log.info("session %d opened for %s: pid %d %s", session.id, session.peer.name,
+                 session.pid, " ".join(session.argv))
         self._welcome(identity, seq, session)
 
     def _welcome(self, identity: bytes, seq, session: Session) -> None:
@@ -348,7 +359,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
             },
         })
 
-    def _new_session(self, hello: dict, arena_base: int | None = None
+    def _new_session(self, hello: dict, arena_base: int | None, peer: Peer
                      ) -> tuple[Session, int]:
         """A fresh session for `hello`, in a free arena slot (or the one at `arena_base`:
         a restored session keeps its addresses)."""
@@ -369,7 +380,8 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
             if arena_base is not None and backend.shares_address_space and \
                     slot in self._slots_in_use():
                 raise CudaError(2, "the session's address range is in use on this server")
-            session = Session(self._next_session_id, hello, backend, arena, self.memcheck)
+            session = Session(self._next_session_id, hello, backend, arena, self.memcheck,
+                              peer=peer)
         except BaseException:
             backend.close()
             raise

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import mmap
-import os
 import secrets
 import threading
 import time
@@ -31,8 +30,10 @@ from vgpu.replay.journal import Journal
 from .arena import VaArena
 from .backends import Backend, LoadedModule, open_backend
 from .backends.base import Cancelled, KernelFault
+from .client_files import SegmentRefused, map_client_file
 from .handles import HandleTable
 from .peer_memory import PeerMemoryError, read_peer, write_peer
+from .peers import Peer
 from .shared_allocations import SHARED_BYTES, SharedAllocations
 from .vmm import VMM_OPS, VirtualMemory
 
@@ -47,6 +48,7 @@ CUDA_ERROR_INVALID_CONTEXT = 201
 CUDA_ERROR_INVALID_HANDLE = 400
 CUDA_ERROR_NOT_FOUND = 500
 CUDA_ERROR_NOT_READY = 600
+CUDA_ERROR_NOT_PERMITTED = 800
 CUDA_ERROR_NOT_SUPPORTED = 801
 CUDA_ERROR_ASSERT = 710
 CUDA_ERROR_UNKNOWN = 999
@@ -62,6 +64,9 @@ WINDOW_RELEASE_S = 5.0
 LAUNCHERS_PER_FUNCTION = 16
 
 OPS: dict[str, Callable] = {}
+# Who a session built without a connection (in tests) belongs to: nobody the server verified,
+# so it shares no memory with anybody.
+NO_PEER = Peer("inproc", name="local")
 
 
 def op(name: str):
@@ -119,7 +124,7 @@ class Event:
 
 class Session:
     def __init__(self, session_id: int, hello: dict, backend: Backend, arena: VaArena,
-                 memcheck: str = "report"):
+                 memcheck: str = "report", peer: Peer = NO_PEER):
         self.id = session_id
         self.token = _token(hello.get("token"))
         self.argv = [str(a) for a in hello.get("argv", [])]
@@ -175,13 +180,16 @@ class Session:
         # loop here, so that sessions not recorded pay nothing for recording.
         self.run_calls: Callable[[list], tuple[int, object]] = self._run_calls
         self.recorder = None
-        self.attach_client(hello)
+        self.attach_client(hello, peer)
 
     # ----------------------------------------------------------------- plumbing
 
-    def attach_client(self, hello: dict) -> None:
+    def attach_client(self, hello: dict, peer: Peer) -> None:
         """Take the client's staging segment and learn whether we can reach its memory: at
-        the session's hello, and again when it reconnects to a session restored here."""
+        the session's hello, and again when it reconnects to a session restored here. Only
+        a client on this host whose pid the kernel vouches for gets either (the hello's pid
+        and paths are its word; `peer` is what the server verified)."""
+        self.peer = peer
         self.pid = hello.get("pid", 0)
         if type(self.pid) is not int or not 0 <= self.pid < 1 << 32:  # it goes into replies
             raise ValueError(f"{self.pid!r:.40} is not a process id")
@@ -197,15 +205,20 @@ class Session:
             self.shared = SharedAllocations()
 
     def _attach_staging(self, shm: dict | None) -> None:
-        if shm:
-            try:
-                self.staging = _map_file(shm["path"], int(shm["size"]))
-            except (OSError, KeyError, ValueError, TypeError, OverflowError):
-                self.staging = None  # the client falls back to payload frames
+        if not shm:
+            return
+        try:
+            self.staging = map_client_file(shm.get("path"), shm.get("size"), self.peer,
+                                           self.pid, self.token)
+        except (OSError, AttributeError) as exc:  # refused (SegmentRefused), or no memory
+            # The client falls back to payload frames, as when it has no /dev/shm.
+            log.warning("session %d: no shared staging memory for %s: %s", self.id,
+                        self.peer.name, exc)
 
     def _probe_peer_memory(self, probe) -> bool:
-        """Can we read the client's memory directly? It sent an address and what is there."""
-        if not probe or self.staging is None:  # no shared memory: not on this host
+        """Can we read the client's memory directly? It sent an address and what is there;
+        the process read is the one the kernel says is connected, never one a client names."""
+        if not probe or self.staging is None or self.peer.pid != self.pid:
             return False
         try:
             address, expected = int(probe[0]), bytes(probe[1])
@@ -703,9 +716,13 @@ class Session:
 
     @op("vgpuMapHostSegment")
     def map_host_segment(self, seg_id: int, path: str, size: int, device_address):
-        """Attach a pinned host buffer the client allocated in a shared-memory file."""
+        """Attach a pinned host buffer the client allocated in a shared-memory file (one it
+        made for this session: see client_files)."""
         try:
-            seg = _map_file(path, size)
+            seg = map_client_file(path, size, self.peer, self.pid, self.token)
+        except SegmentRefused as exc:
+            raise CudaError(CUDA_ERROR_NOT_PERMITTED,
+                            f"the server does not map that host memory: {exc}") from None
         except OSError as exc:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"cannot map host segment: {exc}") from None
         if device_address is not None:
@@ -1013,11 +1030,3 @@ def _token(value) -> str:
                                                            for c in value):
         return value
     return secrets.token_hex(16)
-
-
-def _map_file(path: str, size: int) -> mmap.mmap:
-    fd = os.open(path, os.O_RDWR)
-    try:
-        return mmap.mmap(fd, size)
-    finally:
-        os.close(fd)

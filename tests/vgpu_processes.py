@@ -12,11 +12,12 @@ import threading
 from pathlib import Path
 
 __all__ = ["VGPU", "vgpu_environment", "start_emu_server", "stop_server", "emu_server",
-           "run_under_vgpu", "TcpForwarder", "free_tcp_address"]
+           "run_under_vgpu", "TcpForwarder", "free_tcp_address", "keygen", "curve_homes"]
 
 VGPU = [sys.executable, "-m", "vgpu.cli"]
 # What a user's shell may set that would change what a test sees.
-_USER_SETTINGS = ("VGPU_SERVER", "VGPU_TRACE", "VGPU_MEMCHECK")
+_USER_SETTINGS = ("VGPU_SERVER", "VGPU_TRACE", "VGPU_MEMCHECK", "VGPU_HOME", "VGPU_INSECURE",
+                  "VGPU_CLIENT_KEY")
 
 
 def vgpu_environment(**extra: str) -> dict[str, str]:
@@ -24,19 +25,44 @@ def vgpu_environment(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def run_vgpu(*args, timeout: float = 120) -> subprocess.CompletedProcess:
-    """`vgpu ARGS...` as a user types it, its output captured."""
+def run_vgpu(*args, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+    """`vgpu ARGS...` as a user types it, its output captured; `env` adds to
+    vgpu_environment()."""
     return subprocess.run([*VGPU, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=vgpu_environment())
+                          timeout=timeout, env=vgpu_environment(**env))
 
 
-def start_emu_server(address: str | None, *options: str, stderr=None) -> subprocess.Popen:
+def keygen(home: Path, *options: str) -> Path:
+    """`vgpu keygen [OPTIONS]` for the user whose VGPU_HOME is `home`: the public key file
+    it wrote (server.pub with --server, else client.pub)."""
+    result = run_vgpu("keygen", *options, timeout=60, VGPU_HOME=str(home))
+    assert result.returncode == 0, result.stderr
+    return home / ("server.pub" if "--server" in options else "client.pub")
+
+
+def curve_homes(root: Path) -> tuple[Path, Path]:
+    """VGPU_HOME folders under `root` for a tcp server's user (its key pair, and an
+    authorized-keys folder admitting the client as an admin) and for a client (its key
+    pair): (server home, client home)."""
+    server, client = root / "server-home", root / "client-home"
+    keygen(server, "--server")
+    public = keygen(client).read_text().strip()
+    (server / "authorized-keys").mkdir()
+    (server / "authorized-keys" / "client.key").write_text(f"{public} admin\n")
+    return server, client
+
+
+def start_emu_server(address: str | None, *options: str, stderr=None,
+                     env: dict | None = None, prefix: tuple[str, ...] = ()
+                     ) -> subprocess.Popen:
     """`vgpu server --backend emu` on `address` (None: the user's default address), returned
-    once it listens."""
+    once it listens; its `endpoint` is the address it says it listens on (with the port it
+    got for `tcp://host:*`, and a tcp server's key). `prefix` runs it through a command
+    (`ip netns exec NAME`)."""
     listen = ["--listen", address] if address is not None else []
-    proc = subprocess.Popen([*VGPU, "server", *listen, "--backend", "emu", *options],
+    proc = subprocess.Popen([*prefix, *VGPU, "server", *listen, "--backend", "emu", *options],
                             stdout=subprocess.PIPE, stderr=stderr, text=True,
-                            env=vgpu_environment())
+                            env=env or vgpu_environment())
     line = proc.stdout.readline()
     proc.stdout.close()
     if not line.startswith("vgpu server listening"):
@@ -44,6 +70,7 @@ def start_emu_server(address: str | None, *options: str, stderr=None) -> subproc
         err = proc.stderr.read() if proc.stderr else ""  # stdout is closed: no communicate()
         proc.wait(timeout=10)
         raise AssertionError(f"the server did not start: {line!r}\n{err}")
+    proc.endpoint = line.split()[4]
     return proc
 
 
@@ -71,21 +98,24 @@ def stop_server(proc: subprocess.Popen) -> None:
 
 
 def run_under_vgpu(server: str | None, program, *args: str, timeout: float,
-                   merged: bool = False, **env: str) -> subprocess.CompletedProcess:
+                   merged: bool = False, prefix: tuple[str, ...] = (),
+                   **env: str) -> subprocess.CompletedProcess:
     """`vgpu run --server SERVER -- PROGRAM ARGS...` (server None: `--backend emu`, a private
     server for the run), its output captured as text (stderr into stdout with `merged`);
-    `env` adds to vgpu_environment()."""
+    `env` adds to vgpu_environment(); `prefix` runs it through a command."""
     where = ["--server", server] if server is not None else ["--backend", "emu"]
-    return subprocess.run([*VGPU, "run", *where, "--", str(program), *args],
+    return subprocess.run([*prefix, *VGPU, "run", *where, "--", str(program), *args],
                           stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT if merged else subprocess.PIPE,
                           text=True, timeout=timeout, env=vgpu_environment(**env))
 
 
 class ServerProcess:
-    def __init__(self, address: str, *options: str):
-        self.address = address
-        self.proc = start_emu_server(address, *options, stderr=subprocess.PIPE)
+    def __init__(self, address: str, *options: str, env: dict | None = None,
+                 prefix: tuple[str, ...] = ()):
+        self.proc = start_emu_server(address, *options, stderr=subprocess.PIPE, env=env,
+                                     prefix=prefix)
+        self.address = self.proc.endpoint
 
     def alive(self) -> bool:
         return self.proc.poll() is None

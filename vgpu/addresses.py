@@ -29,7 +29,20 @@ class AddressError(ValueError):
 
 
 def check_address(address: str, *, listen: bool = False) -> str:
-    """The address unchanged if it is one vgpu can connect to (or, with `listen`, bind)."""
+    """The address unchanged if it is one vgpu can connect to (or, with `listen`, bind). A
+    tcp address may carry the server's key (`tcp://host:port#serverkey=KEY`, see
+    vgpu.transport)."""
+    if "#" in address:
+        from vgpu.transport import TransportError, split_address
+
+        if listen:
+            raise AddressError("a listening address takes no #serverkey (the server's key "
+                               "is its --key)")
+        try:
+            check_address(split_address(address)[0])
+        except TransportError as exc:
+            raise AddressError(str(exc).removeprefix(f"{address}: ")) from None
+        return address
     scheme, sep, rest = address.partition("://")
     if not sep or scheme not in ("ipc", "tcp") or not rest:
         raise AddressError(f"not a server address: use {_FORMS}")

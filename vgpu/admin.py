@@ -24,19 +24,25 @@ def request(address: str, op: str, args: list,
     import zmq
 
     from vgpu.protocol import ADMIN, DEFAULT_TIMEOUT_S, KEEPALIVE_SEQ, ProtocolError, pack, unpack
+    from vgpu.transport import TransportError, connect, wait_answer
 
     if timeout_s is None:
         timeout_s = float(os.environ.get("VGPU_TIMEOUT") or DEFAULT_TIMEOUT_S)
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock, watch = connect(ctx, zmq.DEALER, address, watch=True)
+    except TransportError as exc:
+        ctx.term()
+        raise AdminError(f"cannot connect to {address}: {exc}") from None
     seq = 1
     try:
-        sock.connect(address)
         sock.send_multipart([pack([ADMIN, seq, [op, args]])])
         while True:
-            if not sock.poll(int(timeout_s * 1000)):
-                raise AdminError(f"no answer from {address} in {timeout_s:g} s")
+            try:
+                if not wait_answer(sock, watch, timeout_s):
+                    raise AdminError(f"no answer from {address} in {timeout_s:g} s")
+            except TransportError as exc:
+                raise AdminError(str(exc)) from None
             try:
                 header = unpack(sock.recv_multipart()[0])
                 reply_seq, code, result = header[:3]
@@ -51,6 +57,7 @@ def request(address: str, op: str, args: list,
                     raise AdminError(str(result))
                 return result
     finally:
+        watch.close()
         sock.close()
         ctx.term()
 

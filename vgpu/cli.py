@@ -14,6 +14,15 @@ import subprocess
 import sys
 import time
 
+from vgpu.security_cli import (
+    add_keygen_parser,
+    add_run_options,
+    add_server_options,
+    keygen_command,
+    server_access,
+    server_address_with_key,
+)
+
 __all__ = ["main"]
 
 
@@ -39,6 +48,7 @@ def _add_server_parser(sub) -> None:
     p.add_argument("--reconnect-grace", type=float, default=5.0, metavar="SECONDS",
                    help="how long a session whose connection dropped waits for its client to "
                         "reconnect before it ends (default 5)")
+    add_server_options(p)
 
 
 def _add_run_parser(sub) -> None:
@@ -50,6 +60,7 @@ def _add_run_parser(sub) -> None:
                         "server when it runs, else a private one started for this run)")
     p.add_argument("--backend", default=None, choices=("auto", "emu", "cuda"),
                    help="start a private server with this backend for this run")
+    add_run_options(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
 
 
@@ -144,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_ps_parser(sub)
     _add_session_parsers(sub)
     _add_record_parsers(sub)
+    add_keygen_parser(sub)
     from vgpu.trace_cli import add_trace_parser, trace_command
 
     add_trace_parser(sub)
@@ -156,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb == "trace":
         return trace_command(args)
     return {"server": _server, "run": _run, "ps": _ps, "record": _record,
-            "replay": _replay}[args.verb](args)
+            "replay": _replay, "keygen": keygen_command}[args.verb](args)
 
 
 # ----------------------------------------------------------------- vgpu server
@@ -192,7 +204,8 @@ def _server(args) -> int:
                                  checkpoint_dir=args.checkpoint_dir,
                                  checkpoint_every=args.checkpoint_every,
                                  record_dir=args.record, record_full=args.record_full,
-                                 reconnect_grace=args.reconnect_grace)
+                                 reconnect_grace=args.reconnect_grace,
+                                 access=server_access(args, address))
         except AddressError as exc:
             print(f"vgpu server: cannot listen on {address}: {exc}", file=sys.stderr)
             return 1
@@ -206,8 +219,10 @@ def _server(args) -> int:
     # clients, cancels every kernel and releases every session on its way out.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda _signum, _frame: server.stop())
-    announce(server.endpoint)
-    print(f"vgpu server listening on {server.endpoint} (backend {args.backend})", flush=True)
+    # A tcp server's address carries its key: what its clients and `vgpu ps` connect with.
+    endpoint = server_address_with_key(server.endpoint, server.access.public_key)
+    announce(endpoint)
+    print(f"vgpu server listening on {endpoint} (backend {args.backend})", flush=True)
     try:
         server.serve_forever()
     finally:
@@ -241,6 +256,8 @@ def _run(args) -> int:
 
     from vgpu.addresses import AddressError, check_address
 
+    if args.insecure:  # for the program's client, and whatever it starts
+        os.environ["VGPU_INSECURE"] = "1"
     if args.server is not None and args.backend is not None:
         print("vgpu run: --backend is for a private server; --server names a running one",
               file=sys.stderr)
@@ -289,11 +306,12 @@ def _running_default_server() -> str | None:
     try:
         if listener_pid(ipc_path(address)) is None:
             return None
+        sessions = ask_sessions(address, timeout_s=3)
     except AddressError as exc:
         print(f"vgpu run: warning: ignoring the default server {address}: {exc}",
               file=sys.stderr)
         return None
-    if ask_sessions(address, timeout_s=3) is None:
+    if sessions is None:
         print(f"vgpu run: warning: the default server at {address} does not answer; "
               "starting a private one", file=sys.stderr)
         return None
@@ -512,11 +530,11 @@ def _ps(args) -> int:
                     print(f"vgpu ps: no vgpu server at {address}", file=sys.stderr)
                     status = 1
                     continue
+            sessions = ask_sessions(address, timeout_s=3)
         except AddressError as exc:
             print(f"vgpu ps: {address}: {exc}", file=sys.stderr)
             status = 1
             continue
-        sessions = ask_sessions(address, timeout_s=3)
         if sessions is None:
             print(f"vgpu ps: no answer from {address}", file=sys.stderr)
             status = 1
@@ -653,11 +671,11 @@ def _sessions_of(address: str, quiet: bool) -> list[dict]:
             if quiet:
                 return []
             raise _Refused(f"no vgpu server at {address}")
+        sessions = ask_sessions(address, timeout_s=3)
     except AddressError as exc:
         if quiet:
             return []
         raise _Refused(f"{address}: {exc}") from None
-    sessions = ask_sessions(address, timeout_s=3)
     if sessions is None:
         if quiet:
             return []

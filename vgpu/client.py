@@ -45,6 +45,7 @@ from .protocol import (
     pack,
     unpack,
 )
+from .transport import TransportError, Watch, connect, wait_answer
 
 __all__ = ["Connection", "default_server_address", "STAGING_BYTES", "CHUNK_BYTES"]
 
@@ -76,9 +77,6 @@ PEER_COPY_BYTES = 1 << 20
 # Calls after which device windows mapped here may be of freed allocations.
 RELEASING_CALLS = frozenset({"cuMemFree", "cuCtxDestroy", "cuDevicePrimaryCtxReset"})
 POLL_SLICE_MS = 100
-# ZMTP heartbeats on TCP (as the server's): a connection silent this long is closed.
-HEARTBEAT_IVL_MS = 1000
-HEARTBEAT_TIMEOUT_MS = 4000
 # How long a client whose connection dropped tries to reconnect (the server keeps the
 # session for its --reconnect-grace, 5 s by default), and how often.
 RECONNECT_WINDOW_S = 10.0
@@ -108,8 +106,8 @@ def default_server_address() -> str:
 class StagingRing:
     """A shared-memory file mapped by client and server; bulk data is staged through it."""
 
-    def __init__(self, size: int):
-        self.path = f"/dev/shm/vgpu-{os.getpid()}-{secrets.token_hex(4)}"
+    def __init__(self, size: int, prefix: str):
+        self.path = f"/dev/shm/{prefix}ring-{secrets.token_hex(4)}"
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.ftruncate(fd, size)
@@ -167,6 +165,9 @@ class Connection:
         # our memory): a replay on a standby could not redo it.
         self.failover = bool(self._standbys)
         self.token = secrets.token_hex(16)  # names the session across servers
+        # What the names of our shared-memory files begin with: the server maps only files
+        # so named, made by the process its socket says is us (vgpu.server.client_files).
+        self.file_prefix = f"vgpu-{os.getpid()}-{self.token}-"
         self._outbox = Outbox(retain_all=self.failover)
         self._segments: set[int] = set()  # pinned host segments the server has mapped
         self.moves: list[dict] = []  # the session's moves so far: why, where, seconds, resent
@@ -176,8 +177,14 @@ class Connection:
         self.owner_pid = os.getpid()  # a forked child must leave its parent's connection alone
         self._lock = threading.RLock()
         self._zmq = zmq.Context()
-        self._monitors: dict[zmq.Socket, zmq.Socket] = {}  # a TCP socket's drop detector
-        self._socket = self._open_socket(self.address)
+        # Each socket's watch (vgpu.transport.Watch): why a handshake failed, and for a TCP
+        # socket whether its connection dropped.
+        self._watches: dict[zmq.Socket, Watch] = {}
+        try:
+            self._socket = self._open_socket(self.address)
+        except TransportError as exc:
+            self._zmq.term()
+            raise DeviceUnavailable(f"cannot connect to {self.address}: {exc}") from None
         self._queue: list = []
         self._frames: list = []
         self._seq = 0
@@ -216,36 +223,27 @@ class Connection:
     # ----------------------------------------------------------------- session
 
     def _open_socket(self, address: str) -> zmq.Socket:
-        sock = self._zmq.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
+        """A socket to `address`, secured as its transport needs (vgpu.transport), and its
+        watch, which explains a hello nobody answers and sees a TCP connection drop."""
+        # A network connection can drop, or go silent, while both ends live: heartbeats
+        # close a silent one, and its watch tells us so that we reconnect.
+        sock, watch = connect(self._zmq, zmq.DEALER, address, watch=True,
+                              drops=address.startswith("tcp://"))
+        self._watches[sock] = watch
         sock.setsockopt(zmq.RCVTIMEO, POLL_SLICE_MS)
-        if address.startswith("tcp://"):
-            # A network connection can drop, or go silent, while both ends live: zmq's
-            # heartbeats close a silent one, and the monitor tells us so we reconnect.
-            sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
-            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
-            self._monitors[sock] = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        sock.connect(address)
         return sock
 
     def _close_socket(self, sock: zmq.Socket, linger: int = 0) -> None:
-        monitor = self._monitors.pop(sock, None)
-        if monitor is not None:
-            sock.disable_monitor()
-            monitor.close(0)
+        watch = self._watches.pop(sock, None)
+        if watch is not None:
+            watch.close()
         sock.close(linger=linger)
 
     def _dropped(self) -> bool:
         """Whether the current socket's connection dropped (zmq reconnects it by itself,
         but as a new connection, which the server does not know)."""
-        monitor = self._monitors.get(self._socket)
-        if monitor is None:
-            return False
-        try:
-            monitor.recv_multipart(zmq.NOBLOCK)
-        except zmq.Again:
-            return False
-        return True
+        watch = self._watches.get(self._socket)
+        return watch is not None and watch.dropped()
 
     def _first_hello(self) -> dict:
         """Open the session. If the connection drops meanwhile, say hello again as a client
@@ -270,8 +268,9 @@ class Connection:
         mapped). Raises _ServerLost when it does not answer."""
         old = self.ring
         if not reconnect:
-            try:
-                self.ring = StagingRing(STAGING_BYTES)
+            try:  # only a server behind a local socket maps our files (server/client_files)
+                local = self.address.startswith("ipc://")
+                self.ring = StagingRing(STAGING_BYTES, self.file_prefix) if local else None
             except OSError:
                 self.ring = None  # no /dev/shm: bulk data goes inline
             if old is not None and self.ring is not None:
@@ -291,10 +290,17 @@ class Connection:
         }
         seq = self._send(HELLO, body, [])
         try:
+            watch = self._watches.get(self._socket)
+            if not wait_answer(self._socket, watch, HANDSHAKE_TIMEOUT_S):
+                raise _ServerLost((watch and watch.refusal())
+                                  or f"no answer from the vgpu server at {self.address} "
+                                     f"within {HANDSHAKE_TIMEOUT_S:g} s")
             code, info = self._receive(seq, HANDSHAKE_TIMEOUT_S)[:2]
         except _Redirect:
             raise _ServerLost(f"the vgpu server at {self.address} redirected the session "
                               "before it was open") from None
+        except TransportError as exc:  # a refused handshake: say what it was
+            raise _ServerLost(str(exc)) from None
         finally:
             if offered:
                 offered.unlink()  # both ends have mapped it (or never will)
@@ -320,7 +326,11 @@ class Connection:
         old_socket, old_ring, old_address = self._socket, self.ring, self.address
         old_pid, self.server_pid = self.server_pid, None  # not the new server's
         self._forget_windows(None)  # they map the old server's memory
-        self._socket, self.address = self._open_socket(address), address
+        try:
+            self._socket, self.address = self._open_socket(address), address
+        except TransportError as exc:
+            self._socket, self.server_pid = old_socket, old_pid
+            raise _MoveFailed(f"{address}: {exc}") from None
         try:
             resume = {"position": position}
             if reconnect:  # the replies awaited: the server sends them again

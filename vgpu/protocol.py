@@ -20,6 +20,12 @@ kind is one of:
             another session: a replay's calls use the addresses its recording got. A
             server that records sessions answers "shm", "peer_memory" and
             "device_windows" false: every byte then travels in the messages it records.
+            "shm" ({"path", "size"}: the staging ring) and the host segments of
+            vgpuMapHostSegment are mapped only for a client on a local socket whose
+            kernel-reported pid is the hello's "pid", and only files named
+            /dev/shm/vgpu-PID-TOKEN-..., owned by it, mode 600, of that size (see
+            vgpu.server.client_files); "probe" is read from that pid only. Otherwise the
+            reply says "shm" false and data travels in payload frames.
     CALLS   body = [[op, args], ...]: driver calls in order; the server replies only when the
             header's seq is non-zero (the last call then is the synchronizing one)
     RELEASE body = None: the client finished copying through the device window the server

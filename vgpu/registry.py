@@ -8,15 +8,25 @@ servers that are gone are ignored and removed.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 __all__ = ["runtime_dir", "announce", "withdraw", "live_servers", "ask_sessions"]
 
 
 def runtime_dir() -> Path:
+    """vgpu's folder of the user's sockets, created owner-only. One another user made (in
+    /tmp, anybody can make the user's folder first) is refused: its owner could replace the
+    sockets in it."""
     base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/vgpu-{os.getuid()}"
     path = Path(base) / "vgpu"
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for folder in (path, path.parent):
+        info = folder.lstat()
+        if info.st_uid != os.getuid() or not stat.S_ISDIR(info.st_mode):
+            raise RuntimeError(f"{folder} belongs to another user (uid {info.st_uid}) or is "
+                               "not a folder: vgpu keeps its sockets in folders of the user's "
+                               "own (set XDG_RUNTIME_DIR)")
     return path
 
 
@@ -49,23 +59,31 @@ def live_servers() -> list[tuple[int, str]]:
 
 
 def ask_sessions(address: str, timeout_s: float) -> list[dict] | None:
-    """The sessions the server at `address` serves, or None if it does not answer in time."""
+    """The sessions the server at `address` serves, or None if it does not answer in time.
+    A server that cannot be reached safely, or refuses us, is an AddressError saying why."""
     import zmq
 
+    from vgpu.addresses import AddressError
     from vgpu.protocol import ADMIN, pack, unpack
+    from vgpu.transport import TransportError, connect, wait_answer
 
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
     try:
-        sock.connect(address)
+        sock, watch = connect(ctx, zmq.DEALER, address, watch=True)
+    except TransportError as exc:
+        ctx.term()
+        raise AddressError(str(exc)) from None
+    try:
         sock.send_multipart([pack([ADMIN, 1, ["ps", []]])])
-        if not sock.poll(int(timeout_s * 1000)):
+        if not wait_answer(sock, watch, timeout_s):
             return None
         _, _, sessions, *_ = unpack(sock.recv_multipart()[0])
         return list(sessions or [])
+    except TransportError as exc:
+        raise AddressError(str(exc)) from None
     except (ValueError, TypeError):  # something answered, but not a vgpu server
         return None
     finally:
+        watch.close()
         sock.close()
         ctx.term()

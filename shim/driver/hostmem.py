@@ -34,11 +34,12 @@ def _check(address: int | None) -> int:
     return address
 
 
-def map_shared(size: int, at: int | None = None) -> tuple[int, str]:
-    """A new shared-memory file of `size` bytes mapped here: (address, path). Unlink the path
-    once the server has mapped it too. With `at`, it replaces the pages there, keeping their
-    contents."""
-    path = f"/dev/shm/vgpu-{os.getpid()}-host-{secrets.token_hex(4)}"
+def map_shared(size: int, prefix: str, at: int | None = None) -> tuple[int, str]:
+    """A new shared-memory file of `size` bytes mapped here: (address, path), its name
+    starting with `prefix` (the connection's file_prefix: the server maps no other). Unlink
+    the path once the server has mapped it too. With `at`, it replaces the pages there,
+    keeping their contents."""
+    path = f"/dev/shm/{prefix}host-{secrets.token_hex(4)}"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.ftruncate(fd, size)
@@ -81,7 +82,7 @@ def _plain_anonymous(start: int, end: int) -> bool:
     return False
 
 
-def share_in_place(address: int, size: int) -> str | None:
+def share_in_place(address: int, size: int, prefix: str) -> str | None:
     """Back the pages holding [address, address + size) by a new shared-memory file, keeping
     their contents and addresses, so that the server can map them too (registered host memory
     a kernel reads through its device pointer); returns the file's path, or None when the
@@ -90,7 +91,7 @@ def share_in_place(address: int, size: int) -> str | None:
     start, length = page_range(address, size)
     if not _plain_anonymous(start, start + length):
         return None
-    return map_shared(length, at=start)[1]
+    return map_shared(length, prefix, at=start)[1]
 
 
 def unshare_in_place(address: int, size: int) -> None:

@@ -113,7 +113,7 @@ def _host_alloc(size: int, flags: int) -> int:
         state.host_allocations[address] = HostAllocation(size, flags, None)
         return address
     try:
-        address, path = map_shared(size)
+        address, path = map_shared(size, conn.file_prefix)
     except OSError as exc:
         raise CudaError(E.CUDA_ERROR_OUT_OF_MEMORY, f"cannot allocate host memory: {exc}") from None
     segment = state.new_segment_id()
@@ -219,7 +219,7 @@ def _share_registered(address: int, alloc: HostAllocation) -> bool:
             if low < start + length and start < low + other_length:
                 return False
     try:
-        path = share_in_place(address, alloc.size)
+        path = share_in_place(address, alloc.size, conn.file_prefix)
     except OSError:
         return False
     if path is None:

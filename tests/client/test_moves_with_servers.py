@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from vgpu_processes import VGPU, start_emu_server, stop_server, vgpu_environment
+from vgpu_processes import VGPU, keygen, start_emu_server, stop_server, vgpu_environment
 
 from vgpu.admin import AdminError, request
 from vgpu.client import PEER_COPY_BYTES, Connection
@@ -161,3 +161,31 @@ def test_a_failover_reports_no_error_and_no_output_twice(emu_servers):
     free, total = conn.call("cuMemGetInfo")[0]  # fails over, replays, and answers plainly
     assert conn.address == standby and 0 < free <= total
     conn.close()
+
+
+def test_a_session_migrates_between_tcp_servers_over_curve(tmp_path, monkeypatch):
+    """The source server hands the session over as a client of the target, with its own key
+    (which the target admits as an admin), and the program's client follows it there."""
+    me, home_a, home_b = tmp_path / "me", tmp_path / "a", tmp_path / "b"
+    mine, key_a = keygen(me), keygen(home_a, "--server")
+    keygen(home_b, "--server")
+    for home in (home_a, home_b):
+        (home / "authorized-keys").mkdir()
+        (home / "authorized-keys" / "me.key").write_text(f"{mine.read_text().strip()} admin\n")
+    (home_b / "authorized-keys" / "server-a.key").write_text(
+        f"{key_a.read_text().strip()} admin\n")
+    servers = [start_emu_server("tcp://127.0.0.1:*", env=vgpu_environment(VGPU_HOME=str(h)))
+               for h in (home_a, home_b)]
+    monkeypatch.setenv("VGPU_HOME", str(me))
+    try:
+        source, target = (s.endpoint for s in servers)
+        conn = Connection(source, timeout=30)
+        work = Workload(conn)
+        work.round()
+        assert _admin(source, "migrate", pid=os.getpid(), to=target, precopy=True)[0] == 0
+        work.round()
+        assert conn.address == target and conn.moves[0]["why"] == "redirect"
+        conn.close()
+    finally:
+        for proc in servers:
+            stop_server(proc)

@@ -9,33 +9,40 @@ import threading
 
 import pytest
 import zmq
-from vgpu_processes import ServerProcess, TcpForwarder, free_tcp_address, run_vgpu
+from vgpu_processes import (
+    ServerProcess,
+    TcpForwarder,
+    curve_homes,
+    free_tcp_address,
+    run_vgpu,
+    vgpu_environment,
+)
 
-import vgpu.client
 from vgpu.client import STREAM_CHUNK_BYTES, Connection
 from vgpu.protocol import CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
+from vgpu.transport import connect
 
 CONTEXT = 0x7667_0100_0000_0001
 MIB = 1 << 20
 
 
 @pytest.fixture
-def tcp_server():
-    server = ServerProcess(free_tcp_address())
+def tcp_server(tmp_path, monkeypatch):
+    """An emu server on TCP, CurveZMQ as by default; this process is a client it admits (a
+    client on another host, as the server sees it: no shared memory)."""
+    server_home, client_home = curve_homes(tmp_path)
+    server = ServerProcess(free_tcp_address(), env=vgpu_environment(VGPU_HOME=str(server_home)))
+    monkeypatch.setenv("VGPU_HOME", str(client_home))
     yield server
     server.stop()
 
 
-@pytest.fixture
-def remote(monkeypatch):
-    """Connections as from another host: no shared-memory staging ring."""
-    def no_ring(size):
-        raise OSError("no shared memory with a server on another host")
-
-    monkeypatch.setattr(vgpu.client, "StagingRing", no_ring)
+def through(forwarder: TcpForwarder, server: ServerProcess) -> str:
+    """The server's address as a client reaches it through `forwarder`."""
+    return f"{forwarder.address}#{server.address.split('#')[1]}"
 
 
-def test_large_copies_without_shared_memory_arrive_whole_and_in_place(tcp_server, remote):
+def test_large_copies_without_shared_memory_arrive_whole_and_in_place(tcp_server):
     conn = Connection(tcp_server.address)
     assert conn.ring is None
     conn.post("cuDevicePrimaryCtxRetain", CONTEXT, 0)
@@ -55,8 +62,8 @@ def test_large_copies_without_shared_memory_arrive_whole_and_in_place(tcp_server
     conn.close()
 
 
-def test_streamed_copies_survive_connections_cut_under_them(tcp_server, remote):
-    port = int(tcp_server.address.rsplit(":", 1)[1])
+def test_streamed_copies_survive_connections_cut_under_them(tcp_server):
+    port = int(tcp_server.address.split("#")[0].rsplit(":", 1)[1])
     forwarder = TcpForwarder(("127.0.0.1", port))
     stop = threading.Event()
 
@@ -66,7 +73,7 @@ def test_streamed_copies_survive_connections_cut_under_them(tcp_server, remote):
 
     cutter = threading.Thread(target=cut)
     try:
-        conn = Connection(forwarder.address)
+        conn = Connection(through(forwarder, tcp_server))
         conn.post("cuDevicePrimaryCtxRetain", CONTEXT, 0)
         size = 4 * STREAM_CHUNK_BYTES + 7
         address, _ = conn.call("cuMemAlloc", CONTEXT, size)
@@ -82,7 +89,7 @@ def test_streamed_copies_survive_connections_cut_under_them(tcp_server, remote):
         cutter.join()
         assert len(conn.moves) > 1, "no connection was cut under the copies"
         assert {move["why"] for move in conn.moves} == {"reconnect"}
-        assert {move["to"] for move in conn.moves} == {forwarder.address}
+        assert {move["to"] for move in conn.moves} == {through(forwarder, tcp_server)}
         conn.close()
     finally:
         stop.set()
@@ -99,10 +106,7 @@ def _request(sock, kind: str, seq: int, body, frames=()) -> list:
 
 
 def test_ps_shows_the_bytes_done_of_a_copy_under_way(tcp_server):
-    context = zmq.Context.instance()
-    client = context.socket(zmq.DEALER)
-    client.setsockopt(zmq.LINGER, 0)
-    client.connect(tcp_server.address)
+    client = connect(zmq.Context.instance(), zmq.DEALER, tcp_server.address)
     hello = {"version": PROTOCOL_VERSION, "pid": 1, "host": "another-host", "argv": ["copier"],
              "shm": None, "probe": None, "token": "ab" * 16, "resume": None}
     assert _request(client, HELLO, 1, hello)[1] == 0
@@ -116,7 +120,7 @@ def test_ps_shows_the_bytes_done_of_a_copy_under_way(tcp_server):
         client.send_multipart([pack([CALLS, 0, [
             *announce, ["cuMemcpyHtoD", [address + i * 2 * MIB, ["frame", 0], 2 * MIB]]]]),
             bytes(2 * MIB)])
-    result = run_vgpu("ps", "--server", tcp_server.address)
+    result = run_vgpu("ps", "--server", tcp_server.address, VGPU_HOME=os.environ["VGPU_HOME"])
     assert result.returncode == 0, result.stderr
     row = next(line for line in result.stdout.splitlines() if "copier" in line)
     assert "HtoD 4.0 MiB/8.0 MiB" in row
@@ -126,7 +130,7 @@ def test_ps_shows_the_bytes_done_of_a_copy_under_way(tcp_server):
             bytes(2 * MIB)])
     reply = _request(client, CALLS, 3, [["vgpuSynchronize", []]])
     assert reply[1] == 0, reply
-    row = next(line for line in run_vgpu("ps", "--server", tcp_server.address)
-               .stdout.splitlines() if "copier" in line)
+    result = run_vgpu("ps", "--server", tcp_server.address, VGPU_HOME=os.environ["VGPU_HOME"])
+    row = next(line for line in result.stdout.splitlines() if "copier" in line)
     assert "HtoD" not in row  # done
     client.close()

@@ -21,37 +21,58 @@ from test_state_moves import (
 )
 from vgpu_processes import (
     TcpForwarder,
+    curve_homes,
     free_tcp_address,
     run_vgpu,
     start_emu_server,
     stop_server,
+    vgpu_environment,
 )
 
 
+class Remote:
+    """An emu server on loopback TCP, CurveZMQ as by default, behind a forwarder the test can
+    cut, and the VGPU_HOME of a client it admits."""
+
+    def __init__(self, root):
+        server_home, self.client_home = curve_homes(root)
+        self.proc = start_emu_server(free_tcp_address(), "--reconnect-grace", "3",
+                                     env=vgpu_environment(VGPU_HOME=str(server_home)))
+        self.address = self.proc.endpoint  # tcp://127.0.0.1:PORT#serverkey=KEY
+        where, self.fragment = self.address.split("#")
+        self.forwarder = TcpForwarder(("127.0.0.1", int(where.rsplit(":", 1)[1])))
+
+    def through(self, forwarder: TcpForwarder) -> str:
+        """The server's address as a client reaches it through `forwarder`."""
+        return f"{forwarder.address}#{self.fragment}"
+
+    def env(self) -> dict[str, str]:
+        return {"VGPU_HOME": str(self.client_home)}
+
+    def sessions(self) -> list[str]:
+        """The session rows `vgpu ps --server ADDRESS` shows."""
+        result = run_vgpu("ps", "--server", self.address, timeout=TIMEOUT_S, **self.env())
+        assert result.returncode == 0, result.stderr
+        return [line for line in result.stdout.splitlines()[2:] if line.strip()]
+
+    def close(self) -> None:
+        self.forwarder.close()
+        stop_server(self.proc)
+
+
 @pytest.fixture
-def tcp_server():
-    """An emu server on loopback TCP, behind a forwarder the test can cut; yields both."""
-    address = free_tcp_address()
-    proc = start_emu_server(address, "--reconnect-grace", "3")
-    forwarder = TcpForwarder(("127.0.0.1", int(address.rsplit(":", 1)[1])))
+def remote(tmp_path):
+    server = Remote(tmp_path)
     try:
-        yield address, forwarder
+        yield server
     finally:
-        forwarder.close()
-        stop_server(proc)
-
-
-def sessions(address: str) -> list[str]:
-    """The session rows `vgpu ps --server ADDRESS` shows."""
-    result = run_vgpu("ps", "--server", address, timeout=TIMEOUT_S)
-    assert result.returncode == 0, result.stderr
-    return [line for line in result.stdout.splitlines()[2:] if line.strip()]
+        server.close()
 
 
 @pytest.mark.parametrize("kind", ["driver", "runtime", "cuda-python"])
 def test_a_program_finishes_correctly_through_connections_cut_while_it_runs(
-        tmp_path, tcp_server, state_loop, rt_state_loop, state_kernels_ptx, kind):
-    address, forwarder = tcp_server
+        tmp_path, remote, state_loop, rt_state_loop, state_kernels_ptx, kind):
+    forwarder = remote.forwarder
     pause = tmp_path / "pause"
     pause_at(pause, 1_000_000)  # no pause: the file only has to be there
     shape, command = {
@@ -62,7 +83,8 @@ def test_a_program_finishes_correctly_through_connections_cut_while_it_runs(
                                            state_kernels_ptx, 3, 3072, 20, 1,
                                            "--pause-file", pause]),
     }[kind]
-    program = RunningProgram(command, TIMEOUT_S, VGPU_SERVER=forwarder.address)
+    program = RunningProgram(command, TIMEOUT_S, VGPU_SERVER=remote.through(forwarder),
+                             **remote.env())
     try:
         cuts = 0
         while program.proc.poll() is None and cuts < 8:
@@ -74,7 +96,7 @@ def test_a_program_finishes_correctly_through_connections_cut_while_it_runs(
         assert "reconnect" not in program.stderr.lower(), program.transcript()
     finally:
         program.stop()
-    assert sessions(address) == []  # it said goodbye; nothing was left behind
+    assert remote.sessions() == []  # it said goodbye; nothing was left behind
 
 
 # A client on another host, as the server sees it (its pid means nothing here): it opens a
@@ -91,25 +113,26 @@ REMOTE_CLIENT = textwrap.dedent("""
 """)
 
 
-def test_the_sessions_of_remote_clients_that_vanish_are_freed_within_seconds(tcp_server):
-    address, closing = tcp_server
+def test_the_sessions_of_remote_clients_that_vanish_are_freed_within_seconds(remote):
+    closing = remote.forwarder
     # One client's host dies with its connection closed (its kernel says so); the other's
     # path goes silent (a host switched off): zmq's heartbeats find that out.
     silent = TcpForwarder(closing.target)
-    clients = [subprocess.Popen([sys.executable, "-c", REMOTE_CLIENT, forwarder.address],
-                                stdout=subprocess.PIPE, text=True)
+    clients = [subprocess.Popen([sys.executable, "-c", REMOTE_CLIENT, remote.through(forwarder)],
+                                stdout=subprocess.PIPE, text=True,
+                                env=vgpu_environment(**remote.env()))
                for forwarder in (closing, silent)]
     try:
         for client in clients:
             assert client.stdout.readline() == "ready\n"
-        assert len(sessions(address)) == 2
+        assert len(remote.sessions()) == 2
         silent.silence()
         for client in clients:
             client.kill()
             client.wait()
         deadline = time.monotonic() + 20  # heartbeat timeout + grace, with room to spare
-        while sessions(address):
-            assert time.monotonic() < deadline, sessions(address)
+        while remote.sessions():
+            assert time.monotonic() < deadline, remote.sessions()
             time.sleep(0.5)
     finally:
         for client in clients:

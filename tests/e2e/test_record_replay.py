@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -88,11 +89,14 @@ def test_every_process_of_a_program_is_one_session_of_its_trace(driver_app, kern
 
 
 def test_a_recording_server_shares_no_memory_with_its_clients(tmp_path):
-    segment = tmp_path / "ring"
-    segment.write_bytes(bytes(4096))
+    token = secrets.token_hex(16)
+    # A staging ring as a client makes it (the only kind a server maps: see client_files).
+    segment = Path(f"/dev/shm/vgpu-{os.getpid()}-{token}-ring-test")
+    segment.touch(mode=0o600, exist_ok=False)
+    os.truncate(segment, 4096)
     probe = ctypes.create_string_buffer(b"probe")
     hello = {"version": PROTOCOL_VERSION, "pid": os.getpid(), "host": socket.gethostname(),
-             "argv": ["test"], "token": None, "resume": None,
+             "argv": ["test"], "token": token, "resume": None,
              "shm": {"path": str(segment), "size": 4096},
              "probe": [ctypes.addressof(probe), b"probe"]}
     answers = {}
@@ -107,6 +111,7 @@ def test_a_recording_server_shares_no_memory_with_its_clients(tmp_path):
             sock.close()
             assert code == 0, info
             answers[name] = {k: info[k] for k in ("shm", "peer_memory", "device_windows")}
+    segment.unlink()
     assert answers["plain"]["shm"]  # the same hello gets shared memory from a plain server
     assert answers["recording"] == {"shm": False, "peer_memory": False,
                                     "device_windows": False}

@@ -1,0 +1,190 @@
+"""How vgpu's sockets reach a server: CurveZMQ over tcp, kernel-checked credentials over ipc.
+
+Over tcp every connection is encrypted and both ends authenticated (CurveZMQ): the client
+proves its key (this user's `client.secret`, or VGPU_CLIENT_KEY names another file), and
+checks that the server holds the secret of the public key it expects: the one given with the
+address (`tcp://host:port#serverkey=KEY`) or else the one the known-servers file lists for
+it (vgpu/keys.py). A server whose key is unknown is refused before anything is sent. Plain
+tcp needs VGPU_INSECURE=1 (`vgpu run --insecure`), and says so on stderr.
+
+A refused CurveZMQ handshake looks to a client like a silent server; a monitor on the socket
+says what happened instead (the server refused our key, expects no encryption or does not
+hold the key we expected), so that a hello that timed out can be explained.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from pathlib import Path
+
+import zmq
+
+from .keys import KeyFileError, check_public, known_server_key, load_secret, vgpu_home
+
+__all__ = ["TransportError", "Watch", "split_address", "connect", "wait_answer",
+           "INSECURE_ENV", "HEARTBEAT_IVL_MS", "HEARTBEAT_TIMEOUT_MS"]
+
+INSECURE_ENV = "VGPU_INSECURE"
+# ZMTP heartbeats on tcp connections (both ends): a peer silent this long (no data, no PONG)
+# loses its connection. zmq's I/O threads answer them, so a client busy computing on its
+# host, or a server busy running kernels, still answers.
+HEARTBEAT_IVL_MS = 1000
+HEARTBEAT_TIMEOUT_MS = 4000
+_warned: set[str] = set()
+_HANDSHAKE_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+
+
+class TransportError(ValueError):
+    """vgpu cannot connect to that server safely (no key for it, no key of ours, ...)."""
+
+
+def split_address(address: str) -> tuple[str, str | None]:
+    """(what zmq connects to, the server key given with the address, if any)."""
+    where, sep, fragment = address.partition("#")
+    if not sep:
+        return address, None
+    name, _, value = fragment.partition("=")
+    if name != "serverkey" or not where.startswith("tcp://"):
+        raise TransportError(f"{address}: only a tcp address takes a suffix, "
+                             "#serverkey=PUBLICKEY")
+    try:
+        return where, check_public(value, "#serverkey")
+    except KeyFileError as exc:
+        raise TransportError(str(exc)) from None
+
+
+def insecure() -> bool:
+    return os.environ.get(INSECURE_ENV, "") not in ("", "0")
+
+
+def connect(context: zmq.Context, kind: int, address: str, *,
+            secret_file: Path | None = None, watch: bool = False, drops: bool = False):
+    """A socket of `kind` connected to the server at `address`, secured as its transport
+    needs (`secret_file`: our key pair, default this user's client key); with `watch`,
+    (socket, Watch): what its connection went through, a refused handshake above all, and
+    with `drops` its connection dropping."""
+    where, server_key = split_address(address)
+    sock = context.socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        if where.startswith("tcp://"):
+            _secure(sock, where, server_key, secret_file)
+        if drops:  # a silent connection is closed, and so seen to drop
+            sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+        watcher = Watch(sock, address, drops) if watch else None
+        sock.connect(where)
+    except BaseException:
+        sock.close(linger=0)
+        raise
+    return (sock, watcher) if watch else sock
+
+
+def _secure(sock: zmq.Socket, where: str, server_key: str | None,
+            secret_file: Path | None) -> None:
+    if insecure():
+        if where not in _warned:
+            _warned.add(where)
+            print(f"vgpu: warning: {where} without encryption or authentication "
+                  f"({INSECURE_ENV}): anyone on the network path can read and change what "
+                  "this program sends", file=sys.stderr)
+        return
+    try:
+        server_key = server_key or known_server_key(where)
+        if server_key is None:
+            raise TransportError(
+                f"the key of the server at {where} is unknown: give it with the address "
+                f"({where}#serverkey=PUBLICKEY) or add `{where} PUBLICKEY` to "
+                f"{vgpu_home() / 'known-servers'} (its server.pub holds it); "
+                f"{INSECURE_ENV}=1 connects without encryption")
+        public, secret = load_secret(secret_file or _client_key_file())
+    except KeyFileError as exc:
+        raise TransportError(str(exc)) from None
+    sock.curve_serverkey = server_key.encode()
+    sock.curve_publickey = public
+    sock.curve_secretkey = secret
+
+
+def _client_key_file() -> Path:
+    named = os.environ.get("VGPU_CLIENT_KEY")
+    return Path(named) if named else vgpu_home() / "client.secret"
+
+
+class Watch:
+    """A monitor of a socket's connection: why its handshake failed, if it did, and whether
+    it dropped since last asked (zmq reconnects by itself, but as a new connection, which a
+    server does not know)."""
+
+    def __init__(self, sock: zmq.Socket, address: str, drops: bool):
+        self.sock, self.address = sock, address
+        events = _HANDSHAKE_EVENTS | (zmq.EVENT_DISCONNECTED if drops else 0)
+        self.monitor = sock.get_monitor_socket(events)
+        self._why: str | None = None
+        self._dropped = False
+
+    def _read(self) -> None:
+        while self.monitor.poll(0):
+            # A monitor's message: the event (u16) and its value (u32), then the endpoint.
+            # Read here, not with zmq.utils.monitor, which imports asyncio: in a C program,
+            # whose Python must leave SIGINT alone, importing `signal` would take it over.
+            kind = struct.unpack_from("=H", self.monitor.recv_multipart()[0])[0]
+            if kind == zmq.EVENT_DISCONNECTED:
+                self._dropped = True
+            elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._why = None
+            else:
+                self._why = _refusal(kind, self.address)
+
+    def refusal(self) -> str | None:
+        """Why the server did not answer, when its handshake said so; None if no handshake
+        failed (the server may just be gone or slow)."""
+        self._read()
+        return self._why
+
+    def dropped(self) -> bool:
+        """Whether the connection dropped since the last time this was asked."""
+        self._read()
+        dropped, self._dropped = self._dropped, False
+        return dropped
+
+    def close(self) -> None:
+        try:
+            self.sock.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        self.monitor.close(linger=0)
+
+
+def _refusal(kind: int, address: str) -> str:
+    if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+        return (f"the vgpu server at {address} did not accept this client"
+                + ("'s user" if address.startswith("ipc") else
+                   "'s key (or is not a vgpu server): add its public key (client.pub) to "
+                   "the server's authorized-keys folder"))
+    if insecure():  # whether the server says which, or closes the connection
+        return (f"the server at {address} refused a plain (unencrypted) connection: it "
+                f"requires encryption (CurveZMQ); unset {INSECURE_ENV} and give its key")
+    if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        return (f"the server at {address} expects plain tcp, not encryption (a vgpu "
+                "server started with --insecure?)")
+    return (f"the server at {address} does not hold the key this client expects for it "
+            "(or is not a vgpu server)")
+
+
+def wait_answer(sock: zmq.Socket, watch: Watch | None, timeout_s: float) -> bool:
+    """Wait up to `timeout_s` for something to read on `sock`; False if nothing came. A
+    refused handshake raises TransportError at once, saying why, rather than after the
+    timeout (libzmq would go on retrying it)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not sock.poll(50):
+        why = watch.refusal() if watch is not None else None
+        if why:
+            raise TransportError(why)
+        if time.monotonic() >= deadline:
+            return False
+    return True
