@@ -39,7 +39,7 @@ class Remote:
         self.proc = start_emu_server(free_tcp_address(), "--reconnect-grace", "3",
                                      env=vgpu_environment(VGPU_HOME=str(server_home)))
         self.address = self.proc.endpoint  # tcp://127.0.0.1:PORT#serverkey=KEY
-        where, self.fragment = self.address.split("#")
+        where, _, self.fragment = self.address.partition("#")
         self.forwarder = TcpForwarder(("127.0.0.1", int(where.rsplit(":", 1)[1])))
 
     def through(self, forwarder: TcpForwarder) -> str:
