@@ -33,6 +33,8 @@ from .backends import Backend, LoadedModule, open_backend
 from .backends.base import Cancelled, KernelFault
 from .handles import HandleTable
 from .peer_memory import PeerMemoryError, read_peer, write_peer
+from .peers import LOCAL, Peer
+from .quotas import MemoryAccount, MemoryQuotas
 from .shared_allocations import SHARED_BYTES, SharedAllocations
 
 __all__ = ["Session", "Capture", "OPS"]
@@ -57,6 +59,9 @@ CU_EVENT_DISABLE_TIMING = 0x2
 BUILTIN_STREAMS = frozenset({0, 1, 2})
 # How long taking a session's state waits for the client to finish a device-window copy.
 WINDOW_RELEASE_S = 5.0
+# The most bytes a client's hello may ask the server to read back from its memory (vgpu's
+# client sends 16).
+PROBE_BYTES = 64
 # Launch configurations a function keeps checked and prepared; the oldest goes first.
 LAUNCHERS_PER_FUNCTION = 16
 
@@ -118,8 +123,13 @@ class Event:
 
 class Session:
     def __init__(self, session_id: int, hello: dict, backend: Backend, arena: VaArena,
-                 memcheck: str = "report"):
+                 memcheck: str = "report", peer: Peer = LOCAL,
+                 memory: MemoryAccount | None = None):
         self.id = session_id
+        self.peer = peer
+        # What the session's device memory is charged to (see quotas.py); alone, it may
+        # take the whole device.
+        self.memory = memory or MemoryQuotas(backend.describe().total_memory).account(peer)
         self.token = _token(hello.get("token"))
         self.argv = [str(a) for a in hello.get("argv", [])]
         self.backend = backend
@@ -150,6 +160,8 @@ class Session:
         self.sticky_error = CUDA_SUCCESS
         self.last_error_message = ""
         self.output: list[str] = []       # device printf text, for the application's stdout
+        self._output_bytes = 0            # its size (bounded: see _print)
+        self._output_dropped = False      # whether some was dropped (said once)
         self.diagnostics: list[str] = []  # fault reports and assert lines, for its stderr
         # The application's VGPU_MEMCHECK (sent at hello) wins over the server's --memcheck.
         wanted = hello.get("memcheck")
@@ -204,7 +216,10 @@ class Session:
         if not probe or self.staging is None:  # no shared memory: not on this host
             return False
         try:
-            address, expected = int(probe[0]), bytes(probe[1])
+            address, expected = int(probe[0]), probe[1]
+            # The bytes the client sent, never a size it names: bytes(n) would allocate n.
+            if not isinstance(expected, bytes) or not 0 < len(expected) <= PROBE_BYTES:
+                return False
             seen = memoryview(bytearray(len(expected)))
             read_peer(self.pid, address, seen)
             return bytes(seen) == expected
@@ -284,7 +299,24 @@ class Session:
         return [code, message] if code else 0
 
     def take_output(self) -> str:
+        self._output_bytes = 0
         return _take_text(self.output)
+
+    def _print(self, text: str) -> None:
+        """Keep a launch's printf output for the client. Launches queued without a
+        synchronization between them share one printf FIFO's worth (the client takes what
+        is kept at its next synchronizing call, where CUDA flushes its FIFO); a launch's
+        output beyond it is dropped, as output that does not fit CUDA's FIFO is."""
+        if self._output_bytes + len(text) > self.printf_fifo_bytes:
+            if text and not self._output_dropped:
+                self.diagnostics.append(
+                    "vgpu: device printf output was dropped: queued launches printed more "
+                    f"than the printf FIFO holds ({self.printf_fifo_bytes} bytes; "
+                    "cudaLimitPrintfFifoSize) before a synchronization\n")
+                self._output_dropped = True
+            return
+        self._output_bytes += len(text)
+        self.output.append(text)
 
     def take_diagnostics(self) -> str:
         return _take_text(self.diagnostics)
@@ -298,6 +330,7 @@ class Session:
             self.recorder.finish()
         for handle, _ in self.contexts.items():
             self._destroy_context_resources(handle)
+        self.memory.release_all()
         self.backend.close()
         if self.shared is not None:
             self.shared.close()
@@ -554,6 +587,10 @@ class Session:
         if limit == CU_LIMIT_PRINTF_FIFO_SIZE:
             if value < 0:
                 raise CudaError(CUDA_ERROR_INVALID_VALUE, "negative printf FIFO size")
+            if value > self.memory.info()[1]:  # the FIFO is device memory
+                raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
+                                f"a printf FIFO of {value} bytes is more than the session's "
+                                f"device memory ({self.memory.info()[1]} bytes)")
             if self.printf_launched:  # CUDA's rule: the FIFO is allocated by then
                 raise CudaError(CUDA_ERROR_INVALID_VALUE,
                                 "the printf FIFO size cannot change after a kernel that "
@@ -610,14 +647,7 @@ class Session:
         ctx = self.contexts.get(context)
         if size <= 0:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "allocation size must be positive")
-        if size > self.device.total_memory - self.arena.bytes_in_use:
-            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of device memory ({size} bytes)")
-        address = self.arena.alloc(size, at)
-        if address is None:
-            if at is not None:
-                raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
-                                f"0x{at:x}+{size} is not free in the session's address range")
-            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of device memory ({size} bytes)")
+        address = self._reserve(size, at)
         shared = (self.shared.create(address, size)
                   if self.shared is not None and size >= SHARED_BYTES and backing is None
                   else None)
@@ -627,7 +657,7 @@ class Session:
             # What could not be placed holds no device memory.
             if shared is not None:
                 self.shared.release(address)
-            self.arena.free(address)
+            self._unreserve(address)
             raise
         self.allocation_owner[address] = context
         ctx.allocations.add(address)
@@ -642,16 +672,32 @@ class Session:
         self.backend.unmap(address)
         if self.shared is not None:
             self.shared.release(address)
-        self.arena.free(address)
+        self._unreserve(address)
         ctx = self.allocation_owner.pop(address)
         self.journal.destroyed("alloc", address)
         if ctx in self.contexts:
             self.contexts.get(ctx).allocations.discard(address)
 
+    def _reserve(self, size: int, at: int | None = None) -> int:
+        """Charge `size` bytes to the session's quota and place them in its arena (at `at`:
+        a restore puts memory back where it was)."""
+        self.memory.charge(size)
+        address = self.arena.alloc(size, at)
+        if address is None:
+            self.memory.release(size)
+            if at is not None:
+                raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
+                                f"0x{at:x}+{size} is not free in the session's address range")
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of device memory ({size} bytes)")
+        return address
+
+    def _unreserve(self, address: int) -> None:
+        self.memory.release(self.arena.free(address))
+
     @op("cuMemGetInfo")
     def mem_get_info(self):
-        total = self.device.total_memory
-        return [total - self.arena.bytes_in_use, total]
+        """The session's own view: a device the size of its limit (see quotas.py)."""
+        return list(self.memory.info())
 
     @op("vgpuMapHostSegment")
     def map_host_segment(self, seg_id: int, path: str, size: int, device_address):
@@ -770,12 +816,8 @@ class Session:
         wanted = iter(places) if places is not None else None
 
         def allocate(size: int) -> int:
-            place = next(wanted, None) if wanted else None
-            address = self.arena.alloc(size, place)
-            if address is None:
-                raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, "no room for module variables"
-                                if place is None else f"0x{place:x}+{size} is not free in "
-                                                      f"the session's address range")
+            # Module variables are device memory like any allocation: the quota pays.
+            address = self._reserve(size, next(wanted, None) if wanted else None)
             allocated.append(address)
             return address
 
@@ -783,7 +825,7 @@ class Session:
             loaded = self.backend.load_module(image, allocate)
         except BaseException:
             for address in allocated:
-                self.arena.free(address)
+                self._unreserve(address)
             raise
         self.modules.add(handle, Module(context, loaded))
         ctx.modules.add(handle)
@@ -799,7 +841,7 @@ class Session:
             self.journal.destroyed("function", f)
         self.backend.unload_module(module.loaded)
         for address, _ in module.loaded.variables.values():
-            self.arena.free(address)
+            self._unreserve(address)
         if module.context in self.contexts:
             self.contexts.get(module.context).modules.discard(handle)
 
@@ -835,14 +877,14 @@ class Session:
             self._report_fault(fault)
             raise
         if printed:
-            self.output.append(printed)
+            self._print(printed)
         if report:
             self.diagnostics.append(report)
 
     def _report_fault(self, fault: KernelFault) -> None:
         """A kernel failed: its printf output first, then CUDA's lines for failed asserts or
         our report of the fault, all for the application; and a line in the server log."""
-        self.output.append(fault.output)
+        self._print(fault.output)
         self.diagnostics.append(fault.diagnostics)
         if fault.code != CUDA_ERROR_ASSERT:  # CUDA itself says nothing more than its lines
             try:

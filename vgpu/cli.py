@@ -36,6 +36,22 @@ def _add_server_parser(sub) -> None:
                    help="record every new session's calls into the trace DIR")
     p.add_argument("--record-full", action="store_true",
                    help="with --record: keep the data returned to programs, not only digests")
+    p.add_argument("--mem-limit", type=_size, default=None, metavar="SIZE",
+                   help="device memory each session may hold (512M, 4G); cuMemGetInfo "
+                        "reports it as the device's size")
+    p.add_argument("--server-mem-limit", type=_size, default=None, metavar="SIZE",
+                   help="device memory all sessions may hold together (default: the device's)")
+    p.add_argument("--max-message", type=_size, default=None, metavar="SIZE",
+                   help="the largest message part the server accepts (default 1G)")
+
+
+def _size(text: str) -> int:
+    from vgpu.server.quotas import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_run_parser(sub) -> None:
@@ -188,7 +204,11 @@ def _server(args) -> int:
             server = ProxyServer(address, args.backend, args.memcheck,
                                  checkpoint_dir=args.checkpoint_dir,
                                  checkpoint_every=args.checkpoint_every,
-                                 record_dir=args.record, record_full=args.record_full)
+                                 record_dir=args.record, record_full=args.record_full,
+                                 mem_limit=args.mem_limit,
+                                 server_mem_limit=args.server_mem_limit,
+                                 **({"max_message": args.max_message}
+                                    if args.max_message else {}))
         except AddressError as exc:
             print(f"vgpu server: cannot listen on {address}: {exc}", file=sys.stderr)
             return 1

@@ -72,6 +72,7 @@ RELEASING_CALLS = frozenset({"cuMemFree", "cuCtxDestroy", "cuDevicePrimaryCtxRes
 POLL_SLICE_MS = 100
 # Ends a failover's replay of messages whose answers the application already has.
 DISCARD_REPORTED = "vgpuDiscardReported"
+CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_NOT_READY = 600
 # How long a synchronizing call polls for its reply before it sleeps in the kernel. Waking a
 # sleeping thread costs tens of microseconds on an idle machine, more than a round trip's
@@ -172,6 +173,7 @@ class Connection:
         self.stdout_writer, self.stderr_writer = _c_writers()
         self.ring: StagingRing | None = None
         self.peer_memory = False
+        self.max_message: int | None = None
         # Device allocations mapped into this process: base -> (serial, map, address).
         self._windows: dict[int, tuple[int, mmap.mmap, int]] = {}
         # Whether the server shares large allocations' files (it says at hello), until the
@@ -238,6 +240,9 @@ class Connection:
             self.ring = None
         self.peer_memory = bool(info.get("peer_memory")) and not self.failover
         self._windows_work = bool(info.get("device_windows")) and not self.failover
+        # The largest message part the server takes: a larger one would cost us the
+        # connection, so it is refused here, with a reason.
+        self.max_message = info.get("max_message") or None
         return info
 
     def _move(self, address: str, position: int, why: str) -> None:
@@ -401,6 +406,10 @@ class Connection:
 
     def frame(self, payload) -> list:
         """A reference to `payload` sent as a raw frame with the next message."""
+        if self.max_message is not None and len(payload) > self.max_message:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                            f"{len(payload)} bytes in one message is more than the vgpu "
+                            f"server at {self.address} accepts ({self.max_message})")
         self._frames.append(payload)
         return ["frame", len(self._frames) - 1]
 

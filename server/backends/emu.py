@@ -129,7 +129,8 @@ class EmuBackend(Backend):
         # another's (`__device__ const char *s = "..."`).
         symbols = {name: address for name, (address, _) in variables.items()}
         for name, var in module.variables.items():
-            self.memory.write(symbols[name], var.initial_bytes(symbols))
+            if var.init or var.relocations:  # a fresh mapping is zeros: nothing to write
+                self.memory.write(symbols[name], var.initial_bytes(symbols))
         kernels = {
             name: KernelDescription(
                 name=name,

@@ -175,7 +175,8 @@ class PreparedLaunch:
             strays = STRAYS_ALLOWED
         # Parameter space is read-only to kernels (spaces.locate refuses stores), so the
         # caller's bytes are used as they are.
-        ctx = LaunchContext(self, memory, np.frombuffer(params, np.uint8), strays)
+        ctx = LaunchContext(self, memory, np.frombuffer(params, np.uint8), strays,
+                            printf_fifo_bytes)
         for chunk in self._small_chunks or self._chunks():
             state = State(ctx, chunk, program.register_dtypes)
             try:
