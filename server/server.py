@@ -420,8 +420,10 @@ class ProxyServer(AdminMixin):
                         "the session queued more work than the server holds")
             self._close_session(identity, "it queued more work than the server holds")
             return
+        # A message is whole in memory once it is here: what is bounded is what waits.
         size = header_bytes + sum(len(p) for p in payloads)
-        if worker.queued_bytes + size > QUEUED_MESSAGES * self.max_message:
+        if worker.queued_bytes and \
+                worker.queued_bytes + size > QUEUED_MESSAGES * self.max_message:
             why = (f"the session has {worker.queued_bytes} bytes of calls waiting to run; "
                    f"the server holds at most {QUEUED_MESSAGES * self.max_message}")
             if seq:

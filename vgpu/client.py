@@ -579,10 +579,9 @@ class Connection:
         necessarily applied. Large copies go in chunks so client and server copy in parallel.
         """
         with self._lock:
-            if size <= INLINE_BYTES or self.ring is None:
-                spec = ["inline", ctypes.string_at(src, size)] if size <= INLINE_BYTES else \
-                    self.frame(ctypes.string_at(src, size))
-                self._queue.append([op, (dst, spec, size, *extra)])
+            if size <= INLINE_BYTES:
+                self._queue.append([op, (dst, ["inline", ctypes.string_at(src, size)], size,
+                                         *extra)])
                 return
             if self.peer_memory and size >= PEER_COPY_BYTES:
                 window = self._device_window(dst, size)
@@ -596,16 +595,20 @@ class Connection:
                     self._queue.append([op, (dst, ["peer", src], size, *extra)])
                     self._finish(self._wait(self._flush(want_reply=True), self.timeout))
                     return
-            for offset in range(0, size, CHUNK_BYTES):
-                n = min(CHUNK_BYTES, size - offset)
+            # Without a ring (a remote or recorded session) each chunk is a message of its
+            # own: the server takes messages up to a size, and queues a few of them at most.
+            step = min(CHUNK_BYTES, self.max_message or CHUNK_BYTES)
+            for offset in range(0, size, step):
+                n = min(step, size - offset)
                 slot = self._stage(n)
-                if slot is None:  # no ring any more: the session moved to another host
+                if slot is None:
                     spec = self.frame(ctypes.string_at(src + offset, n))
                 else:
                     ctypes.memmove(self.ring.address + slot, src + offset, n)
                     spec = ["shm", slot]
                 self._queue.append([op, (dst + offset, spec, n, *extra)])
-                self._flush()  # start the server on this chunk while we stage the next
+                if slot is not None or size > step:
+                    self._flush()  # start the server on this chunk while we stage the next
 
     def _stage(self, n: int) -> int | None:
         """Where in the ring to stage `n` bytes (waiting for the server to consume what is

@@ -4,6 +4,7 @@ server, and the client's session where it can, go on."""
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import socket
@@ -265,3 +266,24 @@ def test_sizes_in_options_are_checked_when_the_server_starts(tmp_path):
     done = run_vgpu("server", "--listen", f"ipc://{tmp_path}/server.sock", "--backend", "emu",
                     "--mem-limit", "lots", timeout=60)
     assert done.returncode == 2 and "--mem-limit: 'lots' is not a size" in done.stderr
+
+
+def test_a_large_copy_without_shared_memory_goes_in_messages_the_server_takes(tmp_path):
+    """A recorded session has no staging ring: its copies travel in messages, each within
+    the server's limit however large the copy."""
+    srv = ServerProcess(f"ipc://{tmp_path}/server.sock", "--max-message", "64K",
+                        "--record", str(tmp_path / "trace"))
+    try:
+        conn = _open(srv.address)
+        assert conn.ring is None
+        size = 1 << 20
+        target, _ = conn.call("cuMemAlloc", CONTEXT, size)
+        data = bytes(range(256)) * (size // 256)
+        conn.write_device("cuMemcpyHtoD", target, ctypes.cast(data, ctypes.c_void_p).value,
+                          size)
+        back = ctypes.create_string_buffer(size)
+        conn.read_device("cuMemcpyDtoH", target, ctypes.addressof(back), size)
+        assert back.raw == data
+        conn.close()
+    finally:
+        srv.stop()
