@@ -8,6 +8,7 @@ each time while A's memory stays as it was. One session's kernel faults never to
 from __future__ import annotations
 
 import ctypes
+import os
 
 import pytest
 
@@ -176,3 +177,26 @@ def test_a_sessions_faults_and_asserts_stay_its_own(sessions):
     assert a.call("vgpuSynchronize")[0] is None
     a.post("cuMemFree", other)
     _unchanged(a, at["held"])
+
+
+def test_a_client_cannot_shrink_device_memory_it_maps_under_the_server(server):
+    """A local client maps large allocations itself (through the server's /proc fd); the
+    file is sealed at its size, so truncating it, which would make the server's next access
+    to that memory a SIGBUS for every session, is refused."""
+    conn = Connection(server.address)
+    conn.post("cuCtxCreate", A_CTX, 0, 0)
+    size = 1 << 20
+    target, _ = conn.call("cuMemAlloc", A_CTX, size)
+    window, _ = conn.call("vgpuDeviceWindow", target, size)
+    assert window is not None, "the server shares large allocations with local clients"
+    pid, fd = window[0], window[1]
+    opened = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR)
+    try:
+        with pytest.raises(PermissionError):
+            os.ftruncate(opened, 0)
+    finally:
+        os.close(opened)
+    conn.call("vgpuMemset", target, b"\1", size)
+    assert conn.call("vgpuDigest", target, 16)[0]
+    conn.close()
+    assert server.alive()
