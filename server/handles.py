@@ -11,11 +11,15 @@ from typing import Generic, TypeVar
 
 from vgpu.errors import CudaError
 
-__all__ = ["HandleTable"]
+__all__ = ["HandleTable", "MAX_HANDLES"]
 
 T = TypeVar("T")
 CUDA_ERROR_INVALID_HANDLE = 400
 CUDA_ERROR_INVALID_CONTEXT = 201
+CUDA_ERROR_OUT_OF_MEMORY = 2
+# Live objects of one kind a session may hold: each costs the server memory that no device
+# quota counts, and no program needs millions of streams or events.
+MAX_HANDLES = 1 << 20
 
 
 class HandleTable(Generic[T]):
@@ -27,6 +31,10 @@ class HandleTable(Generic[T]):
     def add(self, handle: int, obj: T) -> None:
         if not handle or handle in self._objects:
             raise CudaError(self.error_code, f"{self.kind} handle 0x{handle:x} is not new")
+        if len(self._objects) >= MAX_HANDLES:
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
+                            f"the session holds {len(self._objects)} {self.kind}s, the most "
+                            f"a session may")
         self._objects[handle] = obj
 
     def get(self, handle: int) -> T:

@@ -62,6 +62,8 @@ WINDOW_RELEASE_S = 5.0
 # The most bytes a client's hello may ask the server to read back from its memory (vgpu's
 # client sends 16).
 PROBE_BYTES = 64
+# Allocations one session may hold (each costs the server bookkeeping beyond its bytes).
+MAX_ALLOCATIONS = 1 << 20
 # Launch configurations a function keeps checked and prepared; the oldest goes first.
 LAUNCHERS_PER_FUNCTION = 16
 
@@ -681,6 +683,10 @@ class Session:
     def _reserve(self, size: int, at: int | None = None) -> int:
         """Charge `size` bytes to the session's quota and place them in its arena (at `at`:
         a restore puts memory back where it was)."""
+        if self.arena.count >= MAX_ALLOCATIONS:
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
+                            f"the session holds {self.arena.count} allocations, the most a "
+                            f"session may")
         self.memory.charge(size)
         address = self.arena.alloc(size, at)
         if address is None:

@@ -287,3 +287,33 @@ def test_a_large_copy_without_shared_memory_goes_in_messages_the_server_takes(tm
         conn.close()
     finally:
         srv.stop()
+
+
+# ----------------------------------------------------------------- objects a session holds
+
+def test_a_session_holds_a_bounded_number_of_allocations_and_objects(monkeypatch):
+    """Each costs the server bookkeeping that no device quota counts: past the bound (a
+    million of a kind; three here) creating one fails with CUDA_ERROR_OUT_OF_MEMORY."""
+    from vgpu.server import handles as handles_module
+    from vgpu.server import session as session_module
+    from vgpu.server.arena import VaArena
+    from vgpu.server.backends.emu import EmuBackend
+
+    monkeypatch.setattr(session_module, "MAX_ALLOCATIONS", 3)
+    monkeypatch.setattr(handles_module, "MAX_HANDLES", 3)
+    session = session_module.Session(1, {}, EmuBackend(), VaArena(1 << 44, 1 << 40))
+    session.primary_ctx_retain(CONTEXT, 0)
+    allocations = [session.mem_alloc(CONTEXT, 16) for _ in range(3)]
+    for handle in (11, 12, 13):
+        session.event_create(handle, CONTEXT, 0)
+    for create in (lambda: session.mem_alloc(CONTEXT, 16),
+                   lambda: session.event_create(14, CONTEXT, 0)):
+        with pytest.raises(CudaError) as err:
+            create()
+        assert err.value.code == CUDA_ERROR_OUT_OF_MEMORY
+        assert "the most a session may" in err.value.message
+    session.mem_free(allocations[0])
+    session.event_destroy(11)
+    session.mem_alloc(CONTEXT, 16)
+    session.event_create(14, CONTEXT, 0)
+    session.close()
