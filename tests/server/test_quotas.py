@@ -4,6 +4,7 @@ CUDA_ERROR_OUT_OF_MEMORY and the session goes on; cuMemGetInfo shows the session
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 import pytest
@@ -168,3 +169,28 @@ def test_sizes_read_as_powers_of_1024(text, size):
 def test_a_size_that_is_none_is_refused(text):
     with pytest.raises(ValueError, match="is not a size"):
         parse_size(text)
+
+
+def test_a_suspended_session_whose_memory_was_taken_resumes_once_it_is_free(tmp_path):
+    from vgpu.admin import AdminError, request
+
+    srv = ServerProcess(f"ipc://{tmp_path}/server.sock", "--server-mem-limit", "1M")
+    try:
+        a, b = _open(srv.address), _open(srv.address)
+        a.call("cuMemAlloc", CONTEXT, 256 * KIB)  # restored first, then the one that fails
+        held, _ = a.call("cuMemAlloc", CONTEXT, 512 * KIB)
+        a.call("vgpuMemset", held, b"\x5a", 512 * KIB)
+        first = a.info["session"]
+        assert request(srv.address, "suspend", [{"session": first}], timeout_s=60)
+        taken, _ = b.call("cuMemAlloc", CONTEXT, 512 * KIB)  # what A held is free now
+        with pytest.raises(AdminError, match="out of device memory"):
+            request(srv.address, "resume", [{"session": first}], timeout_s=60)
+        b.post("cuMemFree", taken)
+        b.call("vgpuSynchronize")
+        assert request(srv.address, "resume", [{"session": first}], timeout_s=60)
+        assert a.call("vgpuDigest", held, 16)[0] == hashlib.sha256(b"\x5a" * 16).digest()
+        assert a.call("cuMemGetInfo")[0] == [256 * KIB, 1 << 20]
+        a.close()
+        b.close()
+    finally:
+        srv.stop()
