@@ -56,6 +56,8 @@ class MemoryQuotas:
 
     def account(self, peer: Peer) -> MemoryAccount:
         key_limit = peer.options.get("mem-limit")
+        if isinstance(key_limit, str):  # as the authorized-keys entry writes it: 4G
+            key_limit = parse_size(key_limit)
         return MemoryAccount(self, peer.name, self.session_limit,
                              int(key_limit) if key_limit else None)
 

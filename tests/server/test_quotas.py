@@ -121,7 +121,7 @@ def test_queued_allocations_past_the_limit_fail_at_the_next_synchronization(limi
 
 def test_a_keys_limit_is_shared_by_its_sessions_and_each_session_has_its_own():
     quotas = MemoryQuotas(total=8 << 20, session_limit=3 << 20)
-    alice = Peer("curve", key="A" * 40, name="key alice", options={"mem-limit": 4 << 20})
+    alice = Peer("curve", key="A" * 40, name="key alice", options={"mem-limit": "4M"})
     first, second = quotas.account(alice), quotas.account(alice)
     other = quotas.account(Peer("curve", key="B" * 40, name="key bob"))
     first.charge(3 << 20)
