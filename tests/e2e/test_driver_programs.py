@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_support import vgpu_run
+from e2e_support import program_checks, vgpu_run
 from vgpu_processes import run_under_vgpu, start_emu_server
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -39,19 +39,9 @@ def test_bad_input_gets_cuda_error_codes(driver_errors, kernels_ptx):
     assert len(checks) == 33 and result.returncode == 0
 
 
-def _checks(result) -> dict[str, tuple[int, int]]:
-    """The "name got expected" lines a checking program prints."""
-    checks = {}
-    for line in result.stdout.splitlines():
-        name, *values = line.split()
-        if len(values) == 2:
-            checks[name] = (int(values[0]), int(values[1]))
-    return checks
-
-
 def test_memory_and_context_semantics(driver_memory_semantics):
     result = vgpu_run(driver_memory_semantics)
-    checks = _checks(result)
+    checks = program_checks(result)
     wrong = {name: got for name, got in checks.items() if got[0] != got[1]}
     assert not wrong, f"(got, expected) per check: {wrong}\n{result.stderr}"
     assert "failures 0" in result.stdout, result.stdout + result.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from e2e_support import program_checks
 from vgpu_processes import emu_server, run_under_vgpu
 
 HERE = Path(__file__).resolve().parent
@@ -18,11 +19,7 @@ def driver_quota(toolkit) -> Path:
 def test_a_program_runs_out_of_its_memory_limit_and_goes_on(driver_quota, tmp_path):
     with emu_server(tmp_path, "--mem-limit", "4M") as address:
         result = run_under_vgpu(address, driver_quota, timeout=120)
-    checks = {}
-    for line in result.stdout.splitlines():
-        name, *values = line.split()
-        if len(values) == 2:
-            checks[name] = (int(values[0]), int(values[1]))
+    checks = program_checks(result)
     wrong = {name: got for name, got in checks.items() if got[0] != got[1]}
     assert not wrong, f"(got, expected) per check: {wrong}\n{result.stderr}"
     assert "failures 0" in result.stdout and result.returncode == 0, result.stderr
