@@ -48,13 +48,13 @@ import zstandard
 
 from .store import (
     DIGEST_BYTES,
-    FRAME_HEADER_MAX,
     STORE,
     TEMP,
     chunk_path,
     frame,
     fsync_file,
     fsync_folder,
+    read_chunk_into,
     read_framed,
     vgpu_version,
     write_file,
@@ -383,40 +383,12 @@ class Image:
                     progress(done, size)
 
     def _load_chunk(self, address: int, digest: bytes, target: memoryview) -> int:
-        name = digest.hex()
-        where = f"{self.path}: chunk {name} of region {address:#x}"
         decompressor = getattr(self._local, "decompressor", None)
         if decompressor is None:
             decompressor = self._local.decompressor = zstandard.ZstdDecompressor()
-        try:
-            with open(chunk_path(self._store, digest), "rb") as f:
-                # The frame says how large it unpacks to: checked first, so that a damaged
-                # one cannot make us write past the chunk's place.
-                header = f.read(FRAME_HEADER_MAX)
-                if zstandard.frame_content_size(header) != len(target):
-                    raise ImageError(f"{where} is corrupt (wrong size)")
-                if not zstandard.get_frame_parameters(header).has_checksum:
-                    raise ImageError(f"{where} is corrupt (no checksum of its contents)")
-                f.seek(0)
-                # From the file straight into its place, a little at a time: no copy of the
-                # whole chunk in between (whose fresh pages would cost as much as the
-                # chunk's own). Reading on to the frame's end makes zstd check its checksum.
-                with decompressor.stream_reader(f, read_size=1 << 18) as reader:
-                    filled = 0
-                    while filled < len(target):
-                        n = reader.readinto(target[filled:])
-                        if not n:
-                            break
-                        filled += n
-                    complete = filled == len(target) and not reader.read(1)
-        except FileNotFoundError:
-            raise ImageError(f"{where} is missing from {self._store}") from None
-        except zstandard.ZstdError:
-            raise ImageError(f"{where} is corrupt (checksum mismatch)") from None
-        except OSError as exc:
-            raise ImageError(f"{where} cannot be read: {exc.strerror}") from None
-        if not complete:
-            raise ImageError(f"{where} is corrupt (truncated)")
+        read_chunk_into(self._store, digest, target, ImageError,
+                        f"{self.path}: chunk {digest.hex()} of region {address:#x}",
+                        decompressor)
         return len(target)
 
 

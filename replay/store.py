@@ -20,7 +20,7 @@ import zstandard
 
 __all__ = ["STORE", "TEMP", "DIGEST_BYTES", "chunk_path", "write_file", "write_temporary",
            "fsync_file", "fsync_folder", "frame", "read_framed", "vgpu_version",
-           "load_chunk"]
+           "read_chunk_into"]
 
 STORE = ".vgpu-chunks"
 TEMP = ".vgpu-tmp-"  # prefix of files being written; any found under the writers' lock are stale
@@ -126,22 +126,39 @@ def read_framed(path: str, magic: bytes, version: int, error: type[Exception],
     return encoded, size
 
 
-def load_chunk(store: str, digest: bytes, size: int, error: type[Exception], where: str,
-               decompressor: zstandard.ZstdDecompressor) -> bytes:
-    """The `size` bytes stored as chunk `digest`, checked against their digest; `error`
-    starting with `where` if the chunk is missing or damaged."""
+def read_chunk_into(store: str, digest: bytes, target: memoryview, error: type[Exception],
+                    where: str, decompressor: zstandard.ZstdDecompressor) -> None:
+    """Fill `target` with the bytes stored as chunk `digest`, which must be exactly as many,
+    straight from the file a little at a time: no copy of the whole chunk in between (whose
+    fresh pages would cost as much as the chunk's own). zstd checks the frame's checksum as
+    the frame ends. `error`, starting with `where`, if the chunk is missing or damaged."""
     try:
         with open(chunk_path(store, digest), "rb") as f:
-            data = decompressor.decompress(f.read(), max_output_size=size)
+            # The frame says how large it unpacks to: checked first, so that a damaged one
+            # cannot make us write past the chunk's place.
+            header = f.read(FRAME_HEADER_MAX)
+            if zstandard.frame_content_size(header) != len(target):
+                raise error(f"{where} is corrupt (wrong size)")
+            if not zstandard.get_frame_parameters(header).has_checksum:
+                raise error(f"{where} is corrupt (no checksum of its contents)")
+            f.seek(0)
+            with decompressor.stream_reader(f, read_size=1 << 18) as reader:
+                filled = 0
+                while filled < len(target):
+                    n = reader.readinto(target[filled:])
+                    if not n:
+                        break
+                    filled += n
+                # Reading on to the frame's end makes zstd check its checksum.
+                complete = filled == len(target) and not reader.read(1)
     except FileNotFoundError:
         raise error(f"{where} is missing from {store}") from None
     except zstandard.ZstdError:
-        raise error(f"{where} is corrupt (it does not decompress)") from None
+        raise error(f"{where} is corrupt (checksum mismatch)") from None
     except OSError as exc:
         raise error(f"{where} cannot be read: {exc.strerror}") from None
-    if len(data) != size or hashlib.sha256(data).digest() != digest:
-        raise error(f"{where} is corrupt (checksum mismatch)")
-    return data
+    if not complete:
+        raise error(f"{where} is corrupt (truncated)")
 
 
 @functools.cache

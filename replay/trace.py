@@ -21,13 +21,14 @@ result value (msgpack), of each piece of data copied to the host ("data", a list
 device printf text ("output") and of the diagnostics text; with `full`, "kept" holds the
 same things themselves ({"result", "data": [blob, ...], "output", "diagnostics"}). A
 recording adds "time": [start, duration] of the call on the server, in ns from the
-session's start (not compared by replay; absent from traces made before it was kept).
+session's start (not compared by replay; absent from traces made before it was kept;
+calls run back to back may share their time evenly: see server/recorder.py).
 """
 
 from __future__ import annotations
 
-import array
 import hashlib
+import marshal
 import os
 import time
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from .store import (
     STORE,
     chunk_path,
     frame,
-    load_chunk,
+    read_chunk_into,
     read_framed,
     vgpu_version,
     write_file,
@@ -95,12 +96,14 @@ class TraceWriter:
         os.makedirs(self.store, mode=0o700, exist_ok=True)
         self.session = session
         self.full = full
-        # Calls as recorded: [op, args, outcome], or (op, args) for one that succeeded with
-        # nothing to return (add_plain), whose time is in `_plain_times`. Plain calls, most
-        # of any program's, then cost no map of their own until the manifest is written:
-        # maps by the million kept the garbage collector busy while the program ran.
+        # Calls as recorded: [op, args, outcome], or a run of calls that succeeded with
+        # nothing to return (add_plain): [(op, args), ...] in marshal's bytes (the fastest
+        # of the standard library's encoders; these bytes never leave this process), when
+        # the run started and how long each of its calls took. Plain calls, most of any
+        # program's, then cost no object of their own until the manifest is written: kept
+        # as objects by the million, they kept the garbage collector busy while the
+        # program ran.
         self.calls: list = []
-        self._plain_times = array.array("q")  # start and duration (ns) of each plain call
         self._plain = outcome_of(0, None, [], "", "", full, self.blob)
         self.name = f"{session['id']:04d}-{session['token']}{SUFFIX}"
         self._known: set[bytes] = set()  # chunks this writer stored or found stored
@@ -130,17 +133,21 @@ class TraceWriter:
     def add(self, call: list, outcome: dict) -> None:
         self.calls.append([*call, outcome])
 
-    def add_plain(self, op: str, args, start_ns: int, took_ns: int) -> None:
-        """A call that succeeded with nothing to return, run at `start_ns` (from the
-        session's start) for `took_ns`."""
-        self.calls.append((op, args))
-        self._plain_times.append(start_ns)
-        self._plain_times.append(took_ns)
+    def add_plain(self, calls: list, start_ns: int, each_ns: int) -> None:
+        """Calls (op, args) that succeeded with nothing to return, run one after the other
+        from `start_ns` (from the session's start), each taking `each_ns`."""
+        self.calls.append((marshal.dumps(calls), start_ns, each_ns))
 
     def _recorded_calls(self) -> list:
-        times = iter(self._plain_times)
-        return [[*call, {**self._plain, "time": [next(times), next(times)]}]
-                if type(call) is tuple else call for call in self.calls]
+        recorded = []
+        for entry in self.calls:
+            if type(entry) is tuple:
+                packed, start, each = entry
+                recorded.extend([*call, {**self._plain, "time": [start + k * each, each]}]
+                                for k, call in enumerate(marshal.loads(packed)))
+            else:
+                recorded.append(entry)
+        return recorded
 
     def finish(self) -> None:
         """Write the manifest (once)."""
@@ -174,13 +181,17 @@ class Trace:
     def load(self, blob: list, where: str = "") -> bytes:
         """The bytes a blob reference names."""
         _, size, digests = blob
-        pieces = []
+        data = bytearray(size)
+        view = memoryview(data)
         for i, name in enumerate(digests):
-            length = min(CHUNK_BYTES, size - i * CHUNK_BYTES)
-            pieces.append(load_chunk(self._store, name, length, TraceError,
-                                     f"{where or self.path}: chunk {name.hex()}",
-                                     self._decompressor))
-        return b"".join(pieces)
+            piece = view[i * CHUNK_BYTES:(i + 1) * CHUNK_BYTES]
+            what = f"{where or self.path}: chunk {name.hex()}"
+            read_chunk_into(self._store, name, piece, TraceError, what, self._decompressor)
+            # Chunks are named by what they hold: one renamed into another's place is
+            # whole and checksummed, yet not what the trace means.
+            if digest(piece) != name:
+                raise TraceError(f"{what} is corrupt (its contents are not what it is named)")
+        return bytes(data)
 
 
 def read_trace(path) -> Trace:

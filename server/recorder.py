@@ -1,8 +1,8 @@
 """Recording sessions into a trace (`vgpu server --record DIR`; the format: replay/trace.py).
 
-A recorded session runs each call through `SessionRecorder.run_call`, which stands in for
-the session's `run_call` (Session.execute calls it once per call): a session that is not
-recorded pays nothing for recording. Each call is kept with the data the program sent in
+A recorded session runs its calls through `SessionRecorder.run_calls`, which stands in for
+the session's own loop (`Session.run_calls`): a session that is not recorded pays nothing
+for recording. Each call is kept with the data the program sent in
 it, and with digests of what went back to the program (or, `full`, that too).
 
 Every byte a recorded session's calls use must arrive in the messages the server sees: the
@@ -18,12 +18,17 @@ import time
 from vgpu.outbox import SOURCE_ARG
 from vgpu.replay.trace import TraceWriter, outcome_of
 
-from .session import Session
+from .backends.base import Cancelled
+from .session import CUDA_SUCCESS, Session
 
 __all__ = ["SessionRecorder"]
 
 log = logging.getLogger("vgpu.server")
 
+# Calls of a batch that took this long on average (ns) make the next batch's calls timed
+# one by one: a read of the clock then costs them less than 1% (0.3 us on the 2-core machine
+# measured).
+PER_CALL_TIMES_FROM_NS = 30_000
 # Arguments that name the data a call sends: ("frame", index) or ("inline", bytes).
 _SENT = {"frame", "inline"}
 
@@ -38,41 +43,88 @@ class SessionRecorder:
         self.full = full
         self._origin = time.perf_counter_ns()  # calls' times count from the session's start
         self.session = session
-        self._keep_plain = self.writer.add_plain
-        self._run = session.run_call
-        session.run_call = self.run_call
+        self._each_timed = False  # whether calls are timed one by one (see run_calls)
+        session.run_calls = self.run_calls
         session.recorder = self
 
-    def run_call(self, call) -> tuple[int, object]:
+    def run_calls(self, calls: list) -> tuple[int, object]:
+        """Session._run_calls, keeping each call as it runs.
+
+        Most calls (queued launches above all) succeed and send nothing back: such a call
+        costs only an append of it as it came. A run of them is packed into bytes when
+        something ends it, and given its common outcome when the manifest is written. What
+        ends a run is a call that failed, sent data or got something back, which is kept
+        with its outcome at once. The clock is read once a run: the run's calls and the
+        call that ends it share its time evenly. Anything more per call showed in the
+        launch rate: one more read of the clock cost more than all the rest, and calls kept
+        as objects cost the garbage collector more still. Where calls take long enough for
+        a read of the clock not to matter (the batch before took PER_CALL_TIMES_FROM_NS a
+        call on average: kernels that do real work), each call is timed on its own."""
         session = self.session
-        frames, output, diagnostics = (len(session.reply_frames), len(session.output),
-                                       len(session.diagnostics))
-        start = time.perf_counter_ns()
-        code, result = self._run(call)
-        took = time.perf_counter_ns() - start
-        if (not code and result is None and frames == len(session.reply_frames)
-                and output == len(session.output)
-                and diagnostics == len(session.diagnostics)):
-            # Most calls (queued launches above all) succeed and send nothing back: kept as
-            # they came with their time (the writer adds their common outcome at the end).
-            # A call that succeeded had the form (op, args); one that sends no data is kept
-            # as it came (see _recorded).
-            op, args = call if call[0] not in SOURCE_ARG else self._recorded(call)
-            self._keep_plain(op, args, start - self._origin, took)
-            return code, result
+        run, clock = session._run_one, time.perf_counter_ns
+        frames, output, diagnostics = (session.reply_frames, session.output,
+                                       session.diagnostics)
+        before = (len(frames), len(output), len(diagnostics))
+        produced = sum(before)
+        plain: list = []
+        each_timed = self._each_timed
+        code, result = CUDA_SUCCESS, None
+        last = len(calls) - 1
+        start = began = clock()
+        try:
+            for i, call in enumerate(calls):
+                if session.cancelled:
+                    raise Cancelled
+                code, result = run(call)
+                if (each_timed or code or result is not None or call[0] in SOURCE_ARG
+                        or produced != len(frames) + len(output) + len(diagnostics)):
+                    end = clock()
+                    share = (end - start) // (len(plain) + 1)
+                    if plain:
+                        self._keep_plain(plain, start, share)
+                        plain = []
+                    self._record(call, code, result, end - share - self._origin, share,
+                                 before)
+                    before = (len(frames), len(output), len(diagnostics))
+                    produced = sum(before)
+                    if code and i != last:
+                        session.defer(code, session.last_error_message)
+                    start = end
+                else:
+                    plain.append(call)
+        finally:
+            end = clock()
+            if plain:
+                self._keep_plain(plain, start, (end - start) // len(plain))
+            self._each_timed = end - began >= PER_CALL_TIMES_FROM_NS * len(calls)
+        return code, result
+
+    def _keep_plain(self, calls: list, start: int, each: int) -> None:
+        self.writer.add_plain(calls, start - self._origin, each)
+
+    def _record(self, call, code: int, result, start: int, took: int,
+                before: tuple[int, int, int]) -> None:
+        """Keep a call that failed, sent data or got something back, with its outcome;
+        `before`: how many reply frames, output and diagnostics texts the session held
+        before it ran."""
+        session = self.session
+        frames, output, diagnostics = (session.reply_frames[before[0]:],
+                                       "".join(session.output[before[1]:]),
+                                       "".join(session.diagnostics[before[2]:]))
+        if not (code or result is not None or frames or output or diagnostics):
+            # It succeeded and sent data (a copy to the device, a module): nothing came back.
+            self.writer.add_plain([self._recorded(call)], start, took)
+            return
         shown = result
         if code and result is None and session.last_error_message:
             shown = session.last_error_message  # what a reply says for it (run_batch)
-        outcome = outcome_of(
-            code, shown, session.reply_frames[frames:],
-            "".join(session.output[output:]), "".join(session.diagnostics[diagnostics:]),
-            self.full, self.writer.blob)
+        outcome = outcome_of(code, shown, frames, output, diagnostics, self.full,
+                             self.writer.blob)
         # When the call ran and for how long (ns from the session's start), for `vgpu trace
         # stats` and `export`: an addition readers of format 1 ignore, and replay does not
         # compare.
-        outcome["time"] = [start - self._origin, took]
+        outcome["time"] = [start, took]
         self.writer.add(self._recorded(call), outcome)
-        return code, result
 
     def _recorded(self, call) -> list:
         """The call as the trace keeps it: the data it sent stored by content."""

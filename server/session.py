@@ -183,9 +183,9 @@ class Session:
         self.segments: dict[int, tuple[mmap.mmap, int | None]] = {}  # id -> (map, device addr)
         self.shared: SharedAllocations | None = None
         self.peer_memory = False
-        # What runs each call of `execute`: a recorder (server/recorder.py) puts itself
-        # here, so that sessions not recorded pay nothing for recording.
-        self.run_call: Callable[[object], tuple[int, object]] = self._run_one
+        # What runs the calls of `execute`: a recorder (server/recorder.py) puts its own
+        # loop here, so that sessions not recorded pay nothing for recording.
+        self.run_calls: Callable[[list], tuple[int, object]] = self._run_calls
         self.recorder = None
         self.attach_client(hello)
 
@@ -236,17 +236,23 @@ class Session:
         self.payloads = frames
         self.reply_frames = []
         self.calls_served += len(calls)
-        code, result = CUDA_SUCCESS, None
-        last = len(calls) - 1
         with self.backend.running():
-            for i, call in enumerate(calls):
-                if self.cancelled:
-                    raise Cancelled
-                code, result = self.run_call(call)
-                if code and i != last:
-                    self.defer(code, self.last_error_message)
+            code, result = self.run_calls(calls)
         frames_out, self.payloads, self.reply_frames = self.reply_frames, [], []
         return code, result, frames_out if code == CUDA_SUCCESS else []
+
+    def _run_calls(self, calls: list) -> tuple[int, object]:
+        """Run calls in order: the code and result of the last; a failure of an earlier one
+        is deferred to the next reply, as a failure of queued work."""
+        code, result = CUDA_SUCCESS, None
+        last = len(calls) - 1
+        for i, call in enumerate(calls):
+            if self.cancelled:
+                raise Cancelled
+            code, result = self._run_one(call)
+            if code and i != last:
+                self.defer(code, self.last_error_message)
+        return code, result
 
     def _run_one(self, call) -> tuple[int, object]:
         try:

@@ -9,7 +9,8 @@ cuStreamWaitEvent's, and the stream cuStreamCreate/cuStreamDestroy make or end. 
 (copies, even asynchronous ones, which the client sends in stream order) name none: shown
 as "-", and exported on a track of their own. Kernels are named from the trace's
 cuModuleGetFunction calls. Times are the server's, per call (`outcome["time"]`: start and
-duration in ns from the session's start); traces recorded before vgpu kept them have none.
+duration in ns from the session's start; short calls run back to back share their time
+evenly, see replay/README.md); traces recorded before vgpu kept them have none.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
+import zstandard
 
 from vgpu.replay.image import CHUNK_BYTES
 from vgpu.replay.store import HEADER, chunk_path, frame
@@ -126,4 +127,8 @@ def test_a_missing_or_damaged_chunk_is_found_before_anything_runs(tmp_path):
                                  f"is missing from {tmp_path / '.vgpu-chunks'}")
     chunk.write_bytes(stored[:-2] + bytes([stored[-2] ^ 1, stored[-1]]))
     assert refusal(tmp_path) == (f"{manifest}: call 0: chunk {digest(b'ptx text').hex()} "
-                                 f"is corrupt (it does not decompress)")
+                                 f"is corrupt (checksum mismatch)")
+    # Whole and checksummed, but another chunk's contents put in its place.
+    chunk.write_bytes(zstandard.ZstdCompressor(write_checksum=True).compress(b"ptx texT"))
+    assert refusal(tmp_path) == (f"{manifest}: call 0: chunk {digest(b'ptx text').hex()} "
+                                 f"is corrupt (its contents are not what it is named)")
