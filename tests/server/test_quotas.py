@@ -72,6 +72,11 @@ def test_module_variables_are_device_memory_the_limit_counts(limited):
     _out_of_memory(conn, "cuModuleLoadData", MODULE, CONTEXT, ["inline", BIG_VARIABLE_PTX],
                    len(BIG_VARIABLE_PTX))
     assert conn.call("cuMemGetInfo")[0] == [1 << 20, 1 << 20], "nothing of it stays"
+    two = BIG_VARIABLE_PTX.replace(b"2097152", b"524288") + \
+        b".visible .global .align 4 .b8 more[786432];\n"
+    _out_of_memory(conn, "cuModuleLoadData", MODULE, CONTEXT, ["inline", two], len(two))
+    whole, _ = conn.call("cuMemAlloc", CONTEXT, 1 << 20)  # where the first one was placed
+    conn.post("cuMemFree", whole)
     small = BIG_VARIABLE_PTX.replace(b"2097152", b"262144")
     conn.call("cuModuleLoadData", MODULE, CONTEXT, ["inline", small], len(small))
     assert conn.call("cuMemGetInfo")[0] == [768 * KIB, 1 << 20]
