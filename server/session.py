@@ -64,6 +64,9 @@ WINDOW_RELEASE_S = 5.0
 PROBE_BYTES = 64
 # Allocations one session may hold (each costs the server bookkeeping beyond its bytes).
 MAX_ALLOCATIONS = 1 << 20
+# Pinned host buffers one session may have mapped: each is a mapping in the server, which
+# holds some 65,000 of them for all its sessions together (vm.max_map_count).
+MAX_SEGMENTS = 4096
 # Launch configurations a function keeps checked and prepared; the oldest goes first.
 LAUNCHERS_PER_FUNCTION = 16
 
@@ -714,6 +717,10 @@ class Session:
     @op("vgpuMapHostSegment")
     def map_host_segment(self, seg_id: int, path: str, size: int, device_address):
         """Attach a pinned host buffer the client allocated in a shared-memory file."""
+        if len(self.segments) >= MAX_SEGMENTS:  # each is a mapping of the server's own
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
+                            f"the session has {len(self.segments)} host buffers mapped, the "
+                            f"most a session may")
         try:
             seg = _map_file(path, size)
         except OSError as exc:

@@ -291,7 +291,7 @@ def test_a_large_copy_without_shared_memory_goes_in_messages_the_server_takes(tm
 
 # ----------------------------------------------------------------- objects a session holds
 
-def test_a_session_holds_a_bounded_number_of_allocations_and_objects(monkeypatch):
+def test_a_session_holds_a_bounded_number_of_allocations_objects_and_host_buffers(monkeypatch):
     """Each costs the server bookkeeping that no device quota counts: past the bound (a
     million of a kind; three here) creating one fails with CUDA_ERROR_OUT_OF_MEMORY."""
     from vgpu.server import handles as handles_module
@@ -301,19 +301,28 @@ def test_a_session_holds_a_bounded_number_of_allocations_and_objects(monkeypatch
 
     monkeypatch.setattr(session_module, "MAX_ALLOCATIONS", 3)
     monkeypatch.setattr(handles_module, "MAX_HANDLES", 3)
+    monkeypatch.setattr(session_module, "MAX_SEGMENTS", 3)
     session = session_module.Session(1, {}, EmuBackend(), VaArena(1 << 44, 1 << 40))
     session.primary_ctx_retain(CONTEXT, 0)
     allocations = [session.mem_alloc(CONTEXT, 16) for _ in range(3)]
     for handle in (11, 12, 13):
         session.event_create(handle, CONTEXT, 0)
+    segment = tempfile.NamedTemporaryFile(dir="/dev/shm")
+    segment.truncate(mmap.PAGESIZE)
+    for seg_id in (1, 2, 3):
+        session.map_host_segment(seg_id, segment.name, mmap.PAGESIZE, None)
     for create in (lambda: session.mem_alloc(CONTEXT, 16),
-                   lambda: session.event_create(14, CONTEXT, 0)):
+                   lambda: session.event_create(14, CONTEXT, 0),
+                   lambda: session.map_host_segment(4, segment.name, mmap.PAGESIZE, None)):
         with pytest.raises(CudaError) as err:
             create()
         assert err.value.code == CUDA_ERROR_OUT_OF_MEMORY
         assert "the most a session may" in err.value.message
     session.mem_free(allocations[0])
     session.event_destroy(11)
+    session.unmap_host_segment(1)
     session.mem_alloc(CONTEXT, 16)
     session.event_create(14, CONTEXT, 0)
+    session.map_host_segment(4, segment.name, mmap.PAGESIZE, None)
     session.close()
+    segment.close()
