@@ -29,13 +29,17 @@ class HandleTable(Generic[T]):
         self._objects: dict[int, T] = {}
 
     def add(self, handle: int, obj: T) -> None:
+        self.check_new(handle)
+        self._objects[handle] = obj
+
+    def check_new(self, handle: int) -> None:
+        """Raise as `add` would for `handle`: before making what it is to name."""
         if not handle or handle in self._objects:
             raise CudaError(self.error_code, f"{self.kind} handle 0x{handle:x} is not new")
         if len(self._objects) >= MAX_HANDLES:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
                             f"the session holds {len(self._objects)} {self.kind}s, the most "
                             f"a session may")
-        self._objects[handle] = obj
 
     def get(self, handle: int) -> T:
         try:

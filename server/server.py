@@ -336,7 +336,8 @@ class ProxyServer(AdminMixin):
             "device": {
                 "name": device.name,
                 "uuid": device.uuid,
-                "total_memory": device.total_memory,
+                # A session sees a device the size of its memory limit (see quotas.py).
+                "total_memory": session.memory.info()[1],
                 "compute_capability": list(device.compute_capability),
                 "attributes": device.attributes,
             },

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from vgpu.api.cudadefs import CUresult
 from vgpu.errors import CudaError
+from vgpu.fatbin import MAX_ENTRY_BYTES
 from vgpu.protocol import MEMCHECK_MODES, STICKY_ERRORS
 from vgpu.replay.journal import Journal
 
@@ -64,6 +65,9 @@ WINDOW_RELEASE_S = 5.0
 PROBE_BYTES = 64
 # Allocations one session may hold (each costs the server bookkeeping beyond its bytes).
 MAX_ALLOCATIONS = 1 << 20
+# The largest module image the server loads: the largest PTX of real programs (whole
+# libraries) is tens of MiB, and parsing holds several times its size.
+MAX_MODULE_BYTES = MAX_ENTRY_BYTES
 # Pinned host buffers one session may have mapped: each is a mapping in the server, which
 # holds some 65,000 of them for all its sessions together (vm.max_map_count).
 MAX_SEGMENTS = 4096
@@ -106,6 +110,7 @@ class Context:
 class Module:
     context: int
     loaded: LoadedModule
+    code_bytes: int  # its image, charged to the session's memory
     functions: set[int] = field(default_factory=set)
 
 
@@ -831,6 +836,11 @@ class Session:
         """Load `image`; its variables go to the arena's next free places, or to `places`
         (a restore puts them back where they were)."""
         ctx = self.contexts.get(context)
+        self.modules.check_new(handle)
+        if len(image) > MAX_MODULE_BYTES:
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
+                            f"a module image of {len(image)} bytes is more than the server "
+                            f"loads ({MAX_MODULE_BYTES})")
         allocated: list[int] = []
         wanted = iter(places) if places is not None else None
 
@@ -840,13 +850,17 @@ class Session:
             allocated.append(address)
             return address
 
+        # The module's code is device memory on a GPU, and here the server keeps its image
+        # (and what parsing it made) as long as it is loaded: the quota pays for it too.
+        self.memory.charge(len(image))
         try:
             loaded = self.backend.load_module(image, allocate)
         except BaseException:
             for address in allocated:
                 self._unreserve(address)
+            self.memory.release(len(image))
             raise
-        self.modules.add(handle, Module(context, loaded))
+        self.modules.add(handle, Module(context, loaded, len(image)))
         ctx.modules.add(handle)
         self.journal.created("module", handle, context, image, allocated)
         return loaded
@@ -861,6 +875,7 @@ class Session:
         self.backend.unload_module(module.loaded)
         for address, _ in module.loaded.variables.values():
             self._unreserve(address)
+        self.memory.release(module.code_bytes)
         if module.context in self.contexts:
             self.contexts.get(module.context).modules.discard(handle)
 

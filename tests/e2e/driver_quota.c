@@ -23,6 +23,8 @@ int main(void) {
     cuDeviceGet(&dev, 0);
     expect("retain", cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
     cuCtxSetCurrent(ctx);
+    expect("device_total", cuDeviceTotalMem(&total_bytes, dev), CUDA_SUCCESS);
+    expect("device_total_value", (long long)total_bytes, 4 * MIB);
     expect("info", cuMemGetInfo(&free_bytes, &total_bytes), CUDA_SUCCESS);
     expect("info_total", (long long)total_bytes, 4 * MIB);
     expect("info_free", (long long)free_bytes, 4 * MIB);

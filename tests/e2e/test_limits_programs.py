@@ -23,4 +23,4 @@ def test_a_program_runs_out_of_its_memory_limit_and_goes_on(driver_quota, tmp_pa
     wrong = {name: got for name, got in checks.items() if got[0] != got[1]}
     assert not wrong, f"(got, expected) per check: {wrong}\n{result.stderr}"
     assert "failures 0" in result.stdout and result.returncode == 0, result.stderr
-    assert len(checks) == 20
+    assert len(checks) == 22

@@ -19,6 +19,7 @@ CONTEXT = 0x7667_0100_0000_0001
 MODULE = 0x7667_0200_0000_0001
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_DEVICE_UNAVAILABLE = 46
+CUDA_ERROR_INVALID_HANDLE = 400
 KIB = 1 << 10
 
 # A module whose one variable takes 2 MiB of device memory: 150 bytes of PTX.
@@ -79,7 +80,12 @@ def test_module_variables_are_device_memory_the_limit_counts(limited):
     conn.post("cuMemFree", whole)
     small = BIG_VARIABLE_PTX.replace(b"2097152", b"262144")
     conn.call("cuModuleLoadData", MODULE, CONTEXT, ["inline", small], len(small))
-    assert conn.call("cuMemGetInfo")[0] == [768 * KIB, 1 << 20]
+    # The variable, and the module's code (its image, in 512-byte granules) as on a GPU.
+    assert conn.call("cuMemGetInfo")[0] == [768 * KIB - 512, 1 << 20]
+    with pytest.raises(CudaError) as err:  # a handle in use: nothing is loaded or charged
+        conn.call("cuModuleLoadData", MODULE, CONTEXT, ["inline", small], len(small))
+    assert err.value.code == CUDA_ERROR_INVALID_HANDLE
+    assert conn.call("cuMemGetInfo")[0] == [768 * KIB - 512, 1 << 20]
     conn.post("cuModuleUnload", MODULE)
     assert conn.call("cuMemGetInfo")[0] == [1 << 20, 1 << 20]
     conn.close()

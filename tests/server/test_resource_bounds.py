@@ -326,3 +326,23 @@ def test_a_session_holds_a_bounded_number_of_allocations_objects_and_host_buffer
     session.map_host_segment(4, segment.name, mmap.PAGESIZE, None)
     session.close()
     segment.close()
+
+
+def test_a_module_image_is_bounded_in_size(monkeypatch):
+    """Parsing holds several times an image's size: the server loads images up to the size
+    of the largest PTX real programs have (256 MiB; 100 bytes here)."""
+    from vgpu.server import session as session_module
+    from vgpu.server.arena import VaArena
+    from vgpu.server.backends.emu import EmuBackend
+
+    monkeypatch.setattr(session_module, "MAX_MODULE_BYTES", 100)
+    session = session_module.Session(1, {}, EmuBackend(), VaArena(1 << 44, 1 << 40))
+    session.primary_ctx_retain(CONTEXT, 0)
+    image = b".version 9.0\n.target sm_75\n.address_size 64\n" + b" " * 60
+    with pytest.raises(CudaError) as err:
+        session.module_load(MODULE, CONTEXT, ["inline", image], len(image))
+    assert err.value.code == CUDA_ERROR_OUT_OF_MEMORY
+    assert "is more than the server loads (100)" in err.value.message
+    image = image.rstrip()
+    session.module_load(MODULE, CONTEXT, ["inline", image], len(image))
+    session.close()
