@@ -448,8 +448,8 @@ class ProxyServer(AdminMixin):
             except zmq.Again:
                 break
         while self.finished:
-            worker, identity, seq, calls, outcome = self.finished.popleft()
-            worker.handed_back(calls)
+            worker, identity, seq, job, outcome = self.finished.popleft()
+            worker.handed_back(job)
             if self.workers.get(identity) is worker:  # the client is still there
                 self._send_outcome(identity, seq, outcome)
 

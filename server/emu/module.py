@@ -10,10 +10,10 @@ from .ir import Module
 from .parser import parse_module
 from .program import KernelProgram, Program
 
+__all__ = ["KernelInfo", "ModuleVariable", "ParamInfo", "PtxModule"]
+
 # Local memory a thread may use (its .local variables and call frames): CUDA's 512 KiB.
 MAX_LOCAL_BYTES_PER_THREAD = 512 << 10
-
-__all__ = ["KernelInfo", "ModuleVariable", "ParamInfo", "PtxModule"]
 
 @dataclass(frozen=True)
 class ParamInfo:

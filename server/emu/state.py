@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .device_printf import DEFAULT_PRINTF_FIFO_BYTES
+
 __all__ = ["Chunk", "Fault", "LaunchContext", "State", "ThreadLayout", "lane_count"]
 
 
@@ -89,7 +91,7 @@ class LaunchContext:
                  "reports", "lane_instructions")
 
     def __init__(self, launch, memory, params: np.ndarray, strays: str,
-                 printf_fifo_bytes: int = 1 << 20):
+                 printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES):
         self.launch = launch
         self.memory = memory             # memory.DeviceMemory
         self.params = params             # the parameter buffer, uint8
