@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Peer", "LOCAL"]
+__all__ = ["Peer", "parse_size"]
+
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 @dataclass(frozen=True)
@@ -21,9 +23,11 @@ class Peer:
     @property
     def local(self) -> bool:
         """May share memory and segments with the server, and be probed."""
-        return self.transport in ("ipc", "inproc")
+        return self.transport in ("ipc", "inproc") and self.pid is not None
 
 
-# Sessions whose connection says nothing about its peer (restored from an image, made by
-# tests): one anonymous local peer, with no limits of its own.
-LOCAL = Peer("inproc", name="local")
+def parse_size(text: str) -> int:
+    number, unit = (text[:-1], text[-1].upper()) if text[-1:].isalpha() else (text, "")
+    if unit not in _SIZE_UNITS or not number.isdigit():
+        raise ValueError(f"{text!r} is not a size (like 512M or 4G)")
+    return int(number) * _SIZE_UNITS[unit]

@@ -15,29 +15,16 @@ charged from sessions' worker threads: one lock guards the shared figures.
 
 from __future__ import annotations
 
-import re
 import threading
 
 from vgpu.errors import CudaError
 
 from .arena import ALLOCATION_ALIGNMENT
-from .peers import Peer
+from .peers import Peer, parse_size
 
-__all__ = ["MemoryQuotas", "MemoryAccount", "parse_size"]
+__all__ = ["MemoryQuotas", "MemoryAccount"]
 
 CUDA_ERROR_OUT_OF_MEMORY = 2
-
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
-_UNITS = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}
-
-
-def parse_size(text: str) -> int:
-    """Bytes in `text`: a number, with K, M, G or T (powers of 1024) after it: 512M, 4G."""
-    found = _SIZE.match(str(text))
-    if not found or int(found[1]) <= 0:
-        raise ValueError(f"{text!r} is not a size (a positive number, with K, M, G or T)")
-    return int(found[1]) << _UNITS[found[2].lower()]
-
 
 def _granules(size: int) -> int:
     return (max(size, 1) + ALLOCATION_ALIGNMENT - 1) // ALLOCATION_ALIGNMENT * \

@@ -46,10 +46,10 @@ from vgpu.protocol import (
 from .admin import AdminMixin
 from .arena import VaArena
 from .backends import open_backend
-from .peers import LOCAL, Peer
+from .peers import Peer
 from .quotas import MemoryQuotas
 from .recorder import SessionRecorder
-from .session import Session
+from .session import NO_PEER, Session
 from .worker import INLINE_CALLS, LONG_CALLS, Outcome, SessionWorker, run_batch
 
 __all__ = ["ProxyServer", "ARENA_BASE", "ARENA_SPAN"]
@@ -343,7 +343,7 @@ class ProxyServer(AdminMixin):
             },
         })
 
-    def _new_session(self, hello: dict, arena_base: int | None = None, peer: Peer = LOCAL
+    def _new_session(self, hello: dict, arena_base: int | None = None, peer: Peer = NO_PEER
                      ) -> tuple[Session, int]:
         """A fresh session for `hello` from `peer`, in a free arena slot (or the one at
         `arena_base`: a restored session keeps its addresses)."""

