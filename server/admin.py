@@ -136,7 +136,7 @@ class AdminMixin:
             "session": s.id, "pid": s.pid, "host": s.host, "command": " ".join(s.argv),
             "backend": s.backend.name, "memory": s.memory_in_use(), "calls": s.calls_served,
             "queued": queued, "since": s.started_at, "state": state, "token": s.token[:8],
-            "checkpoint": s.last_checkpoint,
+            "checkpoint": s.last_checkpoint, "copy": self.transfers.describe(s),
         } for s, queued, state in served + arriving]
 
     def _find(self, args: dict) -> tuple[bytes, Session]:

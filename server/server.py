@@ -46,10 +46,12 @@ from vgpu.protocol import (
 from .admin import AdminMixin
 from .arena import VaArena
 from .backends import open_backend
+from .connections import DEFAULT_RECONNECT_GRACE_S, ConnectionsMixin
 from .peers import Peer
 from .quotas import MemoryQuotas
 from .recorder import SessionRecorder
 from .session import NO_PEER, Session
+from .transfers import Transfers
 from .worker import INLINE_CALLS, LONG_CALLS, Outcome, SessionWorker, run_batch
 
 __all__ = ["ProxyServer", "ARENA_BASE", "ARENA_SPAN"]
@@ -86,10 +88,11 @@ MAX_MESSAGE_BYTES = 1 << 30
 QUEUED_MESSAGES = 2
 
 
-class ProxyServer(AdminMixin):
+class ProxyServer(AdminMixin, ConnectionsMixin):
     def __init__(self, address: str, backend: str = "auto", memcheck: str = "report",
                  checkpoint_dir: str | None = None, checkpoint_every: float | None = None,
                  record_dir: str | None = None, record_full: bool = False,
+                 reconnect_grace: float = DEFAULT_RECONNECT_GRACE_S,
                  mem_limit: int | None = None, server_mem_limit: int | None = None,
                  max_message: int = MAX_MESSAGE_BYTES):
         self.address = address
@@ -124,6 +127,8 @@ class ProxyServer(AdminMixin):
         self.socket.setsockopt(zmq.MAXMSGSIZE, max_message)
         self.socket.bind(address)
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._init_connections(reconnect_grace)
+        self.transfers = Transfers()  # large copies streaming, for `vgpu ps`
         self.sessions: dict[bytes, Session] = {}
         self.workers: dict[bytes, SessionWorker] = {}
         self.slots: dict[bytes, int] = {}  # client identity -> arena slot
@@ -158,6 +163,7 @@ class ProxyServer(AdminMixin):
         poller.register(self.wake, zmq.POLLIN)
         poller.register(self._stop_read, zmq.POLLIN)
         poller.register(self._soon_read, zmq.POLLIN)
+        poller.register(self.monitor, zmq.POLLIN)
         next_check = time.monotonic() + LIVENESS_INTERVAL_S
         try:
             while not self._stopping:
@@ -167,6 +173,8 @@ class ProxyServer(AdminMixin):
                     self._hand_back_finished()
                 if self._soon_read in ready:
                     self._run_soon()
+                if self.monitor in ready:
+                    self._connection_events()
                 while self.socket in ready:  # everything that arrived, before polling again
                     try:
                         self._handle(self._receive())
@@ -174,6 +182,7 @@ class ProxyServer(AdminMixin):
                         break
                 if time.monotonic() >= next_check:
                     self._reap_dead_clients()
+                    self._end_dropped_sessions()
                     self._reassure_busy_sessions()
                     self._checkpoint_due_sessions()
                     next_check = time.monotonic() + LIVENESS_INTERVAL_S
@@ -184,7 +193,9 @@ class ProxyServer(AdminMixin):
         """[identity, header, payload...]: the small frames copied (cheaper than a zmq Frame
         object for a few bytes), payload frames zero-copy, as bulk data arrives."""
         sock = self.socket
-        frames = [sock.recv(zmq.NOBLOCK), sock.recv()]  # a ROUTER delivers identity + header
+        identity = sock.recv(zmq.NOBLOCK, copy=False)  # a ROUTER delivers identity + header
+        self.last_fd = identity.get(zmq.SRCFD)  # which connection it came through
+        frames = [identity.bytes, sock.recv()]
         while sock.rcvmore:
             frames.append(sock.recv(copy=False).buffer)
         return frames
@@ -208,6 +219,7 @@ class ProxyServer(AdminMixin):
         limit = TRACE_WRITE_S if self.record_dir else WORKER_EXIT_S
         deadline = time.monotonic() + limit
         stopped = all([w.join(max(0.0, deadline - time.monotonic())) for w in workers])
+        self._close_connections()
         self.socket.close(linger=NOTICE_LINGER_MS)
         self.wake.close(0)
         os.close(self._stop_read)
@@ -243,6 +255,7 @@ class ProxyServer(AdminMixin):
                 session = self.sessions.get(identity)
                 if session is not None:
                     session.position += 1  # every message counts, whatever is in it
+                    self.transfers.arrived(session, body)
                 elif identity in self.moved:
                     return  # sent before its client heard that the session moved
                 self._calls(identity, seq, body, payloads, len(frames[1]))
@@ -265,8 +278,9 @@ class ProxyServer(AdminMixin):
     def _reply(self, identity: bytes, seq, code: int, result=None, deferred=0,
                output: str = "", diagnostics: str = "", payloads=()) -> None:
         if seq:
-            self._send_reply(identity, [seq, code, result, deferred, output, diagnostics],
-                             payloads)
+            header = [seq, code, result, deferred, output, diagnostics]
+            self._keep_reply(identity, header, payloads)  # the connection may drop
+            self._send_reply(identity, header, payloads)
 
     def _notice(self, identity: bytes, code: int = 0, why=None) -> None:
         """A reply to no request (seq 0): with code 0, the server is alive and still running
@@ -274,11 +288,13 @@ class ProxyServer(AdminMixin):
         self._send_reply(identity, [KEEPALIVE_SEQ, code, why, 0, "", ""])
 
     def _send_reply(self, identity: bytes, header: list, payloads=()) -> None:
+        packed = pack(header)  # first: a failure after the identity went would leave the
+        # socket holding half a message, which the next reply, to anyone, would complete
         if payloads:  # bulk payloads go zero-copy; small frames are cheaper copied
-            self.socket.send_multipart([identity, pack(header), *payloads], copy=False)
+            self.socket.send_multipart([identity, packed, *payloads], copy=False)
         else:
             self.socket.send(identity, zmq.SNDMORE)
-            self.socket.send(pack(header))
+            self.socket.send(packed)
 
     def _hello(self, identity: bytes, seq, body) -> None:
         if not isinstance(body, dict):
@@ -289,6 +305,9 @@ class ProxyServer(AdminMixin):
                                             f"{PROTOCOL_VERSION}, client sent "
                                             f"{body.get('version')!r:.60}")
             return
+        self._bind_connection(identity)
+        if body.get("resume") and self._rebind(identity, seq, body):
+            return  # a live session's client, back on a new connection
         if identity in self.sessions:
             self._close_session(identity, "client reconnected")
         self.moved.pop(identity, None)
@@ -319,10 +338,15 @@ class ProxyServer(AdminMixin):
         """Serve `session` to the client at `identity`, and answer its hello."""
         self.sessions[identity] = session
         self.slots[identity] = slot
-        self.workers[identity] = SessionWorker(session, self.context, self.wake_address,
-                                               self.finished)
-        device = session.device
+        worker = SessionWorker(session, self.context, self.wake_address, self.finished)
+        worker.identity = identity  # where its replies go; a reconnect moves it
+        self.workers[identity] = worker
         log.info("session %d opened: pid %d %s", session.id, session.pid, " ".join(session.argv))
+        self._welcome(identity, seq, session)
+
+    def _welcome(self, identity: bytes, seq, session: Session) -> None:
+        """Answer the hello of the client at `identity`, whose session is `session`."""
+        device = session.device
         self._reply(identity, seq, 0, {
             "session": session.id,
             "position": session.position,
@@ -439,6 +463,8 @@ class ProxyServer(AdminMixin):
 
     def _send_outcome(self, identity: bytes, seq, outcome: Outcome) -> None:
         code, result, frames, deferred, output, diagnostics = outcome
+        if frames:
+            self.transfers.sent(self.sessions[identity], frames)
         self._reply(identity, seq, code, result, deferred, output, diagnostics, frames)
 
     def _hand_back_finished(self) -> None:
@@ -448,9 +474,10 @@ class ProxyServer(AdminMixin):
             except zmq.Again:
                 break
         while self.finished:
-            worker, identity, seq, job, outcome = self.finished.popleft()
+            worker, _, seq, job, outcome = self.finished.popleft()
             worker.handed_back(job)
-            if self.workers.get(identity) is worker:  # the client is still there
+            identity = worker.identity  # where its client is now
+            if outcome is not None and self.workers.get(identity) is worker:  # still there
                 self._send_outcome(identity, seq, outcome)
 
     # ----------------------------------------------------------------- liveness
@@ -459,7 +486,10 @@ class ProxyServer(AdminMixin):
         session = self.sessions.pop(identity, None)
         self.slots.pop(identity, None)
         worker = self.workers.pop(identity, None)
+        self._forget_connection(identity)
         if session is not None:
+            self._forget_replies(session)
+            self.transfers.forget(session)
             log.info("session %d closing (%s); %d bytes to release", session.id, why,
                      session.memory_in_use())
             worker.cancel()  # stops its kernel, then releases the session

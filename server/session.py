@@ -205,7 +205,9 @@ class Session:
     def attach_client(self, hello: dict) -> None:
         """Take the client's staging segment and learn whether we can reach its memory: at
         the session's hello, and again when it reconnects to a session restored here."""
-        self.pid = int(hello.get("pid", 0))
+        self.pid = hello.get("pid", 0)
+        if type(self.pid) is not int or not 0 <= self.pid < 1 << 32:  # it goes into replies
+            raise ValueError(f"{self.pid!r:.40} is not a process id")
         self.host = str(hello.get("host", ""))
         if self.staging is not None:
             self.staging.close()
@@ -221,7 +223,7 @@ class Session:
         if shm:
             try:
                 self.staging = _map_file(shm["path"], int(shm["size"]))
-            except (OSError, KeyError, ValueError, TypeError):
+            except (OSError, KeyError, ValueError, TypeError, OverflowError):
                 self.staging = None  # the client falls back to payload frames
 
     def _probe_peer_memory(self, probe) -> bool:

@@ -84,6 +84,7 @@ class SessionWorker:
     def __init__(self, session: Session, context: zmq.Context, wake_address: str,
                  finished: collections.deque):
         self.session = session
+        self.identity: bytes | None = None  # the client's connection, set by the server
         self.pending = 0  # batches handed over, not yet handed back (I/O thread only)
         self.queued_calls = 0  # the calls in them (I/O thread only)
         self.queued_bytes = 0  # and the bytes of their messages (I/O thread only)

@@ -29,6 +29,8 @@ SLOW = {
     "server/test_sessions.py::test_a_program_that_queues_faster_than_the_device_runs_waits_for_it",
     "server/test_sessions.py::test_a_client_that_floods_the_queue_without_waiting_is_cut_off",
     "e2e/test_state_moves.py::test_a_standby_takes_over_from_a_killed_server_at_its_last_checkpoint",
+    "e2e/test_dropped_connections.py::"
+    "test_the_sessions_of_remote_clients_that_vanish_are_freed_within_seconds",
 }
 
 

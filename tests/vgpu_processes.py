@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 __all__ = ["VGPU", "vgpu_environment", "start_emu_server", "stop_server", "emu_server",
-           "run_under_vgpu"]
+           "run_under_vgpu", "TcpForwarder", "free_tcp_address"]
 
 VGPU = [sys.executable, "-m", "vgpu.cli"]
 # What a user's shell may set that would change what a test sees.
@@ -100,3 +102,74 @@ class ServerProcess:
             self.proc.communicate()
             raise
         return err
+
+
+def free_tcp_address() -> str:
+    """A loopback TCP address nothing listens on (now)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+class TcpForwarder:
+    """A TCP proxy between clients and a server (a network path that can fail): listens on
+    127.0.0.1:`port` and forwards each connection to `target` (host, port). `drop()` cuts
+    every connection open now, as a network blip does; `silence()` stops forwarding without
+    closing anything, as a path that loses every packet does."""
+
+    def __init__(self, target: tuple[str, int]):
+        self.target = target
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.accepted = 0  # connections so far
+        self._open: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._silent = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        return f"tcp://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:  # closed
+                return
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self.accepted += 1
+                self._open += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(1 << 16):
+                if not self._silent.is_set():
+                    sink.sendall(data)
+        except OSError:
+            pass
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def drop(self) -> None:
+        with self._lock:
+            cut, self._open = self._open, []
+        for end in cut:
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()
+
+    def silence(self) -> None:
+        self._silent.set()
+
+    def close(self) -> None:
+        self._listener.close()
+        self.drop()

@@ -36,6 +36,9 @@ def _add_server_parser(sub) -> None:
                    help="record every new session's calls into the trace DIR")
     p.add_argument("--record-full", action="store_true",
                    help="with --record: keep the data returned to programs, not only digests")
+    p.add_argument("--reconnect-grace", type=float, default=5.0, metavar="SECONDS",
+                   help="how long a session whose connection dropped waits for its client to "
+                        "reconnect before it ends (default 5)")
     p.add_argument("--mem-limit", type=_size, default=None, metavar="SIZE",
                    help="device memory each session may hold (512M, 4G); cuMemGetInfo "
                         "reports it as the device's size")
@@ -208,6 +211,7 @@ def _server(args) -> int:
                                  checkpoint_dir=args.checkpoint_dir,
                                  checkpoint_every=args.checkpoint_every,
                                  record_dir=args.record, record_full=args.record_full,
+                                 reconnect_grace=args.reconnect_grace,
                                  mem_limit=args.mem_limit,
                                  server_mem_limit=args.server_mem_limit,
                                  **({"max_message": args.max_message}
@@ -551,14 +555,22 @@ def _print_server(address: str, pid: int | None, sessions: list[dict]) -> None:
     if not sessions:
         return
     print(f"  {'PID':>8}  {'SESSION':>7}  {'BACKEND':7}  {'MEMORY':>10}  {'CALLS':>8}  "
-          f"{'QUEUED':>6}  {'STATE':9}  {'TOKEN':8}  {'CHECKPOINT':19}  COMMAND")
+          f"{'QUEUED':>6}  {'STATE':9}  {'TOKEN':8}  {'CHECKPOINT':19}  {'COPY':20}  COMMAND")
     now = time.time()
     for s in sessions:
         command = " ".join(s["command"].split())  # one row per session, whatever argv holds
         print(f"  {s['pid']:>8}  {s.get('session', '-'):>7}  {s['backend']:7}  "
               f"{_human(s['memory']):>10}  {s['calls']:>8}  {s.get('queued', 0):>6}  "
               f"{s.get('state') or '-':9}  {(s.get('token') or '-')[:8]:8}  "
-              f"{_checkpoint_column(s.get('checkpoint'), now):19}  {command}")
+              f"{_checkpoint_column(s.get('checkpoint'), now):19}  "
+              f"{_copy_column(s.get('copy')):20}  {command}")
+
+
+def _copy_column(copy: dict | None) -> str:
+    """The large copy streaming over the network: its direction, bytes done and total."""
+    if not copy:
+        return "-"
+    return f"{copy['direction']} {_human(copy['done'])}/{_human(copy['total'])}"
 
 
 def _checkpoint_column(checkpoint: dict | None, now: float) -> str:

@@ -50,6 +50,12 @@ __all__ = ["Connection", "default_server_address", "STAGING_BYTES", "CHUNK_BYTES
 
 STAGING_BYTES = 64 << 20  # the shared-memory ring bulk copies go through
 CHUNK_BYTES = 8 << 20  # bulk copies are pipelined in chunks of this size
+# Without shared memory (a server on another host), larger copies stream in chunks of this
+# size, a message each, with this many device-to-host chunks asked for at once.
+STREAM_CHUNK_BYTES = 2 << 20
+STREAM_CHUNKS_IN_FLIGHT = 4
+# Announces a streamed copy: its direction and size, which `vgpu ps` shows it against.
+TRANSFER = "vgpuTransfer"
 MAX_QUEUED_CALLS = 512  # a batch is sent once this many calls are waiting
 # A bounded queue, as CUDA's own: every BATCHES_PER_MARK-th batch sent without a wait asks the
 # server to answer once it has run it (a mark), and with MARKS_IN_FLIGHT marks unanswered
@@ -70,6 +76,14 @@ PEER_COPY_BYTES = 1 << 20
 # Calls after which device windows mapped here may be of freed allocations.
 RELEASING_CALLS = frozenset({"cuMemFree", "cuCtxDestroy", "cuDevicePrimaryCtxReset"})
 POLL_SLICE_MS = 100
+# ZMTP heartbeats on TCP (as the server's): a connection silent this long is closed.
+HEARTBEAT_IVL_MS = 1000
+HEARTBEAT_TIMEOUT_MS = 4000
+# How long a client whose connection dropped tries to reconnect (the server keeps the
+# session for its --reconnect-grace, 5 s by default), and how often.
+RECONNECT_WINDOW_S = 10.0
+RECONNECT_PAUSE_S = 0.2
+CUDA_ERROR_DEVICE_UNAVAILABLE = 46
 # Ends a failover's replay of messages whose answers the application already has.
 DISCARD_REPORTED = "vgpuDiscardReported"
 CUDA_ERROR_INVALID_VALUE = 1
@@ -130,8 +144,16 @@ class _Redirect(Exception):
     """The server moved the session: (address, position its state covers there)."""
 
 
+class _Dropped(_ServerLost):
+    """The connection to the server dropped; the server may still hold the session."""
+
+
 class _MoveFailed(Exception):
     """A server the session was moving to did not take it (the message says why)."""
+
+
+class _NoAnswer(_MoveFailed):
+    """A server the session was moving to did not answer."""
 
 
 class Connection:
@@ -155,6 +177,7 @@ class Connection:
         self.owner_pid = os.getpid()  # a forked child must leave its parent's connection alone
         self._lock = threading.RLock()
         self._zmq = zmq.Context()
+        self._monitors: dict[zmq.Socket, zmq.Socket] = {}  # a TCP socket's drop detector
         self._socket = self._open_socket(self.address)
         self._queue: list = []
         self._frames: list = []
@@ -181,14 +204,14 @@ class Connection:
         self._windows_work = False
         self.server_pid: int | None = None
         try:
-            self.info = self._hello(None)
+            self.info = self._first_hello()
         except _ServerLost as exc:
             self._lost = str(exc)
-            self._socket.close(linger=0)
+            self._close_socket(self._socket)
             self._zmq.term()
             raise DeviceUnavailable(self._lost) from None
         except CudaError:
-            self._socket.close(linger=0)
+            self._close_socket(self._socket)
             self._zmq.term()
             raise
 
@@ -198,28 +221,72 @@ class Connection:
         sock = self._zmq.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVTIMEO, POLL_SLICE_MS)
+        if address.startswith("tcp://"):
+            # A network connection can drop, or go silent, while both ends live: zmq's
+            # heartbeats close a silent one, and the monitor tells us so we reconnect.
+            sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+            self._monitors[sock] = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         sock.connect(address)
         return sock
 
-    def _hello(self, resume: dict | None, staged=()) -> dict:
-        """Open the session on the server at self.address (`resume`: None, or where a moving
-        session's state stands; `staged`: what of the old ring to take along). Raises
-        _ServerLost when it does not answer."""
-        old = self.ring
+    def _close_socket(self, sock: zmq.Socket, linger: int = 0) -> None:
+        monitor = self._monitors.pop(sock, None)
+        if monitor is not None:
+            sock.disable_monitor()
+            monitor.close(0)
+        sock.close(linger=linger)
+
+    def _dropped(self) -> bool:
+        """Whether the current socket's connection dropped (zmq reconnects it by itself,
+        but as a new connection, which the server does not know)."""
+        monitor = self._monitors.get(self._socket)
+        if monitor is None:
+            return False
         try:
-            self.ring = StagingRing(STAGING_BYTES)
-        except OSError:
-            self.ring = None  # no /dev/shm: bulk data goes inline
-        if old is not None and self.ring is not None:
-            self.ring.take_contents(old, staged)
+            monitor.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        return True
+
+    def _first_hello(self) -> dict:
+        """Open the session. If the connection drops meanwhile, say hello again as a client
+        coming back: the session the first hello opened, if it arrived, is taken over with
+        the staging ring it mapped; else a new one opens (without the ring, which the
+        server can no longer map)."""
+        deadline = time.monotonic() + RECONNECT_WINDOW_S
+        resume = None
+        while True:
+            try:
+                return self._hello(resume, reconnect=resume is not None)
+            except _Dropped:
+                if time.monotonic() >= deadline:
+                    raise
+                resume = {"position": 0, "waiting": []}
+                time.sleep(RECONNECT_PAUSE_S)
+
+    def _hello(self, resume: dict | None, staged=(), reconnect: bool = False) -> dict:
+        """Open the session on the server at self.address (`resume`: None, or where a moving
+        session's state stands; `staged`: what of the old ring to take along; `reconnect`:
+        back to the same server, whose session, if it still has it, keeps the ring it
+        mapped). Raises _ServerLost when it does not answer."""
+        old = self.ring
+        if not reconnect:
+            try:
+                self.ring = StagingRing(STAGING_BYTES)
+            except OSError:
+                self.ring = None  # no /dev/shm: bulk data goes inline
+            if old is not None and self.ring is not None:
+                self.ring.take_contents(old, staged)
         # Bytes the server may read back from our memory to learn whether it can copy
         # straight from application buffers (see vgpu.server.peer_memory).
         probe = ctypes.create_string_buffer(secrets.token_bytes(16), 16)
+        offered = self.ring if not reconnect else None
         body = {
             "version": PROTOCOL_VERSION, "pid": os.getpid(), "host": socket.gethostname(),
             "argv": _command_line(),
-            "shm": {"path": self.ring.path, "size": self.ring.size} if self.ring else None,
-            "probe": [ctypes.addressof(probe), probe.raw],
+            "shm": {"path": offered.path, "size": offered.size} if offered else None,
+            "probe": [ctypes.addressof(probe), probe.raw] if not reconnect else None,
             "memcheck": _memcheck_mode(),
             "token": self.token,
             "resume": resume,
@@ -231,8 +298,8 @@ class Connection:
             raise _ServerLost(f"the vgpu server at {self.address} redirected the session "
                               "before it was open") from None
         finally:
-            if self.ring:
-                self.ring.unlink()  # both ends have mapped it (or never will)
+            if offered:
+                offered.unlink()  # both ends have mapped it (or never will)
         if code:
             raise CudaError(code, f"the vgpu server at {self.address} refused the session: {info}")
         self.server_pid = info["server_pid"] if info["host"] == socket.gethostname() else None
@@ -245,11 +312,12 @@ class Connection:
         self.max_message = info.get("max_message") or None
         return info
 
-    def _move(self, address: str, position: int, why: str) -> None:
+    def _move(self, address: str, position: int, why: str, reconnect: bool = False) -> None:
         """Take the session to the server at `address`, whose state for it covers (or, when
         it says so at hello, covers instead) the first `position` messages, and resend the
-        messages after that. Raises _MoveFailed when that server does not take it."""
-        if self._segments:
+        messages after that (`reconnect`: to the server it was on, over a new connection).
+        Raises _MoveFailed when that server does not take it."""
+        if self._segments and not reconnect:
             self._lose(f"the session cannot move to {address} ({why}): it has pinned host "
                        "memory mapped into the server (cuMemHostAlloc, cuMemHostRegister), "
                        "which cannot move to another server yet")
@@ -259,8 +327,12 @@ class Connection:
         self._forget_windows(None)  # they map the old server's memory
         self._socket, self.address = self._open_socket(address), address
         try:
-            info = self._hello({"position": position},
-                               [*self._outbox.staged(), *staged_ranges(self._queue)])
+            resume = {"position": position}
+            if reconnect:  # the replies awaited: the server sends them again
+                resume["waiting"] = self._outbox.waiting()
+            info = self._hello(resume,
+                               [*self._outbox.staged(), *staged_ranges(self._queue)],
+                               reconnect)
             resumed = info.get("position")
             if (not isinstance(resumed, int) or resumed < self._outbox.oldest - 1
                     or resumed > self._outbox.position):
@@ -268,10 +340,13 @@ class Connection:
                     f"it resumed the session at message {resumed!r}, but this client has sent "
                     f"{self._outbox.position} and holds messages {self._outbox.oldest} on")
         except (_ServerLost, CudaError, _MoveFailed) as exc:
-            self._socket.close(linger=0)
+            if not isinstance(exc, _ServerLost):  # it answered: let go of what it opened
+                self._transmit(BYE, 0, None, [])
+            self._close_socket(self._socket, linger=100)
             self._socket, self.ring, self.address = old_socket, old_ring, old_address
             self.server_pid = old_pid
-            raise _MoveFailed(f"{address}: {exc}") from None
+            failure = _NoAnswer if isinstance(exc, _ServerLost) else _MoveFailed
+            raise failure(f"{address}: {exc}") from None
         self.info = info
         ring_map = old_ring.map if old_ring is not None else None
         resent = self._outbox.after(resumed)
@@ -288,8 +363,8 @@ class Connection:
             self._queue, self._frames = relocate(self._queue, self._frames, ring_map,
                                                  False, self.peer_memory)
         self._outbox.forget_waits()
-        old_socket.close(linger=0)
-        if old_ring is not None:
+        self._close_socket(old_socket)
+        if old_ring is not None and old_ring is not self.ring:
             old_ring.map.close()
         self.moves.append({"why": why, "to": address, "position": resumed,
                            "resent": len(resent), "seconds": time.perf_counter() - started})
@@ -344,7 +419,7 @@ class Connection:
                     pass
                 self._lost = "the connection was closed"
             if not self._zmq.closed:
-                self._socket.close(linger=100)
+                self._close_socket(self._socket, linger=100)
                 self._zmq.term()
 
     # ----------------------------------------------------------------- calls
@@ -493,8 +568,28 @@ class Connection:
                     self._move(address, position, "redirect")
                 except _MoveFailed as exc:
                     self._fail_over(f"the session could not move to {exc}")
+            except _Dropped as exc:
+                self._reconnect(str(exc))
             except _ServerLost as exc:
                 self._fail_over(str(exc))
+
+    def _reconnect(self, why: str) -> None:
+        """The connection dropped (`why`): go on with the session on a new connection to
+        the same server, which keeps it for a grace period; else fail over or give up."""
+        deadline = time.monotonic() + RECONNECT_WINDOW_S
+        server_pid = self.server_pid
+        while True:
+            try:
+                self._move(self.address, self._outbox.oldest - 1, "reconnect", reconnect=True)
+                return
+            except _MoveFailed as exc:
+                # A server that answers without the session will not find it later, and
+                # one whose process is gone will not answer.
+                gone = server_pid is not None and not _pid_alive(server_pid)
+                if not isinstance(exc, _NoAnswer) or gone or time.monotonic() >= deadline:
+                    self._fail_over(f"{why}, and reconnecting failed: {exc}")
+                    return
+                time.sleep(RECONNECT_PAUSE_S)
 
     def _receive(self, seq: int, timeout: float) -> list:
         """The reply to `seq` from the current server; raises _Redirect for a redirect
@@ -515,11 +610,19 @@ class Connection:
                 if self.server_pid is not None and not _pid_alive(self.server_pid):
                     raise _ServerLost(f"the vgpu server (pid {self.server_pid}) at "
                                       f"{self.address} is gone") from None
+                if self._dropped():
+                    raise _Dropped(f"the connection to the vgpu server at {self.address} "
+                                   "dropped") from None
                 if time.monotonic() > deadline:
                     raise _ServerLost(f"no answer from the vgpu server at {self.address} "
                                       f"within {timeout:g} s") from None
                 continue
             reply = unpack(frames[0])
+            if reply[1] == CUDA_ERROR_DEVICE_UNAVAILABLE and reply[0] and self._dropped():
+                # Sent after the drop, on the connection zmq opened again by itself: the
+                # server does not know it, and answered "no session". Resent after the
+                # reconnect.
+                raise _Dropped(f"the connection to the vgpu server at {self.address} dropped")
             if reply[0] != KEEPALIVE_SEQ:
                 self._outbox.answered(reply[0], reply[1])
             if reply[0] == seq:
@@ -579,9 +682,13 @@ class Connection:
         necessarily applied. Large copies go in chunks so client and server copy in parallel.
         """
         with self._lock:
-            if size <= INLINE_BYTES:
-                self._queue.append([op, (dst, ["inline", ctypes.string_at(src, size)], size,
-                                         *extra)])
+            if self.ring is None and size > self._stream_chunk_bytes():
+                self._stream_to_device(op, dst, src, size, extra)
+                return
+            if size <= INLINE_BYTES or self.ring is None:
+                spec = ["inline", ctypes.string_at(src, size)] if size <= INLINE_BYTES else \
+                    self.frame(ctypes.string_at(src, size))
+                self._queue.append([op, (dst, spec, size, *extra)])
                 return
             if self.peer_memory and size >= PEER_COPY_BYTES:
                 window = self._device_window(dst, size)
@@ -595,20 +702,58 @@ class Connection:
                     self._queue.append([op, (dst, ["peer", src], size, *extra)])
                     self._finish(self._wait(self._flush(want_reply=True), self.timeout))
                     return
-            # Without a ring (a remote or recorded session) each chunk is a message of its
-            # own: the server takes messages up to a size, and queues a few of them at most.
-            step = min(CHUNK_BYTES, self.max_message or CHUNK_BYTES)
-            for offset in range(0, size, step):
-                n = min(step, size - offset)
+            for offset in range(0, size, CHUNK_BYTES):
+                n = min(CHUNK_BYTES, size - offset)
                 slot = self._stage(n)
-                if slot is None:
+                if slot is None:  # no ring any more: the session moved to another host
                     spec = self.frame(ctypes.string_at(src + offset, n))
                 else:
                     ctypes.memmove(self.ring.address + slot, src + offset, n)
                     spec = ["shm", slot]
                 self._queue.append([op, (dst + offset, spec, n, *extra)])
-                if slot is not None or size > step:
-                    self._flush()  # start the server on this chunk while we stage the next
+                self._flush()  # start the server on this chunk while we stage the next
+
+    def _stream_to_device(self, op: str, dst: int, src: int, size: int, extra) -> None:
+        """A large copy to a server without shared memory: chunks sent as they go, each a
+        message of its own, so the network carries one while the server writes the last.
+        They go without a copy, straight from the application's buffer (zmq reads it as it
+        sends), so the copy returns once the server has them all: until then the buffer
+        must stay as it is, and the messages a reconnect resends come from it too. With
+        standbys, whose replays may come much later, the chunks are copies."""
+        self._queue.append((TRANSFER, ("HtoD", size)))
+        chunk = self._stream_chunk_bytes()
+        for offset in range(0, size, chunk):
+            n = min(chunk, size - offset)
+            data = ctypes.string_at(src + offset, n) if self.failover else \
+                memoryview((ctypes.c_char * n).from_address(src + offset)).cast("B")
+            self._queue.append([op, (dst + offset, self.frame(data), n, *extra)])
+            if offset + n < size:
+                self._flush()
+        self._finish(self._wait(self._flush(want_reply=True), self.timeout))
+
+    def _stream_from_device(self, op: str, src: int, dst: int, size: int, extra) -> None:
+        """A large copy from a server without shared memory: chunks asked for a few at a
+        time, so the server reads the next while the network carries the last."""
+        self._queue.append((TRANSFER, ("DtoH", size)))
+        in_flight: collections.deque[tuple[int, int, int]] = collections.deque()
+        chunk = self._stream_chunk_bytes()
+        for offset in range(0, size, chunk):
+            n = min(chunk, size - offset)
+            self._queue.append([op, (src + offset, n, ["frame"], *extra)])
+            in_flight.append((self._flush(want_reply=True), offset, n))
+            if len(in_flight) == STREAM_CHUNKS_IN_FLIGHT:
+                self._take_chunk(in_flight.popleft(), dst)
+        while in_flight:
+            self._take_chunk(in_flight.popleft(), dst)
+
+    def _stream_chunk_bytes(self) -> int:
+        """A streamed copy's chunk: no larger than the server takes in one message."""
+        return min(STREAM_CHUNK_BYTES, self.max_message or STREAM_CHUNK_BYTES)
+
+    def _take_chunk(self, chunk: tuple[int, int, int], dst: int) -> None:
+        seq, offset, n = chunk
+        _, frames = self._finish(self._wait(seq, self.timeout))
+        ctypes.memmove(dst + offset, frames[0] if frames else b"", n)
 
     def _stage(self, n: int) -> int | None:
         """Where in the ring to stage `n` bytes (waiting for the server to consume what is
@@ -636,6 +781,9 @@ class Connection:
         Wherever the data was to land, a reply that carries it in a frame wins: a copy the
         new server of a moved session could not do that way comes back so."""
         with self._lock:
+            if self.ring is None and size > self._stream_chunk_bytes():
+                self._stream_from_device(op, src, dst, size, extra)
+                return
             if self.ring is None or size <= INLINE_BYTES:
                 self._queue.append([op, (src, size, ["frame"], *extra)])
                 _, frames = self._finish(self._wait(self._flush(True), self.timeout))

@@ -120,6 +120,10 @@ class Outbox:
         """(offset, size) of the ring-staged data the held messages copy to the device."""
         return [r for entry in self.held for r in staged_ranges(entry.calls)]
 
+    def waiting(self) -> list[int]:
+        """The seqs whose replies are awaited."""
+        return sorted(self._waiting)
+
     def forget_waits(self) -> None:
         """Replies still awaited will never come (the old server is gone); the resent
         messages are awaited again under their seqs."""

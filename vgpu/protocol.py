@@ -59,6 +59,17 @@ ends with the call vgpuDiscardReported: the errors and device output their repla
 again were reported once already. Data staged in the ring goes to the same offsets of the
 new session's ring.
 
+Dropped connections. A TCP connection may drop while client and server both live (a
+network blip); zmq heartbeats on both ends (1 s, 4 s timeout) close one that went silent.
+The client then says hello again on a new connection, with its token and "resume":
+{"position": N, "waiting": [seqs]}: if this server still holds a live session with that
+token, it rebinds it to the new connection, answers with the position R its state covers
+(every message it received), and then sends again the replies to `waiting` it had sent;
+the client resends its messages after R as after a move. A message is counted only when it
+arrives on the connection its session is bound to, so none runs twice. A session whose
+connection dropped ends once its grace period (`vgpu server --reconnect-grace`, 5 s) passes
+without such a hello.
+
 Ops inside CALLS are driver-API names (`cuMemAlloc_v2`, `cuLaunchKernel`, ...) plus a few
 `vgpu*` transport helpers; see `vgpu.server.session` for the handlers.
 
@@ -73,7 +84,10 @@ CUDA leaves to compute-sanitizer.
 
 Bulk data travels as `("shm", offset)` into the session's staging segment when client and
 server share a host, as `("seg", segment_id, offset)` into a pinned host segment, or as
-`("frame", index)` into the message's payload frames otherwise.
+`("frame", index)` into the message's payload frames otherwise. Without shared memory, a
+copy larger than 2 MiB streams in chunks, a message each, the first message starting with
+the call `vgpuTransfer(direction, total)` ("HtoD" or "DtoH", bytes), which `vgpu ps` shows
+the copy's progress against.
 """
 
 from __future__ import annotations
@@ -87,7 +101,7 @@ __all__ = [
     "MEMCHECK_MODES",
 ]
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4  # 4: vgpuTransfer; a resuming hello's "waiting"
 HELLO, CALLS, ADMIN, BYE, RELEASE = "hello", "calls", "admin", "bye", "release"
 
 # How long a client waits for a server that has gone silent before declaring the device lost.

@@ -274,11 +274,11 @@ def test_ps_shows_state_token_and_last_checkpoint(serve, capsys):
     assert status == 0
     header, first, second = out.splitlines()[1:]
     assert header.split() == ["PID", "SESSION", "BACKEND", "MEMORY", "CALLS", "QUEUED", "STATE",
-                              "TOKEN", "CHECKPOINT", "COMMAND"]
+                              "TOKEN", "CHECKPOINT", "COPY", "COMMAND"]
     assert first.split() == ["1234", "3", "emu", "1.0", "GiB", "40", "0", "running",
-                             "3f2a9c1e", "-", "python", "train.py"]
+                             "3f2a9c1e", "-", "-", "python", "train.py"]
     assert second.split() == ["4321", "4", "emu", "1.0", "GiB", "40", "0", "suspended",
-                              "01234567", "2h", "ago,", "3.0", "MiB", "python", "train.py"]
+                              "01234567", "2h", "ago,", "3.0", "MiB", "-", "python", "train.py"]
 
 
 @pytest.mark.parametrize("seconds, shown", [(0, "0s"), (59, "59s"), (61, "1m"),

@@ -157,6 +157,9 @@ WITHOUT_SESSION = {
     "hello that is not a map": ([pack([HELLO, 4, "hi"])], (1, "malformed hello")),
     "hello with a pid that is not a number": (
         [pack([HELLO, 4, {**_hello_body("x"), "pid": "me"}])], (1, "malformed hello")),
+    # (It goes into `vgpu ps` replies, which a number msgpack cannot carry would break.)
+    "hello with a pid that is no process id": (
+        [pack([HELLO, 4, {**_hello_body("x"), "pid": 1e300}])], (1, "malformed hello")),
     "hello with argv that is not a list": (
         [pack([HELLO, 4, {**_hello_body("x"), "argv": 5}])], (1, "malformed hello")),
     "unknown admin request": ([pack([ADMIN, 4, ["kill", []]])], (1, "unknown admin request")),

@@ -1,0 +1,187 @@
+"""Remote benchmarks: a client without shared memory (as on another host) against a vgpu
+server over TCP, each figure against raw pyzmq on the same path in the same run.
+
+    python benchmarks/bench_remote.py                     # plain TCP on loopback
+    python benchmarks/bench_remote.py --transport plain --rounds 9
+
+Figures (medians of alternating rounds, and their range):
+- 64 MiB HtoD and DtoH through vgpu (streamed in chunks) vs one 64 MiB pyzmq message each way
+  to a ROUTER that acknowledges it or answers with it (target >= 0.8x)
+- the round trip of a synchronizing call vs a raw pyzmq DEALER/ROUTER round trip (<= 1.25x)
+
+The transport is a parameter: TRANSPORTS names how the server is started and how a raw
+socket is set up for each, so that another (CurveZMQ) is measured the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import zmq
+
+import vgpu.client
+from vgpu.client import Connection
+
+MIB = 1 << 20
+COPY_BYTES = 64 * MIB
+SYNCS = 2000
+CONTEXT = 0x7667_0100_0000_0001
+
+
+def _plain(sock: zmq.Socket, server: bool) -> None:
+    """Plain TCP: nothing to set up."""
+
+
+# name -> (options for `vgpu server`, setup of a raw socket: fn(socket, is_server))
+TRANSPORTS: dict[str, tuple[list[str], Callable[[zmq.Socket, bool], None]]] = {
+    "plain": ([], _plain),
+}
+
+# The raw baseline's server: acknowledges a message with one byte, or answers "read" with
+# COPY_BYTES held ready (as the vgpu server holds device memory), or echoes.
+RAW_SERVER = """
+import sys, zmq
+from bench_remote import TRANSPORTS
+size = int(sys.argv[3])
+data = bytes(size)
+s = zmq.Context().socket(zmq.ROUTER)
+TRANSPORTS[sys.argv[2]][1](s, True)
+s.bind(sys.argv[1])
+print("up", flush=True)
+while True:
+    f = s.recv_multipart(copy=False)
+    kind = f[1].bytes
+    if kind == b"stop":
+        break
+    if kind == b"read":
+        s.send_multipart([f[0], data], copy=False)
+    elif kind == b"write":
+        s.send_multipart([f[0], b"k"])
+    else:
+        s.send_multipart(f)
+"""
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _seconds_each(round_trip: Callable[[], object]) -> float:
+    """The time one of SYNCS round trips takes, after 100 to warm up."""
+    for _ in range(100):
+        round_trip()
+    t = time.perf_counter()
+    for _ in range(SYNCS):
+        round_trip()
+    return (time.perf_counter() - t) / SYNCS
+
+
+def raw_round(transport: str) -> dict[str, float]:
+    address = f"tcp://127.0.0.1:{_port()}"
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.Popen([sys.executable, "-c", RAW_SERVER, address, transport,
+                             str(COPY_BYTES)], stdout=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": here})
+    proc.stdout.readline()
+    context = zmq.Context()
+    sock = context.socket(zmq.DEALER)
+    TRANSPORTS[transport][1](sock, False)
+    sock.connect(address)
+
+    def round_trip() -> None:
+        sock.send(b"x")
+        sock.recv()
+
+    rtt = _seconds_each(round_trip)
+    payload = os.urandom(COPY_BYTES)
+    sock.send_multipart([b"write", payload], copy=False)  # once untimed, as vgpu's
+    sock.recv()
+    sock.send(b"read")
+    sock.recv()
+    t = time.perf_counter()
+    sock.send_multipart([b"write", payload], copy=False)
+    sock.recv()
+    htod = COPY_BYTES / (time.perf_counter() - t)
+    t = time.perf_counter()
+    sock.send(b"read")
+    sock.recv()
+    dtoh = COPY_BYTES / (time.perf_counter() - t)
+    sock.send(b"stop")
+    proc.wait()
+    sock.close(0)
+    context.term()
+    return {"rtt_s": rtt, "htod_bytes_per_s": htod, "dtoh_bytes_per_s": dtoh}
+
+
+def vgpu_round(address: str) -> dict[str, float]:
+    conn = Connection(address)
+    assert conn.ring is None, "the client shares memory with the server"
+    conn.post("cuDevicePrimaryCtxRetain", CONTEXT, 0)
+    device, _ = conn.call("cuMemAlloc", CONTEXT, COPY_BYTES)
+    rtt = _seconds_each(lambda: conn.call("vgpuSynchronize"))
+    host = (ctypes.c_char * COPY_BYTES).from_buffer_copy(os.urandom(COPY_BYTES))
+    back = (ctypes.c_char * COPY_BYTES)()
+    # Once untimed: the first copies touch fresh pages (the device memory's, the buffer's).
+    conn.write_device("cuMemcpyHtoD", device, ctypes.addressof(back), COPY_BYTES)
+    conn.read_device("cuMemcpyDtoH", device, ctypes.addressof(back), COPY_BYTES)
+    t = time.perf_counter()
+    conn.write_device("cuMemcpyHtoD", device, ctypes.addressof(host), COPY_BYTES)
+    conn.synchronize()
+    htod = COPY_BYTES / (time.perf_counter() - t)
+    t = time.perf_counter()
+    conn.read_device("cuMemcpyDtoH", device, ctypes.addressof(back), COPY_BYTES)
+    dtoh = COPY_BYTES / (time.perf_counter() - t)
+    assert bytes(back) == bytes(host)
+    conn.call("cuMemFree", device)
+    conn.close()
+    return {"rtt_s": rtt, "htod_bytes_per_s": htod, "dtoh_bytes_per_s": dtoh}
+
+
+def _no_ring(size: int):
+    raise OSError("a client on another host shares no memory with the server")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--transport", default="plain", choices=sorted(TRANSPORTS))
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    vgpu.client.StagingRing = _no_ring  # what a client on another host gets
+    address = f"tcp://127.0.0.1:{_port()}"
+    server = subprocess.Popen([sys.executable, "-m", "vgpu.cli", "server", "--listen", address,
+                               "--backend", "emu", *TRANSPORTS[args.transport][0]],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        server.stdout.readline()
+        raws, vgpus = [], []
+        for _ in range(args.rounds):
+            raws.append(raw_round(args.transport))
+            vgpus.append(vgpu_round(address))
+    finally:
+        server.terminate()
+        server.wait()
+    print(f"transport {args.transport}, loopback TCP, {args.rounds} rounds, load average "
+          f"{os.getloadavg()[0]:.2f}")
+    for key, label, higher in (("htod_bytes_per_s", "HtoD 64 MiB", True),
+                               ("dtoh_bytes_per_s", "DtoH 64 MiB", True),
+                               ("rtt_s", "synchronizing round trip", False)):
+        ratios = [v[key] / r[key] for v, r in zip(vgpus, raws, strict=True)]
+        mine = statistics.median(v[key] for v in vgpus)
+        raw = statistics.median(r[key] for r in raws)
+        unit = (lambda x: f"{x / 1e9:.2f} GB/s") if higher else (lambda x: f"{x * 1e6:.0f} us")
+        print(f"{label:26} vgpu {unit(mine):>10}  raw pyzmq {unit(raw):>10}  ratio "
+              f"{statistics.median(ratios):.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f})")
+
+
+if __name__ == "__main__":
+    main()
