@@ -7,7 +7,8 @@ would take the session past its own limit (`vgpu server --mem-limit`), its key's
 `mem-limit` of its authorized-keys entry, shared by all the key's sessions) or the server's
 (`--server-mem-limit`, by default the device's memory) fails with CUDA_ERROR_OUT_OF_MEMORY,
 as an allocation on a full device does, and the session goes on. `cuMemGetInfo` answers from
-the same figures: the session sees a device the size of its limit.
+the same figures: the session sees a device the size of its limit, less what it (and its key's
+other sessions) hold.
 
 Charges are in the arena's granules (what an allocation really takes), and accounts are
 charged from sessions' worker threads: one lock guards the shared figures.
@@ -101,14 +102,15 @@ class MemoryAccount:
 
     def info(self) -> tuple[int, int]:
         """(free, total) as cuMemGetInfo reports them to the session: its limit is the
-        device's size, and what it may still take is the least any limit leaves."""
+        device's size, and free is what its own limits leave it. Other principals' use is
+        not shown (it would tell one user what another does, and make a recorded session's
+        answers depend on who else ran beside it); past the server's total an allocation
+        still fails, as one may on a shared GPU whose free memory someone else just took."""
         q = self.quotas
         with q.lock:
             total = min(x for x in (self.limit, self.key_limit, q.total) if x is not None)
-            free = q.total - q.used
-            if self.limit is not None:
-                free = min(free, self.limit - self.used)
-            if self.key_limit is not None:
+            free = total - self.used
+            if self.key_limit is not None:  # the key's other sessions are its own principal's
                 free = min(free, self.key_limit - q.key_used.get(self.key, 0))
         return max(free, 0), total
 
