@@ -133,6 +133,10 @@ class VaArena:
                 return start, self._sizes[start]
         return None
 
+    @property
+    def count(self) -> int:
+        return len(self._starts)
+
     def allocations(self) -> list[tuple[int, int]]:
         return [(s, self._sizes[s]) for s in self._starts if s not in self._reserved]
 

@@ -11,11 +11,15 @@ from typing import Generic, TypeVar
 
 from vgpu.errors import CudaError
 
-__all__ = ["HandleTable"]
+__all__ = ["HandleTable", "MAX_HANDLES"]
 
 T = TypeVar("T")
 CUDA_ERROR_INVALID_HANDLE = 400
 CUDA_ERROR_INVALID_CONTEXT = 201
+CUDA_ERROR_OUT_OF_MEMORY = 2
+# Live objects of one kind a session may hold: each costs the server memory that no device
+# quota counts, and no program needs millions of streams or events.
+MAX_HANDLES = 1 << 20
 
 
 class HandleTable(Generic[T]):
@@ -25,9 +29,17 @@ class HandleTable(Generic[T]):
         self._objects: dict[int, T] = {}
 
     def add(self, handle: int, obj: T) -> None:
+        self.check_new(handle)
+        self._objects[handle] = obj
+
+    def check_new(self, handle: int) -> None:
+        """Raise as `add` would for `handle`: before making what it is to name."""
         if not handle or handle in self._objects:
             raise CudaError(self.error_code, f"{self.kind} handle 0x{handle:x} is not new")
-        self._objects[handle] = obj
+        if len(self._objects) >= MAX_HANDLES:
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
+                            f"the session holds {len(self._objects)} {self.kind}s, the most "
+                            f"a session may")
 
     def get(self, handle: int) -> T:
         try:

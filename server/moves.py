@@ -157,8 +157,14 @@ def resume_here(host: SessionHost, identity: bytes, path: str, progress: Progres
 def _restore_task(state: dict, regions, fill):
     def restore(session: Session, position: int) -> None:
         session.renew_backend()
-        with session.backend.running():
-            session.restore(state, regions, fill)
+        try:
+            with session.backend.running():
+                session.restore(state, regions, fill)
+        except BaseException:
+            # Not restored (the device memory it needs is taken, say): it stays suspended,
+            # holding nothing, and its image can be resumed again later.
+            session.release_device()
+            raise
     return restore
 
 

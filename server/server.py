@@ -48,6 +48,7 @@ from .arena import VaArena
 from .backends import open_backend
 from .connections import DEFAULT_RECONNECT_GRACE_S, ConnectionsMixin
 from .peers import Access, Peer, peer_of
+from .quotas import MemoryQuotas
 from .recorder import SessionRecorder
 from .session import Session
 from .transfers import Transfers
@@ -78,6 +79,13 @@ TRACE_WRITE_S = 60.0
 # 20 k (vgpu.client's bounded queue); a client that sends far more without ever waiting is
 # not one, and is disconnected before it fills the server's memory.
 SESSION_QUEUE_LIMIT = 1 << 18
+# The largest message part the server takes (zmq drops the connection of a peer that sends
+# a larger one before reading it); vgpu's client learns it at hello and refuses to send one.
+MAX_MESSAGE_BYTES = 1 << 30
+# Bytes of messages one session may have waiting for its worker, in largest messages: room
+# for the one being run and the next. A batch beyond it is refused (CUDA_ERROR_OUT_OF_MEMORY,
+# at once or at the next synchronizing call), not kept.
+QUEUED_MESSAGES = 2
 
 
 class ProxyServer(AdminMixin, ConnectionsMixin):
@@ -85,7 +93,9 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                  checkpoint_dir: str | None = None, checkpoint_every: float | None = None,
                  record_dir: str | None = None, record_full: bool = False,
                  reconnect_grace: float = DEFAULT_RECONNECT_GRACE_S,
-                 access: Access | None = None):
+                 access: Access | None = None,
+                 mem_limit: int | None = None, server_mem_limit: int | None = None,
+                 max_message: int = MAX_MESSAGE_BYTES):
         self.address = address
         self.backend_name = backend
         self.memcheck = memcheck  # for sessions whose application does not say
@@ -107,9 +117,15 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         probe = open_backend(backend)  # fail now, not at the first client, if it cannot start
         self.device_memory = probe.describe().total_memory
         probe.close()
+        # Device memory: each session's limit, and what all of them may hold together (on a
+        # GPU, the device; on the emulator, host memory that would otherwise have no bound).
+        self.quotas = MemoryQuotas(min(server_mem_limit or self.device_memory,
+                                       self.device_memory), mem_limit)
+        self.max_message = max_message
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, max_message)
         # Who may connect, and who each connection is (server/peers.py): before the bind,
         # so that no connection is ever taken unchecked.
         self.access = access or Access()
@@ -251,7 +267,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                     self.transfers.arrived(session, body)
                 elif identity in self.moved:
                     return  # sent before its client heard that the session moved
-                self._calls(identity, seq, body, payloads)
+                self._calls(identity, seq, body, payloads, len(frames[1]))
             elif kind == RELEASE:
                 session = self.sessions.get(identity)
                 if session is not None:
@@ -347,13 +363,15 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
             "server_pid": os.getpid(),
             "host": self.host,
             "backend": session.backend.name,
+            "max_message": self.max_message,
             "shm": session.staging is not None,
             "peer_memory": session.peer_memory,
             "device_windows": session.shared is not None,
             "device": {
                 "name": device.name,
                 "uuid": device.uuid,
-                "total_memory": device.total_memory,
+                # A session sees a device the size of its memory limit (see quotas.py).
+                "total_memory": session.memory.info()[1],
                 "compute_capability": list(device.compute_capability),
                 "attributes": device.attributes,
             },
@@ -361,8 +379,9 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
 
     def _new_session(self, hello: dict, arena_base: int | None, peer: Peer
                      ) -> tuple[Session, int]:
-        """A fresh session for `hello`, in a free arena slot (or the one at `arena_base`:
-        a restored session keeps its addresses)."""
+        """A fresh session for `hello` from `peer`, in a free arena slot (or the one at
+        `arena_base`: a restored session keeps its addresses)."""
+        self._check_session_count(peer)
         if arena_base is None:
             slot = self._free_slot()
             if slot is None:
@@ -381,12 +400,24 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                     slot in self._slots_in_use():
                 raise CudaError(2, "the session's address range is in use on this server")
             session = Session(self._next_session_id, hello, backend, arena, self.memcheck,
-                              peer=peer)
+                              peer, self.quotas.account(peer))
         except BaseException:
             backend.close()
             raise
         self._next_session_id += 1
         return session, slot
+
+    def _check_session_count(self, peer: Peer) -> None:
+        """A key's `sessions` option bounds how many sessions it has open at once."""
+        limit = peer.options.get("sessions")
+        if limit is None:
+            return
+        open_now = sum(s.peer.name == peer.name for s in self.sessions.values())
+        if open_now >= int(limit):
+            # As a device in exclusive compute mode refuses a second context.
+            raise CudaError(CUDA_ERROR_DEVICE_UNAVAILABLE,
+                            f"{peer.name} may have {limit} session(s) open at once, "
+                            f"and has {open_now}")
 
     def _free_slot(self) -> int | None:
         used = self._slots_in_use()
@@ -397,7 +428,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         return {*self.slots.values(), *(slot for _, slot in self.restoring.values()),
                 *(slot for _, slot, _ in self.adopted.values())}
 
-    def _calls(self, identity: bytes, seq, body, payloads) -> None:
+    def _calls(self, identity: bytes, seq, body, payloads, header_bytes: int = 0) -> None:
         session = self.sessions.get(identity)
         if session is None:
             self._reply(identity, seq, 46, "no session: say hello first")
@@ -425,8 +456,19 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                         "the session queued more work than the server holds")
             self._close_session(identity, "it queued more work than the server holds")
             return
+        # A message is whole in memory once it is here: what is bounded is what waits.
+        size = header_bytes + sum(len(p) for p in payloads)
+        if worker.queued_bytes and \
+                worker.queued_bytes + size > QUEUED_MESSAGES * self.max_message:
+            why = (f"the session has {worker.queued_bytes} bytes of calls waiting to run; "
+                   f"the server holds at most {QUEUED_MESSAGES * self.max_message}")
+            if seq:
+                self._reply(identity, seq, CUDA_ERROR_OUT_OF_MEMORY, why)
+            else:
+                session.defer(CUDA_ERROR_OUT_OF_MEMORY, why)
+            return
         if worker.busy() or len(body) > INLINE_CALLS or any(_is_long_call(c) for c in body):
-            worker.submit(identity, seq, body, payloads)
+            worker.submit(identity, seq, body, payloads, size)
         else:
             self._send_outcome(identity, seq, run_batch(session, seq, body, payloads))
 
@@ -443,8 +485,8 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
             except zmq.Again:
                 break
         while self.finished:
-            worker, _, seq, calls, outcome = self.finished.popleft()
-            worker.handed_back(calls)
+            worker, _, seq, job, outcome = self.finished.popleft()
+            worker.handed_back(job)
             identity = worker.identity  # where its client is now
             if outcome is not None and self.workers.get(identity) is worker:  # still there
                 self._send_outcome(identity, seq, outcome)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from vgpu.api.cudadefs import CUresult
 from vgpu.errors import CudaError
+from vgpu.fatbin import MAX_ENTRY_BYTES
 from vgpu.protocol import MEMCHECK_MODES, STICKY_ERRORS
 from vgpu.replay.journal import Journal
 
@@ -34,6 +35,7 @@ from .client_files import SegmentRefused, map_client_file
 from .handles import HandleTable
 from .peer_memory import PeerMemoryError, read_peer, write_peer
 from .peers import Peer
+from .quotas import MemoryAccount, MemoryQuotas
 from .shared_allocations import SHARED_BYTES, SharedAllocations
 from .vmm import VMM_OPS, VirtualMemory
 
@@ -60,6 +62,17 @@ CU_EVENT_DISABLE_TIMING = 0x2
 BUILTIN_STREAMS = frozenset({0, 1, 2})
 # How long taking a session's state waits for the client to finish a device-window copy.
 WINDOW_RELEASE_S = 5.0
+# The most bytes a client's hello may ask the server to read back from its memory (vgpu's
+# client sends 16).
+PROBE_BYTES = 64
+# Allocations one session may hold (each costs the server bookkeeping beyond its bytes).
+MAX_ALLOCATIONS = 1 << 20
+# The largest module image the server loads: the largest PTX of real programs (whole
+# libraries) is tens of MiB, and parsing holds several times its size.
+MAX_MODULE_BYTES = MAX_ENTRY_BYTES
+# Pinned host buffers one session may have mapped: each is a mapping in the server, which
+# holds some 65,000 of them for all its sessions together (vm.max_map_count).
+MAX_SEGMENTS = 4096
 # Launch configurations a function keeps checked and prepared; the oldest goes first.
 LAUNCHERS_PER_FUNCTION = 16
 
@@ -102,6 +115,7 @@ class Context:
 class Module:
     context: int
     loaded: LoadedModule
+    code_bytes: int  # its image, charged to the session's memory
     functions: set[int] = field(default_factory=set)
 
 
@@ -124,8 +138,13 @@ class Event:
 
 class Session:
     def __init__(self, session_id: int, hello: dict, backend: Backend, arena: VaArena,
-                 memcheck: str = "report", peer: Peer = NO_PEER):
+                 memcheck: str = "report", peer: Peer = NO_PEER,
+                 memory: MemoryAccount | None = None):
         self.id = session_id
+        self.peer = peer
+        # What the session's device memory is charged to (see quotas.py); alone, it may
+        # take the whole device.
+        self.memory = memory or MemoryQuotas(backend.describe().total_memory).account(peer)
         self.token = _token(hello.get("token"))
         self.argv = [str(a) for a in hello.get("argv", [])]
         self.backend = backend
@@ -156,6 +175,8 @@ class Session:
         self.sticky_error = CUDA_SUCCESS
         self.last_error_message = ""
         self.output: list[str] = []       # device printf text, for the application's stdout
+        self._output_bytes = 0            # its size (bounded: see _print)
+        self._output_dropped = False      # whether some was dropped (said once)
         self.diagnostics: list[str] = []  # fault reports and assert lines, for its stderr
         # The application's VGPU_MEMCHECK (sent at hello) wins over the server's --memcheck.
         wanted = hello.get("memcheck")
@@ -221,7 +242,10 @@ class Session:
         if not probe or self.staging is None or self.peer.pid != self.pid:
             return False
         try:
-            address, expected = int(probe[0]), bytes(probe[1])
+            address, expected = int(probe[0]), probe[1]
+            # The bytes the client sent, never a size it names: bytes(n) would allocate n.
+            if not isinstance(expected, bytes) or not 0 < len(expected) <= PROBE_BYTES:
+                return False
             seen = memoryview(bytearray(len(expected)))
             read_peer(self.pid, address, seen)
             return bytes(seen) == expected
@@ -307,7 +331,24 @@ class Session:
         return [code, message] if code else 0
 
     def take_output(self) -> str:
+        self._output_bytes = 0
         return _take_text(self.output)
+
+    def _print(self, text: str) -> None:
+        """Keep a launch's printf output for the client. Launches queued without a
+        synchronization between them share one printf FIFO's worth (the client takes what
+        is kept at its next synchronizing call, where CUDA flushes its FIFO); a launch's
+        output beyond it is dropped, as output that does not fit CUDA's FIFO is."""
+        if self._output_bytes + len(text) > self.printf_fifo_bytes:
+            if text and not self._output_dropped:
+                self.diagnostics.append(
+                    "vgpu: device printf output was dropped: queued launches printed more "
+                    f"than the printf FIFO holds ({self.printf_fifo_bytes} bytes; "
+                    "cudaLimitPrintfFifoSize) before a synchronization\n")
+                self._output_dropped = True
+            return
+        self._output_bytes += len(text)
+        self.output.append(text)
 
     def take_diagnostics(self) -> str:
         return _take_text(self.diagnostics)
@@ -321,6 +362,7 @@ class Session:
             self.recorder.finish()
         for handle, _ in self.contexts.items():
             self._destroy_context_resources(handle)
+        self.memory.release_all()
         self.backend.close()
         if self.shared is not None:
             self.shared.close()
@@ -615,6 +657,10 @@ class Session:
         if limit == CU_LIMIT_PRINTF_FIFO_SIZE:
             if value < 0:
                 raise CudaError(CUDA_ERROR_INVALID_VALUE, "negative printf FIFO size")
+            if value > self.memory.info()[1]:  # the FIFO is device memory
+                raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
+                                f"a printf FIFO of {value} bytes is more than the session's "
+                                f"device memory ({self.memory.info()[1]} bytes)")
             if self.printf_launched:  # CUDA's rule: the FIFO is allocated by then
                 raise CudaError(CUDA_ERROR_INVALID_VALUE,
                                 "the printf FIFO size cannot change after a kernel that "
@@ -671,14 +717,7 @@ class Session:
         ctx = self.contexts.get(context)
         if size <= 0:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "allocation size must be positive")
-        if size > self.device.total_memory - self.arena.bytes_in_use:
-            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of device memory ({size} bytes)")
-        address = self.arena.alloc(size, at)
-        if address is None:
-            if at is not None:
-                raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
-                                f"0x{at:x}+{size} is not free in the session's address range")
-            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of device memory ({size} bytes)")
+        address = self._reserve(size, at)
         shared = (self.shared.create(address, size)
                   if self.shared is not None and size >= SHARED_BYTES and backing is None
                   else None)
@@ -688,7 +727,7 @@ class Session:
             # What could not be placed holds no device memory.
             if shared is not None:
                 self.shared.release(address)
-            self.arena.free(address)
+            self._unreserve(address)
             raise
         self.allocation_owner[address] = context
         ctx.allocations.add(address)
@@ -703,21 +742,45 @@ class Session:
         self.backend.unmap(address)
         if self.shared is not None:
             self.shared.release(address)
-        self.arena.free(address)
+        self._unreserve(address)
         ctx = self.allocation_owner.pop(address)
         self.journal.destroyed("alloc", address)
         if ctx in self.contexts:
             self.contexts.get(ctx).allocations.discard(address)
 
+    def _reserve(self, size: int, at: int | None = None) -> int:
+        """Charge `size` bytes to the session's quota and place them in its arena (at `at`:
+        a restore puts memory back where it was)."""
+        if self.arena.count >= MAX_ALLOCATIONS:
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
+                            f"the session holds {self.arena.count} allocations, the most a "
+                            f"session may")
+        self.memory.charge(size)
+        address = self.arena.alloc(size, at)
+        if address is None:
+            self.memory.release(size)
+            if at is not None:
+                raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
+                                f"0x{at:x}+{size} is not free in the session's address range")
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of device memory ({size} bytes)")
+        return address
+
+    def _unreserve(self, address: int) -> None:
+        self.memory.release(self.arena.free(address))
+
     @op("cuMemGetInfo")
     def mem_get_info(self):
-        total = self.device.total_memory
-        return [total - self.arena.bytes_in_use, total]
+        """The session's own view: a device the size of its limit (see quotas.py)."""
+        return list(self.memory.info())
 
     @op("vgpuMapHostSegment")
     def map_host_segment(self, seg_id: int, path: str, size: int, device_address):
         """Attach a pinned host buffer the client allocated in a shared-memory file (one it
         made for this session: see client_files)."""
+        if len(self.segments) >= MAX_SEGMENTS:  # each is a mapping of the server's own
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
+                            f"the session has {len(self.segments)} host buffers mapped, the "
+                            f"most a session may")
         try:
             seg = map_client_file(path, size, self.peer, self.pid, self.token)
         except SegmentRefused as exc:
@@ -831,26 +894,31 @@ class Session:
         """Load `image`; its variables go to the arena's next free places, or to `places`
         (a restore puts them back where they were)."""
         ctx = self.contexts.get(context)
+        self.modules.check_new(handle)
+        if len(image) > MAX_MODULE_BYTES:
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
+                            f"a module image of {len(image)} bytes is more than the server "
+                            f"loads ({MAX_MODULE_BYTES})")
         allocated: list[int] = []
         wanted = iter(places) if places is not None else None
 
         def allocate(size: int) -> int:
-            place = next(wanted, None) if wanted else None
-            address = self.arena.alloc(size, place)
-            if address is None:
-                raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, "no room for module variables"
-                                if place is None else f"0x{place:x}+{size} is not free in "
-                                                      f"the session's address range")
+            # Module variables are device memory like any allocation: the quota pays.
+            address = self._reserve(size, next(wanted, None) if wanted else None)
             allocated.append(address)
             return address
 
+        # The module's code is device memory on a GPU, and here the server keeps its image
+        # (and what parsing it made) as long as it is loaded: the quota pays for it too.
+        self.memory.charge(len(image))
         try:
             loaded = self.backend.load_module(image, allocate)
         except BaseException:
             for address in allocated:
-                self.arena.free(address)
+                self._unreserve(address)
+            self.memory.release(len(image))
             raise
-        self.modules.add(handle, Module(context, loaded))
+        self.modules.add(handle, Module(context, loaded, len(image)))
         ctx.modules.add(handle)
         self.journal.created("module", handle, context, image, allocated)
         return loaded
@@ -864,7 +932,8 @@ class Session:
             self.journal.destroyed("function", f)
         self.backend.unload_module(module.loaded)
         for address, _ in module.loaded.variables.values():
-            self.arena.free(address)
+            self._unreserve(address)
+        self.memory.release(module.code_bytes)
         if module.context in self.contexts:
             self.contexts.get(module.context).modules.discard(handle)
 
@@ -900,14 +969,14 @@ class Session:
             self._report_fault(fault)
             raise
         if printed:
-            self.output.append(printed)
+            self._print(printed)
         if report:
             self.diagnostics.append(report)
 
     def _report_fault(self, fault: KernelFault) -> None:
         """A kernel failed: its printf output first, then CUDA's lines for failed asserts or
         our report of the fault, all for the application; and a line in the server log."""
-        self.output.append(fault.output)
+        self._print(fault.output)
         self.diagnostics.append(fault.diagnostics)
         if fault.code != CUDA_ERROR_ASSERT:  # CUDA itself says nothing more than its lines
             try:

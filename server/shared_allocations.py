@@ -19,6 +19,7 @@ file tells the client when a mapping it kept is of an allocation freed since.
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 
@@ -38,11 +39,14 @@ class SharedAllocations:
         """A zero-filled shared buffer for the allocation at `base`; None if the system
         refuses one (out of file descriptors: the allocation is then a private one)."""
         try:
-            fd = os.memfd_create("vgpu-device-memory", os.MFD_CLOEXEC)
+            fd = os.memfd_create("vgpu-device-memory", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         except OSError:
             return None
         try:
             os.ftruncate(fd, size)
+            # The client opens this file read-write: sealed at its size, it cannot shrink it
+            # under the server's map (whose next access would kill the server with SIGBUS).
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
             buffer = mmap.mmap(fd, size)
         except OSError:
             os.close(fd)

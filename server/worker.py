@@ -87,6 +87,7 @@ class SessionWorker:
         self.identity: bytes | None = None  # the client's connection, set by the server
         self.pending = 0  # batches handed over, not yet handed back (I/O thread only)
         self.queued_calls = 0  # the calls in them (I/O thread only)
+        self.queued_bytes = 0  # and the bytes of their messages (I/O thread only)
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._finished = finished
         self._holding = False  # (written by the worker thread only)
@@ -95,10 +96,13 @@ class SessionWorker:
                                         name=f"vgpu-session-{session.id}", daemon=True)
         self._thread.start()
 
-    def submit(self, identity: bytes, seq: int, body: list, payloads: list) -> None:
+    def submit(self, identity: bytes, seq: int, body: list, payloads: list,
+               size: int = 0) -> None:
+        """Run a batch of `size` bytes of messages (its header and payload frames)."""
         self.pending += 1
         self.queued_calls += len(body)
-        self._jobs.put((identity, seq, body, payloads))
+        self.queued_bytes += size
+        self._jobs.put((identity, seq, body, payloads, size))
 
     def control(self, task: Callable[[Session, int], object], hold: bool = False,
                 future: Future | None = None) -> Future:
@@ -117,9 +121,11 @@ class SessionWorker:
         it hands the task back, so it is settled once nothing is pending)."""
         return bool(self.pending) or self._holding
 
-    def handed_back(self, calls: int) -> None:
+    def handed_back(self, job: tuple[int, int]) -> None:
+        """A batch of (calls, bytes) ran (or a control task, (0, 0), did)."""
         self.pending -= 1
-        self.queued_calls -= calls
+        self.queued_calls -= job[0]
+        self.queued_bytes -= job[1]
 
     def cancel(self) -> None:
         """The session ended: stop its kernel, drop its queued batches, release it."""
@@ -132,7 +138,7 @@ class SessionWorker:
         return not self._thread.is_alive()
 
     def _run_batch(self, job, wake) -> None:
-        identity, seq, body, payloads = job
+        identity, seq, body, payloads, size = job
         try:
             outcome = run_batch(self.session, seq, body, payloads)
         except Cancelled:
@@ -141,7 +147,7 @@ class SessionWorker:
             log.error("internal error in session %d:\n%s", self.session.id,
                       traceback.format_exc())
             outcome = (999, "internal server error", [], 0, "", "")
-        self._finished.append((self, identity, seq, len(body), outcome))
+        self._finished.append((self, identity, seq, (len(body), size), outcome))
         wake.send(b"")
 
     def _run_control(self, job: _Control, wake) -> None:
@@ -153,7 +159,7 @@ class SessionWorker:
         else:
             self._holding = job.hold
             job.future.set_result(result)
-        self._finished.append((self, None, 0, 0, None))  # no reply; `pending` goes down
+        self._finished.append((self, None, 0, (0, 0), None))  # no reply; `pending` goes down
         wake.send(b"")
 
     def _run(self, context: zmq.Context, wake_address: str) -> None:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from vgpu.binary_check import ElfFile
 from vgpu.fatbin import (
     CONTAINER_MAGIC,
+    MAX_ENTRY_BYTES,
     WRAPPER_MAGIC,
     EntryFlags,
     EntryKind,
@@ -248,9 +249,30 @@ def test_declared_size_must_match_the_decompressed_size(toolkit):
     with pytest.raises(FatbinError, match=f"decompressed to {size} bytes, the entry header "
                                           f"says {size + 1}"):
         lying.payload()
-    (huge,) = parse_fatbin(container(entry(1, b"\0" * 8, 0x2011, 8, 1 << 40)))
+    (huge,) = parse_fatbin(container(entry(1, b"\0" * 8, 0x2011, 8, 8 * 255 + 100)))
     with pytest.raises(FatbinError, match="cannot expand"):
         huge.payload()
+
+
+@pytest.mark.parametrize("flags", [0x8011, 0x2011])
+def test_an_entry_unpacks_to_at_most_a_bounded_size(flags):
+    (huge,) = parse_fatbin(container(entry(1, b"\0" * 8, flags, 8, 1 << 40)))
+    with pytest.raises(FatbinError, match=f"holds {1 << 40} bytes; vgpu unpacks at most "
+                                          f"{MAX_ENTRY_BYTES}"):
+        huge.payload()
+
+
+def test_a_zstd_entry_that_unpacks_past_its_declared_size_is_refused_as_it_unpacks():
+    """A zstd frame of a few KiB can hold gigabytes of zeros: unpacking stops one byte past
+    what the entry declares, whatever the frame says."""
+    import zstandard
+
+    bomb = zstandard.ZstdCompressor().compress(b"\0" * (64 << 20))
+    assert len(bomb) < 64 << 10
+    padded = bomb.ljust((len(bomb) + 7) // 8 * 8, b"\0")
+    (entry_,) = parse_fatbin(container(entry(1, padded, 0x8011, len(bomb), 4096)))
+    with pytest.raises(FatbinError, match="unpacks to more than the 4096 bytes"):
+        entry_.payload()
 
 
 def unpack_all(data: bytes) -> None:

@@ -49,6 +49,25 @@ def _add_server_parser(sub) -> None:
                    help="how long a session whose connection dropped waits for its client to "
                         "reconnect before it ends (default 5)")
     add_server_options(p)
+    p.add_argument("--mem-limit", type=_size, default=None, metavar="SIZE",
+                   help="device memory each session may hold (512M, 4G); cuMemGetInfo "
+                        "reports it as the device's size")
+    p.add_argument("--server-mem-limit", type=_size, default=None, metavar="SIZE",
+                   help="device memory all sessions may hold together (default: the device's)")
+    p.add_argument("--max-message", type=_size, default=None, metavar="SIZE",
+                   help="the largest message part the server accepts (default 1G)")
+
+
+def _size(text: str) -> int:
+    from vgpu.server.peers import parse_size
+
+    try:
+        size = parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is no room at all")
+    return size
 
 
 def _add_run_parser(sub) -> None:
@@ -205,7 +224,11 @@ def _server(args) -> int:
                                  checkpoint_every=args.checkpoint_every,
                                  record_dir=args.record, record_full=args.record_full,
                                  reconnect_grace=args.reconnect_grace,
-                                 access=server_access(args, address))
+                                 access=server_access(args, address),
+                                 mem_limit=args.mem_limit,
+                                 server_mem_limit=args.server_mem_limit,
+                                 **({"max_message": args.max_message}
+                                    if args.max_message else {}))
         except AddressError as exc:
             print(f"vgpu server: cannot listen on {address}: {exc}", file=sys.stderr)
             return 1

@@ -84,6 +84,7 @@ RECONNECT_PAUSE_S = 0.2
 CUDA_ERROR_DEVICE_UNAVAILABLE = 46
 # Ends a failover's replay of messages whose answers the application already has.
 DISCARD_REPORTED = "vgpuDiscardReported"
+CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_NOT_READY = 600
 # How long a synchronizing call polls for its reply before it sleeps in the kernel. Waking a
 # sleeping thread costs tens of microseconds on an idle machine, more than a round trip's
@@ -202,6 +203,7 @@ class Connection:
         self.stdout_writer, self.stderr_writer = _c_writers()
         self.ring: StagingRing | None = None
         self.peer_memory = False
+        self.max_message: int | None = None
         # Device allocations mapped into this process: base -> (serial, map, address).
         self._windows: dict[int, tuple[int, mmap.mmap, int]] = {}
         # Whether the server shares large allocations' files (it says at hello), until the
@@ -311,6 +313,9 @@ class Connection:
             self.ring = None
         self.peer_memory = bool(info.get("peer_memory")) and not self.failover
         self._windows_work = bool(info.get("device_windows")) and not self.failover
+        # The largest message part the server takes: a larger one would cost us the
+        # connection, so it is refused here, with a reason.
+        self.max_message = info.get("max_message") or None
         return info
 
     def _move(self, address: str, position: int, why: str, reconnect: bool = False) -> None:
@@ -486,6 +491,10 @@ class Connection:
 
     def frame(self, payload) -> list:
         """A reference to `payload` sent as a raw frame with the next message."""
+        if self.max_message is not None and len(payload) > self.max_message:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                            f"{len(payload)} bytes in one message is more than the vgpu "
+                            f"server at {self.address} accepts ({self.max_message})")
         self._frames.append(payload)
         return ["frame", len(self._frames) - 1]
 
@@ -683,7 +692,7 @@ class Connection:
         necessarily applied. Large copies go in chunks so client and server copy in parallel.
         """
         with self._lock:
-            if self.ring is None and size > STREAM_CHUNK_BYTES:
+            if self.ring is None and size > self._stream_chunk_bytes():
                 self._stream_to_device(op, dst, src, size, extra)
                 return
             if size <= INLINE_BYTES or self.ring is None:
@@ -722,8 +731,9 @@ class Connection:
         must stay as it is, and the messages a reconnect resends come from it too. With
         standbys, whose replays may come much later, the chunks are copies."""
         self._queue.append((TRANSFER, ("HtoD", size)))
-        for offset in range(0, size, STREAM_CHUNK_BYTES):
-            n = min(STREAM_CHUNK_BYTES, size - offset)
+        chunk = self._stream_chunk_bytes()
+        for offset in range(0, size, chunk):
+            n = min(chunk, size - offset)
             data = ctypes.string_at(src + offset, n) if self.failover else \
                 memoryview((ctypes.c_char * n).from_address(src + offset)).cast("B")
             self._queue.append([op, (dst + offset, self.frame(data), n, *extra)])
@@ -736,14 +746,19 @@ class Connection:
         time, so the server reads the next while the network carries the last."""
         self._queue.append((TRANSFER, ("DtoH", size)))
         in_flight: collections.deque[tuple[int, int, int]] = collections.deque()
-        for offset in range(0, size, STREAM_CHUNK_BYTES):
-            n = min(STREAM_CHUNK_BYTES, size - offset)
+        chunk = self._stream_chunk_bytes()
+        for offset in range(0, size, chunk):
+            n = min(chunk, size - offset)
             self._queue.append([op, (src + offset, n, ["frame"], *extra)])
             in_flight.append((self._flush(want_reply=True), offset, n))
             if len(in_flight) == STREAM_CHUNKS_IN_FLIGHT:
                 self._take_chunk(in_flight.popleft(), dst)
         while in_flight:
             self._take_chunk(in_flight.popleft(), dst)
+
+    def _stream_chunk_bytes(self) -> int:
+        """A streamed copy's chunk: no larger than the server takes in one message."""
+        return min(STREAM_CHUNK_BYTES, self.max_message or STREAM_CHUNK_BYTES)
 
     def _take_chunk(self, chunk: tuple[int, int, int], dst: int) -> None:
         seq, offset, n = chunk
@@ -776,7 +791,7 @@ class Connection:
         Wherever the data was to land, a reply that carries it in a frame wins: a copy the
         new server of a moved session could not do that way comes back so."""
         with self._lock:
-            if self.ring is None and size > STREAM_CHUNK_BYTES:
+            if self.ring is None and size > self._stream_chunk_bytes():
                 self._stream_from_device(op, src, dst, size, extra)
                 return
             if self.ring is None or size <= INLINE_BYTES:

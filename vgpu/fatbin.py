@@ -66,6 +66,9 @@ _ENTRY_MIN_HEADER = 0x40
 _MAX_CONTAINER = 1 << 32
 # LZ4 cannot expand a block by more than 255x, so a larger declared size is corruption.
 _LZ4_MAX_RATIO = 255
+# The most one compressed entry may unpack to: the largest PTX of real programs (CUB, thrust,
+# whole libraries) is tens of MiB; a few bytes must not become gigabytes in the server.
+MAX_ENTRY_BYTES = 256 << 20
 
 
 class FatbinError(ValueError):
@@ -120,8 +123,12 @@ class FatbinEntry:
         if self.flags & EntryFlags.ENCODED:
             raise FatbinError(f"{self.describe()}: payload is stored encoded (flag 0x10000), "
                               f"which vgpu cannot unpack")
+        if self.compressed and self.uncompressed_size > MAX_ENTRY_BYTES:
+            raise FatbinError(f"{self.describe()}: its header says it holds "
+                              f"{self.uncompressed_size} bytes; vgpu unpacks at most "
+                              f"{MAX_ENTRY_BYTES}")
         if self.flags & EntryFlags.COMPRESSED_ZSTD:
-            data = _zstd_decompress(self.stored)
+            data = _zstd_decompress(self.stored, self.uncompressed_size)
         elif self.flags & EntryFlags.COMPRESSED_LZ4:
             data = _lz4_decompress(self.stored, self.uncompressed_size)
         else:
@@ -150,15 +157,26 @@ class FatbinWrapper:
     container: bytes = field(repr=False)
 
 
-def _zstd_decompress(data: bytes) -> bytes:
+def _zstd_decompress(data: bytes, size: int) -> bytes:
     import zstandard  # only when an entry needs it: keeps the application's import light
 
-    # A decompressobj grows its output as it goes, so a lying size field (in the entry or the
-    # frame header) cannot make it allocate more than the frame really holds.
+    # Read at most one byte more than the entry says it holds: a frame that would expand
+    # further (zstd reaches ratios of 30,000:1) is refused before it costs more memory, and a
+    # lying size field in the frame header allocates nothing.
     try:
-        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+        with zstandard.ZstdDecompressor().stream_reader(data) as reader:
+            out = bytearray()
+            while len(out) <= size:
+                piece = reader.read(size + 1 - len(out))
+                if not piece:
+                    break
+                out += piece
     except zstandard.ZstdError as exc:
         raise FatbinError(f"corrupt zstd-compressed fatbin entry: {exc}") from None
+    if len(out) > size:
+        raise FatbinError(f"corrupt zstd-compressed fatbin entry: it unpacks to more than "
+                          f"the {size} bytes its header says")
+    return bytes(out)
 
 
 def _lz4_decompress(data: bytes, size: int) -> bytes:

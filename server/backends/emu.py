@@ -145,15 +145,21 @@ class EmuBackend(Backend):
         except PtxError as exc:
             raise CudaError(CUDA_ERROR_INVALID_PTX, _why_not_loadable(decoded.ptx, exc)) from None
         variables = {}
-        for name, var in module.variables.items():
-            address = allocate(var.size)
-            self.memory.map(address, var.size)
-            variables[name] = (address, var.size)
-        # Initializers are written once every variable has its address: one may hold
-        # another's (`__device__ const char *s = "..."`).
-        symbols = {name: address for name, (address, _) in variables.items()}
-        for name, var in module.variables.items():
-            self.memory.write(symbols[name], var.initial_bytes(symbols))
+        try:
+            for name, var in module.variables.items():
+                address = allocate(var.size)
+                self.memory.map(address, var.size)
+                variables[name] = (address, var.size)
+            # Initializers are written once every variable has its address: one may hold
+            # another's (`__device__ const char *s = "..."`).
+            symbols = {name: address for name, (address, _) in variables.items()}
+            for name, var in module.variables.items():
+                if var.init or var.relocations:  # a fresh mapping is zeros: nothing to write
+                    self.memory.write(symbols[name], var.initial_bytes(symbols))
+        except BaseException:  # out of memory for a variable, say: none of them stays
+            for address, _ in variables.values():
+                self.memory.unmap(address)
+            raise
         kernels = {
             name: KernelDescription(
                 name=name,

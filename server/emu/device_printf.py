@@ -16,6 +16,8 @@ __all__ = ["ArgumentBuffer", "DEFAULT_PRINTF_FIFO_BYTES", "PRINTF_RECORD_HEADER"
 
 # CU_LIMIT_PRINTF_FIFO_SIZE of a fresh context: 1 MiB, as CUDA's.
 DEFAULT_PRINTF_FIFO_BYTES = 1 << 20
+# The widest field (and the most digits) one conversion pads to.
+MAX_FIELD = 1 << 16
 # A printf call stores one record in the launch's FIFO: a header and the format string's
 # address, then the argument buffer. CUDA's layout is undocumented; this model's records are
 # 8 + 8 bytes plus the arguments rounded up to 8, within a few bytes of a GPU's, so about as
@@ -95,6 +97,12 @@ def format_printf(fmt: bytes, args: ArgumentBuffer, read_string: Callable[[int],
                 precision = str(value) if value >= 0 else None
             elif precision == "":
                 precision = "0"
+        # A field pads to its width (and a number to its precision) before the FIFO bounds
+        # the text: a width of 2**31 must not make gigabytes for one call.
+        if width:
+            width = str(min(int(width), MAX_FIELD))
+        if precision is not None and conv != "s":
+            precision = str(min(int(precision), MAX_FIELD))
         length = (m["length"] or b"").decode()
         out.append(_convert(conv, flags, width, precision, length, args, read_string))
     out.append(fmt[pos:].decode("utf-8", "replace"))

@@ -48,7 +48,8 @@ __all__ = ["CHUNK_STATE_BYTES", "LANES_PER_CHUNK", "LaunchCancelled", "LaunchRes
            "PreparedLaunch", "launch", "prepare", "quiet_floating_point"]
 
 LANES_PER_CHUNK = 1 << 16
-# Bytes of per-lane state (registers at 8 bytes each, local memory) one chunk may hold.
+# Bytes of state (registers at 8 bytes each and local memory per lane, shared memory per
+# block) one chunk may hold, unless one block alone needs more.
 CHUNK_STATE_BYTES = 96 << 20
 # Consecutive runs of one group, while others wait, before another group gets a turn.
 FAIRNESS_STREAK = 64
@@ -137,9 +138,12 @@ class PreparedLaunch:
         self.symbols = symbols
         threads = block[0] * block[1] * block[2]
         self._nblocks = grid[0] * grid[1] * grid[2]
-        lane_bytes = 8 * kernel.register_count + kernel.local_size
-        self._per_chunk = max(1, min(LANES_PER_CHUNK, CHUNK_STATE_BYTES // max(lane_bytes, 1))
-                              // threads)
+        # A chunk's state: each lane's registers and local memory, each block's shared
+        # memory (up to 227 KiB: 65,536 one-thread blocks of it would be 14 GiB).
+        block_bytes = threads * (8 * kernel.register_count + kernel.local_size) + \
+            (self.shared_stride if self.shared_size else 0)
+        self._per_chunk = max(1, min(LANES_PER_CHUNK // threads,
+                                     CHUNK_STATE_BYTES // max(block_bytes, 1)))
         self._small_chunks = (list(self._chunks()) if threads * self._nblocks <= SMALL_LAYOUT_LANES
                               else None)
 
@@ -175,7 +179,8 @@ class PreparedLaunch:
             strays = STRAYS_ALLOWED
         # Parameter space is read-only to kernels (spaces.locate refuses stores), so the
         # caller's bytes are used as they are.
-        ctx = LaunchContext(self, memory, np.frombuffer(params, np.uint8), strays)
+        ctx = LaunchContext(self, memory, np.frombuffer(params, np.uint8), strays,
+                            printf_fifo_bytes)
         for chunk in self._small_chunks or self._chunks():
             state = State(ctx, chunk, program.register_dtypes)
             try:

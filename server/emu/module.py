@@ -12,6 +12,9 @@ from .program import KernelProgram, Program
 
 __all__ = ["KernelInfo", "ModuleVariable", "ParamInfo", "PtxModule"]
 
+# Local memory a thread may use (its .local variables and call frames): CUDA's 512 KiB.
+MAX_LOCAL_BYTES_PER_THREAD = 512 << 10
+
 @dataclass(frozen=True)
 class ParamInfo:
     name: str
@@ -56,6 +59,11 @@ class PtxModule:
         self.version = module.version
         self.target = module.target
         self.program = Program(module)
+        for name, kp in self.program.kernels.items():
+            if kp.local_size > MAX_LOCAL_BYTES_PER_THREAD:  # ptxas refuses such a kernel
+                raise PtxError(f"entry function {name!r} uses too much local data "
+                               f"(0x{kp.local_size:x} bytes, "
+                               f"0x{MAX_LOCAL_BYTES_PER_THREAD:x} max)")
         self.kernels: dict[str, KernelInfo] = {
             name: self._kernel_info(kp) for name, kp in self.program.kernels.items()}
         functions = {name: _FUNCTION_ADDRESS_BASE + 16 * k

@@ -95,6 +95,12 @@ def _vprintf(ctx, arguments, results):
 
 
 def _record(state: State, lane: int, fifo_bytes: int, text: str) -> None:
+    room = state.ctx.printf_room
+    room[0] -= fifo_bytes
+    room[1] -= len(text)
+    if room[0] < 0 or room[1] < 0:  # the FIFO is full: this call's output is dropped
+        room[0] = room[1] = -1  # and so is every later call's
+        return
     printf = state.ctx.printf
     printf.append((state.block_linear(lane), int(state.layout.thread_linear[lane]),
                    len(printf), fifo_bytes, text))

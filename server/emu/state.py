@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .device_printf import DEFAULT_PRINTF_FIFO_BYTES
+
 __all__ = ["Chunk", "Fault", "LaunchContext", "State", "ThreadLayout", "lane_count"]
 
 
@@ -85,16 +87,21 @@ class LaunchContext:
     counters. `launch` (a PreparedLaunch) holds what every run of the same kernel and shape
     shares: program, kernel, grid, block, symbols, shared and local memory sizes."""
 
-    __slots__ = ("launch", "memory", "params", "strays", "printf", "assertions", "reports",
-                 "lane_instructions")
+    __slots__ = ("launch", "memory", "params", "strays", "printf", "printf_room", "assertions",
+                 "reports", "lane_instructions")
 
-    def __init__(self, launch, memory, params: np.ndarray, strays: str):
+    def __init__(self, launch, memory, params: np.ndarray, strays: str,
+                 printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES):
         self.launch = launch
         self.memory = memory             # memory.DeviceMemory
         self.params = params             # the parameter buffer, uint8
         self.strays = strays             # what stray global accesses do (spaces.STRAYS_*)
         # (block, thread, sequence number, text) of each printf call
         self.printf: list[tuple[int, int, int, str]] = []
+        # What the printf FIFO still takes: its bytes, and as many bytes of formatted text
+        # (a record holds arguments; the text made of them is kept, and bounded too). Once a
+        # call does not fit, it and every later one are dropped, as a full FIFO drops them.
+        self.printf_room = [printf_fifo_bytes, printf_fifo_bytes]
         self.assertions: list[tuple[int, int, str]] = []  # (block, thread, CUDA's message)
         self.reports: list[str] = []     # the memory checker's reports, for stderr
         self.lane_instructions = 0       # instructions executed, summed over lanes

@@ -206,3 +206,29 @@ def test_access_a_mapping_does_not_allow_is_refused():
     memory.set_access(BASE, READ_WRITE)
     memory.write(BASE, b"now")
     assert memory.read(BASE, 3) == b"now"
+
+
+def test_a_chunk_of_blocks_holds_a_bounded_amount_of_shared_memory():
+    """Blocks run together in chunks; each block's shared memory counts toward a chunk's
+    bound, so many small blocks with the most shared memory do not take gigabytes at once."""
+    from vgpu.server.emu import PtxModule, prepare
+    from vgpu.server.emu.executor import CHUNK_STATE_BYTES
+
+    module = PtxModule.parse("""
+.version 9.0
+.target sm_80
+.address_size 64
+.extern .shared .align 16 .b8 dyn[];
+.visible .entry touch()
+{
+    .reg .b32 %r<2>;
+    mov.u32 %r1, 1;
+    st.shared.u32 [dyn], %r1;
+    ret;
+}
+""")
+    shared = 200 << 10
+    prepared = prepare(module, "touch", (65536, 1, 1), (1, 1, 1), shared)
+    sizes = {chunk.nblocks for chunk in prepared._chunks()}
+    assert max(sizes) * shared <= CHUNK_STATE_BYTES
+    assert sum(chunk.nblocks for chunk in prepared._chunks()) == 65536
