@@ -1,8 +1,8 @@
 """Remote benchmarks: a client without shared memory (as on another host) against a vgpu
 server over TCP, each figure against raw pyzmq on the same path in the same run.
 
-    python benchmarks/bench_remote.py                     # plain TCP on loopback
-    python benchmarks/bench_remote.py --transport plain --rounds 9
+    python benchmarks/bench_remote.py                     # CurveZMQ (the default) on loopback
+    python benchmarks/bench_remote.py --transport plain --rounds 9   # --insecure
 
 Figures (medians of alternating rounds, and their range):
 - 64 MiB HtoD and DtoH through vgpu (streamed in chunks) vs one 64 MiB pyzmq message each way
@@ -10,7 +10,8 @@ Figures (medians of alternating rounds, and their range):
 - the round trip of a synchronizing call vs a raw pyzmq DEALER/ROUTER round trip (<= 1.25x)
 
 The transport is a parameter: TRANSPORTS names how the server is started and how a raw
-socket is set up for each, so that another (CurveZMQ) is measured the same way.
+socket is set up for each: plain TCP (`--insecure` on both ends) and CurveZMQ, vgpu's
+default, whose raw baseline encrypts the same way.
 """
 
 from __future__ import annotations
@@ -18,16 +19,17 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 
 import zmq
 
-import vgpu.client
 from vgpu.client import Connection
 
 MIB = 1 << 20
@@ -40,10 +42,46 @@ def _plain(sock: zmq.Socket, server: bool) -> None:
     """Plain TCP: nothing to set up."""
 
 
+def _curve(sock: zmq.Socket, server: bool) -> None:
+    """CurveZMQ with the raw baseline's own key pairs (in BENCH_CURVE_KEYS, so that its
+    server process has them too): the same encryption as vgpu's, no ZAP check."""
+    server_public, server_secret, client_public, client_secret = (
+        key.encode() for key in os.environ["BENCH_CURVE_KEYS"].split())
+    if server:
+        sock.curve_server = True
+        sock.curve_secretkey = server_secret
+    else:
+        sock.curve_serverkey = server_public
+        sock.curve_publickey = client_public
+        sock.curve_secretkey = client_secret
+
+
 # name -> (options for `vgpu server`, setup of a raw socket: fn(socket, is_server))
 TRANSPORTS: dict[str, tuple[list[str], Callable[[zmq.Socket, bool], None]]] = {
-    "plain": ([], _plain),
+    "plain": (["--insecure"], _plain),
+    "curve": ([], _curve),
 }
+
+
+def _keys(transport: str, work: str) -> dict[str, str]:
+    """Set the transport up as a user does (`vgpu keygen` for a server and a client, the
+    client's key authorized) and for the raw baseline; the server's environment."""
+    if transport == "plain":
+        os.environ["VGPU_INSECURE"] = "1"
+        return dict(os.environ)
+    server_home, client_home = os.path.join(work, "server"), os.path.join(work, "client")
+    for home, options in ((server_home, ["--server"]), (client_home, [])):
+        subprocess.run([sys.executable, "-m", "vgpu.cli", "keygen", "--dir", home, *options],
+                       check=True, capture_output=True)
+    os.makedirs(os.path.join(server_home, "authorized-keys"))
+    with open(os.path.join(client_home, "client.pub")) as public, \
+            open(os.path.join(server_home, "authorized-keys", "bench.key"), "w") as entry:
+        entry.write(public.read())
+    os.environ["VGPU_HOME"] = client_home
+    os.environ["BENCH_CURVE_KEYS"] = " ".join(
+        key.decode() for pair in (zmq.curve_keypair(), zmq.curve_keypair()) for key in pair)
+    return {**os.environ, "VGPU_HOME": server_home}
+
 
 # The raw baseline's server: acknowledges a message with one byte, or answers "read" with
 # COPY_BYTES held ready (as the vgpu server holds device memory), or echoes.
@@ -147,22 +185,19 @@ def vgpu_round(address: str) -> dict[str, float]:
     return {"rtt_s": rtt, "htod_bytes_per_s": htod, "dtoh_bytes_per_s": dtoh}
 
 
-def _no_ring(size: int):
-    raise OSError("a client on another host shares no memory with the server")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--transport", default="plain", choices=sorted(TRANSPORTS))
+    parser.add_argument("--transport", default="curve", choices=sorted(TRANSPORTS))
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    vgpu.client.StagingRing = _no_ring  # what a client on another host gets
-    address = f"tcp://127.0.0.1:{_port()}"
-    server = subprocess.Popen([sys.executable, "-m", "vgpu.cli", "server", "--listen", address,
-                               "--backend", "emu", *TRANSPORTS[args.transport][0]],
-                              stdout=subprocess.PIPE, text=True)
+    work = tempfile.mkdtemp()
+    server_env = _keys(args.transport, work)
+    server = subprocess.Popen([sys.executable, "-m", "vgpu.cli", "server", "--listen",
+                               f"tcp://127.0.0.1:{_port()}", "--backend", "emu",
+                               *TRANSPORTS[args.transport][0]],
+                              stdout=subprocess.PIPE, text=True, env=server_env)
     try:
-        server.stdout.readline()
+        address = server.stdout.readline().split()[4]  # with the server's key, if any
         raws, vgpus = [], []
         for _ in range(args.rounds):
             raws.append(raw_round(args.transport))
@@ -170,6 +205,7 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait()
+        shutil.rmtree(work)
     print(f"transport {args.transport}, loopback TCP, {args.rounds} rounds, load average "
           f"{os.getloadavg()[0]:.2f}")
     for key, label, higher in (("htod_bytes_per_s", "HtoD 64 MiB", True),
