@@ -42,6 +42,7 @@ from vgpu.protocol import (
     pack,
     unpack,
 )
+from vgpu.transport import EVENTS, POLLIN, RCVMORE
 
 from .admin import AdminMixin
 from .arena import VaArena
@@ -186,7 +187,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                 if self.socket in ready:  # everything that arrived, before polling again
                     # (asked of the socket's events: a receive that finds nothing raises,
                     # which costs more than the question)
-                    while self.socket.get(zmq.EVENTS) & zmq.POLLIN:
+                    while self.socket.get(EVENTS) & POLLIN:
                         self._handle(*self._receive())
                 if time.monotonic() >= next_check:
                     self._reap_dead_clients()
@@ -205,7 +206,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         origin = sock.recv(zmq.NOBLOCK, copy=False)  # a ROUTER delivers identity + header
         self.last_fd = origin.get(zmq.SRCFD)  # which connection it came through
         frames = [origin.bytes, sock.recv()]
-        while sock.get(zmq.RCVMORE):  # (not the `rcvmore` attribute: a lookup by name)
+        while sock.get(RCVMORE):  # (not the `rcvmore` attribute: a lookup by name)
             frames.append(sock.recv(copy=False).buffer)
         return frames, origin
 

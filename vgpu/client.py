@@ -45,7 +45,7 @@ from .protocol import (
     pack,
     unpack,
 )
-from .transport import TransportError, Watch, connect, wait_answer
+from .transport import EVENTS, POLLIN, RCVMORE, TransportError, Watch, connect, wait_answer
 
 __all__ = ["Connection", "default_server_address", "STAGING_BYTES", "CHUNK_BYTES"]
 
@@ -612,11 +612,11 @@ class Connection:
                 # Spinning asks the socket whether a reply is there: a receive that finds
                 # nothing raises, which costs several times more, and a spin that sees the
                 # reply later answers later.
-                if not sock.get(zmq.EVENTS) & zmq.POLLIN:
+                if not sock.get(EVENTS) & POLLIN:
                     continue
             try:  # blocks at most RCVTIMEO: one call into zmq per reply, no separate poll
                 frames = [sock.recv()]
-                while sock.get(zmq.RCVMORE):  # (not `rcvmore`: an attribute found by name)
+                while sock.get(RCVMORE):  # (not `rcvmore`: an attribute found by name)
                     frames.append(sock.recv())
             except zmq.Again:
                 if self.server_pid is not None and not _pid_alive(self.server_pid):
