@@ -57,6 +57,7 @@ FORMAT_VERSION = 1
 SUFFIX = ".trace"
 BLOB = "blob"
 _LEVEL = -1  # as images: fast, and checksummed
+_MESSAGE = "message"  # marks a run of plain calls kept as their message's header
 
 
 class TraceError(ValueError):
@@ -138,13 +139,20 @@ class TraceWriter:
         from `start_ns` (from the session's start), each taking `each_ns`."""
         self.calls.append((marshal.dumps(calls), start_ns, each_ns))
 
+    def add_message(self, header: bytes, start_ns: int, each_ns: int) -> None:
+        """The calls of a message (its encoded header, [kind, seq, calls]), all of which
+        succeeded with nothing to return, as add_plain's."""
+        self.calls.append((header, start_ns, each_ns, _MESSAGE))
+
     def _recorded_calls(self) -> list:
         recorded = []
         for entry in self.calls:
             if type(entry) is tuple:
-                packed, start, each = entry
+                packed, start, each, *message = entry
+                calls = (msgpack.unpackb(packed, raw=False, strict_map_key=False)[2]
+                         if message else marshal.loads(packed))
                 recorded.extend([*call, {**self._plain, "time": [start + k * each, each]}]
-                                for k, call in enumerate(marshal.loads(packed)))
+                                for k, call in enumerate(calls))
             else:
                 recorded.append(entry)
         return recorded

@@ -94,7 +94,11 @@ class SessionRecorder:
                     plain.append(call)
         finally:
             end = clock()
-            if plain:
+            if len(plain) == len(calls) and session.header is not None:
+                # The whole message, kept as it came: nothing to pack again.
+                self.writer.add_message(session.header, start - self._origin,
+                                        (end - start) // len(plain))
+            elif plain:
                 self._keep_plain(plain, start, (end - start) // len(plain))
             self._each_timed = end - began >= PER_CALL_TIMES_FROM_NS * len(calls)
         return code, result

@@ -268,7 +268,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                     self.transfers.arrived(session, body)
                 elif identity in self.moved:
                     return  # sent before its client heard that the session moved
-                self._calls(identity, seq, body, payloads, len(frames[1]))
+                self._calls(identity, seq, body, payloads, frames[1])
             elif kind == RELEASE:
                 session = self.sessions.get(identity)
                 if session is not None:
@@ -429,7 +429,10 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         return {*self.slots.values(), *(slot for _, slot in self.restoring.values()),
                 *(slot for _, slot, _ in self.adopted.values())}
 
-    def _calls(self, identity: bytes, seq, body, payloads, header_bytes: int = 0) -> None:
+    def _calls(self, identity: bytes, seq, body, payloads, header: bytes | None = None
+               ) -> None:
+        """Run (or queue) the calls `body` of a message; `header`: the message's encoded
+        header when `body` is all of its calls (a recorder may keep it as they are)."""
         session = self.sessions.get(identity)
         if session is None:
             self._reply(identity, seq, 46, "no session: say hello first")
@@ -446,6 +449,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
             # like any other work, and while the worker is busy the answer is "not ready".
             if len(body) > 1:
                 self._calls(identity, 0, body[:-1], payloads)
+                header = None  # the query alone is left
             if worker.pending:
                 self._reply(identity, seq, CUDA_ERROR_NOT_READY, "work is still running")
                 return
@@ -458,7 +462,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
             self._close_session(identity, "it queued more work than the server holds")
             return
         # A message is whole in memory once it is here: what is bounded is what waits.
-        size = header_bytes + sum(len(p) for p in payloads)
+        size = len(header or b"") + sum(len(p) for p in payloads)
         if worker.queued_bytes and \
                 worker.queued_bytes + size > QUEUED_MESSAGES * self.max_message:
             why = (f"the session has {worker.queued_bytes} bytes of calls waiting to run; "
@@ -469,9 +473,9 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                 session.defer(CUDA_ERROR_OUT_OF_MEMORY, why)
             return
         if worker.busy() or len(body) > INLINE_CALLS or any(_is_long_call(c) for c in body):
-            worker.submit(identity, seq, body, payloads, size)
+            worker.submit(identity, seq, body, payloads, size, header)
         else:
-            self._send_outcome(identity, seq, run_batch(session, seq, body, payloads))
+            self._send_outcome(identity, seq, run_batch(session, seq, body, payloads, header))
 
     def _send_outcome(self, identity: bytes, seq, outcome: Outcome) -> None:
         code, result, frames, deferred, output, diagnostics = outcome

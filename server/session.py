@@ -185,6 +185,7 @@ class Session:
         self.printf_fifo_bytes = DEFAULT_PRINTF_FIFO_BYTES
         self.printf_launched = False  # a kernel that calls printf ran since the last reset
         self.payloads: list = []       # the payload frames of the batch being executed
+        self.header: bytes | None = None  # its message's encoded header, if all of it
         self.reply_frames: list = []   # the frames its reply will carry
         self.contexts: HandleTable[Context] = HandleTable("context", CUDA_ERROR_INVALID_CONTEXT)
         self.modules: HandleTable[Module] = HandleTable("module")
@@ -252,11 +253,14 @@ class Session:
         except (PeerMemoryError, TypeError, ValueError, IndexError):
             return False
 
-    def execute(self, calls: list, frames: list) -> tuple[int, object, list]:
+    def execute(self, calls: list, frames: list, header: bytes | None = None
+                ) -> tuple[int, object, list]:
         """Run calls in order; returns (code of the last call, its result, reply frames).
 
         `frames` are the message's payload frames, which calls name by index; calls that
-        send data back append their frames to `reply_frames`."""
+        send data back append their frames to `reply_frames`. `header`: the message's
+        encoded header, when `calls` are all of its calls (a recorder keeps it)."""
+        self.header = header
         self.payloads = frames
         self.reply_frames = []
         self.calls_served += len(calls)

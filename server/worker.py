@@ -55,10 +55,12 @@ INLINE_CALLS = 512
 Outcome = tuple[int, object, list, object, str, str]
 
 
-def run_batch(session: Session, seq: int, body: list, payloads: list) -> Outcome:
-    """Execute a batch and collect everything its reply carries. A batch nobody waits for
-    (seq 0) has no reply: its error, and device output, wait for the next reply."""
-    code, result, frames = session.execute(body, payloads)
+def run_batch(session: Session, seq: int, body: list, payloads: list,
+              header: bytes | None = None) -> Outcome:
+    """Execute a batch (`header`: its message's, when the batch is all of the message) and
+    collect everything its reply carries. A batch nobody waits for (seq 0) has no reply:
+    its error, and device output, wait for the next reply."""
+    code, result, frames = session.execute(body, payloads, header)
     if not seq:
         session.defer(code, session.last_error_message)
         return code, None, [], 0, "", ""
@@ -97,12 +99,13 @@ class SessionWorker:
         self._thread.start()
 
     def submit(self, identity: bytes, seq: int, body: list, payloads: list,
-               size: int = 0) -> None:
-        """Run a batch of `size` bytes of messages (its header and payload frames)."""
+               size: int = 0, header: bytes | None = None) -> None:
+        """Run a batch of `size` bytes of messages (its header and payload frames; `header`:
+        see run_batch)."""
         self.pending += 1
         self.queued_calls += len(body)
         self.queued_bytes += size
-        self._jobs.put((identity, seq, body, payloads, size))
+        self._jobs.put((identity, seq, body, payloads, size, header))
 
     def control(self, task: Callable[[Session, int], object], hold: bool = False,
                 future: Future | None = None) -> Future:
@@ -138,9 +141,9 @@ class SessionWorker:
         return not self._thread.is_alive()
 
     def _run_batch(self, job, wake) -> None:
-        identity, seq, body, payloads, size = job
+        identity, seq, body, payloads, size, header = job
         try:
-            outcome = run_batch(self.session, seq, body, payloads)
+            outcome = run_batch(self.session, seq, body, payloads, header)
         except Cancelled:
             return
         except Exception:  # a server bug must not strand the session's client

@@ -7,6 +7,7 @@ import time
 from itertools import pairwise
 from types import SimpleNamespace
 
+from vgpu.protocol import CALLS, pack
 from vgpu.replay.trace import read_trace
 from vgpu.server.recorder import PER_CALL_TIMES_FROM_NS, SessionRecorder
 
@@ -22,6 +23,7 @@ class StandInSession:
         self.backend, self.arena = SimpleNamespace(name="emu"), SimpleNamespace(base=1 << 44)
         self.reply_frames, self.output, self.diagnostics, self.payloads = [], [], [], []
         self.last_error_message, self.cancelled, self.recorder = "", False, None
+        self.header = None
         self.deferred: list[int] = []
         self.run_calls = None
 
@@ -42,9 +44,12 @@ class StandInSession:
         self.deferred.append(code)
 
     def batch(self, *ops):
-        """Run one message's calls; returns (start, end) of the batch in the recorder's ns."""
+        """Run one message's calls, as the server runs a message (with its encoded header);
+        returns (start, end) of the batch in the recorder's ns."""
         start = time.perf_counter_ns() - self.recorder._origin
-        self.run_calls([(op, (i,)) for i, op in enumerate(ops)])
+        calls = [(op, (i,)) for i, op in enumerate(ops)]
+        self.header = pack([CALLS, 0, calls])
+        self.run_calls(calls)
         return start, time.perf_counter_ns() - self.recorder._origin
 
 
@@ -66,6 +71,14 @@ def test_every_call_is_kept_in_order_with_what_went_back(tmp_path):
     assert "output" in calls[4][2] and "result" in calls[6][2]
     assert not any(key in calls[i][2] for i in (0, 1, 3, 5) for key in ("output", "result"))
     assert session.deferred == [1]  # the queued failure is still reported
+
+
+def test_messages_whose_calls_return_nothing_are_kept_whole(tmp_path):
+    _, calls, _ = recorded(tmp_path, ["ok"] * 3, ["ok", "print"], ["ok"] * 2)
+    assert [(op, args) for op, args, _ in calls] == [
+        ("ok", [0]), ("ok", [1]), ("ok", [2]), ("ok", [0]), ("print", [1]), ("ok", [0]),
+        ("ok", [1])]
+    assert ["output" in outcome for _, _, outcome in calls] == [False] * 4 + [True, False, False]
 
 
 def test_calls_run_back_to_back_share_their_batch_time(tmp_path):
