@@ -42,7 +42,7 @@ from vgpu.protocol import (
     pack,
     unpack,
 )
-from vgpu.transport import EVENTS, POLLIN, RCVMORE
+from vgpu.transport import EVENTS, NOBLOCK, POLLIN, RCVMORE, SNDMORE, SRCFD
 
 from .admin import AdminMixin
 from .arena import VaArena
@@ -203,8 +203,8 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         (peers.peer_of): the header copied (cheaper than a zmq Frame object for a few
         bytes), payload frames zero-copy, as bulk data arrives."""
         sock = self.socket
-        origin = sock.recv(zmq.NOBLOCK, copy=False)  # a ROUTER delivers identity + header
-        self.last_fd = origin.get(zmq.SRCFD)  # which connection it came through
+        origin = sock.recv(NOBLOCK, copy=False)  # a ROUTER delivers identity + header
+        self.last_fd = origin.get(SRCFD)  # which connection it came through
         frames = [origin.bytes, sock.recv()]
         while sock.get(RCVMORE):  # (not the `rcvmore` attribute: a lookup by name)
             frames.append(sock.recv(copy=False).buffer)
@@ -303,7 +303,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         if payloads:  # bulk payloads go zero-copy; small frames are cheaper copied
             self.socket.send_multipart([identity, packed, *payloads], copy=False)
         else:
-            self.socket.send(identity, zmq.SNDMORE)
+            self.socket.send(identity, SNDMORE)
             self.socket.send(packed)
 
     def _hello(self, identity: bytes, seq, body, peer: Peer) -> None:

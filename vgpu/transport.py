@@ -25,12 +25,13 @@ from .keys import KeyFileError, check_public, known_server_key, load_secret, vgp
 
 __all__ = ["TransportError", "Watch", "split_address", "connect", "wait_answer",
            "INSECURE_ENV", "HEARTBEAT_IVL_MS", "HEARTBEAT_TIMEOUT_MS", "EVENTS", "POLLIN",
-           "RCVMORE"]
+           "RCVMORE", "NOBLOCK", "SNDMORE", "SRCFD"]
 
 INSECURE_ENV = "VGPU_INSECURE"
 # zmq's constants as plain ints: its enums' own operators cost microseconds a call, and
 # these are asked while a round trip waits.
 EVENTS, POLLIN, RCVMORE = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.RCVMORE)
+NOBLOCK, SNDMORE, SRCFD = int(zmq.NOBLOCK), int(zmq.SNDMORE), int(zmq.SRCFD)
 # ZMTP heartbeats on tcp connections (both ends): a peer silent this long (no data, no PONG)
 # loses its connection. zmq's I/O threads answer them, so a client busy computing on its
 # host, or a server busy running kernels, still answers.
