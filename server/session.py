@@ -230,10 +230,9 @@ class Session:
         if not shm:
             return
         try:
-            self.staging = map_client_file(shm.get("path"), shm.get("size"), self.peer,
-                                           self.pid, self.token)
+            self.staging = map_client_file(shm.get("fd"), shm.get("size"), self.peer, self.pid)
         except (OSError, AttributeError) as exc:  # refused (SegmentRefused), or no memory
-            # The client falls back to payload frames, as when it has no /dev/shm.
+            # The client falls back to payload frames, as when it cannot make a memory file.
             log.warning("session %d: no shared staging memory for %s: %s", self.id,
                         self.peer.name, exc)
 
@@ -778,15 +777,15 @@ class Session:
         return list(self.memory.info())
 
     @op("vgpuMapHostSegment")
-    def map_host_segment(self, seg_id: int, path: str, size: int, device_address):
-        """Attach a pinned host buffer the client allocated in a shared-memory file (one it
-        made for this session: see client_files)."""
+    def map_host_segment(self, seg_id: int, fd_number: int, size: int, device_address):
+        """Attach a pinned host buffer the client allocated in a memory file it holds open as
+        descriptor `fd_number` (its own, sealed against shrinking: see client_files)."""
         if len(self.segments) >= MAX_SEGMENTS:  # each is a mapping of the server's own
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
                             f"the session has {len(self.segments)} host buffers mapped, the "
                             f"most a session may")
         try:
-            seg = map_client_file(path, size, self.peer, self.pid, self.token)
+            seg = map_client_file(fd_number, size, self.peer, self.pid)
         except SegmentRefused as exc:
             raise CudaError(CUDA_ERROR_NOT_PERMITTED,
                             f"the server does not map that host memory: {exc}") from None

@@ -178,8 +178,14 @@ class VirtualMemory:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of device memory ({size} bytes)")
         if handle in self.physical:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"memory handle 0x{handle:x} is not new")
-        physical = Physical(handle, size, [int(v) for v in prop],
-                            session.backend.create_physical(size, backing), references)
+        # Device memory like any allocation's: charged to the session's quotas (quotas.py).
+        session.memory.charge(size)
+        try:
+            memory = session.backend.create_physical(size, backing)
+        except BaseException:
+            session.memory.release(size)
+            raise
+        physical = Physical(handle, size, [int(v) for v in prop], memory, references)
         if references:
             self.handles.add(handle, physical)
         self.physical[handle] = physical
@@ -217,6 +223,7 @@ class VirtualMemory:
             return
         del self.physical[physical.handle]
         self.session.backend.release_physical(physical.memory)
+        self.session.memory.release(physical.size)
         self.session.arena.hold(-physical.size)
         self.session.journal.destroyed("memory", physical.handle)
 

@@ -45,6 +45,7 @@ from .protocol import (
     pack,
     unpack,
 )
+from .sealed_files import sealed_file
 from .transport import EVENTS, POLLIN, RCVMORE, TransportError, Watch, connect, wait_answer
 
 __all__ = ["Connection", "default_server_address", "STAGING_BYTES", "CHUNK_BYTES"]
@@ -105,26 +106,27 @@ def default_server_address() -> str:
 
 
 class StagingRing:
-    """A shared-memory file mapped by client and server; bulk data is staged through it."""
+    """A memory file mapped by client and server; bulk data is staged through it."""
 
-    def __init__(self, size: int, prefix: str):
-        self.path = f"/dev/shm/{prefix}ring-{secrets.token_hex(4)}"
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    def __init__(self, size: int):
+        # Sealed at its size, so that we cannot shrink it under the server's mapping; the
+        # server maps it through this descriptor (see vgpu.sealed_files).
+        self.fd: int | None = sealed_file("vgpu-ring", size)
         try:
-            os.ftruncate(fd, size)
-            self.map = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
+            self.map = mmap.mmap(self.fd, size)
+        except OSError:
+            self.close_file()
+            raise
         self.size = size
         self.address = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
         self.position = 0
         self.pending = 0  # bytes staged that the server has not confirmed consuming
 
-    def unlink(self) -> None:
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+    def close_file(self) -> None:
+        """Close the descriptor the server maps the ring through; the mapping stays."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
     def take_contents(self, old: StagingRing, ranges) -> None:
         """Hold what `old` holds in `ranges` ((offset, size)), at the same offsets: messages
@@ -166,9 +168,6 @@ class Connection:
         # our memory): a replay on a standby could not redo it.
         self.failover = bool(self._standbys)
         self.token = secrets.token_hex(16)  # names the session across servers
-        # What the names of our shared-memory files begin with: the server maps only files
-        # so named, made by the process its socket says is us (vgpu.server.client_files).
-        self.file_prefix = f"vgpu-{os.getpid()}-{self.token}-"
         self._outbox = Outbox(retain_all=self.failover)
         self._segments: set[int] = set()  # pinned host segments the server has mapped
         self.moves: list[dict] = []  # the session's moves so far: why, where, seconds, resent
@@ -272,9 +271,9 @@ class Connection:
         if not reconnect:
             try:  # only a server behind a local socket maps our files (server/client_files)
                 local = self.address.startswith("ipc://")
-                self.ring = StagingRing(STAGING_BYTES, self.file_prefix) if local else None
+                self.ring = StagingRing(STAGING_BYTES) if local else None
             except OSError:
-                self.ring = None  # no /dev/shm: bulk data goes inline
+                self.ring = None  # no memory file: bulk data goes inline
             if old is not None and self.ring is not None:
                 self.ring.take_contents(old, staged)
         # Bytes the server may read back from our memory to learn whether it can copy
@@ -284,7 +283,7 @@ class Connection:
         body = {
             "version": PROTOCOL_VERSION, "pid": os.getpid(), "host": socket.gethostname(),
             "argv": _command_line(),
-            "shm": {"path": offered.path, "size": offered.size} if offered else None,
+            "shm": {"fd": offered.fd, "size": offered.size} if offered else None,
             "probe": [ctypes.addressof(probe), probe.raw] if not reconnect else None,
             "memcheck": _memcheck_mode(),
             "token": self.token,
@@ -305,7 +304,7 @@ class Connection:
             raise _ServerLost(str(exc)) from None
         finally:
             if offered:
-                offered.unlink()  # both ends have mapped it (or never will)
+                offered.close_file()  # both ends have mapped it (or never will)
         if code:
             raise CudaError(code, f"the vgpu server at {self.address} refused the session: {info}")
         self.server_pid = info["server_pid"] if info["host"] == socket.gethostname() else None

@@ -20,10 +20,12 @@ kind is one of:
             another session: a replay's calls use the addresses its recording got. A
             server that records sessions answers "shm", "peer_memory" and
             "device_windows" false: every byte then travels in the messages it records.
-            "shm" ({"path", "size"}: the staging ring) and the host segments of
-            vgpuMapHostSegment are mapped only for a client on a local socket whose
-            kernel-reported pid is the hello's "pid", and only files named
-            /dev/shm/vgpu-PID-TOKEN-..., owned by it, mode 600, of that size (see
+            "shm" ({"fd", "size"}: the staging ring, a memory file the client holds open as
+            descriptor "fd" until this answer) and the host segments of vgpuMapHostSegment
+            (seg_id, fd, size, device_address: likewise, until the call's answer) are mapped
+            only for a client on a local socket whose kernel-reported pid is the hello's
+            "pid", through /proc/PID/fd/FD of that pid, and only files owned by it, of that
+            size and sealed against shrinking (see vgpu.sealed_files,
             vgpu.server.client_files); "probe" is read from that pid only. Otherwise the
             reply says "shm" false and data travels in payload frames.
     CALLS   body = [[op, args], ...]: driver calls in order; the server replies only when the
@@ -107,7 +109,7 @@ __all__ = [
     "MEMCHECK_MODES", "VMM_GRANULARITY", "HOST_PAGE",
 ]
 
-PROTOCOL_VERSION = 4  # 4: vgpuTransfer; a resuming hello's "waiting"
+PROTOCOL_VERSION = 5  # 5: shared memory files named by descriptor, not path
 HELLO, CALLS, ADMIN, BYE, RELEASE = "hello", "calls", "admin", "bye", "release"
 
 # How long a client waits for a server that has gone silent before declaring the device lost.

@@ -1,16 +1,18 @@
 """Page-locked host memory, shared with the server when it runs on this host.
 
-cuMemAllocHost/cuMemHostAlloc memory is placed in a shared-memory file that the server maps
-too. That buys two things: the server reads and writes it directly (a copy from pinned memory
-costs one memcpy, none of it staged), and with unified addressing the device pointer of such
-memory equals its host pointer, so kernels can use it, as on a real GPU.
+cuMemAllocHost/cuMemHostAlloc memory is placed in a memory file that the server maps too,
+sealed at its size (vgpu.sealed_files). That buys two things: the server reads and writes it
+directly (a copy from pinned memory costs one memcpy, none of it staged), and with unified
+addressing the device pointer of such memory equals its host pointer, so kernels can use it,
+as on a real GPU.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import secrets
+
+from vgpu.sealed_files import sealed_file
 
 __all__ = ["map_shared", "map_anonymous", "unmap", "is_mapped", "page_range", "share_in_place",
            "unshare_in_place"]
@@ -34,15 +36,12 @@ def _check(address: int | None) -> int:
     return address
 
 
-def map_shared(size: int, prefix: str, at: int | None = None) -> tuple[int, str]:
-    """A new shared-memory file of `size` bytes mapped here: (address, path), its name
-    starting with `prefix` (the connection's file_prefix: the server maps no other). Unlink
-    the path once the server has mapped it too. With `at`, it replaces the pages there,
-    keeping their contents."""
-    path = f"/dev/shm/{prefix}host-{secrets.token_hex(4)}"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+def map_shared(size: int, at: int | None = None) -> tuple[int, int]:
+    """A new memory file of `size` bytes, sealed at that size, mapped here: (address, its
+    descriptor). Close the descriptor once the server has mapped the file through it (or
+    refused to). With `at`, the file replaces the pages there, keeping their contents."""
+    fd = sealed_file("vgpu-host", size)
     try:
-        os.ftruncate(fd, size)
         address = _check(_libc.mmap(None, size, PROT_READ_WRITE, MAP_SHARED, fd, 0))
         if at is not None:
             ctypes.memmove(address, at, size)
@@ -50,11 +49,9 @@ def map_shared(size: int, prefix: str, at: int | None = None) -> tuple[int, str]
             _libc.munmap(address, size)
             address = _check(placed)
     except OSError:
-        os.unlink(path)
-        raise
-    finally:
         os.close(fd)
-    return address, path
+        raise
+    return address, fd
 
 
 def page_range(address: int, size: int) -> tuple[int, int]:
@@ -82,16 +79,17 @@ def _plain_anonymous(start: int, end: int) -> bool:
     return False
 
 
-def share_in_place(address: int, size: int, prefix: str) -> str | None:
-    """Back the pages holding [address, address + size) by a new shared-memory file, keeping
-    their contents and addresses, so that the server can map them too (registered host memory
-    a kernel reads through its device pointer); returns the file's path, or None when the
-    pages are not plain anonymous memory. The pages are copied while other threads may write
-    them: the program registers memory before it uses it concurrently, as it must with CUDA."""
+def share_in_place(address: int, size: int) -> int | None:
+    """Back the pages holding [address, address + size) by a new memory file (as map_shared's),
+    keeping their contents and addresses, so that the server can map them too (registered host
+    memory a kernel reads through its device pointer); returns the file's descriptor, or None
+    when the pages are not plain anonymous memory. The pages are copied while other threads
+    may write them: the program registers memory before it uses it concurrently, as it must
+    with CUDA."""
     start, length = page_range(address, size)
     if not _plain_anonymous(start, start + length):
         return None
-    return map_shared(length, prefix, at=start)[1]
+    return map_shared(length, at=start)[1]
 
 
 def unshare_in_place(address: int, size: int) -> None:

@@ -113,14 +113,14 @@ def _host_alloc(size: int, flags: int) -> int:
         state.host_allocations[address] = HostAllocation(size, flags, None)
         return address
     try:
-        address, path = map_shared(size, conn.file_prefix)
+        address, fd = map_shared(size)
     except OSError as exc:
         raise CudaError(E.CUDA_ERROR_OUT_OF_MEMORY, f"cannot allocate host memory: {exc}") from None
     segment = state.new_segment_id()
     try:
-        conn.call("vgpuMapHostSegment", segment, path, size, address)
+        conn.call("vgpuMapHostSegment", segment, fd, size, address)
     finally:
-        os.unlink(path)
+        os.close(fd)  # both ends have mapped the file (or the server never will)
     state.host_allocations[address] = HostAllocation(size, flags, segment, None, address)
     return address
 
@@ -219,19 +219,19 @@ def _share_registered(address: int, alloc: HostAllocation) -> bool:
             if low < start + length and start < low + other_length:
                 return False
     try:
-        path = share_in_place(address, alloc.size, conn.file_prefix)
+        fd = share_in_place(address, alloc.size)
     except OSError:
         return False
-    if path is None:
+    if fd is None:
         return False
     segment = state.new_segment_id()
     try:
-        conn.call("vgpuMapHostSegment", segment, path, length, start)
+        conn.call("vgpuMapHostSegment", segment, fd, length, start)
     except CudaError:
         unshare_in_place(address, alloc.size)
         raise
     finally:
-        os.unlink(path)
+        os.close(fd)  # both ends have mapped the file (or the server never will)
     alloc.segment, alloc.segment_offset, alloc.device_pointer = segment, address - start, address
     return True
 

@@ -105,7 +105,8 @@ class FakeServer:
         self.hellos.append(body)
         shm = self.shm and body["shm"] is not None
         if shm:
-            fd = os.open(body["shm"]["path"], os.O_RDWR)
+            # The client runs in this process: its descriptor is ours, open until we answer.
+            fd = os.open(f"/proc/self/fd/{body['shm']['fd']}", os.O_RDWR)
             self.ring = mmap.mmap(fd, body["shm"]["size"])
             os.close(fd)
         self._socket.send_multipart([self.identity, pack([seq, 0, {
@@ -317,7 +318,7 @@ def test_a_session_with_pinned_memory_cannot_move(servers, connections):
     old, new = servers("old"), servers("new", position=1)
     old.on_calls = _redirect_on("cuMemGetInfo", new.address, 1)
     conn = connections(old.address)
-    conn.call("vgpuMapHostSegment", 1, "/dev/shm/nothing", 4096, 0x1000)
+    conn.call("vgpuMapHostSegment", 1, 3, 4096, 0x1000)  # the fake server maps nothing
     with pytest.raises(DeviceUnavailable, match="pinned host memory"):
         conn.call("cuMemGetInfo")
     assert not new.hellos

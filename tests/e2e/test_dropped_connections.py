@@ -40,7 +40,11 @@ class Remote:
                                      env=vgpu_environment(VGPU_HOME=str(server_home)))
         self.address = self.proc.endpoint  # tcp://127.0.0.1:PORT#serverkey=KEY
         where, _, self.fragment = self.address.partition("#")
-        self.forwarder = TcpForwarder(("127.0.0.1", int(where.rsplit(":", 1)[1])))
+        try:
+            self.forwarder = TcpForwarder(("127.0.0.1", int(where.rsplit(":", 1)[1])))
+        except BaseException:
+            stop_server(self.proc)  # never left running for the tests after this one
+            raise
 
     def through(self, forwarder: TcpForwarder) -> str:
         """The server's address as a client reaches it through `forwarder`."""

@@ -20,6 +20,7 @@ from vgpu.protocol import CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
 from vgpu.replay.replayer import replay
 from vgpu.replay.store import frame, read_framed
 from vgpu.replay.trace import FORMAT_VERSION, MAGIC, TraceWriter, read_trace
+from vgpu.sealed_files import sealed_file
 
 PROGRAMS = Path(__file__).resolve().parents[1] / "runtime" / "programs"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -91,13 +92,11 @@ def test_every_process_of_a_program_is_one_session_of_its_trace(driver_app, kern
 def test_a_recording_server_shares_no_memory_with_its_clients(tmp_path):
     token = secrets.token_hex(16)
     # A staging ring as a client makes it (the only kind a server maps: see client_files).
-    segment = Path(f"/dev/shm/vgpu-{os.getpid()}-{token}-ring-test")
-    segment.touch(mode=0o600, exist_ok=False)
-    os.truncate(segment, 4096)
+    ring = sealed_file("vgpu-ring", 4096)
     probe = ctypes.create_string_buffer(b"probe")
     hello = {"version": PROTOCOL_VERSION, "pid": os.getpid(), "host": socket.gethostname(),
              "argv": ["test"], "token": token, "resume": None,
-             "shm": {"path": str(segment), "size": 4096},
+             "shm": {"fd": ring, "size": 4096},
              "probe": [ctypes.addressof(probe), b"probe"]}
     answers = {}
     for name, options in (("plain", ()), ("recording", ("--record", str(tmp_path / "t")))):
@@ -111,7 +110,7 @@ def test_a_recording_server_shares_no_memory_with_its_clients(tmp_path):
             sock.close()
             assert code == 0, info
             answers[name] = {k: info[k] for k in ("shm", "peer_memory", "device_windows")}
-    segment.unlink()
+    os.close(ring)
     assert answers["plain"]["shm"]  # the same hello gets shared memory from a plain server
     assert answers["recording"] == {"shm": False, "peer_memory": False,
                                     "device_windows": False}

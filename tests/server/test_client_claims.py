@@ -1,10 +1,11 @@
-"""A client's word about files and processes is not acted on: raw clients name files to map
-and processes to read, and the server maps none of them, reads and writes no other process,
-and serves the session through message frames instead."""
+"""A client's word about files and processes is not acted on: raw clients offer files to map
+and name processes to read, and the server maps only their own files sealed at their size,
+reads and writes no other process, and serves the session through message frames instead."""
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import secrets
 import socket
@@ -15,6 +16,7 @@ import pytest
 import zmq
 
 from vgpu.protocol import CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
+from vgpu.sealed_files import sealed_file
 
 CONTEXT = 0x7667_0100_0000_0001
 NOBODY = 65534
@@ -84,110 +86,152 @@ def _server_maps(server) -> str:
         return f.read()
 
 
-def _shm_file(name: str, size: int = RING_BYTES, mode: int = 0o600, owner: int | None = None,
-              contents: bytes = b"") -> str:
-    path = f"/dev/shm/{name}"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
-    os.write(fd, contents)
-    os.ftruncate(fd, size)
-    os.fchmod(fd, mode)
-    if owner is not None:
-        os.fchown(fd, owner, -1)
-    os.close(fd)
-    return path
+SEALED = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+
+
+class Files:
+    """Files this test process holds open for the server to be offered, by descriptor."""
+
+    def __init__(self):
+        self.fds: list[int] = []
+
+    def memory(self, size: int = RING_BYTES, seals: int = SEALED,
+               owner: int | None = None) -> tuple[int, str]:
+        """(descriptor, name) of a new memory file; a vgpu client's is `sealed_file`'s."""
+        name = f"vgpu-test-{secrets.token_hex(4)}"
+        fd = self.keep(os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING))
+        os.ftruncate(fd, size)
+        if owner is not None:
+            os.fchown(fd, owner, -1)
+        if seals:
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+        return fd, name
+
+    def ring(self) -> int:
+        """A staging ring as a vgpu client makes it."""
+        return self.keep(sealed_file("vgpu-ring", RING_BYTES))
+
+    def keep(self, fd: int) -> int:
+        self.fds.append(fd)
+        return fd
 
 
 @pytest.fixture
-def shm_files():
-    made = []
-    yield made
-    for path in made:
-        if os.path.lexists(path):
-            os.unlink(path)
-
-
-def _prefix(client: RawClient) -> str:
-    return f"vgpu-{os.getpid()}-{client.token}-"
+def files():
+    held = Files()
+    yield held
+    for fd in held.fds:
+        os.close(fd)
 
 
 needs_root = pytest.mark.skipif(os.getuid() != 0, reason="giving a file away needs root")
 
 
-def _offered_files(kind: str, client: RawClient, tmp_path) -> tuple[str, str]:
-    """(the path the client names, the file the server would map) for each kind of file a
-    client must not get mapped."""
-    name = f"{_prefix(client)}ring-x"
-    if kind == "a file outside /dev/shm":
-        target = tmp_path / "secret"
-        target.write_bytes(bytes(RING_BYTES))
-        target.chmod(0o600)
-        return str(target), str(target)
-    if kind == "a symlink to another file":
-        target = tmp_path / "secret"
-        target.write_bytes(bytes(RING_BYTES))
-        target.chmod(0o600)
-        os.symlink(target, f"/dev/shm/{name}")
-        return f"/dev/shm/{name}", str(target)
+def _offered_file(kind: str, files: Files, tmp_path) -> tuple[int, str]:
+    """(the descriptor the client names, what the server's maps would show of its file) for
+    each kind of file a client must not get mapped."""
+    if kind == "a memory file not sealed":
+        return files.memory(seals=0)
+    if kind == "a memory file sealed against growing only":
+        return files.memory(seals=fcntl.F_SEAL_GROW)
+    if kind == "a /dev/shm file":  # what clients offered before files were sealed
+        path = f"/dev/shm/vgpu-test-{secrets.token_hex(4)}"
+        fd = files.keep(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+        os.unlink(path)
+        os.ftruncate(fd, RING_BYTES)
+        return fd, path
+    if kind == "a file on disk":
+        secret = tmp_path / "secret"
+        secret.write_bytes(bytes(RING_BYTES))
+        return files.keep(os.open(secret, os.O_RDONLY)), str(secret)
+    if kind == "a pipe":
+        reader, writer = os.pipe()
+        files.keep(writer)
+        return files.keep(reader), "pipe:"
     if kind == "another user's file":
-        path = _shm_file(name, owner=NOBODY)
-        return path, path
-    if kind == "a file others may read":
-        path = _shm_file(name, mode=0o644)
-        return path, path
-    if kind == "a file not named for the session":
-        path = _shm_file(f"vgpu-{os.getpid()}-{secrets.token_hex(16)}-ring-x")
-        return path, path
+        return files.memory(owner=NOBODY)
     if kind == "a file of another size":
-        path = _shm_file(name, size=RING_BYTES // 2)
-        return path, path
+        return files.memory(size=RING_BYTES // 2)
+    if kind == "a descriptor the client does not hold":
+        return 1 << 20, "vgpu-test-"
     raise AssertionError(kind)
 
 
-BAD_FILES = ["a file outside /dev/shm", "a symlink to another file",
-             pytest.param("another user's file", marks=needs_root), "a file others may read",
-             "a file not named for the session", "a file of another size"]
+BAD_FILES = ["a memory file not sealed", "a memory file sealed against growing only",
+             "a /dev/shm file", "a file on disk", "a pipe",
+             pytest.param("another user's file", marks=needs_root), "a file of another size",
+             "a descriptor the client does not hold"]
 
 
 @pytest.mark.parametrize("kind", BAD_FILES)
-def test_a_hello_naming_a_file_not_made_for_the_session_gets_no_shared_memory(
-        server, raw, shm_files, tmp_path, kind):
+def test_a_hello_offering_a_file_not_made_for_the_session_gets_no_shared_memory(
+        server, raw, files, tmp_path, kind):
     client = raw()
-    named, target = _offered_files(kind, client, tmp_path)
-    shm_files.append(named)
-    info = client.hello(shm={"path": named, "size": RING_BYTES})
+    fd, shown = _offered_file(kind, files, tmp_path)
+    info = client.hello(shm={"fd": fd, "size": RING_BYTES})
     assert not info["shm"] and not info["peer_memory"]
-    assert target not in _server_maps(server) and named not in _server_maps(server)
+    assert shown not in _server_maps(server)
     client.round_trip_by_frames()
 
 
 @pytest.mark.parametrize("kind", BAD_FILES)
-def test_a_host_segment_naming_a_file_not_made_for_the_session_is_refused(
-        server, raw, shm_files, tmp_path, kind):
+def test_a_host_segment_offering_a_file_not_made_for_the_session_is_refused(
+        server, raw, files, tmp_path, kind):
     client = raw()
-    ring = _shm_file(f"{_prefix(client)}ring-ok")
-    shm_files.append(ring)
-    assert client.hello(shm={"path": ring, "size": RING_BYTES})["shm"]
-    named, target = _offered_files(kind, client, tmp_path)
-    shm_files.append(named)
-    code, message, _ = client.call("vgpuMapHostSegment", 1, named, RING_BYTES, None)
+    assert client.hello(shm={"fd": files.ring(), "size": RING_BYTES})["shm"]
+    fd, shown = _offered_file(kind, files, tmp_path)
+    code, message, _ = client.call("vgpuMapHostSegment", 1, fd, RING_BYTES, None)
     assert code == 800  # CUDA_ERROR_NOT_PERMITTED
     assert "does not map that host memory" in message
-    assert target not in _server_maps(server) and named not in _server_maps(server)
+    assert shown not in _server_maps(server)
     client.round_trip_by_frames()
 
 
-def test_over_tcp_nothing_is_shared_whatever_the_client_names(tmp_path, shm_files):
+def test_a_host_segment_that_could_shrink_is_refused_saying_so(server, raw, files):
+    client = raw()
+    assert client.hello(shm={"fd": files.ring(), "size": RING_BYTES})["shm"]
+    fd, _ = files.memory(seals=0)
+    code, message, _ = client.call("vgpuMapHostSegment", 1, fd, RING_BYTES, None)
+    assert code == 800 and "not sealed against shrinking" in message
+
+
+def test_a_client_cannot_shrink_its_ring_under_the_server(server, raw, files):
+    """Shrinking a file the server maps would make its next access SIGBUS, ending every
+    session: the ring cannot shrink, and a file that could is never mapped."""
+    client = raw()
+    ring = files.ring()
+    assert client.hello(shm={"fd": ring, "size": RING_BYTES})["shm"]
+    with pytest.raises(PermissionError):
+        os.ftruncate(ring, 0)
+    code, address, _ = client.call("cuMemAlloc", CONTEXT, 4096)
+    data = secrets.token_bytes(4096)
+    os.pwrite(ring, data, 0)
+    assert client.call("cuMemcpyHtoD", address, ["shm", 0], 4096)[0] == 0
+    code, _, frames = client.call("cuMemcpyDtoH", address, 4096, ["frame"])
+    assert code == 0 and frames == [data]
+
+    other = raw()
+    shrinkable, _ = files.memory(seals=0)
+    assert not other.hello(shm={"fd": shrinkable, "size": RING_BYTES})["shm"]
+    os.ftruncate(shrinkable, 0)
+    code, elsewhere, _ = other.call("cuMemAlloc", CONTEXT, 4096)
+    code, message, _ = other.call("cuMemcpyHtoD", elsewhere, ["shm", 0], 4096)
+    assert code != 0 and server.proc.poll() is None
+    other.round_trip_by_frames()
+    assert client.call("cuMemcpyHtoD", address, ["shm", 0], 4096)[0] == 0
+
+
+def test_over_tcp_nothing_is_shared_whatever_the_client_offers(files):
     from vgpu_processes import ServerProcess
 
     server = ServerProcess("tcp://127.0.0.1:*", "--insecure")
     try:
         client = RawClient(server.address)
-        ring = _shm_file(f"{_prefix(client)}ring-ok")
-        shm_files.append(ring)
-        info = client.hello(shm={"path": ring, "size": RING_BYTES})
+        ring = files.ring()
+        info = client.hello(shm={"fd": ring, "size": RING_BYTES})
         assert not info["shm"] and not info["peer_memory"] and not info["device_windows"]
         assert client.call("vgpuMapHostSegment", 1, ring, RING_BYTES, None)[0] == 800
-        assert ring not in _server_maps(server)
+        assert "vgpu-ring" not in _server_maps(server)
         client.round_trip_by_frames()
         client.close()
     finally:
@@ -203,20 +247,19 @@ print(secret.raw.hex(), flush=True)
 """
 
 
-def test_a_hello_naming_another_process_gets_none_of_its_memory(server, raw, shm_files):
+def test_a_hello_naming_another_process_gets_none_of_its_memory(server, raw, files):
     victim = subprocess.Popen([sys.executable, "-c", VICTIM], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:
         address = int(victim.stdout.readline())
         client = raw()
-        # Everything right but the pid: a ring named for the victim, and the victim's bytes
-        # as the probe's (which would make the server copy from the victim's memory).
-        ring = _shm_file(f"vgpu-{victim.pid}-{client.token}-ring-x")
-        shm_files.append(ring)
-        info = client.hello(pid=victim.pid, shm={"path": ring, "size": RING_BYTES},
+        # Everything right but the pid: a ring, and the victim's bytes as the probe's (which
+        # would make the server copy from the victim's memory, and map the victim's file of
+        # that descriptor number).
+        info = client.hello(pid=victim.pid, shm={"fd": files.ring(), "size": RING_BYTES},
                             probe=[address, b"victim's own bytes, not to be read"])
         assert not info["shm"] and not info["peer_memory"] and not info["device_windows"]
-        assert ring not in _server_maps(server)
+        assert "vgpu-ring" not in _server_maps(server)
         code, device, _ = client.call("cuMemAlloc", CONTEXT, 64)
         data = b"x" * 64
         assert client.call("cuMemcpyHtoD", device, ["frame", 0], 64, frames=[data])[0] == 0

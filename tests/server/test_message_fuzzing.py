@@ -26,12 +26,13 @@ from vgpu_processes import start_emu_server, stop_server
 
 from vgpu.client import Connection
 from vgpu.protocol import ADMIN, BYE, CALLS, HELLO, PROTOCOL_VERSION, RELEASE
+from vgpu.sealed_files import sealed_file
 from vgpu.server.session import OPS
 
 CONTEXT = 0x7667_0100_0000_0001
-# A file a fuzzed hello may name as its staging segment (copies may write into it: never
-# name a file that matters).
-SEGMENT = f"/dev/shm/vgpu-fuzz-{os.getpid()}"
+# A memory file a fuzzed hello may offer as its staging ring, by descriptor (copies may write
+# into it: never offer a file that matters); open for as long as the tests run.
+SEGMENT = sealed_file("vgpu-fuzz", 1 << 16)
 ANSWER_S = 10  # a server that has not answered a request in this long is hung
 
 settings.register_profile("vgpu-fuzz", max_examples=60, deadline=None, derandomize=False,
@@ -47,8 +48,6 @@ class Fuzzed:
     """The server under fuzzing, and a session of a well-behaved client beside the fuzzers."""
 
     def __init__(self, folder):
-        with open(SEGMENT, "wb") as segment:
-            segment.truncate(1 << 16)
         self.address = f"ipc://{folder}/server.sock"
         self.log = folder / "server.log"
         with self.log.open("w") as log:
@@ -105,7 +104,6 @@ class Fuzzed:
         self.control.close()
         self.context.term()
         stop_server(self.proc)
-        os.unlink(SEGMENT)
         return self.log.read_text()
 
 
@@ -156,7 +154,7 @@ def hellos(draw) -> dict:
         "version": st.one_of(st.just(PROTOCOL_VERSION), INTS, SCALARS),
         "pid": st.one_of(INTS, SCALARS), "host": SCALARS, "argv": VALUES,
         "shm": st.one_of(st.none(), st.fixed_dictionaries({
-            "path": st.sampled_from([SEGMENT, "/dev/zero", "/nonexistent", "", "/"]),
+            "fd": st.one_of(st.sampled_from([SEGMENT, 0, 1, 2, -1]), INTS, SCALARS),
             "size": INTS}), VALUES),
         "probe": st.one_of(st.none(), st.tuples(INTS, st.binary(max_size=32)), VALUES),
         "memcheck": SCALARS, "token": st.one_of(st.text(max_size=40), SCALARS),

@@ -17,6 +17,7 @@ from vgpu.server.quotas import MemoryQuotas
 
 CONTEXT = 0x7667_0100_0000_0001
 MODULE = 0x7667_0200_0000_0001
+MEMORY = 0x7667_0a00_0000_0001
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_DEVICE_UNAVAILABLE = 46
 CUDA_ERROR_INVALID_HANDLE = 400
@@ -210,5 +211,25 @@ def test_a_suspended_session_whose_memory_was_taken_resumes_once_it_is_free(tmp_
         assert a.call("cuMemGetInfo")[0] == [256 * KIB, 1 << 20]
         a.close()
         b.close()
+    finally:
+        srv.stop()
+
+
+def test_physical_memory_of_the_virtual_memory_api_counts_against_the_limit(tmp_path):
+    """cuMemCreate takes device memory as cuMemAlloc does: charged, shown by cuMemGetInfo,
+    refused past the limit, given back when the last reference goes."""
+    srv = ServerProcess(f"ipc://{tmp_path}/server.sock", "--mem-limit", "5M")
+    try:
+        conn = _open(srv.address)
+        pinned_on_device_0 = [1, 0, 1, 0, 0, 0, 0]
+        conn.call("cuMemCreate", MEMORY, 4 << 20, pinned_on_device_0)
+        assert conn.call("cuMemGetInfo")[0] == [1 << 20, 5 << 20]
+        assert "session's limit of 5 MiB" in _out_of_memory(
+            conn, "cuMemCreate", MEMORY + 1, 2 << 20, pinned_on_device_0)
+        conn.call("cuMemRelease", MEMORY)
+        assert conn.call("cuMemGetInfo")[0] == [5 << 20, 5 << 20]
+        conn.call("cuMemCreate", MEMORY + 1, 4 << 20, pinned_on_device_0)
+        conn.close()
+        assert srv.alive()
     finally:
         srv.stop()

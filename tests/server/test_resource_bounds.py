@@ -9,7 +9,6 @@ import mmap
 import os
 import socket
 import struct
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from vgpu.client import Connection
 from vgpu.errors import CudaError
 from vgpu.fatbin import CONTAINER_MAGIC
 from vgpu.protocol import BYE, CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
-from vgpu.server.client_files import client_file_prefix
+from vgpu.sealed_files import sealed_file
 from vgpu.server.peers import Peer
 
 CONTEXT = 0x7667_0100_0000_0001
@@ -68,15 +67,15 @@ def _still_serves(address: str) -> None:
 def test_a_hello_cannot_make_the_server_allocate_what_its_probe_names(server, expected):
     """The probe is bytes the client has at an address; a hello naming a size instead (a
     60-byte message once made the server allocate it) or too many bytes is no probe."""
-    with tempfile.NamedTemporaryFile(dir="/dev/shm") as shm:
-        shm.truncate(mmap.PAGESIZE)
-        hello = {"version": PROTOCOL_VERSION, "pid": os.getpid(), "host": socket.gethostname(),
-                 "argv": ["probe"], "shm": {"path": shm.name, "size": mmap.PAGESIZE},
-                 "probe": [id(expected), expected]}
-        sock = _raw(server.address)
-        reply = _exchange(sock, [pack([HELLO, 1, hello])])
-        sock.close()
-    assert reply[1] == 0 and reply[2]["peer_memory"] is False
+    ring = sealed_file("vgpu-ring", mmap.PAGESIZE)  # a ring: only a client with one is probed
+    hello = {"version": PROTOCOL_VERSION, "pid": os.getpid(), "host": socket.gethostname(),
+             "argv": ["probe"], "shm": {"fd": ring, "size": mmap.PAGESIZE},
+             "probe": [id(expected), expected]}
+    sock = _raw(server.address)
+    reply = _exchange(sock, [pack([HELLO, 1, hello])])
+    sock.close()
+    os.close(ring)
+    assert reply[1] == 0 and reply[2]["shm"] and reply[2]["peer_memory"] is False
     assert server.alive()
     _still_serves(server.address)
 
@@ -315,14 +314,12 @@ def test_a_session_holds_a_bounded_number_of_allocations_objects_and_host_buffer
     allocations = [session.mem_alloc(CONTEXT, 16) for _ in range(3)]
     for handle in (11, 12, 13):
         session.event_create(handle, CONTEXT, 0)
-    segment = tempfile.NamedTemporaryFile(dir="/dev/shm",
-                                          prefix=client_file_prefix(os.getpid(), token))
-    segment.truncate(mmap.PAGESIZE)
+    segment = sealed_file("vgpu-host", mmap.PAGESIZE)
     for seg_id in (1, 2, 3):
-        session.map_host_segment(seg_id, segment.name, mmap.PAGESIZE, None)
+        session.map_host_segment(seg_id, segment, mmap.PAGESIZE, None)
     for create in (lambda: session.mem_alloc(CONTEXT, 16),
                    lambda: session.event_create(14, CONTEXT, 0),
-                   lambda: session.map_host_segment(4, segment.name, mmap.PAGESIZE, None)):
+                   lambda: session.map_host_segment(4, segment, mmap.PAGESIZE, None)):
         with pytest.raises(CudaError) as err:
             create()
         assert err.value.code == CUDA_ERROR_OUT_OF_MEMORY
@@ -332,9 +329,9 @@ def test_a_session_holds_a_bounded_number_of_allocations_objects_and_host_buffer
     session.unmap_host_segment(1)
     session.mem_alloc(CONTEXT, 16)
     session.event_create(14, CONTEXT, 0)
-    session.map_host_segment(4, segment.name, mmap.PAGESIZE, None)
+    session.map_host_segment(4, segment, mmap.PAGESIZE, None)
     session.close()
-    segment.close()
+    os.close(segment)
 
 
 def test_a_module_image_is_bounded_in_size(monkeypatch):
