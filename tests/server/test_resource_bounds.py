@@ -294,23 +294,30 @@ def test_a_large_copy_without_shared_memory_goes_in_messages_the_server_takes(tm
 
 # ----------------------------------------------------------------- objects a session holds
 
+def _in_process_session():
+    """A session in this process, with a context, as this process's own verified local
+    client (only such a one's files are mapped)."""
+    from vgpu.server.arena import VaArena
+    from vgpu.server.backends.emu import EmuBackend
+    from vgpu.server.session import Session
+
+    me = Peer("ipc", uid=os.getuid(), gid=os.getgid(), pid=os.getpid(), name="me")
+    session = Session(1, {"pid": os.getpid(), "token": "5e" * 16}, EmuBackend(),
+                      VaArena(1 << 44, 1 << 40), peer=me)
+    session.primary_ctx_retain(CONTEXT, 0)
+    return session
+
+
 def test_a_session_holds_a_bounded_number_of_allocations_objects_and_host_buffers(monkeypatch):
     """Each costs the server bookkeeping that no device quota counts: past the bound (a
     million of a kind; three here) creating one fails with CUDA_ERROR_OUT_OF_MEMORY."""
     from vgpu.server import handles as handles_module
     from vgpu.server import session as session_module
-    from vgpu.server.arena import VaArena
-    from vgpu.server.backends.emu import EmuBackend
 
     monkeypatch.setattr(session_module, "MAX_ALLOCATIONS", 3)
     monkeypatch.setattr(handles_module, "MAX_HANDLES", 3)
     monkeypatch.setattr(session_module, "MAX_SEGMENTS", 3)
-    # This process as a verified local client: only such a one's files are mapped.
-    me = Peer("ipc", uid=os.getuid(), gid=os.getgid(), pid=os.getpid(), name="me")
-    token = "5e" * 16
-    session = session_module.Session(1, {"pid": os.getpid(), "token": token}, EmuBackend(),
-                                     VaArena(1 << 44, 1 << 40), peer=me)
-    session.primary_ctx_retain(CONTEXT, 0)
+    session = _in_process_session()
     allocations = [session.mem_alloc(CONTEXT, 16) for _ in range(3)]
     for handle in (11, 12, 13):
         session.event_create(handle, CONTEXT, 0)
@@ -338,16 +345,9 @@ def test_a_module_image_is_bounded_in_size(monkeypatch):
     """Parsing holds several times an image's size: the server loads images up to the size
     of the largest PTX real programs have (256 MiB; 100 bytes here)."""
     from vgpu.server import session as session_module
-    from vgpu.server.arena import VaArena
-    from vgpu.server.backends.emu import EmuBackend
 
     monkeypatch.setattr(session_module, "MAX_MODULE_BYTES", 100)
-    # This process as a verified local client: only such a one's files are mapped.
-    me = Peer("ipc", uid=os.getuid(), gid=os.getgid(), pid=os.getpid(), name="me")
-    token = "5e" * 16
-    session = session_module.Session(1, {"pid": os.getpid(), "token": token}, EmuBackend(),
-                                     VaArena(1 << 44, 1 << 40), peer=me)
-    session.primary_ctx_retain(CONTEXT, 0)
+    session = _in_process_session()
     image = b".version 9.0\n.target sm_75\n.address_size 64\n" + b" " * 60
     with pytest.raises(CudaError) as err:
         session.module_load(MODULE, CONTEXT, ["inline", image], len(image))
