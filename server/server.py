@@ -30,6 +30,7 @@ import traceback
 import zmq
 
 from vgpu.errors import CudaError
+from vgpu.processes import pid_alive
 from vgpu.protocol import (
     ADMIN,
     BYE,
@@ -529,7 +530,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
 
     def _client_alive(self, session: Session) -> bool:
         """False once a client on this host is gone; a remote one is presumed alive."""
-        return not (session.host == self.host and session.pid and not _pid_alive(session.pid))
+        return not (session.host == self.host and session.pid and not pid_alive(session.pid))
 
 
 def _seq_of(header) -> int | None:
@@ -544,18 +545,3 @@ def _seq_of(header) -> int | None:
 def _is_long_call(call) -> bool:
     return isinstance(call, tuple) and bool(call) and isinstance(call[0], str) and \
         call[0] in LONG_CALLS
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped by its parent) holds no more GPU work.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True

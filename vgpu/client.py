@@ -31,6 +31,7 @@ import zmq
 
 from .errors import CudaError, DeviceUnavailable
 from .outbox import Outbox, relocate, replay_form, staged_ranges
+from .processes import pid_alive
 from .protocol import (
     BYE,
     CALLS,
@@ -594,7 +595,7 @@ class Connection:
             except _MoveFailed as exc:
                 # A server that answers without the session will not find it later, and
                 # one whose process is gone will not answer.
-                gone = server_pid is not None and not _pid_alive(server_pid)
+                gone = server_pid is not None and not pid_alive(server_pid)
                 if not isinstance(exc, _NoAnswer) or gone or time.monotonic() >= deadline:
                     self._fail_over(f"{why}, and reconnecting failed: {exc}")
                     return
@@ -618,7 +619,7 @@ class Connection:
                 while sock.get(RCVMORE):  # (not `rcvmore`: an attribute found by name)
                     frames.append(sock.recv())
             except zmq.Again:
-                if self.server_pid is not None and not _pid_alive(self.server_pid):
+                if self.server_pid is not None and not pid_alive(self.server_pid):
                     raise _ServerLost(f"the vgpu server (pid {self.server_pid}) at "
                                       f"{self.address} is gone") from None
                 if self._dropped():
@@ -939,21 +940,3 @@ def _command_line() -> list[str]:
             return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
     except OSError:
         return list(sys.argv)
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether process `pid` runs (a zombie, dead but not yet reaped by its parent, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rpartition(b")")[2].split()[:1] != [b"Z"]
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc: ask the kernel, which counts a zombie as alive
-        pass
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True

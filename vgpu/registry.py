@@ -11,6 +11,8 @@ import os
 import stat
 from pathlib import Path
 
+from .processes import pid_alive
+
 __all__ = ["runtime_dir", "announce", "withdraw", "live_servers", "ask_sessions"]
 
 
@@ -49,11 +51,15 @@ def live_servers() -> list[tuple[int, str]]:
     for entry in _servers_dir().iterdir():
         try:
             pid = int(entry.name)
-            os.kill(pid, 0)
-            found.append((pid, entry.read_text().strip()))
-        except (ValueError, ProcessLookupError):
+        except ValueError:
             entry.unlink(missing_ok=True)
-        except (PermissionError, OSError):
+            continue
+        if not pid_alive(pid):  # a server that died without withdrawing
+            entry.unlink(missing_ok=True)
+            continue
+        try:
+            found.append((pid, entry.read_text().strip()))
+        except OSError:
             continue
     return sorted(found)
 
