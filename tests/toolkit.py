@@ -16,6 +16,9 @@ from pathlib import Path
 
 __all__ = ["Toolkit", "find_toolkit"]
 
+# What the tests' C programs share (test_files.h): on every C program's include path.
+C_INCLUDE = Path(__file__).resolve().parent / "c_include"
+
 
 class Toolkit:
     """A located CUDA toolkit: compiles CUDA C to PTX, to executables, or C against cuda.h."""
@@ -84,7 +87,8 @@ class Toolkit:
         if not hit:
             src = out.with_suffix(".c")
             src.write_text(source)
-            self._run(["gcc", "-O1", "-o", str(out), str(src), f"-I{self.include}", *flags,
+            self._run(["gcc", "-O1", "-o", str(out), str(src), f"-I{self.include}",
+                       f"-I{C_INCLUDE}", *flags,
                        f"-L{shim_library_dir()}", "-lcuda"], self.cache_dir)
         return out
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "test_files.h"
 
 #define CHECK(call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) { \
     const char *n_ = "?"; cuGetErrorName(r_, &n_); \
@@ -12,18 +13,6 @@
     return 1; } } while (0)
 #define EXPECT(cond) do { if (!(cond)) { fprintf(stderr, "%s:%d: expected %s\n", \
     __FILE__, __LINE__, #cond); return 1; } } while (0)
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = calloc(n + 1, 1);
-    if (fread(buf, 1, n, f) != (size_t)n) { free(buf); buf = NULL; }
-    fclose(f);
-    return buf;
-}
 
 int main(int argc, char **argv) {
     enum { N = 10000, STEPS = 8 };

@@ -3,23 +3,12 @@
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "test_files.h"
 
 static int failures = 0;
 static void expect(const char *what, CUresult got, CUresult want) {
     printf("%s %d %d\n", what, got, want);
     if (got != want) failures++;
-}
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = calloc(n + 1, 1);
-    if (fread(buf, 1, n, f) != (size_t)n) { free(buf); return NULL; }
-    fclose(f);
-    return buf;
 }
 
 int main(int argc, char **argv) {

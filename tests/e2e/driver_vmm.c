@@ -19,23 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "test_files.h"
 
 static int failures = 0;
 static void expect(const char *what, long long got, long long want) {
     printf("%s %lld %lld\n", what, got, want);
     if (got != want) failures++;
-}
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = calloc(n + 1, 1);
-    if (fread(buf, 1, n, f) != (size_t)n) { free(buf); buf = NULL; }
-    fclose(f);
-    return buf;
 }
 
 static CUmemAllocationProp device_prop(void) {

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "test_files.h"
 
 #define CHECK(call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) { \
     const char *n_ = "?"; cuGetErrorName(r_, &n_); \
@@ -26,18 +27,6 @@
     exit(1); } } while (0)
 
 enum { MAX_COUNT = 64, THREADS = 256 };
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = calloc(n + 1, 1);
-    if (fread(buf, 1, n, f) != (size_t)n) { free(buf); buf = NULL; }
-    fclose(f);
-    return buf;
-}
 
 static void print_state(CUmodule mod, CUdeviceptr *ptrs, unsigned count) {
     printf("pointers");
