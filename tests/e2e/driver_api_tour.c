@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "test_files.h"
 
 #define CHECK(call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) { \
     fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, r_); return 1; } \
@@ -14,24 +15,11 @@
 #define EXPECT(cond) do { if (!(cond)) { fprintf(stderr, "%s:%d: expected %s\n", \
     __FILE__, __LINE__, #cond); return 1; } } while (0)
 
-static char *read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = calloc(n + 1, 1);
-    if (fread(buf, 1, n, f) != (size_t)n) { free(buf); buf = NULL; }
-    fclose(f);
-    if (size) *size = n + 1;
-    return buf;
-}
-
 int main(int argc, char **argv) {
     enum { N = 1000 };
-    size_t ptx_size;
-    char *ptx = read_file(argv[1], &ptx_size);
+    char *ptx = read_file(argv[1]);
     EXPECT(ptx != NULL);
+    size_t ptx_size = strlen(ptx) + 1;  /* PTX is text: its size with the NUL, as linkers take it */
     CUdevice dev; CUcontext primary, mine, current; CUmodule mod; CUfunction scale;
     int value, n = N;
 
