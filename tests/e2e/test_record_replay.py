@@ -14,6 +14,7 @@ from pathlib import Path
 import msgpack
 import pytest
 import zmq
+from e2e_support import edit_recorded_module
 from vgpu_processes import emu_server, run_vgpu
 
 from vgpu.protocol import CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
@@ -163,7 +164,7 @@ def test_an_edited_kernel_is_caught_at_the_first_result_it_changes(driver_trace,
 
 def test_a_difference_names_the_launch_that_wrote_it(driver_trace, tmp_path):
     trace = _copy(driver_trace, tmp_path / "edited")
-    body = _edit_module(trace, lambda ptx: _in_kernel(ptx, "add_bias", "add.f32", "sub.f32"))
+    body = edit_recorded_module(trace, _subtract_bias)
     calls = body["calls"]
     result = run_vgpu("replay", trace, "--check")
     assert result.returncode == 1, result.stderr
@@ -181,7 +182,7 @@ def test_a_difference_names_the_launch_that_wrote_it(driver_trace, tmp_path):
 
 def test_floats_that_differ_in_the_last_bit_pass_within_a_tolerance(driver_trace, tmp_path):
     trace = _copy(driver_trace, tmp_path / "ulp")
-    _edit_module(trace, lambda ptx: ptx.replace(BIAS, "0f3E800001"))  # 0.25 + 1 ulp
+    edit_recorded_module(trace, lambda ptx: ptx.replace(BIAS, "0f3E800001"))  # 0.25 + 1 ulp
     exact = run_vgpu("replay", trace, "--check")
     assert exact.returncode == 1
     assert "data copied back differ first at byte 0 (of 4)" in exact.stderr
@@ -221,7 +222,7 @@ def test_tolerance_options_are_refused_where_they_mean_nothing(driver_trace):
 def test_a_digest_only_trace_names_the_launch_that_wrote_what_differs(driver_trace,
                                                                       tmp_path):
     trace = _digests_only(_copy(driver_trace, tmp_path / "edited"))
-    body = _edit_module(trace, lambda ptx: _in_kernel(ptx, "add_bias", "add.f32", "sub.f32"))
+    body = edit_recorded_module(trace, _subtract_bias)
     result = run_vgpu("replay", trace, "--check")
     assert result.returncode == 1, result.stderr
     assert "record with --full to see where" in result.stderr
@@ -249,25 +250,16 @@ def _digests_only(trace: Path) -> Path:
     return trace
 
 
+def _subtract_bias(ptx: str) -> str:
+    """The kernel that adds the bias subtracts it instead."""
+    return _in_kernel(ptx, "add_bias", "add.f32", "sub.f32")
+
+
 def _in_kernel(ptx: str, kernel: str, old: str, new: str) -> str:
     """`ptx` with the first `old` of `kernel`'s body replaced by `new`."""
     start = ptx.index(f".entry {kernel}(")
     assert old in ptx[start:ptx.index("\n}", start)]
     return ptx[:start] + ptx[start:].replace(old, new, 1)
-
-
-def _edit_module(trace: Path, edit) -> dict:
-    """Change the module the trace's session loads (its PTX through `edit`): the manifest's
-    body, as written back."""
-    manifest = next(trace.glob("*.trace"))
-    body = msgpack.unpackb(read_framed(str(manifest), MAGIC, FORMAT_VERSION, ValueError,
-                                       "trace", "trace")[0], raw=False)
-    load = next(i for i, c in enumerate(body["calls"]) if c[0] == "cuModuleLoadData")
-    ptx = read_trace(trace).load(body["calls"][load][1][2]).decode()
-    writer = TraceWriter(str(trace), body["session"], True)
-    body["calls"][load][1][2] = writer.blob(edit(ptx).encode())
-    manifest.write_bytes(frame(MAGIC, FORMAT_VERSION, msgpack.packb(body)))
-    return body
 
 
 def test_replaying_twice_gives_identical_results(driver_trace, tmp_path):

@@ -8,12 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import msgpack
 import pytest
+from e2e_support import edit_recorded_module
 from vgpu_processes import run_vgpu, vgpu_environment
 
-from vgpu.replay.store import frame, read_framed
-from vgpu.replay.trace import FORMAT_VERSION, MAGIC, TraceWriter, read_trace
+from vgpu.replay.trace import read_trace
 
 BIAS = "0f3E800000"  # kernels.cu's `bias = 0.25f`, as its PTX writes it
 
@@ -30,14 +29,7 @@ def traces(driver_app, kernels_ptx, tmp_path_factory) -> Path:
     assert result.returncode == 0, result.stderr
     edited = folder / "edited"
     subprocess.run(["cp", "-a", str(good), str(edited)], check=True)
-    manifest = next(edited.glob("*.trace"))
-    body = msgpack.unpackb(read_framed(str(manifest), MAGIC, FORMAT_VERSION, ValueError,
-                                       "trace", "trace")[0], raw=False)
-    load = next(i for i, c in enumerate(body["calls"]) if c[0] == "cuModuleLoadData")
-    ptx = read_trace(edited).load(body["calls"][load][1][2]).decode()
-    writer = TraceWriter(str(edited), body["session"], True)
-    body["calls"][load][1][2] = writer.blob(ptx.replace(BIAS, "0f3F000000").encode())
-    manifest.write_bytes(frame(MAGIC, FORMAT_VERSION, msgpack.packb(body)))
+    edit_recorded_module(edited, lambda ptx: ptx.replace(BIAS, "0f3F000000"))
     return folder
 
 
