@@ -58,13 +58,18 @@ class ReplyLog:
         self._bytes = 0
 
     def keep(self, seq: int, header: list, payloads) -> None:
-        payloads = tuple(payloads)
-        self._replies[seq] = (header, payloads)
-        self._bytes += _size(payloads)
-        while len(self._replies) > REPLIES_KEPT or \
-                (self._bytes > REPLY_BYTES_KEPT and len(self._replies) > 1):
-            _, (_, old) = self._replies.popitem(last=False)
-            self._bytes -= _size(old)
+        # (Every reply of a tcp session passes here: the common one, without payloads,
+        # costs a store and a length check.)
+        payloads = tuple(payloads) if payloads else ()
+        replies = self._replies
+        replies[seq] = (header, payloads)
+        if payloads:
+            self._bytes += _size(payloads)
+        while len(replies) > REPLIES_KEPT or \
+                (self._bytes > REPLY_BYTES_KEPT and len(replies) > 1):
+            _, (_, old) = replies.popitem(last=False)
+            if old:
+                self._bytes -= _size(old)
 
     def replies(self, seqs) -> list[tuple[list, tuple]]:
         """The kept replies to `seqs`, in the order they were sent."""

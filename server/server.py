@@ -185,9 +185,10 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                     self._run_soon()
                 if self.monitor in ready:
                     self._connection_events()
-                if self.socket in ready:  # everything that arrived, before polling again
-                    # (asked of the socket's events: a receive that finds nothing raises,
-                    # which costs more than the question)
+                if self.socket in ready:  # everything that arrived, before polling again:
+                    # the first is there; whether more are is asked of the socket's events
+                    # (a receive that finds nothing raises, which costs more than asking)
+                    self._handle(*self._receive())
                     while self.socket.get(EVENTS) & POLLIN:
                         self._handle(*self._receive())
                 if time.monotonic() >= next_check:
@@ -463,7 +464,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
             self._close_session(identity, "it queued more work than the server holds")
             return
         # A message is whole in memory once it is here: what is bounded is what waits.
-        size = len(header or b"") + sum(len(p) for p in payloads)
+        size = len(header or b"") + (sum(map(len, payloads)) if payloads else 0)
         if worker.queued_bytes and \
                 worker.queued_bytes + size > QUEUED_MESSAGES * self.max_message:
             why = (f"the session has {worker.queued_bytes} bytes of calls waiting to run; "
@@ -473,7 +474,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
             else:
                 session.defer(CUDA_ERROR_OUT_OF_MEMORY, why)
             return
-        if worker.busy() or len(body) > INLINE_CALLS or any(_is_long_call(c) for c in body):
+        if worker.busy() or len(body) > INLINE_CALLS or any(map(_is_long_call, body)):
             worker.submit(identity, seq, body, payloads, size, header)
         else:
             self._send_outcome(identity, seq, run_batch(session, seq, body, payloads, header))
