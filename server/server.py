@@ -43,7 +43,7 @@ from vgpu.protocol import (
     pack,
     unpack,
 )
-from vgpu.transport import EVENTS, NOBLOCK, POLLIN, RCVMORE, SNDMORE, SRCFD
+from vgpu.transport import EVENTS, NOBLOCK, POLLIN, RCVMORE, SNDMORE
 
 from .admin import AdminMixin
 from .arena import VaArena
@@ -201,7 +201,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         bytes), payload frames zero-copy, as bulk data arrives."""
         sock = self.socket
         origin = sock.recv(NOBLOCK, copy=False)  # a ROUTER delivers identity + header
-        self.last_fd = origin.get(SRCFD)  # which connection it came through
+        self.last_origin = origin  # which connection it came through (read at a hello)
         frames = [origin.bytes, sock.recv()]
         while sock.get(RCVMORE):  # (not the `rcvmore` attribute: a lookup by name)
             frames.append(sock.recv(copy=False).buffer)
