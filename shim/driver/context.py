@@ -7,6 +7,7 @@ it.
 
 from __future__ import annotations
 
+from .._libcuda import lib
 from ._state import (
     DEFAULT_LIMITS,
     CudaError,
@@ -82,8 +83,15 @@ def cuCtxDestroy_v2(ctx):
     handle = _context_arg(ctx)
     if state.contexts[handle]["primary"]:
         raise CudaError(E.CUDA_ERROR_INVALID_CONTEXT, "cannot destroy a primary context")
+    _release_storage(handle)
     state.conn().post("cuCtxDestroy", handle)
     _forget_context(handle)
+
+
+def _release_storage(handle: int) -> None:
+    """What NVIDIA's runtime keeps in the context (shim/c/driver_context_storage.c) goes
+    first: its destructors may still call the driver about the context's objects."""
+    lib.vgpu_context_storage_release(ffi.cast("void *", handle))
 
 
 def _forget_context(handle: int) -> None:
@@ -244,9 +252,16 @@ def cuDevicePrimaryCtxReset_v2(dev):
     _reset_primary(dev, _primary(dev)[0])
 
 
+# The names before CUDA 11 (NVIDIA's runtime still asks for them), with the same meaning;
+# cuDevicePrimaryCtxSetFlags below.
+cuDevicePrimaryCtxRelease = cuDevicePrimaryCtxRelease_v2
+cuDevicePrimaryCtxReset = cuDevicePrimaryCtxReset_v2
+
+
 def _reset_primary(dev: int, handle: int) -> None:
     """The primary context starts afresh: its allocations, modules, streams and events (and a
     sticky error) go, its limits are the defaults again; its flags stay."""
+    _release_storage(handle)
     conn = state.conn()
     conn.post("cuDevicePrimaryCtxReset", handle)
     conn.sticky_error = 0  # the reset clears it on the server too
@@ -270,3 +285,6 @@ def cuDevicePrimaryCtxSetFlags_v2(dev, flags):
     entry = _primary(dev)
     state.contexts[entry[0]]["flags"] = flags & CU_CTX_FLAGS_MASK
     _apply_scheduling(flags)
+
+
+cuDevicePrimaryCtxSetFlags = cuDevicePrimaryCtxSetFlags_v2

@@ -28,6 +28,7 @@ from ._state import (
 )
 
 CU_JIT_INPUT_CUBIN, CU_JIT_INPUT_PTX, CU_JIT_INPUT_FATBINARY = 0, 1, 2
+CU_MODULE_EAGER_LOADING = 1
 CU_JIT_MAX_REGISTERS = 0
 CU_JIT_INFO_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER = 3, 5
 CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 4, 6
@@ -113,6 +114,13 @@ def cuModuleLoadDataEx(module, image, num_options, options, option_values):
 
 
 cuModuleLoadFatBinary = cuModuleLoadData
+
+
+@api
+def cuModuleGetLoadingMode(mode):
+    """The server loads a module's every kernel with it (what CUDA calls eager loading)."""
+    check_out(mode)
+    mode[0] = CU_MODULE_EAGER_LOADING
 
 
 @api
