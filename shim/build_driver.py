@@ -22,8 +22,10 @@ ffibuilder = _make_ffibuilder(
              "c/driver_proc_address.c", "c/driver_errors.c",
              "c/driver_export_table.c", "c/driver_export_slots.c", "c/driver_integrity.c",
              "c/driver_context_storage.c", "c/driver_goodbye.c"],
-    # A context going: NVIDIA's runtime's context-local storage is released with it.
-    cdef="void vgpu_context_storage_release(void *ctx);\n",
+    # A context going: NVIDIA's runtime's context-local storage is released with it; and
+    # whether NVIDIA's runtime is the one calling (it expects some errors in its own codes).
+    cdef="void vgpu_context_storage_release(void *ctx);\n"
+         "int vgpu_nvidia_runtime_attached(void);\n",
 )
 
 if __name__ == "__main__":

@@ -87,6 +87,15 @@ static void explain(const unsigned char id[16], const void *caller)
     fflush(stderr);
 }
 
+static atomic_int nvidia_runtime_attached;
+
+/* For Python (declared in the driver's cffi cdef): 1 once NVIDIA's runtime has taken its
+   interface table, so this process's runtime calls go through NVIDIA's runtime. */
+int vgpu_nvidia_runtime_attached(void)
+{
+    return atomic_load(&nvidia_runtime_attached);
+}
+
 CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
 {
     const struct vgpu_export_table *table;
@@ -101,6 +110,8 @@ CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTable
         fprintf(stderr, "vgpu trace: cuGetExportTable({%s}) -> %s\n", text,
                 table != NULL ? table->name : "CUDA_ERROR_NOT_SUPPORTED");
     }
+    if (table == vgpu_export_tables) /* the first: CUDART_INTERFACE */
+        atomic_store(&nvidia_runtime_attached, 1);
     if (table != NULL)
         return CUDA_SUCCESS;
     explain(pExportTableId->bytes, __builtin_return_address(0));

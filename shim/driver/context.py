@@ -20,6 +20,7 @@ from ._state import (
     ptr,
     state,
 )
+from .module import reload_library
 
 CU_CTX_FLAGS_MASK = 0xFF
 CU_LIMIT_PRINTF_FIFO_SIZE = 1
@@ -267,8 +268,12 @@ def _reset_primary(dev: int, handle: int) -> None:
     conn.sticky_error = 0  # the reset clears it on the server too
     state.limits = dict(DEFAULT_LIMITS)  # and the limits (the server resets its own)
     flags = state.contexts[handle]["flags"]
+    libraries = {m: info for m, info in state.modules.items()
+                 if info.context == handle and info.library_image is not None}
     _forget_context(handle)
     state.contexts[handle] = {"device": dev, "flags": flags, "primary": True}
+    for library, info in libraries.items():
+        reload_library(library, info, handle)
 
 
 @api

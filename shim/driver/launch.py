@@ -7,6 +7,7 @@ checked against the kernel's limits, and the call is queued.
 
 from __future__ import annotations
 
+from .._libcuda import lib
 from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, state
 from .memory import _check_stream
 
@@ -17,6 +18,7 @@ CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
 MAX_SHARED_OPTIN = 163 * 1024
 MAX_THREADS_PER_BLOCK = 1024
+_INVALID_CONFIGURATION = 9  # cudaErrorInvalidConfiguration; the driver API names no code 9
 
 
 def _function_arg(f):
@@ -72,25 +74,33 @@ def _submit(handle: int, layout, grid, block, shared_bytes: int, stream_handle: 
                       params)
 
 
+def _bad_configuration(message: str) -> CudaError:
+    """A launch the device cannot run as configured: CUDA_ERROR_INVALID_VALUE, as the driver
+    API documents, except under NVIDIA's runtime. That runtime checks nothing itself and
+    passes the driver's code on unchanged, yet its programs get cudaErrorInvalidConfiguration
+    (9): the code its driver gives it, and so vgpu's."""
+    code = _INVALID_CONFIGURATION if lib.vgpu_nvidia_runtime_attached() else \
+        E.CUDA_ERROR_INVALID_VALUE
+    return CudaError(code, message)
+
+
 def _check_config(layout, grid, block, shared_bytes: int) -> None:
     """The launch configuration against the kernel's limits (the runtime reports these
     failures as cudaErrorInvalidConfiguration, hence a function of its own)."""
     gx, gy, gz = grid
     bx, by, bz = block
     if gx <= 0 or gy <= 0 or gz <= 0 or bx <= 0 or by <= 0 or bz <= 0:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "grid and block dimensions must be >= 1")
+        raise _bad_configuration("grid and block dimensions must be >= 1")
     threads = bx * by * bz
     limit = layout.attributes.get("max_threads_per_block", MAX_THREADS_PER_BLOCK)
     if threads > limit or bz > 64:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
-                        f"{threads} threads per block exceed kernel {layout.name!r}'s limit "
-                        f"of {limit}")
+        raise _bad_configuration(f"{threads} threads per block exceed kernel "
+                                 f"{layout.name!r}'s limit of {limit}")
     if gy > 65535 or gz > 65535 or gx > 2**31 - 1:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "grid dimension too large")
+        raise _bad_configuration("grid dimension too large")
     if shared_bytes > layout.max_dynamic_shared:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
-                        f"{shared_bytes} bytes of dynamic shared memory exceed the kernel's "
-                        f"limit of {layout.max_dynamic_shared}")
+        raise _bad_configuration(f"{shared_bytes} bytes of dynamic shared memory exceed the "
+                                 f"kernel's limit of {layout.max_dynamic_shared}")
 
 
 @api
