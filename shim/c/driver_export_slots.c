@@ -30,6 +30,8 @@
     {0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93}
 #define INTEGRITY_CHECK_ID \
     {0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2}
+#define TOOLS_CONTEXT_ID \
+    {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}
 #define CONTEXT_CHECKS_ID \
     {0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e}
 
@@ -40,6 +42,7 @@ enum {
     CONTEXT_STORAGE_SLOTS = 4,
     INTEGRITY_CHECK_SLOTS = 3,
     CONTEXT_CHECKS_SLOTS = 4,
+    TOOLS_CONTEXT_SLOTS = 95,
 };
 
 static void refuse(const char *table, const unsigned char id[16], int index, const void *caller)
@@ -277,6 +280,60 @@ static const void *const context_checks[CONTEXT_CHECKS_SLOTS] = {
     (const void *)context_check_flags,
 };
 
+/* ------------------------------------------------------------------ TOOLS_CONTEXT */
+
+/* Asked for by newer 13.x runtimes (cuda-python's), which have not been seen calling any of
+   its 94 slots: every one is refused. */
+#define REFUSED_TEN(table, tens)                                                            \
+    REFUSED_SLOT(table, tens##0) REFUSED_SLOT(table, tens##1) REFUSED_SLOT(table, tens##2)  \
+    REFUSED_SLOT(table, tens##3) REFUSED_SLOT(table, tens##4) REFUSED_SLOT(table, tens##5)  \
+    REFUSED_SLOT(table, tens##6) REFUSED_SLOT(table, tens##7) REFUSED_SLOT(table, tens##8)  \
+    REFUSED_SLOT(table, tens##9)
+#define SLOT_TEN(table, tens)                                                               \
+    (const void *)table##_refused_##tens##0, (const void *)table##_refused_##tens##1,        \
+    (const void *)table##_refused_##tens##2, (const void *)table##_refused_##tens##3,        \
+    (const void *)table##_refused_##tens##4, (const void *)table##_refused_##tens##5,        \
+    (const void *)table##_refused_##tens##6, (const void *)table##_refused_##tens##7,        \
+    (const void *)table##_refused_##tens##8, (const void *)table##_refused_##tens##9
+
+REFUSED_SLOT(TOOLS_CONTEXT, 1)
+REFUSED_SLOT(TOOLS_CONTEXT, 2)
+REFUSED_SLOT(TOOLS_CONTEXT, 3)
+REFUSED_SLOT(TOOLS_CONTEXT, 4)
+REFUSED_SLOT(TOOLS_CONTEXT, 5)
+REFUSED_SLOT(TOOLS_CONTEXT, 6)
+REFUSED_SLOT(TOOLS_CONTEXT, 7)
+REFUSED_SLOT(TOOLS_CONTEXT, 8)
+REFUSED_SLOT(TOOLS_CONTEXT, 9)
+REFUSED_TEN(TOOLS_CONTEXT, 1)
+REFUSED_TEN(TOOLS_CONTEXT, 2)
+REFUSED_TEN(TOOLS_CONTEXT, 3)
+REFUSED_TEN(TOOLS_CONTEXT, 4)
+REFUSED_TEN(TOOLS_CONTEXT, 5)
+REFUSED_TEN(TOOLS_CONTEXT, 6)
+REFUSED_TEN(TOOLS_CONTEXT, 7)
+REFUSED_TEN(TOOLS_CONTEXT, 8)
+REFUSED_SLOT(TOOLS_CONTEXT, 90)
+REFUSED_SLOT(TOOLS_CONTEXT, 91)
+REFUSED_SLOT(TOOLS_CONTEXT, 92)
+REFUSED_SLOT(TOOLS_CONTEXT, 93)
+REFUSED_SLOT(TOOLS_CONTEXT, 94)
+
+static const void *const tools_context[TOOLS_CONTEXT_SLOTS] = {
+    TABLE_SIZE(TOOLS_CONTEXT_SLOTS),
+    (const void *)TOOLS_CONTEXT_refused_1, (const void *)TOOLS_CONTEXT_refused_2,
+    (const void *)TOOLS_CONTEXT_refused_3, (const void *)TOOLS_CONTEXT_refused_4,
+    (const void *)TOOLS_CONTEXT_refused_5, (const void *)TOOLS_CONTEXT_refused_6,
+    (const void *)TOOLS_CONTEXT_refused_7, (const void *)TOOLS_CONTEXT_refused_8,
+    (const void *)TOOLS_CONTEXT_refused_9,
+    SLOT_TEN(TOOLS_CONTEXT, 1), SLOT_TEN(TOOLS_CONTEXT, 2), SLOT_TEN(TOOLS_CONTEXT, 3),
+    SLOT_TEN(TOOLS_CONTEXT, 4), SLOT_TEN(TOOLS_CONTEXT, 5), SLOT_TEN(TOOLS_CONTEXT, 6),
+    SLOT_TEN(TOOLS_CONTEXT, 7), SLOT_TEN(TOOLS_CONTEXT, 8),
+    (const void *)TOOLS_CONTEXT_refused_90, (const void *)TOOLS_CONTEXT_refused_91,
+    (const void *)TOOLS_CONTEXT_refused_92, (const void *)TOOLS_CONTEXT_refused_93,
+    (const void *)TOOLS_CONTEXT_refused_94,
+};
+
 /* ------------------------------------------------------------------ the list */
 
 const struct vgpu_export_table vgpu_export_tables[] = {
@@ -287,6 +344,7 @@ const struct vgpu_export_table vgpu_export_tables[] = {
     {"CONTEXT_STORAGE", CONTEXT_STORAGE_ID, context_storage, CONTEXT_STORAGE_SLOTS},
     {"INTEGRITY_CHECK", INTEGRITY_CHECK_ID, integrity_check, INTEGRITY_CHECK_SLOTS},
     {"CONTEXT_CHECKS", CONTEXT_CHECKS_ID, context_checks, CONTEXT_CHECKS_SLOTS},
+    {"TOOLS_CONTEXT", TOOLS_CONTEXT_ID, tools_context, TOOLS_CONTEXT_SLOTS},
 };
 const size_t vgpu_export_table_count = sizeof vgpu_export_tables / sizeof vgpu_export_tables[0];
 
