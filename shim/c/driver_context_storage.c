@@ -42,16 +42,27 @@ static struct entry *find(CUcontext ctx, void *key)
     return NULL;
 }
 
-CUresult vgpu_context_storage_put(CUcontext ctx, void *key, void *value,
-                                  vgpu_storage_destructor destructor)
+/* The entry for (ctx, key) or NULL, with the lock taken, once ctx is resolved; on an error the
+   lock is not taken. */
+static CUresult lock_entry(CUcontext *ctx, void *key, struct entry **e)
 {
-    struct entry *e;
-    CUresult rc = resolve(&ctx);
+    CUresult rc = resolve(ctx);
 
     if (rc != CUDA_SUCCESS)
         return rc;
     pthread_mutex_lock(&lock);
-    e = find(ctx, key);
+    *e = find(*ctx, key);
+    return CUDA_SUCCESS;
+}
+
+CUresult vgpu_context_storage_put(CUcontext ctx, void *key, void *value,
+                                  vgpu_storage_destructor destructor)
+{
+    struct entry *e;
+    CUresult rc = lock_entry(&ctx, key, &e);
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
     if (e == NULL && count == capacity) {
         size_t grown = capacity ? 2 * capacity : 8;
         struct entry *bigger = realloc(entries, grown * sizeof *entries);
@@ -72,12 +83,10 @@ CUresult vgpu_context_storage_put(CUcontext ctx, void *key, void *value,
 CUresult vgpu_context_storage_delete(CUcontext ctx, void *key)
 {
     struct entry *e;
-    CUresult rc = resolve(&ctx);
+    CUresult rc = lock_entry(&ctx, key, &e);
 
     if (rc != CUDA_SUCCESS)
         return rc;
-    pthread_mutex_lock(&lock);
-    e = find(ctx, key);
     if (e != NULL)
         *e = entries[--count];
     pthread_mutex_unlock(&lock);
@@ -91,10 +100,8 @@ CUresult vgpu_context_storage_get(void **value, CUcontext ctx, void *key)
 
     if (value == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    if ((rc = resolve(&ctx)) != CUDA_SUCCESS)
+    if ((rc = lock_entry(&ctx, key, &e)) != CUDA_SUCCESS)
         return rc;
-    pthread_mutex_lock(&lock);
-    e = find(ctx, key);
     if (e != NULL)
         *value = e->value;
     pthread_mutex_unlock(&lock);

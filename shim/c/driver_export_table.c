@@ -106,7 +106,7 @@ CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTable
     table = vgpu_export_table_find(pExportTableId);
     *ppExportTable = table != NULL ? table->slots : NULL;
     if (vgpu_export_tracing()) {
-        vgpu_uuid_text(pExportTableId->bytes, text);
+        vgpu_uuid_text((const unsigned char *)pExportTableId->bytes, text);
         fprintf(stderr, "vgpu trace: cuGetExportTable({%s}) -> %s\n", text,
                 table != NULL ? table->name : "CUDA_ERROR_NOT_SUPPORTED");
     }
@@ -114,6 +114,6 @@ CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTable
         atomic_store(&nvidia_runtime_attached, 1);
     if (table != NULL)
         return CUDA_SUCCESS;
-    explain(pExportTableId->bytes, __builtin_return_address(0));
+    explain((const unsigned char *)pExportTableId->bytes, __builtin_return_address(0));
     return CUDA_ERROR_NOT_SUPPORTED;
 }
