@@ -25,6 +25,7 @@ from .module import reload_library
 CU_CTX_FLAGS_MASK = 0xFF
 CU_LIMIT_PRINTF_FIFO_SIZE = 1
 CU_CTX_SCHED_MASK, CU_CTX_SCHED_BLOCKING_SYNC = 0x07, 0x04
+CU_FUNC_CACHE_PREFER_NONE, CU_FUNC_CACHE_PREFER_EQUAL = 0, 3
 
 
 def _apply_scheduling(flags: int) -> None:
@@ -203,6 +204,20 @@ def cuCtxGetLimit(value, limit):
 # declares; recursion is refused), nor has CU_LIMIT_MALLOC_HEAP_SIZE (device malloc is not
 # supported), nor the device-runtime and L2 limits.
 SERVER_LIMITS = frozenset({CU_LIMIT_PRINTF_FIFO_SIZE})
+
+
+@api
+def cuCtxGetCacheConfig(config):
+    check_out(config)
+    config[0] = state.contexts[state.current_context()].get("cache", CU_FUNC_CACHE_PREFER_NONE)
+
+
+@api
+def cuCtxSetCacheConfig(config):
+    # A preference only: kept and reported back; the emulated device has no cache to split.
+    if not CU_FUNC_CACHE_PREFER_NONE <= config <= CU_FUNC_CACHE_PREFER_EQUAL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown cache configuration {config}")
+    state.contexts[state.current_context()]["cache"] = config
 
 
 @api

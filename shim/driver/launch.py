@@ -7,8 +7,17 @@ checked against the kernel's limits, and the call is queued.
 
 from __future__ import annotations
 
-from .._libcuda import lib
-from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, state
+from ._state import (
+    CudaError,
+    E,
+    Kind,
+    api,
+    check_out,
+    ffi,
+    handle_of,
+    state,
+    under_nvidia_runtime,
+)
 from .memory import _check_stream
 
 CU_LAUNCH_PARAM_END, CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2
@@ -18,12 +27,23 @@ CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
 MAX_SHARED_OPTIN = 163 * 1024
 MAX_THREADS_PER_BLOCK = 1024
-_INVALID_CONFIGURATION = 9  # cudaErrorInvalidConfiguration; the driver API names no code 9
+# The runtime's codes for what the driver API calls CUDA_ERROR_INVALID_VALUE / _HANDLE.
+_INVALID_CONFIGURATION, _INVALID_DEVICE_FUNCTION = 9, 98
 
 
 def _function_arg(f):
     handle = handle_of(f, Kind.FUNCTION, state.functions)
     return state.functions[handle], handle
+
+
+def _launched_function(f):
+    """_function_arg for a launch: NVIDIA's runtime hands the driver any pointer its program
+    passed to cudaLaunchKernel that is no registered kernel, for cudaErrorInvalidDeviceFunction."""
+    try:
+        return _function_arg(f)
+    except CudaError as exc:
+        raise CudaError(under_nvidia_runtime(exc.code, _INVALID_DEVICE_FUNCTION),
+                        exc.message) from None
 
 
 def _pack_params(layout, kernel_params, extra) -> bytes:
@@ -60,7 +80,7 @@ def _pack_params(layout, kernel_params, extra) -> bytes:
 
 def _launch(f, grid, block, shared_bytes: int, stream, kernel_params, extra) -> None:
     state.current_context()
-    layout, handle = _function_arg(f)
+    layout, handle = _launched_function(f)
     stream_handle = _check_stream(stream)
     _check_config(layout, grid, block, shared_bytes)
     _submit(handle, layout, grid, block, shared_bytes, stream_handle, kernel_params, extra)
@@ -75,13 +95,10 @@ def _submit(handle: int, layout, grid, block, shared_bytes: int, stream_handle: 
 
 
 def _bad_configuration(message: str) -> CudaError:
-    """A launch the device cannot run as configured: CUDA_ERROR_INVALID_VALUE, as the driver
-    API documents, except under NVIDIA's runtime. That runtime checks nothing itself and
-    passes the driver's code on unchanged, yet its programs get cudaErrorInvalidConfiguration
-    (9): the code its driver gives it, and so vgpu's."""
-    code = _INVALID_CONFIGURATION if lib.vgpu_nvidia_runtime_attached() else \
-        E.CUDA_ERROR_INVALID_VALUE
-    return CudaError(code, message)
+    """A launch the device cannot run as configured (cudaErrorInvalidConfiguration under
+    NVIDIA's runtime)."""
+    return CudaError(under_nvidia_runtime(E.CUDA_ERROR_INVALID_VALUE, _INVALID_CONFIGURATION),
+                     message)
 
 
 def _check_config(layout, grid, block, shared_bytes: int) -> None:
@@ -190,7 +207,14 @@ def cuKernelSetAttribute(attrib, value, kernel, dev):
 
 @api
 def cuFuncSetCacheConfig(f, config):
-    _function_arg(f)
+    _function_arg(f)  # a preference, and the emulator has no cache to split
+
+
+@api
+def cuKernelSetCacheConfig(kernel, config, dev):
+    if dev != 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {dev}")
+    _function_arg(kernel)
 
 
 @api

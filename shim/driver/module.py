@@ -268,6 +268,18 @@ def cuLibraryGetModule(pmod, library):
 
 
 @api
+def cuLibraryGetManaged(dptr, nbytes, library, name):
+    """NVIDIA's runtime asks for each __managed__ variable so; said on stderr at once, as host
+    code reading the variable would crash before any call could fail."""
+    _library_arg(library)
+    variable = ffi.string(name).decode(errors="replace")
+    message = (f"__managed__ variable {variable!r}: vgpu does not support managed memory; "
+               f"use cudaMalloc and explicit copies instead")
+    print(f"vgpu: {message}", file=sys.stderr, flush=True)
+    raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, message)
+
+
+@api
 def cuLibraryGetGlobal(dptr, nbytes, library, name):
     cuModuleGetGlobal_v2.__wrapped__(dptr, nbytes, library, name)
 
