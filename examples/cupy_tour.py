@@ -13,9 +13,8 @@ emulator lacks (min.s16x2). On a cold kernel cache the run takes minutes here: N
 each of CuPy's kernels once.
 """
 
-import numpy as np
-
 import cupy as cp
+import numpy as np
 
 HOST = np.arange(12, dtype=np.float32).reshape(3, 4)
 
