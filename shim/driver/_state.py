@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from vgpu.api.cudadefs import CUresult
 from vgpu.errors import CudaError, DeviceUnavailable
 
-from .._libcuda import ffi, lib
+from .._libcuda import ffi
 
 __all__ = ["ffi", "api", "state", "CudaError", "E", "handle_of", "ptr", "check_out", "Kind",
            "report_failure"]
@@ -309,15 +309,6 @@ def report_failure(exc: CudaError, where: str) -> int:
 def ptr(value) -> int:
     """A cdata pointer or handle as an int address."""
     return int(ffi.cast("uintptr_t", value))
-
-
-def under_nvidia_runtime(driver_code: int, runtime_code: int) -> int:
-    """The code of a failure whose runtime error is more precise than the driver API's.
-    NVIDIA's runtime passes the driver's codes on unchanged (its error numbers equal the
-    driver's), yet its programs see the precise ones for these failures (a launch
-    configuration, a launch of what is no kernel, a pitch): its driver gives them, and so
-    does vgpu's once NVIDIA's runtime has taken its interface table (cuGetExportTable)."""
-    return runtime_code if lib.vgpu_nvidia_runtime_attached() else driver_code
 
 
 def handle_of(value, kind: int, table: dict, error=E.CUDA_ERROR_INVALID_HANDLE) -> int:

@@ -7,18 +7,9 @@ checked against the kernel's limits, and the call is queued.
 
 from __future__ import annotations
 
-from ._state import (
-    CudaError,
-    E,
-    Kind,
-    api,
-    check_out,
-    ffi,
-    handle_of,
-    state,
-    under_nvidia_runtime,
-)
+from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, state
 from .memory import _check_stream
+from .nvidia_runtime import under_nvidia_runtime
 
 CU_LAUNCH_PARAM_END, CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2
 CU_LAUNCH_ATTRIBUTE_COOPERATIVE, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 2, 4

@@ -17,7 +17,6 @@ from ._state import (
     handle_of,
     ptr,
     state,
-    under_nvidia_runtime,
 )
 from .hostmem import (
     is_mapped,
@@ -28,6 +27,7 @@ from .hostmem import (
     unmap,
     unshare_in_place,
 )
+from .nvidia_runtime import under_nvidia_runtime
 from .vmm import mapped_access
 
 CU_MEMHOSTALLOC_DEVICEMAP = 0x02

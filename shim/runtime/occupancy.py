@@ -5,10 +5,9 @@ cuda_runtime.h built on these calls, so programs get it from here too.
 
 from __future__ import annotations
 
-from vgpu.api.cudartdefs import cudaOccupancyDisableCachingOverride
-
-from ..driver.occupancy import available_dynamic_shared, max_active_blocks
-from ._state import CudaError, E, api, check_out
+from ..driver import occupancy as driver_occupancy
+from ..driver.occupancy import available_dynamic_shared
+from ._state import api, check_out
 from .launch import function_layout
 
 __all__ = [
@@ -21,17 +20,15 @@ __all__ = [
 @api
 def cudaOccupancyMaxActiveBlocksPerMultiprocessor(num_blocks, func, block_size,
                                                   dynamic_shared):
-    check_out(num_blocks)
-    num_blocks[0] = max_active_blocks(function_layout(func)[1], block_size, dynamic_shared)
+    driver_occupancy.cuOccupancyMaxActiveBlocksPerMultiprocessor.__wrapped__(
+        num_blocks, function_layout(func)[0], block_size, dynamic_shared)
 
 
 @api
 def cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(num_blocks, func, block_size,
                                                            dynamic_shared, flags):
-    check_out(num_blocks)
-    if flags & ~cudaOccupancyDisableCachingOverride:
-        raise CudaError(E.cudaErrorInvalidValue, f"unknown occupancy flags 0x{flags:x}")
-    num_blocks[0] = max_active_blocks(function_layout(func)[1], block_size, dynamic_shared)
+    driver_occupancy.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags.__wrapped__(
+        num_blocks, function_layout(func)[0], block_size, dynamic_shared, flags)
 
 
 @api
