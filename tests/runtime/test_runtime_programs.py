@@ -4,8 +4,9 @@ Each program in programs/ is CUDA C++ that checks its own results and exits 0 on
 are right; it is compiled here with nvcc `-cudart shared`, once with the default (zstd-
 compressed) fatbin and once with `--no-compress`, and run through our libcudart and libcuda.
 A sample is also built with nvcc's default (NVIDIA's runtime linked statically, running on our
-libcuda alone) and must print what its shared build prints. The programs share one emu server (`vgpu run --server`), which keeps the module fast; one test
-runs with a private server, as `vgpu run --backend emu` starts it.
+libcuda alone) and must print what its shared build prints. The programs share one emu server
+(`vgpu run --server`), which keeps the module fast; one test runs with a private server, as
+`vgpu run --backend emu` starts it.
 """
 
 from __future__ import annotations
