@@ -27,12 +27,14 @@ from .hostmem import (
     unmap,
     unshare_in_place,
 )
+from .nvidia_runtime import under_nvidia_runtime
 from .vmm import mapped_access
 
 CU_MEMHOSTALLOC_DEVICEMAP = 0x02
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
 CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_ARRAY, CU_MEMORYTYPE_UNIFIED = 1, 2, 3, 4
 PITCH_ALIGNMENT = 512
+_INVALID_PITCH = 12  # cudaErrorInvalidPitchValue, NVIDIA's runtime's code for a bad pitch
 
 
 # ----------------------------------------------------------------- device memory
@@ -75,6 +77,8 @@ def _free(address: int) -> None:
 
 @api
 def cuMemFree_v2(dptr):
+    if dptr == 0:  # nothing to free: NVIDIA's runtime hands on cudaFree(NULL) as this, and
+        return  # its programs see success
     _free(dptr)
 
 
@@ -142,6 +146,8 @@ def cuMemHostAlloc(pp, bytesize, flags):
 @api
 def cuMemFreeHost(p):
     address = ptr(p)
+    if address == 0:  # as cuMemFree: NVIDIA's runtime hands on cudaFreeHost(NULL) as this
+        return
     alloc = state.host_allocations.get(address)
     if alloc is None or alloc.flags & _REGISTERED:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"0x{address:x} was not allocated by "
@@ -436,7 +442,8 @@ def _copy_2d(p, queued: bool) -> None:
     src_pitch = p.srcPitch or width
     dst_pitch = p.dstPitch or width
     if src_pitch < width or dst_pitch < width:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "pitch smaller than the row width")
+        raise CudaError(under_nvidia_runtime(E.CUDA_ERROR_INVALID_VALUE, _INVALID_PITCH),
+                        "pitch smaller than the row width")
     src_dev, src = side(p.srcMemoryType, p.srcHost, p.srcDevice, p.srcXInBytes, p.srcY,
                         src_pitch)
     dst_dev, dst = side(p.dstMemoryType, p.dstHost, p.dstDevice, p.dstXInBytes, p.dstY,
