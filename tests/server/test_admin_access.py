@@ -5,6 +5,7 @@ connect where it says."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -134,29 +135,40 @@ def test_a_group_opens_a_local_server_to_its_members(tmp_path):
 
 
 def _connect_as_nobody(address: str, gid: int = 65534) -> str:
-    """What a client of user nobody (group `gid`) hears from the server at `address` (a
-    forked child: the interpreter need not be one that nobody may run)."""
+    """What a client of user nobody (group `gid`) hears from the server at `address`.
+
+    The client is a child of a fork server (multiprocessing's): forked from a process that
+    has no threads, as forking this one (whose earlier tests leave threads) could copy a
+    lock another thread holds and hang; and forked, not started, because user nobody may
+    not run this interpreter."""
+    context = multiprocessing.get_context("forkserver")
+    heard, said = context.Pipe(duplex=False)
+    child = context.Process(target=_client_as_nobody, args=(address, gid, said))
+    child.start()
+    said.close()
+    try:
+        if not heard.poll(60):
+            raise AssertionError(f"a client of user nobody said nothing about {address} "
+                                 "within 60 s")
+        return heard.recv()
+    finally:
+        child.join(10)
+        if child.is_alive():
+            child.kill()
+
+
+def _client_as_nobody(address: str, gid: int, said) -> None:  # pragma: no cover (child)
     import zmq.utils.monitor  # noqa: F401 (nobody cannot read this interpreter's library)
 
     from vgpu.errors import DeviceUnavailable
 
-    read, write = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover (the child)
-        try:
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(65534)
-            Connection(address, timeout=10).close()
-            os.write(write, b"admitted")
-        except DeviceUnavailable as exc:
-            os.write(write, str(exc).encode())
-        except BaseException as exc:
-            os.write(write, repr(exc).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as heard:
-        said = heard.read()
-    os.waitpid(child, 0)
-    return said
+    try:
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(65534)
+        Connection(address, timeout=10).close()
+        said.send("admitted")
+    except DeviceUnavailable as exc:
+        said.send(str(exc))
+    except BaseException as exc:
+        said.send(repr(exc))
