@@ -12,9 +12,9 @@ all work in arrival order, which satisfies both stream semantics.
 
 from __future__ import annotations
 
-from . import context, device, launch, memory, module, stream, vmm
+from . import arrays, context, device, launch, memory, module, stream, textures, vmm
 
-_MODULES = (device, context, memory, module, launch, stream, vmm)
+_MODULES = (device, context, memory, arrays, textures, module, launch, stream, vmm)
 
 
 def _implemented() -> dict:

@@ -1,0 +1,192 @@
+"""CUDA arrays: 1D, 2D, 3D and layered, and the copies to and from them.
+
+An array is device memory holding its texels in rows (no tiling: the emulator reads them as
+they lie), described by `state.arrays`; its handle is a vgpu handle, never an address the
+program could use. Copies address it by (x in bytes, y, z), as CUDA's do.
+"""
+
+from __future__ import annotations
+
+from vgpu.api.cudadefs import CUarray_format
+
+from ._state import CudaArray, CudaError, E, Kind, api, check_out, ffi, handle_of, ptr, state
+from .memory import (
+    CU_MEMORYTYPE_ARRAY,
+    _alloc,
+    _check_stream,
+    _free,
+    copy_rows,
+    copy_side,
+)
+
+F = CUarray_format
+# CUarray_format -> bytes per channel, for the formats textures read.
+CHANNEL_BYTES = {F.CU_AD_FORMAT_UNSIGNED_INT8: 1, F.CU_AD_FORMAT_UNSIGNED_INT16: 2,
+                 F.CU_AD_FORMAT_UNSIGNED_INT32: 4, F.CU_AD_FORMAT_SIGNED_INT8: 1,
+                 F.CU_AD_FORMAT_SIGNED_INT16: 2, F.CU_AD_FORMAT_SIGNED_INT32: 4,
+                 F.CU_AD_FORMAT_HALF: 2, F.CU_AD_FORMAT_FLOAT: 4}
+CUDA_ARRAY3D_LAYERED, CUDA_ARRAY3D_SURFACE_LDST, CUDA_ARRAY3D_CUBEMAP = 0x01, 0x02, 0x04
+CUDA_ARRAY3D_TEXTURE_GATHER = 0x08
+_KNOWN_FLAGS = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_TEXTURE_GATHER
+MAX_EXTENT = 1 << 16  # per dimension, within what CUDA devices allow for every geometry
+
+
+def texel_bytes(format_: int, channels: int) -> int:
+    if format_ not in CHANNEL_BYTES:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unsupported array format {format_:#x}")
+    if channels not in (1, 2, 4):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"{channels} channels (CUDA allows 1, 2, 4)")
+    return CHANNEL_BYTES[format_] * channels
+
+
+def create_array(width: int, height: int, depth: int, format_: int, channels: int,
+                 flags: int) -> int:
+    """A new array's handle (its memory allocated in the current context)."""
+    if flags & CUDA_ARRAY3D_CUBEMAP:
+        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "cubemap arrays are not supported by vgpu")
+    if flags & ~_KNOWN_FLAGS:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown array flags {flags:#x}")
+    texel = texel_bytes(format_, channels)
+    if not 0 < width <= MAX_EXTENT or not 0 <= height <= MAX_EXTENT \
+            or not 0 <= depth <= MAX_EXTENT or (depth and not height
+                                                 and not flags & CUDA_ARRAY3D_LAYERED):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        f"invalid array extent {width}x{height}x{depth}")
+    if flags & CUDA_ARRAY3D_LAYERED and depth == 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "a layered array needs at least one layer")
+    array = CudaArray(0, format_, channels, width, height, depth, flags, texel)
+    array.address = _alloc(array.size)
+    handle = state.new_handle(Kind.ARRAY)
+    state.arrays[handle] = array
+    return handle
+
+
+def array_of(handle) -> CudaArray:
+    return state.arrays[handle_of(handle, Kind.ARRAY, state.arrays)]
+
+
+@api
+def cuArrayCreate_v2(handle, descriptor):
+    check_out(handle)
+    if descriptor == ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the array descriptor is NULL")
+    handle[0] = ffi.cast("CUarray", create_array(descriptor.Width, descriptor.Height, 0,
+                                                 descriptor.Format, descriptor.NumChannels, 0))
+
+
+@api
+def cuArray3DCreate_v2(handle, descriptor):
+    check_out(handle)
+    if descriptor == ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the array descriptor is NULL")
+    handle[0] = ffi.cast("CUarray", create_array(
+        descriptor.Width, descriptor.Height, descriptor.Depth, descriptor.Format,
+        descriptor.NumChannels, descriptor.Flags))
+
+
+@api
+def cuArrayGetDescriptor_v2(descriptor, handle):
+    check_out(descriptor)
+    array = array_of(handle)
+    descriptor.Width, descriptor.Height = array.width, array.height
+    descriptor.Format, descriptor.NumChannels = array.format, array.channels
+
+
+@api
+def cuArray3DGetDescriptor_v2(descriptor, handle):
+    check_out(descriptor)
+    array = array_of(handle)
+    descriptor.Width, descriptor.Height, descriptor.Depth = array.width, array.height, \
+        array.depth
+    descriptor.Format, descriptor.NumChannels = array.format, array.channels
+    descriptor.Flags = array.flags
+
+
+@api
+def cuArrayDestroy(handle):
+    array = array_of(handle)
+    del state.arrays[ptr(handle)]
+    _free(array.address)
+
+
+# ----------------------------------------------------------------- copies
+
+def _linear(array: CudaArray, offset: int, count: int) -> int:
+    if offset + count > array.size:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"{offset}+{count} bytes run past the "
+                        f"{array.size}-byte CUDA array")
+    return array.address + offset
+
+
+@api
+def cuMemcpyHtoA_v2(dst, offset, src, count):
+    copy_rows(True, _linear(array_of(dst), offset, count), count, False, ptr(src), count,
+              count, 1, queued=False)
+
+
+@api
+def cuMemcpyAtoH_v2(dst, src, offset, count):
+    copy_rows(False, ptr(dst), count, True, _linear(array_of(src), offset, count), count,
+              count, 1, queued=False)
+
+
+@api
+def cuMemcpyDtoA_v2(dst, offset, src, count):
+    copy_rows(True, _linear(array_of(dst), offset, count), count, True, src, count, count, 1,
+              queued=False)
+
+
+@api
+def cuMemcpyAtoD_v2(dst, src, offset, count):
+    copy_rows(True, dst, count, True, _linear(array_of(src), offset, count), count, count, 1,
+              queued=False)
+
+
+@api
+def cuMemcpyAtoA_v2(dst, dst_offset, src, src_offset, count):
+    copy_rows(True, _linear(array_of(dst), dst_offset, count), count, True,
+              _linear(array_of(src), src_offset, count), count, count, 1, queued=False)
+
+
+def copy_3d(p, queued: bool) -> None:
+    """CUDA_MEMCPY3D: slice by slice, each a 2D copy."""
+    if p == ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "CUDA_MEMCPY3D pointer is NULL")
+    if p.srcLOD or p.dstLOD:
+        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "mipmap levels are not supported by vgpu")
+    width, height, depth = p.WidthInBytes, max(p.Height, 1), max(p.Depth, 1)
+
+    def side(memory_type, host, device, array, x, y, z, pitch, rows):
+        pitch = pitch or width
+        if memory_type == CU_MEMORYTYPE_ARRAY:
+            found = array_of(array)
+            if z + depth > max(found.depth, 1):
+                raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the copy runs past the CUDA array")
+            on_device, start, pitch = copy_side(memory_type, host, device, array, x, y, pitch,
+                                                width, height)
+            return on_device, start + z * found.slice_pitch, pitch, found.slice_pitch
+        rows = rows or height
+        on_device, start, pitch = copy_side(memory_type, host, device, array, x, y, pitch,
+                                            width, height)
+        return on_device, start + z * pitch * rows, pitch, pitch * rows
+
+    src_dev, src, src_pitch, src_slice = side(
+        p.srcMemoryType, p.srcHost, p.srcDevice, p.srcArray, p.srcXInBytes, p.srcY, p.srcZ,
+        p.srcPitch, p.srcHeight)
+    dst_dev, dst, dst_pitch, dst_slice = side(
+        p.dstMemoryType, p.dstHost, p.dstDevice, p.dstArray, p.dstXInBytes, p.dstY, p.dstZ,
+        p.dstPitch, p.dstHeight)
+    for z in range(depth):
+        copy_rows(dst_dev, dst + z * dst_slice, dst_pitch, src_dev, src + z * src_slice,
+                  src_pitch, width, height, queued)
+
+
+@api
+def cuMemcpy3D_v2(p):
+    copy_3d(p, queued=False)
+
+
+@api
+def cuMemcpy3DAsync_v2(p, stream):
+    _check_stream(stream)
+    copy_3d(p, queued=True)

@@ -1,0 +1,184 @@
+"""Texture and surface objects over CUDA arrays and linear or pitched device memory.
+
+An object is the device address of a descriptor (vgpu/texture_objects.py) that this module
+writes when the program creates it and frees when it is destroyed; kernels pass it to `tex`,
+`suld` and `sust`, which the emulator executes by reading the descriptor.
+"""
+
+from __future__ import annotations
+
+from vgpu.api.cudadefs import CUarray_format, CUresourcetype
+from vgpu.texture_objects import (
+    DESCRIPTOR_SIZE,
+    SURFACE_MAGIC,
+    TEXTURE_MAGIC,
+    ChannelKind,
+    Descriptor,
+)
+
+from ._state import CudaError, E, api, check_out, ffi, state
+from .arrays import CUDA_ARRAY3D_LAYERED, CUDA_ARRAY3D_SURFACE_LDST, array_of, texel_bytes
+from .memory import _alloc, _free, _htod
+
+F = CUarray_format
+_CHANNEL_KINDS = {F.CU_AD_FORMAT_UNSIGNED_INT8: ChannelKind.UNSIGNED,
+                  F.CU_AD_FORMAT_UNSIGNED_INT16: ChannelKind.UNSIGNED,
+                  F.CU_AD_FORMAT_UNSIGNED_INT32: ChannelKind.UNSIGNED,
+                  F.CU_AD_FORMAT_SIGNED_INT8: ChannelKind.SIGNED,
+                  F.CU_AD_FORMAT_SIGNED_INT16: ChannelKind.SIGNED,
+                  F.CU_AD_FORMAT_SIGNED_INT32: ChannelKind.SIGNED,
+                  F.CU_AD_FORMAT_HALF: ChannelKind.FLOAT, F.CU_AD_FORMAT_FLOAT: ChannelKind.FLOAT}
+CU_TRSF_READ_AS_INTEGER, CU_TRSF_NORMALIZED_COORDINATES, CU_TRSF_SRGB = 0x01, 0x02, 0x10
+_IGNORED_FLAGS = 0x20 | 0x40  # trilinear optimisation off, seamless cubemaps: no effect here
+R = CUresourcetype
+
+
+def _resource(desc) -> dict:
+    """The memory and shape a CUDA_RESOURCE_DESC names, as Descriptor fields."""
+    if desc == ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the resource descriptor is NULL")
+    if desc.resType == R.CU_RESOURCE_TYPE_ARRAY:
+        array = array_of(desc.res.array.hArray)
+        layered = bool(array.flags & CUDA_ARRAY3D_LAYERED)
+        dims = 1 if array.height == 0 else 3 if array.depth and not layered else 2
+        return dict(base=array.address, dims=dims, layered=layered, width=array.width,
+                    height=max(array.height, 1), depth=max(array.depth, 1) if dims == 3 else 1,
+                    layers=array.depth if layered else 1, pitch=array.pitch,
+                    slice_pitch=array.slice_pitch, format=array.format,
+                    channels=array.channels, surface=bool(array.flags
+                                                          & CUDA_ARRAY3D_SURFACE_LDST))
+    if desc.resType == R.CU_RESOURCE_TYPE_LINEAR:
+        linear = desc.res.linear
+        texel = texel_bytes(linear.format, linear.numChannels)
+        state.check_device_range(linear.devPtr, linear.sizeInBytes)
+        if linear.sizeInBytes < texel:
+            raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the linear resource holds no texel")
+        return dict(base=linear.devPtr, dims=1, layered=False,
+                    width=linear.sizeInBytes // texel, height=1, depth=1, layers=1,
+                    pitch=linear.sizeInBytes, slice_pitch=linear.sizeInBytes,
+                    format=linear.format, channels=linear.numChannels, surface=False)
+    if desc.resType == R.CU_RESOURCE_TYPE_PITCH2D:
+        pitched = desc.res.pitch2D
+        texel = texel_bytes(pitched.format, pitched.numChannels)
+        if pitched.width == 0 or pitched.height == 0 \
+                or pitched.pitchInBytes < pitched.width * texel:
+            raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "invalid pitch2D resource")
+        state.check_device_range(pitched.devPtr, pitched.pitchInBytes * pitched.height)
+        return dict(base=pitched.devPtr, dims=2, layered=False, width=pitched.width,
+                    height=pitched.height, depth=1, layers=1, pitch=pitched.pitchInBytes,
+                    slice_pitch=pitched.pitchInBytes * pitched.height, format=pitched.format,
+                    channels=pitched.numChannels, surface=False)
+    raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED,
+                    f"resource type {desc.resType} (mipmapped arrays) is not supported by vgpu")
+
+
+def _descriptor(magic: bytes, resource: dict, **sampling) -> Descriptor:
+    format_ = resource.pop("format")
+    resource.pop("surface")
+    return Descriptor(magic=magic, channel_kind=_CHANNEL_KINDS[format_],
+                      channel_bits=texel_bytes(format_, 1) * 8, **resource, **sampling)
+
+
+def _place(descriptor: Descriptor) -> int:
+    """The descriptor written to device memory: the object's value."""
+    data = descriptor.pack()
+    address = _alloc(DESCRIPTOR_SIZE)
+    source = ffi.from_buffer(data)
+    _htod(address, int(ffi.cast("uintptr_t", source)), len(data), queued=False)
+    return address
+
+
+def _sampling(tex) -> dict:
+    if tex == ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the texture descriptor is NULL")
+    flags = tex.flags & ~_IGNORED_FLAGS
+    if flags & CU_TRSF_SRGB:
+        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "sRGB textures are not supported by vgpu")
+    if flags & ~(CU_TRSF_READ_AS_INTEGER | CU_TRSF_NORMALIZED_COORDINATES):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown texture flags {tex.flags:#x}")
+    modes = tuple(int(tex.addressMode[k]) for k in range(3))
+    if any(m not in (0, 1, 2, 3) for m in modes) or tex.filterMode not in (0, 1):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "invalid address or filter mode")
+    return dict(address_modes=modes, linear_filter=tex.filterMode == 1,
+                read_as_integer=bool(flags & CU_TRSF_READ_AS_INTEGER),
+                normalized_coords=bool(flags & CU_TRSF_NORMALIZED_COORDINATES),
+                border=tuple(float(tex.borderColor[k]) for k in range(4)))
+
+
+def create_texture(res_desc, tex_desc, view_desc) -> int:
+    if view_desc != ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "resource views are not supported by vgpu")
+    resource = _resource(res_desc)
+    sampling = _sampling(tex_desc)
+    integer = _CHANNEL_KINDS[resource["format"]] != ChannelKind.FLOAT
+    if sampling["linear_filter"] and integer and sampling["read_as_integer"]:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        "linear filtering of integer texels read as integers")
+    kept = (ffi.new("CUDA_RESOURCE_DESC *", res_desc[0]),
+            ffi.new("CUDA_TEXTURE_DESC *", tex_desc[0]))
+    handle = _place(_descriptor(TEXTURE_MAGIC, resource, **sampling))
+    state.texture_objects[handle] = kept
+    return handle
+
+
+def create_surface(res_desc) -> int:
+    resource = _resource(res_desc)
+    if res_desc.resType != R.CU_RESOURCE_TYPE_ARRAY or not resource["surface"]:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "a surface needs a CUDA array created "
+                        "with CUDA_ARRAY3D_SURFACE_LDST")
+    handle = _place(_descriptor(SURFACE_MAGIC, resource))
+    state.surface_objects[handle] = (ffi.new("CUDA_RESOURCE_DESC *", res_desc[0]),)
+    return handle
+
+
+def _destroy(table: dict, handle: int, what: str) -> None:
+    if handle not in table:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"0x{handle:x} is not a live {what} object")
+    del table[handle]
+    _free(handle)
+
+
+@api
+def cuTexObjectCreate(handle, res_desc, tex_desc, view_desc):
+    check_out(handle)
+    handle[0] = create_texture(res_desc, tex_desc, view_desc)
+
+
+@api
+def cuTexObjectDestroy(handle):
+    _destroy(state.texture_objects, int(handle), "texture")
+
+
+@api
+def cuTexObjectGetResourceDesc(res_desc, handle):
+    check_out(res_desc)
+    if int(handle) not in state.texture_objects:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "not a live texture object")
+    res_desc[0] = state.texture_objects[int(handle)][0][0]
+
+
+@api
+def cuTexObjectGetTextureDesc(tex_desc, handle):
+    check_out(tex_desc)
+    if int(handle) not in state.texture_objects:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "not a live texture object")
+    tex_desc[0] = state.texture_objects[int(handle)][1][0]
+
+
+@api
+def cuSurfObjectCreate(handle, res_desc):
+    check_out(handle)
+    handle[0] = create_surface(res_desc)
+
+
+@api
+def cuSurfObjectDestroy(handle):
+    _destroy(state.surface_objects, int(handle), "surface")
+
+
+@api
+def cuSurfObjectGetResourceDesc(res_desc, handle):
+    check_out(res_desc)
+    if int(handle) not in state.surface_objects:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "not a live surface object")
+    res_desc[0] = state.surface_objects[int(handle)][0][0]
