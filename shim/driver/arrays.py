@@ -28,7 +28,9 @@ CHANNEL_BYTES = {F.CU_AD_FORMAT_UNSIGNED_INT8: 1, F.CU_AD_FORMAT_UNSIGNED_INT16:
 CUDA_ARRAY3D_LAYERED, CUDA_ARRAY3D_SURFACE_LDST, CUDA_ARRAY3D_CUBEMAP = 0x01, 0x02, 0x04
 CUDA_ARRAY3D_TEXTURE_GATHER = 0x08
 _KNOWN_FLAGS = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_TEXTURE_GATHER
-MAX_EXTENT = 1 << 16  # per dimension, within what CUDA devices allow for every geometry
+# The largest arrays, as the emu device reports them (server/backends/device_attributes.py):
+# 1D and 2D extents, 3D extents, layered extents and layer counts.
+MAX_EXTENT, MAX_3D_EXTENT, MAX_LAYERED_EXTENT, MAX_LAYERS = 65536, 16384, 32768, 2048
 
 
 def texel_bytes(format_: int, channels: int) -> int:
@@ -47,13 +49,15 @@ def create_array(width: int, height: int, depth: int, format_: int, channels: in
     if flags & ~_KNOWN_FLAGS:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown array flags {flags:#x}")
     texel = texel_bytes(format_, channels)
-    if not 0 < width <= MAX_EXTENT or not 0 <= height <= MAX_EXTENT \
-            or not 0 <= depth <= MAX_EXTENT or (depth and not height
-                                                 and not flags & CUDA_ARRAY3D_LAYERED):
+    if flags & CUDA_ARRAY3D_LAYERED:
+        fits = 0 < depth <= MAX_LAYERS and max(width, height) <= MAX_LAYERED_EXTENT
+    elif depth:
+        fits = height > 0 and max(width, height, depth) <= MAX_3D_EXTENT
+    else:
+        fits = max(width, height) <= MAX_EXTENT
+    if width == 0 or not fits:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
-                        f"invalid array extent {width}x{height}x{depth}")
-    if flags & CUDA_ARRAY3D_LAYERED and depth == 0:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "a layered array needs at least one layer")
+                        f"invalid array extent {width}x{height}x{depth} (flags {flags:#x})")
     array = CudaArray(0, format_, channels, width, height, depth, flags, texel)
     array.address = _alloc(array.size)
     handle = state.new_handle(Kind.ARRAY)
@@ -149,36 +153,41 @@ def cuMemcpyAtoA_v2(dst, dst_offset, src, src_offset, count):
 
 
 def copy_3d(p, queued: bool) -> None:
-    """CUDA_MEMCPY3D: slice by slice, each a 2D copy."""
+    """CUDA_MEMCPY3D."""
     if p == ffi.NULL:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "CUDA_MEMCPY3D pointer is NULL")
     if p.srcLOD or p.dstLOD:
         raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "mipmap levels are not supported by vgpu")
-    width, height, depth = p.WidthInBytes, max(p.Height, 1), max(p.Depth, 1)
+    copy_3d_sides((p.srcMemoryType, p.srcHost, p.srcDevice, p.srcArray, p.srcXInBytes, p.srcY,
+                   p.srcZ, p.srcPitch, p.srcHeight),
+                  (p.dstMemoryType, p.dstHost, p.dstDevice, p.dstArray, p.dstXInBytes, p.dstY,
+                   p.dstZ, p.dstPitch, p.dstHeight),
+                  p.WidthInBytes, p.Height, p.Depth, queued)
+
+
+def copy_3d_sides(src: tuple, dst: tuple, width: int, height: int, depth: int,
+                  queued: bool) -> None:
+    """A 3D copy, slice by slice, each a 2D copy. A side is (memory type, host pointer,
+    device address, array, x in bytes, y, z, pitch, rows per slice), as CUDA_MEMCPY3D's."""
+    height, depth = max(height, 1), max(depth, 1)
 
     def side(memory_type, host, device, array, x, y, z, pitch, rows):
         pitch = pitch or width
+        on_device, start, pitch = copy_side(memory_type, host, device, array, x, y, pitch,
+                                            width, height)
         if memory_type == CU_MEMORYTYPE_ARRAY:
             found = array_of(array)
             if z + depth > max(found.depth, 1):
                 raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the copy runs past the CUDA array")
-            on_device, start, pitch = copy_side(memory_type, host, device, array, x, y, pitch,
-                                                width, height)
             return on_device, start + z * found.slice_pitch, pitch, found.slice_pitch
-        rows = rows or height
-        on_device, start, pitch = copy_side(memory_type, host, device, array, x, y, pitch,
-                                            width, height)
-        return on_device, start + z * pitch * rows, pitch, pitch * rows
+        slice_bytes = pitch * (rows or height)
+        return on_device, start + z * slice_bytes, pitch, slice_bytes
 
-    src_dev, src, src_pitch, src_slice = side(
-        p.srcMemoryType, p.srcHost, p.srcDevice, p.srcArray, p.srcXInBytes, p.srcY, p.srcZ,
-        p.srcPitch, p.srcHeight)
-    dst_dev, dst, dst_pitch, dst_slice = side(
-        p.dstMemoryType, p.dstHost, p.dstDevice, p.dstArray, p.dstXInBytes, p.dstY, p.dstZ,
-        p.dstPitch, p.dstHeight)
+    src_dev, src_start, src_pitch, src_slice = side(*src)
+    dst_dev, dst_start, dst_pitch, dst_slice = side(*dst)
     for z in range(depth):
-        copy_rows(dst_dev, dst + z * dst_slice, dst_pitch, src_dev, src + z * src_slice,
-                  src_pitch, width, height, queued)
+        copy_rows(dst_dev, dst_start + z * dst_slice, dst_pitch, src_dev,
+                  src_start + z * src_slice, src_pitch, width, height, queued)
 
 
 @api

@@ -33,41 +33,54 @@ _IGNORED_FLAGS = 0x20 | 0x40  # trilinear optimisation off, seamless cubemaps: n
 R = CUresourcetype
 
 
+def array_resource(handle) -> dict:
+    """Descriptor fields of a CUDA array (`handle` a CUarray or cudaArray_t), with its format
+    and whether surfaces may use it."""
+    array = array_of(handle)
+    layered = bool(array.flags & CUDA_ARRAY3D_LAYERED)
+    dims = 1 if array.height == 0 else 3 if array.depth and not layered else 2
+    return dict(base=array.address, dims=dims, layered=layered, width=array.width,
+                height=max(array.height, 1), depth=max(array.depth, 1) if dims == 3 else 1,
+                layers=array.depth if layered else 1, pitch=array.pitch,
+                slice_pitch=array.slice_pitch, format=array.format, channels=array.channels,
+                surface=bool(array.flags & CUDA_ARRAY3D_SURFACE_LDST))
+
+
+def linear_resource(address: int, format_: int, channels: int, size: int) -> dict:
+    texel = texel_bytes(format_, channels)
+    state.check_device_range(address, size)
+    if size < texel:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the linear resource holds no texel")
+    return dict(base=address, dims=1, layered=False, width=size // texel, height=1, depth=1,
+                layers=1, pitch=size, slice_pitch=size, format=format_, channels=channels,
+                surface=False)
+
+
+def pitch2d_resource(address: int, format_: int, channels: int, width: int, height: int,
+                     pitch: int) -> dict:
+    texel = texel_bytes(format_, channels)
+    if width == 0 or height == 0 or pitch < width * texel:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "invalid pitch2D resource")
+    state.check_device_range(address, pitch * height)
+    return dict(base=address, dims=2, layered=False, width=width, height=height, depth=1,
+                layers=1, pitch=pitch, slice_pitch=pitch * height, format=format_,
+                channels=channels, surface=False)
+
+
 def _resource(desc) -> dict:
     """The memory and shape a CUDA_RESOURCE_DESC names, as Descriptor fields."""
     if desc == ffi.NULL:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the resource descriptor is NULL")
     if desc.resType == R.CU_RESOURCE_TYPE_ARRAY:
-        array = array_of(desc.res.array.hArray)
-        layered = bool(array.flags & CUDA_ARRAY3D_LAYERED)
-        dims = 1 if array.height == 0 else 3 if array.depth and not layered else 2
-        return dict(base=array.address, dims=dims, layered=layered, width=array.width,
-                    height=max(array.height, 1), depth=max(array.depth, 1) if dims == 3 else 1,
-                    layers=array.depth if layered else 1, pitch=array.pitch,
-                    slice_pitch=array.slice_pitch, format=array.format,
-                    channels=array.channels, surface=bool(array.flags
-                                                          & CUDA_ARRAY3D_SURFACE_LDST))
+        return array_resource(desc.res.array.hArray)
     if desc.resType == R.CU_RESOURCE_TYPE_LINEAR:
         linear = desc.res.linear
-        texel = texel_bytes(linear.format, linear.numChannels)
-        state.check_device_range(linear.devPtr, linear.sizeInBytes)
-        if linear.sizeInBytes < texel:
-            raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the linear resource holds no texel")
-        return dict(base=linear.devPtr, dims=1, layered=False,
-                    width=linear.sizeInBytes // texel, height=1, depth=1, layers=1,
-                    pitch=linear.sizeInBytes, slice_pitch=linear.sizeInBytes,
-                    format=linear.format, channels=linear.numChannels, surface=False)
+        return linear_resource(linear.devPtr, linear.format, linear.numChannels,
+                               linear.sizeInBytes)
     if desc.resType == R.CU_RESOURCE_TYPE_PITCH2D:
         pitched = desc.res.pitch2D
-        texel = texel_bytes(pitched.format, pitched.numChannels)
-        if pitched.width == 0 or pitched.height == 0 \
-                or pitched.pitchInBytes < pitched.width * texel:
-            raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "invalid pitch2D resource")
-        state.check_device_range(pitched.devPtr, pitched.pitchInBytes * pitched.height)
-        return dict(base=pitched.devPtr, dims=2, layered=False, width=pitched.width,
-                    height=pitched.height, depth=1, layers=1, pitch=pitched.pitchInBytes,
-                    slice_pitch=pitched.pitchInBytes * pitched.height, format=pitched.format,
-                    channels=pitched.numChannels, surface=False)
+        return pitch2d_resource(pitched.devPtr, pitched.format, pitched.numChannels,
+                                pitched.width, pitched.height, pitched.pitchInBytes)
     raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED,
                     f"resource type {desc.resType} (mipmapped arrays) is not supported by vgpu")
 
@@ -96,39 +109,48 @@ def _sampling(tex) -> dict:
         raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "sRGB textures are not supported by vgpu")
     if flags & ~(CU_TRSF_READ_AS_INTEGER | CU_TRSF_NORMALIZED_COORDINATES):
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown texture flags {tex.flags:#x}")
-    modes = tuple(int(tex.addressMode[k]) for k in range(3))
-    if any(m not in (0, 1, 2, 3) for m in modes) or tex.filterMode not in (0, 1):
+    return sampling(tuple(int(tex.addressMode[k]) for k in range(3)), tex.filterMode,
+                    bool(flags & CU_TRSF_READ_AS_INTEGER),
+                    bool(flags & CU_TRSF_NORMALIZED_COORDINATES),
+                    tuple(float(tex.borderColor[k]) for k in range(4)))
+
+
+def sampling(address_modes: tuple, filter_mode: int, read_as_integer: bool,
+             normalized_coords: bool, border: tuple) -> dict:
+    """Descriptor fields of a texture's sampling (CUDA's enum values in both APIs)."""
+    if any(m not in (0, 1, 2, 3) for m in address_modes) or filter_mode not in (0, 1):
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "invalid address or filter mode")
-    return dict(address_modes=modes, linear_filter=tex.filterMode == 1,
-                read_as_integer=bool(flags & CU_TRSF_READ_AS_INTEGER),
-                normalized_coords=bool(flags & CU_TRSF_NORMALIZED_COORDINATES),
-                border=tuple(float(tex.borderColor[k]) for k in range(4)))
+    return dict(address_modes=address_modes, linear_filter=filter_mode == 1,
+                read_as_integer=read_as_integer, normalized_coords=normalized_coords,
+                border=border)
 
 
-def create_texture(res_desc, tex_desc, view_desc) -> int:
-    if view_desc != ffi.NULL:
-        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "resource views are not supported by vgpu")
-    resource = _resource(res_desc)
-    sampling = _sampling(tex_desc)
+def texture_object(resource: dict, sampled: dict, kept) -> int:
+    """A new texture object; `kept` is what its Get*Desc calls answer with."""
     integer = _CHANNEL_KINDS[resource["format"]] != ChannelKind.FLOAT
-    if sampling["linear_filter"] and integer and sampling["read_as_integer"]:
+    if sampled["linear_filter"] and integer and sampled["read_as_integer"]:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
                         "linear filtering of integer texels read as integers")
-    kept = (ffi.new("CUDA_RESOURCE_DESC *", res_desc[0]),
-            ffi.new("CUDA_TEXTURE_DESC *", tex_desc[0]))
-    handle = _place(_descriptor(TEXTURE_MAGIC, resource, **sampling))
+    handle = _place(_descriptor(TEXTURE_MAGIC, resource, **sampled))
     state.texture_objects[handle] = kept
     return handle
 
 
-def create_surface(res_desc) -> int:
-    resource = _resource(res_desc)
-    if res_desc.resType != R.CU_RESOURCE_TYPE_ARRAY or not resource["surface"]:
+def surface_object(resource: dict, kept) -> int:
+    if not resource["surface"]:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "a surface needs a CUDA array created "
-                        "with CUDA_ARRAY3D_SURFACE_LDST")
+                        "with the surface load/store flag")
     handle = _place(_descriptor(SURFACE_MAGIC, resource))
-    state.surface_objects[handle] = (ffi.new("CUDA_RESOURCE_DESC *", res_desc[0]),)
+    state.surface_objects[handle] = kept
     return handle
+
+
+def destroy_texture(handle: int) -> None:
+    _destroy(state.texture_objects, handle, "texture")
+
+
+def destroy_surface(handle: int) -> None:
+    _destroy(state.surface_objects, handle, "surface")
 
 
 def _destroy(table: dict, handle: int, what: str) -> None:
@@ -141,12 +163,17 @@ def _destroy(table: dict, handle: int, what: str) -> None:
 @api
 def cuTexObjectCreate(handle, res_desc, tex_desc, view_desc):
     check_out(handle)
-    handle[0] = create_texture(res_desc, tex_desc, view_desc)
+    if view_desc != ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "resource views are not supported by vgpu")
+    resource, sampled = _resource(res_desc), _sampling(tex_desc)
+    handle[0] = texture_object(resource, sampled, (
+        ffi.new("CUDA_RESOURCE_DESC *", res_desc[0]),
+        ffi.new("CUDA_TEXTURE_DESC *", tex_desc[0])))
 
 
 @api
 def cuTexObjectDestroy(handle):
-    _destroy(state.texture_objects, int(handle), "texture")
+    destroy_texture(int(handle))
 
 
 @api
@@ -168,12 +195,15 @@ def cuTexObjectGetTextureDesc(tex_desc, handle):
 @api
 def cuSurfObjectCreate(handle, res_desc):
     check_out(handle)
-    handle[0] = create_surface(res_desc)
+    resource = _resource(res_desc)
+    if res_desc.resType != R.CU_RESOURCE_TYPE_ARRAY:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "a surface needs a CUDA array")
+    handle[0] = surface_object(resource, (ffi.new("CUDA_RESOURCE_DESC *", res_desc[0]),))
 
 
 @api
 def cuSurfObjectDestroy(handle):
-    _destroy(state.surface_objects, int(handle), "surface")
+    destroy_surface(int(handle))
 
 
 @api
