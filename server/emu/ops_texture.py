@@ -1,4 +1,5 @@
-"""Texture fetches and surface loads and stores: tex (1d, 2d, 3d, a1d, a2d), suld.b, sust.b.
+"""Texture fetches and surface loads and stores: tex (1d, 2d, 3d, a1d, a2d), tld4 (2d, a2d),
+txq and suq (sizes and sampling), suld.b, sust.b.
 
 Texture and surface objects are device addresses of descriptors that the driver shim wrote
 (vgpu/texture_objects.py); the texels are device memory, read and written through the same
@@ -208,6 +209,106 @@ def _tex(instr, ctx: CompileContext):
         for k, write in enumerate(writes):
             write(state, lanes, result[:, k])
     return ctx.op(run)
+
+
+_GATHER_CORNERS = ((0, 1), (1, 1), (1, 0), (0, 0))  # (dx, dy) of d.x, d.y, d.z, d.w
+_COMPONENTS = {"r": 0, "g": 1, "b": 2, "a": 3}
+
+
+@opcode("tld4")
+def _tld4(instr, ctx: CompileContext):
+    """tex2Dgather: one component of the four texels bilinear filtering would blend, in the
+    order (x0, y1), (x1, y1), (x1, y0), (x0, y0)."""
+    mods = Modifiers(ctx)
+    component = mods.take(*_COMPONENTS)
+    geometry = mods.take("2d", "a2d")
+    if component is None or geometry is None or not mods.has("v4"):
+        raise ctx.unsupported("only tld4.{r,g,b,a}.2d/.a2d.v4 is supported")
+    if len(mods.types) != 2 or mods.types[1].name != "f32":
+        raise ctx.error("expected a destination type and .f32 coordinates")
+    dtype = mods.types[0]
+    mods.done()
+    if dtype.name not in ("f32", "s32", "u32"):
+        raise ctx.unsupported(f"destination type .{dtype.name}")
+    ctx.operand_count(2)
+    if not isinstance(instr.operands[0], Vector) or len(instr.operands[0].elements) != 4:
+        raise ctx.error("expected four destinations")
+    writes = [writer(d, dtype, ctx) for d in instr.operands[0].elements]
+    layered = geometry == "a2d"
+    types = ([TYPES["s32"]] if layered else []) + [TYPES["f32"]] * 2
+    read_handle, reads = _handle_and_coordinates(ctx, instr.operands[1], len(types), types)
+    as_float, channel = dtype.name == "f32", _COMPONENTS[component]
+
+    def run(state, lanes):
+        count = lane_count(state, lanes)
+        handles = _broadcast(read_handle(state, lanes), count)
+        values = [_broadcast(r(state, lanes), count) for r in reads]
+        layer, coords = (values[0], values[1:]) if layered else (None, values)
+        out = np.zeros((count, 4), np.float64 if as_float else np.int64)
+        for desc, positions in _descriptors(state, lanes, handles, TEXTURE_MAGIC, "texture"):
+            sub = _sub_lanes(lanes, positions)
+            sizes = (desc.width, desc.height)
+            lower = [np.floor(c[positions].astype(np.float64)
+                              * (sizes[axis] if desc.normalized_coords else 1.0) - 0.5
+                              ).astype(np.int64) for axis, c in enumerate(coords)]
+            for k, (dx, dy) in enumerate(_GATHER_CORNERS):
+                texels = _texels(state, sub, desc, [lower[0] + dx, lower[1] + dy],
+                                 None if layer is None else layer[positions], as_float)
+                out[positions, k] = texels[:, channel]
+        result = out.astype(dtype.dtype) if as_float else out.astype(np.uint32).view(
+            dtype.dtype)
+        for k, write in enumerate(writes):
+            write(state, lanes, result[:, k])
+    return ctx.op(run)
+
+
+# ----------------------------------------------------------------- queries
+
+_TEXTURE_QUERIES = {
+    "width": lambda d: d.width, "height": lambda d: d.height, "depth": lambda d: d.depth,
+    "normalized_coords": lambda d: int(d.normalized_coords),
+    "filter_mode": lambda d: int(d.linear_filter), "array_size": lambda d: d.layers,
+    "addr_mode_0": lambda d: d.address_modes[0], "addr_mode_1": lambda d: d.address_modes[1],
+    "addr_mode_2": lambda d: d.address_modes[2],
+}
+_SURFACE_QUERIES = {"width": lambda d: d.width, "height": lambda d: d.height,
+                    "depth": lambda d: d.depth, "array_size": lambda d: d.layers}
+
+
+def _query(instr, ctx: CompileContext, queries: dict, magic: bytes, what: str):
+    mods = Modifiers(ctx)
+    attribute = mods.take(*queries)
+    if attribute is None:
+        raise ctx.unsupported(f"only the {', '.join(queries)} queries are supported")
+    ptype = mods.type({"b32"})
+    mods.done()
+    ctx.operand_count(2)
+    write = writer(instr.operands[0], ptype, ctx)
+    address = instr.operands[1]
+    if not isinstance(address, Address) or not isinstance(address.base, RegisterOperand) \
+            or address.offset or address.coordinates is not None:
+        raise ctx.unsupported("only queries of objects ([handle]) are supported")
+    read_handle = reader(address.base, TYPES["u64"], ctx)
+    answer = queries[attribute]
+
+    def run(state, lanes):
+        count = lane_count(state, lanes)
+        handles = _broadcast(read_handle(state, lanes), count)
+        out = np.zeros(count, np.uint32)
+        for desc, positions in _descriptors(state, lanes, handles, magic, what):
+            out[positions] = answer(desc)
+        write(state, lanes, out)
+    return ctx.op(run)
+
+
+@opcode("txq")
+def _txq(instr, ctx: CompileContext):
+    return _query(instr, ctx, _TEXTURE_QUERIES, TEXTURE_MAGIC, "texture")
+
+
+@opcode("suq")
+def _suq(instr, ctx: CompileContext):
+    return _query(instr, ctx, _SURFACE_QUERIES, SURFACE_MAGIC, "surface")
 
 
 # ----------------------------------------------------------------- surfaces

@@ -54,6 +54,18 @@ extern "C" __global__ void surface_edges(cudaSurfaceObject_t s, const int *x, fl
         surf1Dwrite(-1.0f, s, x[i] * 4, cudaBoundaryModeZero);
     }
 }
+extern "C" __global__ void gather(cudaTextureObject_t t, float x, float y, float4 *out) {
+    out[0] = tex2Dgather<float4>(t, x, y, 0);
+    out[1] = tex2Dgather<float4>(t, x, y, 2);
+}
+extern "C" __global__ void queries(cudaTextureObject_t t, cudaSurfaceObject_t s, int *out) {
+    asm("txq.width.b32 %0, [%1];" : "=r"(out[0]) : "l"(t));
+    asm("txq.height.b32 %0, [%1];" : "=r"(out[1]) : "l"(t));
+    asm("txq.normalized_coords.b32 %0, [%1];" : "=r"(out[2]) : "l"(t));
+    asm("txq.addr_mode_1.b32 %0, [%1];" : "=r"(out[3]) : "l"(t));
+    asm("suq.width.b32 %0, [%1];" : "=r"(out[4]) : "l"(s));
+    asm("suq.array_size.b32 %0, [%1];" : "=r"(out[5]) : "l"(s));
+}
 extern "C" __global__ void surface_trap(cudaSurfaceObject_t s, int x, float *out) {
     surf1Dread(out, s, x * 4);
 }
@@ -221,3 +233,30 @@ def test_a_handle_that_is_no_texture_object_faults(device, texture_ptx):
                       device.zeros(4, np.float32), 1)
     assert failure.value.code == 700
     assert "not a live texture object" in str(failure.value)
+
+
+def test_gather_returns_one_component_of_the_bilinear_footprint(device, texture_ptx):
+    module = device.load(texture_ptx)
+    image = np.arange(4 * 5 * 4, dtype=np.float32).reshape(4, 5, 4)
+    handle = _object(device, TEXTURE_MAGIC, image, 2, 4, ChannelKind.FLOAT)
+    out = device.zeros(8, np.float32)
+    device.launch(module, "gather", (1,), (1,), handle, np.float32(2.25), np.float32(1.75),
+                  out)
+    got = device.download(out, 8, np.float32).reshape(2, 4)
+    x0, y0 = 1, 1  # floor(2.25 - 0.5), floor(1.75 - 0.5)
+    corners = [(x0, y0 + 1), (x0 + 1, y0 + 1), (x0 + 1, y0), (x0, y0)]
+    for row, channel in enumerate((0, 2)):
+        np.testing.assert_array_equal(got[row], [image[y, x, channel] for x, y in corners])
+
+
+def test_texture_and_surface_queries(device, texture_ptx):
+    module = device.load(texture_ptx)
+    texture = _object(device, TEXTURE_MAGIC, np.zeros((3, 7, 1), np.float32), 2, 1,
+                      ChannelKind.FLOAT, normalized_coords=True,
+                      address_modes=(ADDRESS_CLAMP, ADDRESS_MIRROR, ADDRESS_WRAP))
+    surface = _object(device, SURFACE_MAGIC, np.zeros((4, 1, 9, 2), np.int16), 1, 2,
+                      ChannelKind.SIGNED, layers=4)
+    out = device.zeros(6, np.int32)
+    device.launch(module, "queries", (1,), (1,), texture, surface, out)
+    np.testing.assert_array_equal(device.download(out, 6, np.int32),
+                                  [7, 3, 1, ADDRESS_MIRROR, 9, 4])
