@@ -185,13 +185,23 @@ def _tex(instr, ctx: CompileContext):
         raise ctx.unsupported(f"types .{dtype.name}.{ctype.name}")
     ctx.operand_count(2)
     dims, layered = _GEOMETRIES[geometry]
-    if not isinstance(instr.operands[0], Vector) or len(instr.operands[0].elements) != 4:
-        raise ctx.error("expected four destinations")
-    writes = [writer(d, dtype, ctx) for d in instr.operands[0].elements]
     types = ([TYPES["s32"]] if layered else []) + [ctype] * dims
     read_handle, reads = _handle_and_coordinates(ctx, instr.operands[1], len(types), types)
     as_float = dtype.name == "f32"
     integer_coords = ctype.name == "s32"
+
+    def sample(state, lanes, desc, coords, layer):
+        return _sample(state, lanes, desc, coords, layer, integer_coords, as_float)
+    return _fetch_op(ctx, instr, dtype, read_handle, reads, layered, sample)
+
+
+def _fetch_op(ctx: CompileContext, instr, dtype, read_handle, reads, layered: bool, sample):
+    """The op of a fetch into four `dtype` destinations: per distinct object, `sample(state,
+    lanes, descriptor, coordinates, layer or None)` gives the (n, 4) values of its lanes."""
+    if not isinstance(instr.operands[0], Vector) or len(instr.operands[0].elements) != 4:
+        raise ctx.error("expected four destinations")
+    writes = [writer(d, dtype, ctx) for d in instr.operands[0].elements]
+    as_float = dtype.name == "f32"
 
     def run(state, lanes):
         count = lane_count(state, lanes)
@@ -200,10 +210,9 @@ def _tex(instr, ctx: CompileContext):
         layer, coords = (values[0], values[1:]) if layered else (None, values)
         out = np.zeros((count, 4), np.float64 if as_float else np.int64)
         for desc, positions in _descriptors(state, lanes, handles, TEXTURE_MAGIC, "texture"):
-            out[positions] = _sample(state, _sub_lanes(lanes, positions), desc,
-                                     [c[positions] for c in coords],
-                                     None if layer is None else layer[positions],
-                                     integer_coords, as_float)
+            out[positions] = sample(state, _sub_lanes(lanes, positions), desc,
+                                    [c[positions] for c in coords],
+                                    None if layer is None else layer[positions])
         result = out.astype(dtype.dtype) if as_float else out.astype(np.uint32).view(
             dtype.dtype)
         for k, write in enumerate(writes):
@@ -231,35 +240,22 @@ def _tld4(instr, ctx: CompileContext):
     if dtype.name not in ("f32", "s32", "u32"):
         raise ctx.unsupported(f"destination type .{dtype.name}")
     ctx.operand_count(2)
-    if not isinstance(instr.operands[0], Vector) or len(instr.operands[0].elements) != 4:
-        raise ctx.error("expected four destinations")
-    writes = [writer(d, dtype, ctx) for d in instr.operands[0].elements]
     layered = geometry == "a2d"
     types = ([TYPES["s32"]] if layered else []) + [TYPES["f32"]] * 2
     read_handle, reads = _handle_and_coordinates(ctx, instr.operands[1], len(types), types)
     as_float, channel = dtype.name == "f32", _COMPONENTS[component]
 
-    def run(state, lanes):
-        count = lane_count(state, lanes)
-        handles = _broadcast(read_handle(state, lanes), count)
-        values = [_broadcast(r(state, lanes), count) for r in reads]
-        layer, coords = (values[0], values[1:]) if layered else (None, values)
-        out = np.zeros((count, 4), np.float64 if as_float else np.int64)
-        for desc, positions in _descriptors(state, lanes, handles, TEXTURE_MAGIC, "texture"):
-            sub = _sub_lanes(lanes, positions)
-            sizes = (desc.width, desc.height)
-            lower = [np.floor(c[positions].astype(np.float64)
-                              * (sizes[axis] if desc.normalized_coords else 1.0) - 0.5
-                              ).astype(np.int64) for axis, c in enumerate(coords)]
-            for k, (dx, dy) in enumerate(_GATHER_CORNERS):
-                texels = _texels(state, sub, desc, [lower[0] + dx, lower[1] + dy],
-                                 None if layer is None else layer[positions], as_float)
-                out[positions, k] = texels[:, channel]
-        result = out.astype(dtype.dtype) if as_float else out.astype(np.uint32).view(
-            dtype.dtype)
-        for k, write in enumerate(writes):
-            write(state, lanes, result[:, k])
-    return ctx.op(run)
+    def sample(state, lanes, desc, coords, layer):
+        sizes = (desc.width, desc.height)
+        lower = [np.floor(c.astype(np.float64) * (sizes[axis] if desc.normalized_coords
+                                                  else 1.0) - 0.5).astype(np.int64)
+                 for axis, c in enumerate(coords)]
+        out = np.zeros((len(lower[0]), 4), np.float64 if as_float else np.int64)
+        for k, (dx, dy) in enumerate(_GATHER_CORNERS):
+            out[:, k] = _texels(state, lanes, desc, [lower[0] + dx, lower[1] + dy], layer,
+                                as_float)[:, channel]
+        return out
+    return _fetch_op(ctx, instr, dtype, read_handle, reads, layered, sample)
 
 
 # ----------------------------------------------------------------- queries

@@ -154,8 +154,7 @@ def destroy_surface(handle: int) -> None:
 
 
 def _destroy(table: dict, handle: int, what: str) -> None:
-    if handle not in table:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"0x{handle:x} is not a live {what} object")
+    kept(table, handle, what)
     del table[handle]
     _free(handle)
 
@@ -176,20 +175,23 @@ def cuTexObjectDestroy(handle):
     destroy_texture(int(handle))
 
 
+def kept(table: dict, handle: int, what: str) -> tuple:
+    """The descriptions a live object was created from."""
+    if handle not in table:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"0x{handle:x} is not a live {what} object")
+    return table[handle]
+
+
 @api
 def cuTexObjectGetResourceDesc(res_desc, handle):
     check_out(res_desc)
-    if int(handle) not in state.texture_objects:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "not a live texture object")
-    res_desc[0] = state.texture_objects[int(handle)][0][0]
+    res_desc[0] = kept(state.texture_objects, int(handle), "texture")[0][0]
 
 
 @api
 def cuTexObjectGetTextureDesc(tex_desc, handle):
     check_out(tex_desc)
-    if int(handle) not in state.texture_objects:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "not a live texture object")
-    tex_desc[0] = state.texture_objects[int(handle)][1][0]
+    tex_desc[0] = kept(state.texture_objects, int(handle), "texture")[1][0]
 
 
 @api
@@ -209,6 +211,4 @@ def cuSurfObjectDestroy(handle):
 @api
 def cuSurfObjectGetResourceDesc(res_desc, handle):
     check_out(res_desc)
-    if int(handle) not in state.surface_objects:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "not a live surface object")
-    res_desc[0] = state.surface_objects[int(handle)][0][0]
+    res_desc[0] = kept(state.surface_objects, int(handle), "surface")[0][0]

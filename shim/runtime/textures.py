@@ -269,20 +269,18 @@ def _restore(pointer, saved: bytes) -> None:
     ffi.memmove(pointer, saved, len(saved))
 
 
-def _kept(table: dict, handle: int, what: str):
-    if handle not in table:
-        raise CudaError(E.cudaErrorInvalidValue, f"0x{handle:x} is not a live {what} object")
-    return table[handle]
+def _texture(handle) -> tuple:
+    return driver_textures.kept(driver_state.texture_objects, int(handle), "texture")
 
 
 @api
 def cudaGetTextureObjectResourceDesc(res_desc, handle):
-    _restore(res_desc, _kept(driver_state.texture_objects, int(handle), "texture")[0])
+    _restore(res_desc, _texture(handle)[0])
 
 
 @api
 def cudaGetTextureObjectTextureDesc(tex_desc, handle):
-    _restore(tex_desc, _kept(driver_state.texture_objects, int(handle), "texture")[1])
+    _restore(tex_desc, _texture(handle)[1])
 
 
 @api

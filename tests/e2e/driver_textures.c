@@ -8,14 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "driver_checks.h"
 #include "test_files.h"
 
-#define CHECK(call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) { \
-    const char *n_ = "?"; cuGetErrorName(r_, &n_); \
-    fprintf(stderr, "%s:%d: %s failed: %s (%d)\n", __FILE__, __LINE__, #call, n_, r_); \
-    return 1; } } while (0)
-#define EXPECT(cond) do { if (!(cond)) { fprintf(stderr, "%s:%d: expected %s\n", \
-    __FILE__, __LINE__, #cond); return 1; } } while (0)
 
 /* IEEE half from a float that is exactly representable (the test's values are). */
 static unsigned short half_of(float f) {
@@ -24,6 +19,26 @@ static unsigned short half_of(float f) {
     if ((bits & 0x7fffffff) == 0) return (unsigned short)(bits >> 16);
     int exponent = (int)((bits >> 23) & 0xff) - 127 + 15;
     return (unsigned short)(((bits >> 16) & 0x8000) | (exponent << 10) | ((bits >> 13) & 0x3ff));
+}
+
+/* A texture or surface resource over a whole array. */
+static CUDA_RESOURCE_DESC array_resource(CUarray array) {
+    CUDA_RESOURCE_DESC res;
+    memset(&res, 0, sizeof res);
+    res.resType = CU_RESOURCE_TYPE_ARRAY;
+    res.res.array.hArray = array;
+    return res;
+}
+
+/* Host rows of `row_bytes`, `rows` per slice, `depth` slices -> the array. */
+static CUresult upload_3d(CUarray array, const void *host, size_t row_bytes, size_t rows,
+                          size_t depth) {
+    CUDA_MEMCPY3D copy;
+    memset(&copy, 0, sizeof copy);
+    copy.srcMemoryType = CU_MEMORYTYPE_HOST; copy.srcHost = host;
+    copy.dstMemoryType = CU_MEMORYTYPE_ARRAY; copy.dstArray = array;
+    copy.WidthInBytes = row_bytes; copy.Height = rows; copy.Depth = depth;
+    return cuMemcpy3D(&copy);
 }
 
 int main(int argc, char **argv) {
@@ -62,10 +77,7 @@ int main(int argc, char **argv) {
     EXPECT(got.Width == W && got.Height == H && got.Format == CU_AD_FORMAT_HALF &&
            got.NumChannels == 4);
 
-    CUDA_RESOURCE_DESC res;
-    memset(&res, 0, sizeof res);
-    res.resType = CU_RESOURCE_TYPE_ARRAY;
-    res.res.array.hArray = array;
+    CUDA_RESOURCE_DESC res = array_resource(array);
     CUDA_TEXTURE_DESC td;
     memset(&td, 0, sizeof td);
     td.addressMode[0] = td.addressMode[1] = CU_TR_ADDRESS_MODE_BORDER;
@@ -144,15 +156,8 @@ int main(int argc, char **argv) {
                                   CUDA_ARRAY3D_LAYERED};
     CUarray layered_array;
     CHECK(cuArray3DCreate(&layered_array, &ld));
-    CUDA_MEMCPY3D up3 = {0};
-    up3.srcMemoryType = CU_MEMORYTYPE_HOST; up3.srcHost = layers;
-    up3.srcPitch = LW * sizeof(short); up3.srcHeight = LH;
-    up3.dstMemoryType = CU_MEMORYTYPE_ARRAY; up3.dstArray = layered_array;
-    up3.WidthInBytes = LW * sizeof(short); up3.Height = LH; up3.Depth = LAYERS;
-    CHECK(cuMemcpy3D(&up3));
-    memset(&res, 0, sizeof res);
-    res.resType = CU_RESOURCE_TYPE_ARRAY;
-    res.res.array.hArray = layered_array;
+    CHECK(upload_3d(layered_array, layers, LW * sizeof(short), LH, LAYERS));
+    res = array_resource(layered_array);
     memset(&td, 0, sizeof td);
     td.flags = CU_TRSF_READ_AS_INTEGER;
     CHECK(cuTexObjectCreate(&tex, &res, &td, NULL));
@@ -177,14 +182,8 @@ int main(int argc, char **argv) {
                                   CUDA_ARRAY3D_SURFACE_LDST};
     CUarray surface_array;
     CHECK(cuArray3DCreate(&surface_array, &sd));
-    CUDA_MEMCPY3D in = {0};
-    in.srcMemoryType = CU_MEMORYTYPE_HOST; in.srcHost = volume;
-    in.dstMemoryType = CU_MEMORYTYPE_ARRAY; in.dstArray = surface_array;
-    in.WidthInBytes = sizeof volume[0][0]; in.Height = SY; in.Depth = SZ;
-    CHECK(cuMemcpy3D(&in));
-    memset(&res, 0, sizeof res);
-    res.resType = CU_RESOURCE_TYPE_ARRAY;
-    res.res.array.hArray = surface_array;
+    CHECK(upload_3d(surface_array, volume, sizeof volume[0][0], SY, SZ));
+    res = array_resource(surface_array);
     CUsurfObject surf;
     CHECK(cuSurfObjectCreate(&surf, &res));
     int sx = SX, sy = SY, sz = SZ;

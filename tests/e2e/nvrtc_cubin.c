@@ -7,16 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) { \
-    const char *n_ = "?"; cuGetErrorName(r_, &n_); \
-    fprintf(stderr, "%s:%d: %s failed: %s (%d)\n", __FILE__, __LINE__, #call, n_, r_); \
-    return 1; } } while (0)
-#define NVRTC(call) do { nvrtcResult r_ = (call); if (r_ != NVRTC_SUCCESS) { \
-    fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, \
-            nvrtcGetErrorString(r_)); return 1; } } while (0)
-#define EXPECT(cond) do { if (!(cond)) { fprintf(stderr, "%s:%d: expected %s\n", \
-    __FILE__, __LINE__, #cond); return 1; } } while (0)
+#include "driver_checks.h"
 
 static const char SAXPY[] =
     "template <typename T>\n"
