@@ -34,6 +34,7 @@ from vgpu.texture_objects import (
 from .errors import CUDA_ERROR_ILLEGAL_ADDRESS, IllegalAddress
 from .ir import Address, RegisterOperand, Vector
 from .isa import CompileContext, Modifiers, opcode
+from .memory import load_elements
 from .operands import reader, writer
 from .ptx_types import TYPES
 from .spaces import load, store
@@ -69,8 +70,9 @@ def _handle_and_coordinates(ctx: CompileContext, operand, count: int, coordinate
 def _descriptors(state, lanes, handles: np.ndarray, magic: bytes, what: str):
     """(descriptor, positions) for each distinct handle among the lanes; a handle that is
     not a live object of the right kind faults like an illegal address."""
-    for handle in np.unique(handles):
-        positions = np.flatnonzero(handles == handle)
+    uniform = len(handles) and (handles == handles[0]).all()  # the usual case, found fast
+    for handle in (handles[:1] if uniform else np.unique(handles)):
+        positions = np.arange(len(handles)) if uniform else np.flatnonzero(handles == handle)
         try:
             descriptor = Descriptor.unpack(state.ctx.memory.read(int(handle), DESCRIPTOR_SIZE))
         except IllegalAddress:
@@ -108,6 +110,19 @@ def _address(desc: Descriptor, axis: int, index: np.ndarray, size: int
     return np.clip(index, 0, size - 1), np.zeros(index.shape, bool)
 
 
+def _texel_memory(state, lanes, desc: Descriptor) -> np.ndarray:
+    """The bytes of every texel of the object, checked once: the addressing above keeps each
+    fetch inside them, so the lanes' fetches need no check of their own."""
+    size = desc.slice_pitch * max(desc.depth, desc.layers)
+    try:
+        return np.frombuffer(state.ctx.memory.view(desc.base, size, writing=False), np.uint8)
+    except IllegalAddress:
+        lane = 0 if lanes is None else int(lanes[0])
+        raise Fault(CUDA_ERROR_ILLEGAL_ADDRESS, f"Invalid texture fetch from 0x{desc.base:x}",
+                    f"the object's {size} bytes of texels are not a live allocation",
+                    lane) from None
+
+
 def _texels(state, lanes, desc: Descriptor, indices: list[np.ndarray], layer, as_float: bool
             ) -> np.ndarray:
     """The texels at integer `indices` (one array per dimension), as (n, 4) float64 (read
@@ -124,7 +139,7 @@ def _texels(state, lanes, desc: Descriptor, indices: list[np.ndarray], layer, as
         offset += np.clip(layer, 0, desc.layers - 1).astype(np.uint64) * np.uint64(
             desc.slice_pitch)
     dtype = np.dtype(_CHANNEL_DTYPES[(desc.channel_kind, desc.channel_bits)])
-    raw = load(state, "global", np.uint64(desc.base) + offset, dtype, desc.channels, lanes)
+    raw = load_elements(_texel_memory(state, lanes, desc), offset, dtype, desc.channels)
     raw = raw.reshape(len(offset), desc.channels)
     if as_float:
         values = raw.astype(np.float64)
@@ -157,16 +172,18 @@ def _sample(state, lanes, desc: Descriptor, coords: list[np.ndarray], layer, int
     lower = [np.floor(s - 0.5) for s in scaled]
     weight = [np.round((s - 0.5 - lo) * _WEIGHT_STEPS) / _WEIGHT_STEPS
               for s, lo in zip(scaled, lower, strict=True)]
-    total = np.zeros((len(coords[0]), 4), np.float64)
-    for corner in range(1 << len(coords)):
-        factor = np.ones(len(coords[0]), np.float64)
-        indices = []
+    # All 2, 4 or 8 corners fetched at once: corner k's lanes are the k-th block of n.
+    n, corners = len(coords[0]), 1 << len(coords)
+    factors = np.ones((corners, n), np.float64)
+    indices = [np.empty(corners * n, np.int64) for _ in coords]
+    for corner in range(corners):
         for axis in range(len(coords)):
             upper = (corner >> axis) & 1
-            indices.append(lower[axis].astype(np.int64) + upper)
-            factor *= weight[axis] if upper else 1.0 - weight[axis]
-        total += factor[:, None] * _texels(state, lanes, desc, indices, layer, True)
-    return total
+            indices[axis][corner * n:(corner + 1) * n] = lower[axis].astype(np.int64) + upper
+            factors[corner] *= weight[axis] if upper else 1.0 - weight[axis]
+    texels = _texels(state, lanes, desc, indices, None if layer is None else np.tile(
+        layer, corners), True).reshape(corners, n, 4)
+    return (factors[:, :, None] * texels).sum(axis=0)
 
 
 @opcode("tex")
