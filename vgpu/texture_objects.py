@@ -26,7 +26,7 @@ SURFACE_MAGIC = b"VSF1"
 ADDRESS_WRAP, ADDRESS_CLAMP, ADDRESS_MIRROR, ADDRESS_BORDER = 0, 1, 2, 3
 
 # magic; dims, layered, channel kind, channel bits, channels, linear filter, read as integer,
-# normalized coordinates, three address modes, (pad); base, pitch, slice pitch; width,
+# normalized coordinates, three address modes, cubemap; base, pitch, slice pitch; width,
 # height, depth, layers; border colour.
 _LAYOUT = struct.Struct("<4s12BQQQIIII4f")
 DESCRIPTOR_SIZE = _LAYOUT.size
@@ -56,6 +56,8 @@ class Descriptor:
     read_as_integer: bool = False  # integer texels read as integers, not normalized floats
     normalized_coords: bool = False
     border: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    # Six square faces as layers (+x, -x, +y, -y, +z, -z; with `layered`, six per cubemap).
+    cubemap: bool = False
 
     @property
     def texel_bytes(self) -> int:
@@ -65,7 +67,7 @@ class Descriptor:
         return _LAYOUT.pack(self.magic, self.dims, self.layered, self.channel_kind,
                             self.channel_bits, self.channels, self.linear_filter,
                             self.read_as_integer, self.normalized_coords, *self.address_modes,
-                            0, self.base, self.pitch, self.slice_pitch, self.width,
+                            self.cubemap, self.base, self.pitch, self.slice_pitch, self.width,
                             self.height, self.depth, self.layers, *self.border)
 
     @classmethod
@@ -74,10 +76,10 @@ class Descriptor:
         if len(data) < DESCRIPTOR_SIZE:
             return None
         (magic, dims, layered, kind, bits, channels, linear, as_integer, normalized, a0, a1,
-         a2, _, base, pitch, slice_pitch, width, height, depth, layers, *border) = \
+         a2, cubemap, base, pitch, slice_pitch, width, height, depth, layers, *border) = \
             _LAYOUT.unpack_from(data)
         if magic not in (TEXTURE_MAGIC, SURFACE_MAGIC):
             return None
         return cls(magic, base, dims, bool(layered), width, height, depth, layers, pitch,
                    slice_pitch, kind, bits, channels, (a0, a1, a2), bool(linear),
-                   bool(as_integer), bool(normalized), tuple(border))
+                   bool(as_integer), bool(normalized), tuple(border), bool(cubemap))

@@ -1,5 +1,5 @@
-"""Texture fetches and surface loads and stores: tex (1d, 2d, 3d, a1d, a2d), tld4 (2d, a2d),
-txq and suq (sizes and sampling), suld.b, sust.b.
+"""Texture fetches and surface loads and stores: tex (1d, 2d, 3d, a1d, a2d, cube, acube),
+tld4 (2d, a2d), txq and suq (sizes and sampling), suld.b, sust.b.
 
 Texture and surface objects are device addresses of descriptors that the driver shim wrote
 (vgpu/texture_objects.py); the texels are device memory, read and written through the same
@@ -18,10 +18,13 @@ or is clamped to the edge with `.clamp`.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from vgpu.texture_objects import (
     ADDRESS_BORDER,
+    ADDRESS_CLAMP,
     ADDRESS_MIRROR,
     ADDRESS_WRAP,
     DESCRIPTOR_SIZE,
@@ -186,12 +189,41 @@ def _sample(state, lanes, desc: Descriptor, coords: list[np.ndarray], layer, int
     return (factors[:, :, None] * texels).sum(axis=0)
 
 
+def _cube_faces(x: np.ndarray, y: np.ndarray, z: np.ndarray):
+    """(face, u, v) of direction vectors, as CUDA's cubemap fetch picks them: the face of the
+    largest component, (u, v) normalized on it (the programming guide's cubemap table)."""
+    ax, ay, az = np.abs(x), np.abs(y), np.abs(z)
+    on_x = (ax >= ay) & (ax >= az)
+    on_y = ~on_x & (ay >= az)
+    on_z = ~on_x & ~on_y
+    face = np.where(on_x, np.where(x >= 0, 0, 1), np.where(on_y, np.where(y >= 0, 2, 3),
+                                                            np.where(z >= 0, 4, 5)))
+    s = np.select([on_x & (x >= 0), on_x, on_z & (z < 0)], [-z, z, -x], x)
+    t = np.select([on_y & (y >= 0), on_y], [z, -z], -y)
+    m = np.maximum(np.where(on_x, ax, np.where(on_y, ay, az)), np.finfo(np.float64).tiny)
+    return face, (s / m + 1) / 2, (t / m + 1) / 2
+
+
+def _sample_cube(state, lanes, desc: Descriptor, coords, layer, as_float: bool):
+    if not desc.cubemap:
+        lane = 0 if lanes is None else int(lanes[0])
+        raise Fault(CUDA_ERROR_ILLEGAL_ADDRESS, "Invalid cubemap fetch",
+                    "the texture object is not over a cubemap array", lane)
+    face, u, v = _cube_faces(*(c.astype(np.float64) for c in coords[:3]))
+    faces = face if layer is None else face + 6 * layer.astype(np.int64)
+    on_faces = replace(desc, normalized_coords=True, address_modes=(ADDRESS_CLAMP,) * 3)
+    return _sample(state, lanes, on_faces, [u, v], faces, False, as_float)
+
+
 @opcode("tex")
 def _tex(instr, ctx: CompileContext):
     mods = Modifiers(ctx)
+    if mods.take("cube", "acube"):
+        return _tex_cube(instr, ctx, mods, "acube" in instr.modifiers)
     geometry = mods.take(*_GEOMETRIES)
     if geometry is None:
-        raise ctx.unsupported("only 1d, 2d, 3d, a1d and a2d textures are supported")
+        raise ctx.unsupported("only 1d, 2d, 3d, a1d, a2d, cube and acube textures are "
+                              "supported")
     if not mods.has("v4"):
         raise ctx.unsupported("only .v4 fetches are supported")
     if len(mods.types) != 2:
@@ -209,6 +241,23 @@ def _tex(instr, ctx: CompileContext):
 
     def sample(state, lanes, desc, coords, layer):
         return _sample(state, lanes, desc, coords, layer, integer_coords, as_float)
+    return _fetch_op(ctx, instr, dtype, read_handle, reads, layered, sample)
+
+
+def _tex_cube(instr, ctx: CompileContext, mods: Modifiers, layered: bool):
+    if not mods.has("v4") or len(mods.types) != 2 or mods.types[1].name != "f32":
+        raise ctx.unsupported("only .v4 cubemap fetches from .f32 directions are supported")
+    dtype = mods.types[0]
+    mods.done()
+    if dtype.name not in ("f32", "s32", "u32"):
+        raise ctx.unsupported(f"destination type .{dtype.name}")
+    ctx.operand_count(2)
+    types = ([TYPES["s32"]] if layered else []) + [TYPES["f32"]] * 3
+    read_handle, reads = _handle_and_coordinates(ctx, instr.operands[1], len(types), types)
+    as_float = dtype.name == "f32"
+
+    def sample(state, lanes, desc, coords, layer):
+        return _sample_cube(state, lanes, desc, coords, layer, as_float)
     return _fetch_op(ctx, instr, dtype, read_handle, reads, layered, sample)
 
 

@@ -27,7 +27,9 @@ CHANNEL_BYTES = {F.CU_AD_FORMAT_UNSIGNED_INT8: 1, F.CU_AD_FORMAT_UNSIGNED_INT16:
                  F.CU_AD_FORMAT_HALF: 2, F.CU_AD_FORMAT_FLOAT: 4}
 CUDA_ARRAY3D_LAYERED, CUDA_ARRAY3D_SURFACE_LDST, CUDA_ARRAY3D_CUBEMAP = 0x01, 0x02, 0x04
 CUDA_ARRAY3D_TEXTURE_GATHER = 0x08
-_KNOWN_FLAGS = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_TEXTURE_GATHER
+_KNOWN_FLAGS = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_CUBEMAP \
+    | CUDA_ARRAY3D_TEXTURE_GATHER
+MAX_CUBEMAP_EXTENT = 32768
 # The largest arrays, as the emu device reports them (server/backends/device_attributes.py):
 # 1D and 2D extents, 3D extents, layered extents and layer counts.
 MAX_EXTENT, MAX_3D_EXTENT, MAX_LAYERED_EXTENT, MAX_LAYERS = 65536, 16384, 32768, 2048
@@ -44,12 +46,13 @@ def texel_bytes(format_: int, channels: int) -> int:
 def create_array(width: int, height: int, depth: int, format_: int, channels: int,
                  flags: int) -> int:
     """A new array's handle (its memory allocated in the current context)."""
-    if flags & CUDA_ARRAY3D_CUBEMAP:
-        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "cubemap arrays are not supported by vgpu")
     if flags & ~_KNOWN_FLAGS:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown array flags {flags:#x}")
     texel = texel_bytes(format_, channels)
-    if flags & CUDA_ARRAY3D_LAYERED:
+    if flags & CUDA_ARRAY3D_CUBEMAP:  # six square faces, as layers (six per cubemap)
+        faces = 6 * MAX_LAYERS if flags & CUDA_ARRAY3D_LAYERED else 6
+        fits = width == height <= MAX_CUBEMAP_EXTENT and depth % 6 == 0 and 0 < depth <= faces
+    elif flags & CUDA_ARRAY3D_LAYERED:
         fits = 0 < depth <= MAX_LAYERS and max(width, height) <= MAX_LAYERED_EXTENT
     elif depth:
         fits = height > 0 and max(width, height, depth) <= MAX_3D_EXTENT

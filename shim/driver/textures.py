@@ -17,7 +17,13 @@ from vgpu.texture_objects import (
 )
 
 from ._state import CudaError, E, api, check_out, ffi, state
-from .arrays import CUDA_ARRAY3D_LAYERED, CUDA_ARRAY3D_SURFACE_LDST, array_of, texel_bytes
+from .arrays import (
+    CUDA_ARRAY3D_CUBEMAP,
+    CUDA_ARRAY3D_LAYERED,
+    CUDA_ARRAY3D_SURFACE_LDST,
+    array_of,
+    texel_bytes,
+)
 from .memory import _alloc, _free, _htod
 
 F = CUarray_format
@@ -37,13 +43,14 @@ def array_resource(handle) -> dict:
     """Descriptor fields of a CUDA array (`handle` a CUarray or cudaArray_t), with its format
     and whether surfaces may use it."""
     array = array_of(handle)
-    layered = bool(array.flags & CUDA_ARRAY3D_LAYERED)
+    cubemap = bool(array.flags & CUDA_ARRAY3D_CUBEMAP)
+    layered = bool(array.flags & CUDA_ARRAY3D_LAYERED) or cubemap  # faces are layers
     dims = 1 if array.height == 0 else 3 if array.depth and not layered else 2
     return dict(base=array.address, dims=dims, layered=layered, width=array.width,
                 height=max(array.height, 1), depth=max(array.depth, 1) if dims == 3 else 1,
                 layers=array.depth if layered else 1, pitch=array.pitch,
                 slice_pitch=array.slice_pitch, format=array.format, channels=array.channels,
-                surface=bool(array.flags & CUDA_ARRAY3D_SURFACE_LDST))
+                cubemap=cubemap, surface=bool(array.flags & CUDA_ARRAY3D_SURFACE_LDST))
 
 
 def linear_resource(address: int, format_: int, channels: int, size: int) -> dict:
@@ -53,7 +60,7 @@ def linear_resource(address: int, format_: int, channels: int, size: int) -> dic
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the linear resource holds no texel")
     return dict(base=address, dims=1, layered=False, width=size // texel, height=1, depth=1,
                 layers=1, pitch=size, slice_pitch=size, format=format_, channels=channels,
-                surface=False)
+                cubemap=False, surface=False)
 
 
 def pitch2d_resource(address: int, format_: int, channels: int, width: int, height: int,
@@ -64,7 +71,7 @@ def pitch2d_resource(address: int, format_: int, channels: int, width: int, heig
     state.check_device_range(address, pitch * height)
     return dict(base=address, dims=2, layered=False, width=width, height=height, depth=1,
                 layers=1, pitch=pitch, slice_pitch=pitch * height, format=format_,
-                channels=channels, surface=False)
+                channels=channels, cubemap=False, surface=False)
 
 
 def _resource(desc) -> dict:

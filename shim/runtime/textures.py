@@ -35,7 +35,6 @@ _FORMATS = {(SIGNED, 8): F.CU_AD_FORMAT_SIGNED_INT8, (SIGNED, 16): F.CU_AD_FORMA
             (UNSIGNED, 32): F.CU_AD_FORMAT_UNSIGNED_INT32, (FLOAT, 16): F.CU_AD_FORMAT_HALF,
             (FLOAT, 32): F.CU_AD_FORMAT_FLOAT}
 _KINDS = {value: key for key, value in _FORMATS.items()}
-cudaArrayCubemap = 0x04
 cudaResourceTypeArray, cudaResourceTypeLinear, cudaResourceTypePitch2D = 0, 2, 3
 cudaReadModeElementType = 0
 
@@ -74,8 +73,6 @@ def cudaMallocArray(array, desc, width, height, flags):
 @api
 def cudaMalloc3DArray(array, desc, extent, flags):
     check_out(array)
-    if flags & cudaArrayCubemap:
-        raise CudaError(E.cudaErrorNotSupported, "cubemap arrays are not supported by vgpu")
     format_, channels = _format_at(desc)
     set_pointer(array, driver_arrays.create_array(extent.width, extent.height, extent.depth,
                                                   format_, channels, flags))

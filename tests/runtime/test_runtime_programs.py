@@ -174,7 +174,8 @@ def test_textures_surfaces_and_arrays(toolkit, server):
                   "textures: normalized reads with wrapped coordinates correct",
                   "textures: tex1Dfetch from linear memory correct",
                   "textures: 3D array copies and sampling correct",
-                  "textures: layered array correct", "textures: surface writes correct",
+                  "textures: layered array correct", "textures: cubemap faces correct",
+                  "textures: surface writes correct",
                   "textures: misuse refused with CUDA's errors")
 
 

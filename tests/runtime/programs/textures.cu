@@ -1,8 +1,8 @@
 // Textures, surfaces and CUDA arrays through the runtime API, checked against sampling
 // computed on the host: a 2D float array sampled with point and linear filtering, a uchar4
 // array read as normalized floats with wrapped normalized coordinates, tex1Dfetch from linear
-// memory, a 3D array filled with cudaMemcpy3D, a layered array, a surface written by a kernel
-// and read back, and the errors of misuse.
+// memory, a 3D array filled with cudaMemcpy3D, a layered array, a cubemap, a surface written
+// by a kernel and read back, and the errors of misuse.
 #include <cmath>
 #include "check.cuh"
 
@@ -31,6 +31,11 @@ __global__ void sample_layers(cudaTextureObject_t t, float *out, int w, int laye
     if (x < w && layer < layers) out[layer * w + x] = tex1DLayered<float>(t, x + 0.5f, layer);
 }
 
+__global__ void sample_cubemap(cudaTextureObject_t t, const float3 *dir, float *out, int n) {
+    int i = threadIdx.x;
+    if (i < n) out[i] = texCubemap<float>(t, dir[i].x, dir[i].y, dir[i].z);
+}
+
 __global__ void blur_into_surface(cudaTextureObject_t t, cudaSurfaceObject_t s, int w, int h) {
     int x = threadIdx.x, y = blockIdx.x;
     if (x < w && y < h) {
@@ -53,6 +58,19 @@ static float host_linear(const float *image, int w, int h, float x, float y) {
            a * (1 - b) * clamp_at(image, w, h, x0 + 1, y0) +
            (1 - a) * b * clamp_at(image, w, h, x0, y0 + 1) +
            a * b * clamp_at(image, w, h, x0 + 1, y0 + 1);
+}
+
+// The texel a point-sampled cubemap fetch reads (the programming guide's cubemap table).
+static float host_cubemap(const float *faces, int size, float x, float y, float z) {
+    float ax = fabsf(x), ay = fabsf(y), az = fabsf(z), s, t, m;
+    int face;
+    if (ax >= ay && ax >= az) { face = x >= 0 ? 0 : 1; s = x >= 0 ? -z : z; t = -y; m = ax; }
+    else if (ay >= az) { face = y >= 0 ? 2 : 3; s = x; t = y >= 0 ? z : -z; m = ay; }
+    else { face = z >= 0 ? 4 : 5; s = z >= 0 ? x : -x; t = -y; m = az; }
+    int u = (int)floorf((s / m + 1) / 2 * size), v = (int)floorf((t / m + 1) / 2 * size);
+    u = u < 0 ? 0 : u >= size ? size - 1 : u;
+    v = v < 0 ? 0 : v >= size ? size - 1 : v;
+    return faces[(face * size + v) * size + u];
 }
 
 static cudaTextureObject_t texture_of(cudaArray_t array, cudaTextureFilterMode filter,
@@ -219,6 +237,38 @@ int main() {
     CHECK(cudaMemcpy(out, d_out, sizeof rows, cudaMemcpyDeviceToHost));
     EXPECT(memcmp(out, rows, sizeof rows) == 0);
     printf("textures: layered array correct\n");
+
+    // A cubemap: six 4x4 faces, sampled along directions towards each face and in between.
+    const int C = 4, D = 8;
+    float faces[6][C][C];
+    for (int f = 0; f < 6; f++)
+        for (int v = 0; v < C; v++)
+            for (int u = 0; u < C; u++) faces[f][v][u] = f * 100.f + v * 10.f + u;
+    cudaArray_t cube;
+    CHECK(cudaMalloc3DArray(&cube, &float1, make_cudaExtent(C, C, 6), cudaArrayCubemap));
+    cudaMemcpy3DParms cube_up = {};
+    cube_up.srcPtr = make_cudaPitchedPtr(faces, C * sizeof(float), C, C);
+    cube_up.dstArray = cube;
+    cube_up.extent = make_cudaExtent(C, C, 6);
+    cube_up.kind = cudaMemcpyHostToDevice;
+    CHECK(cudaMemcpy3D(&cube_up));
+    cudaTextureObject_t ct = texture_of(cube, cudaFilterModePoint, cudaAddressModeClamp, 1,
+                                        cudaReadModeElementType);
+    float3 dirs[D] = {{1, 0.3f, -0.2f}, {-1, -0.6f, 0.1f}, {0.2f, 1, 0.7f}, {0.4f, -1, -0.3f},
+                      {-0.5f, 0.1f, 1}, {0.9f, -0.2f, -1}, {0.25f, -0.5f, 0.75f},
+                      {-2, 1.5f, 0.5f}};
+    float3 *d_dirs;
+    CHECK(cudaMalloc(&d_dirs, sizeof dirs));
+    CHECK(cudaMemcpy(d_dirs, dirs, sizeof dirs, cudaMemcpyHostToDevice));
+    sample_cubemap<<<1, 32>>>(ct, d_dirs, d_out, D);
+    CHECK(cudaMemcpy(out, d_out, D * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < D; i++)
+        if (out[i] != host_cubemap(&faces[0][0][0], C, dirs[i].x, dirs[i].y, dirs[i].z)) {
+            fprintf(stderr, "direction %d: %f, expected %f\n", i, out[i],
+                    host_cubemap(&faces[0][0][0], C, dirs[i].x, dirs[i].y, dirs[i].z));
+            return 1;
+        }
+    printf("textures: cubemap faces correct\n");
 
     // A surface written by a kernel from a texture, read back with cudaMemcpy2DFromArray.
     cudaArray_t target;
