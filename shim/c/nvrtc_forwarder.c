@@ -10,7 +10,8 @@
    Plain C with no dependency but libc and libdl, since `vgpu run` preloads it into every
    program (cuda-python finds NVRTC by asking which libnvrtc.so.13 is loaded before looking
    in site-packages): NVIDIA's library, named by VGPU_NVRTC_LIBRARY (`vgpu run` sets it),
-   is loaded only at a program's first NVRTC call. Without it, every call fails with
+   is loaded only at a program's first NVRTC call (a program started otherwise gets the one
+   behind this on LD_LIBRARY_PATH). Without it, every call fails with
    NVRTC_ERROR_INTERNAL_ERROR and one line on stderr says why.
 
    The fatbin is written as nvcc 13's `fatbinary` writes one (vgpu/fatbin.py describes the
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int nvrtcResult;
 typedef struct _nvrtcProgram *nvrtcProgram;
@@ -92,31 +94,62 @@ static void load_builtins_beside(const char *nvrtc_path)
     closedir(dir);
 }
 
-static void load_nvidia(void)
+/* NVIDIA's library at `path`, or NULL with the reason in *why: it cannot be loaded, or it
+   is this one (the same soname: a path naming this very file would forward to itself). */
+static void *open_nvidia(const char *path, const char **why)
 {
-    const char *path = getenv("VGPU_NVRTC_LIBRARY");
     void *handle;
 
-    if (path == NULL || path[0] == '\0') {
-        fprintf(stderr, "vgpu: NVIDIA's NVRTC (libnvrtc.so.13) was not found when the program "
-                "started: install it (pip install nvidia-cuda-nvrtc, or the CUDA toolkit) or "
-                "name its file in VGPU_NVRTC_LIBRARY; NVRTC calls fail.\n");
-        return;
-    }
     load_builtins_beside(path);
     handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (handle == NULL) {
+    if (handle == NULL)
+        *why = dlerror();
+    else if (dlsym(handle, "nvrtcVersion") == (void *)nvrtcVersion) {
+        *why = "it is vgpu's own libnvrtc.so.13";
+        handle = NULL;
+    }
+    return handle;
+}
+
+/* Without VGPU_NVRTC_LIBRARY (a program not started by `vgpu run`): the first
+   libnvrtc.so.13 behind this one on LD_LIBRARY_PATH, else the toolkit's. */
+static void *search_nvidia(void)
+{
+    const char *list = getenv("LD_LIBRARY_PATH"), *start = list != NULL ? list : "";
+    char path[4096 + 32];
+    const char *why;
+    void *handle;
+
+    for (;;) {
+        size_t length = strcspn(start, ":");
+        if (length > 0 && length < 4096) {
+            snprintf(path, sizeof path, "%.*s/libnvrtc.so.13", (int)length, start);
+            if (access(path, F_OK) == 0 && (handle = open_nvidia(path, &why)) != NULL)
+                return handle;
+        }
+        if (start[length] == '\0')
+            break;
+        start += length + 1;
+    }
+    return open_nvidia("/usr/local/cuda/lib64/libnvrtc.so.13", &why);
+}
+
+static void load_nvidia(void)
+{
+    const char *path = getenv("VGPU_NVRTC_LIBRARY"), *why = NULL;
+
+    if (path == NULL || path[0] == '\0') {
+        nvidia = search_nvidia();
+        if (nvidia == NULL)
+            fprintf(stderr, "vgpu: NVIDIA's NVRTC (libnvrtc.so.13) was not found: install it "
+                    "(pip install nvidia-cuda-nvrtc, or the CUDA toolkit) or name its file in "
+                    "VGPU_NVRTC_LIBRARY; NVRTC calls fail.\n");
+        return;
+    }
+    nvidia = open_nvidia(path, &why);
+    if (nvidia == NULL)
         fprintf(stderr, "vgpu: cannot load NVIDIA's NVRTC from %s (VGPU_NVRTC_LIBRARY): %s; "
-                "NVRTC calls fail.\n", path, dlerror());
-        return;
-    }
-    /* The same soname is ours: a path naming this very file would forward to itself. */
-    if (dlsym(handle, "nvrtcVersion") == (void *)nvrtcVersion) {
-        fprintf(stderr, "vgpu: VGPU_NVRTC_LIBRARY names vgpu's own libnvrtc.so.13 (%s), not "
-                "NVIDIA's; NVRTC calls fail.\n", path);
-        return;
-    }
-    nvidia = handle;
+                "NVRTC calls fail.\n", path, why);
 }
 
 /* NVIDIA's function `name`, or NULL (said once on stderr) if it cannot be had. */
@@ -129,8 +162,7 @@ static void *nvidia_function(const char *name)
         return NULL;
     function = dlsym(nvidia, name);
     if (function == NULL)
-        fprintf(stderr, "vgpu: NVIDIA's NVRTC (%s) has no %s; the call fails.\n",
-                getenv("VGPU_NVRTC_LIBRARY"), name);
+        fprintf(stderr, "vgpu: NVIDIA's NVRTC has no %s; the call fails.\n", name);
     return function;
 }
 

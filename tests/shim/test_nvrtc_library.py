@@ -24,7 +24,8 @@ _ENTRY = struct.Struct("<HHIQ")  # kind, (0x0101), header size, stored size
 
 
 def _environment(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "VGPU_NVRTC_LIBRARY"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VGPU_NVRTC_LIBRARY", "LD_LIBRARY_PATH")}
     return {**env, **extra}
 
 
@@ -104,9 +105,10 @@ print(ours.nvrtcGetErrorString(11).decode())
 """
 
 
-def _version_with(library: str) -> subprocess.CompletedProcess:
+def _version_with(library: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", VERSION_PROGRAM], capture_output=True,
-                          text=True, timeout=60, env=_environment(VGPU_NVRTC_LIBRARY=library))
+                          text=True, timeout=60,
+                          env=_environment(VGPU_NVRTC_LIBRARY=library, **env))
 
 
 def test_nvidias_library_answers_through_vgpus(nvidia_library):
@@ -115,10 +117,18 @@ def test_nvidias_library_answers_through_vgpus(nvidia_library):
     assert result.stderr == ""
 
 
+def test_without_vgpu_run_nvidias_library_is_the_one_behind_on_the_library_path(
+        shim_dir, nvidia_library):
+    path = f"{shim_dir}:{nvidia_library.parent}"
+    result = _version_with("", LD_LIBRARY_PATH=path)
+    assert result.stdout.splitlines()[:2] == ["0 13", "0 13"]
+    assert result.stderr == ""
+
+
 @pytest.mark.parametrize("library, said", [
     ("", "NVIDIA's NVRTC (libnvrtc.so.13) was not found"),
     ("/nonexistent/libnvrtc.so.13", "cannot load NVIDIA's NVRTC from /nonexistent"),
-    ("OWN", "names vgpu's own libnvrtc.so.13"),
+    ("OWN", "it is vgpu's own libnvrtc.so.13"),
 ])
 def test_without_nvidias_library_every_call_fails_and_one_line_says_why(shim_dir, library,
                                                                          said):
