@@ -244,16 +244,23 @@ def _tex(instr, ctx: CompileContext):
     return _fetch_op(ctx, instr, dtype, read_handle, reads, layered, sample)
 
 
-def _tex_cube(instr, ctx: CompileContext, mods: Modifiers, layered: bool):
+def _float_fetch_operands(instr, ctx: CompileContext, mods: Modifiers, layered: bool,
+                          count: int):
+    """(destination type, handle reader, readers of the layer and `count` coordinates) of a
+    .v4 fetch from .f32 coordinates (tld4, cubemaps)."""
     if not mods.has("v4") or len(mods.types) != 2 or mods.types[1].name != "f32":
-        raise ctx.unsupported("only .v4 cubemap fetches from .f32 directions are supported")
+        raise ctx.unsupported("only .v4 fetches from .f32 coordinates are supported")
     dtype = mods.types[0]
     mods.done()
     if dtype.name not in ("f32", "s32", "u32"):
         raise ctx.unsupported(f"destination type .{dtype.name}")
     ctx.operand_count(2)
-    types = ([TYPES["s32"]] if layered else []) + [TYPES["f32"]] * 3
-    read_handle, reads = _handle_and_coordinates(ctx, instr.operands[1], len(types), types)
+    types = ([TYPES["s32"]] if layered else []) + [TYPES["f32"]] * count
+    return (dtype, *_handle_and_coordinates(ctx, instr.operands[1], len(types), types))
+
+
+def _tex_cube(instr, ctx: CompileContext, mods: Modifiers, layered: bool):
+    dtype, read_handle, reads = _float_fetch_operands(instr, ctx, mods, layered, 3)
     as_float = dtype.name == "f32"
 
     def sample(state, lanes, desc, coords, layer):
@@ -297,18 +304,10 @@ def _tld4(instr, ctx: CompileContext):
     mods = Modifiers(ctx)
     component = mods.take(*_COMPONENTS)
     geometry = mods.take("2d", "a2d")
-    if component is None or geometry is None or not mods.has("v4"):
-        raise ctx.unsupported("only tld4.{r,g,b,a}.2d/.a2d.v4 is supported")
-    if len(mods.types) != 2 or mods.types[1].name != "f32":
-        raise ctx.error("expected a destination type and .f32 coordinates")
-    dtype = mods.types[0]
-    mods.done()
-    if dtype.name not in ("f32", "s32", "u32"):
-        raise ctx.unsupported(f"destination type .{dtype.name}")
-    ctx.operand_count(2)
+    if component is None or geometry is None:
+        raise ctx.unsupported("only tld4.{r,g,b,a}.2d/.a2d is supported")
     layered = geometry == "a2d"
-    types = ([TYPES["s32"]] if layered else []) + [TYPES["f32"]] * 2
-    read_handle, reads = _handle_and_coordinates(ctx, instr.operands[1], len(types), types)
+    dtype, read_handle, reads = _float_fetch_operands(instr, ctx, mods, layered, 2)
     as_float, channel = dtype.name == "f32", _COMPONENTS[component]
 
     def sample(state, lanes, desc, coords, layer):
