@@ -29,9 +29,8 @@ CUDA_ARRAY3D_LAYERED, CUDA_ARRAY3D_SURFACE_LDST, CUDA_ARRAY3D_CUBEMAP = 0x01, 0x
 CUDA_ARRAY3D_TEXTURE_GATHER = 0x08
 _KNOWN_FLAGS = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_CUBEMAP \
     | CUDA_ARRAY3D_TEXTURE_GATHER
-MAX_CUBEMAP_EXTENT = 32768
 # The largest arrays, as the emu device reports them (server/backends/device_attributes.py):
-# 1D and 2D extents, 3D extents, layered extents and layer counts.
+# 1D and 2D extents, 3D extents, layered and cubemap extents, layer (and cubemap) counts.
 MAX_EXTENT, MAX_3D_EXTENT, MAX_LAYERED_EXTENT, MAX_LAYERS = 65536, 16384, 32768, 2048
 
 
@@ -51,7 +50,7 @@ def create_array(width: int, height: int, depth: int, format_: int, channels: in
     texel = texel_bytes(format_, channels)
     if flags & CUDA_ARRAY3D_CUBEMAP:  # six square faces, as layers (six per cubemap)
         faces = 6 * MAX_LAYERS if flags & CUDA_ARRAY3D_LAYERED else 6
-        fits = width == height <= MAX_CUBEMAP_EXTENT and depth % 6 == 0 and 0 < depth <= faces
+        fits = width == height <= MAX_LAYERED_EXTENT and depth % 6 == 0 and 0 < depth <= faces
     elif flags & CUDA_ARRAY3D_LAYERED:
         fits = 0 < depth <= MAX_LAYERS and max(width, height) <= MAX_LAYERED_EXTENT
     elif depth:
