@@ -17,8 +17,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-__all__ = ["DESCRIPTOR_SIZE", "SURFACE_MAGIC", "TEXTURE_MAGIC", "ChannelKind", "Descriptor",
-           "ADDRESS_WRAP", "ADDRESS_CLAMP", "ADDRESS_MIRROR", "ADDRESS_BORDER"]
+__all__ = ["DESCRIPTOR_SIZE", "LEVEL", "SURFACE_MAGIC", "TEXTURE_MAGIC", "ChannelKind",
+           "Descriptor", "ADDRESS_WRAP", "ADDRESS_CLAMP", "ADDRESS_MIRROR", "ADDRESS_BORDER"]
 
 TEXTURE_MAGIC = b"VTX1"
 SURFACE_MAGIC = b"VSF1"
@@ -27,9 +27,12 @@ ADDRESS_WRAP, ADDRESS_CLAMP, ADDRESS_MIRROR, ADDRESS_BORDER = 0, 1, 2, 3
 
 # magic; dims, layered, channel kind, channel bits, channels, linear filter, read as integer,
 # normalized coordinates, three address modes, cubemap; base, pitch, slice pitch; width,
-# height, depth, layers; border colour.
-_LAYOUT = struct.Struct("<4s12BQQQIIII4f")
+# height, depth, layers; border colour; mipmaps: the level table's address, the level count,
+# linear filtering between levels, level bias, smallest and largest level.
+_LAYOUT = struct.Struct("<4s12BQQQIIII4fQIB3f")
 DESCRIPTOR_SIZE = _LAYOUT.size
+# One level of a mipmapped array: base, pitch, slice pitch, width, height, depth.
+LEVEL = struct.Struct("<QQQIII")
 
 
 class ChannelKind:
@@ -58,6 +61,13 @@ class Descriptor:
     border: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     # Six square faces as layers (+x, -x, +y, -y, +z, -z; with `layered`, six per cubemap).
     cubemap: bool = False
+    # Mipmaps: `levels` LEVEL records at `level_table` (level 0 is the fields above).
+    level_table: int = 0
+    levels: int = 1
+    mip_linear: bool = False
+    level_bias: float = 0.0
+    min_level: float = 0.0
+    max_level: float = 0.0
 
     @property
     def texel_bytes(self) -> int:
@@ -68,7 +78,9 @@ class Descriptor:
                             self.channel_bits, self.channels, self.linear_filter,
                             self.read_as_integer, self.normalized_coords, *self.address_modes,
                             self.cubemap, self.base, self.pitch, self.slice_pitch, self.width,
-                            self.height, self.depth, self.layers, *self.border)
+                            self.height, self.depth, self.layers, *self.border,
+                            self.level_table, self.levels, self.mip_linear, self.level_bias,
+                            self.min_level, self.max_level)
 
     @classmethod
     def unpack(cls, data: bytes) -> Descriptor | None:
@@ -76,10 +88,12 @@ class Descriptor:
         if len(data) < DESCRIPTOR_SIZE:
             return None
         (magic, dims, layered, kind, bits, channels, linear, as_integer, normalized, a0, a1,
-         a2, cubemap, base, pitch, slice_pitch, width, height, depth, layers, *border) = \
+         a2, cubemap, base, pitch, slice_pitch, width, height, depth, layers, b0, b1, b2, b3,
+         level_table, levels, mip_linear, bias, min_level, max_level) = \
             _LAYOUT.unpack_from(data)
         if magic not in (TEXTURE_MAGIC, SURFACE_MAGIC):
             return None
         return cls(magic, base, dims, bool(layered), width, height, depth, layers, pitch,
                    slice_pitch, kind, bits, channels, (a0, a1, a2), bool(linear),
-                   bool(as_integer), bool(normalized), tuple(border), bool(cubemap))
+                   bool(as_integer), bool(normalized), (b0, b1, b2, b3), bool(cubemap),
+                   level_table, levels, bool(mip_linear), bias, min_level, max_level)

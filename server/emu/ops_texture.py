@@ -1,5 +1,6 @@
-"""Texture fetches and surface loads and stores: tex (1d, 2d, 3d, a1d, a2d, cube, acube),
-tld4 (2d, a2d), txq and suq (sizes and sampling), suld.b, sust.b.
+"""Texture fetches and surface loads and stores: tex (1d, 2d, 3d, a1d, a2d, cube, acube;
+.level and .grad on mipmaps), tld4 (2d, a2d), txq and suq (sizes and sampling), suld.b,
+sust.b.
 
 Texture and surface objects are device addresses of descriptors that the driver shim wrote
 (vgpu/texture_objects.py); the texels are device memory, read and written through the same
@@ -28,6 +29,7 @@ from vgpu.texture_objects import (
     ADDRESS_MIRROR,
     ADDRESS_WRAP,
     DESCRIPTOR_SIZE,
+    LEVEL,
     SURFACE_MAGIC,
     TEXTURE_MAGIC,
     ChannelKind,
@@ -215,11 +217,62 @@ def _sample_cube(state, lanes, desc: Descriptor, coords, layer, as_float: bool):
     return _sample(state, lanes, on_faces, [u, v], faces, False, as_float)
 
 
+def _level_descriptor(state, lanes, desc: Descriptor, level: int) -> Descriptor:
+    """The descriptor of one mipmap level (level 0 is the object's own)."""
+    if level == 0:
+        return desc
+    try:
+        record = state.ctx.memory.read(desc.level_table + level * LEVEL.size, LEVEL.size)
+    except IllegalAddress:
+        lane = 0 if lanes is None else int(lanes[0])
+        raise Fault(CUDA_ERROR_ILLEGAL_ADDRESS, "Invalid mipmapped texture fetch",
+                    "the object's level table is not a live allocation", lane) from None
+    base, pitch, slice_pitch, width, height, depth = LEVEL.unpack(record)
+    return replace(desc, base=base, pitch=pitch, slice_pitch=slice_pitch, width=width,
+                   height=height, depth=depth)
+
+
+def _sample_lod(state, lanes, desc: Descriptor, coords, layer, lod, as_float: bool):
+    """Sampling at a level of detail per lane: the nearest level, or a blend of the two
+    around it (weights kept to 8 fractional bits, as within a level)."""
+    lod = np.clip(lod.astype(np.float64) + desc.level_bias, desc.min_level, desc.max_level)
+    lod = np.clip(lod, 0, desc.levels - 1)
+    if desc.mip_linear and as_float:  # integer reads take the nearest level
+        low = np.floor(lod).astype(np.int64)
+        weight = np.round((lod - low) * _WEIGHT_STEPS) / _WEIGHT_STEPS
+        picks = [(low, 1.0 - weight), (np.minimum(low + 1, desc.levels - 1), weight)]
+    else:
+        picks = [(np.floor(lod + 0.5).astype(np.int64), np.ones(len(lod)))]
+    out = np.zeros((len(lod), 4), np.float64 if as_float else np.int64)
+    for levels, weights in picks:
+        for level in np.unique(levels):
+            at = np.flatnonzero(levels == level)
+            sub = at if lanes is None else lanes[at]
+            values = _sample(state, sub, _level_descriptor(state, sub, desc, int(level)),
+                             [c[at] for c in coords], None if layer is None else layer[at],
+                             False, as_float)
+            out[at] += values * weights[at, None] if as_float else values
+    return out
+
+
+def _gradient_lod(desc: Descriptor, dx: list[np.ndarray], dy: list[np.ndarray]) -> np.ndarray:
+    """log2 of the longer gradient in texels: the level tex.grad samples."""
+    sizes = (desc.width, desc.height, desc.depth)
+    scale = [1.0 if not desc.normalized_coords else float(sizes[k]) for k in range(len(dx))]
+    length = np.maximum(np.sqrt(sum((d.astype(np.float64) * f) ** 2
+                                    for d, f in zip(dx, scale, strict=True))),
+                        np.sqrt(sum((d.astype(np.float64) * f) ** 2
+                                    for d, f in zip(dy, scale, strict=True))))
+    with np.errstate(divide="ignore"):
+        return np.log2(np.maximum(length, np.finfo(np.float64).tiny))
+
+
 @opcode("tex")
 def _tex(instr, ctx: CompileContext):
     mods = Modifiers(ctx)
     if mods.take("cube", "acube"):
         return _tex_cube(instr, ctx, mods, "acube" in instr.modifiers)
+    detail = mods.take("level", "grad")
     geometry = mods.take(*_GEOMETRIES)
     if geometry is None:
         raise ctx.unsupported("only 1d, 2d, 3d, a1d, a2d, cube and acube textures are "
@@ -232,16 +285,32 @@ def _tex(instr, ctx: CompileContext):
     mods.done()
     if dtype.name not in ("f32", "s32", "u32") or ctype.name not in ("f32", "s32"):
         raise ctx.unsupported(f"types .{dtype.name}.{ctype.name}")
-    ctx.operand_count(2)
+    ctx.operand_count({None: 2, "level": 3, "grad": 4}[detail])
     dims, layered = _GEOMETRIES[geometry]
     types = ([TYPES["s32"]] if layered else []) + [ctype] * dims
     read_handle, reads = _handle_and_coordinates(ctx, instr.operands[1], len(types), types)
     as_float = dtype.name == "f32"
     integer_coords = ctype.name == "s32"
+    if detail is None:
+        def sample(state, lanes, desc, coords, layer):
+            return _sample(state, lanes, desc, coords, layer, integer_coords, as_float)
+        return _fetch_op(ctx, instr, dtype, read_handle, reads, layered, sample)
+    if integer_coords:
+        raise ctx.error(f"tex.{detail} takes .f32 coordinates")
+    # The level of detail (or the gradients) ride along as extra per-lane coordinates.
+    if detail == "level":
+        extra = [reader(instr.operands[2], TYPES["f32"], ctx)]
+    else:
+        gradients = instr.operands[2:]
+        if not all(isinstance(g, Vector) and len(g.elements) >= dims for g in gradients):
+            raise ctx.error(f"expected two gradient vectors of {dims} elements")
+        extra = [reader(e, TYPES["f32"], ctx) for g in gradients for e in g.elements[:dims]]
 
-    def sample(state, lanes, desc, coords, layer):
-        return _sample(state, lanes, desc, coords, layer, integer_coords, as_float)
-    return _fetch_op(ctx, instr, dtype, read_handle, reads, layered, sample)
+    def sample_detail(state, lanes, desc, values, layer):
+        coords, rest = values[:dims], values[dims:]
+        lod = rest[0] if detail == "level" else _gradient_lod(desc, rest[:dims], rest[dims:])
+        return _sample_lod(state, lanes, desc, coords, layer, lod, as_float)
+    return _fetch_op(ctx, instr, dtype, read_handle, reads + extra, layered, sample_detail)
 
 
 def _float_fetch_operands(instr, ctx: CompileContext, mods: Modifiers, layered: bool,

@@ -31,8 +31,8 @@ E = CUresult  # short alias for error codes: E.CUDA_ERROR_INVALID_VALUE
 class Kind:
     """Handle kinds; a handle carries its kind so a wrong-kind handle is caught (ZLUDA's cookie)."""
 
-    CONTEXT, MODULE, FUNCTION, STREAM, EVENT, LIBRARY, KERNEL, LINK, POOL, MEMORY, ARRAY = \
-        range(1, 12)
+    (CONTEXT, MODULE, FUNCTION, STREAM, EVENT, LIBRARY, KERNEL, LINK, POOL, MEMORY, ARRAY,
+     MIPMAP) = range(1, 13)
 
 
 _HANDLE_MARK = 0x7667 << 48  # "vg": every vgpu handle has this in its top bits
@@ -141,6 +141,7 @@ class DriverState:
         self.link_states: dict[int, list[bytes]] = {}  # cuLinkCreate handle -> PTX added
         self.link_outputs: dict[int, object] = {}  # images cuLinkComplete handed out
         self.arrays: dict[int, CudaArray] = {}  # CUarray handle -> its memory and shape
+        self.mipmaps: dict[int, list[int]] = {}  # CUmipmappedArray -> its levels' CUarrays
         # texture and surface objects (their descriptors' addresses) -> the descriptions
         # the program created them from, for the Get*Desc calls
         self.texture_objects: dict[int, tuple] = {}

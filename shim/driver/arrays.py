@@ -115,6 +115,56 @@ def cuArrayDestroy(handle):
     _free(array.address)
 
 
+# ----------------------------------------------------------------- mipmapped arrays
+
+def create_mipmapped(width: int, height: int, depth: int, format_: int, channels: int,
+                     flags: int, levels: int) -> int:
+    """A mipmapped array: `levels` arrays, each half the extent of the one before (at least
+    1), whose handles cuMipmappedArrayGetLevel hands out."""
+    if flags & CUDA_ARRAY3D_LAYERED or flags & CUDA_ARRAY3D_CUBEMAP:
+        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED,
+                        "layered and cubemap mipmapped arrays are not supported by vgpu")
+    if not 0 < levels <= max(width, height, depth, 1).bit_length():
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"{levels} mipmap levels for an extent of "
+                        f"{width}x{height}x{depth}")
+    handles = [create_array(max(width >> k, 1), height and max(height >> k, 1),
+                            depth and max(depth >> k, 1), format_, channels, flags)
+               for k in range(levels)]
+    handle = state.new_handle(Kind.MIPMAP)
+    state.mipmaps[handle] = handles
+    return handle
+
+
+def mipmap_levels(handle) -> list[int]:
+    return state.mipmaps[handle_of(handle, Kind.MIPMAP, state.mipmaps)]
+
+
+@api
+def cuMipmappedArrayCreate(handle, descriptor, levels):
+    check_out(handle)
+    if descriptor == ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the array descriptor is NULL")
+    handle[0] = ffi.cast("CUmipmappedArray", create_mipmapped(
+        descriptor.Width, descriptor.Height, descriptor.Depth, descriptor.Format,
+        descriptor.NumChannels, descriptor.Flags, levels))
+
+
+@api
+def cuMipmappedArrayGetLevel(level_array, handle, level):
+    check_out(level_array)
+    levels = mipmap_levels(handle)
+    if not 0 <= level < len(levels):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"level {level} of {len(levels)}")
+    level_array[0] = ffi.cast("CUarray", levels[level])
+
+
+@api
+def cuMipmappedArrayDestroy(handle):
+    for level in mipmap_levels(handle):
+        cuArrayDestroy.__wrapped__(level)
+    del state.mipmaps[ptr(handle)]
+
+
 # ----------------------------------------------------------------- copies
 
 def _linear(array: CudaArray, offset: int, count: int) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from vgpu.api.cudadefs import CUarray_format, CUresourcetype
 from vgpu.texture_objects import (
-    DESCRIPTOR_SIZE,
+    LEVEL,
     SURFACE_MAGIC,
     TEXTURE_MAGIC,
     ChannelKind,
@@ -22,6 +22,7 @@ from .arrays import (
     CUDA_ARRAY3D_LAYERED,
     CUDA_ARRAY3D_SURFACE_LDST,
     array_of,
+    mipmap_levels,
     texel_bytes,
 )
 from .memory import _alloc, _free, _htod
@@ -37,6 +38,8 @@ _CHANNEL_KINDS = {F.CU_AD_FORMAT_UNSIGNED_INT8: ChannelKind.UNSIGNED,
 CU_TRSF_READ_AS_INTEGER, CU_TRSF_NORMALIZED_COORDINATES, CU_TRSF_SRGB = 0x01, 0x02, 0x10
 _IGNORED_FLAGS = 0x20 | 0x40  # trilinear optimisation off, seamless cubemaps: no effect here
 R = CUresourcetype
+# texture objects over mipmapped arrays -> their level tables (device memory)
+_level_tables: dict[int, int] = {}
 
 
 def array_resource(handle) -> dict:
@@ -84,12 +87,13 @@ def _resource(desc) -> dict:
         linear = desc.res.linear
         return linear_resource(linear.devPtr, linear.format, linear.numChannels,
                                linear.sizeInBytes)
+    if desc.resType == R.CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
+        return mipmapped_resource(desc.res.mipmap.hMipmappedArray)
     if desc.resType == R.CU_RESOURCE_TYPE_PITCH2D:
         pitched = desc.res.pitch2D
         return pitch2d_resource(pitched.devPtr, pitched.format, pitched.numChannels,
                                 pitched.width, pitched.height, pitched.pitchInBytes)
-    raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED,
-                    f"resource type {desc.resType} (mipmapped arrays) is not supported by vgpu")
+    raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown resource type {desc.resType}")
 
 
 def _descriptor(magic: bytes, resource: dict, **sampling) -> Descriptor:
@@ -99,13 +103,24 @@ def _descriptor(magic: bytes, resource: dict, **sampling) -> Descriptor:
                       channel_bits=texel_bytes(format_, 1) * 8, **resource, **sampling)
 
 
-def _place(descriptor: Descriptor) -> int:
-    """The descriptor written to device memory: the object's value."""
-    data = descriptor.pack()
-    address = _alloc(DESCRIPTOR_SIZE)
+def _place(data: bytes) -> int:
+    """`data` written to a new device allocation: a descriptor (the object's value) or a
+    mipmap level table."""
+    address = _alloc(len(data))
     source = ffi.from_buffer(data)
     _htod(address, int(ffi.cast("uintptr_t", source)), len(data), queued=False)
     return address
+
+
+def mipmapped_resource(handle) -> dict:
+    """Descriptor fields of a mipmapped array: its level 0, and the records of its levels
+    (which a texture object writes to device memory, and frees with itself)."""
+    levels = [array_of(level) for level in mipmap_levels(handle)]
+    resource = array_resource(mipmap_levels(handle)[0])
+    resource["level_records"] = b"".join(
+        LEVEL.pack(a.address, a.pitch, a.slice_pitch, a.width, max(a.height, 1),
+                   max(a.depth, 1)) for a in levels)
+    return resource
 
 
 def _sampling(tex) -> dict:
@@ -119,17 +134,22 @@ def _sampling(tex) -> dict:
     return sampling(tuple(int(tex.addressMode[k]) for k in range(3)), tex.filterMode,
                     bool(flags & CU_TRSF_READ_AS_INTEGER),
                     bool(flags & CU_TRSF_NORMALIZED_COORDINATES),
-                    tuple(float(tex.borderColor[k]) for k in range(4)))
+                    tuple(float(tex.borderColor[k]) for k in range(4)), tex.mipmapFilterMode,
+                    (tex.mipmapLevelBias, tex.minMipmapLevelClamp, tex.maxMipmapLevelClamp))
 
 
 def sampling(address_modes: tuple, filter_mode: int, read_as_integer: bool,
-             normalized_coords: bool, border: tuple) -> dict:
-    """Descriptor fields of a texture's sampling (CUDA's enum values in both APIs)."""
-    if any(m not in (0, 1, 2, 3) for m in address_modes) or filter_mode not in (0, 1):
+             normalized_coords: bool, border: tuple, mip_filter_mode: int = 0,
+             levels: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> dict:
+    """Descriptor fields of a texture's sampling (CUDA's enum values in both APIs); `levels`
+    is the mipmap level bias and the smallest and largest level."""
+    if any(m not in (0, 1, 2, 3) for m in address_modes) or filter_mode not in (0, 1) \
+            or mip_filter_mode not in (0, 1):
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "invalid address or filter mode")
     return dict(address_modes=address_modes, linear_filter=filter_mode == 1,
                 read_as_integer=read_as_integer, normalized_coords=normalized_coords,
-                border=border)
+                border=border, mip_linear=mip_filter_mode == 1, level_bias=levels[0],
+                min_level=levels[1], max_level=levels[2])
 
 
 def texture_object(resource: dict, sampled: dict, kept) -> int:
@@ -138,16 +158,21 @@ def texture_object(resource: dict, sampled: dict, kept) -> int:
     if sampled["linear_filter"] and integer and sampled["read_as_integer"]:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
                         "linear filtering of integer texels read as integers")
-    handle = _place(_descriptor(TEXTURE_MAGIC, resource, **sampled))
+    records = resource.pop("level_records", b"")
+    if records:
+        resource.update(level_table=_place(records), levels=len(records) // LEVEL.size)
+    handle = _place(_descriptor(TEXTURE_MAGIC, resource, **sampled).pack())
     state.texture_objects[handle] = kept
+    if records:
+        _level_tables[handle] = resource["level_table"]
     return handle
 
 
 def surface_object(resource: dict, kept) -> int:
-    if not resource["surface"]:
+    if not resource["surface"] or "level_records" in resource:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "a surface needs a CUDA array created "
                         "with the surface load/store flag")
-    handle = _place(_descriptor(SURFACE_MAGIC, resource))
+    handle = _place(_descriptor(SURFACE_MAGIC, resource).pack())
     state.surface_objects[handle] = kept
     return handle
 
@@ -164,6 +189,8 @@ def _destroy(table: dict, handle: int, what: str) -> None:
     kept(table, handle, what)
     del table[handle]
     _free(handle)
+    if handle in _level_tables:
+        _free(_level_tables.pop(handle))
 
 
 @api

@@ -19,7 +19,8 @@ from .memory import _sides
 
 __all__ = [
     "cudaMallocArray", "cudaMalloc3DArray", "cudaFreeArray", "cudaArrayGetInfo",
-    "cudaGetChannelDesc", "cudaMemcpy2DToArray", "cudaMemcpy2DToArrayAsync",
+    "cudaGetChannelDesc", "cudaMallocMipmappedArray", "cudaGetMipmappedArrayLevel",
+    "cudaFreeMipmappedArray", "cudaMemcpy2DToArray", "cudaMemcpy2DToArrayAsync",
     "cudaMemcpy2DFromArray", "cudaMemcpy2DFromArrayAsync", "cudaMemcpyToArray",
     "cudaMemcpyFromArray", "cudaMemcpy3D", "cudaMemcpy3DAsync", "cudaCreateTextureObject",
     "cudaDestroyTextureObject", "cudaGetTextureObjectResourceDesc",
@@ -35,7 +36,8 @@ _FORMATS = {(SIGNED, 8): F.CU_AD_FORMAT_SIGNED_INT8, (SIGNED, 16): F.CU_AD_FORMA
             (UNSIGNED, 32): F.CU_AD_FORMAT_UNSIGNED_INT32, (FLOAT, 16): F.CU_AD_FORMAT_HALF,
             (FLOAT, 32): F.CU_AD_FORMAT_FLOAT}
 _KINDS = {value: key for key, value in _FORMATS.items()}
-cudaResourceTypeArray, cudaResourceTypeLinear, cudaResourceTypePitch2D = 0, 2, 3
+cudaResourceTypeArray, cudaResourceTypeMipmappedArray = 0, 1
+cudaResourceTypeLinear, cudaResourceTypePitch2D = 2, 3
 cudaReadModeElementType = 0
 
 
@@ -108,6 +110,38 @@ def cudaArrayGetInfo(desc, extent, flags, array):
 def cudaGetChannelDesc(desc, array):
     check_out(desc)
     _describe(desc, _array(array))
+
+
+@api
+def cudaMallocMipmappedArray(mipmapped, desc, extent, levels, flags):
+    check_out(mipmapped)
+    format_, channels = _format_at(desc)
+    set_pointer(mipmapped, driver_arrays.create_mipmapped(
+        extent.width, extent.height, extent.depth, format_, channels, flags, levels))
+
+
+def _levels(mipmapped) -> list[int]:
+    try:
+        return driver_arrays.mipmap_levels(mipmapped)
+    except CudaError:
+        raise CudaError(E.cudaErrorInvalidResourceHandle,
+                        "not a live mipmapped array") from None
+
+
+@api
+def cudaGetMipmappedArrayLevel(level_array, mipmapped, level):
+    check_out(level_array)
+    levels = _levels(mipmapped)
+    if not 0 <= level < len(levels):
+        raise CudaError(E.cudaErrorInvalidValue, f"level {level} of {len(levels)}")
+    set_pointer(level_array, levels[level])
+
+
+@api
+def cudaFreeMipmappedArray(mipmapped):
+    if ptr(mipmapped):
+        _levels(mipmapped)
+        driver_arrays.cuMipmappedArrayDestroy.__wrapped__(mipmapped)
 
 
 # ----------------------------------------------------------------- copies
@@ -219,6 +253,9 @@ def _resource(desc) -> dict:
     if desc.resType == cudaResourceTypeArray:
         _array(desc.res.array.array)
         return driver_textures.array_resource(desc.res.array.array)
+    if desc.resType == cudaResourceTypeMipmappedArray:
+        _levels(desc.res.mipmap.mipmap)
+        return driver_textures.mipmapped_resource(desc.res.mipmap.mipmap)
     if desc.resType == cudaResourceTypeLinear:
         linear = desc.res.linear
         return driver_textures.linear_resource(ptr(linear.devPtr), *_format(linear.desc),
@@ -228,8 +265,7 @@ def _resource(desc) -> dict:
         return driver_textures.pitch2d_resource(
             ptr(pitched.devPtr), *_format(pitched.desc), pitched.width,
             pitched.height, pitched.pitchInBytes)
-    raise CudaError(E.cudaErrorNotSupported,
-                    f"resource type {desc.resType} (mipmapped arrays) is not supported by vgpu")
+    raise CudaError(E.cudaErrorInvalidValue, f"unknown resource type {desc.resType}")
 
 
 @api
@@ -245,7 +281,8 @@ def cudaCreateTextureObject(handle, res_desc, tex_desc, view_desc):
     sampled = driver_textures.sampling(
         tuple(int(tex_desc.addressMode[k]) for k in range(3)), tex_desc.filterMode,
         tex_desc.readMode == cudaReadModeElementType, bool(tex_desc.normalizedCoords),
-        tuple(float(tex_desc.borderColor[k]) for k in range(4)))
+        tuple(float(tex_desc.borderColor[k]) for k in range(4)), tex_desc.mipmapFilterMode,
+        (tex_desc.mipmapLevelBias, tex_desc.minMipmapLevelClamp, tex_desc.maxMipmapLevelClamp))
     handle[0] = driver_textures.texture_object(resource, sampled,
                                                (_saved(res_desc), _saved(tex_desc)))
 

@@ -13,6 +13,8 @@ from vgpu.texture_objects import (
     ADDRESS_CLAMP,
     ADDRESS_MIRROR,
     ADDRESS_WRAP,
+    DESCRIPTOR_SIZE,
+    LEVEL,
     SURFACE_MAGIC,
     TEXTURE_MAGIC,
     ChannelKind,
@@ -65,6 +67,11 @@ extern "C" __global__ void queries(cudaTextureObject_t t, cudaSurfaceObject_t s,
     asm("txq.addr_mode_1.b32 %0, [%1];" : "=r"(out[3]) : "l"(t));
     asm("suq.width.b32 %0, [%1];" : "=r"(out[4]) : "l"(s));
     asm("suq.array_size.b32 %0, [%1];" : "=r"(out[5]) : "l"(s));
+}
+extern "C" __global__ void gradients(cudaTextureObject_t t, const float *g, float *out, int n) {
+    int i = threadIdx.x;
+    if (i < n) out[i] = tex2DGrad<float>(t, 0.3f, 0.6f, make_float2(g[i], 0.f),
+                                         make_float2(0.f, g[i] / 2));
 }
 extern "C" __global__ void surface_trap(cudaSurfaceObject_t s, int x, float *out) {
     surf1Dread(out, s, x * 4);
@@ -205,13 +212,13 @@ def test_surface_reads_and_writes(device, texture_ptx):
     module = device.load(texture_ptx)
     image = np.arange(3 * 6, dtype=np.float32).reshape(3, 6, 1)
     handle = _object(device, SURFACE_MAGIC, image, 2, 1, ChannelKind.FLOAT)
-    texels = Descriptor.unpack(device.memory.read(handle, 72)).base
+    texels = Descriptor.unpack(device.memory.read(handle, DESCRIPTOR_SIZE)).base
     device.launch(module, "double_surface", (3,), (8,), handle, 6, 3)
     np.testing.assert_array_equal(device.download(texels, 18, np.float32), image.ravel() * 2)
 
     row = np.arange(4, dtype=np.float32).reshape(1, 4, 1)
     handle = _object(device, SURFACE_MAGIC, row, 1, 1, ChannelKind.FLOAT)
-    texels = Descriptor.unpack(device.memory.read(handle, 72)).base
+    texels = Descriptor.unpack(device.memory.read(handle, DESCRIPTOR_SIZE)).base
     x = np.array([1, 4, -1, 3], np.int32)
     (dx,) = _points(device, x)
     out = device.zeros(4, np.float32)
@@ -260,3 +267,25 @@ def test_texture_and_surface_queries(device, texture_ptx):
     device.launch(module, "queries", (1,), (1,), texture, surface, out)
     np.testing.assert_array_equal(device.download(out, 6, np.int32),
                                   [7, 3, 1, ADDRESS_MIRROR, 9, 4])
+
+
+def test_gradients_pick_the_mipmap_level(device, texture_ptx):
+    """tex2DGrad samples level log2(the longer gradient in texels) of a mipmapped texture."""
+    module = device.load(texture_ptx)
+    levels = [np.full((8 >> k, 8 >> k, 1), 10.0 * (k + 1), np.float32) for k in range(4)]
+    records = b"".join(LEVEL.pack(device.upload(level), level.shape[1] * 4,
+                                  level.nbytes, level.shape[1], level.shape[0], 1)
+                       for level in levels)
+    table = device.upload(np.frombuffer(records, np.uint8))
+    first = LEVEL.unpack_from(records)[0]
+    descriptor = Descriptor(TEXTURE_MAGIC, first, 2, False, 8, 8, 1, 1, 32, 256,
+                            ChannelKind.FLOAT, 32, 1, normalized_coords=True,
+                            level_table=table, levels=4, max_level=3.0)
+    handle = device.upload(np.frombuffer(descriptor.pack(), np.uint8))
+    # gradients of 1/8, 1/4, 1/2, 1 and 4 of the texture: 1, 2, 4, 8, 32 texels
+    g = np.array([0.125, 0.25, 0.5, 1.0, 4.0], np.float32)
+    (dg,) = _points(device, g)
+    out = device.zeros(len(g), np.float32)
+    device.launch(module, "gradients", (1,), (32,), handle, dg, out, len(g))
+    np.testing.assert_array_equal(device.download(out, len(g), np.float32),
+                                  [10.0, 20.0, 30.0, 40.0, 40.0])

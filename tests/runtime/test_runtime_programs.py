@@ -175,6 +175,7 @@ def test_textures_surfaces_and_arrays(toolkit, server):
                   "textures: tex1Dfetch from linear memory correct",
                   "textures: 3D array copies and sampling correct",
                   "textures: layered array correct", "textures: cubemap faces correct",
+                  "textures: mipmap levels of detail correct",
                   "textures: surface writes correct",
                   "textures: misuse refused with CUDA's errors")
 

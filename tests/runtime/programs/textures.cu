@@ -1,8 +1,9 @@
 // Textures, surfaces and CUDA arrays through the runtime API, checked against sampling
 // computed on the host: a 2D float array sampled with point and linear filtering, a uchar4
 // array read as normalized floats with wrapped normalized coordinates, tex1Dfetch from linear
-// memory, a 3D array filled with cudaMemcpy3D, a layered array, a cubemap, a surface written
-// by a kernel and read back, and the errors of misuse.
+// memory, a 3D array filled with cudaMemcpy3D, a layered array, a cubemap, a mipmapped array
+// sampled at levels of detail, a surface written by a kernel and read back, and the errors of
+// misuse.
 #include <cmath>
 #include "check.cuh"
 
@@ -34,6 +35,11 @@ __global__ void sample_layers(cudaTextureObject_t t, float *out, int w, int laye
 __global__ void sample_cubemap(cudaTextureObject_t t, const float3 *dir, float *out, int n) {
     int i = threadIdx.x;
     if (i < n) out[i] = texCubemap<float>(t, dir[i].x, dir[i].y, dir[i].z);
+}
+
+__global__ void sample_lod(cudaTextureObject_t t, const float *lod, float *out, int n) {
+    int i = threadIdx.x;
+    if (i < n) out[i] = tex2DLod<float>(t, 0.3f, 0.6f, lod[i]);
 }
 
 __global__ void blur_into_surface(cudaTextureObject_t t, cudaSurfaceObject_t s, int w, int h) {
@@ -269,6 +275,59 @@ int main() {
             return 1;
         }
     printf("textures: cubemap faces correct\n");
+
+    // A mipmapped array of 4 levels (8x8 down to 1x1): level k's texel (x, y) = 100k + 10y
+    // + x; sampled at levels of detail with the nearest level and between two levels.
+    const int LEVELS = 4, M = 6;
+    cudaMipmappedArray_t mipmapped;
+    CHECK(cudaMallocMipmappedArray(&mipmapped, &float1, make_cudaExtent(8, 8, 0), LEVELS));
+    for (int k = 0; k < LEVELS; k++) {
+        int size = 8 >> k;
+        float level[8][8];
+        for (int y = 0; y < size; y++)
+            for (int x = 0; x < size; x++) level[y][x] = 100.f * k + 10.f * y + x;
+        cudaArray_t level_array;
+        CHECK(cudaGetMipmappedArrayLevel(&level_array, mipmapped, k));
+        CHECK(cudaMemcpy2DToArray(level_array, 0, 0, level, sizeof level[0],
+                                  size * sizeof(float), size, cudaMemcpyHostToDevice));
+    }
+    float lods[M] = {0.25f, 0.75f, 2.25f, 9.f, -1.f, 1.5f};  // fractions 8-bit weights hold
+    float *d_lods;
+    CHECK(cudaMalloc(&d_lods, sizeof lods));
+    CHECK(cudaMemcpy(d_lods, lods, sizeof lods, cudaMemcpyHostToDevice));
+    cudaResourceDesc mip_res = {};
+    mip_res.resType = cudaResourceTypeMipmappedArray;
+    mip_res.res.mipmap.mipmap = mipmapped;
+    for (int mip_linear = 0; mip_linear < 2; mip_linear++) {
+        cudaTextureDesc mip_tex = {};
+        mip_tex.normalizedCoords = 1;
+        mip_tex.filterMode = cudaFilterModePoint;
+        mip_tex.mipmapFilterMode = mip_linear ? cudaFilterModeLinear : cudaFilterModePoint;
+        mip_tex.maxMipmapLevelClamp = LEVELS - 1;
+        cudaTextureObject_t mt;
+        CHECK(cudaCreateTextureObject(&mt, &mip_res, &mip_tex, nullptr));
+        sample_lod<<<1, 32>>>(mt, d_lods, d_out, M);
+        CHECK(cudaMemcpy(out, d_out, M * sizeof(float), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < M; i++) {
+            float lod = fminf(fmaxf(lods[i], 0.f), LEVELS - 1.f);
+            int low = (int)floorf(lod), high = low + 1 < LEVELS ? low + 1 : low;
+            float w = mip_linear ? lod - low : 0.f;
+            if (!mip_linear) low = high = (int)floorf(lod + 0.5f);
+            float at_low = 100.f * low + 10.f * floorf(0.6f * (8 >> low)) +
+                           floorf(0.3f * (8 >> low));
+            float at_high = 100.f * high + 10.f * floorf(0.6f * (8 >> high)) +
+                            floorf(0.3f * (8 >> high));
+            float expected = (1 - w) * at_low + w * at_high;
+            if (fabsf(out[i] - expected) > 1e-4f) {
+                fprintf(stderr, "mip filter %d lod %f: %f, expected %f\n", mip_linear, lods[i],
+                        out[i], expected);
+                return 1;
+            }
+        }
+        CHECK(cudaDestroyTextureObject(mt));
+    }
+    CHECK(cudaFreeMipmappedArray(mipmapped));
+    printf("textures: mipmap levels of detail correct\n");
 
     // A surface written by a kernel from a texture, read back with cudaMemcpy2DFromArray.
     cudaArray_t target;
