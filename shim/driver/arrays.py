@@ -149,13 +149,17 @@ def cuMipmappedArrayCreate(handle, descriptor, levels):
         descriptor.NumChannels, descriptor.Flags, levels))
 
 
-@api
-def cuMipmappedArrayGetLevel(level_array, handle, level):
-    check_out(level_array)
+def mipmap_level(handle, level: int) -> int:
     levels = mipmap_levels(handle)
     if not 0 <= level < len(levels):
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"level {level} of {len(levels)}")
-    level_array[0] = ffi.cast("CUarray", levels[level])
+    return levels[level]
+
+
+@api
+def cuMipmappedArrayGetLevel(level_array, handle, level):
+    check_out(level_array)
+    level_array[0] = ffi.cast("CUarray", mipmap_level(handle, level))
 
 
 @api

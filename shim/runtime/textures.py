@@ -131,10 +131,8 @@ def _levels(mipmapped) -> list[int]:
 @api
 def cudaGetMipmappedArrayLevel(level_array, mipmapped, level):
     check_out(level_array)
-    levels = _levels(mipmapped)
-    if not 0 <= level < len(levels):
-        raise CudaError(E.cudaErrorInvalidValue, f"level {level} of {len(levels)}")
-    set_pointer(level_array, levels[level])
+    _levels(mipmapped)
+    set_pointer(level_array, driver_arrays.mipmap_level(mipmapped, level))
 
 
 @api
