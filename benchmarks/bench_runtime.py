@@ -9,7 +9,9 @@ configuration, then __cudaLaunchKernel) and N times through cuLaunchKernel (our 
 alternating, under `vgpu run` with an emu server; the program and the server run on different
 CPUs. Reported: the per-launch time of each path (the
 minimum and the median over the rounds) and the difference, the runtime layer's own cost
-(target <= 2 us).
+(target <= 2 us). The same program built with nvcc's default (NVIDIA's runtime linked
+statically, over vgpu's libcuda and its export tables) runs next, for the same figures through
+NVIDIA's runtime.
 """
 
 from __future__ import annotations
@@ -30,12 +32,12 @@ from toolkit import find_toolkit  # noqa: E402
 TARGET_US = 2.0
 
 
-def build(cache: Path) -> Path:
+def build(cache: Path, cudart: str) -> Path:
     from vgpu.shim.loader import shim_library_dir
 
     toolkit = find_toolkit(cache)
     return toolkit.executable((HERE / "bench_runtime_launch.cu").read_text(),
-                              ["-cudart", "shared", "-O2", f"-L{shim_library_dir()}", "-lcuda"])
+                              ["-cudart", cudart, "-O2", f"-L{shim_library_dir()}", "-lcuda"])
 
 
 def _on_cpu(cpu: int | None):
@@ -82,10 +84,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="vgpu-bench-runtime-") as tmp:
-        runtime, driver = measure(build(Path(tmp)), args.launches, args.rounds)
+        runtime, driver = measure(build(Path(tmp), "shared"), args.launches, args.rounds)
+        nvidia, nvidia_driver = measure(build(Path(tmp), "static"), args.launches, args.rounds)
     # Other processes share this machine's cores: the minimum is each path's undisturbed
     # cost, the median shows how much disturbance there was.
-    rows = [("<<<>>> (libcudart over libcuda)", runtime), ("cuLaunchKernel (libcuda)", driver)]
+    rows = [("<<<>>> (libcudart over libcuda)", runtime), ("cuLaunchKernel (libcuda)", driver),
+            ("<<<>>> (NVIDIA's runtime, static)", nvidia),
+            ("cuLaunchKernel (same program)", nvidia_driver)]
     print(f"{'us per launch, ' + str(len(runtime)) + ' rounds':34} {'minimum':>10} {'median':>10}")
     for label, values in rows:
         print(f"{label:34} {min(values):>10.2f} {statistics.median(values):>10.2f}")
@@ -93,6 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'runtime layer cost per launch':34} {cost:>10.2f} "
           f"{statistics.median(runtime) - statistics.median(driver):>10.2f}   "
           f"(target <= {TARGET_US:.1f} us; ratio {min(runtime) / min(driver):.2f}x)")
+    print(f"{'NVIDIA runtime over vgpu runtime':34} {min(nvidia) / min(runtime):>10.2f}x "
+          f"{statistics.median(nvidia) / statistics.median(runtime):>9.2f}x")
 
 
 if __name__ == "__main__":

@@ -53,11 +53,8 @@ class AdminMixin:
     # ----------------------------------------------------------------- plumbing
 
     def _init_admin(self) -> None:
-        # Work other threads hand to the I/O thread, and a pipe that wakes it for them.
+        # Work other threads hand to the I/O thread (they ring its bell).
         self._soon: collections.deque[Callable[[], None]] = collections.deque()
-        self._soon_read, self._soon_write = os.pipe()
-        os.set_blocking(self._soon_read, False)
-        os.set_blocking(self._soon_write, False)
         self.moved: dict[bytes, str] = {}  # client identity -> where its session went
         self.incoming: dict[str, Incoming] = {}  # token -> a session being handed over
         self.adopted: dict[str, tuple[Session, int, float]] = {}  # token -> (session, slot, t)
@@ -68,23 +65,13 @@ class AdminMixin:
         for session, _, _ in self.adopted.values():
             session.close()
         self.adopted.clear()
-        os.close(self._soon_read)
-        os.close(self._soon_write)
 
     def call_soon(self, fn: Callable[[], None]) -> None:
         """Run `fn` on the I/O thread (from any thread)."""
         self._soon.append(fn)
-        try:
-            os.write(self._soon_write, b"\0")
-        except (BlockingIOError, OSError):  # already woken, or closing
-            pass
+        self.bell.ring()
 
     def _run_soon(self) -> None:
-        try:
-            while os.read(self._soon_read, 4096):
-                pass
-        except BlockingIOError:
-            pass
         while self._soon:
             self._soon.popleft()()
 

@@ -30,7 +30,7 @@ import time
 
 import zmq
 
-from vgpu.transport import HEARTBEAT_IVL_MS, HEARTBEAT_TIMEOUT_MS
+from vgpu.transport import HEARTBEAT_IVL_MS, HEARTBEAT_TIMEOUT_MS, SRCFD
 
 __all__ = ["ConnectionsMixin", "ReplyLog", "DEFAULT_RECONNECT_GRACE_S"]
 
@@ -58,13 +58,18 @@ class ReplyLog:
         self._bytes = 0
 
     def keep(self, seq: int, header: list, payloads) -> None:
-        payloads = tuple(payloads)
-        self._replies[seq] = (header, payloads)
-        self._bytes += _size(payloads)
-        while len(self._replies) > REPLIES_KEPT or \
-                (self._bytes > REPLY_BYTES_KEPT and len(self._replies) > 1):
-            _, (_, old) = self._replies.popitem(last=False)
-            self._bytes -= _size(old)
+        # (Every reply of a tcp session passes here: the common one, without payloads,
+        # costs a store and a length check.)
+        payloads = tuple(payloads) if payloads else ()
+        replies = self._replies
+        replies[seq] = (header, payloads)
+        if payloads:
+            self._bytes += _size(payloads)
+        while len(replies) > REPLIES_KEPT or \
+                (self._bytes > REPLY_BYTES_KEPT and len(replies) > 1):
+            _, (_, old) = replies.popitem(last=False)
+            if old:
+                self._bytes -= _size(old)
 
     def replies(self, seqs) -> list[tuple[list, tuple]]:
         """The kept replies to `seqs`, in the order they were sent."""
@@ -85,7 +90,7 @@ class ConnectionsMixin:
         self.socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
         self.socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         self.monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        self.last_fd = -1  # the descriptor the message being handled came through
+        self.last_origin: zmq.Frame | None = None  # the first frame of the last message
         self._identity_of_fd: dict[int, bytes] = {}
         self._fd_of_identity: dict[bytes, int] = {}
         self._dropped: dict[bytes, float] = {}  # identity -> when its connection dropped
@@ -101,7 +106,7 @@ class ConnectionsMixin:
         The monitor's news is read first: a descriptor that closed may be reused at once,
         and its old connection's end must not be taken for the new one's."""
         self._connection_events()
-        fd = self.last_fd
+        fd = self.last_origin.get(SRCFD)  # the descriptor the hello came through
         if fd >= 0:
             earlier = self._identity_of_fd.get(fd)
             if earlier is not None and earlier != identity:

@@ -43,11 +43,12 @@ from vgpu.protocol import (
     pack,
     unpack,
 )
-from vgpu.transport import EVENTS, NOBLOCK, POLLIN, RCVMORE, SNDMORE, SRCFD
+from vgpu.transport import EVENTS, NOBLOCK, POLLIN, RCVMORE, SNDMORE
 
 from .admin import AdminMixin
 from .arena import VaArena
 from .backends import open_backend
+from .bell import Bell
 from .connections import DEFAULT_RECONNECT_GRACE_S, ConnectionsMixin
 from .peers import Access, Peer, peer_of
 from .quotas import MemoryQuotas
@@ -142,19 +143,14 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         self.sessions: dict[bytes, Session] = {}
         self.workers: dict[bytes, SessionWorker] = {}
         self.slots: dict[bytes, int] = {}  # client identity -> arena slot
-        # Workers hand finished batches back here and wake us through this inproc socket.
+        # Workers hand finished batches back here and ring the bell, as do other threads
+        # handing work to this one (call_soon) and stop().
         self.finished: collections.deque = collections.deque()
-        self.wake_address = f"inproc://vgpu-wake-{id(self)}"
-        self.wake = self.context.socket(zmq.PULL)
-        self.wake.bind(self.wake_address)
+        self.bell = Bell()
         self._next_session_id = 1
         self.host = socket.gethostname()
         self.started_at = time.time()
-        # stop() may run in a signal handler, while the loop sleeps in poll: a byte written
-        # to this pipe wakes it.
         self._stopping = False
-        self._stop_read, self._stop_write = os.pipe()
-        os.set_blocking(self._stop_write, False)
         self._init_admin()
 
     # ----------------------------------------------------------------- main loop
@@ -168,29 +164,29 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         # the server: keep it out of the garbage collector's full passes, which would
         # otherwise walk it again and again as batches of calls come and go.
         gc.freeze()
+        # The socket and the bell only: every descriptor polled costs each round trip. The
+        # socket monitor's news of dropped connections waits for the liveness check (and
+        # is read before a hello, see _bind_connection).
         poller = zmq.Poller()
         poller.register(self.socket, zmq.POLLIN)
-        poller.register(self.wake, zmq.POLLIN)
-        poller.register(self._stop_read, zmq.POLLIN)
-        poller.register(self._soon_read, zmq.POLLIN)
-        poller.register(self.monitor, zmq.POLLIN)
+        poller.register(self.bell.fd, zmq.POLLIN)
         next_check = time.monotonic() + LIVENESS_INTERVAL_S
         try:
             while not self._stopping:
                 timeout_ms = max(0, int((next_check - time.monotonic()) * 1000))
                 ready = dict(poller.poll(timeout_ms))
-                if self.wake in ready:
+                if self.bell.fd in ready:
+                    self.bell.quiet()
                     self._hand_back_finished()
-                if self._soon_read in ready:
                     self._run_soon()
-                if self.monitor in ready:
-                    self._connection_events()
-                if self.socket in ready:  # everything that arrived, before polling again
-                    # (asked of the socket's events: a receive that finds nothing raises,
-                    # which costs more than the question)
+                if self.socket in ready:  # everything that arrived, before polling again:
+                    # the first is there; whether more are is asked of the socket's events
+                    # (a receive that finds nothing raises, which costs more than asking)
+                    self._handle(*self._receive())
                     while self.socket.get(EVENTS) & POLLIN:
                         self._handle(*self._receive())
                 if time.monotonic() >= next_check:
+                    self._connection_events()
                     self._reap_dead_clients()
                     self._end_dropped_sessions()
                     self._reassure_busy_sessions()
@@ -205,7 +201,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         bytes), payload frames zero-copy, as bulk data arrives."""
         sock = self.socket
         origin = sock.recv(NOBLOCK, copy=False)  # a ROUTER delivers identity + header
-        self.last_fd = origin.get(SRCFD)  # which connection it came through
+        self.last_origin = origin  # which connection it came through (read at a hello)
         frames = [origin.bytes, sock.recv()]
         while sock.get(RCVMORE):  # (not the `rcvmore` attribute: a lookup by name)
             frames.append(sock.recv(copy=False).buffer)
@@ -214,10 +210,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
     def stop(self) -> None:
         """Make serve_forever return. Safe in a signal handler and from any thread."""
         self._stopping = True
-        try:
-            os.write(self._stop_write, b"\0")
-        except BlockingIOError:  # the pipe is full of earlier requests: already woken
-            pass
+        self.bell.ring()
 
     def close(self) -> None:
         """Shut down: cancel every session's work and tell every client, whose waiting call
@@ -232,11 +225,9 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         stopped = all([w.join(max(0.0, deadline - time.monotonic())) for w in workers])
         self._close_connections()
         self.socket.close(linger=NOTICE_LINGER_MS)
-        self.wake.close(0)
-        os.close(self._stop_read)
-        os.close(self._stop_write)
         self._close_admin()
-        if stopped:
+        if stopped:  # (a worker still running may ring: its bell stays until the exit)
+            self.bell.close()
             self.context.term()
         else:  # its socket would hold term() up; the process exit ends the thread
             log.warning("a session's worker did not stop in %g s; leaving it", limit)
@@ -349,7 +340,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         """Serve `session` to the client at `identity`, and answer its hello."""
         self.sessions[identity] = session
         self.slots[identity] = slot
-        worker = SessionWorker(session, self.context, self.wake_address, self.finished)
+        worker = SessionWorker(session, self.bell, self.finished)
         worker.identity = identity  # where its replies go; a reconnect moves it
         self.workers[identity] = worker
         log.info("session %d opened for %s: pid %d %s", session.id, session.peer.name,
@@ -463,7 +454,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
             self._close_session(identity, "it queued more work than the server holds")
             return
         # A message is whole in memory once it is here: what is bounded is what waits.
-        size = len(header or b"") + sum(len(p) for p in payloads)
+        size = len(header or b"") + (sum(map(len, payloads)) if payloads else 0)
         if worker.queued_bytes and \
                 worker.queued_bytes + size > QUEUED_MESSAGES * self.max_message:
             why = (f"the session has {worker.queued_bytes} bytes of calls waiting to run; "
@@ -473,7 +464,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
             else:
                 session.defer(CUDA_ERROR_OUT_OF_MEMORY, why)
             return
-        if worker.busy() or len(body) > INLINE_CALLS or any(_is_long_call(c) for c in body):
+        if worker.busy() or len(body) > INLINE_CALLS or any(map(_is_long_call, body)):
             worker.submit(identity, seq, body, payloads, size, header)
         else:
             self._send_outcome(identity, seq, run_batch(session, seq, body, payloads, header))
@@ -485,11 +476,6 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         self._reply(identity, seq, code, result, deferred, output, diagnostics, frames)
 
     def _hand_back_finished(self) -> None:
-        while True:
-            try:
-                self.wake.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                break
         while self.finished:
             worker, _, seq, job, outcome = self.finished.popleft()
             worker.handed_back(job)

@@ -45,7 +45,10 @@ class Transfers:
         if type(body) is not tuple or not body:
             return
         first = body[0]
-        if type(first) is tuple and len(first) == 2 and first[0] == TRANSFER:
+        announced = type(first) is tuple and len(first) == 2 and first[0] == TRANSFER
+        if not (announced or self._under_way):
+            return  # (most messages: no copy streams, and none is announced)
+        if announced:
             args = first[1]
             if type(args) is tuple and len(args) == 2 and args[0] in DIRECTIONS and \
                     type(args[1]) is int and args[1] > 0:

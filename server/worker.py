@@ -8,8 +8,8 @@ batches of an idle session run on the I/O thread directly: handing them over wou
 thread wake-ups to every round trip. A batch of more calls than vgpu's client sends at once
 (INLINE_CALLS) is long whatever its calls: only a worker can be cancelled between them.
 
-The worker hands finished batches back through a deque and wakes the I/O thread with an
-empty message on an inproc socket; only the I/O thread touches the client-facing socket.
+The worker hands finished batches back through a deque and rings the I/O thread's bell
+(server/bell.py); only the I/O thread touches the client-facing socket.
 
 Control tasks (a checkpoint's capture, a migration's final stop, a restore) run on the worker
 too, in line with the batches: one sees the session exactly as the batches before it left
@@ -33,9 +33,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-import zmq
-
 from .backends.base import Cancelled
+from .bell import Bell
 from .session import Session
 
 __all__ = ["SessionWorker", "SessionEnded", "Outcome", "run_batch", "LONG_CALLS",
@@ -83,8 +82,7 @@ class _Control:
 
 
 class SessionWorker:
-    def __init__(self, session: Session, context: zmq.Context, wake_address: str,
-                 finished: collections.deque):
+    def __init__(self, session: Session, bell: Bell, finished: collections.deque):
         self.session = session
         self.identity: bytes | None = None  # the client's connection, set by the server
         self.pending = 0  # batches handed over, not yet handed back (I/O thread only)
@@ -94,7 +92,8 @@ class SessionWorker:
         self._finished = finished
         self._holding = False  # (written by the worker thread only)
         self._held: collections.deque = collections.deque()
-        self._thread = threading.Thread(target=self._run, args=(context, wake_address),
+        self._bell = bell
+        self._thread = threading.Thread(target=self._run,
                                         name=f"vgpu-session-{session.id}", daemon=True)
         self._thread.start()
 
@@ -140,7 +139,7 @@ class SessionWorker:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def _run_batch(self, job, wake) -> None:
+    def _run_batch(self, job) -> None:
         identity, seq, body, payloads, size, header = job
         try:
             outcome = run_batch(self.session, seq, body, payloads, header)
@@ -151,9 +150,9 @@ class SessionWorker:
                       traceback.format_exc())
             outcome = (999, "internal server error", [], 0, "", "")
         self._finished.append((self, identity, seq, (len(body), size), outcome))
-        wake.send(b"")
+        self._bell.ring()
 
-    def _run_control(self, job: _Control, wake) -> None:
+    def _run_control(self, job: _Control) -> None:
         try:
             result = job.task(self.session, job.position)
         except BaseException as exc:  # Cancelled included: whoever waits must hear of it
@@ -163,25 +162,20 @@ class SessionWorker:
             self._holding = job.hold
             job.future.set_result(result)
         self._finished.append((self, None, 0, (0, 0), None))  # no reply; `pending` goes down
-        wake.send(b"")
+        self._bell.ring()
 
-    def _run(self, context: zmq.Context, wake_address: str) -> None:
-        wake = context.socket(zmq.PUSH)
-        wake.connect(wake_address)
-        try:
-            while (job := self._jobs.get()) is not None:
-                if self.session.cancelled:  # up to the end marker: nobody waits for batches
-                    if isinstance(job, _Control):  # but an operation waits for its task
-                        job.future.set_exception(SessionEnded("the session ended"))
-                    continue
-                if isinstance(job, _Control):
-                    self._run_control(job, wake)
-                    while self._held and not self._holding and not self.session.cancelled:
-                        self._run_batch(self._held.popleft(), wake)
-                elif self._holding:
-                    self._held.append(job)
-                else:
-                    self._run_batch(job, wake)
-            self.session.close()
-        finally:
-            wake.close(0)
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            if self.session.cancelled:  # up to the end marker: nobody waits for batches
+                if isinstance(job, _Control):  # but an operation waits for its task
+                    job.future.set_exception(SessionEnded("the session ended"))
+                continue
+            if isinstance(job, _Control):
+                self._run_control(job)
+                while self._held and not self._holding and not self.session.cancelled:
+                    self._run_batch(self._held.popleft())
+            elif self._holding:
+                self._held.append(job)
+            else:
+                self._run_batch(job)
+        self.session.close()

@@ -2,7 +2,7 @@
 
 Used by setup.py (`cffi_modules`); see shim_builder.py for what all shims share. Besides the
 generated stubs, its C answers cuGetProcAddress, cuGetErrorName/String and cuGetExportTable
-without Python (shim/c/driver_*.c).
+(the private tables NVIDIA's runtime uses) without Python (shim/c/driver_*.c).
 """
 
 import runpy
@@ -20,7 +20,12 @@ ffibuilder = _make_ffibuilder(
     types_header="cuda_types.h",
     sources=["generated/driver_stubs.c", "generated/driver_tables.c", "c/driver_dispatch.c",
              "c/driver_proc_address.c", "c/driver_errors.c",
-             "c/driver_export_table.c", "c/driver_goodbye.c"],
+             "c/driver_export_table.c", "c/driver_export_slots.c", "c/driver_integrity.c",
+             "c/driver_context_storage.c", "c/driver_goodbye.c"],
+    # A context going: NVIDIA's runtime's context-local storage is released with it; and
+    # whether NVIDIA's runtime is the one calling (it expects some errors in its own codes).
+    cdef="void vgpu_context_storage_release(void *ctx);\n"
+         "int vgpu_nvidia_runtime_attached(void);\n",
 )
 
 if __name__ == "__main__":

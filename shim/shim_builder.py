@@ -119,14 +119,14 @@ def _cdef_types(types_header: str) -> str:
 
 
 def make_ffibuilder(*, library: str, soname: str, prefix: str, types_header: str,
-                    sources: list[str]) -> cffi.FFI:
+                    sources: list[str], cdef: str = "") -> cffi.FFI:
     """The builder of `vgpu.shim._<library>`: `prefix` names its C (`driver_shim.h`,
     `driver_callbacks.h`), `types_header` its types (in shim/generated/), `sources` its C
-    files besides the common ones."""
+    files besides the common ones, `cdef` what else of its C Python calls."""
     module = f"vgpu.shim._{library}"
     builder = cffi.FFI()
     callbacks = (GENERATED / f"{prefix}_callbacks.h").read_text()
-    builder.cdef(_cdef_types(types_header) + CDEF.format(prefix=prefix)
+    builder.cdef(_cdef_types(types_header) + CDEF.format(prefix=prefix) + cdef
                  + f'extern "Python+C" {{\n{callbacks}}}\n')
     _render_prototypes(prefix)
     builder.embedding_init_code(INIT_CODE.format(module=module, site_dirs=_site_dirs(),

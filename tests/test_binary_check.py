@@ -9,12 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vgpu.binary_check import (
-    BinaryCheckError,
-    ElfFile,
-    check_executable,
-    static_cudart_message,
-)
+from vgpu.binary_check import BinaryCheckError, ElfFile, check_executable
 
 SOURCE = r"""
 #include <cstdio>
@@ -161,10 +156,3 @@ def test_section_access(shared_build):
         assert elf.section_data(".bss") == b""
         with pytest.raises(BinaryCheckError, match="no section .nosuch"):
             elf.section_data(".nosuch")
-
-
-def test_message_names_the_program_and_the_fix():
-    message = static_cudart_message("./saxpy")
-    assert message.startswith("./saxpy: this program carries NVIDIA's CUDA runtime linked "
-                              "statically (nvcc's default)")
-    assert message.endswith("Rebuild it with 'nvcc -cudart shared ...'.")

@@ -1,11 +1,9 @@
-"""Look inside a program before `vgpu run` starts it: is it one vgpu can run?
+"""Look inside a program before `vgpu run` starts it.
 
-vgpu replaces libcudart.so.13 and libcuda.so.1. A program that carries NVIDIA's CUDA runtime
-statically (what nvcc links by default) reaches only libcuda, through undocumented export
-tables vgpu does not provide, so it must be rebuilt with
-`-cudart shared`; telling the user so beats a failure deep inside the runtime.
-
-A static runtime is recognised in the executable itself, never by its NEEDED list alone:
+vgpu replaces libcudart.so.13 and libcuda.so.1. A program may also carry NVIDIA's CUDA runtime
+statically (what nvcc links by default); that runtime reaches the driver through private
+export tables, which vgpu's libcuda provides, so such a program runs too. It is still told
+apart here, for whoever needs to know which runtime a program uses:
 - the symbol table defines `__cudaRegisterFatBinary`, the entry point of NVIDIA's runtime that
   nvcc's generated code calls (the static runtime binds its symbols locally, so only `.symtab`
   shows them; a `-cudart shared` program has it as an undefined import instead);
@@ -30,7 +28,6 @@ __all__ = [
     "ElfSection",
     "ElfSymbol",
     "check_executable",
-    "static_cudart_message",
 ]
 
 ELF_MAGIC = b"\x7fELF"
@@ -289,7 +286,7 @@ class BinaryReport:
     is_elf: bool
     needed: list[str] = field(default_factory=list)
     uses_cudart_shared: bool = False  # NEEDED names libcudart.so.*
-    has_static_cudart: bool = False  # carries NVIDIA's runtime itself: vgpu cannot run it
+    has_static_cudart: bool = False  # carries NVIDIA's runtime itself (linked statically)
     has_fatbin: bool = False  # embeds device code (a .nv_fatbin section)
 
 
@@ -327,9 +324,3 @@ def _carries_cudart(elf: ElfFile) -> bool:
         return True
     return any(s.defined and s.name in _STATIC_CUDART_SYMBOLS
                for s in elf.symbols() + elf.dynamic_symbols())
-
-
-def static_cudart_message(path: str | os.PathLike[str]) -> str:
-    return (f"{path}: this program carries NVIDIA's CUDA runtime linked statically (nvcc's "
-            f"default), which cannot run on vgpu's libcuda. Rebuild it with "
-            f"'nvcc -cudart shared ...'.")

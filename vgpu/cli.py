@@ -266,16 +266,12 @@ def _run(args) -> int:
     if program is None:
         print(f"vgpu run: {command[0]}: command not found", file=sys.stderr)
         return 127
-    from vgpu.binary_check import BinaryCheckError, check_executable, static_cudart_message
+    from vgpu.binary_check import BinaryCheckError, check_executable
 
     try:
-        report = check_executable(program)
+        check_executable(program)
     except BinaryCheckError as exc:  # unreadable or damaged: let the loader have its say
         print(f"vgpu run: warning: {exc}", file=sys.stderr)
-    else:
-        if report.has_static_cudart:
-            print(f"vgpu run: {static_cudart_message(program)}", file=sys.stderr)
-            return 1
 
     from vgpu.addresses import AddressError, check_address
 

@@ -47,7 +47,16 @@ from .protocol import (
     unpack,
 )
 from .sealed_files import sealed_file
-from .transport import EVENTS, POLLIN, RCVMORE, TransportError, Watch, connect, wait_answer
+from .transport import (
+    EVENTS,
+    POLLIN,
+    RCVMORE,
+    ConnectionDropped,
+    TransportError,
+    Watch,
+    connect,
+    wait_answer,
+)
 
 __all__ = ["Connection", "default_server_address", "STAGING_BYTES", "CHUNK_BYTES"]
 
@@ -301,6 +310,9 @@ class Connection:
         except _Redirect:
             raise _ServerLost(f"the vgpu server at {self.address} redirected the session "
                               "before it was open") from None
+        except ConnectionDropped:  # the hello may be lost: say it again, on the new one
+            raise _Dropped(f"the connection to the vgpu server at {self.address} dropped "
+                           "during the handshake") from None
         except TransportError as exc:  # a refused handshake: say what it was
             raise _ServerLost(str(exc)) from None
         finally:

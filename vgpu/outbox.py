@@ -42,7 +42,7 @@ QUERY = "vgpuQuery"
 CUDA_ERROR_NOT_READY = 600
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Sent:
     """One CALLS message as it may be sent again."""
 
@@ -73,7 +73,8 @@ class Outbox:
             calls, frames = relocate(calls, frames, ring_map, has_ring=False, has_peer=True)
         entry = Sent(self.position, seq, calls, frames)
         self.held.append(entry)
-        self.retained_bytes += sum(len(f) for f in frames)
+        if frames:
+            self.retained_bytes += sum(map(len, frames))
         if seq:
             self._waiting[seq] = entry
 
@@ -85,11 +86,12 @@ class Outbox:
             return
         entry.answered = True
         entry.failed = code != 0
-        early = code == CUDA_ERROR_NOT_READY and entry.calls and entry.calls[-1][0] == QUERY
-        if not early:
-            self.confirmed = max(self.confirmed, entry.position)
-            if not self.retain_all:
-                self._drop_through(entry.position)
+        if code == CUDA_ERROR_NOT_READY and entry.calls and entry.calls[-1][0] == QUERY:
+            return  # early: confirms nothing
+        if entry.position > self.confirmed:
+            self.confirmed = entry.position
+        if not self.retain_all:
+            self._drop_through(entry.position)
 
     def checkpointed(self, position: int) -> None:
         """A checkpoint a standby can restore covers the messages up to `position`."""
@@ -104,7 +106,9 @@ class Outbox:
     def _drop_through(self, position: int) -> None:
         held = self.held
         while held and held[0].position <= position:
-            self.retained_bytes -= sum(len(f) for f in held.popleft().frames)
+            frames = held.popleft().frames
+            if frames:
+                self.retained_bytes -= sum(map(len, frames))
 
     @property
     def oldest(self) -> int:

@@ -23,9 +23,9 @@ import zmq
 
 from .keys import KeyFileError, check_public, known_server_key, load_secret, vgpu_home
 
-__all__ = ["TransportError", "Watch", "split_address", "connect", "wait_answer",
-           "INSECURE_ENV", "HEARTBEAT_IVL_MS", "HEARTBEAT_TIMEOUT_MS", "EVENTS", "POLLIN",
-           "RCVMORE", "NOBLOCK", "SNDMORE", "SRCFD"]
+__all__ = ["TransportError", "ConnectionDropped", "Watch", "split_address", "connect",
+           "wait_answer", "INSECURE_ENV", "HEARTBEAT_IVL_MS", "HEARTBEAT_TIMEOUT_MS", "EVENTS",
+           "POLLIN", "RCVMORE", "NOBLOCK", "SNDMORE", "SRCFD"]
 
 INSECURE_ENV = "VGPU_INSECURE"
 # zmq's constants as plain ints: its enums' own operators cost microseconds a call, and
@@ -44,6 +44,10 @@ _HANDSHAKE_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILE
 
 class TransportError(ValueError):
     """vgpu cannot connect to that server safely (no key for it, no key of ours, ...)."""
+
+
+class ConnectionDropped(TransportError):
+    """The connection dropped while an answer was awaited: what was sent may be lost."""
 
 
 def split_address(address: str) -> tuple[str, str | None]:
@@ -182,7 +186,8 @@ def _refusal(kind: int, address: str) -> str:
 def wait_answer(sock: zmq.Socket, watch: Watch | None, timeout_s: float) -> bool:
     """Wait up to `timeout_s` for something to read on `sock`; False if nothing came. A
     refused handshake raises TransportError at once, saying why, rather than after the
-    timeout (libzmq would go on retrying it)."""
+    timeout (libzmq would go on retrying it); a connection watched for drops that dropped
+    raises ConnectionDropped (zmq connects again by itself, but what was sent is lost)."""
     import time
 
     deadline = time.monotonic() + timeout_s
@@ -190,6 +195,8 @@ def wait_answer(sock: zmq.Socket, watch: Watch | None, timeout_s: float) -> bool
         why = watch.refusal() if watch is not None else None
         if why:
             raise TransportError(why)
+        if watch is not None and watch.dropped():
+            raise ConnectionDropped(f"the connection to {watch.address} dropped")
         if time.monotonic() >= deadline:
             return False
     return True

@@ -60,6 +60,9 @@ class ModuleInfo:
     kernels: dict[str, list]
     variables: dict[str, list]
     functions: dict[str, int] = field(default_factory=dict)  # kernel name -> function handle
+    # A library's image (None for a module): a library outlives its context, so a reset
+    # primary context loads it again (context._reset_primary).
+    library_image: bytes | None = None
 
 
 @dataclass

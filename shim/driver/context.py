@@ -7,6 +7,7 @@ it.
 
 from __future__ import annotations
 
+from .._libcuda import lib
 from ._state import (
     DEFAULT_LIMITS,
     CudaError,
@@ -19,10 +20,12 @@ from ._state import (
     ptr,
     state,
 )
+from .module import reload_library
 
 CU_CTX_FLAGS_MASK = 0xFF
 CU_LIMIT_PRINTF_FIFO_SIZE = 1
 CU_CTX_SCHED_MASK, CU_CTX_SCHED_BLOCKING_SYNC = 0x07, 0x04
+CU_FUNC_CACHE_PREFER_NONE, CU_FUNC_CACHE_PREFER_EQUAL = 0, 3
 
 
 def _apply_scheduling(flags: int) -> None:
@@ -82,8 +85,15 @@ def cuCtxDestroy_v2(ctx):
     handle = _context_arg(ctx)
     if state.contexts[handle]["primary"]:
         raise CudaError(E.CUDA_ERROR_INVALID_CONTEXT, "cannot destroy a primary context")
+    _release_storage(handle)
     state.conn().post("cuCtxDestroy", handle)
     _forget_context(handle)
+
+
+def _release_storage(handle: int) -> None:
+    """What NVIDIA's runtime keeps in the context (shim/c/driver_context_storage.c) goes
+    first: its destructors may still call the driver about the context's objects."""
+    lib.vgpu_context_storage_release(ffi.cast("void *", handle))
 
 
 def _forget_context(handle: int) -> None:
@@ -197,6 +207,20 @@ SERVER_LIMITS = frozenset({CU_LIMIT_PRINTF_FIFO_SIZE})
 
 
 @api
+def cuCtxGetCacheConfig(config):
+    check_out(config)
+    config[0] = state.contexts[state.current_context()].get("cache", CU_FUNC_CACHE_PREFER_NONE)
+
+
+@api
+def cuCtxSetCacheConfig(config):
+    # A preference only: kept and reported back; the emulated device has no cache to split.
+    if not CU_FUNC_CACHE_PREFER_NONE <= config <= CU_FUNC_CACHE_PREFER_EQUAL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown cache configuration {config}")
+    state.contexts[state.current_context()]["cache"] = config
+
+
+@api
 def cuCtxSetLimit(limit, value):
     state.current_context()
     if limit not in state.limits:
@@ -244,16 +268,27 @@ def cuDevicePrimaryCtxReset_v2(dev):
     _reset_primary(dev, _primary(dev)[0])
 
 
+# The names before CUDA 11 (NVIDIA's runtime still asks for them), with the same meaning;
+# cuDevicePrimaryCtxSetFlags below.
+cuDevicePrimaryCtxRelease = cuDevicePrimaryCtxRelease_v2
+cuDevicePrimaryCtxReset = cuDevicePrimaryCtxReset_v2
+
+
 def _reset_primary(dev: int, handle: int) -> None:
     """The primary context starts afresh: its allocations, modules, streams and events (and a
     sticky error) go, its limits are the defaults again; its flags stay."""
+    _release_storage(handle)
     conn = state.conn()
     conn.post("cuDevicePrimaryCtxReset", handle)
     conn.sticky_error = 0  # the reset clears it on the server too
     state.limits = dict(DEFAULT_LIMITS)  # and the limits (the server resets its own)
     flags = state.contexts[handle]["flags"]
+    libraries = {m: info for m, info in state.modules.items()
+                 if info.context == handle and info.library_image is not None}
     _forget_context(handle)
     state.contexts[handle] = {"device": dev, "flags": flags, "primary": True}
+    for library, info in libraries.items():
+        reload_library(library, info, handle)
 
 
 @api
@@ -270,3 +305,6 @@ def cuDevicePrimaryCtxSetFlags_v2(dev, flags):
     entry = _primary(dev)
     state.contexts[entry[0]]["flags"] = flags & CU_CTX_FLAGS_MASK
     _apply_scheduling(flags)
+
+
+cuDevicePrimaryCtxSetFlags = cuDevicePrimaryCtxSetFlags_v2

@@ -89,6 +89,14 @@ def cuDeviceGetAttribute(value, attrib, dev):
 
 
 @api
+def cuDeviceCanAccessPeer(can_access, dev, peer_dev):
+    check_out(can_access)
+    _device(dev)
+    _device(peer_dev)
+    can_access[0] = 0  # a device is never its own peer, and there is no other
+
+
+@api
 def cuDeviceComputeCapability(major, minor, dev):
     check_out(major)
     check_out(minor)
@@ -101,3 +109,13 @@ def cuDeviceGetPCIBusId(pci_bus_id, length, dev):
     _device(dev)
     raw = b"0000:00:00.0"[: max(length - 1, 0)]
     ffi.memmove(pci_bus_id, raw + b"\0", len(raw) + 1)
+
+
+@api
+def cuProfilerStart():
+    state.require_init()  # no profiler to start: collection is a no-op on vgpu
+
+
+@api
+def cuProfilerStop():
+    state.require_init()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, state
 from .memory import _check_stream
+from .nvidia_runtime import under_nvidia_runtime
 
 CU_LAUNCH_PARAM_END, CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2
 CU_LAUNCH_ATTRIBUTE_COOPERATIVE, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 2, 4
@@ -17,11 +18,23 @@ CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
 MAX_SHARED_OPTIN = 163 * 1024
 MAX_THREADS_PER_BLOCK = 1024
+# The runtime's codes for what the driver API calls CUDA_ERROR_INVALID_VALUE / _HANDLE.
+_INVALID_CONFIGURATION, _INVALID_DEVICE_FUNCTION = 9, 98
 
 
 def _function_arg(f):
     handle = handle_of(f, Kind.FUNCTION, state.functions)
     return state.functions[handle], handle
+
+
+def _launched_function(f):
+    """_function_arg for a launch: NVIDIA's runtime hands the driver any pointer its program
+    passed to cudaLaunchKernel that is no registered kernel, for cudaErrorInvalidDeviceFunction."""
+    try:
+        return _function_arg(f)
+    except CudaError as exc:
+        raise CudaError(under_nvidia_runtime(exc.code, _INVALID_DEVICE_FUNCTION),
+                        exc.message) from None
 
 
 def _pack_params(layout, kernel_params, extra) -> bytes:
@@ -58,7 +71,7 @@ def _pack_params(layout, kernel_params, extra) -> bytes:
 
 def _launch(f, grid, block, shared_bytes: int, stream, kernel_params, extra) -> None:
     state.current_context()
-    layout, handle = _function_arg(f)
+    layout, handle = _launched_function(f)
     stream_handle = _check_stream(stream)
     _check_config(layout, grid, block, shared_bytes)
     _submit(handle, layout, grid, block, shared_bytes, stream_handle, kernel_params, extra)
@@ -72,25 +85,30 @@ def _submit(handle: int, layout, grid, block, shared_bytes: int, stream_handle: 
                       params)
 
 
+def _bad_configuration(message: str) -> CudaError:
+    """A launch the device cannot run as configured (cudaErrorInvalidConfiguration under
+    NVIDIA's runtime)."""
+    return CudaError(under_nvidia_runtime(E.CUDA_ERROR_INVALID_VALUE, _INVALID_CONFIGURATION),
+                     message)
+
+
 def _check_config(layout, grid, block, shared_bytes: int) -> None:
     """The launch configuration against the kernel's limits (the runtime reports these
     failures as cudaErrorInvalidConfiguration, hence a function of its own)."""
     gx, gy, gz = grid
     bx, by, bz = block
     if gx <= 0 or gy <= 0 or gz <= 0 or bx <= 0 or by <= 0 or bz <= 0:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "grid and block dimensions must be >= 1")
+        raise _bad_configuration("grid and block dimensions must be >= 1")
     threads = bx * by * bz
     limit = layout.attributes.get("max_threads_per_block", MAX_THREADS_PER_BLOCK)
     if threads > limit or bz > 64:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
-                        f"{threads} threads per block exceed kernel {layout.name!r}'s limit "
-                        f"of {limit}")
+        raise _bad_configuration(f"{threads} threads per block exceed kernel "
+                                 f"{layout.name!r}'s limit of {limit}")
     if gy > 65535 or gz > 65535 or gx > 2**31 - 1:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "grid dimension too large")
+        raise _bad_configuration("grid dimension too large")
     if shared_bytes > layout.max_dynamic_shared:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
-                        f"{shared_bytes} bytes of dynamic shared memory exceed the kernel's "
-                        f"limit of {layout.max_dynamic_shared}")
+        raise _bad_configuration(f"{shared_bytes} bytes of dynamic shared memory exceed the "
+                                 f"kernel's limit of {layout.max_dynamic_shared}")
 
 
 @api
@@ -180,7 +198,14 @@ def cuKernelSetAttribute(attrib, value, kernel, dev):
 
 @api
 def cuFuncSetCacheConfig(f, config):
-    _function_arg(f)
+    _function_arg(f)  # a preference, and the emulator has no cache to split
+
+
+@api
+def cuKernelSetCacheConfig(kernel, config, dev):
+    if dev != 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {dev}")
+    _function_arg(kernel)
 
 
 @api

@@ -27,12 +27,14 @@ from .hostmem import (
     unmap,
     unshare_in_place,
 )
+from .nvidia_runtime import under_nvidia_runtime
 from .vmm import mapped_access
 
 CU_MEMHOSTALLOC_DEVICEMAP = 0x02
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
 CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_ARRAY, CU_MEMORYTYPE_UNIFIED = 1, 2, 3, 4
 PITCH_ALIGNMENT = 512
+_INVALID_PITCH = 12  # cudaErrorInvalidPitchValue, NVIDIA's runtime's code for a bad pitch
 
 
 # ----------------------------------------------------------------- device memory
@@ -75,6 +77,8 @@ def _free(address: int) -> None:
 
 @api
 def cuMemFree_v2(dptr):
+    if dptr == 0:  # nothing to free: NVIDIA's runtime hands on cudaFree(NULL) as this, and
+        return  # its programs see success
     _free(dptr)
 
 
@@ -142,6 +146,8 @@ def cuMemHostAlloc(pp, bytesize, flags):
 @api
 def cuMemFreeHost(p):
     address = ptr(p)
+    if address == 0:  # as cuMemFree: NVIDIA's runtime hands on cudaFreeHost(NULL) as this
+        return
     alloc = state.host_allocations.get(address)
     if alloc is None or alloc.flags & _REGISTERED:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"0x{address:x} was not allocated by "
@@ -444,7 +450,8 @@ def copy_side(memory_type, host, device, array, x, y, pitch, width, height
             raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the copy runs past the CUDA array")
         return True, found.address + y * found.pitch + x, found.pitch
     if pitch < width:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "pitch smaller than the row width")
+        raise CudaError(under_nvidia_runtime(E.CUDA_ERROR_INVALID_VALUE, _INVALID_PITCH),
+                        "pitch smaller than the row width")
     if memory_type == CU_MEMORYTYPE_HOST:
         return False, ptr(host) + y * pitch + x, pitch
     if memory_type == CU_MEMORYTYPE_DEVICE:

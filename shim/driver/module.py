@@ -28,6 +28,7 @@ from ._state import (
 )
 
 CU_JIT_INPUT_CUBIN, CU_JIT_INPUT_PTX, CU_JIT_INPUT_FATBINARY = 0, 1, 2
+CU_MODULE_EAGER_LOADING = 1
 CU_JIT_MAX_REGISTERS = 0
 CU_JIT_INFO_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER = 3, 5
 CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 4, 6
@@ -56,19 +57,30 @@ def says_refusals(fn):
     return wrapper
 
 
-def _load(image: bytes, context: int, max_registers: int = 0) -> int:
+def _load(image: bytes, context: int, max_registers: int = 0, library: bool = False,
+          handle: int | None = None) -> int:
     conn = state.conn()
-    handle = state.new_handle(Kind.MODULE)
+    handle = handle or state.new_handle(Kind.MODULE)
     spec = ["inline", image] if len(image) <= 1 << 20 else conn.frame(image)
     result, _ = conn.call("cuModuleLoadData", handle, context, spec, len(image))
     if max_registers:  # the JIT compiles within the limit: the kernels report at most it
         for kernel in result["kernels"].values():
             attributes = kernel[3]
             attributes["num_regs"] = min(attributes.get("num_regs", 0), max_registers)
-    state.modules[handle] = ModuleInfo(context, result["kernels"], result["variables"])
+    state.modules[handle] = ModuleInfo(context, result["kernels"], result["variables"],
+                                       library_image=image if library else None)
     for address, size in result["variables"].values():
         state.add_allocation(address, size, context, module_variable=True)
     return handle
+
+
+def reload_library(handle: int, info: ModuleInfo, context: int) -> None:
+    """A library of a reset primary context, loaded into it afresh under the same handles
+    (its own and its kernels'): CUDA's libraries are independent of contexts, and NVIDIA's
+    runtime keeps using its kernel handles after cudaDeviceReset."""
+    _load(info.library_image, context, library=True, handle=handle)
+    for name, function in info.functions.items():
+        _function_for(handle, name, Kind.FUNCTION, function)
 
 
 def _load_from_pointer(image_ptr, max_registers: int = 0) -> int:
@@ -116,6 +128,13 @@ cuModuleLoadFatBinary = cuModuleLoadData
 
 
 @api
+def cuModuleGetLoadingMode(mode):
+    """The server loads a module's every kernel with it (what CUDA calls eager loading)."""
+    check_out(mode)
+    mode[0] = CU_MODULE_EAGER_LOADING
+
+
+@api
 @says_refusals
 def cuModuleLoad(module, fname):
     check_out(module)
@@ -143,14 +162,16 @@ def cuModuleUnload(module):
     state.conn().post("cuModuleUnload", handle)
 
 
-def _function_for(module_handle: int, name: str, kind: int = Kind.FUNCTION) -> int:
+def _function_for(module_handle: int, name: str, kind: int = Kind.FUNCTION,
+                  wanted: int | None = None) -> int:
+    """The function handle of kernel `name` (a new one, or `wanted`, at its first use)."""
     info = state.modules[module_handle]
     if name not in info.kernels:
         raise CudaError(E.CUDA_ERROR_NOT_FOUND, f"no kernel named {name!r} in the module")
     with state.lock:  # two threads asking at once must get (and announce) one handle
         handle = info.functions.get(name)
         if handle is None:
-            handle = state.new_handle(kind)
+            handle = wanted or state.new_handle(kind)
             # Announced to the server before any thread can see it, so no launch with this
             # handle can overtake the announcement.
             state.conn().post("cuModuleGetFunction", handle, module_handle, name)
@@ -206,7 +227,7 @@ def cuLibraryLoadData(library, code, jit_options, jit_values, num_jit_options,
         image = read_image(ptr(code))
     except ImageError as exc:
         raise CudaError(E.CUDA_ERROR_INVALID_IMAGE, str(exc)) from None
-    library[0] = ffi.cast("CUlibrary", _load(image, _library_context()))
+    library[0] = ffi.cast("CUlibrary", _load(image, _library_context(), library=True))
 
 
 @api
@@ -219,7 +240,7 @@ def cuLibraryLoadFromFile(library, filename, jit_options, jit_values, num_jit_op
         image = path.read_bytes()
     except OSError as exc:
         raise CudaError(E.CUDA_ERROR_FILE_NOT_FOUND, f"cannot read {path}: {exc}") from None
-    library[0] = ffi.cast("CUlibrary", _load(image, _library_context()))
+    library[0] = ffi.cast("CUlibrary", _load(image, _library_context(), library=True))
 
 
 def _library_arg(library) -> int:
@@ -244,6 +265,18 @@ def cuLibraryGetKernel(pkernel, library, name):
 def cuLibraryGetModule(pmod, library):
     check_out(pmod)
     pmod[0] = ffi.cast("CUmodule", _library_arg(library))
+
+
+@api
+def cuLibraryGetManaged(dptr, nbytes, library, name):
+    """NVIDIA's runtime asks for each __managed__ variable so; said on stderr at once, as host
+    code reading the variable would crash before any call could fail."""
+    _library_arg(library)
+    variable = ffi.string(name).decode(errors="replace")
+    message = (f"__managed__ variable {variable!r}: vgpu does not support managed memory; "
+               f"use cudaMalloc and explicit copies instead")
+    print(f"vgpu: {message}", file=sys.stderr, flush=True)
+    raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, message)
 
 
 @api

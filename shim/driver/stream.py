@@ -70,6 +70,12 @@ def cuStreamGetFlags(stream, flags):
 
 
 @api
+def cuStreamGetDevice(stream, device):
+    check_out(device)
+    device[0] = state.contexts[_stream_info(stream)["context"]]["device"]
+
+
+@api
 def cuStreamGetCtx(stream, pctx):
     check_out(pctx)
     pctx[0] = ffi.cast("CUcontext", _stream_info(stream)["context"])

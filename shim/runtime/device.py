@@ -125,10 +125,7 @@ def cudaDeviceGetPCIBusId(pci_bus_id, length, device):
 
 @query_api
 def cudaDeviceCanAccessPeer(can_access, device, peer_device):
-    check_out(can_access)
-    _check_device(device)
-    _check_device(peer_device)
-    can_access[0] = 0  # a device is never its own peer, and there is no other
+    driver_device.cuDeviceCanAccessPeer.__wrapped__(can_access, device, peer_device)
 
 
 @api

@@ -1,101 +1,39 @@
-"""Occupancy: how many blocks of a kernel fit on one multiprocessor.
-
-Computed as CUDA's occupancy calculator does, from the device description (threads, blocks,
-registers and shared memory per multiprocessor) and the kernel's attributes (registers per
-thread, static shared memory, its thread limit). `cudaOccupancyMaxPotentialBlockSize` is a
-template in cuda_runtime.h built on these calls, so programs get it from here too.
+"""Occupancy of the runtime API, computed by the driver layer's calculator
+(shim/driver/occupancy.py). `cudaOccupancyMaxPotentialBlockSize` is a template in
+cuda_runtime.h built on these calls, so programs get it from here too.
 """
 
 from __future__ import annotations
 
-from vgpu.api.cudadefs import CUdevice_attribute
-from vgpu.api.cudartdefs import cudaOccupancyDisableCachingOverride
-
-from ._state import CudaError, E, api, check_out, driver_state
+from ..driver import occupancy as driver_occupancy
+from ..driver.occupancy import available_dynamic_shared
+from ._state import api, check_out
 from .launch import function_layout
 
 __all__ = [
-    "max_active_blocks",
     "cudaOccupancyMaxActiveBlocksPerMultiprocessor",
     "cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
     "cudaOccupancyAvailableDynamicSMemPerBlock",
 ]
 
-A = CUdevice_attribute
-REGISTER_ALLOCATION_UNIT = 256  # registers are given to warps in units of 256
-SHARED_ALLOCATION_UNIT = 128  # shared memory is given to blocks in units of 128 bytes
-
-
-def _device(attribute: CUdevice_attribute) -> int:
-    return driver_state.device["attributes"][int(attribute)]
-
-
-def _round_up(value: int, unit: int) -> int:
-    return -(-value // unit) * unit
-
-
-def _block_shared(layout, dynamic_shared: int) -> int:
-    """Shared memory one block occupies: its own plus what the system reserves per block."""
-    static = layout.attributes.get("shared_size_bytes", 0)
-    reserved = _device(A.CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK)
-    return _round_up(static + dynamic_shared + reserved, SHARED_ALLOCATION_UNIT)
-
-
-def max_active_blocks(layout, block_size: int, dynamic_shared: int) -> int:
-    """Resident blocks per multiprocessor for `block_size` threads and `dynamic_shared`
-    bytes of dynamic shared memory per block (0 when such a block cannot run at all)."""
-    if block_size <= 0:
-        raise CudaError(E.cudaErrorInvalidValue, "block size must be positive")
-    warp = _device(A.CU_DEVICE_ATTRIBUTE_WARP_SIZE)
-    warps = -(-block_size // warp)
-    static_shared = layout.attributes.get("shared_size_bytes", 0)
-    if block_size > layout.attributes.get("max_threads_per_block", 1024) or \
-            dynamic_shared > layout.max_dynamic_shared or \
-            static_shared + dynamic_shared > \
-            _device(A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN):
-        return 0
-    limits = [
-        _device(A.CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR),
-        _device(A.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR) // warp // warps,
-        _device(A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
-        // _block_shared(layout, dynamic_shared),
-    ]
-    registers = layout.attributes.get("num_regs", 0)
-    if registers:
-        per_warp = _round_up(registers * warp, REGISTER_ALLOCATION_UNIT)
-        if per_warp * warps > _device(A.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK):
-            return 0
-        warps_by_registers = _device(A.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR) \
-            // per_warp
-        limits.append(warps_by_registers // warps)
-    return max(min(limits), 0)
-
 
 @api
 def cudaOccupancyMaxActiveBlocksPerMultiprocessor(num_blocks, func, block_size,
                                                   dynamic_shared):
-    check_out(num_blocks)
-    num_blocks[0] = max_active_blocks(function_layout(func)[1], block_size, dynamic_shared)
+    driver_occupancy.cuOccupancyMaxActiveBlocksPerMultiprocessor.__wrapped__(
+        num_blocks, function_layout(func)[0], block_size, dynamic_shared)
 
 
 @api
 def cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(num_blocks, func, block_size,
                                                            dynamic_shared, flags):
-    check_out(num_blocks)
-    if flags & ~cudaOccupancyDisableCachingOverride:
-        raise CudaError(E.cudaErrorInvalidValue, f"unknown occupancy flags 0x{flags:x}")
-    num_blocks[0] = max_active_blocks(function_layout(func)[1], block_size, dynamic_shared)
+    driver_occupancy.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags.__wrapped__(
+        num_blocks, function_layout(func)[0], block_size, dynamic_shared, flags)
 
 
 @api
 def cudaOccupancyAvailableDynamicSMemPerBlock(dynamic_shared, func, num_blocks, block_size):
     """The most dynamic shared memory a block can use with `num_blocks` blocks resident."""
     check_out(dynamic_shared)
-    _, layout = function_layout(func)
-    if num_blocks <= 0 or max_active_blocks(layout, block_size, 0) < num_blocks:
-        dynamic_shared[0] = 0
-        return
-    per_block = _device(A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR) \
-        // num_blocks // SHARED_ALLOCATION_UNIT * SHARED_ALLOCATION_UNIT
-    available = per_block - _block_shared(layout, 0)
-    dynamic_shared[0] = max(0, min(available, layout.max_dynamic_shared))
+    dynamic_shared[0] = available_dynamic_shared(function_layout(func)[1], num_blocks,
+                                                 block_size)

@@ -89,17 +89,6 @@ def test_nvrtc_users_are_not_told_they_carry_a_static_runtime():
     assert "vgpu:" not in result.stderr, result.stderr
 
 
-def test_cuda_bindings_runtime_users_are_told_what_to_use_instead():
-    program = ("from cuda.bindings import runtime\n"
-               "err, count = runtime.cudaGetDeviceCount()\n"
-               "print('runtime answered', int(err))\n")
-    result = vgpu_run(sys.executable, "-c", program)
-    assert "runtime answered" in result.stdout and "answered 0" not in result.stdout
-    assert "cuda.bindings.runtime carries NVIDIA's CUDA runtime" in result.stderr, result.stderr
-    assert "Use cuda.bindings.driver or cuda.core instead" in result.stderr
-    assert "-cudart shared" not in result.stderr
-
-
 EXIT_HOOK_PROGRAM = """
 import atexit
 from cuda.bindings import driver as cu

@@ -97,15 +97,14 @@ int main(void)
 """
 
 
-def test_export_tables_are_refused_and_the_caller_named_once(shim_program, run_program):
-    """A program that carries no CUDA runtime is not told it carries one (the static runtime's
-    case is tested with a real `nvcc -cudart static` build in tests/runtime)."""
+def test_an_unknown_export_table_is_refused_and_named_once(shim_program, run_program):
+    """The tables NVIDIA's runtime uses are tested in test_export_tables.py."""
     program = shim_program(EXPORT_TABLE)
     result = run_program(program)
     assert result.stdout.split() == ["801", "801", "NULL"]
     assert result.stderr.splitlines() == [
-        f"vgpu: {program} asked for NVIDIA's private driver tables (cuGetExportTable), which "
-        "vgpu does not provide; the call fails."]
+        f"vgpu: {program} asked for the driver's private table "
+        "{00000000-0000-0000-0000-000000000000}, which vgpu does not provide; the call fails."]
 
 
 def test_every_symbol_has_one_proc_address_entry():
