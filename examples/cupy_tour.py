@@ -9,8 +9,8 @@ On the emu backend, with cupy-cuda13x installed:
 
 CUPY_ACCELERATORS empty: CuPy's CUB kernels use PTX instructions the emulator lacks
 (min.s16x2). CuPy asks NVRTC for cubins, which the emulator cannot run; vgpu's libnvrtc.so.13
-hands them back with their PTX, which it runs. On a cold kernel cache the run takes minutes here: NVRTC compiles
-each of CuPy's kernels once.
+hands them back with their PTX, which it runs. On a cold kernel cache the run takes minutes
+here: NVRTC compiles each of CuPy's kernels once.
 """
 
 import cupy as cp
