@@ -10,7 +10,7 @@ if sys.version_info < (3, 11):  # noqa: UP036  (this file runs before requires-p
     sys.exit(f"vgpu needs Python 3.11 or newer; this is Python {sys.version.split()[0]} "
              f"({sys.executable}). Create the virtual environment with python3.11 or newer.")
 
-from setuptools import find_packages, setup  # noqa: E402  (after the version check)
+from setuptools import Extension, find_packages, setup  # noqa: E402  (after the version check)
 
 # Import name -> source folder. Every package below a folder is found, so a new subpackage
 # cannot be left out of a wheel.
@@ -26,8 +26,20 @@ def _packages() -> list[str]:
     return found
 
 
+# vgpu's libnvrtc.so.13 (shim/c/nvrtc_forwarder.c) is plain C that never starts Python: it is
+# built as an "extension" only so that setuptools compiles and installs it beside the shims,
+# where shim/loader.py finds it. Nothing imports it.
+NVRTC_FORWARDER = Extension(
+    "vgpu.shim._libnvrtc",
+    sources=["shim/c/nvrtc_forwarder.c"],
+    libraries=["dl", "pthread"],
+    extra_link_args=["-Wl,-soname,libnvrtc.so.13", "-Wl,--version-script=shim/c/libnvrtc.map"],
+    py_limited_api=False,
+)
+
 setup(
     package_dir=PACKAGE_DIRS,
     packages=_packages(),
     cffi_modules=["shim/build_driver.py:ffibuilder", "shim/build_runtime.py:ffibuilder"],
+    ext_modules=[NVRTC_FORWARDER],
 )

@@ -5,12 +5,12 @@ What needs NVIDIA's math libraries (cuBLAS here) fails naming the library.
 
 On the emu backend, with cupy-cuda13x installed:
 
-    CUPY_COMPILE_WITH_PTX=1 CUPY_ACCELERATORS= vgpu run -- python examples/cupy_tour.py
+    CUPY_ACCELERATORS= vgpu run -- python examples/cupy_tour.py
 
-CUPY_COMPILE_WITH_PTX: CuPy asks NVRTC for cubins, which the emulator cannot run, unless told
-to ask for PTX. CUPY_ACCELERATORS empty: CuPy's CUB kernels use PTX instructions the
-emulator lacks (min.s16x2). On a cold kernel cache the run takes minutes here: NVRTC compiles
-each of CuPy's kernels once.
+CUPY_ACCELERATORS empty: CuPy's CUB kernels use PTX instructions the emulator lacks
+(min.s16x2). CuPy asks NVRTC for cubins, which the emulator cannot run; vgpu's libnvrtc.so.13
+hands them back with their PTX, which it runs. On a cold kernel cache the run takes minutes
+here: NVRTC compiles each of CuPy's kernels once.
 """
 
 import cupy as cp

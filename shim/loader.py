@@ -1,12 +1,13 @@
 """Where an application finds our CUDA libraries: a directory to put first on LD_LIBRARY_PATH.
 
-The shims are built as Python extensions (`vgpu/shim/_libcuda.cpython-*.so`, `_libcudart`);
-the dynamic loader looks for `libcuda.so.1` (applications, cudart), `libcuda.so` (numba-cuda
-tries it first), `libcudart.so.13` (programs built with `nvcc -cudart shared`) and
-`libcudart.so`. This module makes a directory with those names as symlinks to the extensions,
-one directory per build (keyed by the extension's path, size and mtime), so a rebuild never
-leaves a stale link behind and concurrent `vgpu run`s share one directory. Finding the
-extension does not load it: the CLI process stays free of the shim.
+The shims are built as Python extensions (`vgpu/shim/_libcuda.cpython-*.so`, `_libcudart`,
+`_libnvrtc`); the dynamic loader looks for `libcuda.so.1` (applications, cudart), `libcuda.so`
+(numba-cuda tries it first), `libcudart.so.13` (programs built with `nvcc -cudart shared`),
+`libcudart.so` and `libnvrtc.so.13` (vgpu's NVRTC over NVIDIA's, which it finds by the path
+`nvidia_nvrtc()` returns). This module makes a directory with those names as symlinks to the
+extensions, one directory per build (keyed by the extension's path, size and mtime), so a
+rebuild never leaves a stale link behind and concurrent `vgpu run`s share one directory.
+Finding the extension does not load it: the CLI process stays free of the shim.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import hashlib
 import importlib.machinery
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["shim_library_dir", "SHIM_LIBRARY_NAMES"]
+__all__ = ["shim_library_dir", "nvidia_nvrtc", "SHIM_LIBRARY_NAMES", "NVRTC"]
 
 # Library file name -> the extension module that provides it.
 SHIM_LIBRARY_NAMES = {
@@ -26,7 +28,9 @@ SHIM_LIBRARY_NAMES = {
     "libcuda.so": "vgpu.shim._libcuda",
     "libcudart.so.13": "vgpu.shim._libcudart",
     "libcudart.so": "vgpu.shim._libcudart",
+    "libnvrtc.so.13": "vgpu.shim._libnvrtc",
 }
+NVRTC = "libnvrtc.so.13"
 
 
 def _extension_path(module: str) -> Path:
@@ -89,3 +93,21 @@ def shim_library_dir() -> Path:
         return _make(_cache_root(), targets)
     except OSError:  # no writable home: fall back to a per-user temporary directory
         return _make(Path(tempfile.gettempdir()) / f"vgpu-shim-{os.getuid()}", targets)
+
+
+def nvidia_nvrtc(library_path: str = "") -> Path | None:
+    """NVIDIA's libnvrtc.so.13, which vgpu's forwards to, or None: first in the folders of
+    `library_path` (an LD_LIBRARY_PATH), then in the nvidia-cuda-nvrtc wheel of this Python's
+    site-packages, then in the toolkit named by CUDA_HOME or CUDA_PATH and /usr/local/cuda.
+    Never vgpu's own: the folder of this build's shims is skipped."""
+    own = _extension_path(SHIM_LIBRARY_NAMES[NVRTC]).resolve()
+    folders = [Path(p) for p in library_path.split(os.pathsep) if p]
+    folders += [Path(p) / "nvidia" / "cu13" / "lib" for p in sys.path if p]
+    folders += [Path(root) / sub for root in (os.environ.get("CUDA_HOME"),
+                                              os.environ.get("CUDA_PATH"), "/usr/local/cuda")
+                if root for sub in ("lib64", "targets/x86_64-linux/lib")]
+    for folder in folders:
+        candidate = folder / NVRTC
+        if candidate.is_file() and candidate.resolve() != own:
+            return candidate
+    return None

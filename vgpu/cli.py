@@ -395,12 +395,21 @@ def _stop(proc: subprocess.Popen, address: str, timeout: float = 10) -> None:
 
 
 def _run_program(command: list[str], address: str) -> int:
-    from vgpu.shim.loader import shim_library_dir
+    from vgpu.shim.loader import NVRTC, nvidia_nvrtc, shim_library_dir
 
     env = dict(os.environ)
-    lib_dir = str(shim_library_dir())
+    lib_dir = shim_library_dir()
+    if not env.get("VGPU_NVRTC_LIBRARY"):  # unset: vgpu's libnvrtc then says it is missing
+        env.pop("VGPU_NVRTC_LIBRARY", None)
+        nvrtc = nvidia_nvrtc(env.get("LD_LIBRARY_PATH", ""))
+        if nvrtc is not None:
+            env["VGPU_NVRTC_LIBRARY"] = str(nvrtc)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (lib_dir, env.get("LD_LIBRARY_PATH", "")) if p)
+        p for p in (str(lib_dir), env.get("LD_LIBRARY_PATH", "")) if p)
+    # Preloaded, so that a program looking for a loaded libnvrtc.so.13 before its own copy
+    # (cuda-python) finds vgpu's; it loads nothing more until the program calls NVRTC.
+    env["LD_PRELOAD"] = " ".join(p for p in (str(lib_dir / NVRTC), env.get("LD_PRELOAD", ""))
+                                 if p)
     env["VGPU_SERVER"] = address
     try:
         proc = subprocess.Popen(command, env=env)

@@ -3,7 +3,9 @@
 Limits are those of an Ampere-class part (compute capability 8.0) because that is what the
 emulator enforces: 1024 threads per block, 48 KiB static shared memory per block (opt-in up to
 163 KiB), warps of 32. Capabilities the emulator lacks (managed memory, cooperative launch,
-IPC, textures) are reported as 0 so applications take their fallback paths.
+IPC) are reported as 0 so applications take their fallback paths; the texture, surface,
+cubemap, mipmap and gather limits are within what vgpu's CUDA arrays enforce
+(shim/driver/arrays.py).
 """
 
 from __future__ import annotations
@@ -58,6 +60,25 @@ EMU_LIMITS = {
     "NUMA_ID": -1,
     "HOST_NUMA_ID": -1,
     "MEM_SYNC_DOMAIN_COUNT": 1,
+    **{f"MAXIMUM_{kind}{extent}": 65536 for kind in ("TEXTURE", "SURFACE")
+       for extent in ("1D_WIDTH", "2D_WIDTH", "2D_HEIGHT")},
+    **{f"MAXIMUM_{kind}3D_{extent}": 16384
+       for kind in ("TEXTURE", "SURFACE") for extent in ("WIDTH", "HEIGHT", "DEPTH")},
+    **{f"MAXIMUM_{kind}{geometry}_LAYERED_{extent}": 2048 if extent == "LAYERS" else 32768
+       for kind in ("TEXTURE", "SURFACE")
+       for geometry, extents in (("1D", ("WIDTH", "LAYERS")),
+                                 ("2D", ("WIDTH", "HEIGHT", "LAYERS")))
+       for extent in extents},
+    **{f"MAXIMUM_{kind}CUBEMAP_{extent}": 2048 if extent == "LAYERED_LAYERS" else 32768
+       for kind in ("TEXTURE", "SURFACE")
+       for extent in ("WIDTH", "LAYERED_WIDTH", "LAYERED_LAYERS")},
+    **{f"MAXIMUM_TEXTURE{extent}": 32768
+       for extent in ("1D_MIPMAPPED_WIDTH", "2D_MIPMAPPED_WIDTH", "2D_MIPMAPPED_HEIGHT",
+                      "2D_GATHER_WIDTH", "2D_GATHER_HEIGHT")},
+    "MAXIMUM_TEXTURE1D_LINEAR_WIDTH": 1 << 28,
+    "MAXIMUM_TEXTURE2D_LINEAR_WIDTH": 65536,
+    "MAXIMUM_TEXTURE2D_LINEAR_HEIGHT": 65536,
+    "MAXIMUM_TEXTURE2D_LINEAR_PITCH": 1 << 21,
 }
 
 

@@ -266,18 +266,18 @@ def _uses_printf(module: PtxModule, kernel: str) -> bool:
                for name in program.kernels[kernel].functions)
 
 
-# Texture and surface instructions and declarations: the emulator has no texture units yet.
-_TEXTURES = re.compile(r"^\s*(?:@!?%\w+\s+)?(?:tex|tld4|txq|suld|sust|sured|suq)\.|"
-                       r"\.(?:texref|surfref|samplerref)\b", re.MULTILINE)
+# Texture, surface and sampler references (CUDA 11's `texture<>`, removed in CUDA 12): the
+# emulator implements texture and surface objects only.
+_REFERENCES = re.compile(r"\.(?:texref|surfref|samplerref)\b")
 
 
 def _why_not_loadable(ptx: list[str], exc: PtxError) -> str:
-    """The loader's error, or what it stumbled on: textures are the usual reason."""
+    """The loader's error, or what it stumbled on: references are the usual reason."""
     for text in ptx:
-        found = _TEXTURES.search(text)
+        found = _REFERENCES.search(text)
         if found:
             line = text.count("\n", 0, found.start()) + 1
-            return (f"textures and surfaces are not supported yet by the emu backend, and "
-                    f"the module uses them (PTX line {line}: "
-                    f"{text.splitlines()[line - 1].strip()})")
+            return (f"texture and surface references are not supported by the emu backend "
+                    f"(texture and surface objects are), and the module declares one (PTX "
+                    f"line {line}: {text.splitlines()[line - 1].strip()})")
     return f"the module's PTX cannot be loaded: {exc}"

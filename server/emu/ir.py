@@ -88,9 +88,11 @@ class SpecialRegister:
 
 @dataclass
 class Address:
-    """`[base+offset]`; base is a register, a symbol, or None for an absolute address."""
+    """`[base+offset]`; base is a register, a symbol, or None for an absolute address.
+    Texture and surface instructions add coordinates: `[handle, {x, y}]`."""
     base: RegisterOperand | Symbol | None
     offset: int = 0
+    coordinates: Vector | None = None
 
 
 @dataclass

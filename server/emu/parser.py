@@ -581,6 +581,12 @@ class _Parser:
                 raise PtxError(f"unexpected {tok.text!r} in address", tok.line)
             if self.accept("]"):
                 return Address(base, offset)
+            if self.accept(","):
+                coordinates = self.operand()
+                if not isinstance(coordinates, Vector):
+                    raise PtxError("expected {coordinates} after the handle", tok.line)
+                self.expect("]")
+                return Address(base, offset, coordinates)
             sign = 1
             while True:
                 if self.accept("+"):

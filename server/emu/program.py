@@ -35,6 +35,7 @@ from . import (  # noqa: F401  (importing registers the opcodes)
     ops_logic,
     ops_mbarrier,
     ops_memory,
+    ops_texture,
     ops_warp,
 )
 from .errors import CUDA_ERROR_NOT_SUPPORTED, UnsupportedPtx

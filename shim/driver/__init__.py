@@ -12,9 +12,9 @@ all work in arrival order, which satisfies both stream semantics.
 
 from __future__ import annotations
 
-from . import context, device, launch, memory, module, occupancy, stream, vmm
+from . import arrays, context, device, launch, memory, module, occupancy, stream, textures, vmm
 
-_MODULES = (device, context, memory, module, launch, stream, vmm, occupancy)
+_MODULES = (device, context, memory, arrays, textures, module, launch, stream, vmm, occupancy)
 
 
 def _implemented() -> dict:

@@ -31,7 +31,8 @@ E = CUresult  # short alias for error codes: E.CUDA_ERROR_INVALID_VALUE
 class Kind:
     """Handle kinds; a handle carries its kind so a wrong-kind handle is caught (ZLUDA's cookie)."""
 
-    CONTEXT, MODULE, FUNCTION, STREAM, EVENT, LIBRARY, KERNEL, LINK, POOL, MEMORY = range(1, 11)
+    (CONTEXT, MODULE, FUNCTION, STREAM, EVENT, LIBRARY, KERNEL, LINK, POOL, MEMORY, ARRAY,
+     MIPMAP) = range(1, 13)
 
 
 _HANDLE_MARK = 0x7667 << 48  # "vg": every vgpu handle has this in its top bits
@@ -62,6 +63,33 @@ class ModuleInfo:
     # A library's image (None for a module): a library outlives its context, so a reset
     # primary context loads it again (context._reset_primary).
     library_image: bytes | None = None
+
+
+@dataclass
+class CudaArray:
+    """A CUDA array: device memory holding its texels row after row (`pitch` bytes apart) and
+    slice after slice (3D depth or layers, `slice_pitch` bytes apart)."""
+
+    address: int
+    format: int  # a CUarray_format
+    channels: int
+    width: int
+    height: int  # 0 for 1D, as CUDA describes it
+    depth: int  # 0 unless 3D or layered (then the layer count)
+    flags: int  # CUDA_ARRAY3D_* flags
+    texel_bytes: int
+
+    @property
+    def pitch(self) -> int:
+        return self.width * self.texel_bytes
+
+    @property
+    def slice_pitch(self) -> int:
+        return self.pitch * max(self.height, 1)
+
+    @property
+    def size(self) -> int:
+        return self.slice_pitch * max(self.depth, 1)
 
 
 @dataclass
@@ -115,6 +143,12 @@ class DriverState:
         self.pool: MemoryPool | None = None  # created by the first pool query or allocation
         self.link_states: dict[int, list[bytes]] = {}  # cuLinkCreate handle -> PTX added
         self.link_outputs: dict[int, object] = {}  # images cuLinkComplete handed out
+        self.arrays: dict[int, CudaArray] = {}  # CUarray handle -> its memory and shape
+        self.mipmaps: dict[int, list[int]] = {}  # CUmipmappedArray -> its levels' CUarrays
+        # texture and surface objects (their descriptors' addresses) -> the descriptions
+        # the program created them from, for the Get*Desc calls
+        self.texture_objects: dict[int, tuple] = {}
+        self.surface_objects: dict[int, tuple] = {}
         self._segment_ids = itertools.count(1)  # ids of pinned host segments
 
     def new_handle(self, kind: int) -> int:

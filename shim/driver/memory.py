@@ -429,29 +429,39 @@ def _copy_2d(p, queued: bool) -> None:
     if p == ffi.NULL:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "CUDA_MEMCPY2D pointer is NULL")
     width, height = p.WidthInBytes, p.Height
+    src_dev, src, src_pitch = copy_side(p.srcMemoryType, p.srcHost, p.srcDevice, p.srcArray,
+                                        p.srcXInBytes, p.srcY, p.srcPitch or width, width,
+                                        height)
+    dst_dev, dst, dst_pitch = copy_side(p.dstMemoryType, p.dstHost, p.dstDevice, p.dstArray,
+                                        p.dstXInBytes, p.dstY, p.dstPitch or width, width,
+                                        height)
+    copy_rows(dst_dev, dst, dst_pitch, src_dev, src, src_pitch, width, height, queued)
 
-    def side(memory_type, host, device, x, y, pitch):
-        if memory_type == CU_MEMORYTYPE_HOST:
-            return False, ptr(host) + y * pitch + x
-        if memory_type == CU_MEMORYTYPE_DEVICE:
-            return True, device + y * pitch + x
-        if memory_type == CU_MEMORYTYPE_UNIFIED:
-            return _is_device(device), device + y * pitch + x
-        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "CUDA arrays are not supported")
 
-    src_pitch = p.srcPitch or width
-    dst_pitch = p.dstPitch or width
-    if src_pitch < width or dst_pitch < width:
+def copy_side(memory_type, host, device, array, x, y, pitch, width, height
+              ) -> tuple[bool, int, int]:
+    """One side of a 2D or 3D copy: (on the device?, address of its first byte, pitch). A
+    CUDA array's rows are its own pitch apart, whatever the copy says."""
+    if memory_type == CU_MEMORYTYPE_ARRAY:
+        found = state.arrays.get(ptr(array))
+        if found is None:
+            raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the copy names no live CUDA array")
+        if x + width > found.pitch or y + height > max(found.height, 1):
+            raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the copy runs past the CUDA array")
+        return True, found.address + y * found.pitch + x, found.pitch
+    if pitch < width:
         raise CudaError(under_nvidia_runtime(E.CUDA_ERROR_INVALID_VALUE, _INVALID_PITCH),
                         "pitch smaller than the row width")
-    src_dev, src = side(p.srcMemoryType, p.srcHost, p.srcDevice, p.srcXInBytes, p.srcY,
-                        src_pitch)
-    dst_dev, dst = side(p.dstMemoryType, p.dstHost, p.dstDevice, p.dstXInBytes, p.dstY,
-                        dst_pitch)
-    _copy_rows(dst_dev, dst, dst_pitch, src_dev, src, src_pitch, width, height, queued)
+    if memory_type == CU_MEMORYTYPE_HOST:
+        return False, ptr(host) + y * pitch + x, pitch
+    if memory_type == CU_MEMORYTYPE_DEVICE:
+        return True, device + y * pitch + x, pitch
+    if memory_type == CU_MEMORYTYPE_UNIFIED:
+        return _is_device(device), device + y * pitch + x, pitch
+    raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown memory type {memory_type}")
 
 
-def _copy_rows(dst_dev: bool, dst: int, dst_pitch: int, src_dev: bool, src: int,
+def copy_rows(dst_dev: bool, dst: int, dst_pitch: int, src_dev: bool, src: int,
                src_pitch: int, width: int, height: int, queued: bool) -> None:
     """A 2D copy between pitched rows, one copy when both sides are contiguous."""
     if not (src_dev or dst_dev):

@@ -11,7 +11,7 @@ import functools
 import sys
 from pathlib import Path
 
-from vgpu.module_image import ImageError, pack_linked_ptx, read_image
+from vgpu.module_image import FATBIN_CONTAINER_MAGIC, ImageError, pack_linked_ptx, read_image
 
 from ._state import (
     CudaError,
@@ -313,7 +313,11 @@ def _interned_name(name: str):
 def _ptx_from(input_type: int, data: bytes, what: str) -> bytes:
     if input_type == CU_JIT_INPUT_PTX:
         return data.rstrip(b"\0")
-    if input_type == CU_JIT_INPUT_FATBINARY:
+    # vgpu's NVRTC hands back an sm_XY compilation's cubin as a fatbin that also carries
+    # its PTX (shim/c/nvrtc_forwarder.c); a program links it as the cubin it asked for.
+    if input_type == CU_JIT_INPUT_FATBINARY or (
+            input_type == CU_JIT_INPUT_CUBIN
+            and data[:4] == FATBIN_CONTAINER_MAGIC.to_bytes(4, "little")):
         from vgpu.fatbin import FatbinError, parse_fatbin, select_ptx
 
         try:

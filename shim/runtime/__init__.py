@@ -20,9 +20,20 @@ name to that module's `__all__`; tests go through a CUDA program in tests/runtim
 
 from __future__ import annotations
 
-from . import channels, device, errors, launch, memory, occupancy, registration, stream
+from . import (
+    channels,
+    device,
+    errors,
+    launch,
+    memory,
+    occupancy,
+    registration,
+    stream,
+    textures,
+)
 
-_MODULES = (registration, launch, device, errors, memory, stream, occupancy, channels)
+_MODULES = (registration, launch, device, errors, memory, stream, occupancy, channels,
+            textures)
 
 
 def _implemented() -> dict:

@@ -1,6 +1,6 @@
 """Channel format descriptions of textures and CUDA arrays: host arithmetic that needs no
-device (`cudaCreateChannelDesc`). Arrays and textures themselves are not supported, so
-`cudaGetChannelDesc`, which reads an array's description, stays refused."""
+device (`cudaCreateChannelDesc`). `cudaGetChannelDesc`, which reads an array's description,
+is with the arrays (textures.py)."""
 
 from __future__ import annotations
 

@@ -174,7 +174,7 @@ def _copy_2d(dst: int, dst_pitch: int, src: int, src_pitch: int, width: int, hei
     if width == 0 or height == 0:
         return
     dst_dev, src_dev = _sides(kind, dst, src)
-    driver_memory._copy_rows(dst_dev, dst, dst_pitch, src_dev, src, src_pitch, width, height,
+    driver_memory.copy_rows(dst_dev, dst, dst_pitch, src_dev, src, src_pitch, width, height,
                              queued)
 
 

@@ -38,6 +38,18 @@ def driver_memory_semantics(toolkit) -> Path:
 
 
 @pytest.fixture(scope="session")
+def driver_textures(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_textures.c").read_text(), flags=["-lm"])
+
+
+@pytest.fixture(scope="session")
+def texture_kernels_ptx(toolkit, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("ptx") / "texture_kernels.ptx"
+    path.write_text(toolkit.ptx((HERE / "texture_kernels.cu").read_text()))
+    return path
+
+
+@pytest.fixture(scope="session")
 def driver_vmm(toolkit) -> Path:
     return toolkit.c_program((HERE / "driver_vmm.c").read_text())
 

@@ -5,14 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "driver_checks.h"
 #include "test_files.h"
 
-#define CHECK(call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) { \
-    const char *n_ = "?"; cuGetErrorName(r_, &n_); \
-    fprintf(stderr, "%s:%d: %s failed: %s (%d)\n", __FILE__, __LINE__, #call, n_, r_); \
-    return 1; } } while (0)
-#define EXPECT(cond) do { if (!(cond)) { fprintf(stderr, "%s:%d: expected %s\n", \
-    __FILE__, __LINE__, #cond); return 1; } } while (0)
 
 int main(int argc, char **argv) {
     enum { N = 10000, STEPS = 8 };

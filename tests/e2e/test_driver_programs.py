@@ -45,6 +45,15 @@ def test_memory_and_context_semantics(driver_memory_semantics):
     assert "not implemented" not in result.stderr, result.stderr
 
 
+def test_arrays_textures_and_surfaces(driver_textures, texture_kernels_ptx):
+    result = vgpu_run(driver_textures, texture_kernels_ptx)
+    assert result.returncode == 0, result.stderr
+    for line in ("half-float linear sampling with a border correct", "pitched 2D texture "
+                 "correct", "layered integer reads correct", "3D surface updated in place",
+                 "all checks passed"):
+        assert f"driver_textures: {line}" in result.stdout, result.stdout + result.stderr
+
+
 def test_cuda_python_program_runs_unmodified():
     result = vgpu_run(sys.executable, EXAMPLES / "vector_add.py")
     assert result.returncode == 0, result.stderr

@@ -11,9 +11,21 @@ from e2e_support import vgpu_run
 
 HERE = Path(__file__).resolve().parent
 KERNEL = 'extern "C" __global__ void k(float *v) { v[threadIdx.x] *= 2.0f; }\n'
-TEXTURE_KERNEL = """
-extern "C" __global__ void fetch(cudaTextureObject_t t, float *out) {
-    out[threadIdx.x] = tex1Dfetch<float>(t, threadIdx.x);
+# A texture reference, as CUDA 11's texture<> compiled (CUDA 12 removed them).
+TEXTURE_REFERENCE = """.version 6.0
+.target sm_50
+.address_size 64
+.global .texref legacy;
+.visible .entry fetch(.param .u64 out)
+{
+    .reg .f32 %f<5>;
+    .reg .b32 %r<2>;
+    .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r1, 0;
+    tex.1d.v4.f32.s32 {%f1, %f2, %f3, %f4}, [legacy, {%r1}];
+    st.global.f32 [%rd1], %f1;
+    ret;
 }
 """
 
@@ -26,7 +38,7 @@ def modules(toolkit, tmp_path_factory) -> dict[str, Path]:
                    cwd=work, check=True, capture_output=True)
     subprocess.run([str(toolkit.nvcc), "-fatbin", "-gencode", "arch=compute_80,code=sm_80",
                     "k.cu", "-o", "k.fatbin"], cwd=work, check=True, capture_output=True)
-    (work / "texture.ptx").write_text(toolkit.ptx(TEXTURE_KERNEL))
+    (work / "texture.ptx").write_text(TEXTURE_REFERENCE)
     (work / "k.ptx").write_text(toolkit.ptx(KERNEL))
     return {name: work / name for name in ("k.cubin", "k.fatbin", "texture.ptx", "k.ptx")}
 
@@ -54,9 +66,9 @@ def test_refusals_say_why_on_stderr(loader, modules):
     fatbin = [line for line in lines if "cubin sm_80" in line]
     assert len(fatbin) == 1 and "no PTX" in fatbin[0], result.stderr
     assert "-gencode arch=compute_80,code=compute_80" in fatbin[0]
-    texture = [line for line in lines if "textures" in line]
+    texture = [line for line in lines if "references" in line]
     assert len(texture) == 1, result.stderr
-    assert texture[0].startswith("vgpu: cuModuleLoad: textures and surfaces are not "
-                                 "supported yet by the emu backend")
-    assert "tex.1d" in texture[0] and texture[0].endswith("(CUDA_ERROR_INVALID_PTX)")
+    assert texture[0].startswith("vgpu: cuModuleLoad: texture and surface references are not "
+                                 "supported by the emu backend")
+    assert ".texref legacy" in texture[0] and texture[0].endswith("(CUDA_ERROR_INVALID_PTX)")
     assert len(lines) == 3, result.stderr  # nothing for the module that loads

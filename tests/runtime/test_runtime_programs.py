@@ -170,6 +170,18 @@ def test_per_thread_default_stream(toolkit, server):
     assert_passed(run(server, program), "streams_events: 3 streams joined")
 
 
+def test_textures_surfaces_and_arrays(toolkit, server):
+    assert_passed(run(server, build(toolkit, "textures")),
+                  "textures: 2D point and linear sampling correct",
+                  "textures: normalized reads with wrapped coordinates correct",
+                  "textures: tex1Dfetch from linear memory correct",
+                  "textures: 3D array copies and sampling correct",
+                  "textures: layered array correct", "textures: cubemap faces correct",
+                  "textures: mipmap levels of detail correct",
+                  "textures: surface writes correct",
+                  "textures: misuse refused with CUDA's errors")
+
+
 # ----------------------------------------------------------------- what vgpu refuses
 
 def test_managed_variables_are_refused_clearly(toolkit, server):
