@@ -15,7 +15,7 @@ from pathlib import Path
 
 __all__ = ["VGPU", "vgpu_environment", "start_emu_server", "stop_server", "emu_server",
            "run_under_vgpu", "TcpForwarder", "free_tcp_address", "keygen", "curve_homes",
-           "start_nested_cuda_server", "nested_cuda_server"]
+           "start_nested_cuda_server", "nested_cuda_server", "start_cuda_server"]
 
 VGPU = [sys.executable, "-m", "vgpu.cli"]
 # What a user's shell may set that would change what a test sees.
@@ -75,6 +75,13 @@ def start_nested_cuda_server(inner: str, address: str, *options: str, stderr=Non
     (stop_server) stops the server through `vgpu run`, which forwards the signal."""
     return _started([*VGPU, "run", "--server", inner, "--", sys.executable, "-m", "vgpu.cli",
                      "server", "--listen", address, "--backend", "cuda", *options],
+                    stderr, None)
+
+
+def start_cuda_server(address: str, *options: str, stderr=None) -> subprocess.Popen:
+    """`vgpu server --backend cuda` on `address`, on the machine's own GPU (scripts/gpu-check),
+    returned once it listens."""
+    return _started([*VGPU, "server", "--listen", address, "--backend", "cuda", *options],
                     stderr, None)
 
 
