@@ -166,6 +166,7 @@ class Session:
         self._windows_granted = 0  # ever: a grant since a mark makes changes unknown
         self._windows_changed = threading.Condition()
         self.arena = arena
+        backend.attach_arena(arena.base, arena.size)
         self.device = backend.describe()
         self.started_at = time.time()
         self.calls_served = 0
@@ -524,6 +525,7 @@ class Session:
         """A fresh backend of the same kind (a suspended session coming back)."""
         self.backend.close()
         self.backend = open_backend(self.backend.name)
+        self.backend.attach_arena(self.arena.base, self.arena.size)
         self.backend.set_memcheck(self.memcheck == "strict")
 
     def mark(self) -> tuple[int, int]:
@@ -600,10 +602,20 @@ class Session:
         except KeyError:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"unknown host segment {seg_id}") from None
 
+    def _find_variable(self, address: int) -> tuple[int, int] | None:
+        """(start, size) of the module variable containing `address`: outside the arena on
+        a backend whose driver places module variables (cuda)."""
+        for _, module in self.modules.items():
+            for start, size in module.loaded.variables.values():
+                if start <= address < start + size:
+                    return start, size
+        return None
+
     def _check_range(self, address: int, size: int) -> None:
         """A copy or memset must stay inside one live allocation (or mapping, or mapped host
         segment)."""
-        found = self.arena.find(address) or self.vmm.find(address)
+        found = (self.arena.find(address) or self.vmm.find(address)
+                 or self._find_variable(address))
         if found is None:
             for _, dev_addr in self.segments.values():
                 if dev_addr is not None:
