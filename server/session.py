@@ -116,6 +116,7 @@ class Module:
     context: int
     loaded: LoadedModule
     code_bytes: int  # its image, charged to the session's memory
+    places: list[int]  # arena addresses its variables took (none where the driver places them)
     functions: set[int] = field(default_factory=set)
 
 
@@ -933,7 +934,7 @@ class Session:
                 self._unreserve(address)
             self.memory.release(len(image))
             raise
-        self.modules.add(handle, Module(context, loaded, len(image)))
+        self.modules.add(handle, Module(context, loaded, len(image), allocated))
         ctx.modules.add(handle)
         self.journal.created("module", handle, context, image, allocated)
         return loaded
@@ -946,7 +947,7 @@ class Session:
             self.functions.pop(f)
             self.journal.destroyed("function", f)
         self.backend.unload_module(module.loaded)
-        for address, _ in module.loaded.variables.values():
+        for address in module.places:
             self._unreserve(address)
         self.memory.release(module.code_bytes)
         if module.context in self.contexts:

@@ -126,6 +126,16 @@ def _call(driver, result):
     return values[0] if len(values) == 1 else tuple(values)
 
 
+def _let_go(driver, result) -> None:
+    """The result of a call that gives something back: an error is raised, except the one
+    of a context lost to a fault (all its memory goes with it; see close)."""
+    try:
+        _call(driver, result)
+    except CudaError as exc:
+        if exc.code not in _KERNEL_FAULTS:
+            raise
+
+
 def _describe(d, device) -> DeviceDescription:
     """The device as its own attributes say (every CUdevice_attribute the driver answers)."""
     from vgpu.api.cudadefs import CUdevice_attribute
@@ -213,7 +223,7 @@ class _Physical:
 class _Module:
     module: object
     functions: dict[str, object] = field(default_factory=dict)
-    may_print: bool = True  # printf or assert: launches are waited for, output captured
+    printing: set[str] = field(default_factory=set)  # kernels that may printf or assert
 
 
 class CudaBackend(Backend):
@@ -250,7 +260,7 @@ class CudaBackend(Backend):
         self._chunks: dict[int, _Chunk] = {}  # granule address -> its chunk
         self._granule_users: dict[int, int] = {}  # granule address -> allocations in it
         self._allocations: dict[int, int] = {}  # address -> size
-        self._host_only: set[int] = set()  # host buffers the device does not map (see map)
+        self._host_only: dict[int, memoryview] = {}  # host buffers the device cannot map
         self._vmm_mappings: dict[int, int] = {}  # address -> size
         self._printf_fifo = 0
 
@@ -317,10 +327,10 @@ class CudaBackend(Backend):
 
     def map(self, address: int, size: int, backing: memoryview | None = None) -> None:
         if backing is not None:
-            # Page-locked host memory the client shares: copies reach it through the server,
-            # but a device cannot map a buffer of this process at an address of the arena,
-            # so kernels cannot dereference it here.
-            self._host_only.add(address)
+            # Page-locked host memory the client shares, at the client's address: copies and
+            # memsets reach it here (host_view), but a device maps no buffer of another
+            # process's at that process's addresses, so kernels cannot dereference it.
+            self._host_only[address] = memoryview(backing).cast("B")
             return
         self._cover(address, size)
         granules = range(self._floor(address), address + size, self.granule)
@@ -364,13 +374,14 @@ class CudaBackend(Backend):
         _call(d, d.cuMemSetAccess(address, size, [desc], 1))
 
     def unmap(self, address: int) -> None:
-        if address in self._host_only:
-            self._host_only.discard(address)
+        host = self._host_only.pop(address, None)
+        if host is not None:
+            host.release()  # the session closes its map of the buffer next
             return
         d = self._d
         if address in self._vmm_mappings:
             with self._current():
-                _call(d, d.cuMemUnmap(address, self._vmm_mappings.pop(address)))
+                _let_go(d, d.cuMemUnmap(address, self._vmm_mappings.pop(address)))
             return
         size = self._allocations.pop(address)
         for g in range(self._floor(address), address + size, self.granule):
@@ -386,8 +397,8 @@ class CudaBackend(Backend):
     def _free_chunk(self, chunk: _Chunk) -> None:
         d = self._d
         with self._current():
-            _call(d, d.cuMemUnmap(chunk.start, chunk.size))
-            _call(d, d.cuMemRelease(chunk.handle))
+            _let_go(d, d.cuMemUnmap(chunk.start, chunk.size))
+            _let_go(d, d.cuMemRelease(chunk.handle))
         for g in range(chunk.start, chunk.start + chunk.size, self.granule):
             del self._chunks[g]
 
@@ -440,13 +451,24 @@ class CudaBackend(Backend):
     def release_physical(self, physical: _Physical) -> None:
         d = self._d
         with self._current():
-            _call(d, d.cuMemRelease(physical.handle))
+            _let_go(d, d.cuMemRelease(physical.handle))
 
     # ----------------------------------------------------------------- copies
+
+    def host_view(self, address: int, size: int, writing: bool = True) -> memoryview | None:
+        """Page-locked host memory (see map) is in host RAM: a view of it; None elsewhere."""
+        for start, buffer in self._host_only.items():
+            if start <= address and address + size <= start + len(buffer):
+                return buffer[address - start:address - start + size]
+        return None
 
     def write(self, address: int, data: memoryview) -> None:
         d = self._d
         data = memoryview(data).cast("B")
+        host = self.host_view(address, len(data))
+        if host is not None:
+            host[:] = data
+            return
         with self._current():
             for offset in range(0, len(data), STAGING_BYTES):
                 piece = data[offset:offset + STAGING_BYTES]
@@ -456,6 +478,10 @@ class CudaBackend(Backend):
     def read_into(self, address: int, out: memoryview) -> None:
         d = self._d
         out = memoryview(out).cast("B")
+        host = self.host_view(address, len(out))
+        if host is not None:
+            out[:] = host
+            return
         with self._current():
             for offset in range(0, len(out), STAGING_BYTES):
                 n = min(STAGING_BYTES, len(out) - offset)
@@ -464,11 +490,21 @@ class CudaBackend(Backend):
 
     def copy(self, dst: int, src: int, size: int) -> None:
         d = self._d
-        with self._current():
-            _call(d, d.cuMemcpyDtoD(dst, src, size))
+        to, source = self.host_view(dst, size), self.host_view(src, size)
+        if source is not None:
+            self.write(dst, source)
+        elif to is not None:
+            self.read_into(src, to)
+        else:
+            with self._current():
+                _call(d, d.cuMemcpyDtoD(dst, src, size))
 
     def fill(self, address: int, pattern: bytes, count: int) -> None:
         d = self._d
+        host = self.host_view(address, len(pattern) * count)
+        if host is not None:
+            host[:] = pattern * count
+            return
         setter = {1: d.cuMemsetD8, 2: d.cuMemsetD16, 4: d.cuMemsetD32}[len(pattern)]
         with self._current():
             _call(d, setter(address, int.from_bytes(pattern, "little"), count))
@@ -494,13 +530,16 @@ class CudaBackend(Backend):
 
     def _describe_module(self, module, ptx: list[str], image: bytes) -> LoadedModule:
         d = self._d
-        count = _call(d, d.cuModuleGetFunctionCount(module))
-        handle = _Module(module, may_print=_may_print(image, ptx))
+        count = int(_call(d, d.cuModuleGetFunctionCount(module)))
+        printing = _printing_kernels(image, ptx)
+        handle = _Module(module)
         kernels = {}
         for function in _call(d, d.cuModuleEnumerateFunctions(count, module)) or ():
             name = _call(d, d.cuFuncGetName(function)).decode()
             handle.functions[name] = function
-            kernels[name] = self._describe_kernel(name, function, handle.may_print)
+            kernels[name] = self._describe_kernel(name, function, name in printing)
+            if name in printing:
+                handle.printing.add(name)
         variables = {}
         for name in _variable_names(ptx):
             try:
@@ -534,7 +573,7 @@ class CudaBackend(Backend):
     def unload_module(self, module: LoadedModule) -> None:
         d = self._d
         with self._current():
-            _call(d, d.cuModuleUnload(module.handle.module))
+            _let_go(d, d.cuModuleUnload(module.handle.module))
 
     # ----------------------------------------------------------------- launches
 
@@ -549,7 +588,7 @@ class CudaBackend(Backend):
                     function,
                     d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     shared_bytes))
-        may_print = module.handle.may_print
+        may_print = kernel in module.handle.printing
         grid, block = tuple(int(v) for v in grid), tuple(int(v) for v in block)
 
         def run(params: bytes, printf_fifo_bytes: int) -> tuple[str, str]:
@@ -606,21 +645,21 @@ class CudaBackend(Backend):
         d = self._d
         if self._ctx is None:
             return
-        # Destroying the context frees its memory, modules and mappings; the reservations
-        # and the pinned buffer are the process's, given back first.
+        # Mappings, physical memory and reservations are the process's, not the context's:
+        # given back one by one; the context takes its modules with it.
         with self._current():
             for address in list(self._vmm_mappings):
-                d.cuMemUnmap(address, self._vmm_mappings.pop(address))
+                _let_go(d, d.cuMemUnmap(address, self._vmm_mappings.pop(address)))
             for chunk in {id(c): c for c in self._chunks.values()}.values():
-                d.cuMemUnmap(chunk.start, chunk.size)
-                d.cuMemRelease(chunk.handle)
+                _let_go(d, d.cuMemUnmap(chunk.start, chunk.size))
+                _let_go(d, d.cuMemRelease(chunk.handle))
             self._chunks.clear()
             for start, span in self._pieces.items():
-                d.cuMemAddressFree(start, span)
+                _let_go(d, d.cuMemAddressFree(start, span))
             self._pieces.clear()
-            d.cuMemFreeHost(self._staging)
+            _let_go(d, d.cuMemFreeHost(self._staging))
         self._stage.release()
-        d.cuCtxDestroy(self._ctx)
+        _let_go(d, d.cuCtxDestroy(self._ctx))
         self._ctx = None
 
 
@@ -640,13 +679,43 @@ def _is_binary(image: bytes) -> bool:
     return image[:1] not in (b".", b"/", b"\n", b"\r", b"\t", b" ")
 
 
-def _may_print(image: bytes, ptx: list[str]) -> bool:
-    """Whether the module's kernels may print or assert (then each launch is waited for, its
-    output captured): what its PTX calls, or, without PTX (SASS only, or compressed), the
-    symbols its image names; when unsure, yes."""
-    if ptx:
-        return any("vprintf" in text or "__assertfail" in text for text in ptx)
-    return b"vprintf" in image or b"__assertfail" in image or not image.startswith(b"\x7fELF")
+# PTX functions and what they call: where a kernel's printf or assert may be.
+_FUNCTION = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+|\.extern\s+)?\.(?:entry|func)\s+"
+                       r"(?:\([^)]*\)\s*)?([A-Za-z_$][\w$]*)", re.MULTILINE)
+_CALL = re.compile(r"\bcall(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?([A-Za-z_$][\w$]*)")
+_PRINTING = {"vprintf", "__assertfail"}
+
+
+class _Everything(set):
+    """Every kernel: where the image does not say (no PTX), each may print."""
+
+    def __contains__(self, name) -> bool:
+        return True
+
+
+def _printing_kernels(image: bytes, ptx: list[str]) -> set[str]:
+    """The kernels that may call printf or assert (then each launch is waited for, its
+    output captured): those whose PTX reaches vprintf or __assertfail through its calls.
+    Without PTX, all of them if the image names either anywhere (or is compressed)."""
+    if not ptx:
+        if image.startswith(b"\x7fELF") and not any(n.encode() in image for n in _PRINTING):
+            return set()
+        return _Everything()
+    calls: dict[str, set[str]] = {}
+    for text in ptx:
+        found = list(_FUNCTION.finditer(text))
+        for i, match in enumerate(found):
+            end = found[i + 1].start() if i + 1 < len(found) else len(text)
+            calls.setdefault(match.group(1), set()).update(
+                _CALL.findall(text, match.end(), end))
+    printing, changed = set(_PRINTING), True
+    while changed:  # what calls a printing function prints
+        changed = False
+        for name, callees in calls.items():
+            if name not in printing and callees & printing:
+                printing.add(name)
+                changed = True
+    return printing - _PRINTING
 
 
 # A module-scope variable's declaration in PTX: `.visible .global .align 4 .u32 name[4];`
