@@ -663,7 +663,11 @@ class Session:
     def primary_ctx_reset(self, handle: int):
         if handle in self.contexts:
             self._destroy_context_resources(handle)
-        self.sticky_error = CUDA_SUCCESS
+        if self.sticky_error:
+            self.backend.recover()
+        # The failures of work queued before are the old context's: the reset ends them.
+        self.sticky_error = self.deferred_error = CUDA_SUCCESS
+        self.deferred_message = ""
         self.printf_fifo_bytes = DEFAULT_PRINTF_FIFO_BYTES
         self.printf_launched = False
 

@@ -174,6 +174,11 @@ class Backend(abc.ABC):
         checker's report); a kernel that fails raises KernelFault. Sessions keep launchers
         for the shapes a program repeats."""
 
+    def recover(self) -> None:
+        """The program reset its device after a fault (a sticky error): make the device
+        usable again, where a fault left it unusable (a GPU's context)."""
+        return None
+
     @abc.abstractmethod
     def set_memcheck(self, strict: bool) -> None:
         """Strict memory checking: an access outside its allocation faults even where the

@@ -126,14 +126,16 @@ def _call(driver, result):
     return values[0] if len(values) == 1 else tuple(values)
 
 
-def _let_go(driver, result) -> None:
+def _let_go(driver, result) -> bool:
     """The result of a call that gives something back: an error is raised, except the one
-    of a context lost to a fault (all its memory goes with it; see close)."""
+    of a context lost to a fault (all its memory goes with it); whether it was that."""
     try:
         _call(driver, result)
     except CudaError as exc:
         if exc.code not in _KERNEL_FAULTS:
             raise
+        return True
+    return False
 
 
 def _describe(d, device) -> DeviceDescription:
@@ -240,29 +242,46 @@ class CudaBackend(Backend):
             if _device_description is None:
                 _device_description = _describe(d, self._device)
         self._description = _device_description
-        self._ctx = _call(d, d.cuCtxCreate(None, 0, self._device))
-        _call(d, d.cuCtxPopCurrent())
         self._cancelled = threading.Event()
         self._prop = d.CUmemAllocationProp()
         self._prop.type = d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
         self._prop.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
         self._prop.location.id = ordinal
+        self.granule = int(_call(d, d.cuMemGetAllocationGranularity(
+            self._prop, d.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM)))
+        self._piece_bytes = 0  # what one piece of the arena's range spans (attach_arena)
+        self._arena = (0, 0)
+        self._ctx = None
+        self._open()
+
+    def _open(self) -> None:
+        """A context of the session's own on the device, and its pinned staging buffer."""
+        d = self._d
+        self._ctx = _call(d, d.cuCtxCreate(None, 0, self._device))
+        _call(d, d.cuCtxPopCurrent())
         with self._current():
-            self.granule = int(_call(d, d.cuMemGetAllocationGranularity(
-                self._prop,
-                d.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM)))
             self._staging = int(_call(d, d.cuMemHostAlloc(STAGING_BYTES, 0)))
         self._stage = memoryview((ctypes.c_char * STAGING_BYTES).from_address(self._staging)
                                  ).cast("B")
         self._pieces: dict[int, int] = {}  # reserved start -> size
-        self._piece_bytes = 0  # what one piece of the arena's range spans (attach_arena)
-        self._arena = (0, 0)
         self._chunks: dict[int, _Chunk] = {}  # granule address -> its chunk
         self._granule_users: dict[int, int] = {}  # granule address -> allocations in it
         self._allocations: dict[int, int] = {}  # address -> size
         self._host_only: dict[int, memoryview] = {}  # host buffers the device cannot map
         self._vmm_mappings: dict[int, int] = {}  # address -> size
         self._printf_fifo = 0
+
+    def recover(self) -> None:
+        """The program reset its device after a fault: the context the fault lost, and all
+        the memory in it, are given up for a fresh one (CUDA's way back from a fault)."""
+        d = self._d
+        self._release()
+        # Where the driver keeps a fault for the whole process (vgpu's own driver, as CUDA
+        # documents for CUDA_ERROR_ILLEGAL_ADDRESS), resetting the device clears it.
+        _let_go(d, d.cuDevicePrimaryCtxReset(self._device))
+        self._open()
+        if self._piece_bytes:
+            self._reserve_piece(self._arena[0])
 
     # ----------------------------------------------------------------- plumbing
 
@@ -271,14 +290,17 @@ class CudaBackend(Backend):
         """The session's context current on this thread for the block (it may be already:
         inside `running`)."""
         d = self._d
-        if int(_call(d, d.cuCtxGetCurrent())) == int(self._ctx):
+        context = self._ctx
+        if int(_call(d, d.cuCtxGetCurrent())) == int(context):
             yield
             return
-        _call(d, d.cuCtxPushCurrent(self._ctx))
+        _call(d, d.cuCtxPushCurrent(context))
         try:
             yield
         finally:
-            _call(d, d.cuCtxPopCurrent())
+            # Unless the block destroyed it (recover), which took it off the stack.
+            if int(_call(d, d.cuCtxGetCurrent())) == int(context):
+                _call(d, d.cuCtxPopCurrent())
 
     def running(self):
         return self._current()
@@ -642,25 +664,34 @@ class CudaBackend(Backend):
         self._cancelled.set()
 
     def close(self) -> None:
+        if self._ctx is not None and self._release():
+            # Where the driver keeps a fault for the whole process (vgpu's own driver, as
+            # CUDA documents for CUDA_ERROR_ILLEGAL_ADDRESS), the other sessions need it gone.
+            _let_go(self._d, self._d.cuDevicePrimaryCtxReset(self._device))
+
+    def _release(self) -> bool:
+        """Give everything back; whether the context was lost to a fault."""
         d = self._d
-        if self._ctx is None:
-            return
+        lost = False
         # Mappings, physical memory and reservations are the process's, not the context's:
         # given back one by one; the context takes its modules with it.
         with self._current():
             for address in list(self._vmm_mappings):
-                _let_go(d, d.cuMemUnmap(address, self._vmm_mappings.pop(address)))
+                lost |= _let_go(d, d.cuMemUnmap(address, self._vmm_mappings.pop(address)))
             for chunk in {id(c): c for c in self._chunks.values()}.values():
-                _let_go(d, d.cuMemUnmap(chunk.start, chunk.size))
-                _let_go(d, d.cuMemRelease(chunk.handle))
+                lost |= _let_go(d, d.cuMemUnmap(chunk.start, chunk.size))
+                lost |= _let_go(d, d.cuMemRelease(chunk.handle))
             self._chunks.clear()
             for start, span in self._pieces.items():
-                _let_go(d, d.cuMemAddressFree(start, span))
+                lost |= _let_go(d, d.cuMemAddressFree(start, span))
             self._pieces.clear()
-            _let_go(d, d.cuMemFreeHost(self._staging))
+            lost |= _let_go(d, d.cuMemFreeHost(self._staging))
         self._stage.release()
-        _let_go(d, d.cuCtxDestroy(self._ctx))
+        for host in self._host_only.values():
+            host.release()
+        lost |= _let_go(d, d.cuCtxDestroy(self._ctx))
         self._ctx = None
+        return lost
 
 
 def _runs(granules: list[int], granule: int) -> list[tuple[int, int]]:
