@@ -63,6 +63,7 @@ class Device:
         self.backend: Backend = open_backend(kind)
         self.arena = VaArena(ARENA_BASE + slot * ARENA_SPAN, ARENA_SPAN)
         self.closed = False
+        self.backend.attach_arena(self.arena.base, self.arena.size)
 
     def alloc(self, size: int, at: int | None = None) -> int:
         address = self.arena.alloc(size, at)
@@ -93,12 +94,14 @@ class Device:
 
     def load(self, image: bytes, places: list[int] | None = None) -> LoadedModule:
         """Load a module; its variables at the arena's next free places, or at `places`
-        (where a restore puts them back). The module's `places` say where they went."""
+        (where a restore puts them back). The module's `places` say where they went (none
+        where the backend's driver places them)."""
         wanted = iter(places) if places is not None else None
         allocated: list[int] = []
 
         def allocate(size: int) -> int:
-            address = self.arena.alloc(size, next(wanted) if wanted else None)
+            # As the session does: a backend whose driver placed them (cuda) left no places.
+            address = self.arena.alloc(size, next(wanted, None) if wanted else None)
             assert address is not None, f"no room for a {size}-byte module variable"
             allocated.append(address)
             return address
