@@ -15,7 +15,7 @@ import struct
 import threading
 
 import pytest
-from conftest import KINDS, f32, f64, i32, ptr
+from contract_device import KINDS, f32, f64, i32, ptr
 
 from vgpu.errors import CudaError
 from vgpu.server.backends.base import Cancelled, KernelFault
