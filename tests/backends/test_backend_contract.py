@@ -239,6 +239,28 @@ def test_a_kernel_storing_where_nothing_is_mapped_faults_with_an_illegal_address
     assert caught.value.code == CUDA_ERROR_ILLEGAL_ADDRESS
 
 
+def test_after_a_fault_and_a_recovery_new_work_runs(device, kernels):
+    """What a device reset (cuDevicePrimaryCtxReset) asks of the backend after a sticky
+    fault: the session has freed the context's memory and modules, and starts afresh."""
+    module = device.load(kernels.ptx)
+    nowhere = device.arena.base + device.arena.size - 4 * MIB
+    with pytest.raises(CudaError):
+        device.launch(module, "store_at", 1, 1, ptr(nowhere), i32(9))
+    with device.backend.running():
+        device.backend.unload_module(module)
+    for address, _ in device.arena.allocations():
+        if address in module.places:  # the module's variables went with it
+            device.arena.free(address)
+        else:
+            device.free(address)
+    with device.backend.running():
+        device.backend.recover()
+    module = device.load(kernels.ptx)
+    target = device.upload(bytes(4))
+    device.launch(module, "store_at", 1, 1, ptr(target), i32(5))
+    assert device.read(target, 4) == i32(5)
+
+
 def test_after_cancel_no_kernel_runs(device, kernels):
     """cancel() comes from another thread than the one running kernels: a session ending."""
     module = device.load(kernels.ptx)
@@ -287,6 +309,17 @@ def test_physical_memory_made_with_contents_holds_them(device):
         device.backend.map_physical(address, size, physical, 0)
         device.backend.set_access(address, READ)
     assert device.read(address, size) == contents
+
+
+def test_a_mapping_shows_physical_memory_from_its_offset(device):
+    size = 2 * MIB
+    address = device.arena.reserve(size, size)
+    with device.backend.running():
+        physical = device.backend.create_physical(2 * size)
+        device.backend.write_physical(physical, size, memoryview(b"second half"))
+        device.backend.map_physical(address, size, physical, size)
+        device.backend.set_access(address, READ_WRITE)
+    assert device.read(address, 11) == b"second half"
 
 
 def test_physical_memory_without_access_is_not_read(device):
