@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from contract_device import Device
+from contract_device import KINDS, Device
 from vgpu_processes import emu_server, run_under_vgpu
 
 HERE = Path(__file__).resolve().parent
@@ -118,11 +118,11 @@ def nested_twin(request) -> NestedResult | None:
 
 @pytest.fixture
 def make_device(request):
-    """make_device(kind, slot=0): a Device, closed at the test's end."""
+    """make_device(kind): a Device, closed at the test's end."""
     made: list[Device] = []
 
-    def make(kind: str, slot: int = 0) -> Device:
-        made.append(Device(kind, slot))
+    def make(kind: str) -> Device:
+        made.append(Device(kind))
         return made[-1]
 
     yield make
@@ -130,7 +130,7 @@ def make_device(request):
         device.close()
 
 
-@pytest.fixture(params=["emu", "cuda"])
+@pytest.fixture(params=KINDS)
 def kind(request) -> str:
     return request.param
 

@@ -36,13 +36,13 @@ def ptr(address: int) -> bytes:
 # ----------------------------------------------------------------- a backend and its arena
 
 class Device:
-    """A backend as a session drives it: addresses from an arena (the session's slot
-    `slot`), memory mapped there, modules loaded with their variables in the arena."""
+    """A backend as a session drives it: addresses from an arena (the first session slot's),
+    memory mapped there, modules loaded with their variables in the arena where the backend
+    asks for places."""
 
-    def __init__(self, kind: str, slot: int = 0):
-        self.kind = kind
+    def __init__(self, kind: str):
         self.backend: Backend = open_backend(kind)
-        self.arena = VaArena(ARENA_BASE + slot * ARENA_SPAN, ARENA_SPAN)
+        self.arena = VaArena(ARENA_BASE, ARENA_SPAN)
         self.closed = False
         self.backend.attach_arena(self.arena.base, self.arena.size)
 
