@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vgpu.errors import CudaError
+from vgpu.module_image import LINKED_PTX_MAGIC
 
 from .base import (
     Backend,
@@ -542,6 +543,8 @@ class CudaBackend(Backend):
         if decoded.ptx and not _is_binary(image):  # PTX text: the driver wants it ended
             image = image.rstrip(b"\0") + b"\0"
         with self._current():
+            if image[:8] == LINKED_PTX_MAGIC:
+                image = self._linked(decoded.ptx)
             module = _call(d, d.cuModuleLoadData(image))
             try:
                 loaded = self._describe_module(module, decoded.ptx, image)
@@ -549,6 +552,21 @@ class CudaBackend(Backend):
                 _call(d, d.cuModuleUnload(module))
                 raise
         return loaded
+
+    def _linked(self, ptx: list[str]) -> bytes:
+        """What a program's cuLink* calls made (vgpu's link output: the PTX modules added,
+        see vgpu.module_image), linked by the driver."""
+        d = self._d
+        state = _call(d, d.cuLinkCreate(0, [], []))
+        try:
+            for i, text in enumerate(ptx):
+                data = text.encode() + b"\0"
+                _call(d, d.cuLinkAddData(state, d.CUjitInputType.CU_JIT_INPUT_PTX, data,
+                                         len(data), f"module{i}.ptx".encode(), 0, [], []))
+            image, size = _call(d, d.cuLinkComplete(state))
+            return ctypes.string_at(int(image), int(size))
+        finally:
+            _call(d, d.cuLinkDestroy(state))
 
     def _describe_module(self, module, ptx: list[str], image: bytes) -> LoadedModule:
         d = self._d

@@ -163,3 +163,29 @@ def test_vgpu_driver_enumerates_kernels_and_their_parameters(cuda_server, kernel
     kernels = dict(line.split(" ", 1) for line in result.stdout.splitlines())
     # kernels.cu's scale(float *data, float factor, int n)
     assert kernels["scale"] == "[(0, 8), (8, 4), (12, 4)] CUDA_ERROR_INVALID_VALUE", kernels
+
+
+LINK = """
+import ctypes, sys
+from cuda.bindings import driver as cu
+ptx = open(sys.argv[1], "rb").read() + b"\\0"
+cu.cuInit(0)
+_, device = cu.cuDeviceGet(0)
+_, context = cu.cuDevicePrimaryCtxRetain(device)
+cu.cuCtxSetCurrent(context)
+_, state = cu.cuLinkCreate(0, [], [])
+cu.cuLinkAddData(state, cu.CUjitInputType.CU_JIT_INPUT_PTX, ptx, len(ptx), b"k.ptx", 0, [], [])
+_, image, size = cu.cuLinkComplete(state)
+err, module = cu.cuModuleLoadData(ctypes.string_at(int(image), int(size)))
+print("load", err.name)
+print("function", cu.cuModuleGetFunction(module, b"scale")[0].name)
+"""
+
+
+def test_a_programs_linked_module_is_linked_by_the_driver(cuda_server, kernels_ptx):
+    """cuLink* output from vgpu's driver (the PTX modules added) reaches the backend, which
+    links them with the device's driver."""
+    result = run_under_vgpu(cuda_server, sys.executable, "-c", LINK, str(kernels_ptx),
+                            timeout=TIMEOUT_S)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "load CUDA_SUCCESS\nfunction CUDA_SUCCESS\n", result.stdout
