@@ -132,7 +132,8 @@ def test_streams_and_events(toolkit, cuda_server):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-ENUMERATE = """
+# A cuda-python program's start: the PTX file named by its argument, and a current context.
+PREAMBLE = """
 import sys
 from cuda.bindings import driver as cu
 ptx = open(sys.argv[1], "rb").read() + b"\\0"
@@ -140,6 +141,9 @@ cu.cuInit(0)
 _, device = cu.cuDeviceGet(0)
 _, context = cu.cuDevicePrimaryCtxRetain(device)
 cu.cuCtxSetCurrent(context)
+"""
+
+ENUMERATE = PREAMBLE + """
 _, module = cu.cuModuleLoadData(ptx)
 _, count = cu.cuModuleGetFunctionCount(module)
 _, functions = cu.cuModuleEnumerateFunctions(count, module)
@@ -165,14 +169,8 @@ def test_vgpu_driver_enumerates_kernels_and_their_parameters(cuda_server, kernel
     assert kernels["scale"] == "[(0, 8), (8, 4), (12, 4)] CUDA_ERROR_INVALID_VALUE", kernels
 
 
-LINK = """
-import ctypes, sys
-from cuda.bindings import driver as cu
-ptx = open(sys.argv[1], "rb").read() + b"\\0"
-cu.cuInit(0)
-_, device = cu.cuDeviceGet(0)
-_, context = cu.cuDevicePrimaryCtxRetain(device)
-cu.cuCtxSetCurrent(context)
+LINK = PREAMBLE + """
+import ctypes
 _, state = cu.cuLinkCreate(0, [], [])
 cu.cuLinkAddData(state, cu.CUjitInputType.CU_JIT_INPUT_PTX, ptx, len(ptx), b"k.ptx", 0, [], [])
 _, image, size = cu.cuLinkComplete(state)
