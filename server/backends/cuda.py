@@ -273,6 +273,7 @@ class CudaBackend(Backend):
         self._allocations: dict[int, int] = {}  # address -> size
         self._host_only: dict[int, memoryview] = {}  # host buffers the device cannot map
         self._vmm_mappings: dict[int, int] = {}  # address -> size
+        self._access: dict[int, int] = {}  # mapping address -> the access it allows
         self._variables = _Variables()
         self._printf_fifo = 0
 
@@ -409,6 +410,7 @@ class CudaBackend(Backend):
         if address in self._vmm_mappings:
             with self._current():
                 _let_go(d, d.cuMemUnmap(address, self._vmm_mappings.pop(address)))
+            self._access.pop(address, None)
             return
         size = self._allocations.pop(address)
         for g in range(self._floor(address), address + size, self.granule):
@@ -472,8 +474,11 @@ class CudaBackend(Backend):
         self._vmm_mappings[address] = size
 
     def set_access(self, address: int, access: int) -> None:
+        if access == self._access.get(address, 0):
+            return  # a fresh mapping allows no access already: nothing to ask the driver
         with self._current():
             self._grant(address, self._vmm_mappings[address], access)
+        self._access[address] = access
 
     def release_physical(self, physical: _Physical) -> None:
         d = self._d
