@@ -116,7 +116,7 @@ class Module:
     context: int
     loaded: LoadedModule
     code_bytes: int  # its image, charged to the session's memory
-    places: list[int]  # arena addresses its variables took (none where the driver places them)
+    places: list[int]  # arena addresses its variables took (some may be nameless places)
     functions: set[int] = field(default_factory=set)
 
 
@@ -625,20 +625,10 @@ class Session:
         except KeyError:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"unknown host segment {seg_id}") from None
 
-    def _find_variable(self, address: int) -> tuple[int, int] | None:
-        """(start, size) of the module variable containing `address`: outside the arena on
-        a backend whose driver places module variables (cuda)."""
-        for _, module in self.modules.items():
-            for start, size in module.loaded.variables.values():
-                if start <= address < start + size:
-                    return start, size
-        return None
-
     def _check_range(self, address: int, size: int) -> None:
         """A copy or memset must stay inside one live allocation (or mapping, or mapped host
         segment)."""
-        found = (self.arena.find(address) or self.vmm.find(address)
-                 or self._find_variable(address))
+        found = self.arena.find(address) or self.vmm.find(address)
         if found is None:
             for _, dev_addr in self.segments.values():
                 if dev_addr is not None:

@@ -12,10 +12,12 @@ granules one allocation brings to life are one physical allocation, mapped at on
 freed when none of its granules is used any longer (until then a freed granule stays mapped,
 ready for the next allocation placed in it).
 
-Module variables live where the driver puts them (cuModuleGetGlobal), outside the arena: a
-module loaded again (a restore, a migration) may see them at other addresses, so a pointer
-to one kept in device memory does not survive a move, and their contents are not part of a
-checkpoint (the module's initial values come back with it).
+Module variables live where the driver puts them, which the kernels' code uses; each also
+takes an arena address, its place, in the order and size emu's loader gives (so a session
+moving between backends finds each at its place), and what the program and the session see
+is the place: copies to it reach the variable, and a checkpoint holds its contents. A kernel
+given a place as a pointer (cudaGetSymbolAddress passed to a kernel) does not reach the
+variable on this backend.
 
 Copies go through a pinned staging buffer of the session's (cuMemHostAlloc). Launches pass
 the client's parameter buffer as it is (CU_LAUNCH_PARAM_BUFFER_POINTER). Work runs on the
@@ -26,6 +28,7 @@ assert) is waited for with stdout captured, so the text goes back to its client 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import ctypes
 import os
@@ -35,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vgpu.errors import CudaError
+from vgpu.module_image import LINKED_PTX_MAGIC
 
 from .base import (
     Backend,
@@ -269,6 +273,8 @@ class CudaBackend(Backend):
         self._allocations: dict[int, int] = {}  # address -> size
         self._host_only: dict[int, memoryview] = {}  # host buffers the device cannot map
         self._vmm_mappings: dict[int, int] = {}  # address -> size
+        self._access: dict[int, int] = {}  # mapping address -> the access it allows
+        self._variables = _Variables()
         self._printf_fifo = 0
 
     def recover(self) -> None:
@@ -404,6 +410,7 @@ class CudaBackend(Backend):
         if address in self._vmm_mappings:
             with self._current():
                 _let_go(d, d.cuMemUnmap(address, self._vmm_mappings.pop(address)))
+            self._access.pop(address, None)
             return
         size = self._allocations.pop(address)
         for g in range(self._floor(address), address + size, self.granule):
@@ -467,8 +474,11 @@ class CudaBackend(Backend):
         self._vmm_mappings[address] = size
 
     def set_access(self, address: int, access: int) -> None:
+        if access == self._access.get(address, 0):
+            return  # a fresh mapping allows no access already: nothing to ask the driver
         with self._current():
             self._grant(address, self._vmm_mappings[address], access)
+        self._access[address] = access
 
     def release_physical(self, physical: _Physical) -> None:
         d = self._d
@@ -491,6 +501,7 @@ class CudaBackend(Backend):
         if host is not None:
             host[:] = data
             return
+        address = self._variables.device_address(address)
         with self._current():
             for offset in range(0, len(data), STAGING_BYTES):
                 piece = data[offset:offset + STAGING_BYTES]
@@ -504,6 +515,7 @@ class CudaBackend(Backend):
         if host is not None:
             out[:] = host
             return
+        address = self._variables.device_address(address)
         with self._current():
             for offset in range(0, len(out), STAGING_BYTES):
                 n = min(STAGING_BYTES, len(out) - offset)
@@ -518,6 +530,7 @@ class CudaBackend(Backend):
         elif to is not None:
             self.read_into(src, to)
         else:
+            dst, src = self._variables.device_address(dst), self._variables.device_address(src)
             with self._current():
                 _call(d, d.cuMemcpyDtoD(dst, src, size))
 
@@ -527,6 +540,7 @@ class CudaBackend(Backend):
         if host is not None:
             host[:] = pattern * count
             return
+        address = self._variables.device_address(address)
         setter = {1: d.cuMemsetD8, 2: d.cuMemsetD16, 4: d.cuMemsetD32}[len(pattern)]
         with self._current():
             _call(d, setter(address, int.from_bytes(pattern, "little"), count))
@@ -535,22 +549,40 @@ class CudaBackend(Backend):
 
     def load_module(self, image: bytes, allocate: Callable[[int], int]) -> LoadedModule:
         """The whole image to the driver (a fatbin's SASS for this GPU, or its PTX JIT
-        compiled). Module variables are placed by the driver, not in the arena (`allocate`
-        goes unused)."""
+        compiled). Each module variable gets an arena address too (`allocate`, in the order
+        and sizes emu's would), which copies reach it by (see _variable_at)."""
         d = self._d
         decoded = decode_image(image)
         if decoded.ptx and not _is_binary(image):  # PTX text: the driver wants it ended
             image = image.rstrip(b"\0") + b"\0"
         with self._current():
+            if image[:8] == LINKED_PTX_MAGIC:
+                image = self._linked(decoded.ptx)
             module = _call(d, d.cuModuleLoadData(image))
             try:
-                loaded = self._describe_module(module, decoded.ptx, image)
+                loaded = self._describe_module(module, decoded.ptx, image, allocate)
             except BaseException:
                 _call(d, d.cuModuleUnload(module))
                 raise
         return loaded
 
-    def _describe_module(self, module, ptx: list[str], image: bytes) -> LoadedModule:
+    def _linked(self, ptx: list[str]) -> bytes:
+        """What a program's cuLink* calls made (vgpu's link output: the PTX modules added,
+        see vgpu.module_image), linked by the driver."""
+        d = self._d
+        state = _call(d, d.cuLinkCreate(0, [], []))
+        try:
+            for i, text in enumerate(ptx):
+                data = text.encode() + b"\0"
+                _call(d, d.cuLinkAddData(state, d.CUjitInputType.CU_JIT_INPUT_PTX, data,
+                                         len(data), f"module{i}.ptx".encode(), 0, [], []))
+            image, size = _call(d, d.cuLinkComplete(state))
+            return ctypes.string_at(int(image), int(size))
+        finally:
+            _call(d, d.cuLinkDestroy(state))
+
+    def _describe_module(self, module, ptx: list[str], image: bytes,
+                         allocate: Callable[[int], int]) -> LoadedModule:
         d = self._d
         count = int(_call(d, d.cuModuleGetFunctionCount(module)))
         printing = _printing_kernels(image, ptx)
@@ -563,12 +595,17 @@ class CudaBackend(Backend):
             if name in printing:
                 handle.printing.add(name)
         variables = {}
-        for name in _variable_names(ptx):
+        for name, declared in _declared_variables(ptx):
             try:
-                address, size = _call(d, d.cuModuleGetGlobal(module, name.encode()))
-            except CudaError:  # a name the module does not export
+                address, size = (int(v) for v in
+                                 _call(d, d.cuModuleGetGlobal(module, name.encode())))
+            except CudaError:  # a name the driver does not give: its place is taken alike
+                if declared:
+                    allocate(declared)
                 continue
-            variables[name] = (int(address), int(size))
+            place = allocate(declared or size)
+            variables[name] = (place, size)
+            self._variables.add(place, size, address)
         return LoadedModule(kernels=kernels, variables=variables, handle=handle)
 
     def _describe_kernel(self, name: str, function, may_print: bool) -> KernelDescription:
@@ -594,6 +631,8 @@ class CudaBackend(Backend):
 
     def unload_module(self, module: LoadedModule) -> None:
         d = self._d
+        for place, _ in module.variables.values():
+            self._variables.remove(place)
         with self._current():
             _let_go(d, d.cuModuleUnload(module.handle.module))
 
@@ -747,6 +786,56 @@ def _printing_kernels(image: bytes, ptx: list[str]) -> set[str]:
                 printing.add(name)
                 changed = True
     return printing - _PRINTING
+
+
+def _declared_variables(ptx: list[str]) -> list[tuple[str, int]]:
+    """(name, size) of the module-scope .global and .const variables the PTX defines, in the
+    order emu's loader places them (so a session moving between backends finds each at its
+    place); by their declarations alone (size 0: unknown) where emu's parser does not read
+    the PTX."""
+    from ..emu.errors import PtxError
+    from ..emu.parser import parse_module
+
+    found = []
+    for text in ptx:
+        try:
+            module = parse_module(text)
+        except PtxError:
+            found += [(name, 0) for name in _VARIABLE.findall(text)]
+            continue
+        found += [(v.name, v.size) for v in module.variables.values()
+                  if v.space in ("global", "const") and v.linkage != "extern"]
+    return found
+
+
+class _Variables:
+    """Module variables: each has an arena address (its place, what the session and the
+    program see, the same on every backend) and the address where the driver put it, which
+    the kernels' code uses. Copies to a place reach the variable; a kernel given a place as
+    a pointer does not (it faults where nothing is mapped there)."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._found: dict[int, tuple[int, int]] = {}  # place -> (size, device address)
+
+    def add(self, place: int, size: int, device: int) -> None:
+        bisect.insort(self._starts, place)
+        self._found[place] = (size, device)
+
+    def remove(self, place: int) -> None:
+        if self._found.pop(place, None) is not None:
+            self._starts.remove(place)
+
+    def device_address(self, address: int) -> int:
+        """Where a copy to `address` goes: into the variable whose place holds it, else
+        there."""
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i >= 0:
+            place = self._starts[i]
+            size, device = self._found[place]
+            if address < place + size:
+                return device + address - place
+        return address
 
 
 # A module-scope variable's declaration in PTX: `.visible .global .align 4 .u32 name[4];`

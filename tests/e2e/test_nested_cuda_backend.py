@@ -132,7 +132,8 @@ def test_streams_and_events(toolkit, cuda_server):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-ENUMERATE = """
+# A cuda-python program's start: the PTX file named by its argument, and a current context.
+PREAMBLE = """
 import sys
 from cuda.bindings import driver as cu
 ptx = open(sys.argv[1], "rb").read() + b"\\0"
@@ -140,6 +141,9 @@ cu.cuInit(0)
 _, device = cu.cuDeviceGet(0)
 _, context = cu.cuDevicePrimaryCtxRetain(device)
 cu.cuCtxSetCurrent(context)
+"""
+
+ENUMERATE = PREAMBLE + """
 _, module = cu.cuModuleLoadData(ptx)
 _, count = cu.cuModuleGetFunctionCount(module)
 _, functions = cu.cuModuleEnumerateFunctions(count, module)
@@ -163,3 +167,59 @@ def test_vgpu_driver_enumerates_kernels_and_their_parameters(cuda_server, kernel
     kernels = dict(line.split(" ", 1) for line in result.stdout.splitlines())
     # kernels.cu's scale(float *data, float factor, int n)
     assert kernels["scale"] == "[(0, 8), (8, 4), (12, 4)] CUDA_ERROR_INVALID_VALUE", kernels
+
+
+LINK = PREAMBLE + """
+import ctypes
+_, state = cu.cuLinkCreate(0, [], [])
+cu.cuLinkAddData(state, cu.CUjitInputType.CU_JIT_INPUT_PTX, ptx, len(ptx), b"k.ptx", 0, [], [])
+_, image, size = cu.cuLinkComplete(state)
+err, module = cu.cuModuleLoadData(ctypes.string_at(int(image), int(size)))
+print("load", err.name)
+print("function", cu.cuModuleGetFunction(module, b"scale")[0].name)
+"""
+
+
+def test_a_programs_linked_module_is_linked_by_the_driver(cuda_server, kernels_ptx):
+    """cuLink* output from vgpu's driver (the PTX modules added) reaches the backend, which
+    links them with the device's driver."""
+    result = run_under_vgpu(cuda_server, sys.executable, "-c", LINK, str(kernels_ptx),
+                            timeout=TIMEOUT_S)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "load CUDA_SUCCESS\nfunction CUDA_SUCCESS\n", result.stdout
+
+
+GRANULES = PREAMBLE + """
+import numpy as np
+
+def alloc(n, value):
+    err, p = cu.cuMemAlloc(n)
+    assert err == cu.CUresult.CUDA_SUCCESS, err
+    assert cu.cuMemsetD8(p, value, n)[0] == cu.CUresult.CUDA_SUCCESS
+    return p, n, value
+
+def holds(block):
+    p, n, value = block
+    out = np.zeros(n, np.uint8)
+    assert cu.cuMemcpyDtoH(out, p, n)[0] == cu.CUresult.CUDA_SUCCESS
+    return bool((out == value).all())
+
+small = [alloc(1000, v) for v in (1, 2, 3)]       # three allocations in one granule
+big = alloc(5 << 20, 4)                             # across granules, the first shared
+cu.cuMemFree(small[1][0])
+again = alloc(700, 5)                               # in the freed space of a live granule
+cu.cuMemFree(small[0][0])
+cu.cuMemFree(small[2][0])
+later = alloc(3 << 20, 6)                           # granules of their own, after the others
+cu.cuMemFree(big[0])
+print([holds(b) for b in (again, later)], hex(int(again[0]) - int(small[0][0])))
+"""
+
+
+def test_small_allocations_share_granules_and_keep_their_bytes(cuda_server, kernels_ptx):
+    """Arena addresses are 512-byte aligned, device memory is mapped in 2 MiB granules:
+    allocations sharing granules, freed and made in between, each keep their contents."""
+    result = run_under_vgpu(cuda_server, sys.executable, "-c", GRANULES, str(kernels_ptx),
+                            timeout=TIMEOUT_S)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[True, True] 0x400\n", result.stdout
