@@ -405,12 +405,8 @@ class Session:
 
     def regions(self) -> list[tuple[int, int]]:
         """What holds the session's memory contents, as (address, size): its allocations,
-        then its physical allocations of the virtual memory API (named by their handles).
-        Module variables are not among them: they travel by name (`describe`), since a
-        backend whose driver places them (cuda) puts them elsewhere once loaded again."""
-        places = {place for _, module in self.modules.items() for place in module.places}
-        return [region for region in self.arena.allocations() if region[0] not in places] \
-            + self.vmm.regions()
+        then its physical allocations of the virtual memory API (named by their handles)."""
+        return self.arena.allocations() + self.vmm.regions()
 
     def region_size(self, address: int) -> int | None:
         """The size of region `address`, None if there is none (any longer)."""
@@ -449,19 +445,7 @@ class Session:
             # Seconds since each recorded event: elapsed times stay right on another host.
             "events_recorded": [[h, now - e.recorded_at] for h, e in self.events.items()
                                 if e.recorded_at is not None],
-            "variables": self._variable_contents(),
         }
-
-    def _variable_contents(self) -> list[list]:
-        """[module handle, {variable name: contents}] for every module."""
-        contents = []
-        for handle, module in self.modules.items():
-            values = {}
-            for name, (address, size) in module.loaded.variables.items():
-                values[name] = bytearray(size)
-                self.backend.read_into(address, memoryview(values[name]))
-            contents.append([handle, values])
-        return contents
 
     def restore(self, state: dict, regions: list[tuple[int, int]],
                 fill: Callable[[int, memoryview], None],
@@ -470,8 +454,7 @@ class Session:
         lists, at the same handles and addresses, then every region's contents
         (`fill(i, view)` writes region i into `view`), except regions whose contents are in
         `backings` (by address, or handle: see `regions`), which become their memory where
-        the backend allows; module variables' contents by name, where the modules loaded
-        again put them.
+        the backend allows.
         Raises CudaError if the state does not fit: this session is then unusable, and the
         caller closes it."""
         backings = backings if backings is not None and self.backend.memory_is_host_ram else {}
@@ -520,11 +503,6 @@ class Session:
                 self.backend.write(address, staged)
             else:
                 fill(i, view)
-        for handle, values in state.get("variables", ()):  # images from before: in regions
-            variables = self.modules.get(handle).loaded.variables
-            for name, data in values.items():
-                if name in variables and len(data) == variables[name][1]:
-                    self.backend.write(variables[name][0], memoryview(data))
         now = time.perf_counter()
         for handle, age in state["events_recorded"]:
             self.events.get(handle).recorded_at = now - age
