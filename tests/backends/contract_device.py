@@ -75,14 +75,12 @@ class Device:
 
     def load(self, image: bytes, places: list[int] | None = None) -> LoadedModule:
         """Load a module; its variables at the arena's next free places, or at `places`
-        (where a restore puts them back). The module's `places` say where they went (none
-        where the backend's driver places them)."""
+        (where a restore puts them back). The module's `places` say where they went."""
         wanted = iter(places) if places is not None else None
         allocated: list[int] = []
 
         def allocate(size: int) -> int:
-            # As the session does: a backend whose driver placed them (cuda) left no places.
-            address = self.arena.alloc(size, next(wanted, None) if wanted else None)
+            address = self.arena.alloc(size, next(wanted) if wanted else None)
             assert address is not None, f"no room for a {size}-byte module variable"
             allocated.append(address)
             return address
