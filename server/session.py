@@ -116,6 +116,7 @@ class Module:
     context: int
     loaded: LoadedModule
     code_bytes: int  # its image, charged to the session's memory
+    places: list[int]  # arena addresses its variables took (some may be nameless places)
     functions: set[int] = field(default_factory=set)
 
 
@@ -166,6 +167,7 @@ class Session:
         self._windows_granted = 0  # ever: a grant since a mark makes changes unknown
         self._windows_changed = threading.Condition()
         self.arena = arena
+        backend.attach_arena(arena.base, arena.size)
         self.device = backend.describe()
         self.started_at = time.time()
         self.calls_served = 0
@@ -524,6 +526,7 @@ class Session:
         """A fresh backend of the same kind (a suspended session coming back)."""
         self.backend.close()
         self.backend = open_backend(self.backend.name)
+        self.backend.attach_arena(self.arena.base, self.arena.size)
         self.backend.set_memcheck(self.memcheck == "strict")
 
     def mark(self) -> tuple[int, int]:
@@ -650,7 +653,11 @@ class Session:
     def primary_ctx_reset(self, handle: int):
         if handle in self.contexts:
             self._destroy_context_resources(handle)
-        self.sticky_error = CUDA_SUCCESS
+        if self.sticky_error:
+            self.backend.recover()
+        # The failures of work queued before are the old context's: the reset ends them.
+        self.sticky_error = self.deferred_error = CUDA_SUCCESS
+        self.deferred_message = ""
         self.printf_fifo_bytes = DEFAULT_PRINTF_FIFO_BYTES
         self.printf_launched = False
 
@@ -921,7 +928,7 @@ class Session:
                 self._unreserve(address)
             self.memory.release(len(image))
             raise
-        self.modules.add(handle, Module(context, loaded, len(image)))
+        self.modules.add(handle, Module(context, loaded, len(image), allocated))
         ctx.modules.add(handle)
         self.journal.created("module", handle, context, image, allocated)
         return loaded
@@ -934,7 +941,7 @@ class Session:
             self.functions.pop(f)
             self.journal.destroyed("function", f)
         self.backend.unload_module(module.loaded)
-        for address, _ in module.loaded.variables.values():
+        for address in module.places:
             self._unreserve(address)
         self.memory.release(module.code_bytes)
         if module.context in self.contexts:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from toolkit import Toolkit, find_toolkit
+from vgpu_processes import nested_cuda_server
 
 TESTS = Path(__file__).resolve().parent
 # What takes minutes on two cores: the property tests of the emulator's instructions (many
@@ -66,3 +67,11 @@ def runtime_folder(tmp_path_factory: pytest.TempPathFactory):
     patch.setenv("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("runtime")))
     yield
     patch.undo()
+
+
+@pytest.fixture(scope="session")
+def nested_cuda(tmp_path_factory: pytest.TempPathFactory):
+    """The address of a cuda-backend server run under vgpu against an emu server (the
+    nested pair, vgpu_processes.py), shared by the tests that run programs on `cuda`."""
+    with nested_cuda_server(tmp_path_factory.mktemp("nested-cuda")) as address:
+        yield address

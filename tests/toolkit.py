@@ -58,6 +58,16 @@ class Toolkit:
                       self.cache_dir)
         return out.read_text()
 
+    def fatbin(self, source: str, flags: list[str]) -> bytes:
+        """CUDA C++ source -> a fatbin (what `flags`' -gencode options put in it), cached."""
+        out, hit = self._cached("fatbin", source, flags, ".fatbin")
+        if not hit:
+            src = out.with_suffix(".cu")
+            src.write_text(source)
+            self._run([str(self.nvcc), "-fatbin", *flags, str(src), "-o", str(out)],
+                      self.cache_dir)
+        return out.read_bytes()
+
     def executable(self, source: str, flags: list[str] | None = None,
                    extra_sources: dict[str, str] | None = None) -> Path:
         """CUDA C++ source (plus named extra files) -> executable built with nvcc."""

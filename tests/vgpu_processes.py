@@ -1,5 +1,7 @@
 """vgpu's own processes as the tests start them: the `vgpu` command, an environment that no
-vgpu setting of the outer shell leaks into, and emu servers on private ipc sockets."""
+vgpu setting of the outer shell leaks into, emu servers on private ipc sockets, and the nested
+pair that tests the cuda backend without a GPU (a cuda-backend server run under vgpu against
+an emu server)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import threading
 from pathlib import Path
 
 __all__ = ["VGPU", "vgpu_environment", "start_emu_server", "stop_server", "emu_server",
-           "run_under_vgpu", "TcpForwarder", "free_tcp_address", "keygen", "curve_homes"]
+           "run_under_vgpu", "TcpForwarder", "free_tcp_address", "keygen", "curve_homes",
+           "start_nested_cuda_server", "nested_cuda_server", "start_cuda_server"]
 
 VGPU = [sys.executable, "-m", "vgpu.cli"]
 # What a user's shell may set that would change what a test sees.
@@ -60,8 +63,45 @@ def start_emu_server(address: str | None, *options: str, stderr=None,
     got for `tcp://host:*`, and a tcp server's key). `prefix` runs it through a command
     (`ip netns exec NAME`)."""
     listen = ["--listen", address] if address is not None else []
-    proc = subprocess.Popen([*prefix, *VGPU, "server", *listen, "--backend", "emu", *options],
-                            stdout=subprocess.PIPE, stderr=stderr, text=True,
+    return _started([*prefix, *VGPU, "server", *listen, "--backend", "emu", *options],
+                    stderr, env)
+
+
+def start_nested_cuda_server(inner: str, address: str, *options: str, stderr=None
+                             ) -> subprocess.Popen:
+    """`vgpu run --server INNER -- vgpu server --backend cuda --listen ADDRESS`: a cuda
+    backend server, itself an unmodified CUDA program whose every driver call goes to the
+    (emu) server at `inner`; returned once it listens, as start_emu_server's. Stopping it
+    (stop_server) stops the server through `vgpu run`, which forwards the signal."""
+    return _started([*VGPU, "run", "--server", inner, "--", sys.executable, "-m", "vgpu.cli",
+                     "server", "--listen", address, "--backend", "cuda", *options],
+                    stderr, None)
+
+
+def start_cuda_server(address: str, *options: str, stderr=None) -> subprocess.Popen:
+    """`vgpu server --backend cuda` on `address`, on the machine's own GPU (scripts/gpu-check),
+    returned once it listens."""
+    return _started([*VGPU, "server", "--listen", address, "--backend", "cuda", *options],
+                    stderr, None)
+
+
+@contextlib.contextmanager
+def nested_cuda_server(folder: Path, *options: str, stderr=None):
+    """The nested pair for the `with` block, in `folder`: an emu server (the device) and a
+    cuda-backend server run under vgpu against it; yields the cuda server's address. Both
+    are stopped at the end, the cuda server first."""
+    with emu_server(folder, stderr=stderr) as inner:
+        address = f"ipc://{folder}/cuda-server.sock"
+        proc = start_nested_cuda_server(inner, address, *options, stderr=stderr)
+        try:
+            yield address
+        finally:
+            stop_server(proc)
+
+
+def _started(command: list[str], stderr, env: dict | None) -> subprocess.Popen:
+    """A server started with `command`, once it says it listens (its `endpoint`)."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
                             env=env or vgpu_environment())
     line = proc.stdout.readline()
     proc.stdout.close()

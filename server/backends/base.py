@@ -76,6 +76,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def describe(self) -> DeviceDescription: ...
 
+    def attach_arena(self, base: int, size: int) -> None:
+        """The session's address range [base, +size): every address `map` and `map_physical`
+        are given lies in it. A backend whose device hands out addresses reserves it here
+        (CudaError where it cannot); the others have nothing to do."""
+        return None
+
     @abc.abstractmethod
     def map(self, address: int, size: int, backing: memoryview | None = None) -> None:
         """Back [address, address+size) with device memory (or with a host buffer)."""
@@ -167,6 +173,11 @@ class Backend(abc.ABC):
         (or queues it) and returns (device printf output, text for stderr such as a memory
         checker's report); a kernel that fails raises KernelFault. Sessions keep launchers
         for the shapes a program repeats."""
+
+    def recover(self) -> None:
+        """The program reset its device after a fault (a sticky error): make the device
+        usable again, where a fault left it unusable (a GPU's context)."""
+        return None
 
     @abc.abstractmethod
     def set_memcheck(self, strict: bool) -> None:

@@ -22,10 +22,14 @@ _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                        ctypes.c_int, ctypes.c_long]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mremap.restype = ctypes.c_void_p
+_libc.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int,
+                         ctypes.c_void_p]
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 PROT_READ_WRITE = 0x1 | 0x2
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
+MREMAP_MAYMOVE, MREMAP_FIXED = 0x1, 0x2
 MAP_FAILED = ctypes.c_void_p(-1).value
 
 
@@ -93,18 +97,18 @@ def share_in_place(address: int, size: int) -> int | None:
 
 
 def unshare_in_place(address: int, size: int) -> None:
-    """Make the pages of a share_in_place private anonymous memory again, keeping contents.
-    The copy kept meanwhile is a mapping of its own: a malloc'd buffer could lie in the very
-    heap pages being replaced."""
+    """Make the pages of a share_in_place private anonymous memory again, keeping contents:
+    a private copy replaces them in one step (mremap), so that no moment leaves them empty.
+    They may hold the interpreter's own heap objects (a malloc'd buffer shares heap pages),
+    which the Python code between two calls here reads."""
     start, length = page_range(address, size)
     saved = map_anonymous(length)
     try:
         ctypes.memmove(saved, start, length)
-        _check(_libc.mmap(start, length, PROT_READ_WRITE,
-                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0))
-        ctypes.memmove(start, saved, length)
-    finally:
+        _check(_libc.mremap(saved, length, length, MREMAP_MAYMOVE | MREMAP_FIXED, start))
+    except OSError:
         unmap(saved, length)
+        raise
 
 
 def map_anonymous(size: int) -> int:

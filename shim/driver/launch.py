@@ -209,6 +209,19 @@ def cuKernelSetCacheConfig(kernel, config, dev):
 
 
 @api
+def cuFuncGetParamInfo(func, index, offset, size):
+    layout = _function_arg(func)[0]
+    check_out(offset)
+    if not 0 <= index < len(layout.offsets):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        f"kernel {layout.name!r} has {len(layout.offsets)} parameters, not "
+                        f"one of index {index}")
+    offset[0] = layout.offsets[index]
+    if size != ffi.NULL:
+        size[0] = layout.sizes[index]
+
+
+@api
 def cuFuncGetName(name, f):
     from .module import _interned_name
 

@@ -190,6 +190,21 @@ def cuModuleGetFunction(hfunc, module, name):
     hfunc[0] = ffi.cast("CUfunction", handle)
 
 
+@api
+def cuModuleGetFunctionCount(count, mod):
+    check_out(count)
+    count[0] = len(state.modules[_module_arg(mod)].kernels)
+
+
+@api
+def cuModuleEnumerateFunctions(functions, num_functions, mod):
+    """The module's kernels (in the image's order), as many as `functions` has room for."""
+    check_out(functions)
+    handle = _module_arg(mod)
+    for i, name in enumerate(list(state.modules[handle].kernels)[:num_functions]):
+        functions[i] = ffi.cast("CUfunction", _function_for(handle, name))
+
+
 def _global(module_handle: int, name: str) -> list:
     variables = state.modules[module_handle].variables
     if name not in variables:

@@ -5,9 +5,27 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from e2e_support import vgpu_run
+from vgpu_processes import run_under_vgpu
 
 HERE = Path(__file__).resolve().parent
 PROGRAMS = HERE / "programs"
+# A program's calls cross two servers on the nested cuda backend: give it longer.
+NESTED_TIMEOUT_S = 300
+
+
+@pytest.fixture(params=["emu", "cuda"])
+def run_on(request):
+    """run(*command, env=None): the command under `vgpu run`, on a private emu server, or on
+    the shared nested cuda server; its output captured."""
+    if request.param == "emu":
+        return vgpu_run
+    address = request.getfixturevalue("nested_cuda")
+
+    def run(*command, env=None):
+        return run_under_vgpu(address, *map(str, command), timeout=NESTED_TIMEOUT_S, **(env or {}))
+
+    return run
 
 
 @pytest.fixture(scope="session")

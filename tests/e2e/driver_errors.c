@@ -74,9 +74,11 @@ int main(int argc, char **argv) {
     expect("garbage_handle", cuEventSynchronize((CUevent)0x1234), CUDA_ERROR_INVALID_HANDLE);
     expect("null_out", cuMemAlloc(NULL, 16), CUDA_ERROR_INVALID_VALUE);
 
-    /* an out-of-bounds store in a kernel: sticky CUDA_ERROR_ILLEGAL_ADDRESS */
-    n = 100000;
-    expect("oob_launch", cuLaunchKernel(fn, 400, 1, 1, 256, 1, 1, 0, NULL, args, NULL),
+    /* an out-of-bounds store in a kernel: sticky CUDA_ERROR_ILLEGAL_ADDRESS. It runs 4 MiB
+     * past the allocation, beyond the 2 MiB granule a GPU maps it in, so that a GPU (and the
+     * cuda backend) faults too, not only a memory checker */
+    n = 1 << 20;
+    expect("oob_launch", cuLaunchKernel(fn, n / 256, 1, 1, 256, 1, 1, 0, NULL, args, NULL),
            CUDA_SUCCESS);
     expect("oob_reported", cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
     expect("oob_sticky", cuMemAlloc(&freed, 16), CUDA_ERROR_ILLEGAL_ADDRESS);

@@ -1,4 +1,5 @@
-"""Unmodified driver-API programs under `vgpu run`."""
+"""Unmodified driver-API programs under `vgpu run`; those taking `run_on` run on the emu
+backend and on the nested cuda backend (a cuda-backend server under vgpu, conftest.py)."""
 
 from __future__ import annotations
 
@@ -14,20 +15,20 @@ from vgpu_processes import run_under_vgpu, start_emu_server
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def test_c_driver_program_runs_with_correct_results(driver_app, kernels_ptx):
-    result = vgpu_run(driver_app, kernels_ptx)
+def test_c_driver_program_runs_with_correct_results(run_on, driver_app, kernels_ptx):
+    result = run_on(driver_app, kernels_ptx)
     assert result.returncode == 0, result.stderr
     assert "driver_app: all results correct" in result.stdout
 
 
-def test_the_rest_of_the_driver_api(driver_api_tour, kernels_ptx):
-    result = vgpu_run(driver_api_tour, kernels_ptx)
+def test_the_rest_of_the_driver_api(run_on, driver_api_tour, kernels_ptx):
+    result = run_on(driver_api_tour, kernels_ptx)
     assert result.returncode == 0, result.stderr
     assert "driver_api_tour: all checks passed" in result.stdout
 
 
-def test_bad_input_gets_cuda_error_codes(driver_errors, kernels_ptx):
-    result = vgpu_run(driver_errors, kernels_ptx)
+def test_bad_input_gets_cuda_error_codes(run_on, driver_errors, kernels_ptx):
+    result = run_on(driver_errors, kernels_ptx)
     checks = printed_checks(result)
     wrong = {name: got for name, got in checks.items() if got[0] != got[1]}
     assert not wrong, f"(got, expected) per check: {wrong}\n{result.stderr}"
@@ -35,8 +36,8 @@ def test_bad_input_gets_cuda_error_codes(driver_errors, kernels_ptx):
     assert len(checks) == 33 and result.returncode == 0
 
 
-def test_memory_and_context_semantics(driver_memory_semantics):
-    result = vgpu_run(driver_memory_semantics)
+def test_memory_and_context_semantics(run_on, driver_memory_semantics):
+    result = run_on(driver_memory_semantics)
     checks = printed_checks(result)
     wrong = {name: got for name, got in checks.items() if got[0] != got[1]}
     assert not wrong, f"(got, expected) per check: {wrong}\n{result.stderr}"
@@ -54,8 +55,8 @@ def test_arrays_textures_and_surfaces(driver_textures, texture_kernels_ptx):
         assert f"driver_textures: {line}" in result.stdout, result.stdout + result.stderr
 
 
-def test_cuda_python_program_runs_unmodified():
-    result = vgpu_run(sys.executable, EXAMPLES / "vector_add.py")
+def test_cuda_python_program_runs_unmodified(run_on):
+    result = run_on(sys.executable, EXAMPLES / "vector_add.py")
     assert result.returncode == 0, result.stderr
     assert "vector_add of 1048576 floats" in result.stdout and "correct" in result.stdout
 
@@ -157,7 +158,7 @@ def test_trace_prints_decoded_calls(driver_app, kernels_ptx):
     assert "cuLaunchKernel(" in result.stderr
 
 
-def test_numba_cuda_program_runs_unmodified():
-    result = vgpu_run(sys.executable, EXAMPLES / "numba_axpy.py")
+def test_numba_cuda_program_runs_unmodified(run_on):
+    result = run_on(sys.executable, EXAMPLES / "numba_axpy.py")
     assert result.returncode == 0, result.stderr
     assert "numba axpy ok on vgpu emulated GPU" in result.stdout

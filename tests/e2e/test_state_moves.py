@@ -1,11 +1,12 @@
 """Sessions that move while their programs run: checkpoints and failover to a standby server,
 live migration, suspend and resume, incremental checkpoints, damaged and unwritable images.
 
-Every program runs unmodified under `vgpu run` against real emu servers, and pauses where a
-test asks (a pause file, see programs/state_loop.c), so that each step happens at a known
-iteration. A moved program must end as an uninterrupted run does: the same checksum
-(state_model computes it on the host), its allocations at the same addresses, and its module's
-__device__ counter, 1000 at the start, at 1000 plus the iterations run.
+Every program runs unmodified under `vgpu run` against real servers (emu ones; one migration
+goes to the nested cuda backend and back), and pauses where a test asks (a pause file, see
+programs/state_loop.c), so that each step happens at a known iteration. A moved program
+must end as an uninterrupted run does: the same checksum (state_model computes it on the
+host), its allocations at the same addresses, and its module's __device__ counter, 1000 at
+the start, at 1000 plus the iterations run.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 from running_program import RunningProgram, pause_at
 from state_model import expected_checksum
-from vgpu_processes import run_vgpu, start_emu_server, stop_server
+from vgpu_processes import run_vgpu, start_emu_server, start_nested_cuda_server, stop_server
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 TIMEOUT_S = 60  # for any one wait: a program's line, a command, a server's stop
@@ -45,16 +46,24 @@ class Server:
 
 @pytest.fixture
 def servers(tmp_path):
-    """start(name, *options): an emu server listening in tmp_path, stopped at the test's end
-    (its stderr in tmp_path/NAME.log)."""
+    """start(name, *options, backend="emu"): a server listening in tmp_path, stopped at the
+    test's end (its stderr in tmp_path/NAME.log). A `cuda` one is the nested pair: a
+    cuda-backend server run under vgpu against an emu server of its own."""
     started: list[Server] = []
+    devices: list[subprocess.Popen] = []  # the emu servers under cuda-backend ones
 
-    def start(name: str, *options) -> Server:
+    def start(name: str, *options, backend: str = "emu") -> Server:
         log = tmp_path / f"{name}.log"
         address = f"ipc://{tmp_path}/{name}.sock"
         try:
             with log.open("w") as stderr:
-                proc = start_emu_server(address, *map(str, options), stderr=stderr)
+                if backend == "cuda":
+                    devices.append(start_emu_server(f"ipc://{tmp_path}/{name}-device.sock",
+                                                    stderr=stderr))
+                    proc = start_nested_cuda_server(devices[-1].endpoint, address,
+                                                    *map(str, options), stderr=stderr)
+                else:
+                    proc = start_emu_server(address, *map(str, options), stderr=stderr)
         except AssertionError as exc:
             raise AssertionError(f"{exc}{log.read_text()}") from None
         started.append(Server(address, proc, log))
@@ -62,11 +71,11 @@ def servers(tmp_path):
 
     yield start
     hung = []
-    for server in started:  # every one, even after one that hung
+    for proc in [server.proc for server in started] + devices:  # every one, even after a hung one
         try:
-            stop_server(server.proc)
+            stop_server(proc)
         except subprocess.TimeoutExpired:
-            hung.append(server.address)
+            hung.append(proc.args)
     assert not hung, f"servers that did not stop on SIGTERM within 10 s: {hung}"
 
 
@@ -223,9 +232,12 @@ def test_a_standby_takes_over_while_kernels_run(tmp_path, servers, programs, sta
 
 # ----------------------------------------------------------------- live migration
 
+@pytest.mark.parametrize("there", ["emu", "cuda"])
 def test_a_session_migrates_there_and_back_while_its_program_runs(
-        tmp_path, servers, programs, state_loop, state_kernels_ptx):
-    first, second = servers("first"), servers("second")
+        tmp_path, servers, programs, state_loop, state_kernels_ptx, there):
+    """From an emu server to another server (emu, or the nested cuda backend) and back:
+    the program ends as if nothing had moved."""
+    first, second = servers("first"), servers("second", backend=there)
     shape = (4, 4096, 20, 1)
     pause = tmp_path / "pause"
     pause_at(pause, 3)

@@ -1,12 +1,13 @@
-"""Unmodified runtime-API programs under `vgpu run` on the emu backend.
+"""Unmodified runtime-API programs under `vgpu run`, on the emu backend and on the nested cuda
+backend (a cuda-backend server run under vgpu against an emu server).
 
 Each program in programs/ is CUDA C++ that checks its own results and exits 0 only when all
 are right; it is compiled here with nvcc `-cudart shared`, once with the default (zstd-
 compressed) fatbin and once with `--no-compress`, and run through our libcudart and libcuda.
 A sample is also built with nvcc's default (NVIDIA's runtime linked statically, running on our
-libcuda alone) and must print what its shared build prints. The programs share one emu server
-(`vgpu run --server`), which keeps the module fast; one test runs with a private server, as
-`vgpu run --backend emu` starts it.
+libcuda alone) and must print what its shared build prints. The programs share one server per
+backend (`vgpu run --server`), which keeps the module fast; one test runs with a private
+server, as `vgpu run --backend emu` starts it.
 """
 
 from __future__ import annotations
@@ -16,18 +17,40 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from vgpu_processes import emu_server, run_under_vgpu, vgpu_environment
+from vgpu_processes import emu_server as emu_server_at
+from vgpu_processes import run_under_vgpu, vgpu_environment
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 FATBINS = {"compressed": [], "uncompressed": ["--no-compress"]}
-TIMEOUT_S = 120
+TIMEOUT_S = 300  # a program on the nested cuda backend crosses two servers
+
+
+# Runs on the nested cuda backend: the program's calls cross two servers, and each program
+# runs there once (with nvcc's default, compressed, fatbin), which keeps the module's time.
+BACKEND_RUNS = [("emu", "compressed"), ("emu", "uncompressed"), ("cuda", "compressed")]
+
+
+def pytest_generate_tests(metafunc):
+    """Each acceptance program runs on the emu backend with both fatbins and on the nested
+    cuda backend; what vgpu refuses is checked on emu (`emu_server`)."""
+    if "fatbin" in metafunc.fixturenames:
+        metafunc.parametrize(("backend", "fatbin"), BACKEND_RUNS, scope="module",
+                             ids=[f"{b}-{f}" for b, f in BACKEND_RUNS])
+    elif "server" in metafunc.fixturenames:
+        metafunc.parametrize("backend", ["emu", "cuda"], scope="module")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def emu_server(tmp_path_factory):
     """One emu server for every program of the module."""
-    with emu_server(tmp_path_factory.mktemp("runtime-server")) as address:
+    with emu_server_at(tmp_path_factory.mktemp("runtime-server")) as address:
         yield address
+
+
+@pytest.fixture(scope="module")
+def server(request, backend):
+    """The emu server, or the session's nested cuda server."""
+    return request.getfixturevalue("emu_server" if backend == "emu" else "nested_cuda")
 
 
 def build(toolkit, name: str, fatbin: str = "compressed", flags: tuple[str, ...] = (),
@@ -47,11 +70,6 @@ def assert_passed(result: subprocess.CompletedProcess, *lines: str) -> None:
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
     for line in lines:
         assert line in result.stdout, f"{line!r} missing from\n{result.stdout}\n{result.stderr}"
-
-
-@pytest.fixture(params=FATBINS)
-def fatbin(request) -> str:
-    return request.param
 
 
 # ----------------------------------------------------------------- acceptance programs
@@ -170,8 +188,10 @@ def test_per_thread_default_stream(toolkit, server):
     assert_passed(run(server, program), "streams_events: 3 streams joined")
 
 
-def test_textures_surfaces_and_arrays(toolkit, server):
-    assert_passed(run(server, build(toolkit, "textures")),
+def test_textures_surfaces_and_arrays(toolkit, emu_server):
+    """On emu: a texture object there is vgpu's descriptor in device memory, which only the
+    emulator reads."""
+    assert_passed(run(emu_server, build(toolkit, "textures")),
                   "textures: 2D point and linear sampling correct",
                   "textures: normalized reads with wrapped coordinates correct",
                   "textures: tex1Dfetch from linear memory correct",
@@ -184,16 +204,16 @@ def test_textures_surfaces_and_arrays(toolkit, server):
 
 # ----------------------------------------------------------------- what vgpu refuses
 
-def test_managed_variables_are_refused_clearly(toolkit, server):
-    result = run(server, build(toolkit, "managed_variable"))
+def test_managed_variables_are_refused_clearly(toolkit, emu_server):
+    result = run(emu_server, build(toolkit, "managed_variable"))
     assert_passed(result, "managed_variable: launch refused")
     assert "__managed__ variable 'hits'" in result.stderr
     assert "does not support managed memory" in result.stderr
 
 
-def test_binary_without_ptx_names_the_kernel_when_launched(toolkit, server):
+def test_binary_without_ptx_names_the_kernel_when_launched(toolkit, emu_server):
     program = build(toolkit, "no_ptx", flags=("-gencode", "arch=compute_80,code=sm_80"))
-    result = run(server, program)
+    result = run(emu_server, program)
     assert_passed(result, "no_ptx: launch refused, memory calls fine")
     assert "cubin_only" in result.stderr and "PTX" in result.stderr, result.stderr
     assert "compute_80" in result.stderr, "the message says what to rebuild with"
@@ -229,20 +249,22 @@ COMPARED = ("vector_add", "constant_memory", "device_printf", "printf_fifo", "er
 
 
 @pytest.mark.parametrize("name", COMPARED)
-def test_default_build_with_nvidias_runtime_matches_the_shared_build(toolkit, server, name):
-    shared = run(server, build(toolkit, name))
-    static = run(server, build(toolkit, name, cudart="static"))
+def test_default_build_with_nvidias_runtime_matches_the_shared_build(toolkit, emu_server,
+                                                                     name):
+    shared = run(emu_server, build(toolkit, name))
+    static = run(emu_server, build(toolkit, name, cudart="static"))
     assert (static.returncode, static.stdout) == (shared.returncode, shared.stdout), \
         static.stderr
     assert "private table" not in static.stderr, static.stderr  # no table or slot refused
 
 
-def test_default_build_runs_without_the_cli(toolkit, server):
+def test_default_build_runs_without_the_cli(toolkit, emu_server):
     """Straight against vgpu's libcuda, as a program finds it on its library path."""
     from vgpu.shim.loader import shim_library_dir
 
     program = build(toolkit, "vector_add", cudart="static")
-    env = {**vgpu_environment(), "LD_LIBRARY_PATH": str(shim_library_dir()), "VGPU_SERVER": server}
+    env = {**vgpu_environment(), "LD_LIBRARY_PATH": str(shim_library_dir()),
+           "VGPU_SERVER": emu_server}
     result = subprocess.run([str(program)], capture_output=True, text=True, timeout=TIMEOUT_S,
                             env=env)
     assert_passed(result, "vector_add: 1000 sums correct")

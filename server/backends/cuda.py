@@ -1,0 +1,848 @@
+"""CudaBackend: a session's device work on a GPU, through CUDA's driver API (cuda-python).
+
+Each session gets a context of its own on the device. Its addresses are those its arena
+hands out, on every backend alike, so that a restored or migrated session finds its memory
+where it was: the backend reserves the arena's range with cuMemAddressReserve at its base and
+backs allocations with cuMemCreate + cuMemMap + cuMemSetAccess at the arena's addresses.
+
+The arena places allocations 512-byte aligned; the device maps memory in granules (2 MiB).
+Allocations are backed granule by granule: a granule lives while an allocation lies in it,
+so several small allocations share one, and a live granule is never mapped again. The
+granules one allocation brings to life are one physical allocation, mapped at once, and
+freed when none of its granules is used any longer (until then a freed granule stays mapped,
+ready for the next allocation placed in it).
+
+Module variables live where the driver puts them, which the kernels' code uses; each also
+takes an arena address, its place, in the order and size emu's loader gives (so a session
+moving between backends finds each at its place), and what the program and the session see
+is the place: copies to it reach the variable, and a checkpoint holds its contents. A kernel
+given a place as a pointer (cudaGetSymbolAddress passed to a kernel) does not reach the
+variable on this backend.
+
+Copies go through a pinned staging buffer of the session's (cuMemHostAlloc). Launches pass
+the client's parameter buffer as it is (CU_LAUNCH_PARAM_BUFFER_POINTER). Work runs on the
+context's default stream, in the order the session sends it. Device printf is written by the
+driver to the process's stdout when the context synchronizes: a kernel that may print (or
+assert) is waited for with stdout captured, so the text goes back to its client as on emu.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import ctypes
+import os
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from vgpu.errors import CudaError
+from vgpu.module_image import LINKED_PTX_MAGIC
+
+from .base import (
+    Backend,
+    Cancelled,
+    DeviceDescription,
+    KernelDescription,
+    KernelFault,
+    LoadedModule,
+)
+from .images import decode_image
+
+__all__ = ["CudaBackend", "cuda_usable"]
+
+CUDA_SUCCESS = 0
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_NOT_SUPPORTED = 801
+CUDA_ERROR_ASSERT = 710
+
+STAGING_BYTES = 4 << 20
+DEFAULT_SHARED_BYTES = 48 * 1024  # beyond it, a kernel must opt in to dynamic shared memory
+# CUfunction_attribute -> the names KernelDescription.attributes uses (those emu gives).
+_FUNCTION_ATTRIBUTES = {
+    "max_threads_per_block": 0, "shared_size_bytes": 1, "const_size_bytes": 2,
+    "local_size_bytes": 3, "num_regs": 4, "ptx_version": 5, "binary_version": 6,
+}
+# Faults after which a CUDA context is lost: what a launch that caused them raises.
+_KERNEL_FAULTS = frozenset({700, 701, 702, 710, 714, 715, 716, 717, 718, 719, 720})
+
+
+# ----------------------------------------------------------------- the driver
+
+_driver_lock = threading.Lock()
+_driver = None  # cuda.bindings.driver, once cuInit has succeeded
+_device_description: DeviceDescription | None = None
+
+
+def _load_driver():
+    """cuda.bindings.driver with cuInit done and a device present, or RuntimeError in one
+    line saying why not (no driver library, no device, cuInit's error)."""
+    global _driver
+    with _driver_lock:
+        if _driver is not None:
+            return _driver
+        try:
+            ctypes.CDLL("libcuda.so.1")  # fast, and clear, where no driver is installed
+        except OSError as exc:
+            raise RuntimeError(f"the cuda backend needs NVIDIA's driver (libcuda.so.1), "
+                               f"which cannot be loaded here: {exc}") from None
+        try:
+            from cuda.bindings import driver
+        except ImportError as exc:
+            raise RuntimeError(f"the cuda backend needs cuda-python (cuda-bindings): {exc}"
+                               ) from None
+        try:
+            _call(driver, driver.cuInit(0))
+            count = _call(driver, driver.cuDeviceGetCount())
+        except CudaError as exc:
+            raise RuntimeError(f"the CUDA driver does not start (cuInit): {exc.message}"
+                               ) from None
+        except Exception as exc:  # the library cuda-python finds is not usable
+            raise RuntimeError(f"the CUDA driver cannot be used: {exc}") from None
+        if count < 1:
+            raise RuntimeError("the CUDA driver sees no GPU")
+        _driver = driver
+        return driver
+
+
+def cuda_usable() -> bool:
+    """Whether a CUDA driver and a GPU are here (what `auto` asks)."""
+    try:
+        _load_driver()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _call(driver, result):
+    """A cuda-python call's result: its values (one, a tuple, or None) once its CUresult is
+    CUDA_SUCCESS; CudaError with CUDA's code and name otherwise."""
+    error, *values = result if isinstance(result, tuple) else (result,)
+    code = int(error)
+    if code != CUDA_SUCCESS:
+        _, name = driver.cuGetErrorName(error)
+        _, text = driver.cuGetErrorString(error)
+        raise CudaError(code, f"{(name or b'').decode()}: {(text or b'').decode()}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _let_go(driver, result) -> bool:
+    """The result of a call that gives something back: an error is raised, except the one
+    of a context lost to a fault (all its memory goes with it); whether it was that."""
+    try:
+        _call(driver, result)
+    except CudaError as exc:
+        if exc.code not in _KERNEL_FAULTS:
+            raise
+        return True
+    return False
+
+
+def _describe(d, device) -> DeviceDescription:
+    """The device as its own attributes say (every CUdevice_attribute the driver answers)."""
+    from vgpu.api.cudadefs import CUdevice_attribute
+
+    attributes = {}
+    for attribute in CUdevice_attribute:
+        try:
+            which = d.CUdevice_attribute(int(attribute))
+            attributes[int(attribute)] = int(_call(d, d.cuDeviceGetAttribute(which, device)))
+        except (ValueError, CudaError):  # unknown to this driver or these bindings
+            attributes[int(attribute)] = 0
+    major = attributes[int(CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)]
+    minor = attributes[int(CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)]
+    name = _call(d, d.cuDeviceGetName(256, device))
+    return DeviceDescription(
+        name=name.split(b"\0", 1)[0].decode(errors="replace"),
+        uuid=bytes(_call(d, d.cuDeviceGetUuid(device)).bytes),
+        total_memory=int(_call(d, d.cuDeviceTotalMem(device))),
+        compute_capability=(major, minor),
+        attributes=attributes,
+    )
+
+
+# ----------------------------------------------------------------- device printf
+
+
+class _StdoutCapture:
+    """What the driver writes to the process's stdout (device printf) and stderr (failed
+    asserts) while a kernel is waited for, taken for its client. One capture at a time in
+    the process; a line the server itself logs meanwhile would be taken too."""
+
+    lock = threading.Lock()
+
+    def __enter__(self):
+        self.lock.acquire()
+        self._libc = ctypes.CDLL(None)
+        self._flush()
+        self._files = [os.memfd_create("vgpu-device-output") for _ in range(2)]
+        self._saved = [os.dup(1), os.dup(2)]
+        os.dup2(self._files[0], 1)
+        os.dup2(self._files[1], 2)
+        self.output = self.diagnostics = ""
+        return self
+
+    def _flush(self) -> None:
+        stdout = ctypes.c_void_p.in_dll(self._libc, "stdout")
+        self._libc.fflush(stdout)
+
+    def __exit__(self, *exc):
+        try:
+            self._flush()
+            os.dup2(self._saved[0], 1)
+            os.dup2(self._saved[1], 2)
+            self.output, self.diagnostics = (
+                os.pread(f, os.fstat(f).st_size, 0).decode(errors="replace")
+                for f in self._files)
+        finally:
+            for fd in (*self._files, *self._saved):
+                os.close(fd)
+            self.lock.release()
+
+
+# ----------------------------------------------------------------- memory
+
+
+@dataclass
+class _Chunk:
+    """Physical memory mapped at [start, start+size): granules brought to life together."""
+
+    start: int
+    size: int
+    handle: object
+    live: int = 0  # granules in it that allocations use
+
+
+@dataclass
+class _Physical:
+    """Memory of the virtual memory API: a physical allocation of the program's."""
+
+    handle: object
+    size: int
+
+
+@dataclass
+class _Module:
+    module: object
+    functions: dict[str, object] = field(default_factory=dict)
+    printing: set[str] = field(default_factory=set)  # kernels that may printf or assert
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    memory_is_host_ram = False
+    shares_address_space = True
+
+    def __init__(self, ordinal: int = 0) -> None:
+        global _device_description
+        self._d = d = _load_driver()
+        self._device = _call(d, d.cuDeviceGet(ordinal))
+        self._ordinal = ordinal
+        with _driver_lock:
+            if _device_description is None:
+                _device_description = _describe(d, self._device)
+        self._description = _device_description
+        self._cancelled = threading.Event()
+        self._prop = d.CUmemAllocationProp()
+        self._prop.type = d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        self._prop.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        self._prop.location.id = ordinal
+        self.granule = int(_call(d, d.cuMemGetAllocationGranularity(
+            self._prop, d.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM)))
+        self._piece_bytes = 0  # what one piece of the arena's range spans (attach_arena)
+        self._arena = (0, 0)
+        self._ctx = None
+        self._open()
+
+    def _open(self) -> None:
+        """A context of the session's own on the device, and its pinned staging buffer."""
+        d = self._d
+        self._ctx = _call(d, d.cuCtxCreate(None, 0, self._device))
+        _call(d, d.cuCtxPopCurrent())
+        with self._current():
+            self._staging = int(_call(d, d.cuMemHostAlloc(STAGING_BYTES, 0)))
+        self._stage = memoryview((ctypes.c_char * STAGING_BYTES).from_address(self._staging)
+                                 ).cast("B")
+        self._pieces: dict[int, int] = {}  # reserved start -> size
+        self._chunks: dict[int, _Chunk] = {}  # granule address -> its chunk
+        self._granule_users: dict[int, int] = {}  # granule address -> allocations in it
+        self._allocations: dict[int, int] = {}  # address -> size
+        self._host_only: dict[int, memoryview] = {}  # host buffers the device cannot map
+        self._vmm_mappings: dict[int, int] = {}  # address -> size
+        self._access: dict[int, int] = {}  # mapping address -> the access it allows
+        self._variables = _Variables()
+        self._printf_fifo = 0
+
+    def recover(self) -> None:
+        """The program reset its device after a fault: the context the fault lost, and all
+        the memory in it, are given up for a fresh one (CUDA's way back from a fault)."""
+        d = self._d
+        self._release()
+        # Where the driver keeps a fault for the whole process (vgpu's own driver, as CUDA
+        # documents for CUDA_ERROR_ILLEGAL_ADDRESS), resetting the device clears it.
+        _let_go(d, d.cuDevicePrimaryCtxReset(self._device))
+        self._open()
+        if self._piece_bytes:
+            self._reserve_piece(self._arena[0])
+
+    # ----------------------------------------------------------------- plumbing
+
+    @contextlib.contextmanager
+    def _current(self):
+        """The session's context current on this thread for the block (it may be already:
+        inside `running`)."""
+        d = self._d
+        context = self._ctx
+        if int(_call(d, d.cuCtxGetCurrent())) == int(context):
+            yield
+            return
+        _call(d, d.cuCtxPushCurrent(context))
+        try:
+            yield
+        finally:
+            # Unless the block destroyed it (recover), which took it off the stack.
+            if int(_call(d, d.cuCtxGetCurrent())) == int(context):
+                _call(d, d.cuCtxPopCurrent())
+
+    def running(self):
+        return self._current()
+
+    def describe(self) -> DeviceDescription:
+        return self._description
+
+    # ----------------------------------------------------------------- addresses
+
+    def attach_arena(self, base: int, size: int) -> None:
+        """Reserve the arena's range, in pieces: the first now, the others once addresses in
+        them are handed out. The arena places first-fit from its base, so its allocations
+        reach little beyond the device's memory, and the driver keeps the rest of the
+        address space (it places module variables, say, where it likes)."""
+        self._arena = (base, size)
+        piece = 1 << (self._description.total_memory - 1).bit_length()
+        self._piece_bytes = min(max(piece, self.granule), size)
+        self._reserve_piece(base)
+
+    def _reserve_piece(self, start: int) -> None:
+        d = self._d
+        base, size = self._arena
+        span = min(self._piece_bytes, base + size - start)
+        with self._current():
+            got = int(_call(d, d.cuMemAddressReserve(span, 0, start, 0)))
+            if got != start:  # the driver treats the address as a hint, and it was taken
+                _call(d, d.cuMemAddressFree(got, span))
+                raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
+                                f"the device's addresses 0x{start:x}+0x{span:x} (the "
+                                "session's range) cannot be reserved: something else on the "
+                                "device uses them")
+        self._pieces[start] = span
+
+    def _cover(self, address: int, size: int) -> None:
+        """Reserve the pieces of the arena's range [address, +size) lies in, if not yet."""
+        base, arena_size = self._arena
+        if not self._piece_bytes or not base <= address < base + arena_size:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                            f"0x{address:x} is not in the session's address range")
+        first = base + (address - base) // self._piece_bytes * self._piece_bytes
+        for start in range(first, address + size, self._piece_bytes):
+            if start not in self._pieces:
+                self._reserve_piece(start)
+
+    # ----------------------------------------------------------------- allocations
+
+    def map(self, address: int, size: int, backing: memoryview | None = None) -> None:
+        if backing is not None:
+            # Page-locked host memory the client shares, at the client's address: copies and
+            # memsets reach it here (host_view), but a device maps no buffer of another
+            # process's at that process's addresses, so kernels cannot dereference it.
+            self._host_only[address] = memoryview(backing).cast("B")
+            return
+        self._cover(address, size)
+        granules = range(self._floor(address), address + size, self.granule)
+        fresh = [g for g in granules if g not in self._chunks]
+        with self._current():
+            for start, length in _runs(fresh, self.granule):
+                self._new_chunk(start, length)
+        for g in granules:
+            users = self._granule_users.get(g, 0)
+            if users == 0:
+                self._chunks[g].live += 1
+            self._granule_users[g] = users + 1
+        self._allocations[address] = size
+
+    def _floor(self, address: int) -> int:
+        return address // self.granule * self.granule
+
+    def _new_chunk(self, start: int, size: int) -> None:
+        d = self._d
+        handle = _call(d, d.cuMemCreate(size, self._prop, 0))
+        try:
+            _call(d, d.cuMemMap(start, size, 0, handle, 0))
+            try:
+                self._grant(start, size, 3)
+            except BaseException:
+                _call(d, d.cuMemUnmap(start, size))
+                raise
+        except BaseException:
+            _call(d, d.cuMemRelease(handle))
+            raise
+        chunk = _Chunk(start, size, handle)
+        for g in range(start, start + size, self.granule):
+            self._chunks[g] = chunk
+
+    def _grant(self, address: int, size: int, access: int) -> None:
+        d = self._d
+        desc = d.CUmemAccessDesc()
+        desc.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        desc.location.id = self._ordinal
+        desc.flags = d.CUmemAccess_flags(access)
+        _call(d, d.cuMemSetAccess(address, size, [desc], 1))
+
+    def unmap(self, address: int) -> None:
+        host = self._host_only.pop(address, None)
+        if host is not None:
+            host.release()  # the session closes its map of the buffer next
+            return
+        d = self._d
+        if address in self._vmm_mappings:
+            with self._current():
+                _let_go(d, d.cuMemUnmap(address, self._vmm_mappings.pop(address)))
+            self._access.pop(address, None)
+            return
+        size = self._allocations.pop(address)
+        for g in range(self._floor(address), address + size, self.granule):
+            self._granule_users[g] -= 1
+            if self._granule_users[g]:
+                continue
+            del self._granule_users[g]
+            chunk = self._chunks[g]
+            chunk.live -= 1
+            if chunk.live == 0:
+                self._free_chunk(chunk)
+
+    def _free_chunk(self, chunk: _Chunk) -> None:
+        d = self._d
+        with self._current():
+            _let_go(d, d.cuMemUnmap(chunk.start, chunk.size))
+            _let_go(d, d.cuMemRelease(chunk.handle))
+        for g in range(chunk.start, chunk.start + chunk.size, self.granule):
+            del self._chunks[g]
+
+    # ----------------------------------------------------------------- the VMM API
+
+    def create_physical(self, size: int, contents: bytearray | None = None) -> _Physical:
+        d = self._d
+        with self._current():
+            physical = _Physical(_call(d, d.cuMemCreate(size, self._prop, 0)), size)
+        if contents is not None:
+            self.write_physical(physical, 0, memoryview(contents))
+        return physical
+
+    @contextlib.contextmanager
+    def _mapped_somewhere(self, physical: _Physical):
+        """`physical` mapped, readable and writable, at an address the driver picks (outside
+        the arena): where a checkpoint reads it and a restore writes it."""
+        d = self._d
+        with self._current():
+            address = int(_call(d, d.cuMemAddressReserve(physical.size, 0, 0, 0)))
+            try:
+                _call(d, d.cuMemMap(address, physical.size, 0, physical.handle, 0))
+                try:
+                    self._grant(address, physical.size, 3)
+                    yield address
+                finally:
+                    _call(d, d.cuMemUnmap(address, physical.size))
+            finally:
+                _call(d, d.cuMemAddressFree(address, physical.size))
+
+    def read_physical(self, physical: _Physical, offset: int, out: memoryview) -> None:
+        with self._mapped_somewhere(physical) as address:
+            self.read_into(address + offset, out)
+
+    def write_physical(self, physical: _Physical, offset: int, data: memoryview) -> None:
+        with self._mapped_somewhere(physical) as address:
+            self.write(address + offset, data)
+
+    def map_physical(self, address: int, size: int, physical: _Physical, offset: int) -> None:
+        self._cover(address, size)
+        d = self._d
+        with self._current():
+            _call(d, d.cuMemMap(address, size, offset, physical.handle, 0))
+        self._vmm_mappings[address] = size
+
+    def set_access(self, address: int, access: int) -> None:
+        if access == self._access.get(address, 0):
+            return  # a fresh mapping allows no access already: nothing to ask the driver
+        with self._current():
+            self._grant(address, self._vmm_mappings[address], access)
+        self._access[address] = access
+
+    def release_physical(self, physical: _Physical) -> None:
+        d = self._d
+        with self._current():
+            _let_go(d, d.cuMemRelease(physical.handle))
+
+    # ----------------------------------------------------------------- copies
+
+    def host_view(self, address: int, size: int, writing: bool = True) -> memoryview | None:
+        """Page-locked host memory (see map) is in host RAM: a view of it; None elsewhere."""
+        for start, buffer in self._host_only.items():
+            if start <= address and address + size <= start + len(buffer):
+                return buffer[address - start:address - start + size]
+        return None
+
+    def write(self, address: int, data: memoryview) -> None:
+        d = self._d
+        data = memoryview(data).cast("B")
+        host = self.host_view(address, len(data))
+        if host is not None:
+            host[:] = data
+            return
+        address = self._variables.device_address(address)
+        with self._current():
+            for offset in range(0, len(data), STAGING_BYTES):
+                piece = data[offset:offset + STAGING_BYTES]
+                self._stage[:len(piece)] = piece
+                _call(d, d.cuMemcpyHtoD(address + offset, self._staging, len(piece)))
+
+    def read_into(self, address: int, out: memoryview) -> None:
+        d = self._d
+        out = memoryview(out).cast("B")
+        host = self.host_view(address, len(out))
+        if host is not None:
+            out[:] = host
+            return
+        address = self._variables.device_address(address)
+        with self._current():
+            for offset in range(0, len(out), STAGING_BYTES):
+                n = min(STAGING_BYTES, len(out) - offset)
+                _call(d, d.cuMemcpyDtoH(self._staging, address + offset, n))
+                out[offset:offset + n] = self._stage[:n]
+
+    def copy(self, dst: int, src: int, size: int) -> None:
+        d = self._d
+        to, source = self.host_view(dst, size), self.host_view(src, size)
+        if source is not None:
+            self.write(dst, source)
+        elif to is not None:
+            self.read_into(src, to)
+        else:
+            dst, src = self._variables.device_address(dst), self._variables.device_address(src)
+            with self._current():
+                _call(d, d.cuMemcpyDtoD(dst, src, size))
+
+    def fill(self, address: int, pattern: bytes, count: int) -> None:
+        d = self._d
+        host = self.host_view(address, len(pattern) * count)
+        if host is not None:
+            host[:] = pattern * count
+            return
+        address = self._variables.device_address(address)
+        setter = {1: d.cuMemsetD8, 2: d.cuMemsetD16, 4: d.cuMemsetD32}[len(pattern)]
+        with self._current():
+            _call(d, setter(address, int.from_bytes(pattern, "little"), count))
+
+    # ----------------------------------------------------------------- modules
+
+    def load_module(self, image: bytes, allocate: Callable[[int], int]) -> LoadedModule:
+        """The whole image to the driver (a fatbin's SASS for this GPU, or its PTX JIT
+        compiled). Each module variable gets an arena address too (`allocate`, in the order
+        and sizes emu's would), which copies reach it by (see _variable_at)."""
+        d = self._d
+        decoded = decode_image(image)
+        if decoded.ptx and not _is_binary(image):  # PTX text: the driver wants it ended
+            image = image.rstrip(b"\0") + b"\0"
+        with self._current():
+            if image[:8] == LINKED_PTX_MAGIC:
+                image = self._linked(decoded.ptx)
+            module = _call(d, d.cuModuleLoadData(image))
+            try:
+                loaded = self._describe_module(module, decoded.ptx, image, allocate)
+            except BaseException:
+                _call(d, d.cuModuleUnload(module))
+                raise
+        return loaded
+
+    def _linked(self, ptx: list[str]) -> bytes:
+        """What a program's cuLink* calls made (vgpu's link output: the PTX modules added,
+        see vgpu.module_image), linked by the driver."""
+        d = self._d
+        state = _call(d, d.cuLinkCreate(0, [], []))
+        try:
+            for i, text in enumerate(ptx):
+                data = text.encode() + b"\0"
+                _call(d, d.cuLinkAddData(state, d.CUjitInputType.CU_JIT_INPUT_PTX, data,
+                                         len(data), f"module{i}.ptx".encode(), 0, [], []))
+            image, size = _call(d, d.cuLinkComplete(state))
+            return ctypes.string_at(int(image), int(size))
+        finally:
+            _call(d, d.cuLinkDestroy(state))
+
+    def _describe_module(self, module, ptx: list[str], image: bytes,
+                         allocate: Callable[[int], int]) -> LoadedModule:
+        d = self._d
+        count = int(_call(d, d.cuModuleGetFunctionCount(module)))
+        printing = _printing_kernels(image, ptx)
+        handle = _Module(module)
+        kernels = {}
+        for function in _call(d, d.cuModuleEnumerateFunctions(count, module)) or ():
+            name = _call(d, d.cuFuncGetName(function)).decode()
+            handle.functions[name] = function
+            kernels[name] = self._describe_kernel(name, function, name in printing)
+            if name in printing:
+                handle.printing.add(name)
+        variables = {}
+        for name, declared in _declared_variables(ptx):
+            try:
+                address, size = (int(v) for v in
+                                 _call(d, d.cuModuleGetGlobal(module, name.encode())))
+            except CudaError:  # a name the driver does not give: its place is taken alike
+                if declared:
+                    allocate(declared)
+                continue
+            place = allocate(declared or size)
+            variables[name] = (place, size)
+            self._variables.add(place, size, address)
+        return LoadedModule(kernels=kernels, variables=variables, handle=handle)
+
+    def _describe_kernel(self, name: str, function, may_print: bool) -> KernelDescription:
+        d = self._d
+        offsets, sizes = [], []
+        while True:
+            try:
+                offset, size = _call(d, d.cuFuncGetParamInfo(function, len(offsets)))
+            except CudaError as exc:
+                if exc.code != CUDA_ERROR_INVALID_VALUE:  # past the last parameter
+                    raise
+                break
+            offsets.append(int(offset))
+            sizes.append(int(size))
+        attributes = {
+            key: int(_call(d, d.cuFuncGetAttribute(d.CUfunction_attribute(value), function)))
+            for key, value in _FUNCTION_ATTRIBUTES.items()
+        }
+        end = max((o + s for o, s in zip(offsets, sizes, strict=True)), default=0)
+        return KernelDescription(name=name, param_offsets=offsets, param_sizes=sizes,
+                                 param_buffer_size=end, attributes=attributes,
+                                 uses_printf=may_print)
+
+    def unload_module(self, module: LoadedModule) -> None:
+        d = self._d
+        for place, _ in module.variables.values():
+            self._variables.remove(place)
+        with self._current():
+            _let_go(d, d.cuModuleUnload(module.handle.module))
+
+    # ----------------------------------------------------------------- launches
+
+    def prepare_launch(self, module: LoadedModule, kernel: str, grid, block,
+                       shared_bytes: int) -> Callable[[bytes, int], tuple[str, str]]:
+        d = self._d
+        function = module.handle.functions[kernel]
+        static = module.kernels[kernel].attributes.get("shared_size_bytes", 0)
+        if shared_bytes + static > DEFAULT_SHARED_BYTES:
+            with self._current():
+                _call(d, d.cuFuncSetAttribute(
+                    function,
+                    d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared_bytes))
+        may_print = kernel in module.handle.printing
+        grid, block = tuple(int(v) for v in grid), tuple(int(v) for v in block)
+
+        def run(params: bytes, printf_fifo_bytes: int) -> tuple[str, str]:
+            if self._cancelled.is_set():
+                raise Cancelled
+            buffer = ctypes.create_string_buffer(bytes(params), max(len(params), 1))
+            size = ctypes.c_size_t(len(params))
+            extra = (ctypes.c_void_p * 5)(1, ctypes.addressof(buffer), 2,
+                                          ctypes.addressof(size), 0)
+            with self._current():
+                if may_print and printf_fifo_bytes != self._printf_fifo:
+                    self._set_printf_fifo(printf_fifo_bytes)
+                _call(d, d.cuLaunchKernel(function, *grid, *block, shared_bytes, 0, 0,
+                                          ctypes.addressof(extra)))
+                if not may_print:
+                    return "", ""
+                with _StdoutCapture() as captured:
+                    result = d.cuCtxSynchronize()
+            try:
+                _call(d, result)
+            except CudaError as exc:
+                if exc.code in _KERNEL_FAULTS:
+                    raise KernelFault(exc.code, exc.message, captured.output,
+                                      captured.diagnostics) from None
+                raise
+            return captured.output, captured.diagnostics
+
+        return run
+
+    def _set_printf_fifo(self, size: int) -> None:
+        d = self._d
+        try:
+            _call(d, d.cuCtxSetLimit(d.CUlimit.CU_LIMIT_PRINTF_FIFO_SIZE, size))
+        except CudaError:  # fixed once a kernel that prints has run: CUDA keeps the first
+            pass
+        self._printf_fifo = size
+
+    def set_memcheck(self, strict: bool) -> None:
+        """A GPU checks nothing beyond its own faults: nothing to set."""
+
+    def synchronize(self) -> None:
+        d = self._d
+        if self._cancelled.is_set():
+            raise Cancelled
+        with self._current():
+            _call(d, d.cuCtxSynchronize())
+
+    def cancel(self) -> None:
+        """No later launch runs; a kernel running now runs to its end (a GPU cannot be told
+        to stop one), and close() then waits for it."""
+        self._cancelled.set()
+
+    def close(self) -> None:
+        if self._ctx is not None and self._release():
+            # Where the driver keeps a fault for the whole process (vgpu's own driver, as
+            # CUDA documents for CUDA_ERROR_ILLEGAL_ADDRESS), the other sessions need it gone.
+            _let_go(self._d, self._d.cuDevicePrimaryCtxReset(self._device))
+
+    def _release(self) -> bool:
+        """Give everything back; whether the context was lost to a fault."""
+        d = self._d
+        lost = False
+        # Mappings, physical memory and reservations are the process's, not the context's:
+        # given back one by one; the context takes its modules with it.
+        with self._current():
+            for address in list(self._vmm_mappings):
+                lost |= _let_go(d, d.cuMemUnmap(address, self._vmm_mappings.pop(address)))
+            for chunk in {id(c): c for c in self._chunks.values()}.values():
+                lost |= _let_go(d, d.cuMemUnmap(chunk.start, chunk.size))
+                lost |= _let_go(d, d.cuMemRelease(chunk.handle))
+            self._chunks.clear()
+            for start, span in self._pieces.items():
+                lost |= _let_go(d, d.cuMemAddressFree(start, span))
+            self._pieces.clear()
+            lost |= _let_go(d, d.cuMemFreeHost(self._staging))
+        self._stage.release()
+        for host in self._host_only.values():
+            host.release()
+        lost |= _let_go(d, d.cuCtxDestroy(self._ctx))
+        self._ctx = None
+        return lost
+
+
+def _runs(granules: list[int], granule: int) -> list[tuple[int, int]]:
+    """Contiguous runs of sorted granule addresses: (start, size) each."""
+    runs: list[list[int]] = []
+    for g in granules:
+        if runs and runs[-1][0] + runs[-1][1] == g:
+            runs[-1][1] += granule
+        else:
+            runs.append([g, granule])
+    return [(start, size) for start, size in runs]
+
+
+def _is_binary(image: bytes) -> bool:
+    """A fatbin, cubin or vgpu's linked PTX: not PTX text."""
+    return image[:1] not in (b".", b"/", b"\n", b"\r", b"\t", b" ")
+
+
+# PTX functions and what they call: where a kernel's printf or assert may be.
+_FUNCTION = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+|\.extern\s+)?\.(?:entry|func)\s+"
+                       r"(?:\([^)]*\)\s*)?([A-Za-z_$][\w$]*)", re.MULTILINE)
+_CALL = re.compile(r"\bcall(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?([A-Za-z_$][\w$]*)")
+_PRINTING = {"vprintf", "__assertfail"}
+
+
+class _Everything(set):
+    """Every kernel: where the image does not say (no PTX), each may print."""
+
+    def __contains__(self, name) -> bool:
+        return True
+
+
+def _printing_kernels(image: bytes, ptx: list[str]) -> set[str]:
+    """The kernels that may call printf or assert (then each launch is waited for, its
+    output captured): those whose PTX reaches vprintf or __assertfail through its calls.
+    Without PTX, all of them if the image names either anywhere (or is compressed)."""
+    if not ptx:
+        if image.startswith(b"\x7fELF") and not any(n.encode() in image for n in _PRINTING):
+            return set()
+        return _Everything()
+    calls: dict[str, set[str]] = {}
+    for text in ptx:
+        found = list(_FUNCTION.finditer(text))
+        for i, match in enumerate(found):
+            end = found[i + 1].start() if i + 1 < len(found) else len(text)
+            calls.setdefault(match.group(1), set()).update(
+                _CALL.findall(text, match.end(), end))
+    printing, changed = set(_PRINTING), True
+    while changed:  # what calls a printing function prints
+        changed = False
+        for name, callees in calls.items():
+            if name not in printing and callees & printing:
+                printing.add(name)
+                changed = True
+    return printing - _PRINTING
+
+
+def _declared_variables(ptx: list[str]) -> list[tuple[str, int]]:
+    """(name, size) of the module-scope .global and .const variables the PTX defines, in the
+    order emu's loader places them (so a session moving between backends finds each at its
+    place); by their declarations alone (size 0: unknown) where emu's parser does not read
+    the PTX."""
+    from ..emu.errors import PtxError
+    from ..emu.parser import parse_module
+
+    found = []
+    for text in ptx:
+        try:
+            module = parse_module(text)
+        except PtxError:
+            found += [(name, 0) for name in _VARIABLE.findall(text)]
+            continue
+        found += [(v.name, v.size) for v in module.variables.values()
+                  if v.space in ("global", "const") and v.linkage != "extern"]
+    return found
+
+
+class _Variables:
+    """Module variables: each has an arena address (its place, what the session and the
+    program see, the same on every backend) and the address where the driver put it, which
+    the kernels' code uses. Copies to a place reach the variable; a kernel given a place as
+    a pointer does not (it faults where nothing is mapped there)."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._found: dict[int, tuple[int, int]] = {}  # place -> (size, device address)
+
+    def add(self, place: int, size: int, device: int) -> None:
+        bisect.insort(self._starts, place)
+        self._found[place] = (size, device)
+
+    def remove(self, place: int) -> None:
+        if self._found.pop(place, None) is not None:
+            self._starts.remove(place)
+
+    def device_address(self, address: int) -> int:
+        """Where a copy to `address` goes: into the variable whose place holds it, else
+        there."""
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i >= 0:
+            place = self._starts[i]
+            size, device = self._found[place]
+            if address < place + size:
+                return device + address - place
+        return address
+
+
+# A module-scope variable's declaration in PTX: `.visible .global .align 4 .u32 name[4];`
+_VARIABLE = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.(?:global|const)\s+"
+                       r"(?:\.align\s+\d+\s+)?(?:\.v\d\s+)?\.\w+\s+([A-Za-z_$%][\w$]*)",
+                       re.MULTILINE)
+
+
+def _variable_names(ptx: list[str]) -> list[str]:
+    return [name for text in ptx for name in _VARIABLE.findall(text)]
