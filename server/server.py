@@ -43,7 +43,7 @@ from vgpu.protocol import (
     pack,
     unpack,
 )
-from vgpu.transport import EVENTS, NOBLOCK, POLLIN, RCVMORE, SNDMORE
+from vgpu.transport import NOBLOCK, RCVMORE, SNDMORE
 
 from .admin import AdminMixin
 from .arena import VaArena
@@ -179,12 +179,10 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                     self.bell.quiet()
                     self._hand_back_finished()
                     self._run_soon()
-                if self.socket in ready:  # everything that arrived, before polling again:
-                    # the first is there; whether more are is asked of the socket's events
-                    # (a receive that finds nothing raises, which costs more than asking)
+                if self.socket in ready:  # one message; the poll says whether more wait
+                    # (it asks in C what asking the socket's events would cost microseconds
+                    # to ask from Python, and a receive that finds nothing raises: more)
                     self._handle(*self._receive())
-                    while self.socket.get(EVENTS) & POLLIN:
-                        self._handle(*self._receive())
                 if time.monotonic() >= next_check:
                     self._connection_events()
                     self._reap_dead_clients()
@@ -281,8 +279,8 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                output: str = "", diagnostics: str = "", payloads=()) -> None:
         if seq:
             header = [seq, code, result, deferred, output, diagnostics]
-            self._keep_reply(identity, header, payloads)  # the connection may drop
             self._send_reply(identity, header, payloads)
+            self._keep_reply(identity, header, payloads)  # the connection may drop
 
     def _notice(self, identity: bytes, code: int = 0, why=None) -> None:
         """A reply to no request (seq 0): with code 0, the server is alive and still running
