@@ -33,12 +33,14 @@ import contextlib
 import ctypes
 import os
 import re
+import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vgpu.errors import CudaError
-from vgpu.module_image import LINKED_PTX_MAGIC
+from vgpu.fatbin import EntryKind, FatbinError, parse_fatbin
+from vgpu.module_image import ELF_MAGIC, LINKED_PTX_MAGIC
 
 from .base import (
     Backend,
@@ -65,6 +67,7 @@ _FUNCTION_ATTRIBUTES = {
     "max_threads_per_block": 0, "shared_size_bytes": 1, "const_size_bytes": 2,
     "local_size_bytes": 3, "num_regs": 4, "ptx_version": 5, "binary_version": 6,
 }
+SHT_SYMTAB, STT_OBJECT = 2, 1  # ELF's section type of a symbol table, and a data symbol
 # Faults after which a CUDA context is lost: what a launch that caused them raises.
 _KERNEL_FAULTS = frozenset({700, 701, 702, 710, 714, 715, 716, 717, 718, 719, 720})
 
@@ -595,7 +598,7 @@ class CudaBackend(Backend):
             if name in printing:
                 handle.printing.add(name)
         variables = {}
-        for name, declared in _declared_variables(ptx):
+        for name, declared in _declared_variables(ptx) or _cubin_variables(image):
             try:
                 address, size = (int(v) for v in
                                  _call(d, d.cuModuleGetGlobal(module, name.encode())))
@@ -806,6 +809,48 @@ def _declared_variables(ptx: list[str]) -> list[tuple[str, int]]:
         found += [(v.name, v.size) for v in module.variables.values()
                   if v.space in ("global", "const") and v.linkage != "extern"]
     return found
+
+
+def _cubin_variables(image: bytes) -> list[tuple[str, int]]:
+    """(name, 0: size unknown) of the variables an image without PTX defines: the data
+    objects in its cubins' ELF symbol tables (a fatbin's, or the cubin itself)."""
+    if image.startswith(ELF_MAGIC):
+        cubins = [image]
+    else:
+        try:
+            cubins = [e.payload() for e in parse_fatbin(image) if e.kind == EntryKind.CUBIN]
+        except FatbinError:
+            return []
+    names: dict[str, int] = {}
+    for cubin in cubins:
+        names.update(dict.fromkeys(_elf_data_symbols(cubin), 0))
+    return list(names.items())
+
+
+def _elf_data_symbols(elf: bytes) -> list[str]:
+    """Names of the defined data objects of an ELF64 file's symbol table (a cubin's module
+    variables are local symbols unless -rdc makes them visible; all are the driver's to
+    find by name)."""
+    try:
+        shoff, = struct.unpack_from("<Q", elf, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
+        sections = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize)
+                    for i in range(shnum)]
+        names = []
+        for _, kind, _, _, offset, size, link, _, _, entsize in sections:
+            if kind != SHT_SYMTAB or not entsize:
+                continue
+            strings_at = sections[link][4]
+            for at in range(offset, offset + size, entsize):
+                name, info, _, shndx = struct.unpack_from("<IBBH", elf, at)
+                if info & 0xF == STT_OBJECT and shndx:
+                    end = elf.index(b"\0", strings_at + name)
+                    text = elf[strings_at + name:end].decode(errors="replace")
+                    if "$" not in text and not text.startswith("__unnamed_"):  # the compiler's
+                        names.append(text)
+        return names
+    except (struct.error, IndexError, ValueError):  # not a whole ELF file: no names from it
+        return []
 
 
 class _Variables:
