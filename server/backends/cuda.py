@@ -20,10 +20,12 @@ given a place as a pointer (cudaGetSymbolAddress passed to a kernel) does not re
 variable on this backend.
 
 Copies go through a pinned staging buffer of the session's (cuMemHostAlloc). Launches pass
-the client's parameter buffer as it is (CU_LAUNCH_PARAM_BUFFER_POINTER). Work runs on the
-context's default stream, in the order the session sends it. Device printf is written by the
-driver to the process's stdout when the context synchronizes: a kernel that may print (or
-assert) is waited for with stdout captured, so the text goes back to its client as on emu.
+the client's parameter buffer as it is (CU_LAUNCH_PARAM_BUFFER_POINTER), on a device stream
+of the session stream's own, so that launches on different streams run concurrently; copies
+and memsets run on the context's default stream, which waits for the work before them.
+Device printf is written by the driver to the process's stdout when the context
+synchronizes: a kernel that may print (or assert) is waited for with stdout captured, so the
+text goes back to its client as on emu.
 """
 
 from __future__ import annotations
@@ -278,6 +280,7 @@ class CudaBackend(Backend):
         self._vmm_mappings: dict[int, int] = {}  # address -> size
         self._access: dict[int, int] = {}  # mapping address -> the access it allows
         self._variables = _Variables()
+        self._streams: dict[int, object] = {}  # the session's stream handle -> the device's
         self._printf_fifo = 0
 
     def recover(self) -> None:
@@ -642,7 +645,7 @@ class CudaBackend(Backend):
     # ----------------------------------------------------------------- launches
 
     def prepare_launch(self, module: LoadedModule, kernel: str, grid, block,
-                       shared_bytes: int) -> Callable[[bytes, int], tuple[str, str]]:
+                       shared_bytes: int) -> Callable[..., tuple[str, str]]:
         d = self._d
         function = module.handle.functions[kernel]
         static = module.kernels[kernel].attributes.get("shared_size_bytes", 0)
@@ -655,7 +658,7 @@ class CudaBackend(Backend):
         may_print = kernel in module.handle.printing
         grid, block = tuple(int(v) for v in grid), tuple(int(v) for v in block)
 
-        def run(params: bytes, printf_fifo_bytes: int) -> tuple[str, str]:
+        def run(params: bytes, printf_fifo_bytes: int, stream: int = 0) -> tuple[str, str]:
             if self._cancelled.is_set():
                 raise Cancelled
             buffer = ctypes.create_string_buffer(bytes(params), max(len(params), 1))
@@ -665,7 +668,8 @@ class CudaBackend(Backend):
             with self._current():
                 if may_print and printf_fifo_bytes != self._printf_fifo:
                     self._set_printf_fifo(printf_fifo_bytes)
-                _call(d, d.cuLaunchKernel(function, *grid, *block, shared_bytes, 0, 0,
+                _call(d, d.cuLaunchKernel(function, *grid, *block, shared_bytes,
+                                          self._streams.get(stream, 0), 0,
                                           ctypes.addressof(extra)))
                 if not may_print:
                     return "", ""
@@ -681,6 +685,22 @@ class CudaBackend(Backend):
             return captured.output, captured.diagnostics
 
         return run
+
+    def stream_created(self, handle: int) -> None:
+        """A stream of the device's own, so that launches on different streams overlap. It
+        is a blocking stream whatever the program asked for: copies and memsets run on the
+        context's default stream after all the work before them, as `prepare_launch` says
+        every backend's do."""
+        d = self._d
+        with self._current():
+            self._streams[handle] = _call(d, d.cuStreamCreate(0))
+
+    def stream_destroyed(self, handle: int) -> None:
+        d = self._d
+        stream = self._streams.pop(handle, None)
+        if stream is not None:  # else one the context lost to a fault took with it
+            with self._current():
+                _let_go(d, d.cuStreamDestroy(stream))
 
     def _set_printf_fifo(self, size: int) -> None:
         d = self._d
@@ -731,6 +751,7 @@ class CudaBackend(Backend):
         self._stage.release()
         for host in self._host_only.values():
             host.release()
+        self._streams.clear()  # the context takes them with it
         lost |= _let_go(d, d.cuCtxDestroy(self._ctx))
         self._ctx = None
         return lost
