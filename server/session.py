@@ -713,7 +713,9 @@ class Session:
     @op("vgpuQuery")
     def query(self):
         """cuStreamQuery and cuEventQuery. While a worker still runs this session's work the
-        server answers CUDA_ERROR_NOT_READY without coming here; here, all is done."""
+        server answers CUDA_ERROR_NOT_READY without coming here; here, all is done once the
+        device has finished what the backend queued (a GPU's launches return at once)."""
+        self.backend.synchronize()
 
     # ----------------------------------------------------------------- memory
 
