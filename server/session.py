@@ -685,6 +685,7 @@ class Session:
             self.mem_free(address)
         for s in list(ctx.streams):
             self.streams.pop(s)
+            self.backend.stream_destroyed(s)
             self.journal.destroyed("stream", s)
         for e in list(ctx.events):
             self.events.pop(e)
@@ -712,7 +713,9 @@ class Session:
     @op("vgpuQuery")
     def query(self):
         """cuStreamQuery and cuEventQuery. While a worker still runs this session's work the
-        server answers CUDA_ERROR_NOT_READY without coming here; here, all is done."""
+        server answers CUDA_ERROR_NOT_READY without coming here; here, all is done once the
+        device has finished what the backend queued (a GPU's launches return at once)."""
+        self.backend.synchronize()
 
     # ----------------------------------------------------------------- memory
 
@@ -974,7 +977,7 @@ class Session:
             launcher = self._prepare_launch(fn, config)
         self.printf_launched |= fn.uses_printf
         try:
-            printed, report = launcher(params, self.printf_fifo_bytes)
+            printed, report = launcher(params, self.printf_fifo_bytes, stream)
         except KernelFault as fault:
             self._report_fault(fault)
             raise
@@ -1019,11 +1022,13 @@ class Session:
     def stream_create(self, handle: int, context: int, flags: int, priority: int):
         self.contexts.get(context).streams.add(handle)
         self.streams.add(handle, context)
+        self.backend.stream_created(handle)
         self.journal.created("stream", handle, context, flags, priority)
 
     @op("cuStreamDestroy")
     def stream_destroy(self, handle: int):
         context = self.streams.pop(handle)
+        self.backend.stream_destroyed(handle)
         self.journal.destroyed("stream", handle)
         if context in self.contexts:
             self.contexts.get(context).streams.discard(handle)

@@ -164,15 +164,25 @@ class Backend(abc.ABC):
         that thread, such as a current context."""
         return contextlib.nullcontext()
 
+    def stream_created(self, handle: int) -> None:
+        """The session made stream `handle`: launches may name it (see prepare_launch)."""
+        return None
+
+    def stream_destroyed(self, handle: int) -> None:
+        return None
+
     @abc.abstractmethod
     def prepare_launch(self, module: LoadedModule, kernel: str, grid: tuple[int, int, int],
                        block: tuple[int, int, int], shared_bytes: int
-                       ) -> Callable[[bytes, int], tuple[str, str]]:
+                       ) -> Callable[..., tuple[str, str]]:
         """Check a launch configuration (raising CudaError) and return a launcher: called
-        with a parameter buffer and the printf FIFO's size, it runs the kernel to completion
-        (or queues it) and returns (device printf output, text for stderr such as a memory
-        checker's report); a kernel that fails raises KernelFault. Sessions keep launchers
-        for the shapes a program repeats."""
+        with a parameter buffer, the printf FIFO's size and (optionally) the session's
+        stream to run on, it runs the kernel to completion (or queues it) and returns
+        (device printf output, text for stderr such as a memory checker's report); a kernel
+        that fails raises KernelFault. Every other call (copies, memsets, synchronizations,
+        event records) comes after the work launched before it, on whatever stream: only
+        launches on different streams may overlap. Sessions keep launchers for the shapes a
+        program repeats."""
 
     def recover(self) -> None:
         """The program reset its device after a fault (a sticky error): make the device

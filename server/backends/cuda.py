@@ -20,10 +20,12 @@ given a place as a pointer (cudaGetSymbolAddress passed to a kernel) does not re
 variable on this backend.
 
 Copies go through a pinned staging buffer of the session's (cuMemHostAlloc). Launches pass
-the client's parameter buffer as it is (CU_LAUNCH_PARAM_BUFFER_POINTER). Work runs on the
-context's default stream, in the order the session sends it. Device printf is written by the
-driver to the process's stdout when the context synchronizes: a kernel that may print (or
-assert) is waited for with stdout captured, so the text goes back to its client as on emu.
+the client's parameter buffer as it is (CU_LAUNCH_PARAM_BUFFER_POINTER), on a device stream
+of the session stream's own, so that launches on different streams run concurrently; copies
+and memsets run on the context's default stream, which waits for the work before them.
+Device printf is written by the driver to the process's stdout when the context
+synchronizes: a kernel that may print (or assert) is waited for with stdout captured, so the
+text goes back to its client as on emu.
 """
 
 from __future__ import annotations
@@ -33,12 +35,14 @@ import contextlib
 import ctypes
 import os
 import re
+import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vgpu.errors import CudaError
-from vgpu.module_image import LINKED_PTX_MAGIC
+from vgpu.fatbin import EntryKind, FatbinError, parse_fatbin
+from vgpu.module_image import ELF_MAGIC, LINKED_PTX_MAGIC
 
 from .base import (
     Backend,
@@ -65,6 +69,7 @@ _FUNCTION_ATTRIBUTES = {
     "max_threads_per_block": 0, "shared_size_bytes": 1, "const_size_bytes": 2,
     "local_size_bytes": 3, "num_regs": 4, "ptx_version": 5, "binary_version": 6,
 }
+SHT_SYMTAB, STT_OBJECT = 2, 1  # ELF's section type of a symbol table, and a data symbol
 # Faults after which a CUDA context is lost: what a launch that caused them raises.
 _KERNEL_FAULTS = frozenset({700, 701, 702, 710, 714, 715, 716, 717, 718, 719, 720})
 
@@ -275,6 +280,7 @@ class CudaBackend(Backend):
         self._vmm_mappings: dict[int, int] = {}  # address -> size
         self._access: dict[int, int] = {}  # mapping address -> the access it allows
         self._variables = _Variables()
+        self._streams: dict[int, object] = {}  # the session's stream handle -> the device's
         self._printf_fifo = 0
 
     def recover(self) -> None:
@@ -595,7 +601,7 @@ class CudaBackend(Backend):
             if name in printing:
                 handle.printing.add(name)
         variables = {}
-        for name, declared in _declared_variables(ptx):
+        for name, declared in _declared_variables(ptx) or _cubin_variables(image):
             try:
                 address, size = (int(v) for v in
                                  _call(d, d.cuModuleGetGlobal(module, name.encode())))
@@ -639,7 +645,7 @@ class CudaBackend(Backend):
     # ----------------------------------------------------------------- launches
 
     def prepare_launch(self, module: LoadedModule, kernel: str, grid, block,
-                       shared_bytes: int) -> Callable[[bytes, int], tuple[str, str]]:
+                       shared_bytes: int) -> Callable[..., tuple[str, str]]:
         d = self._d
         function = module.handle.functions[kernel]
         static = module.kernels[kernel].attributes.get("shared_size_bytes", 0)
@@ -652,7 +658,7 @@ class CudaBackend(Backend):
         may_print = kernel in module.handle.printing
         grid, block = tuple(int(v) for v in grid), tuple(int(v) for v in block)
 
-        def run(params: bytes, printf_fifo_bytes: int) -> tuple[str, str]:
+        def run(params: bytes, printf_fifo_bytes: int, stream: int = 0) -> tuple[str, str]:
             if self._cancelled.is_set():
                 raise Cancelled
             buffer = ctypes.create_string_buffer(bytes(params), max(len(params), 1))
@@ -662,7 +668,8 @@ class CudaBackend(Backend):
             with self._current():
                 if may_print and printf_fifo_bytes != self._printf_fifo:
                     self._set_printf_fifo(printf_fifo_bytes)
-                _call(d, d.cuLaunchKernel(function, *grid, *block, shared_bytes, 0, 0,
+                _call(d, d.cuLaunchKernel(function, *grid, *block, shared_bytes,
+                                          self._streams.get(stream, 0), 0,
                                           ctypes.addressof(extra)))
                 if not may_print:
                     return "", ""
@@ -678,6 +685,22 @@ class CudaBackend(Backend):
             return captured.output, captured.diagnostics
 
         return run
+
+    def stream_created(self, handle: int) -> None:
+        """A stream of the device's own, so that launches on different streams overlap. It
+        is a blocking stream whatever the program asked for: copies and memsets run on the
+        context's default stream after all the work before them, as `prepare_launch` says
+        every backend's do."""
+        d = self._d
+        with self._current():
+            self._streams[handle] = _call(d, d.cuStreamCreate(0))
+
+    def stream_destroyed(self, handle: int) -> None:
+        d = self._d
+        stream = self._streams.pop(handle, None)
+        if stream is not None:  # else one the context lost to a fault took with it
+            with self._current():
+                _let_go(d, d.cuStreamDestroy(stream))
 
     def _set_printf_fifo(self, size: int) -> None:
         d = self._d
@@ -728,6 +751,7 @@ class CudaBackend(Backend):
         self._stage.release()
         for host in self._host_only.values():
             host.release()
+        self._streams.clear()  # the context takes them with it
         lost |= _let_go(d, d.cuCtxDestroy(self._ctx))
         self._ctx = None
         return lost
@@ -806,6 +830,48 @@ def _declared_variables(ptx: list[str]) -> list[tuple[str, int]]:
         found += [(v.name, v.size) for v in module.variables.values()
                   if v.space in ("global", "const") and v.linkage != "extern"]
     return found
+
+
+def _cubin_variables(image: bytes) -> list[tuple[str, int]]:
+    """(name, 0: size unknown) of the variables an image without PTX defines: the data
+    objects in its cubins' ELF symbol tables (a fatbin's, or the cubin itself)."""
+    if image.startswith(ELF_MAGIC):
+        cubins = [image]
+    else:
+        try:
+            cubins = [e.payload() for e in parse_fatbin(image) if e.kind == EntryKind.CUBIN]
+        except FatbinError:
+            return []
+    names: dict[str, int] = {}
+    for cubin in cubins:
+        names.update(dict.fromkeys(_elf_data_symbols(cubin), 0))
+    return list(names.items())
+
+
+def _elf_data_symbols(elf: bytes) -> list[str]:
+    """Names of the defined data objects of an ELF64 file's symbol table (a cubin's module
+    variables are local symbols unless -rdc makes them visible; all are the driver's to
+    find by name)."""
+    try:
+        shoff, = struct.unpack_from("<Q", elf, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
+        sections = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize)
+                    for i in range(shnum)]
+        names = []
+        for _, kind, _, _, offset, size, link, _, _, entsize in sections:
+            if kind != SHT_SYMTAB or not entsize:
+                continue
+            strings_at = sections[link][4]
+            for at in range(offset, offset + size, entsize):
+                name, info, _, shndx = struct.unpack_from("<IBBH", elf, at)
+                if info & 0xF == STT_OBJECT and shndx:
+                    end = elf.index(b"\0", strings_at + name)
+                    text = elf[strings_at + name:end].decode(errors="replace")
+                    if "$" not in text and not text.startswith("__unnamed_"):  # the compiler's
+                        names.append(text)
+        return names
+    except (struct.error, IndexError, ValueError):  # not a whole ELF file: no names from it
+        return []
 
 
 class _Variables:

@@ -223,3 +223,25 @@ def test_small_allocations_share_granules_and_keep_their_bytes(cuda_server, kern
                             timeout=TIMEOUT_S)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "[True, True] 0x400\n", result.stdout
+
+
+HOLD = PREAMBLE + """
+err, pointer = cu.cuMemAlloc(1 << 20)
+print(err.name, hex(int(pointer)), flush=True)
+sys.stdin.read()  # holds its session until the test closes its input
+"""
+
+
+def test_sessions_at_once_each_in_its_own_address_range(cuda_server, kernels_ptx):
+    """Two programs served at once: each session's range reserved on the one device."""
+    command = [*VGPU, "run", "--server", cuda_server, "--", sys.executable, "-c", HOLD,
+               str(kernels_ptx)]
+    first, second = (subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      text=True, env=vgpu_environment()) for _ in range(2))
+    try:
+        said = sorted([first.stdout.readline().split(), second.stdout.readline().split()])
+    finally:
+        for program in (first, second):
+            program.communicate(timeout=TIMEOUT_S)  # its input closed: it ends
+            assert program.returncode == 0
+    assert said == [["CUDA_SUCCESS", "0x100000000000"], ["CUDA_SUCCESS", "0x110000000000"]]
