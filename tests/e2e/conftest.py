@@ -17,14 +17,17 @@ NESTED_TIMEOUT_S = 300
 @pytest.fixture(params=["emu", "cuda"])
 def run_on(request):
     """run(*command, env=None): the command under `vgpu run`, on a private emu server, or on
-    the shared nested cuda server; its output captured."""
+    the shared nested cuda server; its output captured. `run.backend` says which."""
     if request.param == "emu":
-        return vgpu_run
-    address = request.getfixturevalue("nested_cuda")
+        def run(*command, env=None):
+            return vgpu_run(*command, env=env)
+    else:
+        address = request.getfixturevalue("nested_cuda")
 
-    def run(*command, env=None):
-        return run_under_vgpu(address, *map(str, command), timeout=NESTED_TIMEOUT_S, **(env or {}))
-
+        def run(*command, env=None):
+            return run_under_vgpu(address, *map(str, command), timeout=NESTED_TIMEOUT_S,
+                                  **(env or {}))
+    run.backend = request.param
     return run
 
 

@@ -1,10 +1,11 @@
 """The cuda backend without a GPU: a `vgpu server --backend cuda` run as an unmodified CUDA
 program under vgpu, against an emu server (tests/vgpu_processes.nested_cuda_server), serves
 unmodified programs. Every call the backend makes goes through vgpu's own driver, which checks
-it: contexts, the arena reserved at its base, allocations mapped with the VMM API, copies,
-modules, launches with the client's parameter buffer, device printf and assert, a fault and
-the device reset that recovers from it. Also: without a driver, `--backend cuda` fails in one
-line and `auto` picks emu."""
+it. The e2e programs run on the nested backend too (the `run_on` fixture, and the runtime
+programs' backends); here: what only the cuda backend does (kernels and their parameters
+enumerated from the driver, a program's own linked module, allocations sharing granules,
+sessions side by side in their own ranges, the program's own virtual memory), and without a
+driver, `--backend cuda` failing in one line and `auto` picking emu."""
 
 from __future__ import annotations
 
@@ -16,9 +17,6 @@ import pytest
 from e2e_support import printed_checks
 from vgpu_processes import VGPU, nested_cuda_server, run_under_vgpu, vgpu_environment
 
-HERE = Path(__file__).resolve().parent
-EXAMPLES = HERE.parents[1] / "examples"
-RUNTIME_PROGRAMS = HERE.parent / "runtime" / "programs"
 TIMEOUT_S = 120
 
 
@@ -26,20 +24,6 @@ TIMEOUT_S = 120
 def cuda_server(tmp_path_factory):
     with nested_cuda_server(tmp_path_factory.mktemp("nested-cuda")) as address:
         yield address
-
-
-def runtime_program(toolkit, name: str) -> Path:
-    source = (RUNTIME_PROGRAMS / f"{name}.cu").read_text()
-    return toolkit.executable(source, ["-cudart", "shared", f"-I{RUNTIME_PROGRAMS}"])
-
-
-def all_checks_hold(result) -> dict[str, tuple[int, int]]:
-    found = printed_checks(result)
-    wrong = {name: got for name, got in found.items() if got[0] != got[1]}
-    assert not wrong, f"(got, expected) per check: {wrong}\n{result.stderr}"
-    assert "failures 0" in result.stdout and result.returncode == 0, \
-        result.stdout + result.stderr
-    return found
 
 
 # ----------------------------------------------------------------- without a driver
@@ -70,25 +54,6 @@ def test_without_a_driver_auto_picks_emu(tmp_path):
 
 # ----------------------------------------------------------------- programs on nested cuda
 
-def test_cuda_python_program(cuda_server):
-    result = run_under_vgpu(cuda_server, sys.executable, str(EXAMPLES / "vector_add.py"),
-                            timeout=TIMEOUT_S)
-    assert result.returncode == 0, result.stderr
-    assert "vector_add of 1048576 floats" in result.stdout and "correct" in result.stdout
-
-
-def test_driver_api_program(cuda_server, driver_app, kernels_ptx):
-    result = run_under_vgpu(cuda_server, driver_app, str(kernels_ptx), timeout=TIMEOUT_S)
-    assert result.returncode == 0, result.stderr
-    assert "driver_app: all results correct" in result.stdout
-
-
-def test_memory_and_context_semantics(cuda_server, driver_memory_semantics):
-    found = all_checks_hold(run_under_vgpu(cuda_server, driver_memory_semantics,
-                                           timeout=TIMEOUT_S))
-    assert len(found) == 86
-
-
 def test_the_programs_own_virtual_memory(cuda_server, driver_vmm, kernels_ptx):
     """All of driver_vmm but one check: a fixed address far outside the session's range is
     a hint on a device that sessions share (CUDA lets the driver place it elsewhere)."""
@@ -97,39 +62,6 @@ def test_the_programs_own_virtual_memory(cuda_server, driver_vmm, kernels_ptx):
     assert found.pop("reserve_fixed_far_honoured") == (0, 1)
     wrong = {name: got for name, got in found.items() if got[0] != got[1]}
     assert not wrong and len(found) == 128, f"{wrong}\n{result.stdout}\n{result.stderr}"
-
-
-def test_module_variables_and_symbol_copies(toolkit, cuda_server):
-    result = run_under_vgpu(cuda_server, runtime_program(toolkit, "constant_memory"),
-                            timeout=TIMEOUT_S)
-    assert result.returncode == 0 and "constant_memory: 64 evaluations" in result.stdout, \
-        result.stdout + result.stderr
-
-
-def test_device_printf_reaches_the_program(toolkit, cuda_server):
-    result = run_under_vgpu(cuda_server, runtime_program(toolkit, "device_printf"),
-                            timeout=TIMEOUT_S)
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    device = {f"block {b} thread {t} says {1.5 + t:.2f} {'odd' if t % 2 else 'even'}"
-              for b in range(2) for t in range(3)}
-    assert lines[0] == "host before" and lines[-1] == "host after", result.stdout
-    assert set(lines[1:-1]) == device, result.stdout
-
-
-def test_a_failed_assert_is_sticky_until_the_device_is_reset(toolkit, cuda_server):
-    result = run_under_vgpu(cuda_server, runtime_program(toolkit, "kernel_assert"),
-                            timeout=TIMEOUT_S)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "kernel_assert: error 710 reported and sticky" in result.stdout
-    assert "kernel_assert: device usable again after cudaDeviceReset" in result.stdout
-    assert "Assertion `values[i] > 0` failed." in result.stderr, result.stderr
-
-
-def test_streams_and_events(toolkit, cuda_server):
-    result = run_under_vgpu(cuda_server, runtime_program(toolkit, "streams_events"),
-                            timeout=TIMEOUT_S)
-    assert result.returncode == 0, result.stdout + result.stderr
 
 
 # A cuda-python program's start: the PTX file named by its argument, and a current context.

@@ -17,8 +17,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from vgpu_processes import NO_RDC_ON_CUDA, NO_ZERO_COPY_ON_CUDA, run_under_vgpu, vgpu_environment
 from vgpu_processes import emu_server as emu_server_at
-from vgpu_processes import run_under_vgpu, vgpu_environment
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 FATBINS = {"compressed": [], "uncompressed": ["--no-compress"]}
@@ -103,7 +103,9 @@ def test_streams_with_events_and_waits(toolkit, server, fatbin):
                   "streams_events: 3 streams joined")
 
 
-def test_async_copies_with_pinned_memory(toolkit, server, fatbin):
+def test_async_copies_with_pinned_memory(request, toolkit, server, backend, fatbin):
+    if backend == "cuda":
+        request.applymarker(NO_ZERO_COPY_ON_CUDA)
     assert_passed(run(server, build(toolkit, "async_pinned", fatbin)),
                   "async_pinned: pinned, mapped and registered copies correct")
 
@@ -139,7 +141,9 @@ def test_templated_kernels(toolkit, server, fatbin):
                   "templates: int, float, double and functor instantiations correct")
 
 
-def test_relocatable_device_code_across_files(toolkit, server, fatbin):
+def test_relocatable_device_code_across_files(request, toolkit, server, backend, fatbin):
+    if backend == "cuda":
+        request.applymarker(NO_RDC_ON_CUDA)
     program = build(toolkit, "rdc_main", fatbin, flags=("-rdc=true",),
                     extra=("rdc_combine.cu",))
     assert_passed(run(server, program), "rdc: cross-file device function called 100 times")
