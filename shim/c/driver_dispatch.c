@@ -15,6 +15,11 @@ int vgpu_driver_ready(void)
     return vgpu_embedded_python_ready(&driver_embedding);
 }
 
+int vgpu_driver_gone(void)
+{
+    return vgpu_embedded_python_gone();
+}
+
 void *vgpu_driver_entry(int fn_id)
 {
     if (fn_id < 0 || (size_t)fn_id >= vgpu_driver_symbol_count)

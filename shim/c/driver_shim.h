@@ -41,6 +41,11 @@ extern const struct vgpu_result_text vgpu_driver_results[];
    callback attached (starting it on the first call), 0 if it cannot start. */
 int vgpu_driver_ready(void);
 
+/* Not ready because the program is exiting (see vgpu_embedded_python_gone): the stub then
+   returns CUDA_SUCCESS for a call that releases something (the session's end frees it all)
+   and CUDA_ERROR_DEINITIALIZED, the driver shutting down, for any other. */
+int vgpu_driver_gone(void);
+
 /* For Python (declared in the cffi cdef too): the stub of `fn_id`, or NULL. */
 void *vgpu_driver_entry(int fn_id);
 const char *vgpu_driver_symbol_name(int fn_id);

@@ -188,6 +188,11 @@ int vgpu_embedded_python_running(void)
     return ready && !python_is_gone();
 }
 
+int vgpu_embedded_python_gone(void)
+{
+    return ready && python_is_gone();
+}
+
 int vgpu_embedded_python_ready(const struct vgpu_embedding *shim_embedding)
 {
     embedding = shim_embedding;

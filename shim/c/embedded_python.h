@@ -27,6 +27,10 @@ int vgpu_embedded_python_ready(const struct vgpu_embedding *embedding);
 /* 1 if the runtime was started and Python is still usable (not finalized); starts nothing. */
 int vgpu_embedded_python_running(void);
 
+/* 1 if the runtime was started and Python has since gone (finalizing or finalized): the
+   program is exiting, and objects it frees then (modules, memory) call CUDA one last time. */
+int vgpu_embedded_python_gone(void);
+
 /* A Python exception pending on the calling thread when C code calls a shim (Cython cleaning
    up after an error, as cuda.core's linker does): cffi's callback would see it, fail, and
    clear it, and the caller would then return NULL without an exception. Every stub sets it

@@ -45,6 +45,11 @@ int vgpu_runtime_ready(void)
     return vgpu_embedded_python_ready(&runtime_embedding);
 }
 
+int vgpu_runtime_gone(void)
+{
+    return vgpu_embedded_python_gone();
+}
+
 void *vgpu_runtime_entry(int fn_id)
 {
     if (fn_id < 0 || (size_t)fn_id >= vgpu_runtime_symbol_count)

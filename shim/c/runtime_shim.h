@@ -20,6 +20,10 @@ extern void *const vgpu_runtime_entries[];         /* by fn_id */
    cannot start: the stub then returns cudaErrorInitializationError, or a zero result. */
 int vgpu_runtime_ready(void);
 
+/* Not ready because the program is exiting: cudaSuccess for a call that releases something,
+   cudaErrorCudartUnloading for any other (see vgpu_driver_gone). */
+int vgpu_runtime_gone(void);
+
 /* For Python (declared in the cffi cdef too): the stub of `fn_id`, or NULL. */
 void *vgpu_runtime_entry(int fn_id);
 const char *vgpu_runtime_symbol_name(int fn_id);

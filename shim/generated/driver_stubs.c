@@ -8,6 +8,8 @@ CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAl
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArray3DCreate(pHandle, pAllocateArray);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -18,6 +20,8 @@ CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAl
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArray3DCreate_v2(pHandle, pAllocateArray);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -28,6 +32,8 @@ CUresult cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR_v1 *pArrayDescriptor, CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArray3DGetDescriptor(pArrayDescriptor, hArray);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -38,6 +44,8 @@ CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArray3DGetDescriptor_v2(pArrayDescriptor, hArray);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -48,6 +56,8 @@ CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *pAlloca
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayCreate(pHandle, pAllocateArray);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -58,6 +68,8 @@ CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAlloca
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayCreate_v2(pHandle, pAllocateArray);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -68,6 +80,8 @@ CUresult cuArrayDestroy(CUarray hArray)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayDestroy(hArray);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -78,6 +92,8 @@ CUresult cuArrayGetDescriptor(CUDA_ARRAY_DESCRIPTOR_v1 *pArrayDescriptor, CUarra
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayGetDescriptor(pArrayDescriptor, hArray);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -88,6 +104,8 @@ CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarra
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayGetDescriptor_v2(pArrayDescriptor, hArray);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -98,6 +116,8 @@ CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequ
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayGetMemoryRequirements(memoryRequirements, array, device);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -108,6 +128,8 @@ CUresult cuArrayGetPlane(CUarray *pPlaneArray, CUarray hArray, unsigned int plan
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayGetPlane(pPlaneArray, hArray, planeIdx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -118,6 +140,8 @@ CUresult cuArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *sparseProperti
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuArrayGetSparseProperties(sparseProperties, array);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -128,6 +152,8 @@ CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCheckpointProcessCheckpoint(pid, args);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -138,6 +164,8 @@ CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCheckpointProcessGetRestoreThreadId(pid, tid);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -148,6 +176,8 @@ CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCheckpointProcessGetState(pid, state);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -158,6 +188,8 @@ CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCheckpointProcessLock(pid, args);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -168,6 +200,8 @@ CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCheckpointProcessRestore(pid, args);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -178,6 +212,8 @@ CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCheckpointProcessUnlock(pid, args);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -188,6 +224,8 @@ CUresult cuCoredumpGetAttribute(CUcoredumpSettings attrib, void *value, size_t *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCoredumpGetAttribute(attrib, value, size);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -198,6 +236,8 @@ CUresult cuCoredumpGetAttributeGlobal(CUcoredumpSettings attrib, void *value, si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCoredumpGetAttributeGlobal(attrib, value, size);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -208,6 +248,8 @@ CUresult cuCoredumpSetAttribute(CUcoredumpSettings attrib, void *value, size_t *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCoredumpSetAttribute(attrib, value, size);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -218,6 +260,8 @@ CUresult cuCoredumpSetAttributeGlobal(CUcoredumpSettings attrib, void *value, si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCoredumpSetAttributeGlobal(attrib, value, size);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -228,6 +272,8 @@ CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxAttach(pctx, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -238,6 +284,8 @@ CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxCreate(pctx, flags, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -248,6 +296,8 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxCreate_v2(pctx, flags, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -258,6 +308,8 @@ CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int n
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -268,6 +320,8 @@ CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, uns
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -278,6 +332,8 @@ CUresult cuCtxDestroy(CUcontext ctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxDestroy(ctx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -288,6 +344,8 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxDestroy_v2(ctx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -298,6 +356,8 @@ CUresult cuCtxDetach(CUcontext ctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxDetach(ctx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -308,6 +368,8 @@ CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxDisablePeerAccess(peerContext);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -318,6 +380,8 @@ CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxEnablePeerAccess(peerContext, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -328,6 +392,8 @@ CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxFromGreenCtx(pContext, hCtx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -338,6 +404,8 @@ CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetApiVersion(ctx, version);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -348,6 +416,8 @@ CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetCacheConfig(pconfig);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -358,6 +428,8 @@ CUresult cuCtxGetCurrent(CUcontext *pctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetCurrent(pctx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -368,6 +440,8 @@ CUresult cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, CUdevResou
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetDevResource(hCtx, resource, type);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -378,6 +452,8 @@ CUresult cuCtxGetDevice(CUdevice *device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetDevice(device);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -388,6 +464,8 @@ CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetDevice_v2(device, ctx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -398,6 +476,8 @@ CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinity
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetExecAffinity(pExecAffinity, type);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -408,6 +488,8 @@ CUresult cuCtxGetFlags(unsigned int *flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetFlags(flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -418,6 +500,8 @@ CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetId(ctx, ctxId);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -428,6 +512,8 @@ CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetLimit(pvalue, limit);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -438,6 +524,8 @@ CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetSharedMemConfig(pConfig);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -448,6 +536,8 @@ CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxGetStreamPriorityRange(leastPriority, greatestPriority);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -458,6 +548,8 @@ CUresult cuCtxPopCurrent(CUcontext *pctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxPopCurrent(pctx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -468,6 +560,8 @@ CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxPopCurrent_v2(pctx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -478,6 +572,8 @@ CUresult cuCtxPushCurrent(CUcontext ctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxPushCurrent(ctx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -488,6 +584,8 @@ CUresult cuCtxPushCurrent_v2(CUcontext ctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxPushCurrent_v2(ctx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -498,6 +596,8 @@ CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxRecordEvent(hCtx, hEvent);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -508,6 +608,8 @@ CUresult cuCtxResetPersistingL2Cache(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxResetPersistingL2Cache();
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -518,6 +620,8 @@ CUresult cuCtxSetCacheConfig(CUfunc_cache config)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSetCacheConfig(config);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -528,6 +632,8 @@ CUresult cuCtxSetCurrent(CUcontext ctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSetCurrent(ctx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -538,6 +644,8 @@ CUresult cuCtxSetFlags(unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSetFlags(flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -548,6 +656,8 @@ CUresult cuCtxSetLimit(CUlimit limit, size_t value)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSetLimit(limit, value);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -558,6 +668,8 @@ CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSetSharedMemConfig(config);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -568,6 +680,8 @@ CUresult cuCtxSynchronize(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSynchronize();
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -578,6 +692,8 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxSynchronize_v2(ctx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -588,6 +704,8 @@ CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuCtxWaitEvent(hCtx, hEvent);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -598,6 +716,8 @@ CUresult cuDestroyExternalMemory(CUexternalMemory extMem)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDestroyExternalMemory(extMem);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -608,6 +728,8 @@ CUresult cuDestroyExternalSemaphore(CUexternalSemaphore extSem)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDestroyExternalSemaphore(extSem);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -618,6 +740,8 @@ CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *res
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevResourceGenerateDesc(phDesc, resources, nbResources);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -628,6 +752,8 @@ CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGrou
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevSmResourceSplitByCount(result, nbGroups, input, remaining, useFlags, minCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -638,6 +764,8 @@ CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDe
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -648,6 +776,8 @@ CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceComputeCapability(major, minor, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -658,6 +788,8 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGet(device, ordinal);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -668,6 +800,8 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetAttribute(pi, attrib, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -678,6 +812,8 @@ CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetByPCIBusId(dev, pciBusId);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -688,6 +824,8 @@ CUresult cuDeviceGetCount(int *count)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetCount(count);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -698,6 +836,8 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetDefaultMemPool(pool_out, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -708,6 +848,8 @@ CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *resource, CUdevR
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetDevResource(device, resource, type);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -718,6 +860,8 @@ CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetExecAffinitySupport(pi, type, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -728,6 +872,8 @@ CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetGraphMemAttribute(device, attr, value);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -738,6 +884,8 @@ CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *capabilities, const CUa
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetHostAtomicCapabilities(capabilities, operations, count, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -748,6 +896,8 @@ CUresult cuDeviceGetLuid(char *luid, unsigned int *deviceNodeMask, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetLuid(luid, deviceNodeMask, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -758,6 +908,8 @@ CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetMemPool(pool, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -768,6 +920,8 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetName(name, len, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -778,6 +932,8 @@ CUresult cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, CUdevice dev, i
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetNvSciSyncAttributes(nvSciSyncAttrList, dev, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -788,6 +944,8 @@ CUresult cuDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const CUat
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetP2PAtomicCapabilities(capabilities, operations, count, srcDevice, dstDevice);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -798,6 +956,8 @@ CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdev
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetP2PAttribute(value, attrib, srcDevice, dstDevice);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -808,6 +968,8 @@ CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetPCIBusId(pciBusId, len, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -818,6 +980,8 @@ CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetProperties(prop, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -828,6 +992,8 @@ CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, CUarray_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, format, numChannels, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -838,6 +1004,8 @@ CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetUuid(uuid, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -848,6 +1016,8 @@ CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGetUuid_v2(uuid, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -858,6 +1028,8 @@ CUresult cuDeviceGraphMemTrim(CUdevice device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceGraphMemTrim(device);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -868,6 +1040,8 @@ CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *acti
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxGetState(dev, flags, active);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -878,6 +1052,8 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxRelease(dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -888,6 +1064,8 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxRelease_v2(dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -898,6 +1076,8 @@ CUresult cuDevicePrimaryCtxReset(CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxReset(dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -908,6 +1088,8 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxReset_v2(dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -918,6 +1100,8 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxRetain(pctx, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -928,6 +1112,8 @@ CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxSetFlags(dev, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -938,6 +1124,8 @@ CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -948,6 +1136,8 @@ CUresult cuDeviceRegisterAsyncNotification(CUdevice device, CUasyncCallback call
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceRegisterAsyncNotification(device, callbackFunc, userData, callback);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -958,6 +1148,8 @@ CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceSetGraphMemAttribute(device, attr, value);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -968,6 +1160,8 @@ CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceSetMemPool(dev, pool);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -978,6 +1172,8 @@ CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceTotalMem(bytes, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -988,6 +1184,8 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceTotalMem_v2(bytes, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -998,6 +1196,8 @@ CUresult cuDeviceUnregisterAsyncNotification(CUdevice device, CUasyncCallbackHan
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDeviceUnregisterAsyncNotification(device, callback);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1008,6 +1208,8 @@ CUresult cuDriverGetVersion(int *driverVersion)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuDriverGetVersion(driverVersion);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1018,6 +1220,8 @@ CUresult cuEGLStreamConsumerAcquireFrame(CUeglStreamConnection *conn, CUgraphics
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamConsumerAcquireFrame(conn, pCudaResource, pStream, timeout);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1028,6 +1232,8 @@ CUresult cuEGLStreamConsumerConnect(CUeglStreamConnection *conn, EGLStreamKHR st
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamConsumerConnect(conn, stream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1038,6 +1244,8 @@ CUresult cuEGLStreamConsumerConnectWithFlags(CUeglStreamConnection *conn, EGLStr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamConsumerConnectWithFlags(conn, stream, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1048,6 +1256,8 @@ CUresult cuEGLStreamConsumerDisconnect(CUeglStreamConnection *conn)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamConsumerDisconnect(conn);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1058,6 +1268,8 @@ CUresult cuEGLStreamConsumerReleaseFrame(CUeglStreamConnection *conn, CUgraphics
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamConsumerReleaseFrame(conn, pCudaResource, pStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1068,6 +1280,8 @@ CUresult cuEGLStreamProducerConnect(CUeglStreamConnection *conn, EGLStreamKHR st
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamProducerConnect(conn, stream, width, height);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1078,6 +1292,8 @@ CUresult cuEGLStreamProducerDisconnect(CUeglStreamConnection *conn)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamProducerDisconnect(conn);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1088,6 +1304,8 @@ CUresult cuEGLStreamProducerPresentFrame(CUeglStreamConnection *conn, CUeglFrame
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamProducerPresentFrame(conn, eglframe, pStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1098,6 +1316,8 @@ CUresult cuEGLStreamProducerReturnFrame(CUeglStreamConnection *conn, CUeglFrame 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEGLStreamProducerReturnFrame(conn, eglframe, pStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1108,6 +1328,8 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventCreate(phEvent, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1118,6 +1340,8 @@ CUresult cuEventCreateFromEGLSync(CUevent *phEvent, EGLSyncKHR eglSync, unsigned
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventCreateFromEGLSync(phEvent, eglSync, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1128,6 +1352,8 @@ CUresult cuEventDestroy(CUevent hEvent)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventDestroy(hEvent);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1138,6 +1364,8 @@ CUresult cuEventDestroy_v2(CUevent hEvent)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventDestroy_v2(hEvent);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1148,6 +1376,8 @@ CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventElapsedTime(pMilliseconds, hStart, hEnd);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1158,6 +1388,8 @@ CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEn
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1168,6 +1400,8 @@ CUresult cuEventQuery(CUevent hEvent)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventQuery(hEvent);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1178,6 +1412,8 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventRecord(hEvent, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1188,6 +1424,8 @@ CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int f
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventRecordWithFlags(hEvent, hStream, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1198,6 +1436,8 @@ CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventRecordWithFlags_ptsz(hEvent, hStream, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1208,6 +1448,8 @@ CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventRecord_ptsz(hEvent, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1218,6 +1460,8 @@ CUresult cuEventSynchronize(CUevent hEvent)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuEventSynchronize(hEvent);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1228,6 +1472,8 @@ CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *devPtr, CUexternalMemory e
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuExternalMemoryGetMappedBuffer(devPtr, extMem, bufferDesc);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1238,6 +1484,8 @@ CUresult cuExternalMemoryGetMappedMipmappedArray(CUmipmappedArray *mipmap, CUext
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuExternalMemoryGetMappedMipmappedArray(mipmap, extMem, mipmapDesc);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1248,6 +1496,8 @@ CUresult cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarget target, CUf
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFlushGPUDirectRDMAWrites(target, scope);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1258,6 +1508,8 @@ CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncGetAttribute(pi, attrib, hfunc);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1268,6 +1520,8 @@ CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncGetModule(hmod, hfunc);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1278,6 +1532,8 @@ CUresult cuFuncGetName(const char **name, CUfunction hfunc)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncGetName(name, hfunc);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1288,6 +1544,8 @@ CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOff
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1298,6 +1556,8 @@ CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncIsLoaded(state, function);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1308,6 +1568,8 @@ CUresult cuFuncLoad(CUfunction function)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncLoad(function);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1318,6 +1580,8 @@ CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int v
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncSetAttribute(hfunc, attrib, value);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1328,6 +1592,8 @@ CUresult cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncSetBlockShape(hfunc, x, y, z);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1338,6 +1604,8 @@ CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncSetCacheConfig(hfunc, config);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1348,6 +1616,8 @@ CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncSetSharedMemConfig(hfunc, config);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1358,6 +1628,8 @@ CUresult cuFuncSetSharedSize(CUfunction hfunc, unsigned int bytes)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuFuncSetSharedSize(hfunc, bytes);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1368,6 +1640,8 @@ CUresult cuGLCtxCreate(CUcontext *pCtx, unsigned int Flags, CUdevice device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLCtxCreate(pCtx, Flags, device);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1378,6 +1652,8 @@ CUresult cuGLCtxCreate_v2(CUcontext *pCtx, unsigned int Flags, CUdevice device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLCtxCreate_v2(pCtx, Flags, device);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1388,6 +1664,8 @@ CUresult cuGLGetDevices(unsigned int *pCudaDeviceCount, CUdevice *pCudaDevices, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLGetDevices(pCudaDeviceCount, pCudaDevices, cudaDeviceCount, deviceList);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1398,6 +1676,8 @@ CUresult cuGLGetDevices_v2(unsigned int *pCudaDeviceCount, CUdevice *pCudaDevice
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLGetDevices_v2(pCudaDeviceCount, pCudaDevices, cudaDeviceCount, deviceList);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1408,6 +1688,8 @@ CUresult cuGLInit(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLInit();
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1418,6 +1700,8 @@ CUresult cuGLMapBufferObject(CUdeviceptr_v1 *dptr, unsigned int *size, GLuint bu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLMapBufferObject(dptr, size, buffer);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1428,6 +1712,8 @@ CUresult cuGLMapBufferObjectAsync(CUdeviceptr_v1 *dptr, unsigned int *size, GLui
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLMapBufferObjectAsync(dptr, size, buffer, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1438,6 +1724,8 @@ CUresult cuGLMapBufferObjectAsync_v2(CUdeviceptr *dptr, size_t *size, GLuint buf
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLMapBufferObjectAsync_v2(dptr, size, buffer, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1448,6 +1736,8 @@ CUresult cuGLMapBufferObjectAsync_v2_ptsz(CUdeviceptr *dptr, size_t *size, GLuin
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLMapBufferObjectAsync_v2_ptsz(dptr, size, buffer, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1458,6 +1748,8 @@ CUresult cuGLMapBufferObject_v2(CUdeviceptr *dptr, size_t *size, GLuint buffer)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLMapBufferObject_v2(dptr, size, buffer);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1468,6 +1760,8 @@ CUresult cuGLMapBufferObject_v2_ptds(CUdeviceptr *dptr, size_t *size, GLuint buf
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLMapBufferObject_v2_ptds(dptr, size, buffer);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1478,6 +1772,8 @@ CUresult cuGLRegisterBufferObject(GLuint buffer)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLRegisterBufferObject(buffer);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1488,6 +1784,8 @@ CUresult cuGLSetBufferObjectMapFlags(GLuint buffer, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLSetBufferObjectMapFlags(buffer, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1498,6 +1796,8 @@ CUresult cuGLUnmapBufferObject(GLuint buffer)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLUnmapBufferObject(buffer);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1508,6 +1808,8 @@ CUresult cuGLUnmapBufferObjectAsync(GLuint buffer, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLUnmapBufferObjectAsync(buffer, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1518,6 +1820,8 @@ CUresult cuGLUnregisterBufferObject(GLuint buffer)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGLUnregisterBufferObject(buffer);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1528,6 +1832,8 @@ CUresult cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgraph hGraph, cons
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddBatchMemOpNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1538,6 +1844,8 @@ CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, cons
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1548,6 +1856,8 @@ CUresult cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from, const C
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddDependencies(hGraph, from, to, numDependencies);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1558,6 +1868,8 @@ CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, cons
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddDependencies_v2(hGraph, from, to, edgeData, numDependencies);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1568,6 +1880,8 @@ CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUg
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1578,6 +1892,8 @@ CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, con
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies, numDependencies, event);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1588,6 +1904,8 @@ CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddEventWaitNode(phGraphNode, hGraph, dependencies, numDependencies, event);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1598,6 +1916,8 @@ CUresult cuGraphAddExternalSemaphoresSignalNode(CUgraphNode *phGraphNode, CUgrap
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddExternalSemaphoresSignalNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1608,6 +1928,8 @@ CUresult cuGraphAddExternalSemaphoresWaitNode(CUgraphNode *phGraphNode, CUgraph 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddExternalSemaphoresWaitNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1618,6 +1940,8 @@ CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1628,6 +1952,8 @@ CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddKernelNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1638,6 +1964,8 @@ CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddKernelNode_v2(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1648,6 +1976,8 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1658,6 +1988,8 @@ CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const C
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies, dptr);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1668,6 +2000,8 @@ CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1678,6 +2012,8 @@ CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies, memsetParams, ctx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1688,6 +2024,8 @@ CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphN
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1698,6 +2036,8 @@ CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgra
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphAddNode_v2(phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1708,6 +2048,8 @@ CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUDA_BATCH_MEM_OP_NOD
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphBatchMemOpNodeGetParams(hNode, nodeParams_out);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1718,6 +2060,8 @@ CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode, const CUDA_BATCH_MEM_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphBatchMemOpNodeSetParams(hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1728,6 +2072,8 @@ CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphChildGraphNodeGetGraph(hNode, phGraph);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1738,6 +2084,8 @@ CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphClone(phGraphClone, originalGraph);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1748,6 +2096,8 @@ CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, C
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphConditionalHandleCreate(pHandle_out, hGraph, ctx, defaultLaunchValue, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1758,6 +2108,8 @@ CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphCreate(phGraph, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1768,6 +2120,8 @@ CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int fla
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphDebugDotPrint(hGraph, path, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1778,6 +2132,8 @@ CUresult cuGraphDestroy(CUgraph hGraph)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphDestroy(hGraph);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1788,6 +2144,8 @@ CUresult cuGraphDestroyNode(CUgraphNode hNode)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphDestroyNode(hNode);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1798,6 +2156,8 @@ CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphEventRecordNodeGetEvent(hNode, event_out);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1808,6 +2168,8 @@ CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphEventRecordNodeSetEvent(hNode, event);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1818,6 +2180,8 @@ CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphEventWaitNodeGetEvent(hNode, event_out);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1828,6 +2192,8 @@ CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphEventWaitNodeSetEvent(hNode, event);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1838,6 +2204,8 @@ CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecBatchMemOpNodeSetParams(hGraphExec, hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1848,6 +2216,8 @@ CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecChildGraphNodeSetParams(hGraphExec, hNode, childGraph);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1858,6 +2228,8 @@ CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecDestroy(hGraphExec);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1868,6 +2240,8 @@ CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1878,6 +2252,8 @@ CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hN
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, event);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1888,6 +2264,8 @@ CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(CUgraphExec hGraphExec
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecExternalSemaphoresSignalNodeSetParams(hGraphExec, hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1898,6 +2276,8 @@ CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(CUgraphExec hGraphExec, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecExternalSemaphoresWaitNodeSetParams(hGraphExec, hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1908,6 +2288,8 @@ CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecGetFlags(hGraphExec, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1918,6 +2300,8 @@ CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecHostNodeSetParams(hGraphExec, hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1928,6 +2312,8 @@ CUresult cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNod
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecKernelNodeSetParams(hGraphExec, hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1938,6 +2324,8 @@ CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode h
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1948,6 +2336,8 @@ CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNod
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams, ctx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1958,6 +2348,8 @@ CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNod
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams, ctx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1968,6 +2360,8 @@ CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUg
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecNodeSetParams(hGraphExec, hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1978,6 +2372,8 @@ CUresult cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecUpdate(hGraphExec, hGraph, hErrorNode_out, updateResult_out);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1988,6 +2384,8 @@ CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExe
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1998,6 +2396,8 @@ CUresult cuGraphExternalSemaphoresSignalNodeGetParams(CUgraphNode hNode, CUDA_EX
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExternalSemaphoresSignalNodeGetParams(hNode, params_out);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2008,6 +2408,8 @@ CUresult cuGraphExternalSemaphoresSignalNodeSetParams(CUgraphNode hNode, const C
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExternalSemaphoresSignalNodeSetParams(hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2018,6 +2420,8 @@ CUresult cuGraphExternalSemaphoresWaitNodeGetParams(CUgraphNode hNode, CUDA_EXT_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExternalSemaphoresWaitNodeGetParams(hNode, params_out);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2028,6 +2432,8 @@ CUresult cuGraphExternalSemaphoresWaitNodeSetParams(CUgraphNode hNode, const CUD
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphExternalSemaphoresWaitNodeSetParams(hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2038,6 +2444,8 @@ CUresult cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, siz
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphGetEdges(hGraph, from, to, numEdges);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2048,6 +2456,8 @@ CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphGetEdges_v2(hGraph, from, to, edgeData, numEdges);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2058,6 +2468,8 @@ CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphGetNodes(hGraph, nodes, numNodes);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2068,6 +2480,8 @@ CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *num
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphGetRootNodes(hGraph, rootNodes, numRootNodes);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2078,6 +2492,8 @@ CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *node
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphHostNodeGetParams(hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2088,6 +2504,8 @@ CUresult cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphHostNodeSetParams(hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2098,6 +2516,8 @@ CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNod
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphInstantiate(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2108,6 +2528,8 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, u
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2118,6 +2540,8 @@ CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2128,6 +2552,8 @@ CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphInstantiateWithParams_ptsz(phGraphExec, hGraph, instantiateParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2138,6 +2564,8 @@ CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraph
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphInstantiate_v2(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2148,6 +2576,8 @@ CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeCopyAttributes(dst, src);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2158,6 +2588,8 @@ CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID att
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeGetAttribute(hNode, attr, value_out);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2168,6 +2600,8 @@ CUresult cuGraphKernelNodeGetParams(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeGetParams(hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2178,6 +2612,8 @@ CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAM
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeGetParams_v2(hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2188,6 +2624,8 @@ CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID att
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeSetAttribute(hNode, attr, value);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2198,6 +2636,8 @@ CUresult cuGraphKernelNodeSetParams(CUgraphNode hNode, const CUDA_KERNEL_NODE_PA
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeSetParams(hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2208,6 +2648,8 @@ CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphKernelNodeSetParams_v2(hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2218,6 +2660,8 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphLaunch(hGraphExec, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2228,6 +2672,8 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphLaunch_ptsz(hGraphExec, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2238,6 +2684,8 @@ CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PAR
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphMemAllocNodeGetParams(hNode, params_out);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2248,6 +2696,8 @@ CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphMemFreeNodeGetParams(hNode, dptr_out);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2258,6 +2708,8 @@ CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphMemcpyNodeGetParams(hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2268,6 +2720,8 @@ CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *node
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphMemcpyNodeSetParams(hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2278,6 +2732,8 @@ CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphMemsetNodeGetParams(hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2288,6 +2744,8 @@ CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PA
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphMemsetNodeSetParams(hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2298,6 +2756,8 @@ CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2308,6 +2768,8 @@ CUresult cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode *dependencies
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeGetDependencies(hNode, dependencies, numDependencies);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2318,6 +2780,8 @@ CUresult cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode *dependenc
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeGetDependencies_v2(hNode, dependencies, edgeData, numDependencies);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2328,6 +2792,8 @@ CUresult cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode *dependentN
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeGetDependentNodes(hNode, dependentNodes, numDependentNodes);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2338,6 +2804,8 @@ CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *depende
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeGetDependentNodes_v2(hNode, dependentNodes, edgeData, numDependentNodes);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2348,6 +2816,8 @@ CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsign
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeGetEnabled(hGraphExec, hNode, isEnabled);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2358,6 +2828,8 @@ CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeGetType(hNode, type);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2368,6 +2840,8 @@ CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsign
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeSetEnabled(hGraphExec, hNode, isEnabled);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2378,6 +2852,8 @@ CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphNodeSetParams(hNode, nodeParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2388,6 +2864,8 @@ CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned i
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphReleaseUserObject(graph, object, count);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2398,6 +2876,8 @@ CUresult cuGraphRemoveDependencies(CUgraph hGraph, const CUgraphNode *from, cons
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphRemoveDependencies(hGraph, from, to, numDependencies);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2408,6 +2888,8 @@ CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphRemoveDependencies_v2(hGraph, from, to, edgeData, numDependencies);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2418,6 +2900,8 @@ CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned in
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphRetainUserObject(graph, object, count, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2428,6 +2912,8 @@ CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphUpload(hGraphExec, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2438,6 +2924,8 @@ CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphUpload_ptsz(hGraphExec, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2448,6 +2936,8 @@ CUresult cuGraphicsEGLRegisterImage(CUgraphicsResource *pCudaResource, EGLImageK
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsEGLRegisterImage(pCudaResource, image, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2458,6 +2948,8 @@ CUresult cuGraphicsGLRegisterBuffer(CUgraphicsResource *pCudaResource, GLuint bu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsGLRegisterBuffer(pCudaResource, buffer, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2468,6 +2960,8 @@ CUresult cuGraphicsGLRegisterImage(CUgraphicsResource *pCudaResource, GLuint ima
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsGLRegisterImage(pCudaResource, image, target, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2478,6 +2972,8 @@ CUresult cuGraphicsMapResources(unsigned int count, CUgraphicsResource *resource
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsMapResources(count, resources, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2488,6 +2984,8 @@ CUresult cuGraphicsMapResources_ptsz(unsigned int count, CUgraphicsResource *res
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsMapResources_ptsz(count, resources, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2498,6 +2996,8 @@ CUresult cuGraphicsResourceGetMappedEglFrame(CUeglFrame *eglFrame, CUgraphicsRes
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsResourceGetMappedEglFrame(eglFrame, resource, index, mipLevel);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2508,6 +3008,8 @@ CUresult cuGraphicsResourceGetMappedMipmappedArray(CUmipmappedArray *pMipmappedA
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsResourceGetMappedMipmappedArray(pMipmappedArray, resource);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2518,6 +3020,8 @@ CUresult cuGraphicsResourceGetMappedPointer(CUdeviceptr_v1 *pDevPtr, unsigned in
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsResourceGetMappedPointer(pDevPtr, pSize, resource);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2528,6 +3032,8 @@ CUresult cuGraphicsResourceGetMappedPointer_v2(CUdeviceptr *pDevPtr, size_t *pSi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsResourceGetMappedPointer_v2(pDevPtr, pSize, resource);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2538,6 +3044,8 @@ CUresult cuGraphicsResourceSetMapFlags(CUgraphicsResource resource, unsigned int
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsResourceSetMapFlags(resource, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2548,6 +3056,8 @@ CUresult cuGraphicsResourceSetMapFlags_v2(CUgraphicsResource resource, unsigned 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsResourceSetMapFlags_v2(resource, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2558,6 +3068,8 @@ CUresult cuGraphicsSubResourceGetMappedArray(CUarray *pArray, CUgraphicsResource
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsSubResourceGetMappedArray(pArray, resource, arrayIndex, mipLevel);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2568,6 +3080,8 @@ CUresult cuGraphicsUnmapResources(unsigned int count, CUgraphicsResource *resour
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsUnmapResources(count, resources, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2578,6 +3092,8 @@ CUresult cuGraphicsUnmapResources_ptsz(unsigned int count, CUgraphicsResource *r
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsUnmapResources_ptsz(count, resources, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2588,6 +3104,8 @@ CUresult cuGraphicsUnregisterResource(CUgraphicsResource resource)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsUnregisterResource(resource);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2598,6 +3116,8 @@ CUresult cuGraphicsVDPAURegisterOutputSurface(CUgraphicsResource *pCudaResource,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsVDPAURegisterOutputSurface(pCudaResource, vdpSurface, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2608,6 +3128,8 @@ CUresult cuGraphicsVDPAURegisterVideoSurface(CUgraphicsResource *pCudaResource, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGraphicsVDPAURegisterVideoSurface(pCudaResource, vdpSurface, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2618,6 +3140,8 @@ CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice de
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxCreate(phCtx, desc, dev, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2628,6 +3152,8 @@ CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxDestroy(hCtx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2638,6 +3164,8 @@ CUresult cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUdevResource *resource, CUde
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxGetDevResource(hCtx, resource, type);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2648,6 +3176,8 @@ CUresult cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned long long *greenCtxId)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxGetId(greenCtx, greenCtxId);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2658,6 +3188,8 @@ CUresult cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxRecordEvent(hCtx, hEvent);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2668,6 +3200,8 @@ CUresult cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx greenCtx, unsigne
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxStreamCreate(phStream, greenCtx, flags, priority);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2678,6 +3212,8 @@ CUresult cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent hEvent)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuGreenCtxWaitEvent(hCtx, hEvent);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2688,6 +3224,8 @@ CUresult cuImportExternalMemory(CUexternalMemory *extMem_out, const CUDA_EXTERNA
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuImportExternalMemory(extMem_out, memHandleDesc);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2698,6 +3236,8 @@ CUresult cuImportExternalSemaphore(CUexternalSemaphore *extSem_out, const CUDA_E
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuImportExternalSemaphore(extSem_out, semHandleDesc);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2708,6 +3248,8 @@ CUresult cuInit(unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuInit(Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2718,6 +3260,8 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuIpcCloseMemHandle(dptr);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2728,6 +3272,8 @@ CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuIpcGetEventHandle(pHandle, event);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2738,6 +3284,8 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuIpcGetMemHandle(pHandle, dptr);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2748,6 +3296,8 @@ CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuIpcOpenEventHandle(phEvent, handle);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2758,6 +3308,8 @@ CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuIpcOpenMemHandle(pdptr, handle, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2768,6 +3320,8 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsign
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2778,6 +3332,8 @@ CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel ker
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelGetAttribute(pi, attrib, kernel, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2788,6 +3344,8 @@ CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelGetFunction(pFunc, kernel);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2798,6 +3356,8 @@ CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelGetLibrary(pLib, kernel);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2808,6 +3368,8 @@ CUresult cuKernelGetName(const char **name, CUkernel hfunc)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelGetName(name, hfunc);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2818,6 +3380,8 @@ CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramO
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelGetParamInfo(kernel, paramIndex, paramOffset, paramSize);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2828,6 +3392,8 @@ CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel ker
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelSetAttribute(attrib, val, kernel, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2838,6 +3404,8 @@ CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice d
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuKernelSetCacheConfig(kernel, config, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2848,6 +3416,8 @@ CUresult cuLaunch(CUfunction f)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunch(f);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2858,6 +3428,8 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2868,6 +3440,8 @@ CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsLi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchCooperativeKernelMultiDevice(launchParamsList, numDevices, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2878,6 +3452,8 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchCooperativeKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2888,6 +3464,8 @@ CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchGrid(f, grid_width, grid_height);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2898,6 +3476,8 @@ CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstre
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchGridAsync(f, grid_width, grid_height, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2908,6 +3488,8 @@ CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchHostFunc(hStream, fn, userData);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2918,6 +3500,8 @@ CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchHostFunc_ptsz(hStream, fn, userData);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2928,6 +3512,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2938,6 +3524,8 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **ker
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchKernelEx(config, f, kernelParams, extra);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2948,6 +3536,8 @@ CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchKernelEx_ptsz(config, f, kernelParams, extra);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2958,6 +3548,8 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLaunchKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2968,6 +3560,8 @@ CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, C
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryEnumerateKernels(kernels, numKernels, lib);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2978,6 +3572,8 @@ CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryGetGlobal(dptr, bytes, library, name);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2988,6 +3584,8 @@ CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *na
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryGetKernel(pKernel, library, name);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2998,6 +3596,8 @@ CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryGetKernelCount(count, lib);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3008,6 +3608,8 @@ CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryGetManaged(dptr, bytes, library, name);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3018,6 +3620,8 @@ CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryGetModule(pMod, library);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3028,6 +3632,8 @@ CUresult cuLibraryGetUnifiedFunction(void **fptr, CUlibrary library, const char 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryGetUnifiedFunction(fptr, library, symbol);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3038,6 +3644,8 @@ CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *j
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryLoadData(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3048,6 +3656,8 @@ CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_o
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryLoadFromFile(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3058,6 +3668,8 @@ CUresult cuLibraryUnload(CUlibrary library)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLibraryUnload(library);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3068,6 +3680,8 @@ CUresult cuLinkAddData(CUlinkState state, CUjitInputType type, void *data, size_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkAddData(state, type, data, size, name, numOptions, options, optionValues);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3078,6 +3692,8 @@ CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkAddData_v2(state, type, data, size, name, numOptions, options, optionValues);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3088,6 +3704,8 @@ CUresult cuLinkAddFile(CUlinkState state, CUjitInputType type, const char *path,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkAddFile(state, type, path, numOptions, options, optionValues);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3098,6 +3716,8 @@ CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *pa
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkAddFile_v2(state, type, path, numOptions, options, optionValues);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3108,6 +3728,8 @@ CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkComplete(state, cubinOut, sizeOut);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3118,6 +3740,8 @@ CUresult cuLinkCreate(unsigned int numOptions, CUjit_option *options, void **opt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkCreate(numOptions, options, optionValues, stateOut);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3128,6 +3752,8 @@ CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkCreate_v2(numOptions, options, optionValues, stateOut);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3138,6 +3764,8 @@ CUresult cuLinkDestroy(CUlinkState state)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLinkDestroy(state);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3148,6 +3776,8 @@ CUresult cuLogsCurrent(CUlogIterator *iterator_out, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLogsCurrent(iterator_out, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3158,6 +3788,8 @@ CUresult cuLogsDumpToFile(CUlogIterator *iterator, const char *pathToFile, unsig
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLogsDumpToFile(iterator, pathToFile, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3168,6 +3800,8 @@ CUresult cuLogsDumpToMemory(CUlogIterator *iterator, char *buffer, size_t *size,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLogsDumpToMemory(iterator, buffer, size, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3178,6 +3812,8 @@ CUresult cuLogsRegisterCallback(CUlogsCallback callbackFunc, void *userData, CUl
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLogsRegisterCallback(callbackFunc, userData, callback_out);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3188,6 +3824,8 @@ CUresult cuLogsUnregisterCallback(CUlogsCallbackHandle callback)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuLogsUnregisterCallback(callback);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3198,6 +3836,8 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAddressFree(ptr, size);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3208,6 +3848,8 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAddressReserve(ptr, size, alignment, addr, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3218,6 +3860,8 @@ CUresult cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUde
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAdvise(devPtr, count, advice, device);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3228,6 +3872,8 @@ CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, C
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAdvise_v2(devPtr, count, advice, location);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3238,6 +3884,8 @@ CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAlloc(dptr, bytesize);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3248,6 +3896,8 @@ CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocAsync(dptr, bytesize, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3258,6 +3908,8 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStre
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocAsync_ptsz(dptr, bytesize, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3268,6 +3920,8 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPoo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3278,6 +3932,8 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3288,6 +3944,8 @@ CUresult cuMemAllocHost(void **pp, unsigned int bytesize)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocHost(pp, bytesize);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3298,6 +3956,8 @@ CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocHost_v2(pp, bytesize);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3308,6 +3968,8 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flag
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocManaged(dptr, bytesize, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3318,6 +3980,8 @@ CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned in
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3328,6 +3992,8 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInByt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3338,6 +4004,8 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemAlloc_v2(dptr, bytesize);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3348,6 +4016,8 @@ CUresult cuMemBatchDecompressAsync(CUmemDecompressParams *paramsArray, size_t co
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemBatchDecompressAsync(paramsArray, count, flags, errorIndex, stream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3358,6 +4028,8 @@ CUresult cuMemBatchDecompressAsync_ptsz(CUmemDecompressParams *paramsArray, size
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemBatchDecompressAsync_ptsz(paramsArray, count, flags, errorIndex, stream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3368,6 +4040,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemCreate(handle, size, prop, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3378,6 +4052,8 @@ CUresult cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemDiscardAndPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3388,6 +4064,8 @@ CUresult cuMemDiscardAndPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *size
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemDiscardAndPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3398,6 +4076,8 @@ CUresult cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemDiscardBatchAsync(dptrs, sizes, count, flags, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3408,6 +4088,8 @@ CUresult cuMemDiscardBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemDiscardBatchAsync_ptsz(dptrs, sizes, count, flags, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3418,6 +4100,8 @@ CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocat
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3428,6 +4112,8 @@ CUresult cuMemFree(CUdeviceptr_v1 dptr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemFree(dptr);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3438,6 +4124,8 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemFreeAsync(dptr, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3448,6 +4136,8 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemFreeAsync_ptsz(dptr, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3458,6 +4148,8 @@ CUresult cuMemFreeHost(void *p)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemFreeHost(p);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3468,6 +4160,8 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemFree_v2(dptr);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3478,6 +4172,8 @@ CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetAccess(flags, location, ptr);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3488,6 +4184,8 @@ CUresult cuMemGetAddressRange(CUdeviceptr_v1 *pbase, unsigned int *psize, CUdevi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetAddressRange(pbase, psize, dptr);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3498,6 +4196,8 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetAddressRange_v2(pbase, psize, dptr);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3508,6 +4208,8 @@ CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocatio
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetAllocationGranularity(granularity, prop, option);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3518,6 +4220,8 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmem
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetAllocationPropertiesFromHandle(prop, handle);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3528,6 +4232,8 @@ CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetDefaultMemPool(pool_out, location, type);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3538,6 +4244,8 @@ CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetHandleForAddressRange(handle, dptr, size, handleType, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3548,6 +4256,8 @@ CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetInfo(free, total);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3558,6 +4268,8 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetInfo_v2(free, total);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3568,6 +4280,8 @@ CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAlloc
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemGetMemPool(pool, location, type);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3578,6 +4292,8 @@ CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostAlloc(pp, bytesize, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3588,6 +4304,8 @@ CUresult cuMemHostGetDevicePointer(CUdeviceptr_v1 *pdptr, void *p, unsigned int 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostGetDevicePointer(pdptr, p, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3598,6 +4316,8 @@ CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostGetDevicePointer_v2(pdptr, p, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3608,6 +4328,8 @@ CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostGetFlags(pFlags, p);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3618,6 +4340,8 @@ CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostRegister(p, bytesize, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3628,6 +4352,8 @@ CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostRegister_v2(p, bytesize, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3638,6 +4364,8 @@ CUresult cuMemHostUnregister(void *p)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemHostUnregister(p);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3648,6 +4376,8 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, vo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemImportFromShareableHandle(handle, osHandle, shHandleType);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3658,6 +4388,8 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemMap(ptr, size, offset, handle, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3668,6 +4400,8 @@ CUresult cuMemMapArrayAsync(CUarrayMapInfo *mapInfoList, unsigned int count, CUs
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemMapArrayAsync(mapInfoList, count, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3678,6 +4412,8 @@ CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo *mapInfoList, unsigned int count
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemMapArrayAsync_ptsz(mapInfoList, count, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3688,6 +4424,8 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolCreate(pool, poolProps);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3698,6 +4436,8 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolDestroy(pool);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3708,6 +4448,8 @@ CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdevicep
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolExportPointer(shareData_out, ptr);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3718,6 +4460,8 @@ CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, C
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolExportToShareableHandle(handle_out, pool, handleType, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3728,6 +4472,8 @@ CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUme
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolGetAccess(flags, memPool, location);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3738,6 +4484,8 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolGetAttribute(pool, attr, value);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3748,6 +4496,8 @@ CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolImportFromShareableHandle(pool_out, handle, handleType, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3758,6 +4508,8 @@ CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolImportPointer(ptr_out, pool, shareData);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3768,6 +4520,8 @@ CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolSetAccess(pool, map, count);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3778,6 +4532,8 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolSetAttribute(pool, attr, value);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3788,6 +4544,8 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPoolTrimTo(pool, minBytesToKeep);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3798,6 +4556,8 @@ CUresult cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPrefetchAsync(devPtr, count, dstDevice, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3808,6 +4568,8 @@ CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstD
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPrefetchAsync_ptsz(devPtr, count, dstDevice, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3818,6 +4580,8 @@ CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation l
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPrefetchAsync_v2(devPtr, count, location, flags, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3828,6 +4592,8 @@ CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count, CUmemLocat
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPrefetchAsync_v2_ptsz(devPtr, count, location, flags, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3838,6 +4604,8 @@ CUresult cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3848,6 +4616,8 @@ CUresult cuMemPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3858,6 +4628,8 @@ CUresult cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemRangeGetAttribute(data, dataSize, attribute, devPtr, count);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3868,6 +4640,8 @@ CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_att
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemRangeGetAttributes(data, dataSizes, attributes, numAttributes, devPtr, count);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3878,6 +4652,8 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemRelease(handle);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3888,6 +4664,8 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemRetainAllocationHandle(handle, addr);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3898,6 +4676,8 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemSetAccess(ptr, size, desc, count);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3908,6 +4688,8 @@ CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUme
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemSetMemPool(location, type, pool);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3918,6 +4700,8 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemUnmap(ptr, size);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3928,6 +4712,8 @@ CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy(dst, src, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3938,6 +4724,8 @@ CUresult cuMemcpy2D(const CUDA_MEMCPY2D_v1 *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2D(pCopy);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3948,6 +4736,8 @@ CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D_v1 *pCopy, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2DAsync(pCopy, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3958,6 +4748,8 @@ CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2DAsync_v2(pCopy, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3968,6 +4760,8 @@ CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2DAsync_v2_ptsz(pCopy, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3978,6 +4772,8 @@ CUresult cuMemcpy2DUnaligned(const CUDA_MEMCPY2D_v1 *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2DUnaligned(pCopy);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3988,6 +4784,8 @@ CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2DUnaligned_v2(pCopy);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3998,6 +4796,8 @@ CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2DUnaligned_v2_ptds(pCopy);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4008,6 +4808,8 @@ CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2D_v2(pCopy);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4018,6 +4820,8 @@ CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy2D_v2_ptds(pCopy);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4028,6 +4832,8 @@ CUresult cuMemcpy3D(const CUDA_MEMCPY3D_v1 *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3D(pCopy);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4038,6 +4844,8 @@ CUresult cuMemcpy3DAsync(const CUDA_MEMCPY3D_v1 *pCopy, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DAsync(pCopy, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4048,6 +4856,8 @@ CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DAsync_v2(pCopy, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4058,6 +4868,8 @@ CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DAsync_v2_ptsz(pCopy, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4068,6 +4880,8 @@ CUresult cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, siz
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DBatchAsync(numOps, opList, failIdx, flags, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4078,6 +4892,8 @@ CUresult cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DBatchAsync_ptsz(numOps, opList, failIdx, flags, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4088,6 +4904,8 @@ CUresult cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DBatchAsync_v2(numOps, opList, flags, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4098,6 +4916,8 @@ CUresult cuMemcpy3DBatchAsync_v2_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opL
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DBatchAsync_v2_ptsz(numOps, opList, flags, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4108,6 +4928,8 @@ CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DPeer(pCopy);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4118,6 +4940,8 @@ CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DPeerAsync(pCopy, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4128,6 +4952,8 @@ CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DPeerAsync_ptsz(pCopy, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4138,6 +4964,8 @@ CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3DPeer_ptds(pCopy);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4148,6 +4976,8 @@ CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3D_v2(pCopy);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4158,6 +4988,8 @@ CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy3D_v2_ptds(pCopy);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4168,6 +5000,8 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAsync(dst, src, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4178,6 +5012,8 @@ CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAsync_ptsz(dst, src, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4188,6 +5024,8 @@ CUresult cuMemcpyAtoA(CUarray dstArray, unsigned int dstOffset, CUarray srcArray
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoA(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4198,6 +5036,8 @@ CUresult cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, s
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoA_v2(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4208,6 +5048,8 @@ CUresult cuMemcpyAtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUarray srcArr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoA_v2_ptds(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4218,6 +5060,8 @@ CUresult cuMemcpyAtoD(CUdeviceptr_v1 dstDevice, CUarray srcArray, unsigned int s
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoD(dstDevice, srcArray, srcOffset, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4228,6 +5072,8 @@ CUresult cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffs
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoD_v2(dstDevice, srcArray, srcOffset, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4238,6 +5084,8 @@ CUresult cuMemcpyAtoD_v2_ptds(CUdeviceptr dstDevice, CUarray srcArray, size_t sr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoD_v2_ptds(dstDevice, srcArray, srcOffset, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4248,6 +5096,8 @@ CUresult cuMemcpyAtoH(void *dstHost, CUarray srcArray, unsigned int srcOffset, u
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoH(dstHost, srcArray, srcOffset, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4258,6 +5108,8 @@ CUresult cuMemcpyAtoHAsync(void *dstHost, CUarray srcArray, unsigned int srcOffs
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoHAsync(dstHost, srcArray, srcOffset, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4268,6 +5120,8 @@ CUresult cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoHAsync_v2(dstHost, srcArray, srcOffset, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4278,6 +5132,8 @@ CUresult cuMemcpyAtoHAsync_v2_ptsz(void *dstHost, CUarray srcArray, size_t srcOf
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoHAsync_v2_ptsz(dstHost, srcArray, srcOffset, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4288,6 +5144,8 @@ CUresult cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoH_v2(dstHost, srcArray, srcOffset, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4298,6 +5156,8 @@ CUresult cuMemcpyAtoH_v2_ptds(void *dstHost, CUarray srcArray, size_t srcOffset,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyAtoH_v2_ptds(dstHost, srcArray, srcOffset, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4308,6 +5168,8 @@ CUresult cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4318,6 +5180,8 @@ CUresult cuMemcpyBatchAsync_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *s
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyBatchAsync_ptsz(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4328,6 +5192,8 @@ CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *siz
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyBatchAsync_v2(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4338,6 +5204,8 @@ CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyBatchAsync_v2_ptsz(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4348,6 +5216,8 @@ CUresult cuMemcpyDtoA(CUarray dstArray, unsigned int dstOffset, CUdeviceptr_v1 s
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoA(dstArray, dstOffset, srcDevice, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4358,6 +5228,8 @@ CUresult cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoA_v2(dstArray, dstOffset, srcDevice, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4368,6 +5240,8 @@ CUresult cuMemcpyDtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUdeviceptr sr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoA_v2_ptds(dstArray, dstOffset, srcDevice, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4378,6 +5252,8 @@ CUresult cuMemcpyDtoD(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsign
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoD(dstDevice, srcDevice, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4388,6 +5264,8 @@ CUresult cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, u
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoDAsync(dstDevice, srcDevice, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4398,6 +5276,8 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4408,6 +5288,8 @@ CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoDAsync_v2_ptsz(dstDevice, srcDevice, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4418,6 +5300,8 @@ CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t By
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4428,6 +5312,8 @@ CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoD_v2_ptds(dstDevice, srcDevice, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4438,6 +5324,8 @@ CUresult cuMemcpyDtoH(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int Byte
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoH(dstHost, srcDevice, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4448,6 +5336,8 @@ CUresult cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoHAsync(dstHost, srcDevice, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4458,6 +5348,8 @@ CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteC
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4468,6 +5360,8 @@ CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoHAsync_v2_ptsz(dstHost, srcDevice, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4478,6 +5372,8 @@ CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4488,6 +5384,8 @@ CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteC
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyDtoH_v2_ptds(dstHost, srcDevice, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4498,6 +5396,8 @@ CUresult cuMemcpyHtoA(CUarray dstArray, unsigned int dstOffset, const void *srcH
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoA(dstArray, dstOffset, srcHost, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4508,6 +5408,8 @@ CUresult cuMemcpyHtoAAsync(CUarray dstArray, unsigned int dstOffset, const void 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoAAsync(dstArray, dstOffset, srcHost, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4518,6 +5420,8 @@ CUresult cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *sr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoAAsync_v2(dstArray, dstOffset, srcHost, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4528,6 +5432,8 @@ CUresult cuMemcpyHtoAAsync_v2_ptsz(CUarray dstArray, size_t dstOffset, const voi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoAAsync_v2_ptsz(dstArray, dstOffset, srcHost, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4538,6 +5444,8 @@ CUresult cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoA_v2(dstArray, dstOffset, srcHost, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4548,6 +5456,8 @@ CUresult cuMemcpyHtoA_v2_ptds(CUarray dstArray, size_t dstOffset, const void *sr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoA_v2_ptds(dstArray, dstOffset, srcHost, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4558,6 +5468,8 @@ CUresult cuMemcpyHtoD(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned in
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoD(dstDevice, srcHost, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4568,6 +5480,8 @@ CUresult cuMemcpyHtoDAsync(CUdeviceptr_v1 dstDevice, const void *srcHost, unsign
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoDAsync(dstDevice, srcHost, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4578,6 +5492,8 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoDAsync_v2(dstDevice, srcHost, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4588,6 +5504,8 @@ CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, s
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoDAsync_v2_ptsz(dstDevice, srcHost, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4598,6 +5516,8 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t Byte
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4608,6 +5528,8 @@ CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyHtoD_v2_ptds(dstDevice, srcHost, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4618,6 +5540,8 @@ CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr s
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4628,6 +5552,8 @@ CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdevice
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyPeerAsync(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4638,6 +5564,8 @@ CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUd
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyPeerAsync_ptsz(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4648,6 +5576,8 @@ CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdevice
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpyPeer_ptds(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4658,6 +5588,8 @@ CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemcpy_ptds(dst, src, ByteCount);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4668,6 +5600,8 @@ CUresult cuMemsetD16(CUdeviceptr_v1 dstDevice, unsigned short us, unsigned int N
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD16(dstDevice, us, N);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4678,6 +5612,8 @@ CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD16Async(dstDevice, us, N, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4688,6 +5624,8 @@ CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD16Async_ptsz(dstDevice, us, N, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4698,6 +5636,8 @@ CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD16_v2(dstDevice, us, N);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4708,6 +5648,8 @@ CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD16_v2_ptds(dstDevice, us, N);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4718,6 +5660,8 @@ CUresult cuMemsetD2D16(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D16(dstDevice, dstPitch, us, Width, Height);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4728,6 +5672,8 @@ CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned sho
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D16Async(dstDevice, dstPitch, us, Width, Height, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4738,6 +5684,8 @@ CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigne
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D16Async_ptsz(dstDevice, dstPitch, us, Width, Height, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4748,6 +5696,8 @@ CUresult cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D16_v2(dstDevice, dstPitch, us, Width, Height);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4758,6 +5708,8 @@ CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D16_v2_ptds(dstDevice, dstPitch, us, Width, Height);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4768,6 +5720,8 @@ CUresult cuMemsetD2D32(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D32(dstDevice, dstPitch, ui, Width, Height);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4778,6 +5732,8 @@ CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D32Async(dstDevice, dstPitch, ui, Width, Height, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4788,6 +5744,8 @@ CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigne
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D32Async_ptsz(dstDevice, dstPitch, ui, Width, Height, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4798,6 +5756,8 @@ CUresult cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int u
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D32_v2(dstDevice, dstPitch, ui, Width, Height);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4808,6 +5768,8 @@ CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D32_v2_ptds(dstDevice, dstPitch, ui, Width, Height);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4818,6 +5780,8 @@ CUresult cuMemsetD2D8(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D8(dstDevice, dstPitch, uc, Width, Height);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4828,6 +5792,8 @@ CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D8Async(dstDevice, dstPitch, uc, Width, Height, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4838,6 +5804,8 @@ CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D8Async_ptsz(dstDevice, dstPitch, uc, Width, Height, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4848,6 +5816,8 @@ CUresult cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char u
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D8_v2(dstDevice, dstPitch, uc, Width, Height);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4858,6 +5828,8 @@ CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD2D8_v2_ptds(dstDevice, dstPitch, uc, Width, Height);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4868,6 +5840,8 @@ CUresult cuMemsetD32(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD32(dstDevice, ui, N);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4878,6 +5852,8 @@ CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUst
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD32Async(dstDevice, ui, N, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4888,6 +5864,8 @@ CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD32Async_ptsz(dstDevice, ui, N, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4898,6 +5876,8 @@ CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD32_v2(dstDevice, ui, N);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4908,6 +5888,8 @@ CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD32_v2_ptds(dstDevice, ui, N);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4918,6 +5900,8 @@ CUresult cuMemsetD8(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD8(dstDevice, uc, N);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4928,6 +5912,8 @@ CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUst
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD8Async(dstDevice, uc, N, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4938,6 +5924,8 @@ CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD8Async_ptsz(dstDevice, uc, N, hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4948,6 +5936,8 @@ CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD8_v2(dstDevice, uc, N);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4958,6 +5948,8 @@ CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMemsetD8_v2_ptds(dstDevice, uc, N);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4968,6 +5960,8 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DE
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, numMipmapLevels);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4978,6 +5972,8 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMipmappedArrayDestroy(hMipmappedArray);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4988,6 +5984,8 @@ CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmap
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMipmappedArrayGetLevel(pLevelArray, hMipmappedArray, level);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4998,6 +5996,8 @@ CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *m
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMipmappedArrayGetMemoryRequirements(memoryRequirements, mipmap, device);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5008,6 +6008,8 @@ CUresult cuMipmappedArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *spars
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMipmappedArrayGetSparseProperties(sparseProperties, mipmap);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5018,6 +6020,8 @@ CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunct
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleEnumerateFunctions(functions, numFunctions, mod);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5028,6 +6032,8 @@ CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetFunction(hfunc, hmod, name);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5038,6 +6044,8 @@ CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetFunctionCount(count, mod);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5048,6 +6056,8 @@ CUresult cuModuleGetGlobal(CUdeviceptr_v1 *dptr, unsigned int *bytes, CUmodule h
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetGlobal(dptr, bytes, hmod, name);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5058,6 +6068,8 @@ CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetGlobal_v2(dptr, bytes, hmod, name);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5068,6 +6080,8 @@ CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetLoadingMode(mode);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5078,6 +6092,8 @@ CUresult cuModuleGetSurfRef(CUsurfref *pSurfRef, CUmodule hmod, const char *name
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetSurfRef(pSurfRef, hmod, name);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5088,6 +6104,8 @@ CUresult cuModuleGetTexRef(CUtexref *pTexRef, CUmodule hmod, const char *name)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleGetTexRef(pTexRef, hmod, name);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5098,6 +6116,8 @@ CUresult cuModuleLoad(CUmodule *module, const char *fname)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleLoad(module, fname);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5108,6 +6128,8 @@ CUresult cuModuleLoadData(CUmodule *module, const void *image)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleLoadData(module, image);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5118,6 +6140,8 @@ CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int nu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleLoadDataEx(module, image, numOptions, options, optionValues);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5128,6 +6152,8 @@ CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleLoadFatBinary(module, fatCubin);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5138,6 +6164,8 @@ CUresult cuModuleUnload(CUmodule hmod)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuModuleUnload(hmod);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5148,6 +6176,8 @@ CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice de
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMulticastAddDevice(mcHandle, dev);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5158,6 +6188,8 @@ CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOff
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMulticastBindAddr(mcHandle, mcOffset, memptr, size, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5168,6 +6200,8 @@ CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffs
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMulticastBindMem(mcHandle, mcOffset, memHandle, memOffset, size, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5178,6 +6212,8 @@ CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulti
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMulticastCreate(mcHandle, prop);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5188,6 +6224,8 @@ CUresult cuMulticastGetGranularity(size_t *granularity, const CUmulticastObjectP
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMulticastGetGranularity(granularity, prop, option);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5198,6 +6236,8 @@ CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuMulticastUnbind(mcHandle, dev, mcOffset, size);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5208,6 +6248,8 @@ CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunc
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5218,6 +6260,8 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5228,6 +6272,8 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5238,6 +6284,8 @@ CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const C
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyMaxActiveClusters(numClusters, func, config);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5248,6 +6296,8 @@ CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyMaxPotentialBlockSize(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5258,6 +6308,8 @@ CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockS
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5268,6 +6320,8 @@ CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuOccupancyMaxPotentialClusterSize(clusterSize, func, config);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5278,6 +6332,8 @@ CUresult cuParamSetSize(CUfunction hfunc, unsigned int numbytes)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuParamSetSize(hfunc, numbytes);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5288,6 +6344,8 @@ CUresult cuParamSetTexRef(CUfunction hfunc, int texunit, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuParamSetTexRef(hfunc, texunit, hTexRef);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5298,6 +6356,8 @@ CUresult cuParamSetf(CUfunction hfunc, int offset, float value)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuParamSetf(hfunc, offset, value);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5308,6 +6368,8 @@ CUresult cuParamSeti(CUfunction hfunc, int offset, unsigned int value)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuParamSeti(hfunc, offset, value);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5318,6 +6380,8 @@ CUresult cuParamSetv(CUfunction hfunc, int offset, void *ptr, unsigned int numby
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuParamSetv(hfunc, offset, ptr, numbytes);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5328,6 +6392,8 @@ CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdevi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuPointerGetAttribute(data, attribute, ptr);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5338,6 +6404,8 @@ CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuPointerGetAttributes(numAttributes, attributes, data, ptr);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5348,6 +6416,8 @@ CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attribute,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuPointerSetAttribute(value, attribute, ptr);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5358,6 +6428,8 @@ CUresult cuProfilerInitialize(const char *configFile, const char *outputFile, CU
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuProfilerInitialize(configFile, outputFile, outputMode);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5368,6 +6440,8 @@ CUresult cuProfilerStart(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuProfilerStart();
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5378,6 +6452,8 @@ CUresult cuProfilerStop(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuProfilerStop();
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5388,6 +6464,8 @@ CUresult cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSignalExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5398,6 +6476,8 @@ CUresult cuSignalExternalSemaphoresAsync_ptsz(const CUexternalSemaphore *extSemA
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSignalExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5408,6 +6488,8 @@ CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamAddCallback(hStream, callback, userData, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5418,6 +6500,8 @@ CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, v
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamAddCallback_ptsz(hStream, callback, userData, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5428,6 +6512,8 @@ CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t lengt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamAttachMemAsync(hStream, dptr, length, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5438,6 +6524,8 @@ CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamAttachMemAsync_ptsz(hStream, dptr, length, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5448,6 +6536,8 @@ CUresult cuStreamBatchMemOp(CUstream stream, unsigned int count, CUstreamBatchMe
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBatchMemOp(stream, count, paramArray, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5458,6 +6548,8 @@ CUresult cuStreamBatchMemOp_ptsz(CUstream stream, unsigned int count, CUstreamBa
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBatchMemOp_ptsz(stream, count, paramArray, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5468,6 +6560,8 @@ CUresult cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatc
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBatchMemOp_v2(stream, count, paramArray, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5478,6 +6572,8 @@ CUresult cuStreamBatchMemOp_v2_ptsz(CUstream stream, unsigned int count, CUstrea
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBatchMemOp_v2_ptsz(stream, count, paramArray, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5488,6 +6584,8 @@ CUresult cuStreamBeginCapture(CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBeginCapture(hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5498,6 +6596,8 @@ CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUg
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5508,6 +6608,8 @@ CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, cons
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBeginCaptureToGraph_ptsz(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5518,6 +6620,8 @@ CUresult cuStreamBeginCapture_ptsz(CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBeginCapture_ptsz(hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5528,6 +6632,8 @@ CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBeginCapture_v2(hStream, mode);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5538,6 +6644,8 @@ CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamBeginCapture_v2_ptsz(hStream, mode);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5548,6 +6656,8 @@ CUresult cuStreamCopyAttributes(CUstream dst, CUstream src)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamCopyAttributes(dst, src);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5558,6 +6668,8 @@ CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamCopyAttributes_ptsz(dst, src);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5568,6 +6680,8 @@ CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamCreate(phStream, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5578,6 +6692,8 @@ CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamCreateWithPriority(phStream, flags, priority);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5588,6 +6704,8 @@ CUresult cuStreamDestroy(CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamDestroy(hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5598,6 +6716,8 @@ CUresult cuStreamDestroy_v2(CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamDestroy_v2(hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5608,6 +6728,8 @@ CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamEndCapture(hStream, phGraph);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5618,6 +6740,8 @@ CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamEndCapture_ptsz(hStream, phGraph);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5628,6 +6752,8 @@ CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAtt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetAttribute(hStream, attr, value_out);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5638,6 +6764,8 @@ CUresult cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, CUstre
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetAttribute_ptsz(hStream, attr, value_out);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5648,6 +6776,8 @@ CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *capture
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCaptureInfo(hStream, captureStatus_out, id_out);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5658,6 +6788,8 @@ CUresult cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus *ca
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCaptureInfo_ptsz(hStream, captureStatus_out, id_out);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5668,6 +6800,8 @@ CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *capt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v2(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5678,6 +6812,8 @@ CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v2_ptsz(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5688,6 +6824,8 @@ CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *capt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v3(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5698,6 +6836,8 @@ CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCaptureInfo_v3_ptsz(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5708,6 +6848,8 @@ CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCtx(hStream, pctx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5718,6 +6860,8 @@ CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCtx_ptsz(hStream, pctx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5728,6 +6872,8 @@ CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreen
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCtx_v2(hStream, pCtx, pGreenCtx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5738,6 +6884,8 @@ CUresult cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx, CUgreenCtx *p
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetCtx_v2_ptsz(hStream, pCtx, pGreenCtx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5748,6 +6896,8 @@ CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetDevice(hStream, device);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5758,6 +6908,8 @@ CUresult cuStreamGetDevice_ptsz(CUstream hStream, CUdevice *device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetDevice_ptsz(hStream, device);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5768,6 +6920,8 @@ CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetFlags(hStream, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5778,6 +6932,8 @@ CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetFlags_ptsz(hStream, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5788,6 +6944,8 @@ CUresult cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetGreenCtx(hStream, phCtx);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5798,6 +6956,8 @@ CUresult cuStreamGetId(CUstream hStream, unsigned long long *streamId)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetId(hStream, streamId);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5808,6 +6968,8 @@ CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetId_ptsz(hStream, streamId);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5818,6 +6980,8 @@ CUresult cuStreamGetPriority(CUstream hStream, int *priority)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetPriority(hStream, priority);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5828,6 +6992,8 @@ CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamGetPriority_ptsz(hStream, priority);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5838,6 +7004,8 @@ CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureSta
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamIsCapturing(hStream, captureStatus);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5848,6 +7016,8 @@ CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamIsCapturing_ptsz(hStream, captureStatus);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5858,6 +7028,8 @@ CUresult cuStreamQuery(CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamQuery(hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5868,6 +7040,8 @@ CUresult cuStreamQuery_ptsz(CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamQuery_ptsz(hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5878,6 +7052,8 @@ CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamSetAttribute(hStream, attr, value);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5888,6 +7064,8 @@ CUresult cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, const 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamSetAttribute_ptsz(hStream, attr, value);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5898,6 +7076,8 @@ CUresult cuStreamSynchronize(CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamSynchronize(hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5908,6 +7088,8 @@ CUresult cuStreamSynchronize_ptsz(CUstream hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamSynchronize_ptsz(hStream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5918,6 +7100,8 @@ CUresult cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *depend
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies(hStream, dependencies, numDependencies, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5928,6 +7112,8 @@ CUresult cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream, CUgraphNode *d
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies_ptsz(hStream, dependencies, numDependencies, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5938,6 +7124,8 @@ CUresult cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dep
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies_v2(hStream, dependencies, dependencyData, numDependencies, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5948,6 +7136,8 @@ CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream hStream, CUgraphNode
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamUpdateCaptureDependencies_v2_ptsz(hStream, dependencies, dependencyData, numDependencies, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5958,6 +7148,8 @@ CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitEvent(hStream, hEvent, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5968,6 +7160,8 @@ CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int F
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitEvent_ptsz(hStream, hEvent, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5978,6 +7172,8 @@ CUresult cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue32(stream, addr, value, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5988,6 +7184,8 @@ CUresult cuStreamWaitValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue32_ptsz(stream, addr, value, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -5998,6 +7196,8 @@ CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t va
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue32_v2(stream, addr, value, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6008,6 +7208,8 @@ CUresult cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue32_v2_ptsz(stream, addr, value, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6018,6 +7220,8 @@ CUresult cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue64(stream, addr, value, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6028,6 +7232,8 @@ CUresult cuStreamWaitValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue64_ptsz(stream, addr, value, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6038,6 +7244,8 @@ CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t va
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue64_v2(stream, addr, value, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6048,6 +7256,8 @@ CUresult cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWaitValue64_v2_ptsz(stream, addr, value, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6058,6 +7268,8 @@ CUresult cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t valu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue32(stream, addr, value, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6068,6 +7280,8 @@ CUresult cuStreamWriteValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue32_ptsz(stream, addr, value, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6078,6 +7292,8 @@ CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t v
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue32_v2(stream, addr, value, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6088,6 +7304,8 @@ CUresult cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint3
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue32_v2_ptsz(stream, addr, value, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6098,6 +7316,8 @@ CUresult cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t valu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue64(stream, addr, value, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6108,6 +7328,8 @@ CUresult cuStreamWriteValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue64_ptsz(stream, addr, value, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6118,6 +7340,8 @@ CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t v
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue64_v2(stream, addr, value, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6128,6 +7352,8 @@ CUresult cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint6
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuStreamWriteValue64_v2_ptsz(stream, addr, value, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6138,6 +7364,8 @@ CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSurfObjectCreate(pSurfObject, pResDesc);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6148,6 +7376,8 @@ CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSurfObjectDestroy(surfObject);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6158,6 +7388,8 @@ CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSurfObjectGetResourceDesc(pResDesc, surfObject);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6168,6 +7400,8 @@ CUresult cuSurfRefGetArray(CUarray *phArray, CUsurfref hSurfRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSurfRefGetArray(phArray, hSurfRef);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6178,6 +7412,8 @@ CUresult cuSurfRefSetArray(CUsurfref hSurfRef, CUarray hArray, unsigned int Flag
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuSurfRefSetArray(hSurfRef, hArray, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6188,6 +7424,8 @@ CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapDataType ten
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTensorMapEncodeIm2col(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCorner, pixelBoxUpperCorner, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, swizzle, l2Promotion, oobFill);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6198,6 +7436,8 @@ CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUtensorMapDataType
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTensorMapEncodeIm2colWide(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCornerWidth, pixelBoxUpperCornerWidth, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, mode, swizzle, l2Promotion, oobFill);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6208,6 +7448,8 @@ CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tens
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTensorMapEncodeTiled(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, boxDim, elementStrides, interleave, swizzle, l2Promotion, oobFill);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6218,6 +7460,8 @@ CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTensorMapReplaceAddress(tensorMap, globalAddress);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6228,6 +7472,8 @@ CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pR
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexObjectCreate(pTexObject, pResDesc, pTexDesc, pResViewDesc);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6238,6 +7484,8 @@ CUresult cuTexObjectDestroy(CUtexObject texObject)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexObjectDestroy(texObject);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_SUCCESS;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6248,6 +7496,8 @@ CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject te
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexObjectGetResourceDesc(pResDesc, texObject);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6258,6 +7508,8 @@ CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, C
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexObjectGetResourceViewDesc(pResViewDesc, texObject);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6268,6 +7520,8 @@ CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texO
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexObjectGetTextureDesc(pTexDesc, texObject);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6278,6 +7532,8 @@ CUresult cuTexRefCreate(CUtexref *pTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefCreate(pTexRef);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6288,6 +7544,8 @@ CUresult cuTexRefDestroy(CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefDestroy(hTexRef);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6298,6 +7556,8 @@ CUresult cuTexRefGetAddress(CUdeviceptr_v1 *pdptr, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetAddress(pdptr, hTexRef);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6308,6 +7568,8 @@ CUresult cuTexRefGetAddressMode(CUaddress_mode *pam, CUtexref hTexRef, int dim)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetAddressMode(pam, hTexRef, dim);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6318,6 +7580,8 @@ CUresult cuTexRefGetAddress_v2(CUdeviceptr *pdptr, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetAddress_v2(pdptr, hTexRef);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6328,6 +7592,8 @@ CUresult cuTexRefGetArray(CUarray *phArray, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetArray(phArray, hTexRef);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6338,6 +7604,8 @@ CUresult cuTexRefGetBorderColor(float *pBorderColor, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetBorderColor(pBorderColor, hTexRef);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6348,6 +7616,8 @@ CUresult cuTexRefGetFilterMode(CUfilter_mode *pfm, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetFilterMode(pfm, hTexRef);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6358,6 +7628,8 @@ CUresult cuTexRefGetFlags(unsigned int *pFlags, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetFlags(pFlags, hTexRef);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6368,6 +7640,8 @@ CUresult cuTexRefGetFormat(CUarray_format *pFormat, int *pNumChannels, CUtexref 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetFormat(pFormat, pNumChannels, hTexRef);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6378,6 +7652,8 @@ CUresult cuTexRefGetMaxAnisotropy(int *pmaxAniso, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetMaxAnisotropy(pmaxAniso, hTexRef);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6388,6 +7664,8 @@ CUresult cuTexRefGetMipmapFilterMode(CUfilter_mode *pfm, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetMipmapFilterMode(pfm, hTexRef);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6398,6 +7676,8 @@ CUresult cuTexRefGetMipmapLevelBias(float *pbias, CUtexref hTexRef)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetMipmapLevelBias(pbias, hTexRef);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6408,6 +7688,8 @@ CUresult cuTexRefGetMipmapLevelClamp(float *pminMipmapLevelClamp, float *pmaxMip
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetMipmapLevelClamp(pminMipmapLevelClamp, pmaxMipmapLevelClamp, hTexRef);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6418,6 +7700,8 @@ CUresult cuTexRefGetMipmappedArray(CUmipmappedArray *phMipmappedArray, CUtexref 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefGetMipmappedArray(phMipmappedArray, hTexRef);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6428,6 +7712,8 @@ CUresult cuTexRefSetAddress(unsigned int *ByteOffset, CUtexref hTexRef, CUdevice
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetAddress(ByteOffset, hTexRef, dptr, bytes);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6438,6 +7724,8 @@ CUresult cuTexRefSetAddress2D(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR_v1 *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetAddress2D(hTexRef, desc, dptr, Pitch);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6448,6 +7736,8 @@ CUresult cuTexRefSetAddress2D_v2(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetAddress2D_v2(hTexRef, desc, dptr, Pitch);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6458,6 +7748,8 @@ CUresult cuTexRefSetAddress2D_v3(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetAddress2D_v3(hTexRef, desc, dptr, Pitch);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6468,6 +7760,8 @@ CUresult cuTexRefSetAddressMode(CUtexref hTexRef, int dim, CUaddress_mode am)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetAddressMode(hTexRef, dim, am);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6478,6 +7772,8 @@ CUresult cuTexRefSetAddress_v2(size_t *ByteOffset, CUtexref hTexRef, CUdeviceptr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetAddress_v2(ByteOffset, hTexRef, dptr, bytes);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6488,6 +7784,8 @@ CUresult cuTexRefSetArray(CUtexref hTexRef, CUarray hArray, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetArray(hTexRef, hArray, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6498,6 +7796,8 @@ CUresult cuTexRefSetBorderColor(CUtexref hTexRef, float *pBorderColor)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetBorderColor(hTexRef, pBorderColor);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6508,6 +7808,8 @@ CUresult cuTexRefSetFilterMode(CUtexref hTexRef, CUfilter_mode fm)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetFilterMode(hTexRef, fm);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6518,6 +7820,8 @@ CUresult cuTexRefSetFlags(CUtexref hTexRef, unsigned int Flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetFlags(hTexRef, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6528,6 +7832,8 @@ CUresult cuTexRefSetFormat(CUtexref hTexRef, CUarray_format fmt, int NumPackedCo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetFormat(hTexRef, fmt, NumPackedComponents);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6538,6 +7844,8 @@ CUresult cuTexRefSetMaxAnisotropy(CUtexref hTexRef, unsigned int maxAniso)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetMaxAnisotropy(hTexRef, maxAniso);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6548,6 +7856,8 @@ CUresult cuTexRefSetMipmapFilterMode(CUtexref hTexRef, CUfilter_mode fm)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetMipmapFilterMode(hTexRef, fm);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6558,6 +7868,8 @@ CUresult cuTexRefSetMipmapLevelBias(CUtexref hTexRef, float bias)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetMipmapLevelBias(hTexRef, bias);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6568,6 +7880,8 @@ CUresult cuTexRefSetMipmapLevelClamp(CUtexref hTexRef, float minMipmapLevelClamp
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetMipmapLevelClamp(hTexRef, minMipmapLevelClamp, maxMipmapLevelClamp);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6578,6 +7892,8 @@ CUresult cuTexRefSetMipmappedArray(CUtexref hTexRef, CUmipmappedArray hMipmapped
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuTexRefSetMipmappedArray(hTexRef, hMipmappedArray, Flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6588,6 +7904,8 @@ CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuThreadExchangeStreamCaptureMode(mode);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6598,6 +7916,8 @@ CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destro
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuUserObjectCreate(object_out, ptr, destroy, initialRefcount, flags);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6608,6 +7928,8 @@ CUresult cuUserObjectRelease(CUuserObject object, unsigned int count)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuUserObjectRelease(object, count);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6618,6 +7940,8 @@ CUresult cuUserObjectRetain(CUuserObject object, unsigned int count)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuUserObjectRetain(object, count);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6628,6 +7952,8 @@ CUresult cuVDPAUCtxCreate(CUcontext *pCtx, unsigned int flags, CUdevice device, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuVDPAUCtxCreate(pCtx, flags, device, vdpDevice, vdpGetProcAddress);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6638,6 +7964,8 @@ CUresult cuVDPAUCtxCreate_v2(CUcontext *pCtx, unsigned int flags, CUdevice devic
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuVDPAUCtxCreate_v2(pCtx, flags, device, vdpDevice, vdpGetProcAddress);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6648,6 +7976,8 @@ CUresult cuVDPAUGetDevice(CUdevice *pDevice, VdpDevice vdpDevice, VdpGetProcAddr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuVDPAUGetDevice(pDevice, vdpDevice, vdpGetProcAddress);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6658,6 +7988,8 @@ CUresult cuWaitExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuWaitExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -6668,6 +8000,8 @@ CUresult cuWaitExternalSemaphoresAsync_ptsz(const CUexternalSemaphore *extSemArr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_driver_ready())
         vgpu_result = vgpu_py_cuWaitExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
+    else if (vgpu_driver_gone())
+        vgpu_result = CUDA_ERROR_DEINITIALIZED;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }

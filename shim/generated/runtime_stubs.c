@@ -8,6 +8,8 @@ cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaGetKernel(kernel, hostFun);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -18,6 +20,8 @@ cudaError_t __cudaGetProcAddress(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaGetProcAddress();
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -38,6 +42,8 @@ cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaLaunchKernel(kernel, gridDim, blockDim, args, sharedMem, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -48,6 +54,8 @@ cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 bloc
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaLaunchKernel_ptsz(kernel, gridDim, blockDim, args, sharedMem, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -84,6 +92,8 @@ cudaError_t __cudaRegisterHostVar(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaRegisterHostVar();
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -102,6 +112,8 @@ cudaError_t __cudaRegisterUnifiedTable(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py___cudaRegisterUnifiedTable();
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -128,6 +140,8 @@ cudaError_t cudaArrayGetInfo(struct cudaChannelFormatDesc *desc, struct cudaExte
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaArrayGetInfo(desc, extent, flags, array);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -138,6 +152,8 @@ cudaError_t cudaArrayGetMemoryRequirements(struct cudaArrayMemoryRequirements *m
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaArrayGetMemoryRequirements(memoryRequirements, array, device);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -148,6 +164,8 @@ cudaError_t cudaArrayGetPlane(cudaArray_t *pPlaneArray, cudaArray_t hArray, unsi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaArrayGetPlane(pPlaneArray, hArray, planeIdx);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -158,6 +176,8 @@ cudaError_t cudaArrayGetSparseProperties(struct cudaArraySparseProperties *spars
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaArrayGetSparseProperties(sparseProperties, array);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -168,6 +188,8 @@ cudaError_t cudaChooseDevice(int *device, const struct cudaDeviceProp *prop)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaChooseDevice(device, prop);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -188,6 +210,8 @@ cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t *pSurfObject, const stru
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaCreateSurfaceObject(pSurfObject, pResDesc);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -198,6 +222,8 @@ cudaError_t cudaCreateTextureObject(cudaTextureObject_t *pTexObject, const struc
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaCreateTextureObject(pTexObject, pResDesc, pTexDesc, pResViewDesc);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -208,6 +234,8 @@ cudaError_t cudaCtxResetPersistingL2Cache(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaCtxResetPersistingL2Cache();
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -218,6 +246,8 @@ cudaError_t cudaDestroyExternalMemory(cudaExternalMemory_t extMem)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDestroyExternalMemory(extMem);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -228,6 +258,8 @@ cudaError_t cudaDestroyExternalSemaphore(cudaExternalSemaphore_t extSem)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDestroyExternalSemaphore(extSem);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -238,6 +270,8 @@ cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t surfObject)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDestroySurfaceObject(surfObject);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaSuccess;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -248,6 +282,8 @@ cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDestroyTextureObject(texObject);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaSuccess;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -258,6 +294,8 @@ cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceCanAccessPeer(canAccessPeer, device, peerDevice);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -268,6 +306,8 @@ cudaError_t cudaDeviceDisablePeerAccess(int peerDevice)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceDisablePeerAccess(peerDevice);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -278,6 +318,8 @@ cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceEnablePeerAccess(peerDevice, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -288,6 +330,8 @@ cudaError_t cudaDeviceFlushGPUDirectRDMAWrites(enum cudaFlushGPUDirectRDMAWrites
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceFlushGPUDirectRDMAWrites(target, scope);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -298,6 +342,8 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetAttribute(value, attr, device);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -308,6 +354,8 @@ cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *pciBusId)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetByPCIBusId(device, pciBusId);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -318,6 +366,8 @@ cudaError_t cudaDeviceGetCacheConfig(enum cudaFuncCache *pCacheConfig)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetCacheConfig(pCacheConfig);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -328,6 +378,8 @@ cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetDefaultMemPool(memPool, device);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -338,6 +390,8 @@ cudaError_t cudaDeviceGetGraphMemAttribute(int device, enum cudaGraphMemAttribut
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetGraphMemAttribute(device, attr, value);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -348,6 +402,8 @@ cudaError_t cudaDeviceGetHostAtomicCapabilities(unsigned int *capabilities, cons
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetHostAtomicCapabilities(capabilities, operations, count, device);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -358,6 +414,8 @@ cudaError_t cudaDeviceGetLimit(size_t *pValue, enum cudaLimit limit)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetLimit(pValue, limit);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -368,6 +426,8 @@ cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *memPool, int device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetMemPool(memPool, device);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -378,6 +438,8 @@ cudaError_t cudaDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, int device
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetNvSciSyncAttributes(nvSciSyncAttrList, device, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -388,6 +450,8 @@ cudaError_t cudaDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetP2PAtomicCapabilities(capabilities, operations, count, srcDevice, dstDevice);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -398,6 +462,8 @@ cudaError_t cudaDeviceGetP2PAttribute(int *value, enum cudaDeviceP2PAttr attr, i
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetP2PAttribute(value, attr, srcDevice, dstDevice);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -408,6 +474,8 @@ cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetPCIBusId(pciBusId, len, device);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -418,6 +486,8 @@ cudaError_t cudaDeviceGetSharedMemConfig(enum cudaSharedMemConfig *pConfig)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetSharedMemConfig(pConfig);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -428,6 +498,8 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetStreamPriorityRange(leastPriority, greatestPriority);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -438,6 +510,8 @@ cudaError_t cudaDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, con
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, fmtDesc, device);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -448,6 +522,8 @@ cudaError_t cudaDeviceGraphMemTrim(int device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceGraphMemTrim(device);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -458,6 +534,8 @@ cudaError_t cudaDeviceRegisterAsyncNotification(int device, cudaAsyncCallback ca
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceRegisterAsyncNotification(device, callbackFunc, userData, callback);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -468,6 +546,8 @@ cudaError_t cudaDeviceReset(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceReset();
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -478,6 +558,8 @@ cudaError_t cudaDeviceSetCacheConfig(enum cudaFuncCache cacheConfig)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceSetCacheConfig(cacheConfig);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -488,6 +570,8 @@ cudaError_t cudaDeviceSetGraphMemAttribute(int device, enum cudaGraphMemAttribut
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceSetGraphMemAttribute(device, attr, value);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -498,6 +582,8 @@ cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceSetLimit(limit, value);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -508,6 +594,8 @@ cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceSetMemPool(device, memPool);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -518,6 +606,8 @@ cudaError_t cudaDeviceSetSharedMemConfig(enum cudaSharedMemConfig config)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceSetSharedMemConfig(config);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -528,6 +618,8 @@ cudaError_t cudaDeviceSynchronize(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceSynchronize();
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -538,6 +630,8 @@ cudaError_t cudaDeviceUnregisterAsyncNotification(int device, cudaAsyncCallbackH
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDeviceUnregisterAsyncNotification(device, callback);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -548,6 +642,8 @@ cudaError_t cudaDriverGetVersion(int *driverVersion)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaDriverGetVersion(driverVersion);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -558,6 +654,8 @@ cudaError_t cudaEGLStreamConsumerAcquireFrame(cudaEglStreamConnection *conn, cud
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamConsumerAcquireFrame(conn, pCudaResource, pStream, timeout);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -568,6 +666,8 @@ cudaError_t cudaEGLStreamConsumerConnect(cudaEglStreamConnection *conn, EGLStrea
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamConsumerConnect(conn, eglStream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -578,6 +678,8 @@ cudaError_t cudaEGLStreamConsumerConnectWithFlags(cudaEglStreamConnection *conn,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamConsumerConnectWithFlags(conn, eglStream, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -588,6 +690,8 @@ cudaError_t cudaEGLStreamConsumerDisconnect(cudaEglStreamConnection *conn)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamConsumerDisconnect(conn);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -598,6 +702,8 @@ cudaError_t cudaEGLStreamConsumerReleaseFrame(cudaEglStreamConnection *conn, cud
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamConsumerReleaseFrame(conn, pCudaResource, pStream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -608,6 +714,8 @@ cudaError_t cudaEGLStreamProducerConnect(cudaEglStreamConnection *conn, EGLStrea
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamProducerConnect(conn, eglStream, width, height);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -618,6 +726,8 @@ cudaError_t cudaEGLStreamProducerDisconnect(cudaEglStreamConnection *conn)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamProducerDisconnect(conn);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -628,6 +738,8 @@ cudaError_t cudaEGLStreamProducerPresentFrame(cudaEglStreamConnection *conn, cud
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamProducerPresentFrame(conn, eglframe, pStream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -638,6 +750,8 @@ cudaError_t cudaEGLStreamProducerReturnFrame(cudaEglStreamConnection *conn, cuda
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEGLStreamProducerReturnFrame(conn, eglframe, pStream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -648,6 +762,8 @@ cudaError_t cudaEventCreate(cudaEvent_t *event)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventCreate(event);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -658,6 +774,8 @@ cudaError_t cudaEventCreateFromEGLSync(cudaEvent_t *phEvent, EGLSyncKHR eglSync,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventCreateFromEGLSync(phEvent, eglSync, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -668,6 +786,8 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventCreateWithFlags(event, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -678,6 +798,8 @@ cudaError_t cudaEventDestroy(cudaEvent_t event)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventDestroy(event);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaSuccess;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -688,6 +810,8 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventElapsedTime(ms, start, end);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -698,6 +822,8 @@ cudaError_t cudaEventQuery(cudaEvent_t event)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventQuery(event);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -708,6 +834,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventRecord(event, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -718,6 +846,8 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, uns
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventRecordWithFlags(event, stream, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -728,6 +858,8 @@ cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t event, cudaStream_t stream
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventRecordWithFlags_ptsz(event, stream, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -738,6 +870,8 @@ cudaError_t cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventRecord_ptsz(event, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -748,6 +882,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaEventSynchronize(event);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -758,6 +894,8 @@ cudaError_t cudaExternalMemoryGetMappedBuffer(void **devPtr, cudaExternalMemory_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaExternalMemoryGetMappedBuffer(devPtr, extMem, bufferDesc);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -768,6 +906,8 @@ cudaError_t cudaExternalMemoryGetMappedMipmappedArray(cudaMipmappedArray_t *mipm
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaExternalMemoryGetMappedMipmappedArray(mipmap, extMem, mipmapDesc);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -778,6 +918,8 @@ cudaError_t cudaFree(void *devPtr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFree(devPtr);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaSuccess;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -788,6 +930,8 @@ cudaError_t cudaFreeArray(cudaArray_t array)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFreeArray(array);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaSuccess;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -798,6 +942,8 @@ cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFreeAsync(devPtr, hStream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaSuccess;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -808,6 +954,8 @@ cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFreeAsync_ptsz(devPtr, hStream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -818,6 +966,8 @@ cudaError_t cudaFreeHost(void *ptr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFreeHost(ptr);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaSuccess;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -828,6 +978,8 @@ cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFreeMipmappedArray(mipmappedArray);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaSuccess;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -838,6 +990,8 @@ cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *f
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFuncGetAttributes(attr, func);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -848,6 +1002,8 @@ cudaError_t cudaFuncGetName(const char **name, const void *func)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFuncGetName(name, func);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -858,6 +1014,8 @@ cudaError_t cudaFuncGetParamInfo(const void *func, size_t paramIndex, size_t *pa
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFuncGetParamInfo(func, paramIndex, paramOffset, paramSize);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -868,6 +1026,8 @@ cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFuncSetAttribute(func, attr, value);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -878,6 +1038,8 @@ cudaError_t cudaFuncSetCacheConfig(const void *func, enum cudaFuncCache cacheCon
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFuncSetCacheConfig(func, cacheConfig);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -888,6 +1050,8 @@ cudaError_t cudaFuncSetSharedMemConfig(const void *func, enum cudaSharedMemConfi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaFuncSetSharedMemConfig(func, config);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -898,6 +1062,8 @@ cudaError_t cudaGLGetDevices(unsigned int *pCudaDeviceCount, int *pCudaDevices, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLGetDevices(pCudaDeviceCount, pCudaDevices, cudaDeviceCount, deviceList);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -908,6 +1074,8 @@ cudaError_t cudaGLMapBufferObject(void **devPtr, GLuint bufObj)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLMapBufferObject(devPtr, bufObj);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -918,6 +1086,8 @@ cudaError_t cudaGLMapBufferObjectAsync(void **devPtr, GLuint bufObj, cudaStream_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLMapBufferObjectAsync(devPtr, bufObj, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -928,6 +1098,8 @@ cudaError_t cudaGLRegisterBufferObject(GLuint bufObj)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLRegisterBufferObject(bufObj);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -938,6 +1110,8 @@ cudaError_t cudaGLSetBufferObjectMapFlags(GLuint bufObj, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLSetBufferObjectMapFlags(bufObj, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -948,6 +1122,8 @@ cudaError_t cudaGLSetGLDevice(int device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLSetGLDevice(device);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -958,6 +1134,8 @@ cudaError_t cudaGLUnmapBufferObject(GLuint bufObj)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLUnmapBufferObject(bufObj);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -968,6 +1146,8 @@ cudaError_t cudaGLUnmapBufferObjectAsync(GLuint bufObj, cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLUnmapBufferObjectAsync(bufObj, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -978,6 +1158,8 @@ cudaError_t cudaGLUnregisterBufferObject(GLuint bufObj)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGLUnregisterBufferObject(bufObj);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -988,6 +1170,8 @@ cudaError_t cudaGetChannelDesc(struct cudaChannelFormatDesc *desc, cudaArray_con
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetChannelDesc(desc, array);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -998,6 +1182,8 @@ cudaError_t cudaGetDevice(int *device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDevice(device);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1008,6 +1194,8 @@ cudaError_t cudaGetDeviceCount(int *count)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDeviceCount(count);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1018,6 +1206,8 @@ cudaError_t cudaGetDeviceFlags(unsigned int *flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDeviceFlags(flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1028,6 +1218,8 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDeviceProperties(prop, device);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1038,6 +1230,8 @@ cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDriverEntryPoint(symbol, funcPtr, flags, driverStatus);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1048,6 +1242,8 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDriverEntryPointByVersion(symbol, funcPtr, cudaVersion, flags, driverStatus);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1058,6 +1254,8 @@ cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **fun
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDriverEntryPointByVersion_ptsz(symbol, funcPtr, cudaVersion, flags, driverStatus);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1068,6 +1266,8 @@ cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr, uns
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetDriverEntryPoint_ptsz(symbol, funcPtr, flags, driverStatus);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1098,6 +1298,8 @@ cudaError_t cudaGetExportTable(const void **ppExportTable, const cudaUUID_t *pEx
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetExportTable(ppExportTable, pExportTableId);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1108,6 +1310,8 @@ cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *symbolP
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetFuncBySymbol(functionPtr, symbolPtr);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1118,6 +1322,8 @@ cudaError_t cudaGetKernel(cudaKernel_t *kernelPtr, const void *entryFuncAddr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetKernel(kernelPtr, entryFuncAddr);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1128,6 +1334,8 @@ cudaError_t cudaGetLastError(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetLastError();
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1138,6 +1346,8 @@ cudaError_t cudaGetMipmappedArrayLevel(cudaArray_t *levelArray, cudaMipmappedArr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetMipmappedArrayLevel(levelArray, mipmappedArray, level);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1148,6 +1358,8 @@ cudaError_t cudaGetSurfaceObjectResourceDesc(struct cudaResourceDesc *pResDesc, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetSurfaceObjectResourceDesc(pResDesc, surfObject);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1158,6 +1370,8 @@ cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetSymbolAddress(devPtr, symbol);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1168,6 +1382,8 @@ cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetSymbolSize(size, symbol);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1178,6 +1394,8 @@ cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *pResDesc, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetTextureObjectResourceDesc(pResDesc, texObject);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1188,6 +1406,8 @@ cudaError_t cudaGetTextureObjectResourceViewDesc(struct cudaResourceViewDesc *pR
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetTextureObjectResourceViewDesc(pResViewDesc, texObject);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1198,6 +1418,8 @@ cudaError_t cudaGetTextureObjectTextureDesc(struct cudaTextureDesc *pTexDesc, cu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGetTextureObjectTextureDesc(pTexDesc, texObject);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1208,6 +1430,8 @@ cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *pGraphNode, cudaGraph_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddChildGraphNode(pGraphNode, graph, pDependencies, numDependencies, childGraph);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1218,6 +1442,8 @@ cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *f
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddDependencies(graph, from, to, edgeData, numDependencies);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1228,6 +1454,8 @@ cudaError_t cudaGraphAddEmptyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddEmptyNode(pGraphNode, graph, pDependencies, numDependencies);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1238,6 +1466,8 @@ cudaError_t cudaGraphAddEventRecordNode(cudaGraphNode_t *pGraphNode, cudaGraph_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddEventRecordNode(pGraphNode, graph, pDependencies, numDependencies, event);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1248,6 +1478,8 @@ cudaError_t cudaGraphAddEventWaitNode(cudaGraphNode_t *pGraphNode, cudaGraph_t g
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddEventWaitNode(pGraphNode, graph, pDependencies, numDependencies, event);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1258,6 +1490,8 @@ cudaError_t cudaGraphAddExternalSemaphoresSignalNode(cudaGraphNode_t *pGraphNode
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddExternalSemaphoresSignalNode(pGraphNode, graph, pDependencies, numDependencies, nodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1268,6 +1502,8 @@ cudaError_t cudaGraphAddExternalSemaphoresWaitNode(cudaGraphNode_t *pGraphNode, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddExternalSemaphoresWaitNode(pGraphNode, graph, pDependencies, numDependencies, nodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1278,6 +1514,8 @@ cudaError_t cudaGraphAddHostNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddHostNode(pGraphNode, graph, pDependencies, numDependencies, pNodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1288,6 +1526,8 @@ cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t grap
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddKernelNode(pGraphNode, graph, pDependencies, numDependencies, pNodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1298,6 +1538,8 @@ cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGraph_t gr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemAllocNode(pGraphNode, graph, pDependencies, numDependencies, nodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1308,6 +1550,8 @@ cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, cudaGraph_t gra
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemFreeNode(pGraphNode, graph, pDependencies, numDependencies, dptr);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1318,6 +1562,8 @@ cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t grap
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemcpyNode(pGraphNode, graph, pDependencies, numDependencies, pCopyParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1328,6 +1574,8 @@ cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, cudaGraph_t gr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemcpyNode1D(pGraphNode, graph, pDependencies, numDependencies, dst, src, count, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1338,6 +1586,8 @@ cudaError_t cudaGraphAddMemcpyNodeFromSymbol(cudaGraphNode_t *pGraphNode, cudaGr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemcpyNodeFromSymbol(pGraphNode, graph, pDependencies, numDependencies, dst, symbol, count, offset, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1348,6 +1598,8 @@ cudaError_t cudaGraphAddMemcpyNodeToSymbol(cudaGraphNode_t *pGraphNode, cudaGrap
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemcpyNodeToSymbol(pGraphNode, graph, pDependencies, numDependencies, symbol, src, count, offset, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1358,6 +1610,8 @@ cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *pGraphNode, cudaGraph_t grap
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddMemsetNode(pGraphNode, graph, pDependencies, numDependencies, pMemsetParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1368,6 +1622,8 @@ cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, con
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphAddNode(pGraphNode, graph, pDependencies, dependencyData, numDependencies, nodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1378,6 +1634,8 @@ cudaError_t cudaGraphChildGraphNodeGetGraph(cudaGraphNode_t node, cudaGraph_t *p
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphChildGraphNodeGetGraph(node, pGraph);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1388,6 +1646,8 @@ cudaError_t cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t originalGraph)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphClone(pGraphClone, originalGraph);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1398,6 +1658,8 @@ cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle *pHandle
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphConditionalHandleCreate(pHandle_out, graph, defaultLaunchValue, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1408,6 +1670,8 @@ cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphCreate(pGraph, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1418,6 +1682,8 @@ cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char *path, unsigned
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphDebugDotPrint(graph, path, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1428,6 +1694,8 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphDestroy(graph);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaSuccess;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1438,6 +1706,8 @@ cudaError_t cudaGraphDestroyNode(cudaGraphNode_t node)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphDestroyNode(node);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1448,6 +1718,8 @@ cudaError_t cudaGraphEventRecordNodeGetEvent(cudaGraphNode_t node, cudaEvent_t *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphEventRecordNodeGetEvent(node, event_out);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1458,6 +1730,8 @@ cudaError_t cudaGraphEventRecordNodeSetEvent(cudaGraphNode_t node, cudaEvent_t e
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphEventRecordNodeSetEvent(node, event);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1468,6 +1742,8 @@ cudaError_t cudaGraphEventWaitNodeGetEvent(cudaGraphNode_t node, cudaEvent_t *ev
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphEventWaitNodeGetEvent(node, event_out);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1478,6 +1754,8 @@ cudaError_t cudaGraphEventWaitNodeSetEvent(cudaGraphNode_t node, cudaEvent_t eve
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphEventWaitNodeSetEvent(node, event);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1488,6 +1766,8 @@ cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t hGraphExec, cud
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecChildGraphNodeSetParams(hGraphExec, node, childGraph);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1498,6 +1778,8 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecDestroy(graphExec);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaSuccess;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1508,6 +1790,8 @@ cudaError_t cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t hGraphExec, cud
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1518,6 +1802,8 @@ cudaError_t cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t hGraphExec, cudaG
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, event);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1528,6 +1814,8 @@ cudaError_t cudaGraphExecExternalSemaphoresSignalNodeSetParams(cudaGraphExec_t h
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecExternalSemaphoresSignalNodeSetParams(hGraphExec, hNode, nodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1538,6 +1826,8 @@ cudaError_t cudaGraphExecExternalSemaphoresWaitNodeSetParams(cudaGraphExec_t hGr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecExternalSemaphoresWaitNodeSetParams(hGraphExec, hNode, nodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1548,6 +1838,8 @@ cudaError_t cudaGraphExecGetFlags(cudaGraphExec_t graphExec, unsigned long long 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecGetFlags(graphExec, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1558,6 +1850,8 @@ cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraph
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecHostNodeSetParams(hGraphExec, node, pNodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1568,6 +1862,8 @@ cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t hGraphExec, cudaGra
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecKernelNodeSetParams(hGraphExec, node, pNodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1578,6 +1874,8 @@ cudaError_t cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t hGraphExec, cudaGra
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParams(hGraphExec, node, pNodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1588,6 +1886,8 @@ cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t hGraphExec, cudaG
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParams1D(hGraphExec, node, dst, src, count, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1598,6 +1898,8 @@ cudaError_t cudaGraphExecMemcpyNodeSetParamsFromSymbol(cudaGraphExec_t hGraphExe
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParamsFromSymbol(hGraphExec, node, dst, symbol, count, offset, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1608,6 +1910,8 @@ cudaError_t cudaGraphExecMemcpyNodeSetParamsToSymbol(cudaGraphExec_t hGraphExec,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecMemcpyNodeSetParamsToSymbol(hGraphExec, node, symbol, src, count, offset, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1618,6 +1922,8 @@ cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGraphExec, cudaGra
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecMemsetNodeSetParams(hGraphExec, node, pNodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1628,6 +1934,8 @@ cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, cudaGraphNode_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecNodeSetParams(graphExec, node, nodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1638,6 +1946,8 @@ cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExecUpdate(hGraphExec, hGraph, resultInfo);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1648,6 +1958,8 @@ cudaError_t cudaGraphExternalSemaphoresSignalNodeGetParams(cudaGraphNode_t hNode
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExternalSemaphoresSignalNodeGetParams(hNode, params_out);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1658,6 +1970,8 @@ cudaError_t cudaGraphExternalSemaphoresSignalNodeSetParams(cudaGraphNode_t hNode
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExternalSemaphoresSignalNodeSetParams(hNode, nodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1668,6 +1982,8 @@ cudaError_t cudaGraphExternalSemaphoresWaitNodeGetParams(cudaGraphNode_t hNode, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExternalSemaphoresWaitNodeGetParams(hNode, params_out);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1678,6 +1994,8 @@ cudaError_t cudaGraphExternalSemaphoresWaitNodeSetParams(cudaGraphNode_t hNode, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphExternalSemaphoresWaitNodeSetParams(hNode, nodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1688,6 +2006,8 @@ cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t *from, cudaGrap
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphGetEdges(graph, from, to, edgeData, numEdges);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1698,6 +2018,8 @@ cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphGetNodes(graph, nodes, numNodes);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1708,6 +2030,8 @@ cudaError_t cudaGraphGetRootNodes(cudaGraph_t graph, cudaGraphNode_t *pRootNodes
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphGetRootNodes(graph, pRootNodes, pNumRootNodes);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1718,6 +2042,8 @@ cudaError_t cudaGraphHostNodeGetParams(cudaGraphNode_t node, struct cudaHostNode
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphHostNodeGetParams(node, pNodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1728,6 +2054,8 @@ cudaError_t cudaGraphHostNodeSetParams(cudaGraphNode_t node, const struct cudaHo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphHostNodeSetParams(node, pNodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1738,6 +2066,8 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphInstantiate(pGraphExec, graph, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1748,6 +2078,8 @@ cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphInstantiateWithFlags(pGraphExec, graph, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1758,6 +2090,8 @@ cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t *pGraphExec, cudaGrap
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphInstantiateWithParams(pGraphExec, graph, instantiateParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1768,6 +2102,8 @@ cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t *pGraphExec, cud
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphInstantiateWithParams_ptsz(pGraphExec, graph, instantiateParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1778,6 +2114,8 @@ cudaError_t cudaGraphKernelNodeCopyAttributes(cudaGraphNode_t hDst, cudaGraphNod
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphKernelNodeCopyAttributes(hDst, hSrc);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1788,6 +2126,8 @@ cudaError_t cudaGraphKernelNodeGetAttribute(cudaGraphNode_t hNode, cudaLaunchAtt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphKernelNodeGetAttribute(hNode, attr, value_out);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1798,6 +2138,8 @@ cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node, struct cudaKernel
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphKernelNodeGetParams(node, pNodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1808,6 +2150,8 @@ cudaError_t cudaGraphKernelNodeSetAttribute(cudaGraphNode_t hNode, cudaLaunchAtt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphKernelNodeSetAttribute(hNode, attr, value);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1818,6 +2162,8 @@ cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node, const struct cuda
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphKernelNodeSetParams(node, pNodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1828,6 +2174,8 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphLaunch(graphExec, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1838,6 +2186,8 @@ cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphLaunch_ptsz(graphExec, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1848,6 +2198,8 @@ cudaError_t cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node, struct cudaMemA
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemAllocNodeGetParams(node, params_out);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1858,6 +2210,8 @@ cudaError_t cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, void *dptr_out)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemFreeNodeGetParams(node, dptr_out);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1868,6 +2222,8 @@ cudaError_t cudaGraphMemcpyNodeGetParams(cudaGraphNode_t node, struct cudaMemcpy
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemcpyNodeGetParams(node, pNodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1878,6 +2234,8 @@ cudaError_t cudaGraphMemcpyNodeSetParams(cudaGraphNode_t node, const struct cuda
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParams(node, pNodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1888,6 +2246,8 @@ cudaError_t cudaGraphMemcpyNodeSetParams1D(cudaGraphNode_t node, void *dst, cons
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParams1D(node, dst, src, count, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1898,6 +2258,8 @@ cudaError_t cudaGraphMemcpyNodeSetParamsFromSymbol(cudaGraphNode_t node, void *d
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParamsFromSymbol(node, dst, symbol, count, offset, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1908,6 +2270,8 @@ cudaError_t cudaGraphMemcpyNodeSetParamsToSymbol(cudaGraphNode_t node, const voi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemcpyNodeSetParamsToSymbol(node, symbol, src, count, offset, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1918,6 +2282,8 @@ cudaError_t cudaGraphMemsetNodeGetParams(cudaGraphNode_t node, struct cudaMemset
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemsetNodeGetParams(node, pNodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1928,6 +2294,8 @@ cudaError_t cudaGraphMemsetNodeSetParams(cudaGraphNode_t node, const struct cuda
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphMemsetNodeSetParams(node, pNodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1938,6 +2306,8 @@ cudaError_t cudaGraphNodeFindInClone(cudaGraphNode_t *pNode, cudaGraphNode_t ori
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeFindInClone(pNode, originalNode, clonedGraph);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1948,6 +2318,8 @@ cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeGetDependencies(node, pDependencies, edgeData, pNumDependencies);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1958,6 +2330,8 @@ cudaError_t cudaGraphNodeGetDependentNodes(cudaGraphNode_t node, cudaGraphNode_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeGetDependentNodes(node, pDependentNodes, edgeData, pNumDependentNodes);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1968,6 +2342,8 @@ cudaError_t cudaGraphNodeGetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeGetEnabled(hGraphExec, hNode, isEnabled);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1978,6 +2354,8 @@ cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *p
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeGetType(node, pType);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1988,6 +2366,8 @@ cudaError_t cudaGraphNodeSetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeSetEnabled(hGraphExec, hNode, isEnabled);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -1998,6 +2378,8 @@ cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, struct cudaGraphNodePar
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphNodeSetParams(node, nodeParams);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2008,6 +2390,8 @@ cudaError_t cudaGraphReleaseUserObject(cudaGraph_t graph, cudaUserObject_t objec
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphReleaseUserObject(graph, object, count);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2018,6 +2402,8 @@ cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph, const cudaGraphNode_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphRemoveDependencies(graph, from, to, edgeData, numDependencies);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2028,6 +2414,8 @@ cudaError_t cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserObject_t object
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphRetainUserObject(graph, object, count, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2038,6 +2426,8 @@ cudaError_t cudaGraphUpload(cudaGraphExec_t graphExec, cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphUpload(graphExec, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2048,6 +2438,8 @@ cudaError_t cudaGraphUpload_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphUpload_ptsz(graphExec, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2058,6 +2450,8 @@ cudaError_t cudaGraphicsEGLRegisterImage(struct cudaGraphicsResource **pCudaReso
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsEGLRegisterImage(pCudaResource, image, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2068,6 +2462,8 @@ cudaError_t cudaGraphicsGLRegisterBuffer(struct cudaGraphicsResource **resource,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsGLRegisterBuffer(resource, buffer, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2078,6 +2474,8 @@ cudaError_t cudaGraphicsGLRegisterImage(struct cudaGraphicsResource **resource, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsGLRegisterImage(resource, image, target, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2088,6 +2486,8 @@ cudaError_t cudaGraphicsMapResources(int count, cudaGraphicsResource_t *resource
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsMapResources(count, resources, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2098,6 +2498,8 @@ cudaError_t cudaGraphicsResourceGetMappedEglFrame(cudaEglFrame *eglFrame, cudaGr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsResourceGetMappedEglFrame(eglFrame, resource, index, mipLevel);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2108,6 +2510,8 @@ cudaError_t cudaGraphicsResourceGetMappedMipmappedArray(cudaMipmappedArray_t *mi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsResourceGetMappedMipmappedArray(mipmappedArray, resource);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2118,6 +2522,8 @@ cudaError_t cudaGraphicsResourceGetMappedPointer(void **devPtr, size_t *size, cu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsResourceGetMappedPointer(devPtr, size, resource);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2128,6 +2534,8 @@ cudaError_t cudaGraphicsResourceSetMapFlags(cudaGraphicsResource_t resource, uns
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsResourceSetMapFlags(resource, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2138,6 +2546,8 @@ cudaError_t cudaGraphicsSubResourceGetMappedArray(cudaArray_t *array, cudaGraphi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsSubResourceGetMappedArray(array, resource, arrayIndex, mipLevel);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2148,6 +2558,8 @@ cudaError_t cudaGraphicsUnmapResources(int count, cudaGraphicsResource_t *resour
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsUnmapResources(count, resources, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2158,6 +2570,8 @@ cudaError_t cudaGraphicsUnregisterResource(cudaGraphicsResource_t resource)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsUnregisterResource(resource);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2168,6 +2582,8 @@ cudaError_t cudaGraphicsVDPAURegisterOutputSurface(struct cudaGraphicsResource *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsVDPAURegisterOutputSurface(resource, vdpSurface, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2178,6 +2594,8 @@ cudaError_t cudaGraphicsVDPAURegisterVideoSurface(struct cudaGraphicsResource **
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaGraphicsVDPAURegisterVideoSurface(resource, vdpSurface, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2188,6 +2606,8 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaHostAlloc(pHost, size, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2198,6 +2618,8 @@ cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int f
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaHostGetDevicePointer(pDevice, pHost, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2208,6 +2630,8 @@ cudaError_t cudaHostGetFlags(unsigned int *pFlags, void *pHost)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaHostGetFlags(pFlags, pHost);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2218,6 +2642,8 @@ cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaHostRegister(ptr, size, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2228,6 +2654,8 @@ cudaError_t cudaHostUnregister(void *ptr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaHostUnregister(ptr);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaSuccess;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2238,6 +2666,8 @@ cudaError_t cudaImportExternalMemory(cudaExternalMemory_t *extMem_out, const str
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaImportExternalMemory(extMem_out, memHandleDesc);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2248,6 +2678,8 @@ cudaError_t cudaImportExternalSemaphore(cudaExternalSemaphore_t *extSem_out, con
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaImportExternalSemaphore(extSem_out, semHandleDesc);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2258,6 +2690,8 @@ cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsigned int fl
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaInitDevice(device, deviceFlags, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2268,6 +2702,8 @@ cudaError_t cudaIpcCloseMemHandle(void *devPtr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaIpcCloseMemHandle(devPtr);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2278,6 +2714,8 @@ cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *handle, cudaEvent_t even
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaIpcGetEventHandle(handle, event);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2288,6 +2726,8 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaIpcGetMemHandle(handle, devPtr);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2298,6 +2738,8 @@ cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *event, cudaIpcEventHandle_t hand
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaIpcOpenEventHandle(event, handle);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2308,6 +2750,8 @@ cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsig
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaIpcOpenMemHandle(devPtr, handle, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2318,6 +2762,8 @@ cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel, enum cudaFuncAt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaKernelSetAttributeForDevice(kernel, attr, value, device);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2328,6 +2774,8 @@ cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim, dim3 blo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchCooperativeKernel(func, gridDim, blockDim, args, sharedMem, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2338,6 +2786,8 @@ cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 gridDim, dim
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchCooperativeKernel_ptsz(func, gridDim, blockDim, args, sharedMem, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2348,6 +2798,8 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userD
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchHostFunc(stream, fn, userData);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2358,6 +2810,8 @@ cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t fn, void *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchHostFunc_ptsz(stream, fn, userData);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2368,6 +2822,8 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchKernel(func, gridDim, blockDim, args, sharedMem, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2378,6 +2834,8 @@ cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *fu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchKernelExC(config, func, args);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2388,6 +2846,8 @@ cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config, const voi
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchKernelExC_ptsz(config, func, args);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2398,6 +2858,8 @@ cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLaunchKernel_ptsz(func, gridDim, blockDim, args, sharedMem, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2408,6 +2870,8 @@ cudaError_t cudaLibraryEnumerateKernels(cudaKernel_t *kernels, unsigned int numK
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryEnumerateKernels(kernels, numKernels, lib);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2418,6 +2882,8 @@ cudaError_t cudaLibraryGetGlobal(void **dptr, size_t *bytes, cudaLibrary_t libra
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryGetGlobal(dptr, bytes, library, name);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2428,6 +2894,8 @@ cudaError_t cudaLibraryGetKernel(cudaKernel_t *pKernel, cudaLibrary_t library, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryGetKernel(pKernel, library, name);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2438,6 +2906,8 @@ cudaError_t cudaLibraryGetKernelCount(unsigned int *count, cudaLibrary_t lib)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryGetKernelCount(count, lib);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2448,6 +2918,8 @@ cudaError_t cudaLibraryGetManaged(void **dptr, size_t *bytes, cudaLibrary_t libr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryGetManaged(dptr, bytes, library, name);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2458,6 +2930,8 @@ cudaError_t cudaLibraryGetUnifiedFunction(void **fptr, cudaLibrary_t library, co
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryGetUnifiedFunction(fptr, library, symbol);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2468,6 +2942,8 @@ cudaError_t cudaLibraryLoadData(cudaLibrary_t *library, const void *code, enum c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryLoadData(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2478,6 +2954,8 @@ cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t *library, const char *fileName
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryLoadFromFile(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2488,6 +2966,8 @@ cudaError_t cudaLibraryUnload(cudaLibrary_t library)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLibraryUnload(library);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2498,6 +2978,8 @@ cudaError_t cudaLogsCurrent(cudaLogIterator *iterator_out, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLogsCurrent(iterator_out, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2508,6 +2990,8 @@ cudaError_t cudaLogsDumpToFile(cudaLogIterator *iterator, const char *pathToFile
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLogsDumpToFile(iterator, pathToFile, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2518,6 +3002,8 @@ cudaError_t cudaLogsDumpToMemory(cudaLogIterator *iterator, char *buffer, size_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLogsDumpToMemory(iterator, buffer, size, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2528,6 +3014,8 @@ cudaError_t cudaLogsRegisterCallback(cudaLogsCallback_t callbackFunc, void *user
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLogsRegisterCallback(callbackFunc, userData, callback_out);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2538,6 +3026,8 @@ cudaError_t cudaLogsUnregisterCallback(cudaLogsCallbackHandle callback)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaLogsUnregisterCallback(callback);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2548,6 +3038,8 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMalloc(devPtr, size);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2558,6 +3050,8 @@ cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMalloc3D(pitchedDevPtr, extent);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2568,6 +3062,8 @@ cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormat
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMalloc3DArray(array, desc, extent, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2578,6 +3074,8 @@ cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDe
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocArray(array, desc, width, height, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2588,6 +3086,8 @@ cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocAsync(devPtr, size, hStream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2598,6 +3098,8 @@ cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStrea
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocAsync_ptsz(devPtr, size, hStream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2608,6 +3110,8 @@ cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocFromPoolAsync(ptr, size, memPool, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2618,6 +3122,8 @@ cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocFromPoolAsync_ptsz(ptr, size, memPool, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2628,6 +3134,8 @@ cudaError_t cudaMallocHost(void **ptr, size_t size)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocHost(ptr, size);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2638,6 +3146,8 @@ cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocManaged(devPtr, size, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2648,6 +3158,8 @@ cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray, const
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocMipmappedArray(mipmappedArray, desc, extent, numLevels, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2658,6 +3170,8 @@ cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t h
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMallocPitch(devPtr, pitch, width, height);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2668,6 +3182,8 @@ cudaError_t cudaMemAdvise(const void *devPtr, size_t count, enum cudaMemoryAdvis
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemAdvise(devPtr, count, advice, location);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2678,6 +3194,8 @@ cudaError_t cudaMemDiscardAndPrefetchBatchAsync(void **dptrs, size_t *sizes, siz
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemDiscardAndPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2688,6 +3206,8 @@ cudaError_t cudaMemDiscardAndPrefetchBatchAsync_ptsz(void **dptrs, size_t *sizes
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemDiscardAndPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2698,6 +3218,8 @@ cudaError_t cudaMemDiscardBatchAsync(void **dptrs, size_t *sizes, size_t count, 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemDiscardBatchAsync(dptrs, sizes, count, flags, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2708,6 +3230,8 @@ cudaError_t cudaMemDiscardBatchAsync_ptsz(void **dptrs, size_t *sizes, size_t co
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemDiscardBatchAsync_ptsz(dptrs, sizes, count, flags, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2718,6 +3242,8 @@ cudaError_t cudaMemGetDefaultMemPool(cudaMemPool_t *memPool, struct cudaMemLocat
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemGetDefaultMemPool(memPool, location, type);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2728,6 +3254,8 @@ cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemGetInfo(free, total);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2738,6 +3266,8 @@ cudaError_t cudaMemGetMemPool(cudaMemPool_t *memPool, struct cudaMemLocation *lo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemGetMemPool(memPool, location, type);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2748,6 +3278,8 @@ cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolPr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolCreate(memPool, poolProps);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2758,6 +3290,8 @@ cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolDestroy(memPool);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaSuccess;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2768,6 +3302,8 @@ cudaError_t cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportData
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolExportPointer(exportData, ptr);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2778,6 +3314,8 @@ cudaError_t cudaMemPoolExportToShareableHandle(void *shareableHandle, cudaMemPoo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolExportToShareableHandle(shareableHandle, memPool, handleType, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2788,6 +3326,8 @@ cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t m
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolGetAccess(flags, memPool, location);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2798,6 +3338,8 @@ cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolGetAttribute(memPool, attr, value);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2808,6 +3350,8 @@ cudaError_t cudaMemPoolImportFromShareableHandle(cudaMemPool_t *memPool, void *s
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolImportFromShareableHandle(memPool, shareableHandle, handleType, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2818,6 +3362,8 @@ cudaError_t cudaMemPoolImportPointer(void **ptr, cudaMemPool_t memPool, struct c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolImportPointer(ptr, memPool, exportData);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2828,6 +3374,8 @@ cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAcce
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolSetAccess(memPool, descList, count);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2838,6 +3386,8 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolSetAttribute(memPool, attr, value);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2848,6 +3398,8 @@ cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPoolTrimTo(memPool, minBytesToKeep);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2858,6 +3410,8 @@ cudaError_t cudaMemPrefetchAsync(const void *devPtr, size_t count, struct cudaMe
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPrefetchAsync(devPtr, count, location, flags, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2868,6 +3422,8 @@ cudaError_t cudaMemPrefetchAsync_ptsz(const void *devPtr, size_t count, struct c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPrefetchAsync_ptsz(devPtr, count, location, flags, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2878,6 +3434,8 @@ cudaError_t cudaMemPrefetchBatchAsync(void **dptrs, size_t *sizes, size_t count,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2888,6 +3446,8 @@ cudaError_t cudaMemPrefetchBatchAsync_ptsz(void **dptrs, size_t *sizes, size_t c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemPrefetchBatchAsync_ptsz(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2898,6 +3458,8 @@ cudaError_t cudaMemRangeGetAttribute(void *data, size_t dataSize, enum cudaMemRa
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemRangeGetAttribute(data, dataSize, attribute, devPtr, count);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2908,6 +3470,8 @@ cudaError_t cudaMemRangeGetAttributes(void **data, size_t *dataSizes, enum cudaM
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemRangeGetAttributes(data, dataSizes, attributes, numAttributes, devPtr, count);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2918,6 +3482,8 @@ cudaError_t cudaMemSetMemPool(struct cudaMemLocation *location, enum cudaMemAllo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemSetMemPool(location, type, memPool);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2928,6 +3494,8 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpy
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy(dst, src, count, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2938,6 +3506,8 @@ cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitc
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2948,6 +3518,8 @@ cudaError_t cudaMemcpy2DArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DArrayToArray(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, width, height, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2958,6 +3530,8 @@ cudaError_t cudaMemcpy2DArrayToArray_ptds(cudaArray_t dst, size_t wOffsetDst, si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DArrayToArray_ptds(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, width, height, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2968,6 +3542,8 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2978,6 +3554,8 @@ cudaError_t cudaMemcpy2DAsync_ptsz(void *dst, size_t dpitch, const void *src, si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DAsync_ptsz(dst, dpitch, src, spitch, width, height, kind, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2988,6 +3566,8 @@ cudaError_t cudaMemcpy2DFromArray(void *dst, size_t dpitch, cudaArray_const_t sr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DFromArray(dst, dpitch, src, wOffset, hOffset, width, height, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -2998,6 +3578,8 @@ cudaError_t cudaMemcpy2DFromArrayAsync(void *dst, size_t dpitch, cudaArray_const
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DFromArrayAsync(dst, dpitch, src, wOffset, hOffset, width, height, kind, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3008,6 +3590,8 @@ cudaError_t cudaMemcpy2DFromArrayAsync_ptsz(void *dst, size_t dpitch, cudaArray_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DFromArrayAsync_ptsz(dst, dpitch, src, wOffset, hOffset, width, height, kind, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3018,6 +3602,8 @@ cudaError_t cudaMemcpy2DFromArray_ptds(void *dst, size_t dpitch, cudaArray_const
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DFromArray_ptds(dst, dpitch, src, wOffset, hOffset, width, height, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3028,6 +3614,8 @@ cudaError_t cudaMemcpy2DToArray(cudaArray_t dst, size_t wOffset, size_t hOffset,
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DToArray(dst, wOffset, hOffset, src, spitch, width, height, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3038,6 +3626,8 @@ cudaError_t cudaMemcpy2DToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOf
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DToArrayAsync(dst, wOffset, hOffset, src, spitch, width, height, kind, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3048,6 +3638,8 @@ cudaError_t cudaMemcpy2DToArrayAsync_ptsz(cudaArray_t dst, size_t wOffset, size_
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DToArrayAsync_ptsz(dst, wOffset, hOffset, src, spitch, width, height, kind, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3058,6 +3650,8 @@ cudaError_t cudaMemcpy2DToArray_ptds(cudaArray_t dst, size_t wOffset, size_t hOf
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2DToArray_ptds(dst, wOffset, hOffset, src, spitch, width, height, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3068,6 +3662,8 @@ cudaError_t cudaMemcpy2D_ptds(void *dst, size_t dpitch, const void *src, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy2D_ptds(dst, dpitch, src, spitch, width, height, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3078,6 +3674,8 @@ cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3D(p);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3088,6 +3686,8 @@ cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t st
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DAsync(p, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3098,6 +3698,8 @@ cudaError_t cudaMemcpy3DAsync_ptsz(const struct cudaMemcpy3DParms *p, cudaStream
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DAsync_ptsz(p, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3108,6 +3710,8 @@ cudaError_t cudaMemcpy3DBatchAsync(size_t numOps, struct cudaMemcpy3DBatchOp *op
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DBatchAsync(numOps, opList, flags, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3118,6 +3722,8 @@ cudaError_t cudaMemcpy3DBatchAsync_ptsz(size_t numOps, struct cudaMemcpy3DBatchO
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DBatchAsync_ptsz(numOps, opList, flags, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3128,6 +3734,8 @@ cudaError_t cudaMemcpy3DPeer(const struct cudaMemcpy3DPeerParms *p)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DPeer(p);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3138,6 +3746,8 @@ cudaError_t cudaMemcpy3DPeerAsync(const struct cudaMemcpy3DPeerParms *p, cudaStr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DPeerAsync(p, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3148,6 +3758,8 @@ cudaError_t cudaMemcpy3DPeerAsync_ptsz(const struct cudaMemcpy3DPeerParms *p, cu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DPeerAsync_ptsz(p, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3158,6 +3770,8 @@ cudaError_t cudaMemcpy3DPeer_ptds(const struct cudaMemcpy3DPeerParms *p)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3DPeer_ptds(p);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3168,6 +3782,8 @@ cudaError_t cudaMemcpy3D_ptds(const struct cudaMemcpy3DParms *p)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy3D_ptds(p);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3178,6 +3794,8 @@ cudaError_t cudaMemcpyArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hO
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyArrayToArray(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, count, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3188,6 +3806,8 @@ cudaError_t cudaMemcpyArrayToArray_ptds(cudaArray_t dst, size_t wOffsetDst, size
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyArrayToArray_ptds(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, count, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3198,6 +3818,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyAsync(dst, src, count, kind, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3208,6 +3830,8 @@ cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count, enum 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyAsync_ptsz(dst, src, count, kind, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3218,6 +3842,8 @@ cudaError_t cudaMemcpyBatchAsync(void * const *dsts, const void * const *srcs, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3228,6 +3854,8 @@ cudaError_t cudaMemcpyBatchAsync_ptsz(void * const *dsts, const void * const *sr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyBatchAsync_ptsz(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3238,6 +3866,8 @@ cudaError_t cudaMemcpyFromArray(void *dst, cudaArray_const_t src, size_t wOffset
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromArray(dst, src, wOffset, hOffset, count, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3248,6 +3878,8 @@ cudaError_t cudaMemcpyFromArrayAsync(void *dst, cudaArray_const_t src, size_t wO
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromArrayAsync(dst, src, wOffset, hOffset, count, kind, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3258,6 +3890,8 @@ cudaError_t cudaMemcpyFromArrayAsync_ptsz(void *dst, cudaArray_const_t src, size
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromArrayAsync_ptsz(dst, src, wOffset, hOffset, count, kind, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3268,6 +3902,8 @@ cudaError_t cudaMemcpyFromArray_ptds(void *dst, cudaArray_const_t src, size_t wO
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromArray_ptds(dst, src, wOffset, hOffset, count, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3278,6 +3914,8 @@ cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t count, si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromSymbol(dst, symbol, count, offset, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3288,6 +3926,8 @@ cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t coun
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromSymbolAsync(dst, symbol, count, offset, kind, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3298,6 +3938,8 @@ cudaError_t cudaMemcpyFromSymbolAsync_ptsz(void *dst, const void *symbol, size_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromSymbolAsync_ptsz(dst, symbol, count, offset, kind, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3308,6 +3950,8 @@ cudaError_t cudaMemcpyFromSymbol_ptds(void *dst, const void *symbol, size_t coun
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyFromSymbol_ptds(dst, symbol, count, offset, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3318,6 +3962,8 @@ cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDev
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyPeer(dst, dstDevice, src, srcDevice, count);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3328,6 +3974,8 @@ cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int s
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3338,6 +3986,8 @@ cudaError_t cudaMemcpyToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToArray(dst, wOffset, hOffset, src, count, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3348,6 +3998,8 @@ cudaError_t cudaMemcpyToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffs
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToArrayAsync(dst, wOffset, hOffset, src, count, kind, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3358,6 +4010,8 @@ cudaError_t cudaMemcpyToArrayAsync_ptsz(cudaArray_t dst, size_t wOffset, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToArrayAsync_ptsz(dst, wOffset, hOffset, src, count, kind, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3368,6 +4022,8 @@ cudaError_t cudaMemcpyToArray_ptds(cudaArray_t dst, size_t wOffset, size_t hOffs
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToArray_ptds(dst, wOffset, hOffset, src, count, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3378,6 +4034,8 @@ cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToSymbol(symbol, src, count, offset, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3388,6 +4046,8 @@ cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToSymbolAsync(symbol, src, count, offset, kind, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3398,6 +4058,8 @@ cudaError_t cudaMemcpyToSymbolAsync_ptsz(const void *symbol, const void *src, si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToSymbolAsync_ptsz(symbol, src, count, offset, kind, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3408,6 +4070,8 @@ cudaError_t cudaMemcpyToSymbol_ptds(const void *symbol, const void *src, size_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpyToSymbol_ptds(symbol, src, count, offset, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3418,6 +4082,8 @@ cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count, enum cudaM
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemcpy_ptds(dst, src, count, kind);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3428,6 +4094,8 @@ cudaError_t cudaMemset(void *devPtr, int value, size_t count)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset(devPtr, value, count);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3438,6 +4106,8 @@ cudaError_t cudaMemset2D(void *devPtr, size_t pitch, int value, size_t width, si
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset2D(devPtr, pitch, value, width, height);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3448,6 +4118,8 @@ cudaError_t cudaMemset2DAsync(void *devPtr, size_t pitch, int value, size_t widt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset2DAsync(devPtr, pitch, value, width, height, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3458,6 +4130,8 @@ cudaError_t cudaMemset2DAsync_ptsz(void *devPtr, size_t pitch, int value, size_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset2DAsync_ptsz(devPtr, pitch, value, width, height, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3468,6 +4142,8 @@ cudaError_t cudaMemset2D_ptds(void *devPtr, size_t pitch, int value, size_t widt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset2D_ptds(devPtr, pitch, value, width, height);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3478,6 +4154,8 @@ cudaError_t cudaMemset3D(struct cudaPitchedPtr pitchedDevPtr, int value, struct 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset3D(pitchedDevPtr, value, extent);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3488,6 +4166,8 @@ cudaError_t cudaMemset3DAsync(struct cudaPitchedPtr pitchedDevPtr, int value, st
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset3DAsync(pitchedDevPtr, value, extent, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3498,6 +4178,8 @@ cudaError_t cudaMemset3DAsync_ptsz(struct cudaPitchedPtr pitchedDevPtr, int valu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset3DAsync_ptsz(pitchedDevPtr, value, extent, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3508,6 +4190,8 @@ cudaError_t cudaMemset3D_ptds(struct cudaPitchedPtr pitchedDevPtr, int value, st
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset3D_ptds(pitchedDevPtr, value, extent);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3518,6 +4202,8 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemsetAsync(devPtr, value, count, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3528,6 +4214,8 @@ cudaError_t cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count, cudaStre
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemsetAsync_ptsz(devPtr, value, count, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3538,6 +4226,8 @@ cudaError_t cudaMemset_ptds(void *devPtr, int value, size_t count)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMemset_ptds(devPtr, value, count);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3548,6 +4238,8 @@ cudaError_t cudaMipmappedArrayGetMemoryRequirements(struct cudaArrayMemoryRequir
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMipmappedArrayGetMemoryRequirements(memoryRequirements, mipmap, device);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3558,6 +4250,8 @@ cudaError_t cudaMipmappedArrayGetSparseProperties(struct cudaArraySparseProperti
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaMipmappedArrayGetSparseProperties(sparseProperties, mipmap);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3568,6 +4262,8 @@ cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3578,6 +4274,8 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, const 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3588,6 +4286,8 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlock
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3598,6 +4298,8 @@ cudaError_t cudaOccupancyMaxActiveClusters(int *numClusters, const void *func, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaOccupancyMaxActiveClusters(numClusters, func, launchConfig);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3608,6 +4310,8 @@ cudaError_t cudaOccupancyMaxPotentialClusterSize(int *clusterSize, const void *f
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaOccupancyMaxPotentialClusterSize(clusterSize, func, launchConfig);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3618,6 +4322,8 @@ cudaError_t cudaPeekAtLastError(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaPeekAtLastError();
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3628,6 +4334,8 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, c
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaPointerGetAttributes(attributes, ptr);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3638,6 +4346,8 @@ cudaError_t cudaProfilerStart(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaProfilerStart();
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3648,6 +4358,8 @@ cudaError_t cudaProfilerStop(void)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaProfilerStop();
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3658,6 +4370,8 @@ cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaRuntimeGetVersion(runtimeVersion);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3668,6 +4382,8 @@ cudaError_t cudaSetDevice(int device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaSetDevice(device);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3678,6 +4394,8 @@ cudaError_t cudaSetDeviceFlags(unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaSetDeviceFlags(flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3688,6 +4406,8 @@ cudaError_t cudaSetValidDevices(int *device_arr, int len)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaSetValidDevices(device_arr, len);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3698,6 +4418,8 @@ cudaError_t cudaSignalExternalSemaphoresAsync(const cudaExternalSemaphore_t *ext
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaSignalExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3708,6 +4430,8 @@ cudaError_t cudaSignalExternalSemaphoresAsync_ptsz(const cudaExternalSemaphore_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaSignalExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3718,6 +4442,8 @@ cudaError_t cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t call
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamAddCallback(stream, callback, userData, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3728,6 +4454,8 @@ cudaError_t cudaStreamAddCallback_ptsz(cudaStream_t stream, cudaStreamCallback_t
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamAddCallback_ptsz(stream, callback, userData, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3738,6 +4466,8 @@ cudaError_t cudaStreamAttachMemAsync(cudaStream_t stream, void *devPtr, size_t l
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamAttachMemAsync(stream, devPtr, length, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3748,6 +4478,8 @@ cudaError_t cudaStreamAttachMemAsync_ptsz(cudaStream_t stream, void *devPtr, siz
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamAttachMemAsync_ptsz(stream, devPtr, length, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3758,6 +4490,8 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamBeginCapture(stream, mode);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3768,6 +4502,8 @@ cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamBeginCaptureToGraph(stream, graph, dependencies, dependencyData, numDependencies, mode);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3778,6 +4514,8 @@ cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t 
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamBeginCaptureToGraph_ptsz(stream, graph, dependencies, dependencyData, numDependencies, mode);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3788,6 +4526,8 @@ cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCapt
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamBeginCapture_ptsz(stream, mode);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3798,6 +4538,8 @@ cudaError_t cudaStreamCopyAttributes(cudaStream_t dst, cudaStream_t src)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamCopyAttributes(dst, src);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3808,6 +4550,8 @@ cudaError_t cudaStreamCopyAttributes_ptsz(cudaStream_t dst, cudaStream_t src)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamCopyAttributes_ptsz(dst, src);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3818,6 +4562,8 @@ cudaError_t cudaStreamCreate(cudaStream_t *pStream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamCreate(pStream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3828,6 +4574,8 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamCreateWithFlags(pStream, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3838,6 +4586,8 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int fla
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamCreateWithPriority(pStream, flags, priority);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3848,6 +4598,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamDestroy(stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaSuccess;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3858,6 +4610,8 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamEndCapture(stream, pGraph);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3868,6 +4622,8 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamEndCapture_ptsz(stream, pGraph);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3878,6 +4634,8 @@ cudaError_t cudaStreamGetAttribute(cudaStream_t hStream, cudaLaunchAttributeID a
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetAttribute(hStream, attr, value_out);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3888,6 +4646,8 @@ cudaError_t cudaStreamGetAttribute_ptsz(cudaStream_t hStream, cudaLaunchAttribut
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetAttribute_ptsz(hStream, attr, value_out);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3898,6 +4658,8 @@ cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCapture
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetCaptureInfo(stream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3908,6 +4670,8 @@ cudaError_t cudaStreamGetCaptureInfo_ptsz(cudaStream_t stream, enum cudaStreamCa
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetCaptureInfo_ptsz(stream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3918,6 +4682,8 @@ cudaError_t cudaStreamGetDevice(cudaStream_t hStream, int *device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetDevice(hStream, device);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3928,6 +4694,8 @@ cudaError_t cudaStreamGetDevice_ptsz(cudaStream_t hStream, int *device)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetDevice_ptsz(hStream, device);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3938,6 +4706,8 @@ cudaError_t cudaStreamGetFlags(cudaStream_t hStream, unsigned int *flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetFlags(hStream, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3948,6 +4718,8 @@ cudaError_t cudaStreamGetFlags_ptsz(cudaStream_t hStream, unsigned int *flags)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetFlags_ptsz(hStream, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3958,6 +4730,8 @@ cudaError_t cudaStreamGetId(cudaStream_t hStream, unsigned long long *streamId)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetId(hStream, streamId);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3968,6 +4742,8 @@ cudaError_t cudaStreamGetId_ptsz(cudaStream_t hStream, unsigned long long *strea
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetId_ptsz(hStream, streamId);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3978,6 +4754,8 @@ cudaError_t cudaStreamGetPriority(cudaStream_t hStream, int *priority)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetPriority(hStream, priority);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3988,6 +4766,8 @@ cudaError_t cudaStreamGetPriority_ptsz(cudaStream_t hStream, int *priority)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamGetPriority_ptsz(hStream, priority);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -3998,6 +4778,8 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureSta
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamIsCapturing(stream, pCaptureStatus);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4008,6 +4790,8 @@ cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream, enum cudaStreamCaptu
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamIsCapturing_ptsz(stream, pCaptureStatus);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4018,6 +4802,8 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamQuery(stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4028,6 +4814,8 @@ cudaError_t cudaStreamQuery_ptsz(cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamQuery_ptsz(stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4038,6 +4826,8 @@ cudaError_t cudaStreamSetAttribute(cudaStream_t hStream, cudaLaunchAttributeID a
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamSetAttribute(hStream, attr, value);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4048,6 +4838,8 @@ cudaError_t cudaStreamSetAttribute_ptsz(cudaStream_t hStream, cudaLaunchAttribut
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamSetAttribute_ptsz(hStream, attr, value);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4058,6 +4850,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamSynchronize(stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4068,6 +4862,8 @@ cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamSynchronize_ptsz(stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4078,6 +4874,8 @@ cudaError_t cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamUpdateCaptureDependencies(stream, dependencies, dependencyData, numDependencies, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4088,6 +4886,8 @@ cudaError_t cudaStreamUpdateCaptureDependencies_ptsz(cudaStream_t stream, cudaGr
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamUpdateCaptureDependencies_ptsz(stream, dependencies, dependencyData, numDependencies, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4098,6 +4898,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamWaitEvent(stream, event, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4108,6 +4910,8 @@ cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, uns
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaStreamWaitEvent_ptsz(stream, event, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4118,6 +4922,8 @@ cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaThreadExchangeStreamCaptureMode(mode);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4128,6 +4934,8 @@ cudaError_t cudaUserObjectCreate(cudaUserObject_t *object_out, void *ptr, cudaHo
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaUserObjectCreate(object_out, ptr, destroy, initialRefcount, flags);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4138,6 +4946,8 @@ cudaError_t cudaUserObjectRelease(cudaUserObject_t object, unsigned int count)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaUserObjectRelease(object, count);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4148,6 +4958,8 @@ cudaError_t cudaUserObjectRetain(cudaUserObject_t object, unsigned int count)
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaUserObjectRetain(object, count);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4158,6 +4970,8 @@ cudaError_t cudaVDPAUGetDevice(int *device, VdpDevice vdpDevice, VdpGetProcAddre
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaVDPAUGetDevice(device, vdpDevice, vdpGetProcAddress);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4168,6 +4982,8 @@ cudaError_t cudaVDPAUSetVDPAUDevice(int device, VdpDevice vdpDevice, VdpGetProcA
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaVDPAUSetVDPAUDevice(device, vdpDevice, vdpGetProcAddress);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4178,6 +4994,8 @@ cudaError_t cudaWaitExternalSemaphoresAsync(const cudaExternalSemaphore_t *extSe
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaWaitExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }
@@ -4188,6 +5006,8 @@ cudaError_t cudaWaitExternalSemaphoresAsync_ptsz(const cudaExternalSemaphore_t *
     struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();
     if (vgpu_runtime_ready())
         vgpu_result = vgpu_py_cudaWaitExternalSemaphoresAsync_ptsz(extSemArray, paramsArray, numExtSems, stream);
+    else if (vgpu_runtime_gone())
+        vgpu_result = cudaErrorCudartUnloading;
     vgpu_end_call(vgpu_pending);
     return vgpu_result;
 }

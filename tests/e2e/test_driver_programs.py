@@ -149,6 +149,40 @@ def test_cuda_works_in_exit_hooks_and_the_server_hears_goodbye(language, logging
     assert log.count("closing (client said goodbye)") == 1, log
 
 
+# An object the program's finalization destroys (as CuPy's modules and memory are) calls
+# CUDA once Python is going away, when vgpu cannot run Python any more: a release succeeds
+# (the session's end frees everything, as NVIDIA's driver would have freed it), anything
+# else gets CUDA_ERROR_DEINITIALIZED (4), the driver shutting down.
+FINALIZATION_PROGRAM = """
+import ctypes, os
+cuda = ctypes.CDLL("libcuda.so.1")
+pointer, context = ctypes.c_uint64(), ctypes.c_void_p()
+assert cuda.cuInit(0) == 0 and cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), 0) == 0
+assert cuda.cuCtxSetCurrent(context) == 0
+assert cuda.cuMemAlloc_v2(ctypes.byref(pointer), 1 << 20) == 0
+print("allocated", flush=True)
+
+
+class Allocation:
+    def __del__(self, free=cuda.cuMemFree_v2, alloc=cuda.cuMemAlloc_v2, write=os.write,
+                byref=ctypes.byref, other=ctypes.c_uint64()):
+        freed, allocated = free(pointer), alloc(byref(other), 1 << 20)
+        write(1, f"at finalization {freed} {allocated}\\n".encode())
+
+
+kept = Allocation()  # destroyed as the interpreter finalizes its modules
+"""
+
+
+def test_objects_destroyed_as_python_finalizes_release_cleanly(logging_server):
+    result, log = logging_server(sys.executable, "-c", FINALIZATION_PROGRAM)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["allocated", "at finalization 0 4"], \
+        result.stdout + result.stderr
+    assert "Exception ignored" not in result.stderr, result.stderr
+    assert log.count("closing (client said goodbye)") == 1, log
+
+
 def test_exit_code_passes_through(tmp_path):
     assert vgpu_run(sys.executable, "-c", "raise SystemExit(7)").returncode == 7
 

@@ -35,6 +35,12 @@ class ShimSpec:
     prefix: str                      # "driver": names the C files and tables
     error_type: str                  # the return type that is the call's result code
     not_ready: str                   # its value when the Python runtime cannot start
+    gone: str                        # its value when the program is exiting (Python gone)
+    success: str                     # its value for success
+    # Calls that release something: at exit they succeed without Python (the server frees
+    # what the session holds when it ends), as frees and unloads of objects that a
+    # program's finalization destroys do under NVIDIA's driver.
+    released_at_exit: frozenset[str]
     hand_written: frozenset[str]     # symbols implemented in shim/c/, no generated stub
     version_node: str | None         # symbol version of every export (cudart: libcudart.so.13)
 
@@ -42,12 +48,26 @@ class ShimSpec:
     def ready(self) -> str:
         return f"vgpu_{self.prefix}_ready"
 
+    @property
+    def gone_check(self) -> str:
+        return f"vgpu_{self.prefix}_gone"
+
 
 DRIVER_SHIM = ShimSpec(
     library="libcuda",
     prefix="driver",
     error_type="CUresult",
     not_ready="CUDA_ERROR_NOT_INITIALIZED",
+    gone="CUDA_ERROR_DEINITIALIZED",
+    success="CUDA_SUCCESS",
+    released_at_exit=frozenset({
+        "cuMemFree", "cuMemFree_v2", "cuMemFreeHost", "cuMemFreeAsync", "cuMemHostUnregister",
+        "cuModuleUnload", "cuLibraryUnload", "cuLinkDestroy", "cuStreamDestroy",
+        "cuStreamDestroy_v2", "cuEventDestroy", "cuEventDestroy_v2", "cuCtxDestroy",
+        "cuCtxDestroy_v2", "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2",
+        "cuArrayDestroy", "cuMipmappedArrayDestroy", "cuTexObjectDestroy",
+        "cuSurfObjectDestroy", "cuMemRelease", "cuMemUnmap", "cuMemAddressFree",
+        "cuMemPoolDestroy", "cuGraphDestroy", "cuGraphExecDestroy"}),
     hand_written=frozenset({"cuGetProcAddress", "cuGetProcAddress_v2", "cuGetErrorName",
                             "cuGetErrorString", "cuGetExportTable"}),
     version_node=None,  # real libcuda's symbols carry no version
@@ -58,6 +78,13 @@ RUNTIME_SHIM = ShimSpec(
     prefix="runtime",
     error_type="cudaError_t",
     not_ready="cudaErrorInitializationError",
+    gone="cudaErrorCudartUnloading",
+    success="cudaSuccess",
+    released_at_exit=frozenset({
+        "cudaFree", "cudaFreeHost", "cudaFreeAsync", "cudaFreeArray", "cudaFreeMipmappedArray",
+        "cudaHostUnregister", "cudaStreamDestroy", "cudaEventDestroy",
+        "cudaDestroyTextureObject", "cudaDestroySurfaceObject", "cudaGraphDestroy",
+        "cudaGraphExecDestroy", "cudaMemPoolDestroy"}),
     # <<<>>>'s bookkeeping, kept out of Python (shim/c/runtime_launch_config.c).
     hand_written=frozenset({"__cudaPushCallConfiguration", "__cudaPopCallConfiguration"}),
     version_node="libcudart.so.13",  # what nvcc -cudart shared binaries import
@@ -131,6 +158,9 @@ def _callbacks(headers: ApiHeaders, shim: ShimSpec, banner: str) -> str:
 
 
 def _stubs(headers: ApiHeaders, shim: ShimSpec, banner: str) -> str:
+    unknown = shim.released_at_exit - set(headers.prototypes)
+    if unknown:
+        raise ValueError(f"released_at_exit names calls the headers lack: {sorted(unknown)}")
     out = [banner, f'#include "{shim.prefix}_shim.h"', f'#include "{shim.prefix}_callbacks.h"', ""]
     for proto in _stubbed(headers, shim):
         call = f"{CALLBACK_PREFIX}{proto.name}({', '.join(p.name for p in proto.params)})"
@@ -138,15 +168,20 @@ def _stubs(headers: ApiHeaders, shim: ShimSpec, banner: str) -> str:
         # start included) and put back after it: Python must not see it, nor clear it. What a
         # signal handler of the program raised in the callback (KeyboardInterrupt) is passed
         # on to the program once the callback has returned (embedded_python.h).
+        exiting = []  # what a call that is not ready because the program exits returns
         if proto.restype == "void":
             head, run, tail = [], f"        {call};", []
         else:
             failed = shim.not_ready if proto.restype == shim.error_type else "{0}"
             head = [f"    {_declare(proto.restype, 'vgpu_result')} = {failed};"]
             run, tail = f"        vgpu_result = {call};", ["    return vgpu_result;"]
+            if proto.restype == shim.error_type:
+                at_exit = shim.success if proto.name in shim.released_at_exit else shim.gone
+                exiting = [f"    else if ({shim.gone_check}())",
+                           f"        vgpu_result = {at_exit};"]
         body = [*head,
                 "    struct vgpu_pending_exception vgpu_pending = vgpu_set_aside_exception();",
-                f"    if ({shim.ready}())", run,
+                f"    if ({shim.ready}())", run, *exiting,
                 "    vgpu_end_call(vgpu_pending);", *tail]
         out += [proto.declaration.removesuffix(";"), "{", *body, "}", ""]
     return "\n".join(out)
