@@ -18,7 +18,7 @@ import pytest
 __all__ = ["VGPU", "vgpu_environment", "start_emu_server", "stop_server", "emu_server",
            "run_under_vgpu", "TcpForwarder", "free_tcp_address", "keygen", "curve_homes",
            "start_nested_cuda_server", "nested_cuda_server", "start_cuda_server",
-           "NO_ZERO_COPY_ON_CUDA", "NO_RDC_ON_CUDA"]
+           "NO_ZERO_COPY_ON_CUDA"]
 
 VGPU = [sys.executable, "-m", "vgpu.cli"]
 # What a user's shell may set that would change what a test sees.
@@ -75,10 +75,6 @@ def start_emu_server(address: str | None, *options: str, stderr=None,
 NO_ZERO_COPY_ON_CUDA = pytest.mark.xfail(
     strict=True, reason="the cuda backend does not map page-locked host memory into kernels' "
                         "address space (zero copy) yet")
-NO_RDC_ON_CUDA = pytest.mark.xfail(
-    strict=True, reason="for a GPU backend the client sends the device-linked cubin of an "
-                        "-rdc program, not its PTX, which no emu server under the nested "
-                        "cuda backend can run")
 
 
 def start_nested_cuda_server(inner: str, address: str, *options: str, stderr=None

@@ -13,8 +13,8 @@ Relocatable device code (`-rdc=true`): the program's own device-link stub
 (`__cudaRegisterLinkedBinary_<module id>`, defined in the executable, not in cudart) registers
 one version-2 wrapper for all objects; its last field points at a NULL-terminated list of each
 object's fatbin container from `__nv_relfatbin` (cubin + PTX). The registered image itself is
-the nvlink-ed cubin, which a GPU backend loads as is; for the emu backend the objects' PTX
-modules are sent instead, to be linked at load (vgpu.module_image.pack_linked_ptx).
+the nvlink-ed cubin; every backend is sent the objects' PTX modules instead, to be linked at
+load (vgpu.module_image.pack_linked_ptx; see _loadable_image).
 """
 
 from __future__ import annotations
@@ -244,15 +244,28 @@ def _backend() -> str:
 
 
 def _loadable_image(wrapper_address: int) -> bytes:
-    """What the server's backend loads for the image registered at `wrapper_address`:
-    the fatbin for a GPU backend, the PTX (linked, for -rdc programs) for the emulator."""
+    """What the server's backend loads for the image registered at `wrapper_address`: the
+    fatbin for a GPU backend, its PTX for the emulator; for an -rdc program, the objects' PTX
+    for every backend, linked at load (by the emulator, or by the GPU's driver: cuLink*).
+
+    The nvlink-ed cubin of an -rdc program runs only on a GPU of the architecture it was
+    built for, and the server may hold another one, or be an emulator underneath (a cuda
+    backend that is itself a vgpu client); its PTX links and runs on all of them, for one
+    JIT link when the image is first used. So the cubin goes only where the objects have no
+    PTX (an SASS-only build), to a GPU backend, the one place it may run."""
     wrapper = read_wrapper_at(wrapper_address)
-    if _backend() != "emu":
-        return wrapper.container
+    emu = _backend() == "emu"
     if wrapper.version == WRAPPER_VERSION_LINKED:
         prelinked = _prelinked_containers(wrapper_address)
         if prelinked:
-            return pack_linked_ptx([require_ptx(parse_fatbin(c)).encode() for c in prelinked])
+            try:
+                return pack_linked_ptx([require_ptx(parse_fatbin(c)).encode()
+                                        for c in prelinked])
+            except FatbinError:
+                if emu:  # SASS only: nothing the emulator runs, as the error says
+                    raise
+    if not emu:
+        return wrapper.container
     return require_ptx(parse_fatbin(wrapper.container)).encode()
 
 

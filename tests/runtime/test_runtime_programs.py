@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from vgpu_processes import NO_RDC_ON_CUDA, NO_ZERO_COPY_ON_CUDA, run_under_vgpu, vgpu_environment
+from vgpu_processes import NO_ZERO_COPY_ON_CUDA, run_under_vgpu, vgpu_environment
 from vgpu_processes import emu_server as emu_server_at
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -141,9 +141,7 @@ def test_templated_kernels(toolkit, server, fatbin):
                   "templates: int, float, double and functor instantiations correct")
 
 
-def test_relocatable_device_code_across_files(request, toolkit, server, backend, fatbin):
-    if backend == "cuda":
-        request.applymarker(NO_RDC_ON_CUDA)
+def test_relocatable_device_code_across_files(toolkit, server, fatbin):
     program = build(toolkit, "rdc_main", fatbin, flags=("-rdc=true",),
                     extra=("rdc_combine.cu",))
     assert_passed(run(server, program), "rdc: cross-file device function called 100 times")
