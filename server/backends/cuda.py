@@ -34,15 +34,12 @@ import bisect
 import contextlib
 import ctypes
 import os
-import re
-import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vgpu.errors import CudaError
-from vgpu.fatbin import EntryKind, FatbinError, parse_fatbin
-from vgpu.module_image import ELF_MAGIC, LINKED_PTX_MAGIC
+from vgpu.module_image import LINKED_PTX_MAGIC
 
 from .base import (
     Backend,
@@ -52,6 +49,7 @@ from .base import (
     KernelFault,
     LoadedModule,
 )
+from .cuda_images import cubin_variables, declared_variables, is_binary, printing_kernels
 from .images import decode_image
 
 __all__ = ["CudaBackend", "cuda_usable"]
@@ -69,7 +67,6 @@ _FUNCTION_ATTRIBUTES = {
     "max_threads_per_block": 0, "shared_size_bytes": 1, "const_size_bytes": 2,
     "local_size_bytes": 3, "num_regs": 4, "ptx_version": 5, "binary_version": 6,
 }
-SHT_SYMTAB, STT_OBJECT = 2, 1  # ELF's section type of a symbol table, and a data symbol
 # Faults after which a CUDA context is lost: what a launch that caused them raises.
 _KERNEL_FAULTS = frozenset({700, 701, 702, 710, 714, 715, 716, 717, 718, 719, 720})
 
@@ -559,7 +556,7 @@ class CudaBackend(Backend):
         and sizes emu's would), which copies reach it by (see _variable_at)."""
         d = self._d
         decoded = decode_image(image)
-        if decoded.ptx and not _is_binary(image):  # PTX text: the driver wants it ended
+        if decoded.ptx and not is_binary(image):  # PTX text: the driver wants it ended
             image = image.rstrip(b"\0") + b"\0"
         with self._current():
             if image[:8] == LINKED_PTX_MAGIC:
@@ -591,7 +588,7 @@ class CudaBackend(Backend):
                          allocate: Callable[[int], int]) -> LoadedModule:
         d = self._d
         count = int(_call(d, d.cuModuleGetFunctionCount(module)))
-        printing = _printing_kernels(image, ptx)
+        printing = printing_kernels(image, ptx)
         handle = _Module(module)
         kernels = {}
         for function in _call(d, d.cuModuleEnumerateFunctions(count, module)) or ():
@@ -601,7 +598,7 @@ class CudaBackend(Backend):
             if name in printing:
                 handle.printing.add(name)
         variables = {}
-        for name, declared in _declared_variables(ptx) or _cubin_variables(image):
+        for name, declared in declared_variables(ptx) or cubin_variables(image):
             try:
                 address, size = (int(v) for v in
                                  _call(d, d.cuModuleGetGlobal(module, name.encode())))
@@ -768,112 +765,6 @@ def _runs(granules: list[int], granule: int) -> list[tuple[int, int]]:
     return [(start, size) for start, size in runs]
 
 
-def _is_binary(image: bytes) -> bool:
-    """A fatbin, cubin or vgpu's linked PTX: not PTX text."""
-    return image[:1] not in (b".", b"/", b"\n", b"\r", b"\t", b" ")
-
-
-# PTX functions and what they call: where a kernel's printf or assert may be.
-_FUNCTION = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+|\.extern\s+)?\.(?:entry|func)\s+"
-                       r"(?:\([^)]*\)\s*)?([A-Za-z_$][\w$]*)", re.MULTILINE)
-_CALL = re.compile(r"\bcall(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?([A-Za-z_$][\w$]*)")
-_PRINTING = {"vprintf", "__assertfail"}
-
-
-class _Everything(set):
-    """Every kernel: where the image does not say (no PTX), each may print."""
-
-    def __contains__(self, name) -> bool:
-        return True
-
-
-def _printing_kernels(image: bytes, ptx: list[str]) -> set[str]:
-    """The kernels that may call printf or assert (then each launch is waited for, its
-    output captured): those whose PTX reaches vprintf or __assertfail through its calls.
-    Without PTX, all of them if the image names either anywhere (or is compressed)."""
-    if not ptx:
-        if image.startswith(b"\x7fELF") and not any(n.encode() in image for n in _PRINTING):
-            return set()
-        return _Everything()
-    calls: dict[str, set[str]] = {}
-    for text in ptx:
-        found = list(_FUNCTION.finditer(text))
-        for i, match in enumerate(found):
-            end = found[i + 1].start() if i + 1 < len(found) else len(text)
-            calls.setdefault(match.group(1), set()).update(
-                _CALL.findall(text, match.end(), end))
-    printing, changed = set(_PRINTING), True
-    while changed:  # what calls a printing function prints
-        changed = False
-        for name, callees in calls.items():
-            if name not in printing and callees & printing:
-                printing.add(name)
-                changed = True
-    return printing - _PRINTING
-
-
-def _declared_variables(ptx: list[str]) -> list[tuple[str, int]]:
-    """(name, size) of the module-scope .global and .const variables the PTX defines, in the
-    order emu's loader places them (so a session moving between backends finds each at its
-    place); by their declarations alone (size 0: unknown) where emu's parser does not read
-    the PTX."""
-    from ..emu.errors import PtxError
-    from ..emu.parser import parse_module
-
-    found = []
-    for text in ptx:
-        try:
-            module = parse_module(text)
-        except PtxError:
-            found += [(name, 0) for name in _VARIABLE.findall(text)]
-            continue
-        found += [(v.name, v.size) for v in module.variables.values()
-                  if v.space in ("global", "const") and v.linkage != "extern"]
-    return found
-
-
-def _cubin_variables(image: bytes) -> list[tuple[str, int]]:
-    """(name, 0: size unknown) of the variables an image without PTX defines: the data
-    objects in its cubins' ELF symbol tables (a fatbin's, or the cubin itself)."""
-    if image.startswith(ELF_MAGIC):
-        cubins = [image]
-    else:
-        try:
-            cubins = [e.payload() for e in parse_fatbin(image) if e.kind == EntryKind.CUBIN]
-        except FatbinError:
-            return []
-    names: dict[str, int] = {}
-    for cubin in cubins:
-        names.update(dict.fromkeys(_elf_data_symbols(cubin), 0))
-    return list(names.items())
-
-
-def _elf_data_symbols(elf: bytes) -> list[str]:
-    """Names of the defined data objects of an ELF64 file's symbol table (a cubin's module
-    variables are local symbols unless -rdc makes them visible; all are the driver's to
-    find by name)."""
-    try:
-        shoff, = struct.unpack_from("<Q", elf, 0x28)
-        shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
-        sections = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize)
-                    for i in range(shnum)]
-        names = []
-        for _, kind, _, _, offset, size, link, _, _, entsize in sections:
-            if kind != SHT_SYMTAB or not entsize:
-                continue
-            strings_at = sections[link][4]
-            for at in range(offset, offset + size, entsize):
-                name, info, _, shndx = struct.unpack_from("<IBBH", elf, at)
-                if info & 0xF == STT_OBJECT and shndx:
-                    end = elf.index(b"\0", strings_at + name)
-                    text = elf[strings_at + name:end].decode(errors="replace")
-                    if "$" not in text and not text.startswith("__unnamed_"):  # the compiler's
-                        names.append(text)
-        return names
-    except (struct.error, IndexError, ValueError):  # not a whole ELF file: no names from it
-        return []
-
-
 class _Variables:
     """Module variables: each has an arena address (its place, what the session and the
     program see, the same on every backend) and the address where the driver put it, which
@@ -902,13 +793,3 @@ class _Variables:
             if address < place + size:
                 return device + address - place
         return address
-
-
-# A module-scope variable's declaration in PTX: `.visible .global .align 4 .u32 name[4];`
-_VARIABLE = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.(?:global|const)\s+"
-                       r"(?:\.align\s+\d+\s+)?(?:\.v\d\s+)?\.\w+\s+([A-Za-z_$%][\w$]*)",
-                       re.MULTILINE)
-
-
-def _variable_names(ptx: list[str]) -> list[str]:
-    return [name for text in ptx for name in _VARIABLE.findall(text)]

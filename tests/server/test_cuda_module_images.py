@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 
-from vgpu.server.backends.cuda import _cubin_variables, _printing_kernels
+from vgpu.server.backends.cuda_images import cubin_variables, printing_kernels
 
 SOURCE = """
 #include <cstdio>
@@ -21,13 +21,13 @@ extern "C" __global__ void quiet(float *x) { x[0] += bias; }
 
 def test_kernels_that_print_or_assert_through_the_functions_they_call(toolkit):
     ptx = toolkit.ptx(SOURCE)
-    printing = _printing_kernels(ptx.encode(), [ptx])
+    printing = printing_kernels(ptx.encode(), [ptx])
     assert {"prints", "asserts"} <= printing and "quiet" not in printing
 
 
 def test_without_ptx_every_kernel_of_an_image_naming_printf_may_print():
-    assert "any" in _printing_kernels(b"\x7fELF ... vprintf ...", [])
-    assert "any" not in _printing_kernels(b"\x7fELF ... nothing of the kind", [])
+    assert "any" in printing_kernels(b"\x7fELF ... vprintf ...", [])
+    assert "any" not in printing_kernels(b"\x7fELF ... nothing of the kind", [])
 
 
 def test_variables_of_images_holding_only_sass(toolkit, tmp_path):
@@ -35,4 +35,4 @@ def test_variables_of_images_holding_only_sass(toolkit, tmp_path):
     for kind in ("-cubin", "-fatbin"):
         subprocess.run([str(toolkit.nvcc), kind, "-arch=sm_80", "k.cu", "-o", "k.out"],
                        cwd=tmp_path, check=True, capture_output=True)
-        assert _cubin_variables((tmp_path / "k.out").read_bytes()) == [("bias", 0)], kind
+        assert cubin_variables((tmp_path / "k.out").read_bytes()) == [("bias", 0)], kind
