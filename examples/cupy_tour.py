@@ -5,12 +5,11 @@ What needs NVIDIA's math libraries (cuBLAS here) fails naming the library.
 
 On the emu backend, with cupy-cuda13x installed:
 
-    CUPY_ACCELERATORS= vgpu run -- python examples/cupy_tour.py
+    vgpu run -- python examples/cupy_tour.py
 
-CUPY_ACCELERATORS empty: CuPy's CUB kernels use PTX instructions the emulator lacks
-(min.s16x2). CuPy asks NVRTC for cubins, which the emulator cannot run; vgpu's libnvrtc.so.13
-hands them back with their PTX, which it runs. On a cold kernel cache the run takes minutes
-here: NVRTC compiles each of CuPy's kernels once.
+CuPy asks NVRTC for cubins, which the emulator cannot run; vgpu's libnvrtc.so.13 hands them
+back with their PTX, which it runs. The run takes minutes here (2.5 on two cores), about as
+long with CuPy's kernel cache warm: NVRTC's compiles are a small part of it.
 """
 
 import cupy as cp

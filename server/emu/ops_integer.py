@@ -1,5 +1,6 @@
 """Integer arithmetic: add sub mul mad (lo/hi/wide, carry) mul24 mad24 div rem abs neg min
-max sad popc clz brev bfind bfe bfi prmt shf dp4a dp2a.
+max sad popc clz brev bfind bfe bfi prmt shf dp4a dp2a, and the packed `.u16x2`/`.s16x2`
+forms of add sub min max (two 16-bit halves of a .b32 register, each computed on its own).
 
 Semantics the ISA leaves open follow what NVIDIA GPUs do:
 - integer division by zero: `div.u x/0` = all ones, `rem.u x%0` = x; `div.s x/0` = -1 for
@@ -22,6 +23,29 @@ __all__: list[str] = []
 
 _INT = {"s16", "u16", "s32", "u32", "s64", "u64", "b16", "b32", "b64"}
 _U32 = TYPES["u32"]
+
+
+def _packed16(signed: bool, fn):
+    """`fn` applied to the low halves and to the high halves of two 32-bit words: a packed
+    `.s16x2`/`.u16x2` operation. Each half wraps to 16 bits (no carry between halves); the
+    halves are widened to int32 first so that wrapping is a truncation, not an overflow."""
+    half = np.int16 if signed else np.uint16
+
+    def run(a, b):
+        a, b = np.asarray(a, np.uint32), np.asarray(b, np.uint32)
+        out = np.uint32(0)
+        for shift in (0, 16):
+            x = (a >> np.uint32(shift)).astype(np.uint16).view(half).astype(np.int32)
+            y = (b >> np.uint32(shift)).astype(np.uint16).view(half).astype(np.int32)
+            out = out | (fn(x, y).astype(np.uint16).astype(np.uint32) << np.uint32(shift))
+        return out
+    return run
+
+
+def _packed_type(mods: Modifiers) -> str | None:
+    """The packed 16x2 type named by the instruction, if any. These names are not register
+    types, so Modifiers leaves them among the flags."""
+    return mods.take("s16x2", "u16x2")
 
 
 def _wide(ptype: PtxType) -> PtxType:
@@ -75,9 +99,16 @@ def _add_sub(instr, ctx: CompileContext):
     mods = Modifiers(ctx)
     sat = mods.has("sat")
     cc = mods.has("cc")
+    is_add = instr.opcode in ("add", "addc")
+    packed = _packed_type(mods) if instr.opcode in ("add", "sub") else None
+    if packed:
+        mods.done()
+        if sat or cc:
+            raise ctx.error(f"{instr.opcode}.{packed} takes no .sat or .cc")
+        fn = _packed16(packed == "s16x2", (lambda a, b: a + b) if is_add else (lambda a, b: a - b))
+        return elementwise(ctx, _U32, [_U32, _U32], fn)
     ptype = mods.type(_INT)
     mods.done()
-    is_add = instr.opcode in ("add", "addc")
     uses_carry = instr.opcode in ("addc", "subc")
     if sat and (ptype.name != "s32" or cc or uses_carry):
         raise ctx.error(".sat applies to add/sub.s32 only")
@@ -264,12 +295,20 @@ def _abs_neg(instr, ctx: CompileContext):
 def _min_max(instr, ctx: CompileContext):
     mods = Modifiers(ctx)
     relu = mods.has("relu")
+    packed = _packed_type(mods)
+    fn = np.minimum if instr.opcode == "min" else np.maximum
+    if packed:
+        mods.done()
+        if relu and packed != "s16x2":
+            raise ctx.error(".relu needs .s16x2 or .s32")
+        # .relu clamps each negative half to 0
+        half = (lambda a, b: np.maximum(fn(a, b), 0)) if relu else fn
+        return elementwise(ctx, _U32, [_U32, _U32], _packed16(packed == "s16x2", half))
     ptype = mods.type(_INT - {"b16", "b32", "b64"})
     mods.done()
-    fn = np.minimum if instr.opcode == "min" else np.maximum
     if relu:
         if ptype.name != "s32":
-            raise ctx.error(".relu needs .s32")
+            raise ctx.error(".relu needs .s16x2 or .s32")
         return elementwise(ctx, ptype, [ptype, ptype],
                            lambda a, b: np.maximum(fn(a, b), np.int32(0)))
     return elementwise(ctx, ptype, [ptype, ptype], lambda a, b: fn(a, b))

@@ -60,6 +60,29 @@ def test_integer_arithmetic(device):
         np.testing.assert_array_equal(row, expected, err_msg=f"inputs {a, b, c}")
 
 
+def _packed16(a, b, signed, fn):
+    """The reference for a packed 16x2 instruction: fn on each pair of halves, wrapped."""
+    def half(v, shift):
+        h = (v >> shift) & 0xFFFF
+        return h - 0x10000 if signed and h >> 15 else h
+    return sum((fn(half(a, s), half(b, s)) & 0xFFFF) << s for s in (0, 16))
+
+
+def test_packed_16bit_pairs(device):
+    got = run(device, load(device, "integer.ptx"), "packed16", INT_INPUTS, 12)
+    relu_min = lambda x, y: max(min(x, y), 0)  # noqa: E731
+    relu_max = lambda x, y: max(x, y, 0)  # noqa: E731
+    for row, (a, b, _, _) in zip(got, INT_INPUTS.tolist(), strict=True):
+        expected = [
+            _packed16(a, b, False, lambda x, y: x + y), _packed16(a, b, True, lambda x, y: x - y),
+            _packed16(a, b, False, min), _packed16(a, b, True, min),
+            _packed16(a, b, False, max), _packed16(a, b, True, max),
+            _packed16(a, b, True, relu_min), _packed16(a, b, True, relu_max),
+            _packed16(a, 0x00017FFF, True, min), _packed16(a, 0x80000001, False, max), 0, 0,
+        ]
+        np.testing.assert_array_equal(row, expected, err_msg=f"inputs {a, b}")
+
+
 def test_carry_chains_and_64bit_high_multiply(device):
     got = run(device, load(device, "integer.ptx"), "carry", INT_INPUTS, 12)
     for row, (lo1, hi1, lo2, hi2) in zip(got, INT_INPUTS.tolist(), strict=True):
