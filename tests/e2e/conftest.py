@@ -31,11 +31,16 @@ def run_on(request):
     return run
 
 
+def _ptx_file(toolkit, tmp_path_factory, source: Path) -> Path:
+    """`source` (CUDA C++) compiled to a PTX file, as programs read their kernels."""
+    path = tmp_path_factory.mktemp("ptx") / f"{source.stem}.ptx"
+    path.write_text(toolkit.ptx(source.read_text()))
+    return path
+
+
 @pytest.fixture(scope="session")
 def kernels_ptx(toolkit, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("ptx") / "kernels.ptx"
-    path.write_text(toolkit.ptx((HERE / "kernels.cu").read_text()))
-    return path
+    return _ptx_file(toolkit, tmp_path_factory, HERE / "kernels.cu")
 
 
 @pytest.fixture(scope="session")
@@ -65,9 +70,7 @@ def driver_textures(toolkit) -> Path:
 
 @pytest.fixture(scope="session")
 def texture_kernels_ptx(toolkit, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("ptx") / "texture_kernels.ptx"
-    path.write_text(toolkit.ptx((HERE / "texture_kernels.cu").read_text()))
-    return path
+    return _ptx_file(toolkit, tmp_path_factory, HERE / "texture_kernels.cu")
 
 
 @pytest.fixture(scope="session")
@@ -82,9 +85,7 @@ def driver_exit_hooks(toolkit) -> Path:
 
 @pytest.fixture(scope="session")
 def state_kernels_ptx(toolkit, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("ptx") / "state_kernels.ptx"
-    path.write_text(toolkit.ptx((PROGRAMS / "state_kernels.cu").read_text()))
-    return path
+    return _ptx_file(toolkit, tmp_path_factory, PROGRAMS / "state_kernels.cu")
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from vgpu_processes import NO_ZERO_COPY_ON_CUDA, run_under_vgpu, vgpu_environment
 from vgpu_processes import emu_server as emu_server_at
+from vgpu_processes import expect_no_zero_copy, run_under_vgpu, vgpu_environment
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 FATBINS = {"compressed": [], "uncompressed": ["--no-compress"]}
@@ -103,11 +103,11 @@ def test_streams_with_events_and_waits(toolkit, server, fatbin):
                   "streams_events: 3 streams joined")
 
 
-def test_async_copies_with_pinned_memory(request, toolkit, server, backend, fatbin):
+def test_async_copies_with_pinned_memory(toolkit, server, backend, fatbin):
+    result = run(server, build(toolkit, "async_pinned", fatbin))
     if backend == "cuda":
-        request.applymarker(NO_ZERO_COPY_ON_CUDA)
-    assert_passed(run(server, build(toolkit, "async_pinned", fatbin)),
-                  "async_pinned: pinned, mapped and registered copies correct")
+        expect_no_zero_copy(result)
+    assert_passed(result, "async_pinned: pinned, mapped and registered copies correct")
 
 
 def test_constant_memory_and_symbol_copies(toolkit, server, fatbin):
