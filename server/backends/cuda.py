@@ -176,10 +176,10 @@ class _StdoutCapture:
     the process; a line the server itself logs meanwhile would be taken too."""
 
     lock = threading.Lock()
+    _libc = ctypes.CDLL(None)  # the process's C library: its stdout is what printf fills
 
     def __enter__(self):
         self.lock.acquire()
-        self._libc = ctypes.CDLL(None)
         self._flush()
         self._files = [os.memfd_create("vgpu-device-output") for _ in range(2)]
         self._saved = [os.dup(1), os.dup(2)]
