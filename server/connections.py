@@ -90,7 +90,7 @@ class ConnectionsMixin:
         self.socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
         self.socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         self.monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        self.last_origin: zmq.Frame | None = None  # the first frame of the last message
+        self.last_origin: zmq.Frame | None = None  # the header frame of the last message
         self._identity_of_fd: dict[int, bytes] = {}
         self._fd_of_identity: dict[bytes, int] = {}
         self._dropped: dict[bytes, float] = {}  # identity -> when its connection dropped

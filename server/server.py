@@ -40,10 +40,10 @@ from vgpu.protocol import (
     PROTOCOL_VERSION,
     RELEASE,
     ProtocolError,
-    pack,
+    packer,
     unpack,
 )
-from vgpu.transport import NOBLOCK, RCVMORE, SNDMORE
+from vgpu.transport import SNDMORE
 
 from .admin import AdminMixin
 from .arena import VaArena
@@ -125,6 +125,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         self.quotas = MemoryQuotas(min(server_mem_limit or self.device_memory,
                                        self.device_memory), mem_limit)
         self.max_message = max_message
+        self._pack = packer()  # (the I/O thread's: every reply is packed on it)
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -133,6 +134,9 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         # so that no connection is ever taken unchecked.
         self.access = access or Access()
         self.access.secure(self.context, self.socket, address)
+        # Workers hand finished batches back to the I/O thread and ring this bell, as do
+        # other threads handing work to it (call_soon) and stop(); it is bound first.
+        self.bell = Bell(self.context, self.socket)
         self.socket.bind(address)
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         if self.endpoint.startswith("ipc://"):
@@ -143,10 +147,8 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         self.sessions: dict[bytes, Session] = {}
         self.workers: dict[bytes, SessionWorker] = {}
         self.slots: dict[bytes, int] = {}  # client identity -> arena slot
-        # Workers hand finished batches back here and ring the bell, as do other threads
-        # handing work to this one (call_soon) and stop().
+        # Workers hand finished batches back here (and ring the bell).
         self.finished: collections.deque = collections.deque()
-        self.bell = Bell()
         self._next_session_id = 1
         self.host = socket.gethostname()
         self.started_at = time.time()
@@ -164,25 +166,37 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         # the server: keep it out of the garbage collector's full passes, which would
         # otherwise walk it again and again as batches of calls come and go.
         gc.freeze()
-        # The socket and the bell only: every descriptor polled costs each round trip. The
+        # One blocking receive a message (the bell is a message too, see bell.py), which
+        # gives up after the liveness interval so that the checks below run when idle. The
         # socket monitor's news of dropped connections waits for the liveness check (and
         # is read before a hello, see _bind_connection).
-        poller = zmq.Poller()
-        poller.register(self.socket, zmq.POLLIN)
-        poller.register(self.bell.fd, zmq.POLLIN)
+        sock = self.socket
+        sock.setsockopt(zmq.RCVTIMEO, int(LIVENESS_INTERVAL_S * 1000))
+        bell = self.bell.identity
         next_check = time.monotonic() + LIVENESS_INTERVAL_S
         try:
             while not self._stopping:
-                timeout_ms = max(0, int((next_check - time.monotonic()) * 1000))
-                ready = dict(poller.poll(timeout_ms))
-                if self.bell.fd in ready:
-                    self.bell.quiet()
-                    self._hand_back_finished()
-                    self._run_soon()
-                if self.socket in ready:  # one message; the poll says whether more wait
-                    # (it asks in C what asking the socket's events would cost microseconds
-                    # to ask from Python, and a receive that finds nothing raises: more)
-                    self._handle(*self._receive())
+                try:
+                    identity = sock.recv()  # a ROUTER delivers identity + header
+                except zmq.Again:
+                    identity = None
+                if identity is not None:
+                    # The header as a frame, whose `more` costs a tenth of asking the socket
+                    # (pyzmq's getsockopt looks the option up in an enum first), and which
+                    # says, as every part of the message does, which connection it came
+                    # through and so who sent it (peers.peer_of, _bind_connection); the
+                    # payload frames stay zero-copy, as bulk data arrives.
+                    origin = part = sock.recv(copy=False)
+                    frames = [identity, part.bytes]
+                    while part.more:
+                        part = sock.recv(copy=False)
+                        frames.append(part.buffer)
+                    if identity == bell:
+                        self._hand_back_finished()
+                        self._run_soon()
+                    else:
+                        self.last_origin = origin
+                        self._handle(frames, origin)
                 if time.monotonic() >= next_check:
                     self._connection_events()
                     self._reap_dead_clients()
@@ -193,22 +207,12 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         finally:
             self.close()
 
-    def _receive(self) -> tuple[list, zmq.Frame]:
-        """[identity, header, payload...], and the identity's frame, which says who sent it
-        (peers.peer_of): the header copied (cheaper than a zmq Frame object for a few
-        bytes), payload frames zero-copy, as bulk data arrives."""
-        sock = self.socket
-        origin = sock.recv(NOBLOCK, copy=False)  # a ROUTER delivers identity + header
-        self.last_origin = origin  # which connection it came through (read at a hello)
-        frames = [origin.bytes, sock.recv()]
-        while sock.get(RCVMORE):  # (not the `rcvmore` attribute: a lookup by name)
-            frames.append(sock.recv(copy=False).buffer)
-        return frames, origin
-
     def stop(self) -> None:
-        """Make serve_forever return. Safe in a signal handler and from any thread."""
+        """Make serve_forever return. Safe in a signal handler and from any thread (a
+        signal that finds the bell busy is noticed at the next wake, within the liveness
+        interval)."""
         self._stopping = True
-        self.bell.ring()
+        self.bell.ring(wait=False)
 
     def close(self) -> None:
         """Shut down: cancel every session's work and tell every client, whose waiting call
@@ -239,16 +243,18 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         except ProtocolError as exc:
             log.warning("dropping a message from %r: %s", identity[:8], exc)
             return
-        seq = _seq_of(header)
-        if seq is None:  # nothing to answer to
-            log.warning("dropping a message from %r: its header %.60r is not [kind, seq, body]",
-                        identity[:8], header)
+        if type(header) is tuple and len(header) == 3 and type(header[1]) is int and \
+                header[1] >= 0:  # (not a bool, which is an int too)
+            kind, seq, body = header
+        else:
+            seq = _seq_of(header)
+            if seq is None:  # nothing to answer to
+                log.warning("dropping a message from %r: its header %.60r is not "
+                            "[kind, seq, body]", identity[:8], header)
+            else:
+                self._reply(identity, seq, 1, "malformed message: the header is not "
+                                              "[kind, seq, body]")
             return
-        if len(header) != 3:
-            self._reply(identity, seq, 1, "malformed message: the header is not "
-                                          "[kind, seq, body]")
-            return
-        kind, _, body = header
         payloads = frames[2:]
         try:
             if kind == CALLS:
@@ -258,7 +264,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                     self.transfers.arrived(session, body)
                 elif identity in self.moved:
                     return  # sent before its client heard that the session moved
-                self._calls(identity, seq, body, payloads, frames[1])
+                self._calls(session, identity, seq, body, payloads, frames[1])
             elif kind == RELEASE:
                 session = self.sessions.get(identity)
                 if session is not None:
@@ -288,7 +294,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         self._send_reply(identity, [KEEPALIVE_SEQ, code, why, 0, "", ""])
 
     def _send_reply(self, identity: bytes, header: list, payloads=()) -> None:
-        packed = pack(header)  # first: a failure after the identity went would leave the
+        packed = self._pack(header)  # first: a failure after the identity went would leave the
         # socket holding half a message, which the next reply, to anyone, would complete
         if payloads:  # bulk payloads go zero-copy; small frames are cheaper copied
             self.socket.send_multipart([identity, packed, *payloads], copy=False)
@@ -419,11 +425,11 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         return {*self.slots.values(), *(slot for _, slot in self.restoring.values()),
                 *(slot for _, slot, _ in self.adopted.values())}
 
-    def _calls(self, identity: bytes, seq, body, payloads, header: bytes | None = None
-               ) -> None:
-        """Run (or queue) the calls `body` of a message; `header`: the message's encoded
-        header when `body` is all of its calls (a recorder may keep it as they are)."""
-        session = self.sessions.get(identity)
+    def _calls(self, session: Session | None, identity: bytes, seq, body, payloads,
+               header: bytes | None = None) -> None:
+        """Run (or queue) the calls `body` of a message from the client at `identity`, whose
+        session is `session`; `header`: the message's encoded header when `body` is all of
+        its calls (a recorder may keep it as they are)."""
         if session is None:
             self._reply(identity, seq, 46, "no session: say hello first")
             return
@@ -438,7 +444,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
             # A query must not wait for the work it asks about: what came with it is queued
             # like any other work, and while the worker is busy the answer is "not ready".
             if len(body) > 1:
-                self._calls(identity, 0, body[:-1], payloads)
+                self._calls(session, identity, 0, body[:-1], payloads)
                 header = None  # the query alone is left
             if worker.pending:
                 self._reply(identity, seq, CUDA_ERROR_NOT_READY, "work is still running")

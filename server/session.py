@@ -326,18 +326,19 @@ class Session:
             self.deferred_error = code
             self.deferred_message = message
 
-    def take_deferred(self) -> list | int:
-        """The reply's `deferred`: 0, or [code, message] of the first failure of queued
-        work (the sticky error once there is one)."""
+    def take_reports(self) -> tuple[list | int, str, str]:
+        """What a reply carries besides its call's result, taken: `deferred`, 0 or [code,
+        message] of the first failure of queued work (the sticky error once there is one);
+        device printf output for the application's stdout; diagnostics for its stderr."""
+        self._output_bytes = 0
+        if not (self.deferred_error or self.sticky_error or self.output or self.diagnostics):
+            return 0, "", ""  # (most replies: one look instead of taking three things)
         code, self.deferred_error = self.deferred_error, CUDA_SUCCESS
         message, self.deferred_message = self.deferred_message, ""
         if self.sticky_error and code != self.sticky_error:
             code, message = self.sticky_error, "the context has a sticky error"
-        return [code, message] if code else 0
-
-    def take_output(self) -> str:
-        self._output_bytes = 0
-        return _take_text(self.output)
+        return ([code, message] if code else 0), _take_text(self.output), \
+            _take_text(self.diagnostics)
 
     def _print(self, text: str) -> None:
         """Keep a launch's printf output for the client. Launches queued without a
@@ -354,9 +355,6 @@ class Session:
             return
         self._output_bytes += len(text)
         self.output.append(text)
-
-    def take_diagnostics(self) -> str:
-        return _take_text(self.diagnostics)
 
     def memory_in_use(self) -> int:
         return self.arena.bytes_in_use

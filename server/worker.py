@@ -65,8 +65,7 @@ def run_batch(session: Session, seq: int, body: list, payloads: list,
         return code, None, [], 0, "", ""
     if code and result is None and session.last_error_message:
         result = session.last_error_message
-    return (code, result, frames, session.take_deferred(), session.take_output(),
-            session.take_diagnostics())
+    return (code, result, frames, *session.take_reports())
 
 
 class SessionEnded(Exception):

@@ -44,13 +44,13 @@ from .protocol import (
     RELEASE,
     STICKY_ERRORS,
     pack,
+    packer,
     unpack,
 )
 from .sealed_files import sealed_file
 from .transport import (
     EVENTS,
     POLLIN,
-    RCVMORE,
     ConnectionDropped,
     TransportError,
     Watch,
@@ -186,6 +186,7 @@ class Connection:
         self.spin_s = float(spin_us) * 1e-6 if spin_us is not None else DEFAULT_SPIN_S
         self.owner_pid = os.getpid()  # a forked child must leave its parent's connection alone
         self._lock = threading.RLock()
+        self._pack = packer()  # (messages are packed and sent holding the lock)
         self._zmq = zmq.Context()
         # Each socket's watch (vgpu.transport.Watch): why a handshake failed, and for a TCP
         # socket whether its connection dropped.
@@ -569,9 +570,9 @@ class Connection:
 
     def _transmit(self, kind: str, seq: int, body, frames: list) -> None:
         if frames:  # bulk payloads go zero-copy; the header is small and cheaper copied
-            self._socket.send_multipart([pack([kind, seq, body]), *frames], copy=False)
+            self._socket.send_multipart([self._pack([kind, seq, body]), *frames], copy=False)
         else:
-            self._socket.send(pack([kind, seq, body]))
+            self._socket.send(self._pack([kind, seq, body]))
 
     def _release_window(self) -> None:
         """Done copying through a device window: a migration waits for that (not a CALLS
@@ -627,9 +628,13 @@ class Connection:
                 if not sock.get(EVENTS) & POLLIN:
                     continue
             try:  # blocks at most RCVTIMEO: one call into zmq per reply, no separate poll
-                frames = [sock.recv()]
-                while sock.get(RCVMORE):  # (not `rcvmore`: an attribute found by name)
-                    frames.append(sock.recv())
+                # Frames, whose `more` costs a tenth of asking the socket (pyzmq's
+                # getsockopt looks the option up in an enum first).
+                part = sock.recv(copy=False)
+                frames = [part.bytes]
+                while part.more:
+                    part = sock.recv(copy=False)
+                    frames.append(part.bytes)
             except zmq.Again:
                 if self.server_pid is not None and not pid_alive(self.server_pid):
                     raise _ServerLost(f"the vgpu server (pid {self.server_pid}) at "

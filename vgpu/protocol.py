@@ -100,10 +100,12 @@ the copy's progress against.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgpack
 
 __all__ = [
-    "PROTOCOL_VERSION", "HELLO", "CALLS", "ADMIN", "BYE", "RELEASE", "pack", "unpack",
+    "PROTOCOL_VERSION", "HELLO", "CALLS", "ADMIN", "BYE", "RELEASE", "pack", "packer", "unpack",
     "ProtocolError",
     "DEFAULT_TIMEOUT_S", "HANDSHAKE_TIMEOUT_S", "KEEPALIVE_SEQ", "STICKY_ERRORS",
     "MEMCHECK_MODES", "VMM_GRANULARITY", "HOST_PAGE",
@@ -146,6 +148,13 @@ class ProtocolError(ValueError):
 
 def pack(obj) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
+
+
+def packer() -> Callable[[object], bytes]:
+    """`pack` for one thread (a Packer is not thread-safe) that packs a message per round
+    trip: a Packer made once costs a third of what `msgpack.packb` costs a message, which
+    makes one at every call."""
+    return msgpack.Packer(use_bin_type=True).pack
 
 
 def unpack(data, *, arrays_as_tuples: bool = False) -> object:

@@ -47,6 +47,7 @@ CUDA_ERROR_ILLEGAL_ADDRESS = 700
 EMU_TOTAL_MEMORY = 16 << 30
 # The threads whose numpy floating-point warnings are off (see EmuBackend.running).
 _quiet_threads = threading.local()
+_NOTHING_TO_SET_UP = contextlib.nullcontext()  # (reusable: one for every batch)
 EMU_COMPUTE_CAPABILITY = (8, 0)
 _BINARY_VERSION = EMU_COMPUTE_CAPABILITY[0] * 10 + EMU_COMPUTE_CAPABILITY[1]
 
@@ -191,7 +192,7 @@ class EmuBackend(Backend):
         if not getattr(_quiet_threads, "quiet", False):
             np.seterr(all="ignore")
             _quiet_threads.quiet = True
-        return contextlib.nullcontext()
+        return _NOTHING_TO_SET_UP
 
     def prepare_launch(self, module: LoadedModule, kernel: str, grid, block,
                        shared_bytes: int) -> Callable[[bytes, int], tuple[str, str]]:

@@ -134,7 +134,7 @@ def test_restore_keeps_errors_the_program_has_not_heard_of(session):
     restored.restore(capture.state, [(a, len(d)) for a, d in capture.regions],
                      lambda i, out: out.__setitem__(slice(None), capture.regions[i][1]))
     try:
-        assert restored.take_deferred()[0] == 400
+        assert restored.take_reports()[0][0] == 400
     finally:
         restored.close()
 
