@@ -7,7 +7,11 @@ server over TCP, each figure against raw pyzmq on the same path in the same run.
 Figures (medians of alternating rounds, their range, and the ratio of each side's best round):
 - 64 MiB HtoD and DtoH through vgpu (streamed in chunks) vs one 64 MiB pyzmq message each way
   to a ROUTER that acknowledges it or answers with it (target >= 0.8x)
-- the round trip of a synchronizing call vs a raw pyzmq DEALER/ROUTER round trip (<= 1.25x)
+- the round trip of a synchronizing call vs a raw pyzmq DEALER/ROUTER round trip (<= 1.25x),
+  measured twice: within each round as the copies are, and in BLOCKS alternating blocks of
+  BLOCK round trips each over connections held open on both sides (on a machine whose load
+  changes from second to second, blocks a fraction of a second apart meet the same load,
+  rounds seconds apart may not)
 
 The transport is a parameter: TRANSPORTS names how the server is started and how a raw
 socket is set up for each: plain TCP (`--insecure` on both ends) and CurveZMQ, vgpu's
@@ -36,6 +40,8 @@ MIB = 1 << 20
 COPY_BYTES = 64 * MIB
 SYNCS = 2000
 CONTEXT = 0x7667_0100_0000_0001
+BLOCK = 100
+BLOCKS = 60
 
 
 def _plain(sock: zmq.Socket, server: bool) -> None:
@@ -124,23 +130,37 @@ def _seconds_each(round_trip: Callable[[], object]) -> float:
     return (time.perf_counter() - t) / SYNCS
 
 
-def raw_round(transport: str) -> dict[str, float]:
+def _raw_server(transport: str, size: int) -> tuple[subprocess.Popen, zmq.Context, zmq.Socket]:
+    """The raw baseline's server holding `size` bytes to answer reads with, and a socket
+    connected to it; round_trip(socket) is one raw round trip."""
     address = f"tcp://127.0.0.1:{_port()}"
     here = os.path.dirname(os.path.abspath(__file__))
     proc = subprocess.Popen([sys.executable, "-c", RAW_SERVER, address, transport,
-                             str(COPY_BYTES)], stdout=subprocess.PIPE,
+                             str(size)], stdout=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": here})
     proc.stdout.readline()
     context = zmq.Context()
     sock = context.socket(zmq.DEALER)
     TRANSPORTS[transport][1](sock, False)
     sock.connect(address)
+    return proc, context, sock
 
-    def round_trip() -> None:
-        sock.send(b"x")
-        sock.recv()
 
-    rtt = _seconds_each(round_trip)
+def _stop_raw_server(proc: subprocess.Popen, context: zmq.Context, sock: zmq.Socket) -> None:
+    sock.send(b"stop")
+    proc.wait()
+    sock.close(0)
+    context.term()
+
+
+def round_trip(sock: zmq.Socket) -> None:
+    sock.send(b"x")
+    sock.recv()
+
+
+def raw_round(transport: str) -> dict[str, float]:
+    proc, context, sock = _raw_server(transport, COPY_BYTES)
+    rtt = _seconds_each(lambda: round_trip(sock))
     payload = os.urandom(COPY_BYTES)
     sock.send_multipart([b"write", payload], copy=False)  # once untimed, as vgpu's
     sock.recv()
@@ -154,11 +174,30 @@ def raw_round(transport: str) -> dict[str, float]:
     sock.send(b"read")
     sock.recv()
     dtoh = COPY_BYTES / (time.perf_counter() - t)
-    sock.send(b"stop")
-    proc.wait()
-    sock.close(0)
-    context.term()
+    _stop_raw_server(proc, context, sock)
     return {"rtt_s": rtt, "htod_bytes_per_s": htod, "dtoh_bytes_per_s": dtoh}
+
+
+def interleaved_round_trips(transport: str, address: str) -> tuple[list[float], list[float]]:
+    """Seconds per round trip of raw pyzmq and of vgpu, in BLOCKS alternating blocks of
+    BLOCK round trips each (which side goes first alternates too)."""
+    proc, context, sock = _raw_server(transport, 1)
+    conn = Connection(address)
+    conn.post("cuDevicePrimaryCtxRetain", CONTEXT, 0)
+    sides = (lambda: round_trip(sock), lambda: conn.call("vgpuSynchronize"))
+    times: tuple[list[float], list[float]] = ([], [])
+    for side in sides:  # warm up
+        for _ in range(BLOCK):
+            side()
+    for block in range(BLOCKS):
+        for i in ((0, 1) if block % 2 == 0 else (1, 0)):
+            t = time.perf_counter()
+            for _ in range(BLOCK):
+                sides[i]()
+            times[i].append((time.perf_counter() - t) / BLOCK)
+    conn.close()
+    _stop_raw_server(proc, context, sock)
+    return times
 
 
 def vgpu_round(address: str) -> dict[str, float]:
@@ -202,6 +241,7 @@ def main() -> None:
         for _ in range(args.rounds):
             raws.append(raw_round(args.transport))
             vgpus.append(vgpu_round(address))
+        raw_blocks, vgpu_blocks = interleaved_round_trips(args.transport, address)
     finally:
         server.terminate()
         server.wait()
@@ -220,6 +260,17 @@ def main() -> None:
               f"{statistics.median(ratios):.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f}; "
               f"of the best rounds "
               f"{best(v[key] for v in vgpus) / best(r[key] for r in raws):.2f})")
+
+    ratios = [v / r for v, r in zip(vgpu_blocks, raw_blocks, strict=True)]
+    print(f"{'the same, in blocks':26} vgpu {statistics.median(vgpu_blocks) * 1e6:7.0f} us  "
+          f"raw pyzmq {statistics.median(raw_blocks) * 1e6:7.0f} us  ratio "
+          f"{statistics.median(ratios):.2f} (quartiles {_quartiles(ratios)}; of the best "
+          f"blocks {min(vgpu_blocks) / min(raw_blocks):.2f}; {BLOCKS} blocks of {BLOCK})")
+
+
+def _quartiles(values: list[float]) -> str:
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return f"{q1:.2f}-{q3:.2f}"
 
 
 if __name__ == "__main__":

@@ -166,7 +166,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         # the server: keep it out of the garbage collector's full passes, which would
         # otherwise walk it again and again as batches of calls come and go.
         gc.freeze()
-        # One blocking receive a message (the bell is a message too, see bell.py), which
+        # One blocking receive per message (the bell is a message too, see bell.py), which
         # gives up after the liveness interval so that the checks below run when idle. The
         # socket monitor's news of dropped connections waits for the liveness check (and
         # is read before a hello, see _bind_connection).
