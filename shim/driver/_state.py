@@ -23,7 +23,7 @@ from vgpu.errors import CudaError, DeviceUnavailable
 from .._libcuda import ffi
 
 __all__ = ["ffi", "api", "state", "CudaError", "E", "handle_of", "ptr", "check_out", "Kind",
-           "report_failure"]
+           "report_failure", "finish_recorded_call"]
 
 E = CUresult  # short alias for error codes: E.CUDA_ERROR_INVALID_VALUE
 
@@ -118,6 +118,16 @@ class MemoryPool:
 DEFAULT_LIMITS = {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 0, 6: 0}
 
 
+class ThreadState(threading.local):
+    """Per-thread state: the context stack, and while a call is being recorded into a CUDA
+    graph (graph_recording.py) the recorder standing in for the connection, with what to do
+    with its record once the call succeeded (`pending`)."""
+
+    stack: list[int] | None = None
+    recording = None
+    pending = None
+
+
 class DriverState:
     def __init__(self) -> None:
         self.connection = None
@@ -136,7 +146,7 @@ class DriverState:
         self.functions: dict[int, KernelLayout] = {}
         self.streams: dict[int, dict] = {}
         self.events: dict[int, dict] = {}  # handle -> {"context", "flags"}
-        self.thread = threading.local()
+        self.thread = ThreadState()
         self.lock = threading.RLock()  # for the few check-then-create steps threads could race
         self.lost_reported = False
         self.limits = dict(DEFAULT_LIMITS)
@@ -254,6 +264,9 @@ class DriverState:
 
     def conn(self):
         self.require_init()
+        recorder = self.thread.recording
+        if recorder is not None:  # the call is being recorded into a graph
+            return recorder
         if self.connection is None:
             raise DeviceUnavailable("no vgpu server connection")
         return self.connection
@@ -317,11 +330,24 @@ def api(fn):
     def wrapper(*args):
         try:
             fn(*args)
+            if state.thread.pending is not None:
+                finish_recorded_call()
             return 0
         except CudaError as exc:
             return report_failure(exc, fn.__name__)
+        finally:
+            if state.thread.recording is not None:
+                state.thread.recording = state.thread.pending = None
 
     return wrapper
+
+
+def finish_recorded_call() -> None:
+    """A call on a capturing stream succeeded: what it recorded joins the capture (which may
+    raise CudaError)."""
+    thread = state.thread
+    pending, thread.pending, thread.recording = thread.pending, None, None
+    pending()
 
 
 def report_failure(exc: CudaError, where: str) -> int:

@@ -6,6 +6,7 @@ import ctypes
 import os
 import struct
 
+from . import graph_capture
 from ._state import (
     CudaError,
     E,
@@ -43,6 +44,7 @@ def _alloc(size: int) -> int:
     context = state.current_context()
     if size == 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes")
+    graph_capture.forbid_unsafe("allocating device memory")
     address, _ = state.conn().call("cuMemAlloc", context, size)
     state.add_allocation(address, size, context)
     return address
@@ -268,6 +270,15 @@ def _pinned_spec(address: int, size: int):
 
 
 def _check_stream(stream) -> int:
+    """The handle of the stream a call puts work on; while any stream captures, the call
+    may be recorded into a graph instead (graph_capture.enter_stream)."""
+    handle = stream_handle(stream)
+    if graph_capture.captures:
+        graph_capture.enter_stream(handle)
+    return handle
+
+
+def stream_handle(stream) -> int:
     if not stream:  # the NULL stream, what most launches and copies name
         return 0
     handle = ptr(stream)
