@@ -18,6 +18,7 @@ from . import (
     device,
     graph_capture,
     graph_exec,
+    graph_memory,
     graphs,
     launch,
     memory,
@@ -29,7 +30,7 @@ from . import (
 )
 
 _MODULES = (device, context, memory, arrays, textures, module, launch, stream, vmm, occupancy,
-            graphs, graph_exec, graph_capture)
+            graphs, graph_exec, graph_capture, graph_memory)
 
 
 def _implemented() -> dict:

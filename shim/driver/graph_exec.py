@@ -18,6 +18,7 @@ from .graph_model import (
     KERNEL,
     Exec,
     Graph,
+    GraphAllocation,
     Node,
     graphs,
     topological,
@@ -40,6 +41,17 @@ def _flatten(graph: Graph, top: Node | None, out: list[tuple[Node, tuple]]) -> N
         if node.child is not None:
             _flatten(node.child, owner, out)
         out.extend((owner, step) for step in node.steps)
+
+
+def _allocations(graph: Graph) -> list[GraphAllocation]:
+    """The memory of every memory-alloc node of `graph` and its child graphs."""
+    found = []
+    for node in graph.nodes:
+        if node.allocation is not None:
+            found.append(node.allocation)
+        if node.child is not None:
+            found += _allocations(node.child)
+    return found
 
 
 def plan(graph: Graph) -> tuple[list, list, dict]:
@@ -76,7 +88,9 @@ def instantiate(graph, flags: int) -> Exec:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown instantiate flags 0x{flags:x}")
     launch_plan, segments, positions = plan(source)
     executable = Exec(state.new_handle(GRAPH_EXEC), context, source, flags, launch_plan,
-                      positions, _shape(source), segments)
+                      positions, _shape(source), segments, _allocations(source))
+    for allocation in executable.allocations:  # the executable graph uses them too
+        allocation.holders += 1
     state.conn().post("vgpuGraphCreate", executable.handle, context, segments)
     graphs.execs[executable.handle] = executable
     return executable
@@ -147,6 +161,8 @@ def cuGraphExecDestroy(executable):
     graph_exec = graphs.exec(executable)
     del graphs.execs[graph_exec.handle]
     state.conn().post("vgpuGraphDestroy", graph_exec.handle)
+    for allocation in graph_exec.allocations:
+        allocation.release()
 
 
 def set_kernel(executable, node, make) -> None:

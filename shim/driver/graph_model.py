@@ -24,6 +24,25 @@ MEM_ALLOC, MEM_FREE = 10, 11
 
 
 @dataclass(eq=False)
+class GraphAllocation:
+    """Device memory a memory-alloc node took when it was made (graph_memory.py): kept while
+    graphs or executable graphs holding the node live, freed after the last if a free node
+    of a graph names it (else the program frees it, as CUDA's programs do)."""
+
+    address: int
+    size: int
+    holders: int = 1
+    freed_by_graph: bool = False
+
+    def release(self) -> None:
+        self.holders -= 1
+        if self.holders == 0 and self.freed_by_graph and self.address in state.allocations:
+            from .memory import _free  # memory asks graph_capture (and so this) of streams
+
+            _free(self.address)
+
+
+@dataclass(eq=False)
 class Node:
     handle: int
     graph: Graph
@@ -35,6 +54,7 @@ class Node:
     params: dict = field(default_factory=dict)
     deps: list[Node] = field(default_factory=list)
     child: Graph | None = None  # CHILD_GRAPH: its own copy of the graph it embeds
+    allocation: GraphAllocation | None = None  # MEM_ALLOC: the memory it stands for
 
 
 @dataclass(eq=False)
@@ -58,6 +78,7 @@ class Exec:
     positions: dict[int, list[tuple[int, int]]]
     shape: list[tuple]  # (node kind, dependency indices) of each node: what updates keep
     segments: list[list]  # the server's calls, per segment, as sent
+    allocations: list[GraphAllocation] = field(default_factory=list)  # held while it lives
 
 
 class GraphState:
@@ -94,10 +115,15 @@ class GraphState:
     def drop_graph(self, graph: Graph) -> None:
         """Forget a graph, its nodes and the graphs its child nodes own."""
         for node in graph.nodes:
-            self.nodes.pop(node.handle, None)
-            if node.child is not None:
-                self.drop_graph(node.child)
+            self.drop_node(node)
         self.graphs.pop(graph.handle, None)
+
+    def drop_node(self, node: Node) -> None:
+        self.nodes.pop(node.handle, None)
+        if node.child is not None:
+            self.drop_graph(node.child)
+        if node.allocation is not None:
+            node.allocation.release()
 
 
 graphs = GraphState()
@@ -156,6 +182,9 @@ def clone(graph: Graph, owned_by: Node | None = None) -> tuple[Graph, dict[Node,
                                [mapping[d] for d in node.deps], dict(node.params))
         if node.child is not None:
             twin.child = clone(node.child, twin)[0]
+        if node.allocation is not None:
+            twin.allocation = node.allocation
+            node.allocation.holders += 1
         twin.params["original"] = node.params.get("original", node.handle)
         mapping[node] = twin
     return copy, mapping

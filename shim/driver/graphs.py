@@ -351,9 +351,7 @@ def cuGraphDestroyNode(node):
     for later in dependents(target):
         later.deps.remove(target)
     target.graph.nodes.remove(target)
-    del graphs.nodes[target.handle]
-    if target.child is not None:
-        graphs.drop_graph(target.child)
+    graphs.drop_node(target)
 
 
 @api

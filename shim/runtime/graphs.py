@@ -4,7 +4,7 @@ pointers and cudaMemcpyKind, memsets by cudaMemsetParams)."""
 
 from __future__ import annotations
 
-from ..driver import graph_capture, graph_exec, graph_nodes
+from ..driver import graph_capture, graph_exec, graph_memory, graph_nodes
 from ..driver import graphs as driver_graphs
 from ..driver.graph_model import (
     CHILD_GRAPH,
@@ -37,7 +37,9 @@ __all__ = [
     "cudaGraphClone", "cudaGraphNodeFindInClone", "cudaStreamBeginCapture",
     "cudaStreamBeginCaptureToGraph", "cudaStreamEndCapture", "cudaStreamIsCapturing",
     "cudaStreamGetCaptureInfo", "cudaStreamUpdateCaptureDependencies",
-    "cudaThreadExchangeStreamCaptureMode",
+    "cudaThreadExchangeStreamCaptureMode", "cudaGraphAddMemAllocNode",
+    "cudaGraphAddMemFreeNode", "cudaGraphMemAllocNodeGetParams",
+    "cudaGraphMemFreeNodeGetParams",
 ]
 
 _driver = {name: getattr(driver_graphs, name).__wrapped__ for name in dir(driver_graphs)
@@ -165,6 +167,37 @@ def cudaGraphMemsetNodeGetParams(node, p):
     p.dst = ffi.cast("void *", params["dst"])
     p.pitch, p.value = params["pitch"], params["value"]
     p.elementSize, p.width, p.height = params["element_size"], params["width"], params["height"]
+
+
+# ----------------------------------------------------------------- memory nodes
+
+@api
+def cudaGraphAddMemAllocNode(out, graph, deps, count, params):
+    check_out(params)
+    graph_memory.check_pool_props(params.poolProps)
+    address = graph_memory.add_alloc(out, graph, deps, count, params.bytesize)
+    params.dptr = ffi.cast("void *", address)
+
+
+@api
+def cudaGraphAddMemFreeNode(out, graph, deps, count, dptr):
+    graph_memory.add_free(out, graph, deps, count, ptr(dptr))
+
+
+@api
+def cudaGraphMemAllocNodeGetParams(node, params):
+    check_out(params)
+    allocation = graph_memory.allocation_of(node)
+    ffi.memmove(params, bytes(ffi.sizeof(params[0])), ffi.sizeof(params[0]))
+    params.poolProps.allocType = graph_memory.CU_MEM_ALLOCATION_TYPE_PINNED
+    params.poolProps.location.type = graph_memory.CU_MEM_LOCATION_TYPE_DEVICE
+    params.bytesize = allocation.size
+    params.dptr = ffi.cast("void *", allocation.address)
+
+
+@api
+def cudaGraphMemFreeNodeGetParams(node, dptr_out):
+    set_pointer(ffi.cast("void **", dptr_out), graph_memory.free_address_of(node))
 
 
 # ----------------------------------------------------------------- other nodes

@@ -204,6 +204,44 @@ int main(int argc, char **argv) {
     EXPECT(all_equal(out, 2.0f * 4));
     printf("driver_graphs: captured graph ran\n");
 
+    /* memory nodes: alloc -> memset(1.0) -> scale(3) -> copy to pinned -> free */
+    CUgraph with_memory;
+    CUgraphNode alloc_node, free_node, fill, triple, fetch;
+    CHECK(cuGraphCreate(&with_memory, 0));
+    CUDA_MEM_ALLOC_NODE_PARAMS ap;
+    memset(&ap, 0, sizeof ap);
+    ap.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    ap.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    ap.bytesize = N * sizeof(float);
+    CHECK(cuGraphAddMemAllocNode(&alloc_node, with_memory, NULL, 0, &ap));
+    EXPECT(ap.dptr != 0);
+    CUdeviceptr graph_memory = ap.dptr;
+    CUDA_MEMSET_NODE_PARAMS fill_params = ms;
+    fill_params.dst = graph_memory;
+    CHECK(cuGraphAddMemsetNode(&fill, with_memory, &alloc_node, 1, &fill_params, ctx));
+    void *scale_graph_memory[] = {&graph_memory, &three, &n};
+    CUDA_KERNEL_NODE_PARAMS tp = kernel_params(scale, scale_graph_memory);
+    CHECK(cuGraphAddKernelNode(&triple, with_memory, &fill, 1, &tp));
+    m.srcDevice = graph_memory;
+    CHECK(cuGraphAddMemcpyNode(&fetch, with_memory, &triple, 1, &m, ctx));
+    CHECK(cuGraphAddMemFreeNode(&free_node, with_memory, &fetch, 1, graph_memory));
+    CUDA_MEM_ALLOC_NODE_PARAMS ap_got;
+    CHECK(cuGraphMemAllocNodeGetParams(alloc_node, &ap_got));
+    EXPECT(ap_got.dptr == graph_memory && ap_got.bytesize == N * sizeof(float));
+    CUdeviceptr freed = 0;
+    CHECK(cuGraphMemFreeNodeGetParams(free_node, &freed));
+    EXPECT(freed == graph_memory);
+    EXPECT_CODE(CUDA_ERROR_INVALID_VALUE, cuGraphAddMemFreeNode(&extra, with_memory, NULL, 0, x));
+    CUgraphExec memory_exec;
+    CHECK(cuGraphInstantiateWithFlags(&memory_exec, with_memory, 0));
+    CHECK(cuGraphDestroy(with_memory)); /* the executable graph keeps what it needs */
+    memset(out, 0, N * sizeof(float));
+    CHECK(cuGraphLaunch(memory_exec, stream));
+    CHECK(cuStreamSynchronize(stream));
+    EXPECT(all_equal(out, 3.0f));
+    CHECK(cuGraphExecDestroy(memory_exec));
+    printf("driver_graphs: memory nodes ran\n");
+
     /* misuse */
     CUgraph none;
     EXPECT_CODE(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,

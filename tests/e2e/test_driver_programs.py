@@ -52,7 +52,8 @@ def test_cuda_graphs_and_stream_capture(driver_graphs, kernels_ptx):
     result = vgpu_run(driver_graphs, kernels_ptx)
     assert result.returncode == 0, result.stdout + result.stderr
     for line in ("structure queried", "built graph ran twice", "kernel node parameters updated",
-                 "captured graph ran", "misuse refused", "all checks passed"):
+                 "captured graph ran", "memory nodes ran", "misuse refused",
+                 "all checks passed"):
         assert f"driver_graphs: {line}" in result.stdout, result.stdout + result.stderr
 
 

@@ -134,6 +134,40 @@ int main() {
     for (int i = 0; i < n; i++) EXPECT(result[i] == 1 + 2 + 100);  // the graph's own nodes
     printf("graphs: built graph ran and was updated\n");
 
+    // ---- stream-ordered allocation in a capture: alloc and free nodes
+    int *pinned_ints, *scratch_ints;
+    CHECK(cudaMallocHost(&pinned_ints, n * sizeof(int)));
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CHECK(cudaMallocAsync(&scratch_ints, n * sizeof(int), s));
+    CHECK(cudaMemsetAsync(scratch_ints, 0, n * sizeof(int), s));
+    add_k<<<(n + 127) / 128, 128, 0, s>>>(scratch_ints, 5, n);
+    CHECK(cudaMemcpyAsync(pinned_ints, scratch_ints, n * sizeof(int), cudaMemcpyDeviceToHost, s));
+    CHECK(cudaFreeAsync(scratch_ints, s));
+    cudaGraph_t with_memory;
+    CHECK(cudaStreamEndCapture(s, &with_memory));
+    CHECK(cudaGraphGetNodes(with_memory, nullptr, &count));
+    EXPECT(count == 5);
+    std::vector<cudaGraphNode_t> memory_nodes(count);
+    CHECK(cudaGraphGetNodes(with_memory, memory_nodes.data(), &count));
+    CHECK(cudaGraphNodeGetType(memory_nodes[0], &type));
+    EXPECT(type == cudaGraphNodeTypeMemAlloc);
+    CHECK(cudaGraphNodeGetType(memory_nodes[4], &type));
+    EXPECT(type == cudaGraphNodeTypeMemFree);
+    cudaMemAllocNodeParams alloc_params;
+    CHECK(cudaGraphMemAllocNodeGetParams(memory_nodes[0], &alloc_params));
+    EXPECT(alloc_params.dptr == scratch_ints && alloc_params.bytesize == n * sizeof(int));
+    cudaGraphExec_t memory_exec;
+    CHECK(cudaGraphInstantiate(&memory_exec, with_memory, 0));
+    for (int round = 0; round < 2; round++) {
+        memset(pinned_ints, 0xff, n * sizeof(int));
+        CHECK(cudaGraphLaunch(memory_exec, s));
+        CHECK(cudaStreamSynchronize(s));
+        for (int i = 0; i < n; i++) EXPECT(pinned_ints[i] == 5);
+    }
+    CHECK(cudaGraphExecDestroy(memory_exec));
+    CHECK(cudaGraphDestroy(with_memory));
+    printf("graphs: stream-ordered allocation captured\n");
+
     // ---- misuse
     cudaGraph_t none;
     EXPECT_ERROR(cudaErrorIllegalState, cudaStreamEndCapture(s, &none));
