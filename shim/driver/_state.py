@@ -147,6 +147,9 @@ class DriverState:
         self.streams: dict[int, dict] = {}
         self.events: dict[int, dict] = {}  # handle -> {"context", "flags"}
         self.thread = ThreadState()
+        # Threads whose calls are being recorded into a graph: while none is, the hot paths
+        # (every API call, every conn()) skip looking at the thread's state.
+        self.recording_threads = 0
         self.lock = threading.RLock()  # for the few check-then-create steps threads could race
         self.lost_reported = False
         self.limits = dict(DEFAULT_LIMITS)
@@ -160,6 +163,29 @@ class DriverState:
         self.texture_objects: dict[int, tuple] = {}
         self.surface_objects: dict[int, tuple] = {}
         self._segment_ids = itertools.count(1)  # ids of pinned host segments
+
+    # ----------------------------------------------------------------- graph recording
+
+    def recorder(self):
+        """The calling thread's graph recorder, or None."""
+        return self.thread.recording if self.recording_threads else None
+
+    def start_recording(self, recorder, pending=None) -> None:
+        """The calling thread's calls go to `recorder` (pending: what to do with the record
+        when the API call succeeds) until stop_recording."""
+        with self.lock:
+            if self.thread.recording is None:
+                self.recording_threads += 1
+            self.thread.recording, self.thread.pending = recorder, pending
+
+    def stop_recording(self, restore=None) -> None:
+        """The calling thread's calls go to the connection again (or to `restore`)."""
+        with self.lock:
+            if self.thread.recording is None:
+                return
+            if restore is None:
+                self.recording_threads -= 1
+            self.thread.recording, self.thread.pending = restore, None
 
     def new_handle(self, kind: int) -> int:
         return _HANDLE_MARK | (kind << _KIND_SHIFT) | next(self._counter)
@@ -264,9 +290,10 @@ class DriverState:
 
     def conn(self):
         self.require_init()
-        recorder = self.thread.recording
-        if recorder is not None:  # the call is being recorded into a graph
-            return recorder
+        if self.recording_threads:
+            recorder = self.thread.recording
+            if recorder is not None:  # the call is being recorded into a graph
+                return recorder
         if self.connection is None:
             raise DeviceUnavailable("no vgpu server connection")
         return self.connection
@@ -330,14 +357,14 @@ def api(fn):
     def wrapper(*args):
         try:
             fn(*args)
-            if state.thread.pending is not None:
+            if state.recording_threads:
                 finish_recorded_call()
             return 0
         except CudaError as exc:
             return report_failure(exc, fn.__name__)
         finally:
-            if state.thread.recording is not None:
-                state.thread.recording = state.thread.pending = None
+            if state.recording_threads:
+                state.stop_recording()
 
     return wrapper
 
@@ -345,9 +372,10 @@ def api(fn):
 def finish_recorded_call() -> None:
     """A call on a capturing stream succeeded: what it recorded joins the capture (which may
     raise CudaError)."""
-    thread = state.thread
-    pending, thread.pending, thread.recording = thread.pending, None, None
-    pending()
+    pending = state.thread.pending
+    if pending is not None:
+        state.stop_recording()
+        pending()
 
 
 def report_failure(exc: CudaError, where: str) -> int:

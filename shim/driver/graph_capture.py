@@ -82,9 +82,8 @@ def enter_stream(handle: int) -> None:
     if capture.status == INVALIDATED:
         raise CudaError(E.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
                         "the stream's capture was invalidated by an earlier error")
-    thread = state.thread
-    recorder = thread.recording = CaptureRecorder(capture)
-    thread.pending = lambda: _add_recorded(capture, handle, recorder.steps)
+    recorder = CaptureRecorder(capture)
+    state.start_recording(recorder, lambda: _add_recorded(capture, handle, recorder.steps))
 
 
 def _refuse_implicit() -> None:

@@ -1,7 +1,8 @@
 """Executable graphs: instantiated once, launched with one message.
 
 Instantiating orders the graph's nodes (child graphs inlined) and splits their steps into
-segments: runs of wire calls the server keeps (sent once, `vgpuGraphCreate`), separated by
+segments: runs of wire calls the server keeps (sent once, `vgpuGraphCreate`, answered so
+that a graph the server refuses fails to instantiate), separated by
 the steps only the client can take (host functions, copies to or from pageable memory).
 A launch sends one `vgpuGraphLaunch` per server segment, in order with the client's own
 steps: a graph without host steps is one message. Updating a kernel node of an executable
@@ -89,9 +90,11 @@ def instantiate(graph, flags: int) -> Exec:
     launch_plan, segments, positions = plan(source)
     executable = Exec(state.new_handle(GRAPH_EXEC), context, source, flags, launch_plan,
                       positions, _shape(source), segments, _allocations(source))
+    # Answered (one round trip, as instantiating is rare): a graph past the server's
+    # bounds fails here, not at its first launch.
+    state.conn().call("vgpuGraphCreate", executable.handle, context, segments)
     for allocation in executable.allocations:  # the executable graph uses them too
         allocation.holders += 1
-    state.conn().post("vgpuGraphCreate", executable.handle, context, segments)
     graphs.execs[executable.handle] = executable
     return executable
 
@@ -130,7 +133,7 @@ def cuGraphExecGetFlags(executable, flags_out):
 def launch(executable, stream) -> None:
     graph_exec = graphs.exec(executable)
     stream_handle = _check_stream(stream)
-    if state.thread.recording is not None:
+    if state.recorder() is not None:
         graph_capture.captures[stream_handle].status = graph_capture.INVALIDATED
         raise CudaError(E.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
                         "vgpu does not capture graph launches into another graph")

@@ -45,10 +45,10 @@ class Recorder:
 @contextlib.contextmanager
 def recording(what: str):
     """Record the driver calls made inside the block; yields the Recorder."""
-    thread = state.thread
-    outer = thread.recording
-    recorder = thread.recording = Recorder(what)
+    outer = state.thread.recording
+    recorder = Recorder(what)
+    state.start_recording(recorder)
     try:
         yield recorder
     finally:
-        thread.recording = outer
+        state.stop_recording(restore=outer)

@@ -101,7 +101,7 @@ def cuStreamDestroy_v2(stream):
 
 def _synchronize() -> None:
     state.current_context()
-    if state.thread.recording is None:  # (a capturing stream's refusal comes from there)
+    if state.recorder() is None:  # (a capturing stream's refusal comes from there)
         graph_capture.forbid_unsafe("synchronizing")
     state.conn().synchronize()
 
@@ -110,7 +110,7 @@ def _query() -> None:
     """Work runs in arrival order, so "is this stream's (event's) work done" is answered by
     "is all work sent so far done"."""
     state.current_context()
-    if state.thread.recording is None:
+    if state.recorder() is None:
         graph_capture.forbid_unsafe("querying")
     if not state.conn().query():
         raise CudaError(E.CUDA_ERROR_NOT_READY, "work is still running")
@@ -218,15 +218,21 @@ def cuEventRecordWithFlags(event, stream, flags):
     _record(event, stream, flags)
 
 
+def _uncaptured_event(event) -> None:
+    """An event recorded in a capture stands for a place in a graph, not for work."""
+    if handle_of(event, Kind.EVENT, state.events) in graph_capture.captured_events:
+        raise CudaError(E.CUDA_ERROR_CAPTURED_EVENT, "the event was recorded in a capture")
+
+
 @api
 def cuEventSynchronize(event):
-    handle_of(event, Kind.EVENT, state.events)
+    _uncaptured_event(event)
     _synchronize()
 
 
 @api
 def cuEventQuery(event):
-    handle_of(event, Kind.EVENT, state.events)
+    _uncaptured_event(event)
     _query()
 
 

@@ -98,14 +98,14 @@ def api(fn):
         try:
             current_context()
             fn(*args)
-            if driver_state.thread.pending is not None:
+            if driver_state.recording_threads:
                 finish_recorded_call()
             return 0
         except CudaError as exc:
             return runtime.fail(exc, fn.__name__)
         finally:
-            if driver_state.thread.recording is not None:
-                driver_state.thread.recording = driver_state.thread.pending = None
+            if driver_state.recording_threads:
+                driver_state.stop_recording()
 
     return wrapper
 

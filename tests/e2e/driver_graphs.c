@@ -178,6 +178,7 @@ int main(int argc, char **argv) {
     CHECK(cuThreadExchangeStreamCaptureMode(&mode));
     EXPECT(mode == CU_STREAM_CAPTURE_MODE_RELAXED);
     CHECK(cuEventRecord(join, side));
+    EXPECT_CODE(CUDA_ERROR_CAPTURED_EVENT, cuEventQuery(join));
     CHECK(cuStreamWaitEvent(stream, join, 0));
     CHECK(cuLaunchKernel(add_bias, (N + 127) / 128, 1, 1, 128, 1, 1, 0, stream, bias_args,
                          NULL));

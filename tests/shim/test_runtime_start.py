@@ -105,7 +105,8 @@ def test_cuda_python_application(shim_dir):
                             timeout=60, env={**env, "LD_LIBRARY_PATH": str(shim_dir)})
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["0", "13000", "801"]
-    assert "vgpu: cuGraphicsUnregisterResource is not implemented (CUDA_ERROR_NOT_SUPPORTED)" in result.stderr
+    assert ("vgpu: cuGraphicsUnregisterResource is not implemented "
+            "(CUDA_ERROR_NOT_SUPPORTED)") in result.stderr
 
 
 THREADS = r"""
