@@ -15,16 +15,22 @@ from __future__ import annotations
 from . import graph_capture
 from ._state import CudaError, E, api, check_out, ffi, state
 from .graph_model import (
+    EVENT_RECORD,
     GRAPH_EXEC,
+    HOST,
     KERNEL,
+    MEMCPY,
+    MEMSET,
+    WAIT_EVENT,
     Exec,
     Graph,
-    GraphAllocation,
     Node,
+    clone,
     graphs,
     topological,
 )
-from .graphs import _of_kind, kernel_node
+from .graph_nodes import event_steps
+from .graphs import _of_kind, host_params, kernel_node, memcpy3d, memset_node
 from .memory import _check_stream
 
 CU_GRAPH_EXEC_UPDATE_SUCCESS = 0
@@ -34,34 +40,27 @@ CU_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH = 1
 _INSTANTIATE_FLAGS = 0x1 | 0x2 | 0x8 | 0x10  # auto free, upload, device launch, priority
 
 
-def _flatten(graph: Graph, top: Node | None, out: list[tuple[Node, tuple]]) -> None:
+def _flatten(graph: Graph, top: Node | None, off: set[int],
+             out: list[tuple[Node, tuple]]) -> None:
     """(top-level node, step) of every step, in an order that respects every edge; a child
-    graph's steps stand where its node does."""
+    graph's steps stand where its node does; nodes in `off` do nothing."""
     for node in topological(graph):
         owner = top or node
+        if node.handle in off:
+            continue
         if node.child is not None:
-            _flatten(node.child, owner, out)
+            _flatten(node.child, owner, off, out)
         out.extend((owner, step) for step in node.steps)
 
 
-def _allocations(graph: Graph) -> list[GraphAllocation]:
-    """The memory of every memory-alloc node of `graph` and its child graphs."""
-    found = []
-    for node in graph.nodes:
-        if node.allocation is not None:
-            found.append(node.allocation)
-        if node.child is not None:
-            found += _allocations(node.child)
-    return found
-
-
-def plan(graph: Graph) -> tuple[list, list, dict]:
-    """(plan, server segments, positions) of an executable graph of `graph`."""
+def _build(graph_exec: Exec) -> None:
+    """The executable's launch plan, server segments and node positions, from its copy."""
     steps: list[tuple[Node, tuple]] = []
-    _flatten(graph, None, steps)
+    off = {graph_exec.twins[h].handle for h in graph_exec.disabled}
+    _flatten(graph_exec.copy, None, off, steps)
     launch_plan: list[tuple] = []
     segments: list[list] = []
-    positions: dict[int, list[tuple[int, int]]] = {}
+    found: dict[int, list[tuple[int, int]]] = {}
     for node, step in steps:
         if step[0] != "wire":
             launch_plan.append(step)
@@ -69,10 +68,12 @@ def plan(graph: Graph) -> tuple[list, list, dict]:
         if not launch_plan or launch_plan[-1][0] != "server":
             launch_plan.append(("server", len(segments)))
             segments.append([])
-        positions.setdefault(node.handle, []).append((len(segments) - 1,
-                                                      len(segments[-1])))
+        found.setdefault(node.handle, []).append((len(segments) - 1, len(segments[-1])))
         segments[-1].append([step[1], list(step[2])])
-    return launch_plan, segments, positions
+    graph_exec.plan, graph_exec.segments = launch_plan, segments
+    graph_exec.positions = {original: found[twin.handle]
+                            for original, twin in graph_exec.twins.items()
+                            if twin.handle in found}
 
 
 def _shape(graph: Graph) -> list[tuple]:
@@ -82,19 +83,34 @@ def _shape(graph: Graph) -> list[tuple]:
              _shape(node.child) if node.child is not None else None) for node in graph.nodes]
 
 
+def _copy(graph_exec: Exec, source: Graph) -> None:
+    """The executable's own copy of `source`, whose nodes stand for those of its graph in
+    order (the graph itself, or one of the same shape)."""
+    copy, mapping = clone(source)
+    old, graph_exec.copy = graph_exec.copy, copy
+    graph_exec.twins = {mine.handle: mapping[theirs]
+                        for mine, theirs in zip(graph_exec.graph.nodes, source.nodes,
+                                                strict=True)}
+    graphs.drop_graph(old)  # after the new copy holds the memory both may hold
+
+
 def instantiate(graph, flags: int) -> Exec:
     context = state.current_context()
     source = graphs.graph(graph)
     if flags & ~_INSTANTIATE_FLAGS:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown instantiate flags 0x{flags:x}")
-    launch_plan, segments, positions = plan(source)
-    executable = Exec(state.new_handle(GRAPH_EXEC), context, source, flags, launch_plan,
-                      positions, _shape(source), segments, _allocations(source))
-    # Answered (one round trip, as instantiating is rare): a graph past the server's
-    # bounds fails here, not at its first launch.
-    state.conn().call("vgpuGraphCreate", executable.handle, context, segments)
-    for allocation in executable.allocations:  # the executable graph uses them too
-        allocation.holders += 1
+    topological(source)  # a cycle fails here
+    copy, mapping = clone(source)
+    executable = Exec(state.new_handle(GRAPH_EXEC), context, source, flags, copy,
+                      {n.handle: mapping[n] for n in source.nodes}, _shape(source))
+    try:
+        _build(executable)
+        # Answered (one round trip, as instantiating is rare): a graph past the server's
+        # bounds fails here, not at its first launch.
+        state.conn().call("vgpuGraphCreate", executable.handle, context, executable.segments)
+    except CudaError:
+        graphs.drop_graph(copy)
+        raise
     graphs.execs[executable.handle] = executable
     return executable
 
@@ -164,23 +180,109 @@ def cuGraphExecDestroy(executable):
     graph_exec = graphs.exec(executable)
     del graphs.execs[graph_exec.handle]
     state.conn().post("vgpuGraphDestroy", graph_exec.handle)
-    for allocation in graph_exec.allocations:
-        allocation.release()
+    graphs.drop_graph(graph_exec.copy)
+
+
+def twin_of(graph_exec: Exec, node, kind: int) -> Node:
+    """The executable's copy of `node`, a node of `kind` of the graph it was made from."""
+    target = _of_kind(node, kind)
+    twin = graph_exec.twins.get(target.handle)
+    if twin is None:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        "the node is not a node of the graph this was instantiated from")
+    return twin
+
+
+def resend(graph_exec: Exec) -> None:
+    """The server's copy of the executable graph replaced by what its copy is now."""
+    _build(graph_exec)
+    conn = state.conn()
+    conn.post("vgpuGraphDestroy", graph_exec.handle)
+    conn.post("vgpuGraphCreate", graph_exec.handle, graph_exec.context, graph_exec.segments)
+
+
+def set_node(executable, node, kind: int, make) -> None:
+    """A node of an executable graph runs with new parameters from now on (its graph keeps
+    its own)."""
+    graph_exec = graphs.exec(executable)
+    twin = twin_of(graph_exec, node, kind)
+    twin.steps, twin.params = make()
+    resend(graph_exec)
 
 
 def set_kernel(executable, node, make) -> None:
-    """A kernel node of an executable graph runs with new parameters from now on."""
+    """A kernel node's new parameters: one call replaced on the server."""
     graph_exec = graphs.exec(executable)
-    target = _of_kind(node, KERNEL)
-    where = graph_exec.positions.get(target.handle)
-    if target.graph is not graph_exec.graph or not where:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
-                        "the node is not a kernel node of the graph this was instantiated from")
-    steps, _ = make()
+    twin = twin_of(graph_exec, node, KERNEL)
+    twin.steps, twin.params = make()
+    where = graph_exec.positions.get(graphs.node(node).handle)
+    if not where:  # a disabled node: nothing of it is on the server
+        return
     (segment, index), = where
-    call = [steps[0][1], list(steps[0][2])]
+    call = [twin.steps[0][1], list(twin.steps[0][2])]
     graph_exec.segments[segment][index] = call
     state.conn().post("vgpuGraphSetCall", graph_exec.handle, segment, index, call)
+
+
+@api
+def cuGraphExecMemsetNodeSetParams(executable, node, p, ctx):
+    set_node(executable, node, MEMSET, lambda: memset_node(p))
+
+
+@api
+def cuGraphExecMemcpyNodeSetParams(executable, node, p, ctx):
+    set_node(executable, node, MEMCPY, lambda: memcpy3d(p))
+
+
+@api
+def cuGraphExecHostNodeSetParams(executable, node, p):
+    set_node(executable, node, HOST, lambda: host_params(p))
+
+
+@api
+def cuGraphExecEventRecordNodeSetEvent(executable, node, event):
+    set_node(executable, node, EVENT_RECORD, lambda: event_steps(event, "cuEventRecord"))
+
+
+@api
+def cuGraphExecEventWaitNodeSetEvent(executable, node, event):
+    set_node(executable, node, WAIT_EVENT, lambda: event_steps(event, "cuStreamWaitEvent"))
+
+
+def set_enabled(executable, node, enabled: bool) -> None:
+    """Switch a kernel, memcpy or memset node of an executable graph off (it does nothing
+    at launches) or on again."""
+    graph_exec = graphs.exec(executable)
+    target = graphs.node(node)
+    if target.kind not in (KERNEL, MEMCPY, MEMSET):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        "only kernel, memcpy and memset nodes can be switched off")
+    twin_of(graph_exec, node, target.kind)
+    before = set(graph_exec.disabled)
+    if enabled:
+        graph_exec.disabled.discard(target.handle)
+    else:
+        graph_exec.disabled.add(target.handle)
+    if graph_exec.disabled != before:
+        resend(graph_exec)
+
+
+def is_enabled(executable, node) -> bool:
+    graph_exec = graphs.exec(executable)
+    target = graphs.node(node)
+    twin_of(graph_exec, node, target.kind)
+    return target.handle not in graph_exec.disabled
+
+
+@api
+def cuGraphNodeSetEnabled(executable, node, enabled):
+    set_enabled(executable, node, bool(enabled))
+
+
+@api
+def cuGraphNodeGetEnabled(executable, node, enabled_out):
+    check_out(enabled_out)
+    enabled_out[0] = int(is_enabled(executable, node))
 
 
 @api
@@ -205,14 +307,8 @@ def update(executable, graph) -> tuple[int, Node | None]:
             return CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED, node
         if now != before:
             return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, node
-    launch_plan, segments, found = plan(source)
-    # Nodes keep being named by the instantiated graph's handles: the same place, same node.
-    index = {n.handle: i for i, n in enumerate(source.nodes)}
-    positions = {graph_exec.graph.nodes[index[h]].handle: p for h, p in found.items()}
-    graph_exec.plan, graph_exec.segments, graph_exec.positions = launch_plan, segments, positions
-    conn = state.conn()
-    conn.post("vgpuGraphDestroy", graph_exec.handle)
-    conn.post("vgpuGraphCreate", graph_exec.handle, graph_exec.context, segments)
+    _copy(graph_exec, source)
+    resend(graph_exec)
     return CU_GRAPH_EXEC_UPDATE_SUCCESS, None
 
 

@@ -69,16 +69,20 @@ class Graph:
 class Exec:
     handle: int
     context: int
-    graph: Graph  # the graph it was instantiated from (nodes name their counterparts)
+    graph: Graph  # the graph it was instantiated from: its nodes name the executable's
     flags: int
+    # The executable's own copy of the graph (what updates change), and which node of it
+    # each node of `graph` stands for (by handle).
+    copy: Graph
+    twins: dict[int, Node]
+    shape: list[tuple]  # (node kind, dependency indices) of each node: what updates keep
+    disabled: set[int] = field(default_factory=set)  # nodes of `graph` switched off
     # What one launch does, in order: ("server", segment index), ("host", fn, data),
     # ("local", method, args).
-    plan: list[tuple]
+    plan: list[tuple] = field(default_factory=list)
     # Node handle of `graph` -> [(segment, index of its call)], for the per-node updates.
-    positions: dict[int, list[tuple[int, int]]]
-    shape: list[tuple]  # (node kind, dependency indices) of each node: what updates keep
-    segments: list[list]  # the server's calls, per segment, as sent
-    allocations: list[GraphAllocation] = field(default_factory=list)  # held while it lives
+    positions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    segments: list[list] = field(default_factory=list)  # the server's calls, as sent
 
 
 class GraphState:

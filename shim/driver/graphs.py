@@ -107,7 +107,7 @@ def cuGraphAddMemsetNode(out, graph, deps, count, p, ctx):
     add(out, graph, deps, count, MEMSET, lambda: memset_node(p))
 
 
-def _host_params(p):
+def host_params(p):
     if p == ffi.NULL:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "nodeParams is NULL")
     return build.host_steps(p.fn, p.userData)
@@ -115,7 +115,7 @@ def _host_params(p):
 
 @api
 def cuGraphAddHostNode(out, graph, deps, count, p):
-    add(out, graph, deps, count, HOST, lambda: _host_params(p))
+    add(out, graph, deps, count, HOST, lambda: host_params(p))
 
 
 @api
@@ -181,8 +181,38 @@ def cuGraphKernelNodeGetParams_v2(node, p):
 
 @api
 def cuGraphKernelNodeSetParams_v2(node, p):
-    target = _of_kind(node, KERNEL)
-    target.steps, target.params = kernel_node(p, True)()
+    set_params(node, KERNEL, kernel_node(p, True))
+
+
+def set_params(node, kind: int, make) -> None:
+    """New parameters for a node of a graph (executable graphs made from it keep theirs)."""
+    target = _of_kind(node, kind)
+    target.steps, target.params = make()
+
+
+@api
+def cuGraphMemsetNodeSetParams(node, p):
+    set_params(node, MEMSET, lambda: memset_node(p))
+
+
+@api
+def cuGraphMemcpyNodeSetParams(node, p):
+    set_params(node, MEMCPY, lambda: memcpy3d(p))
+
+
+@api
+def cuGraphHostNodeSetParams(node, p):
+    set_params(node, HOST, lambda: host_params(p))
+
+
+@api
+def cuGraphEventRecordNodeSetEvent(node, event):
+    set_params(node, EVENT_RECORD, lambda: build.event_steps(event, "cuEventRecord"))
+
+
+@api
+def cuGraphEventWaitNodeSetEvent(node, event):
+    set_params(node, WAIT_EVENT, lambda: build.event_steps(event, "cuStreamWaitEvent"))
 
 
 @api

@@ -39,7 +39,13 @@ __all__ = [
     "cudaStreamGetCaptureInfo", "cudaStreamUpdateCaptureDependencies",
     "cudaThreadExchangeStreamCaptureMode", "cudaGraphAddMemAllocNode",
     "cudaGraphAddMemFreeNode", "cudaGraphMemAllocNodeGetParams",
-    "cudaGraphMemFreeNodeGetParams",
+    "cudaGraphMemFreeNodeGetParams", "cudaGraphMemcpyNodeSetParams",
+    "cudaGraphMemcpyNodeSetParams1D", "cudaGraphMemsetNodeSetParams",
+    "cudaGraphExecMemcpyNodeSetParams", "cudaGraphExecMemcpyNodeSetParams1D",
+    "cudaGraphExecMemsetNodeSetParams", "cudaGraphHostNodeSetParams",
+    "cudaGraphExecHostNodeSetParams", "cudaGraphEventRecordNodeSetEvent",
+    "cudaGraphEventWaitNodeSetEvent", "cudaGraphExecEventRecordNodeSetEvent",
+    "cudaGraphExecEventWaitNodeSetEvent", "cudaGraphNodeSetEnabled", "cudaGraphNodeGetEnabled",
 ]
 
 _driver = {name: getattr(driver_graphs, name).__wrapped__ for name in dir(driver_graphs)
@@ -102,8 +108,7 @@ def cudaGraphKernelNodeGetParams(node, p):
 
 @api
 def cudaGraphKernelNodeSetParams(node, p):
-    target = driver_graphs._of_kind(node, KERNEL)
-    target.steps, target.params = _kernel(p)()
+    driver_graphs.set_params(node, KERNEL, _kernel(p))
 
 
 @api
@@ -143,9 +148,7 @@ def cudaGraphAddMemcpyNode(out, graph, deps, count, p):
 
 @api
 def cudaGraphAddMemcpyNode1D(out, graph, deps, count, dst, src, size, kind):
-    driver_graphs.add(out, graph, deps, count, MEMCPY,
-                      lambda: (graph_nodes.memcpy_1d_steps(ptr(dst), ptr(src), size),
-                               {"dst": ptr(dst), "src": ptr(src), "size": size}))
+    driver_graphs.add(out, graph, deps, count, MEMCPY, _memcpy_1d(dst, src, size))
 
 
 def _memset(p):
@@ -158,6 +161,42 @@ def _memset(p):
 @api
 def cudaGraphAddMemsetNode(out, graph, deps, count, p):
     driver_graphs.add(out, graph, deps, count, MEMSET, lambda: _memset(p))
+
+
+def _memcpy_1d(dst, src, size):
+    """make() of a 1D memcpy node."""
+    return lambda: (graph_nodes.memcpy_1d_steps(ptr(dst), ptr(src), size),
+                    {"dst": ptr(dst), "src": ptr(src), "size": size})
+
+
+@api
+def cudaGraphMemcpyNodeSetParams(node, p):
+    driver_graphs.set_params(node, MEMCPY, lambda: _memcpy3d(p))
+
+
+@api
+def cudaGraphMemcpyNodeSetParams1D(node, dst, src, size, kind):
+    driver_graphs.set_params(node, MEMCPY, _memcpy_1d(dst, src, size))
+
+
+@api
+def cudaGraphMemsetNodeSetParams(node, p):
+    driver_graphs.set_params(node, MEMSET, lambda: _memset(p))
+
+
+@api
+def cudaGraphExecMemcpyNodeSetParams(executable, node, p):
+    graph_exec.set_node(executable, node, MEMCPY, lambda: _memcpy3d(p))
+
+
+@api
+def cudaGraphExecMemcpyNodeSetParams1D(executable, node, dst, src, size, kind):
+    graph_exec.set_node(executable, node, MEMCPY, _memcpy_1d(dst, src, size))
+
+
+@api
+def cudaGraphExecMemsetNodeSetParams(executable, node, p):
+    graph_exec.set_node(executable, node, MEMSET, lambda: _memset(p))
 
 
 @api
@@ -204,10 +243,54 @@ def cudaGraphMemFreeNodeGetParams(node, dptr_out):
 
 @api
 def cudaGraphAddHostNode(out, graph, deps, count, p):
+    driver_graphs.add(out, graph, deps, count, HOST, _host(p))
+
+
+def _host(p):
     if p == ffi.NULL:
         raise CudaError(E.cudaErrorInvalidValue, "pNodeParams is NULL")
-    driver_graphs.add(out, graph, deps, count, HOST,
-                      lambda: graph_nodes.host_steps(p.fn, p.userData))
+    return lambda: graph_nodes.host_steps(p.fn, p.userData)
+
+
+@api
+def cudaGraphHostNodeSetParams(node, p):
+    driver_graphs.set_params(node, HOST, _host(p))
+
+
+@api
+def cudaGraphExecHostNodeSetParams(executable, node, p):
+    graph_exec.set_node(executable, node, HOST, _host(p))
+
+
+@api
+def cudaGraphEventRecordNodeSetEvent(node, event):
+    driver_graphs.cuGraphEventRecordNodeSetEvent.__wrapped__(node, event)
+
+
+@api
+def cudaGraphEventWaitNodeSetEvent(node, event):
+    driver_graphs.cuGraphEventWaitNodeSetEvent.__wrapped__(node, event)
+
+
+@api
+def cudaGraphExecEventRecordNodeSetEvent(executable, node, event):
+    graph_exec.cuGraphExecEventRecordNodeSetEvent.__wrapped__(executable, node, event)
+
+
+@api
+def cudaGraphExecEventWaitNodeSetEvent(executable, node, event):
+    graph_exec.cuGraphExecEventWaitNodeSetEvent.__wrapped__(executable, node, event)
+
+
+@api
+def cudaGraphNodeSetEnabled(executable, node, enabled):
+    graph_exec.set_enabled(executable, node, bool(enabled))
+
+
+@api
+def cudaGraphNodeGetEnabled(executable, node, enabled_out):
+    check_out(enabled_out)
+    enabled_out[0] = int(graph_exec.is_enabled(executable, node))
 
 
 @api

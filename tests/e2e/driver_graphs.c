@@ -12,7 +12,7 @@
 #include "test_files.h"
 
 enum { N = 1000 };
-static int host_runs;
+static int host_runs, other_runs;
 
 static void CUDA_CB count_run(void *data) { (*(int *)data)++; }
 
@@ -150,6 +150,12 @@ int main(int argc, char **argv) {
     CHECK(cuGraphLaunch(exec, stream));
     CHECK(cuStreamSynchronize(stream));
     EXPECT(all_equal(out, (1.0f * 7 + 0.25f) * 2));
+    int runs_before = host_runs;
+    CUDA_HOST_NODE_PARAMS other = {.fn = count_run, .userData = &other_runs};
+    CHECK(cuGraphExecHostNodeSetParams(exec, host, &other));
+    CHECK(cuGraphLaunch(exec, stream));
+    CHECK(cuStreamSynchronize(stream));
+    EXPECT(other_runs == 1 && host_runs == runs_before);
     CUgraphNode extra;
     CHECK(cuGraphAddEmptyNode(&extra, edited, NULL, 0));
     EXPECT_CODE(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, cuGraphExecUpdate(exec, edited, &info));

@@ -132,6 +132,22 @@ int main() {
     CHECK(cudaGraphLaunch(exec, s));
     CHECK(cudaStreamSynchronize(s));
     for (int i = 0; i < n; i++) EXPECT(result[i] == 1 + 2 + 100);  // the graph's own nodes
+
+    unsigned enabled = 1;
+    CHECK(cudaGraphNodeSetEnabled(exec, add1, 0));
+    CHECK(cudaGraphNodeGetEnabled(exec, add1, &enabled));
+    EXPECT(enabled == 0);
+    cudaMemsetParams seven = ms;
+    seven.value = 7;
+    CHECK(cudaGraphExecMemsetNodeSetParams(exec, set, &seven));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < n; i++) EXPECT(result[i] == 7 + 2 + 100);
+    CHECK(cudaGraphNodeSetEnabled(exec, add1, 1));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < n; i++) EXPECT(result[i] == 7 + 1 + 2 + 100);
+    EXPECT_ERROR(cudaErrorInvalidValue, cudaGraphNodeSetEnabled(exec, nodes[0], 0));  // foreign
     printf("graphs: built graph ran and was updated\n");
 
     // ---- stream-ordered allocation in a capture: alloc and free nodes
