@@ -131,6 +131,9 @@ def cuGraphInstantiate_v2(exec_out, graph, error_node, log, log_size):
     exec_out[0] = ffi.cast("void *", instantiate(graph, 0).handle)
 
 
+cuGraphInstantiate = cuGraphInstantiate_v2  # the same parameters, from CUDA 10.0 on
+
+
 @api
 def cuGraphInstantiateWithParams(exec_out, graph, params):
     check_out(exec_out)

@@ -180,8 +180,19 @@ def cuGraphKernelNodeGetParams_v2(node, p):
 
 
 @api
+def cuGraphKernelNodeGetParams(node, p):  # CUDA_KERNEL_NODE_PARAMS_v1: no kern, no ctx
+    check_out(p)
+    write_kernel_params(_of_kind(node, KERNEL), p)
+
+
+@api
 def cuGraphKernelNodeSetParams_v2(node, p):
     set_params(node, KERNEL, kernel_node(p, True))
+
+
+@api
+def cuGraphKernelNodeSetParams(node, p):
+    set_params(node, KERNEL, kernel_node(p, False))
 
 
 def set_params(node, kind: int, make) -> None:
