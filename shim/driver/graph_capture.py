@@ -66,9 +66,9 @@ class CaptureRecorder(Recorder):
         super().__init__("stream capture")
         self.capture = capture
 
-    def __getattr__(self, name: str):
+    def refuse(self, what: str):
         self.capture.status = INVALIDATED
-        return super().__getattr__(name)
+        super().refuse(what)
 
 
 def enter_stream(handle: int) -> None:

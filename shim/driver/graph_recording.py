@@ -13,6 +13,10 @@ import contextlib
 
 from ._state import CudaError, E, state
 
+# Loading a module on its first use (the runtime loads them lazily, maybe in a call being
+# recorded) is no work of the graph: it goes to the server now, as outside a recording.
+PASSED_ON = frozenset({"cuModuleLoadData", "cuModuleGetFunction"})
+
 
 class Recorder:
     """Stands in for the connection while one call is recorded into graph steps."""
@@ -22,7 +26,18 @@ class Recorder:
         self.steps: list[tuple] = []
 
     def post(self, op: str, *args) -> None:
-        self.steps.append(("wire", op, list(args)))
+        if op in PASSED_ON:
+            state.connection.post(op, *args)
+        else:
+            self.steps.append(("wire", op, list(args)))
+
+    def call(self, op: str, *args):
+        if op not in PASSED_ON:
+            self.refuse(op)
+        return state.connection.call(op, *args)
+
+    def frame(self, payload) -> list:
+        return state.connection.frame(payload)  # only module loading sends frames here
 
     def write_device(self, op: str, dst: int, src: int, size: int, *extra) -> None:
         # Pageable host memory: the client copies it itself, when the graph runs.
@@ -35,10 +50,13 @@ class Recorder:
         pass  # nothing is sent while recording
 
     def __getattr__(self, name: str):
-        # Anything that needs an answer from the device now (a synchronization, an
-        # allocation, a round trip) cannot be part of a graph.
+        self.refuse(name)
+
+    def refuse(self, what: str):
+        """Anything that needs an answer from the device now (a synchronization, an
+        allocation, a round trip) cannot be part of a graph."""
         raise CudaError(E.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
-                        f"an operation that waits for the device ({name}) is not "
+                        f"an operation that waits for the device ({what}) is not "
                         f"permitted in {self.what}")
 
 

@@ -17,6 +17,10 @@ __global__ void add_k(int *v, int k, int n) {
     if (i < n) v[i] += k;
 }
 
+__device__ int offset_value;
+
+__global__ void add_offset(int *v) { v[threadIdx.x] += offset_value; }
+
 static void count_call(void *data) { ++*static_cast<int *>(data); }
 
 static cudaKernelNodeParams add_params(void **args, int n) {
@@ -39,6 +43,27 @@ int main() {
     CHECK(cudaMallocHost(&pinned_out, bytes));
     cudaStream_t s;
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+    // ---- the program's device code is first used inside a capture (loaded then, lazily)
+    int offset = 42;
+    cudaGraph_t symbol_graph;
+    cudaGraphExec_t symbol_exec;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CHECK(cudaMemcpyToSymbolAsync(offset_value, &offset, sizeof offset, 0,
+                                  cudaMemcpyHostToDevice, s));
+    CHECK(cudaStreamEndCapture(s, &symbol_graph));
+    CHECK(cudaGraphInstantiate(&symbol_exec, symbol_graph, 0));
+    offset = 43;  // a pageable copy node reads the host memory when the graph runs
+    CHECK(cudaGraphLaunch(symbol_exec, s));
+    int *offsets;
+    CHECK(cudaMalloc(&offsets, 32 * sizeof(int)));
+    CHECK(cudaMemsetAsync(offsets, 0, 32 * sizeof(int), s));
+    add_offset<<<1, 32, 0, s>>>(offsets);
+    int added[32];
+    CHECK(cudaMemcpyAsync(added, offsets, sizeof added, cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < 32; i++) EXPECT(added[i] == 43);
+    printf("graphs: module loaded during a capture\n");
 
     // ---- capture
     int calls = 0;
