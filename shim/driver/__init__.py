@@ -18,6 +18,7 @@ from . import (
     device,
     graph_capture,
     graph_exec,
+    graph_generic,
     graph_memory,
     graphs,
     launch,
@@ -30,7 +31,7 @@ from . import (
 )
 
 _MODULES = (device, context, memory, arrays, textures, module, launch, stream, vmm, occupancy,
-            graphs, graph_exec, graph_capture, graph_memory)
+            graphs, graph_exec, graph_capture, graph_memory, graph_generic)
 
 
 def _implemented() -> dict:

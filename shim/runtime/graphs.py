@@ -4,7 +4,7 @@ pointers and cudaMemcpyKind, memsets by cudaMemsetParams)."""
 
 from __future__ import annotations
 
-from ..driver import graph_capture, graph_exec, graph_memory, graph_nodes
+from ..driver import graph_capture, graph_exec, graph_generic, graph_memory, graph_nodes
 from ..driver import graphs as driver_graphs
 from ..driver.graph_model import (
     CHILD_GRAPH,
@@ -46,6 +46,7 @@ __all__ = [
     "cudaGraphExecHostNodeSetParams", "cudaGraphEventRecordNodeSetEvent",
     "cudaGraphEventWaitNodeSetEvent", "cudaGraphExecEventRecordNodeSetEvent",
     "cudaGraphExecEventWaitNodeSetEvent", "cudaGraphNodeSetEnabled", "cudaGraphNodeGetEnabled",
+    "cudaGraphAddNode", "cudaGraphNodeSetParams", "cudaGraphExecNodeSetParams",
 ]
 
 _driver = {name: getattr(driver_graphs, name).__wrapped__ for name in dir(driver_graphs)
@@ -461,3 +462,27 @@ def cudaStreamUpdateCaptureDependencies(stream, deps, edge_data, count, flags):
 @api
 def cudaThreadExchangeStreamCaptureMode(mode):
     graph_capture.cuThreadExchangeStreamCaptureMode.__wrapped__(mode)
+
+
+# ----------------------------------------------------------------- generic node calls
+
+RUNTIME = graph_generic.Kinds(
+    kernel=lambda p: _kernel(ffi.addressof(p, "kernel")),
+    memcpy=lambda p: lambda: _memcpy3d(ffi.addressof(p.memcpy, "copyParams")),
+    memset=lambda p: lambda: _memset(ffi.addressof(p, "memset")),
+    host=lambda p: _host(ffi.addressof(p, "host")))
+
+
+@api
+def cudaGraphAddNode(out, graph, deps, edge_data, count, p):
+    graph_generic.add_node(out, graph, deps, count, p, RUNTIME)
+
+
+@api
+def cudaGraphNodeSetParams(node, p):
+    graph_generic.set_node(node, p, RUNTIME)
+
+
+@api
+def cudaGraphExecNodeSetParams(executable, node, p):
+    graph_generic.set_exec_node(executable, node, p, RUNTIME)

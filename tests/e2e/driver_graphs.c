@@ -227,8 +227,15 @@ int main(int argc, char **argv) {
     fill_params.dst = graph_memory;
     CHECK(cuGraphAddMemsetNode(&fill, with_memory, &alloc_node, 1, &fill_params, ctx));
     void *scale_graph_memory[] = {&graph_memory, &three, &n};
-    CUDA_KERNEL_NODE_PARAMS tp = kernel_params(scale, scale_graph_memory);
-    CHECK(cuGraphAddKernelNode(&triple, with_memory, &fill, 1, &tp));
+    CUgraphNodeParams generic; /* the CUDA 12 way: one struct for every node type */
+    memset(&generic, 0, sizeof generic);
+    generic.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    generic.kernel.func = scale;
+    generic.kernel.gridDimX = (N + 127) / 128; generic.kernel.gridDimY = 1;
+    generic.kernel.gridDimZ = 1;
+    generic.kernel.blockDimX = 128; generic.kernel.blockDimY = generic.kernel.blockDimZ = 1;
+    generic.kernel.kernelParams = scale_graph_memory;
+    CHECK(cuGraphAddNode(&triple, with_memory, &fill, NULL, 1, &generic));
     m.srcDevice = graph_memory;
     CHECK(cuGraphAddMemcpyNode(&fetch, with_memory, &triple, 1, &m, ctx));
     CHECK(cuGraphAddMemFreeNode(&free_node, with_memory, &fetch, 1, graph_memory));
@@ -241,11 +248,17 @@ int main(int argc, char **argv) {
     EXPECT_CODE(CUDA_ERROR_INVALID_VALUE, cuGraphAddMemFreeNode(&extra, with_memory, NULL, 0, x));
     CUgraphExec memory_exec;
     CHECK(cuGraphInstantiateWithFlags(&memory_exec, with_memory, 0));
-    CHECK(cuGraphDestroy(with_memory)); /* the executable graph keeps what it needs */
     memset(out, 0, N * sizeof(float));
     CHECK(cuGraphLaunch(memory_exec, stream));
     CHECK(cuStreamSynchronize(stream));
     EXPECT(all_equal(out, 3.0f));
+    void *scale_graph_memory5[] = {&graph_memory, &five, &n};
+    generic.kernel.kernelParams = scale_graph_memory5;
+    CHECK(cuGraphExecNodeSetParams(memory_exec, triple, &generic));
+    CHECK(cuGraphDestroy(with_memory)); /* the executable graph keeps what it needs */
+    CHECK(cuGraphLaunch(memory_exec, stream));
+    CHECK(cuStreamSynchronize(stream));
+    EXPECT(all_equal(out, 5.0f));
     CHECK(cuGraphExecDestroy(memory_exec));
     printf("driver_graphs: memory nodes ran\n");
 

@@ -127,7 +127,13 @@ int main() {
                          p3 = add_params(args3, n);
     CHECK(cudaGraphAddKernelNode(&add1, graph, &set, 1, &p1));
     CHECK(cudaGraphAddKernelNode(&add2, graph, &add1, 1, &p2));
-    CHECK(cudaGraphAddKernelNode(&add3, graph, &add2, 1, &p3));
+    cudaGraphNodeParams generic = {};  // the CUDA 12 way: one struct for every node type
+    generic.type = cudaGraphNodeTypeKernel;
+    generic.kernel.func = (void *)add_k;
+    generic.kernel.gridDim = p3.gridDim;
+    generic.kernel.blockDim = p3.blockDim;
+    generic.kernel.kernelParams = args3;
+    CHECK(cudaGraphAddNode(&add3, graph, &add2, nullptr, 1, &generic));
     CHECK(cudaGraphAddMemcpyNode1D(&copy, graph, &add3, 1, result.data(), v, n * sizeof(int),
                                    cudaMemcpyDeviceToHost));
     cudaKernelNodeParams got = {};
