@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from vgpu.errors import CudaError
 
+from .backends.base import Cancelled
 from .handles import HandleTable
 
 __all__ = ["GraphExecs", "GRAPH_OPS"]
@@ -108,6 +109,8 @@ class GraphExecs:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"the graph has no segment {segment}")
         self.session._check_stream(stream)
         for op_name, args in graph.segments[segment]:
+            if self.session.cancelled:  # its client is gone: stop between calls too
+                raise Cancelled
             place = GRAPH_CALLS[op_name]
             if place is not None:
                 args = list(args)
