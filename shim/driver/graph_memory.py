@@ -12,11 +12,34 @@ follows CUDA's rules sees the same results; it only holds the memory longer.
 from __future__ import annotations
 
 from . import graph_capture
-from ._state import CudaError, E, api, check_out, ffi
+from ._state import CudaError, E, api, check_out, ffi, state
 from .graph_model import MEM_ALLOC, MEM_FREE, GraphAllocation, dependencies, graphs
 
 CU_MEM_ALLOCATION_TYPE_PINNED = 1
 CU_MEM_LOCATION_TYPE_DEVICE = 1
+# CUgraphMem_attribute: what graphs use now and at most (vgpu reserves nothing beyond it)
+USED_CURRENT, USED_HIGH, RESERVED_CURRENT, RESERVED_HIGH = range(4)
+
+
+class GraphMemoryUse:
+    """The device memory of graphs' alloc nodes that is still allocated, and its peak."""
+
+    def __init__(self) -> None:
+        self.live: dict[int, int] = {}  # address -> size
+        self.high = 0
+
+    def add(self, address: int, size: int) -> None:
+        self.live[address] = size
+        self.high = max(self.high, self.current())
+
+    def current(self) -> int:
+        # What the program or the last graph holding it freed is no longer graph memory.
+        for address in [a for a in self.live if a not in state.allocations]:
+            del self.live[address]
+        return sum(self.live.values())
+
+
+use = GraphMemoryUse()
 
 
 def _allocation_node(graph, deps: list, size: int):
@@ -25,6 +48,7 @@ def _allocation_node(graph, deps: list, size: int):
     if size <= 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "an alloc node needs a size")
     allocation = GraphAllocation(allocate(size), size)
+    use.add(allocation.address, size)
     node = graphs.add_node(graph, MEM_ALLOC, [], deps, {"bytesize": size})
     node.allocation = allocation
     return node
@@ -119,3 +143,42 @@ def capture_free(stream: int, address: int) -> None:
     capture.frontier[stream] = [node]
 
 
+
+
+def _device(device: int) -> None:
+    if device != 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {device}")
+
+
+def get_attribute(device: int, attr: int) -> int:
+    _device(device)
+    if attr in (USED_CURRENT, RESERVED_CURRENT):
+        return use.current()
+    if attr in (USED_HIGH, RESERVED_HIGH):
+        return use.high
+    raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown graph memory attribute {attr}")
+
+
+def set_attribute(device: int, attr: int, value: int) -> None:
+    """Only the peaks can be set, and only to 0: they restart from what is in use now."""
+    _device(device)
+    if attr not in (USED_HIGH, RESERVED_HIGH) or value != 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "only a high watermark can be reset to 0")
+    use.high = use.current()
+
+
+@api
+def cuDeviceGetGraphMemAttribute(device, attr, value):
+    check_out(value)
+    ffi.cast("cuuint64_t *", value)[0] = get_attribute(device, attr)
+
+
+@api
+def cuDeviceSetGraphMemAttribute(device, attr, value):
+    check_out(value)
+    set_attribute(device, attr, ffi.cast("cuuint64_t *", value)[0])
+
+
+@api
+def cuDeviceGraphMemTrim(device):
+    _device(device)  # graph memory is freed when freed: nothing is kept to give back

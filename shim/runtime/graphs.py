@@ -47,6 +47,7 @@ __all__ = [
     "cudaGraphEventWaitNodeSetEvent", "cudaGraphExecEventRecordNodeSetEvent",
     "cudaGraphExecEventWaitNodeSetEvent", "cudaGraphNodeSetEnabled", "cudaGraphNodeGetEnabled",
     "cudaGraphAddNode", "cudaGraphNodeSetParams", "cudaGraphExecNodeSetParams",
+    "cudaDeviceGetGraphMemAttribute", "cudaDeviceSetGraphMemAttribute", "cudaDeviceGraphMemTrim",
 ]
 
 _driver = {name: getattr(driver_graphs, name).__wrapped__ for name in dir(driver_graphs)
@@ -238,6 +239,23 @@ def cudaGraphMemAllocNodeGetParams(node, params):
 @api
 def cudaGraphMemFreeNodeGetParams(node, dptr_out):
     set_pointer(ffi.cast("void **", dptr_out), graph_memory.free_address_of(node))
+
+
+@api
+def cudaDeviceGetGraphMemAttribute(device, attr, value):
+    check_out(value)
+    ffi.cast("unsigned long long *", value)[0] = graph_memory.get_attribute(device, attr)
+
+
+@api
+def cudaDeviceSetGraphMemAttribute(device, attr, value):
+    check_out(value)
+    graph_memory.set_attribute(device, attr, ffi.cast("unsigned long long *", value)[0])
+
+
+@api
+def cudaDeviceGraphMemTrim(device):
+    graph_memory.cuDeviceGraphMemTrim.__wrapped__(device)
 
 
 # ----------------------------------------------------------------- other nodes

@@ -223,6 +223,9 @@ int main(int argc, char **argv) {
     CHECK(cuGraphAddMemAllocNode(&alloc_node, with_memory, NULL, 0, &ap));
     EXPECT(ap.dptr != 0);
     CUdeviceptr graph_memory = ap.dptr;
+    cuuint64_t used = 0;
+    CHECK(cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used));
+    EXPECT(used == N * sizeof(float));
     CUDA_MEMSET_NODE_PARAMS fill_params = ms;
     fill_params.dst = graph_memory;
     CHECK(cuGraphAddMemsetNode(&fill, with_memory, &alloc_node, 1, &fill_params, ctx));
@@ -259,7 +262,12 @@ int main(int argc, char **argv) {
     CHECK(cuGraphLaunch(memory_exec, stream));
     CHECK(cuStreamSynchronize(stream));
     EXPECT(all_equal(out, 5.0f));
-    CHECK(cuGraphExecDestroy(memory_exec));
+    CHECK(cuGraphExecDestroy(memory_exec)); /* the last holder: the free node frees it */
+    CHECK(cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used));
+    EXPECT(used == 0);
+    CHECK(cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, &used));
+    EXPECT(used == N * sizeof(float));
+    CHECK(cuDeviceGraphMemTrim(dev));
     printf("driver_graphs: memory nodes ran\n");
 
     /* misuse */

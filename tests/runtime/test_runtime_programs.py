@@ -192,7 +192,8 @@ def test_per_thread_default_stream(toolkit, server):
 
 def test_graphs_and_stream_capture(toolkit, emu_server):
     assert_passed(run(emu_server, build(toolkit, "graphs")),
-                  "graphs: module loaded during a capture", "graphs: captured graph ran 3 times", "graphs: built graph ran and was updated",
+                  "graphs: module loaded during a capture", "graphs: captured graph ran 3 times",
+                  "graphs: built graph ran and was updated",
                   "graphs: stream-ordered allocation captured", "graphs: misuse refused",
                   "graphs: all checks passed")
 
