@@ -211,8 +211,13 @@ int main() {
         CHECK(cudaStreamSynchronize(s));
         for (int i = 0; i < n; i++) EXPECT(pinned_ints[i] == 5);
     }
+    unsigned long long graph_bytes = 0;
+    CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &graph_bytes));
+    EXPECT(graph_bytes == n * sizeof(int));
     CHECK(cudaGraphExecDestroy(memory_exec));
     CHECK(cudaGraphDestroy(with_memory));
+    CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &graph_bytes));
+    EXPECT(graph_bytes == 0);
     printf("graphs: stream-ordered allocation captured\n");
 
     // ---- misuse
