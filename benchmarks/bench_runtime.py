@@ -45,9 +45,10 @@ def _on_cpu(cpu: int | None):
     return None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
 
 
-def measure(program: Path, launches: int, rounds: int) -> tuple[list[float], list[float]]:
-    """Run the program on its own CPU, the server that executes its kernels on another, so
-    that the client-side times do not include the server's work."""
+def run_lines(program: Path, args: list[str]) -> list[str]:
+    """The output lines of `program ARGS` under `vgpu run`, the program on one CPU and the
+    emu server that executes its kernels on another, so that client-side times do not
+    include the server's work."""
     env = {k: v for k, v in os.environ.items() if k not in ("VGPU_SERVER", "VGPU_TRACE")}
     cpus = sorted(os.sched_getaffinity(0))
     client_cpu, server_cpu = (cpus[0], cpus[1]) if len(cpus) > 1 else (None, None)
@@ -61,7 +62,7 @@ def measure(program: Path, launches: int, rounds: int) -> tuple[list[float], lis
             server.stdout.readline()
             result = subprocess.run(
                 [sys.executable, "-m", "vgpu.cli", "run", "--server", address, "--",
-                 str(program), str(launches), str(rounds)], capture_output=True, text=True,
+                 str(program), *args], capture_output=True, text=True,
                 env=env, timeout=1800, preexec_fn=_on_cpu(client_cpu))
         finally:
             server.terminate()
@@ -70,13 +71,16 @@ def measure(program: Path, launches: int, rounds: int) -> tuple[list[float], lis
     if result.returncode != 0:
         raise SystemExit(f"benchmark program failed ({result.returncode}):\n"
                          f"{result.stdout}{result.stderr}")
+    return result.stdout.splitlines()
+
+
+def measure(program: Path, launches: int, rounds: int) -> tuple[list[float], list[float]]:
     runtime, driver = [], []
-    for line in result.stdout.splitlines():
+    for line in run_lines(program, [str(launches), str(rounds)]):
         fields = line.split()
         runtime.append(float(fields[fields.index("runtime_us") + 1]))
         driver.append(float(fields[fields.index("driver_us") + 1]))
     return runtime, driver
-
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

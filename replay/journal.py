@@ -22,6 +22,8 @@ Entries are plain lists of msgpack-able values, `[kind, *fields]`:
     ["memory",   handle, size, properties, references]      (cuMemCreate; 0 references:
                                                              released, still mapped)
     ["mapping",  address, size, offset, memory handle, access flags]   (cuMemMap)
+    ["graph",    handle, context, [[[op, args], ...] per segment]]   (an executable graph's
+                                                                      calls: server/graphs.py)
 
 A journal is restored by `vgpu.server.session.Session.restore`, which knows how to make each
 kind; the format's version is the checkpoint image's (`vgpu.replay.image`).
@@ -32,7 +34,7 @@ from __future__ import annotations
 __all__ = ["Journal", "ENTRY_KINDS"]
 
 ENTRY_KINDS = ("context", "alloc", "module", "function", "stream", "event", "reserve",
-               "memory", "mapping")
+               "memory", "mapping", "graph")
 
 
 class Journal:

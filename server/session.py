@@ -32,6 +32,7 @@ from .arena import VaArena
 from .backends import Backend, LoadedModule, open_backend
 from .backends.base import Cancelled, KernelFault
 from .client_files import SegmentRefused, map_client_file
+from .graphs import GRAPH_OPS, GraphExecs
 from .handles import HandleTable
 from .peer_memory import PeerMemoryError, read_peer, write_peer
 from .peers import Peer
@@ -196,6 +197,7 @@ class Session:
         self.events: HandleTable[Event] = HandleTable("event")
         self.allocation_owner: dict[int, int] = {}  # address -> context handle
         self.vmm = VirtualMemory(self)
+        self.graphs = GraphExecs(self)
         self.staging: mmap.mmap | None = None
         self.segments: dict[int, tuple[mmap.mmap, int | None]] = {}  # id -> (map, device addr)
         self.shared: SharedAllocations | None = None
@@ -482,6 +484,7 @@ class Session:
             "reserve": self.vmm.restore_reservation,
             "memory": physical,
             "mapping": self.vmm.restore_mapping,
+            "graph": self.graphs.create,
         }
         for kind, *fields in state["journal"]:
             makers[kind](*fields)
@@ -677,6 +680,7 @@ class Session:
 
     def _destroy_context_resources(self, handle: int) -> None:
         ctx = self.contexts.get(handle)
+        self.graphs.context_destroyed(handle)
         for m in list(ctx.modules):
             self.module_unload(m)
         for address in list(ctx.allocations):
@@ -1070,7 +1074,7 @@ class Session:
 STICKY_EXEMPT = frozenset({"cuCtxDestroy", "cuDevicePrimaryCtxReset", "cuMemFree",
                            "cuModuleUnload", "cuStreamDestroy", "cuEventDestroy",
                            "vgpuUnmapHostSegment", "vgpuDiscardReported", "cuMemUnmap",
-                           "cuMemRelease", "cuMemAddressFree"})
+                           "cuMemRelease", "cuMemAddressFree", "vgpuGraphDestroy"})
 
 
 def _on_vmm(method: Callable) -> Callable:
@@ -1079,6 +1083,14 @@ def _on_vmm(method: Callable) -> Callable:
 
 
 OPS.update({name: _on_vmm(method) for name, method in VMM_OPS.items()})
+
+
+def _on_graphs(method: Callable) -> Callable:
+    """A handler of an executable graph's op: the method of the session's `graphs`."""
+    return lambda session, *args: method(session.graphs, *args)
+
+
+OPS.update({name: _on_graphs(method) for name, method in GRAPH_OPS.items()})
 
 
 def _take_text(pieces: list[str]) -> str:

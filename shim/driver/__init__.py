@@ -12,9 +12,26 @@ all work in arrival order, which satisfies both stream semantics.
 
 from __future__ import annotations
 
-from . import arrays, context, device, launch, memory, module, occupancy, stream, textures, vmm
+from . import (
+    arrays,
+    context,
+    device,
+    graph_capture,
+    graph_exec,
+    graph_generic,
+    graph_memory,
+    graphs,
+    launch,
+    memory,
+    module,
+    occupancy,
+    stream,
+    textures,
+    vmm,
+)
 
-_MODULES = (device, context, memory, arrays, textures, module, launch, stream, vmm, occupancy)
+_MODULES = (device, context, memory, arrays, textures, module, launch, stream, vmm, occupancy,
+            graphs, graph_exec, graph_capture, graph_memory, graph_generic)
 
 
 def _implemented() -> dict:

@@ -23,7 +23,7 @@ from vgpu.errors import CudaError, DeviceUnavailable
 from .._libcuda import ffi
 
 __all__ = ["ffi", "api", "state", "CudaError", "E", "handle_of", "ptr", "check_out", "Kind",
-           "report_failure"]
+           "report_failure", "finish_recorded_call"]
 
 E = CUresult  # short alias for error codes: E.CUDA_ERROR_INVALID_VALUE
 
@@ -118,6 +118,16 @@ class MemoryPool:
 DEFAULT_LIMITS = {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 0, 6: 0}
 
 
+class ThreadState(threading.local):
+    """Per-thread state: the context stack, and while a call is being recorded into a CUDA
+    graph (graph_recording.py) the recorder standing in for the connection, with what to do
+    with its record once the call succeeded (`pending`)."""
+
+    stack: list[int] | None = None
+    recording = None
+    pending = None
+
+
 class DriverState:
     def __init__(self) -> None:
         self.connection = None
@@ -136,7 +146,10 @@ class DriverState:
         self.functions: dict[int, KernelLayout] = {}
         self.streams: dict[int, dict] = {}
         self.events: dict[int, dict] = {}  # handle -> {"context", "flags"}
-        self.thread = threading.local()
+        self.thread = ThreadState()
+        # Threads whose calls are being recorded into a graph: while none is, the hot paths
+        # (every API call, every conn()) skip looking at the thread's state.
+        self.recording_threads = 0
         self.lock = threading.RLock()  # for the few check-then-create steps threads could race
         self.lost_reported = False
         self.limits = dict(DEFAULT_LIMITS)
@@ -150,6 +163,29 @@ class DriverState:
         self.texture_objects: dict[int, tuple] = {}
         self.surface_objects: dict[int, tuple] = {}
         self._segment_ids = itertools.count(1)  # ids of pinned host segments
+
+    # ----------------------------------------------------------------- graph recording
+
+    def recorder(self):
+        """The calling thread's graph recorder, or None."""
+        return self.thread.recording if self.recording_threads else None
+
+    def start_recording(self, recorder, pending=None) -> None:
+        """The calling thread's calls go to `recorder` (pending: what to do with the record
+        when the API call succeeds) until stop_recording."""
+        with self.lock:
+            if self.thread.recording is None:
+                self.recording_threads += 1
+            self.thread.recording, self.thread.pending = recorder, pending
+
+    def stop_recording(self, restore=None) -> None:
+        """The calling thread's calls go to the connection again (or to `restore`)."""
+        with self.lock:
+            if self.thread.recording is None:
+                return
+            if restore is None:
+                self.recording_threads -= 1
+            self.thread.recording, self.thread.pending = restore, None
 
     def new_handle(self, kind: int) -> int:
         return _HANDLE_MARK | (kind << _KIND_SHIFT) | next(self._counter)
@@ -254,6 +290,10 @@ class DriverState:
 
     def conn(self):
         self.require_init()
+        if self.recording_threads:
+            recorder = self.thread.recording
+            if recorder is not None:  # the call is being recorded into a graph
+                return recorder
         if self.connection is None:
             raise DeviceUnavailable("no vgpu server connection")
         return self.connection
@@ -317,11 +357,25 @@ def api(fn):
     def wrapper(*args):
         try:
             fn(*args)
+            if state.recording_threads:
+                finish_recorded_call()
             return 0
         except CudaError as exc:
             return report_failure(exc, fn.__name__)
+        finally:
+            if state.recording_threads:
+                state.stop_recording()
 
     return wrapper
+
+
+def finish_recorded_call() -> None:
+    """A call on a capturing stream succeeded: what it recorded joins the capture (which may
+    raise CudaError)."""
+    pending = state.thread.pending
+    if pending is not None:
+        state.stop_recording()
+        pending()
 
 
 def report_failure(exc: CudaError, where: str) -> int:

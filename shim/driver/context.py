@@ -20,6 +20,7 @@ from ._state import (
     ptr,
     state,
 )
+from .graph_capture import forbid_unsafe
 from .module import reload_library
 
 CU_CTX_FLAGS_MASK = 0xFF
@@ -178,6 +179,7 @@ def cuCtxGetApiVersion(ctx, version):
 @api
 def cuCtxSynchronize():
     state.current_context()
+    forbid_unsafe("cuCtxSynchronize")
     state.conn().synchronize()
 
 
@@ -185,6 +187,7 @@ def cuCtxSynchronize():
 def cuCtxSynchronize_v2(ctx):
     # The server runs a session's work in order: waiting for all of it waits for ctx's.
     _context_or_current(ctx)
+    forbid_unsafe("cuCtxSynchronize")
     state.conn().synchronize()
 
 

@@ -6,6 +6,7 @@ import ctypes
 import os
 import struct
 
+from . import graph_capture, graph_memory
 from ._state import (
     CudaError,
     E,
@@ -40,6 +41,13 @@ _INVALID_PITCH = 12  # cudaErrorInvalidPitchValue, NVIDIA's runtime's code for a
 # ----------------------------------------------------------------- device memory
 
 def _alloc(size: int) -> int:
+    graph_capture.forbid_unsafe("allocating device memory")
+    return allocate(size)
+
+
+def allocate(size: int) -> int:
+    """Device memory now, whatever a stream capture forbids (graph memory nodes take theirs
+    when they are made)."""
     context = state.current_context()
     if size == 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes")
@@ -268,6 +276,15 @@ def _pinned_spec(address: int, size: int):
 
 
 def _check_stream(stream) -> int:
+    """The handle of the stream a call puts work on; while any stream captures, the call
+    may be recorded into a graph instead (graph_capture.enter_stream)."""
+    handle = stream_handle(stream)
+    if graph_capture.captures:
+        graph_capture.enter_stream(handle)
+    return handle
+
+
+def stream_handle(stream) -> int:
     if not stream:  # the NULL stream, what most launches and copies name
         return 0
     handle = ptr(stream)
@@ -732,6 +749,8 @@ def _alloc_async(dptr, size: int, stream) -> None:
 
 
 def _pool_alloc(size: int, stream) -> int:
+    if stream_handle(stream) in graph_capture.captures:  # a memory node of the capture
+        return graph_memory.capture_alloc(stream_handle(stream), size)
     _check_stream(stream)
     address = _alloc(size)
     p = state.default_pool()
@@ -758,6 +777,9 @@ def cuMemFreeAsync(dptr, stream):
 
 
 def _free_async(dptr: int, stream) -> None:
+    if stream_handle(stream) in graph_capture.captures:
+        graph_memory.capture_free(stream_handle(stream), dptr)
+        return
     _check_stream(stream)
     size = state.allocations.get(dptr, 0)
     _free(dptr)

@@ -7,10 +7,13 @@ of queued work. Event timestamps are taken by the server when it reaches the rec
 
 from __future__ import annotations
 
+from . import graph_capture
 from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, state
-from .memory import _check_stream
+from .graph_model import EVENT_RECORD, HOST, WAIT_EVENT
+from .memory import _check_stream, stream_handle
 
 CU_STREAM_NON_BLOCKING = 0x1
+CU_EVENT_RECORD_EXTERNAL = CU_EVENT_WAIT_EXTERNAL = 0x1
 CU_EVENT_FLAGS_MASK = 0xF
 LEAST_PRIORITY, GREATEST_PRIORITY = 0, -5
 
@@ -98,6 +101,8 @@ def cuStreamDestroy_v2(stream):
 
 def _synchronize() -> None:
     state.current_context()
+    if state.recorder() is None:  # (a capturing stream's refusal comes from there)
+        graph_capture.forbid_unsafe("synchronizing")
     state.conn().synchronize()
 
 
@@ -105,6 +110,8 @@ def _query() -> None:
     """Work runs in arrival order, so "is this stream's (event's) work done" is answered by
     "is all work sent so far done"."""
     state.current_context()
+    if state.recorder() is None:
+        graph_capture.forbid_unsafe("querying")
     if not state.conn().query():
         raise CudaError(E.CUDA_ERROR_NOT_READY, "work is still running")
 
@@ -123,16 +130,18 @@ def cuStreamQuery(stream):
 
 @api
 def cuStreamWaitEvent(stream, event, flags):
-    stream_handle = _check_stream(stream)
+    waiter = stream_handle(stream)
     event_handle = handle_of(event, Kind.EVENT, state.events)
-    state.conn().post("cuStreamWaitEvent", stream_handle, event_handle)
-
-
-@api
-def cuStreamIsCapturing(stream, status):
-    check_out(status)
+    if flags & ~CU_EVENT_WAIT_EXTERNAL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown wait flags 0x{flags:x}")
+    if flags & CU_EVENT_WAIT_EXTERNAL and graph_capture.add_node_to_capture(
+            waiter, WAIT_EVENT, [("wire", "cuStreamWaitEvent", [0, event_handle])],
+            {"event": event_handle}):
+        return
+    if graph_capture.wait_event(waiter, event_handle):
+        return
     _check_stream(stream)
-    status[0] = 0  # CU_STREAM_CAPTURE_STATUS_NONE: vgpu does not capture graphs
+    state.conn().post("cuStreamWaitEvent", waiter, event_handle)
 
 
 @api
@@ -140,20 +149,29 @@ def cuStreamAddCallback(stream, callback, user_data, flags):
     """The callback runs once the work queued before it is done, here, in this thread."""
     if flags != 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "flags must be 0")
-    stream_handle = _check_stream(stream)
+    handle = _check_stream(stream)
     try:
         _synchronize()
         code = 0
     except CudaError as exc:
         code = exc.code
-    callback(ffi.cast("CUstream", stream_handle), code, user_data)
+    callback(ffi.cast("CUstream", handle), code, user_data)
 
 
 @api
 def cuLaunchHostFunc(stream, fn, user_data):
+    if capture_host_function(stream, fn, user_data):
+        return
     _check_stream(stream)
     _synchronize()
     fn(user_data)
+
+
+def capture_host_function(stream, fn, user_data) -> bool:
+    """A host function on a capturing stream becomes a host node; False if not capturing."""
+    return graph_capture.add_node_to_capture(stream_handle(stream), HOST,
+                                             [("host", fn, user_data)],
+                                             {"fn": fn, "data": user_data})
 
 
 # ----------------------------------------------------------------- events
@@ -176,25 +194,45 @@ def _new_event(flags: int) -> int:
 
 @api
 def cuEventRecord(event, stream):
+    _record(event, stream, 0)
+
+
+def _record(event, stream, flags: int) -> None:
+    """An event record; in a capture, the event stands for the stream's place in it, or with
+    CU_EVENT_RECORD_EXTERNAL becomes an event record node."""
     handle = handle_of(event, Kind.EVENT, state.events)
+    recorder = stream_handle(stream)
+    if flags & ~CU_EVENT_RECORD_EXTERNAL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown event record flags 0x{flags:x}")
+    if flags & CU_EVENT_RECORD_EXTERNAL and graph_capture.add_node_to_capture(
+            recorder, EVENT_RECORD, [("wire", "cuEventRecord", [handle, 0])],
+            {"event": handle}):
+        return
+    if graph_capture.record_event(handle, recorder):
+        return
     state.conn().post("cuEventRecord", handle, _check_stream(stream))
 
 
 @api
 def cuEventRecordWithFlags(event, stream, flags):
-    handle = handle_of(event, Kind.EVENT, state.events)
-    state.conn().post("cuEventRecord", handle, _check_stream(stream))
+    _record(event, stream, flags)
+
+
+def _uncaptured_event(event) -> None:
+    """An event recorded in a capture stands for a place in a graph, not for work."""
+    if handle_of(event, Kind.EVENT, state.events) in graph_capture.captured_events:
+        raise CudaError(E.CUDA_ERROR_CAPTURED_EVENT, "the event was recorded in a capture")
 
 
 @api
 def cuEventSynchronize(event):
-    handle_of(event, Kind.EVENT, state.events)
+    _uncaptured_event(event)
     _synchronize()
 
 
 @api
 def cuEventQuery(event):
-    handle_of(event, Kind.EVENT, state.events)
+    _uncaptured_event(event)
     _query()
 
 

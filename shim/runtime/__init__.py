@@ -24,6 +24,7 @@ from . import (
     channels,
     device,
     errors,
+    graphs,
     launch,
     memory,
     occupancy,
@@ -33,7 +34,7 @@ from . import (
 )
 
 _MODULES = (registration, launch, device, errors, memory, stream, occupancy, channels,
-            textures)
+            textures, graphs)
 
 
 def _implemented() -> dict:

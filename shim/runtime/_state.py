@@ -32,7 +32,7 @@ from vgpu.protocol import STICKY_ERRORS  # the same numbers in both enums: 700, 
 
 from ..driver import context as driver_context
 from ..driver import device as driver_device
-from ..driver._state import check_out, ffi, ptr, report_failure
+from ..driver._state import check_out, ffi, finish_recorded_call, ptr, report_failure
 from ..driver._state import state as driver_state
 
 __all__ = ["CudaError", "ffi", "ptr", "check_out", "driver_state", "runtime", "api",
@@ -98,9 +98,14 @@ def api(fn):
         try:
             current_context()
             fn(*args)
+            if driver_state.recording_threads:
+                finish_recorded_call()
             return 0
         except CudaError as exc:
             return runtime.fail(exc, fn.__name__)
+        finally:
+            if driver_state.recording_threads:
+                driver_state.stop_recording()
 
     return wrapper
 

@@ -9,8 +9,6 @@ once everything queued before it is done, with the status of that work.
 
 from __future__ import annotations
 
-from vgpu.api.cudartdefs import cudaEventRecordExternal
-
 from ..driver import stream as driver_stream
 from ..driver.memory import _check_stream
 from ._state import DRIVER_TO_RUNTIME, CudaError, E, api, check_out, ffi, runtime, set_pointer
@@ -19,7 +17,7 @@ __all__ = [
     "cudaStreamCreate", "cudaStreamCreateWithFlags", "cudaStreamCreateWithPriority",
     "cudaStreamDestroy", "cudaStreamSynchronize", "cudaStreamQuery", "cudaStreamWaitEvent",
     "cudaStreamGetPriority", "cudaStreamGetFlags", "cudaStreamGetDevice",
-    "cudaStreamIsCapturing", "cudaStreamAddCallback", "cudaLaunchHostFunc", "cudaEventCreate",
+"cudaStreamAddCallback", "cudaLaunchHostFunc", "cudaEventCreate",
     "cudaEventCreateWithFlags", "cudaEventRecord", "cudaEventRecordWithFlags",
     "cudaEventSynchronize", "cudaEventQuery", "cudaEventElapsedTime", "cudaEventDestroy",
 ]
@@ -79,11 +77,6 @@ def cudaStreamGetDevice(stream, device):
 
 
 @api
-def cudaStreamIsCapturing(stream, status):
-    driver_stream.cuStreamIsCapturing.__wrapped__(stream, status)
-
-
-@api
 def cudaStreamAddCallback(stream, callback, user_data, flags):
     if flags != 0:
         raise CudaError(E.cudaErrorInvalidValue, "flags must be 0")
@@ -99,6 +92,8 @@ def cudaStreamAddCallback(stream, callback, user_data, flags):
 
 @api
 def cudaLaunchHostFunc(stream, function, user_data):
+    if driver_stream.capture_host_function(stream, function, user_data):
+        return
     _check_stream(stream)
     driver_stream._synchronize()  # a stream that failed does not run its host functions
     function(user_data)
@@ -123,9 +118,7 @@ def cudaEventRecord(event, stream):
 
 @api
 def cudaEventRecordWithFlags(event, stream, flags):
-    if flags & ~cudaEventRecordExternal:  # matters only to graph capture: accepted
-        raise CudaError(E.cudaErrorInvalidValue, f"unknown event record flags 0x{flags:x}")
-    driver_stream.cuEventRecord.__wrapped__(event, stream)
+    driver_stream.cuEventRecordWithFlags.__wrapped__(event, stream, flags)
 
 
 @api

@@ -49,6 +49,11 @@ def driver_app(toolkit) -> Path:
 
 
 @pytest.fixture(scope="session")
+def driver_graphs(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_graphs.c").read_text())
+
+
+@pytest.fixture(scope="session")
 def driver_errors(toolkit) -> Path:
     return toolkit.c_program((HERE / "driver_errors.c").read_text())
 

@@ -190,6 +190,14 @@ def test_per_thread_default_stream(toolkit, server):
     assert_passed(run(server, program), "streams_events: 3 streams joined")
 
 
+def test_graphs_and_stream_capture(toolkit, emu_server):
+    assert_passed(run(emu_server, build(toolkit, "graphs")),
+                  "graphs: module loaded during a capture", "graphs: captured graph ran 3 times",
+                  "graphs: built graph ran and was updated",
+                  "graphs: stream-ordered allocation captured", "graphs: misuse refused",
+                  "graphs: all checks passed")
+
+
 def test_textures_surfaces_and_arrays(toolkit, emu_server):
     """On emu: a texture object there is vgpu's descriptor in device memory, which only the
     emulator reads."""

@@ -99,13 +99,14 @@ def test_cuda_python_application(shim_dir):
     and the shim's runtime starts inside the application's own Python."""
     script = ("from cuda.bindings import driver\n"
               "err, version = driver.cuDriverGetVersion()\n"
-              "print(int(err), version, int(driver.cuGraphCreate(0)[0]))\n")
+              "print(int(err), version, int(driver.cuGraphicsUnregisterResource(0)[0]))\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VGPU_"))}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             timeout=60, env={**env, "LD_LIBRARY_PATH": str(shim_dir)})
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["0", "13000", "801"]
-    assert "vgpu: cuGraphCreate is not implemented (CUDA_ERROR_NOT_SUPPORTED)" in result.stderr
+    assert ("vgpu: cuGraphicsUnregisterResource is not implemented "
+            "(CUDA_ERROR_NOT_SUPPORTED)") in result.stderr
 
 
 THREADS = r"""

@@ -1,0 +1,149 @@
+"""Executable CUDA graphs on the server: the calls of an instantiated graph, kept per session
+so that a launch of it is one message.
+
+The client orders the graph and splits it into segments of wire calls (shim/driver/
+graph_exec.py); the server keeps each segment and runs it, at a launch, call by call through
+the session's own handlers, so every call is checked as it would be on its own (addresses
+against the session's allocations, handles against its tables) at every launch. What may be
+in a graph is a short list of calls, and only in shapes that name nothing outside the
+session: copies to or from host memory only through the session's pinned segments. A graph
+is journaled ("graph", handle, context, segments), so checkpoints, restores and migrations
+keep it; its calls are not run by a restore, only kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from vgpu.errors import CudaError
+
+from .backends.base import Cancelled
+from .handles import HandleTable
+
+__all__ = ["GraphExecs", "GRAPH_OPS"]
+
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_OUT_OF_MEMORY = 2
+# Calls a graph may hold -> the index of their stream argument (the launch's stream goes
+# there at each launch), or None.
+GRAPH_CALLS = {"cuLaunchKernel": 8, "cuEventRecord": 1, "cuStreamWaitEvent": 0,
+               "cuMemcpyHtoD": None, "cuMemcpyDtoH": None, "cuMemcpyDtoD": None,
+               "vgpuMemset": None}
+# Where a copy's host side is named: (op, index of its location argument).
+HOST_SIDES = {"cuMemcpyHtoD": 1, "cuMemcpyDtoH": 2}
+# Bounds on what a session's graphs may make the server keep.
+MAX_CALLS_PER_GRAPH = 1 << 16
+MAX_GRAPH_BYTES = 64 << 20
+CALL_OVERHEAD_BYTES = 64  # what the server keeps per call besides its byte strings
+
+GRAPH_OPS: dict[str, Callable] = {}
+
+
+def op(name: str):
+    def register(fn):
+        GRAPH_OPS[name] = fn
+        return fn
+
+    return register
+
+
+@dataclass
+class GraphExec:
+    context: int
+    segments: list[list]  # [[op, args], ...] per segment
+    size: int  # bytes charged to the session's graph allowance
+
+
+def _checked_call(call) -> tuple[list, int]:
+    """A call a graph may hold, as [op, args], and the bytes it costs to keep."""
+    op_name, args = call
+    if op_name not in GRAPH_CALLS or not isinstance(args, list | tuple):
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{str(op_name)[:40]!r} cannot be part of a "
+                                                  f"graph")
+    side = HOST_SIDES.get(op_name)
+    if side is not None:
+        spec = args[side]
+        if not (isinstance(spec, list | tuple) and len(spec) == 3 and spec[0] == "seg"):
+            raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                            "a graph copies host memory only through pinned host segments")
+    size = CALL_OVERHEAD_BYTES + sum(len(a) for a in args if isinstance(a, bytes | list | tuple))
+    return [op_name, list(args)], size
+
+
+class GraphExecs:
+    def __init__(self, session) -> None:
+        self.session = session
+        self.execs: HandleTable[GraphExec] = HandleTable("graph")
+        self.bytes = 0
+
+    @op("vgpuGraphCreate")
+    def create(self, handle: int, context: int, segments: list):
+        """The calls of an instantiated graph, per segment."""
+        self.session.contexts.get(context)
+        self.execs.check_new(handle)
+        kept, size = [], 0
+        if sum(len(segment) for segment in segments) > MAX_CALLS_PER_GRAPH:
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
+                            f"a graph may hold {MAX_CALLS_PER_GRAPH} calls at most")
+        for segment in segments:
+            calls = []
+            for call in segment:
+                checked, cost = _checked_call(call)
+                calls.append(checked)
+                size += cost
+            kept.append(calls)
+        if self.bytes + size > MAX_GRAPH_BYTES:
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
+                            f"the session's graphs would hold more than {MAX_GRAPH_BYTES} bytes")
+        self.bytes += size
+        self.execs.add(handle, GraphExec(context, kept, size))
+        self.session.journal.created("graph", handle, context, kept)
+
+    @op("vgpuGraphLaunch")
+    def launch(self, handle: int, segment: int, stream: int):
+        """Run one segment of a graph on `stream`, call after call; the first that fails
+        ends the launch with its error."""
+        graph = self.execs.get(handle)
+        if not 0 <= segment < len(graph.segments):
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"the graph has no segment {segment}")
+        self.session._check_stream(stream)
+        for op_name, args in graph.segments[segment]:
+            if self.session.cancelled:  # its client is gone: stop between calls too
+                raise Cancelled
+            place = GRAPH_CALLS[op_name]
+            if place is not None:
+                args = list(args)
+                args[place] = stream
+            code, _ = self.session._run_one((op_name, args))
+            if code:
+                raise CudaError(code, self.session.last_error_message)
+
+    @op("vgpuGraphSetCall")
+    def set_call(self, handle: int, segment: int, index: int, call):
+        """One call of a graph replaced by one of the same kind (a node's new parameters)."""
+        graph = self.execs.get(handle)
+        if not (0 <= segment < len(graph.segments) and 0 <= index < len(graph.segments[segment])):
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, "the graph has no such call")
+        checked, cost = _checked_call(call)
+        old = graph.segments[segment][index]
+        if checked[0] != old[0]:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, "a node's call keeps its kind")
+        old_cost = _checked_call(old)[1]
+        if self.bytes - old_cost + cost > MAX_GRAPH_BYTES:
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, "the session's graphs are too large")
+        self.bytes += cost - old_cost
+        graph.size += cost - old_cost
+        graph.segments[segment][index] = checked
+        self.session.journal.created("graph", handle, graph.context, graph.segments)
+
+    @op("vgpuGraphDestroy")
+    def destroy(self, handle: int):
+        graph = self.execs.pop(handle)
+        self.bytes -= graph.size
+        self.session.journal.destroyed("graph", handle)
+
+    def context_destroyed(self, context: int) -> None:
+        for handle, graph in list(self.execs.items()):
+            if graph.context == context:
+                self.destroy(handle)

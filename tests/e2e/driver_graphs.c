@@ -1,0 +1,303 @@
+/* CUDA graphs through the driver API: a graph built node by node (memset, kernels, a host
+ * node, an empty join, a child graph, a copy to pinned memory, an event record), its
+ * structure queried, launched twice, a kernel node updated in the executable graph and by
+ * cuGraphExecUpdate; a stream capture spread over two streams by events; CUDA's errors for
+ * misuse. Every result is checked against values computed here. Usage: driver_graphs
+ * KERNELS.ptx (tests/e2e/kernels.cu: scale multiplies, add_bias adds 0.25). */
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "driver_checks.h"
+#include "test_files.h"
+
+enum { N = 1000 };
+static int host_runs, other_runs;
+
+static void CUDA_CB count_run(void *data) { (*(int *)data)++; }
+
+#define EXPECT_CODE(expected, call) do { CUresult r_ = (call); if (r_ != (expected)) { \
+    fprintf(stderr, "%s:%d: %s returned %d, expected %d\n", __FILE__, __LINE__, #call, \
+            (int)r_, (int)(expected)); return 1; } } while (0)
+
+static int all_equal(const float *x, float want) {
+    for (int i = 0; i < N; i++)
+        if (x[i] != want) { fprintf(stderr, "x[%d] = %g, want %g\n", i, x[i], want); return 0; }
+    return 1;
+}
+
+static CUDA_KERNEL_NODE_PARAMS kernel_params(CUfunction f, void **args) {
+    CUDA_KERNEL_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    p.func = f;
+    p.gridDimX = (N + 127) / 128; p.gridDimY = p.gridDimZ = 1;
+    p.blockDimX = 128; p.blockDimY = p.blockDimZ = 1;
+    p.kernelParams = args;
+    return p;
+}
+
+int main(int argc, char **argv) {
+    CUdevice dev; CUcontext ctx; CUmodule mod; CUfunction scale, add_bias;
+    char *ptx = read_file(argc > 1 ? argv[1] : "kernels.ptx");
+    EXPECT(ptx != NULL);
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuCtxCreate(&ctx, NULL, 0, dev));
+    CHECK(cuModuleLoadData(&mod, ptx));
+    CHECK(cuModuleGetFunction(&scale, mod, "scale"));
+    CHECK(cuModuleGetFunction(&add_bias, mod, "add_bias"));
+    CUstream stream, side;
+    CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CHECK(cuStreamCreate(&side, CU_STREAM_NON_BLOCKING));
+    CUevent done, fork, join;
+    CHECK(cuEventCreate(&done, 0));
+    CHECK(cuEventCreate(&fork, 0));
+    CHECK(cuEventCreate(&join, 0));
+    CUdeviceptr x, y;
+    CHECK(cuMemAlloc(&x, N * sizeof(float)));
+    CHECK(cuMemAlloc(&y, N * sizeof(float)));
+    float *out;
+    CHECK(cuMemAllocHost((void **)&out, N * sizeof(float)));
+    int n = N;
+    float three = 3.0f, two = 2.0f;
+
+    /* memset(1.0) -> scale(3) -> {host, add_bias} -> empty -> child{scale(2)} -> copy -> event */
+    CUgraph graph, child;
+    CUgraphNode set, times3, host, bias, joined, nested, copy, record, inner;
+    CHECK(cuGraphCreate(&graph, 0));
+    CUDA_MEMSET_NODE_PARAMS ms = {.dst = x, .pitch = 0, .value = 0x3f800000, .elementSize = 4,
+                                  .width = N, .height = 1};
+    CHECK(cuGraphAddMemsetNode(&set, graph, NULL, 0, &ms, ctx));
+    void *scale3[] = {&x, &three, &n};
+    CUDA_KERNEL_NODE_PARAMS kp = kernel_params(scale, scale3);
+    CHECK(cuGraphAddKernelNode(&times3, graph, &set, 1, &kp));
+    CUDA_HOST_NODE_PARAMS hp = {.fn = count_run, .userData = &host_runs};
+    CHECK(cuGraphAddHostNode(&host, graph, &times3, 1, &hp));
+    void *bias_args[] = {&x, &n};
+    CUDA_KERNEL_NODE_PARAMS bp = kernel_params(add_bias, bias_args);
+    CHECK(cuGraphAddKernelNode(&bias, graph, &times3, 1, &bp));
+    CUgraphNode both[] = {host, bias};
+    CHECK(cuGraphAddEmptyNode(&joined, graph, both, 2));
+    CHECK(cuGraphCreate(&child, 0));
+    void *scale2[] = {&x, &two, &n};
+    CUDA_KERNEL_NODE_PARAMS cp = kernel_params(scale, scale2);
+    CHECK(cuGraphAddKernelNode(&inner, child, NULL, 0, &cp));
+    CHECK(cuGraphAddChildGraphNode(&nested, graph, &joined, 1, child));
+    CHECK(cuGraphDestroy(child)); /* the node holds its own copy */
+    CUDA_MEMCPY3D m;
+    memset(&m, 0, sizeof m);
+    m.srcMemoryType = CU_MEMORYTYPE_DEVICE; m.srcDevice = x;
+    m.dstMemoryType = CU_MEMORYTYPE_HOST; m.dstHost = out;
+    m.WidthInBytes = N * sizeof(float); m.Height = 1; m.Depth = 1;
+    CHECK(cuGraphAddMemcpyNode(&copy, graph, &nested, 1, &m, ctx));
+    CHECK(cuGraphAddEventRecordNode(&record, graph, &copy, 1, done));
+
+    size_t count = 0;
+    CHECK(cuGraphGetNodes(graph, NULL, &count));
+    EXPECT(count == 8);
+    CUgraphNode roots[4];
+    count = 4;
+    CHECK(cuGraphGetRootNodes(graph, roots, &count));
+    EXPECT(count == 1 && roots[0] == set);
+    CHECK(cuGraphGetEdges(graph, NULL, NULL, NULL, &count));
+    EXPECT(count == 8);
+    CUgraphNode deps[4];
+    count = 4;
+    CHECK(cuGraphNodeGetDependencies(joined, deps, NULL, &count));
+    EXPECT(count == 2 && deps[0] == host && deps[1] == bias);
+    count = 4;
+    CHECK(cuGraphNodeGetDependentNodes(times3, deps, NULL, &count));
+    EXPECT(count == 2);
+    CUgraphNodeType type;
+    CHECK(cuGraphNodeGetType(nested, &type));
+    EXPECT(type == CU_GRAPH_NODE_TYPE_GRAPH);
+    CHECK(cuGraphNodeGetType(host, &type));
+    EXPECT(type == CU_GRAPH_NODE_TYPE_HOST);
+    CUDA_KERNEL_NODE_PARAMS got;
+    CHECK(cuGraphKernelNodeGetParams(times3, &got));
+    EXPECT(got.func == scale && got.blockDimX == 128 && *(float *)got.kernelParams[1] == 3.0f);
+    EXPECT_CODE(CUDA_ERROR_INVALID_VALUE, cuGraphKernelNodeGetParams(set, &got));
+    printf("driver_graphs: structure queried\n");
+
+    CUgraphExec exec;
+    CHECK(cuGraphInstantiateWithFlags(&exec, graph, 0));
+    for (int launch = 0; launch < 2; launch++) CHECK(cuGraphLaunch(exec, stream));
+    CHECK(cuEventSynchronize(done));
+    CHECK(cuStreamSynchronize(stream));
+    EXPECT(all_equal(out, (1.0f * 3 + 0.25f) * 2));
+    EXPECT(host_runs == 2);
+    printf("driver_graphs: built graph ran twice\n");
+
+    float five = 5.0f;
+    void *scale5[] = {&x, &five, &n};
+    CUDA_KERNEL_NODE_PARAMS kp5 = kernel_params(scale, scale5);
+    CHECK(cuGraphExecKernelNodeSetParams(exec, times3, &kp5));
+    CHECK(cuGraphLaunch(exec, stream));
+    CHECK(cuStreamSynchronize(stream));
+    EXPECT(all_equal(out, (1.0f * 5 + 0.25f) * 2));
+
+    CUgraph edited;
+    CUgraphNode twin;
+    CHECK(cuGraphClone(&edited, graph));
+    CHECK(cuGraphNodeFindInClone(&twin, times3, edited));
+    float seven = 7.0f;
+    void *scale7[] = {&x, &seven, &n};
+    CUDA_KERNEL_NODE_PARAMS kp7 = kernel_params(scale, scale7);
+    CHECK(cuGraphKernelNodeSetParams(twin, &kp7));
+    CUgraphExecUpdateResultInfo info;
+    CHECK(cuGraphExecUpdate(exec, edited, &info));
+    EXPECT(info.result == CU_GRAPH_EXEC_UPDATE_SUCCESS);
+    CHECK(cuGraphLaunch(exec, stream));
+    CHECK(cuStreamSynchronize(stream));
+    EXPECT(all_equal(out, (1.0f * 7 + 0.25f) * 2));
+    int runs_before = host_runs;
+    CUDA_HOST_NODE_PARAMS other = {.fn = count_run, .userData = &other_runs};
+    CHECK(cuGraphExecHostNodeSetParams(exec, host, &other));
+    CHECK(cuGraphLaunch(exec, stream));
+    CHECK(cuStreamSynchronize(stream));
+    EXPECT(other_runs == 1 && host_runs == runs_before);
+    CUgraphNode extra;
+    CHECK(cuGraphAddEmptyNode(&extra, edited, NULL, 0));
+    EXPECT_CODE(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, cuGraphExecUpdate(exec, edited, &info));
+    EXPECT(info.result == CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+    printf("driver_graphs: kernel node parameters updated\n");
+
+    /* capture: memset x and y on stream; fork to side (scale y by 4) while stream scales x
+     * by 3; join; add_bias on x. */
+    CUstreamCaptureStatus status;
+    CHECK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(cuStreamIsCapturing(stream, &status));
+    EXPECT(status == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    CHECK(cuMemsetD32Async(x, 0x40000000, N, stream)); /* 2.0f */
+    CHECK(cuMemsetD32Async(y, 0x40000000, N, stream));
+    CHECK(cuEventRecord(fork, stream));
+    CHECK(cuStreamWaitEvent(side, fork, 0));
+    float four = 4.0f;
+    void *scale_y[] = {&y, &four, &n};
+    CHECK(cuLaunchKernel(scale, (N + 127) / 128, 1, 1, 128, 1, 1, 0, side, scale_y, NULL));
+    CHECK(cuLaunchKernel(scale, (N + 127) / 128, 1, 1, 128, 1, 1, 0, stream, scale3, NULL));
+    CUdeviceptr scratch;
+    EXPECT_CODE(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuMemAlloc(&scratch, 64));
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    CHECK(cuThreadExchangeStreamCaptureMode(&mode));
+    CHECK(cuMemAlloc(&scratch, 64)); /* this thread relaxed: allowed */
+    CHECK(cuThreadExchangeStreamCaptureMode(&mode));
+    EXPECT(mode == CU_STREAM_CAPTURE_MODE_RELAXED);
+    CHECK(cuEventRecord(join, side));
+    EXPECT_CODE(CUDA_ERROR_CAPTURED_EVENT, cuEventQuery(join));
+    CHECK(cuStreamWaitEvent(stream, join, 0));
+    CHECK(cuLaunchKernel(add_bias, (N + 127) / 128, 1, 1, 128, 1, 1, 0, stream, bias_args,
+                         NULL));
+    const CUgraphNode *frontier;
+    size_t frontier_size = 0;
+    cuuint64_t capture_id;
+    CHECK(cuStreamGetCaptureInfo(stream, &status, &capture_id, NULL, &frontier, NULL,
+                                 &frontier_size));
+    EXPECT(status == CU_STREAM_CAPTURE_STATUS_ACTIVE && frontier_size == 1);
+    CUgraph captured;
+    CHECK(cuStreamEndCapture(stream, &captured));
+    CHECK(cuStreamIsCapturing(side, &status));
+    EXPECT(status == CU_STREAM_CAPTURE_STATUS_NONE);
+    CHECK(cuGraphGetNodes(captured, NULL, &count));
+    EXPECT(count == 5);
+    CHECK(cuGraphGetRootNodes(captured, NULL, &count));
+    EXPECT(count == 1);
+    CUgraphExec captured_exec;
+    CHECK(cuGraphInstantiate(&captured_exec, captured, 0));
+    CHECK(cuGraphLaunch(captured_exec, stream));
+    CHECK(cuMemcpyDtoH(out, x, N * sizeof(float)));
+    EXPECT(all_equal(out, 2.0f * 3 + 0.25f));
+    CHECK(cuMemcpyDtoH(out, y, N * sizeof(float)));
+    EXPECT(all_equal(out, 2.0f * 4));
+    printf("driver_graphs: captured graph ran\n");
+
+    /* memory nodes: alloc -> memset(1.0) -> scale(3) -> copy to pinned -> free */
+    CUgraph with_memory;
+    CUgraphNode alloc_node, free_node, fill, triple, fetch;
+    CHECK(cuGraphCreate(&with_memory, 0));
+    CUDA_MEM_ALLOC_NODE_PARAMS ap;
+    memset(&ap, 0, sizeof ap);
+    ap.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    ap.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    ap.bytesize = N * sizeof(float);
+    CHECK(cuGraphAddMemAllocNode(&alloc_node, with_memory, NULL, 0, &ap));
+    EXPECT(ap.dptr != 0);
+    CUdeviceptr graph_memory = ap.dptr;
+    cuuint64_t used = 0;
+    CHECK(cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used));
+    EXPECT(used == N * sizeof(float));
+    CUDA_MEMSET_NODE_PARAMS fill_params = ms;
+    fill_params.dst = graph_memory;
+    CHECK(cuGraphAddMemsetNode(&fill, with_memory, &alloc_node, 1, &fill_params, ctx));
+    void *scale_graph_memory[] = {&graph_memory, &three, &n};
+    CUgraphNodeParams generic; /* the CUDA 12 way: one struct for every node type */
+    memset(&generic, 0, sizeof generic);
+    generic.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    generic.kernel.func = scale;
+    generic.kernel.gridDimX = (N + 127) / 128; generic.kernel.gridDimY = 1;
+    generic.kernel.gridDimZ = 1;
+    generic.kernel.blockDimX = 128; generic.kernel.blockDimY = generic.kernel.blockDimZ = 1;
+    generic.kernel.kernelParams = scale_graph_memory;
+    CHECK(cuGraphAddNode(&triple, with_memory, &fill, NULL, 1, &generic));
+    m.srcDevice = graph_memory;
+    CHECK(cuGraphAddMemcpyNode(&fetch, with_memory, &triple, 1, &m, ctx));
+    CHECK(cuGraphAddMemFreeNode(&free_node, with_memory, &fetch, 1, graph_memory));
+    CUDA_MEM_ALLOC_NODE_PARAMS ap_got;
+    CHECK(cuGraphMemAllocNodeGetParams(alloc_node, &ap_got));
+    EXPECT(ap_got.dptr == graph_memory && ap_got.bytesize == N * sizeof(float));
+    CUdeviceptr freed = 0;
+    CHECK(cuGraphMemFreeNodeGetParams(free_node, &freed));
+    EXPECT(freed == graph_memory);
+    EXPECT_CODE(CUDA_ERROR_INVALID_VALUE, cuGraphAddMemFreeNode(&extra, with_memory, NULL, 0, x));
+    CUgraphExec memory_exec;
+    CHECK(cuGraphInstantiateWithFlags(&memory_exec, with_memory, 0));
+    memset(out, 0, N * sizeof(float));
+    CHECK(cuGraphLaunch(memory_exec, stream));
+    CHECK(cuStreamSynchronize(stream));
+    EXPECT(all_equal(out, 3.0f));
+    void *scale_graph_memory5[] = {&graph_memory, &five, &n};
+    generic.kernel.kernelParams = scale_graph_memory5;
+    CHECK(cuGraphExecNodeSetParams(memory_exec, triple, &generic));
+    CHECK(cuGraphDestroy(with_memory)); /* the executable graph keeps what it needs */
+    CHECK(cuGraphLaunch(memory_exec, stream));
+    CHECK(cuStreamSynchronize(stream));
+    EXPECT(all_equal(out, 5.0f));
+    CHECK(cuGraphExecDestroy(memory_exec)); /* the last holder: the free node frees it */
+    CHECK(cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used));
+    EXPECT(used == 0);
+    CHECK(cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, &used));
+    EXPECT(used == N * sizeof(float));
+    CHECK(cuDeviceGraphMemTrim(dev));
+    printf("driver_graphs: memory nodes ran\n");
+
+    /* misuse */
+    CUgraph none;
+    EXPECT_CODE(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                cuStreamBeginCapture(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    EXPECT_CODE(CUDA_ERROR_ILLEGAL_STATE, cuStreamEndCapture(stream, &none));
+    CHECK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    EXPECT_CODE(CUDA_ERROR_ILLEGAL_STATE,
+                cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(cuEventRecord(fork, stream));
+    CHECK(cuStreamWaitEvent(side, fork, 0));
+    CHECK(cuLaunchKernel(scale, 1, 1, 1, 32, 1, 1, 0, side, scale_y, NULL));
+    EXPECT_CODE(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, cuStreamEndCapture(side, &none));
+    EXPECT_CODE(CUDA_ERROR_STREAM_CAPTURE_UNJOINED, cuStreamEndCapture(stream, &none));
+    CHECK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED));
+    EXPECT_CODE(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuStreamSynchronize(stream));
+    EXPECT_CODE(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture(stream, &none));
+    EXPECT(none == NULL);
+    kp.blockDimX = 4096;
+    EXPECT_CODE(CUDA_ERROR_INVALID_VALUE, cuGraphAddKernelNode(&extra, graph, NULL, 0, &kp));
+    EXPECT_CODE(CUDA_ERROR_INVALID_VALUE, cuGraphAddEmptyNode(&extra, graph, &twin, 1));
+    printf("driver_graphs: misuse refused\n");
+
+    CHECK(cuGraphExecDestroy(exec));
+    CHECK(cuGraphExecDestroy(captured_exec));
+    CHECK(cuGraphDestroy(graph));
+    CHECK(cuGraphDestroy(edited));
+    CHECK(cuGraphDestroy(captured));
+    CHECK(cuCtxSynchronize());
+    printf("driver_graphs: all checks passed\n");
+    return 0;
+}

@@ -1,0 +1,121 @@
+"""Executable graphs as the server keeps them, driven through the wire protocol: a graph
+is sent once and launched by handle, it moves with its session, and what a client may put in
+one is checked (the shims' own use is tested by the graph programs of tests/e2e and
+tests/runtime)."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+from test_session_state_protocol import CONTEXT, RawClient, admin, make_session, two_servers
+
+__all__ = ["two_servers"]  # the fixture, shared with the state-protocol tests
+
+MODULE, FUNCTION, GRAPH = 21, 22, 23
+THREADS = 64
+SLOTS = THREADS + 1  # one u32 past what a launch touches, for a launch moved along by one
+# values[i] += 1 for each of THREADS u32 values
+ADD_ONE_PTX = b"""
+.version 9.0
+.target sm_75
+.address_size 64
+.visible .entry add_one(.param .u64 values)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [values];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    ld.global.u32 %r2, [%rd3];
+    add.s32 %r3, %r2, 1;
+    st.global.u32 [%rd3], %r3;
+    ret;
+}
+"""
+
+
+def _add_one(values: int, function: int = FUNCTION) -> list:
+    return ["cuLaunchKernel", [function, 1, 1, 1, THREADS, 1, 1, 0, 0,
+                               values.to_bytes(8, "little")]]
+
+
+def _with_kernel(client: RawClient) -> int:
+    """The session holds the add_one kernel and SLOTS zeroed u32 values: their address."""
+    code, result, *_ = client.call(
+        ["cuModuleLoadData", [MODULE, CONTEXT, ["inline", ADD_ONE_PTX], len(ADD_ONE_PTX)]],
+        ["cuModuleGetFunction", [FUNCTION, MODULE, "add_one"]])
+    assert code == 0, result
+    code, values, *_ = client.call(["cuMemAlloc", [CONTEXT, SLOTS * 4]])
+    assert code == 0, values
+    code, result, *_ = client.call(["vgpuMemset", [values, bytes(4), SLOTS]])
+    assert code == 0, result
+    return values
+
+
+def _values(client: RawClient, address: int) -> list[int]:
+    return list(struct.unpack(f"<{SLOTS}I", client.read(address, SLOTS * 4)))
+
+
+def test_a_graph_is_kept_launched_by_handle_and_moves_with_its_session(two_servers):
+    a, b, _ = two_servers
+    client = RawClient(a.address)
+    make_session(client, sizes=(4096,))
+    values = _with_kernel(client)
+    code, result, *_ = client.call(
+        ["vgpuGraphCreate", [GRAPH, CONTEXT, [[_add_one(values), _add_one(values)]]]])
+    assert code == 0, result
+    code, result, *_ = client.call(["vgpuGraphLaunch", [GRAPH, 0, 0]], ["vgpuSynchronize", []])
+    assert code == 0, result
+    assert _values(client, values) == [2] * THREADS + [0]
+
+    code, moved = admin(a.address, "migrate", pid=os.getpid(), to=b.address)
+    assert code == 0, moved
+    there = RawClient(b.address, client.token, resume=moved["position"])
+    code, result, *_ = there.call(["vgpuGraphLaunch", [GRAPH, 0, 9]], ["vgpuSynchronize", []])
+    assert code == 0, result
+    assert _values(there, values) == [4] * THREADS + [0]  # it came along; ran on stream 9
+
+    # A node's new parameters replace its call, and move too.
+    code, result, *_ = there.call(["vgpuGraphSetCall", [GRAPH, 0, 1, _add_one(values + 4)]],
+                                  ["vgpuGraphLaunch", [GRAPH, 0, 0]], ["vgpuSynchronize", []])
+    assert code == 0, result
+    assert _values(there, values) == [5] + [6] * (THREADS - 1) + [1]
+    code, result, *_ = there.call(["vgpuGraphDestroy", [GRAPH]],
+                                  ["vgpuGraphLaunch", [GRAPH, 0, 0]])
+    assert code == 400, result
+
+
+def test_what_a_graph_may_hold_is_checked(server):
+    client = RawClient(server.address)
+    make_session(client, sizes=(4096,))
+    values = _with_kernel(client)
+    refused = {
+        "an allocation": [["cuMemAlloc", [CONTEXT, 64]]],
+        "a copy from message frames": [["cuMemcpyHtoD", [values, ["frame", 0], 4]]],
+        "a copy straight from client memory": [["cuMemcpyDtoH", [values, 4, ["peer", 4096]]]],
+        "a malformed call": [["cuLaunchKernel"]],
+    }
+    for what, segment in refused.items():
+        code, result, *_ = client.call(["vgpuGraphCreate", [GRAPH, CONTEXT, [segment]]])
+        assert code == 1, what
+    too_many = [_add_one(values)] * ((1 << 16) + 1)
+    code, result, *_ = client.call(["vgpuGraphCreate", [GRAPH, CONTEXT, [too_many]]])
+    assert code == 2 and "calls at most" in result
+
+    # Handles in a graph are checked when it runs: a failing call ends the launch.
+    code, result, *_ = client.call(["vgpuGraphCreate", [GRAPH, CONTEXT, [
+        [_add_one(values), _add_one(values, function=999), _add_one(values)]]]])
+    assert code == 0, result
+    code, result, *_ = client.call(["vgpuGraphLaunch", [GRAPH, 0, 0]])
+    assert code == 400 and "function" in result
+    assert _values(client, values) == [1] * THREADS + [0]
+    for call, expected in ((["vgpuGraphLaunch", [GRAPH, 1, 0]], 1),
+                           (["vgpuGraphLaunch", [GRAPH, 0, 12345]], 400),
+                           (["vgpuGraphSetCall", [GRAPH, 0, 0, ["vgpuMemset",
+                                                                [values, bytes(4), 1]]]], 1),
+                           (["vgpuGraphSetCall", [GRAPH, 0, 3, _add_one(values)]], 1),
+                           (["vgpuGraphCreate", [GRAPH, CONTEXT, []]], 400)):
+        code, result, *_ = client.call(call)
+        assert code == expected, (call[0], result)
