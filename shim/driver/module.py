@@ -335,12 +335,14 @@ def _ptx_from(input_type: int, data: bytes, what: str) -> bytes:
             and data[:4] == FATBIN_CONTAINER_MAGIC.to_bytes(4, "little")):
         from vgpu.fatbin import FatbinError, parse_fatbin, select_ptx
 
-        try:
-            ptx = select_ptx(parse_fatbin(data))
+        major, minor = state.connection.info["device"]["compute_capability"]
+        try:  # the newest PTX the device can run, as its driver's linker picks it
+            ptx = select_ptx(parse_fatbin(data), major * 10 + minor)
         except FatbinError as exc:
             raise CudaError(E.CUDA_ERROR_INVALID_IMAGE, f"{what}: {exc}") from None
         if ptx is None:
-            raise CudaError(E.CUDA_ERROR_NO_BINARY_FOR_GPU, f"{what}: the fatbin has no PTX")
+            raise CudaError(E.CUDA_ERROR_NO_BINARY_FOR_GPU,
+                            f"{what}: the fatbin has no PTX for compute_{major}{minor} or older")
         return ptx.encode()
     raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED,
                     f"{what}: the vgpu linker takes PTX (and fatbins carrying PTX) only")
