@@ -20,6 +20,12 @@ static unsigned short half_of(int v) {
     return (unsigned short)(sign | (exponent + 15) << 10 | fraction);
 }
 
+/* A device copy of `bytes` of host memory. */
+static CUresult upload(CUdeviceptr *device, const void *host, size_t bytes) {
+    CUresult result = cuMemAlloc(device, bytes);
+    return result != CUDA_SUCCESS ? result : cuMemcpyHtoD(*device, host, bytes);
+}
+
 int main(int argc, char **argv) {
     CUdevice dev; CUcontext ctx; CUmodule mod; CUfunction gemm, mma;
     char *ptx = read_file(argc > 1 ? argv[1] : "tensor_kernels.ptx");
@@ -46,11 +52,9 @@ int main(int argc, char **argv) {
         b[i] = half_of(ib[i]);
     }
     CUdeviceptr da, db, dc;
-    CHECK(cuMemAlloc(&da, sizeof a));
-    CHECK(cuMemAlloc(&db, sizeof b));
+    CHECK(upload(&da, a, sizeof a));
+    CHECK(upload(&db, b, sizeof b));
     CHECK(cuMemAlloc(&dc, sizeof c));
-    CHECK(cuMemcpyHtoD(da, a, sizeof a));
-    CHECK(cuMemcpyHtoD(db, b, sizeof b));
     int n = N;
     void *gemm_args[] = {&da, &db, &dc, &n};
     CHECK(cuLaunchKernel(gemm, 1, 1, 1, 128, 1, 1, 0, NULL, gemm_args, NULL));
@@ -75,12 +79,9 @@ int main(int argc, char **argv) {
             expected[r * 8 + col] = sum;
         }
     CUdeviceptr dsa, dsb, dsc;
-    CHECK(cuMemAlloc(&dsa, sizeof sa));
-    CHECK(cuMemAlloc(&dsb, sizeof sb));
-    CHECK(cuMemAlloc(&dsc, sizeof sc));
-    CHECK(cuMemcpyHtoD(dsa, sa, sizeof sa));
-    CHECK(cuMemcpyHtoD(dsb, sb, sizeof sb));
-    CHECK(cuMemcpyHtoD(dsc, sc, sizeof sc));
+    CHECK(upload(&dsa, sa, sizeof sa));
+    CHECK(upload(&dsb, sb, sizeof sb));
+    CHECK(upload(&dsc, sc, sizeof sc));
     void *mma_args[] = {&dsa, &dsb, &dsc};
     CHECK(cuLaunchKernel(mma, 1, 1, 1, 32, 1, 1, 0, NULL, mma_args, NULL));
     CHECK(cuMemcpyDtoH(sc, dsc, sizeof sc));

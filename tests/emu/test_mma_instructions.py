@@ -369,10 +369,11 @@ def test_ldmatrix_gives_each_thread_its_fragment_of_four_matrices(device, trans)
             assert got[lane, j] == expected, (j, lane)
 
 
-MOVMATRIX = HEADER + """
+# Thread t reads word t of `src` into %r2, then BODY runs (with %rd2 = dst, %rd3 = 4 * t).
+PER_THREAD = HEADER + """
 .visible .entry k(.param .u64 src, .param .u64 dst)
 {
-    .reg .b32 %r<4>;
+    .reg .b32 %r<6>;
     .reg .b64 %rd<5>;
     mov.u32 %r1, %tid.x;
     ld.param.u64 %rd1, [src];
@@ -380,12 +381,14 @@ MOVMATRIX = HEADER + """
     mul.wide.u32 %rd3, %r1, 4;
     add.u64 %rd4, %rd1, %rd3;
     ld.global.b32 %r2, [%rd4];
-    movmatrix.sync.aligned.m8n8.trans.b16 %r3, %r2;
-    add.u64 %rd4, %rd2, %rd3;
-    st.global.b32 [%rd4], %r3;
+    BODY
     ret;
 }
 """
+MOVMATRIX = PER_THREAD.replace("BODY", """
+    movmatrix.sync.aligned.m8n8.trans.b16 %r3, %r2;
+    add.u64 %rd4, %rd2, %rd3;
+    st.global.b32 [%rd4], %r3;""")
 
 
 def test_movmatrix_transposes_a_fragment(device):
@@ -404,17 +407,7 @@ def test_movmatrix_transposes_a_fragment(device):
 
 # -- cvt to tf32 -----------------------------------------------------------------------------
 
-CVT_TF32 = HEADER + """
-.visible .entry k(.param .u64 src, .param .u64 dst)
-{
-    .reg .b32 %r<6>;
-    .reg .b64 %rd<5>;
-    mov.u32 %r1, %tid.x;
-    ld.param.u64 %rd1, [src];
-    ld.param.u64 %rd2, [dst];
-    mul.wide.u32 %rd3, %r1, 4;
-    add.u64 %rd4, %rd1, %rd3;
-    ld.global.b32 %r2, [%rd4];
+CVT_TF32 = PER_THREAD.replace("BODY", """
     cvt.rna.tf32.f32 %r3, %r2;
     cvt.rn.tf32.f32 %r4, %r2;
     cvt.rz.satfinite.tf32.f32 %r5, %r2;
@@ -422,10 +415,7 @@ CVT_TF32 = HEADER + """
     add.u64 %rd4, %rd2, %rd3;
     st.global.b32 [%rd4], %r3;
     st.global.b32 [%rd4+4], %r4;
-    st.global.b32 [%rd4+8], %r5;
-    ret;
-}
-"""
+    st.global.b32 [%rd4+8], %r5;""")
 
 
 def _tf32_reference(bits: int, mode: str) -> int:

@@ -97,29 +97,32 @@ extern "C" __global__ void scaled_f16(const half *a, const half *b, const float 
     wmma::store_matrix_sync(d, fd, 16, wmma::mem_col_major);
 }
 
-// Sub-byte types (nvcuda::wmma::experimental): s4 (8x8x32) and b1 (8x8x128, XOR + popc).
+// Sub-byte types (nvcuda::wmma::experimental): s4 (8x8x32) and b1 (8x8x128, XOR + popc),
+// A row-major and B column-major, packed 32 bits to an int.
+template <int K, typename Precision>
+__device__ void sub_byte_product(const void *a, const void *b, int *c)
+{
+    wmma::fragment<wmma::matrix_a, 8, 8, K, Precision, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 8, 8, K, Precision, wmma::col_major> fb;
+    wmma::fragment<wmma::accumulator, 8, 8, K, int> fc;
+    wmma::fill_fragment(fc, 0);
+    wmma::load_matrix_sync(fa, a, K);
+    wmma::load_matrix_sync(fb, b, K);
+    if constexpr (K == 128)
+        wmma::bmma_sync(fc, fa, fb, fc, exp_::bmmaBitOpXOR, exp_::bmmaAccumulateOpPOPC);
+    else
+        wmma::mma_sync(fc, fa, fb, fc);
+    wmma::store_matrix_sync(c, fc, 8, wmma::mem_row_major);
+}
+
 extern "C" __global__ void gemm_s4(const int *a, const int *b, int *c)
 {
-    wmma::fragment<wmma::matrix_a, 8, 8, 32, exp_::precision::s4, wmma::row_major> fa;
-    wmma::fragment<wmma::matrix_b, 8, 8, 32, exp_::precision::s4, wmma::col_major> fb;
-    wmma::fragment<wmma::accumulator, 8, 8, 32, int> fc;
-    wmma::fill_fragment(fc, 0);
-    wmma::load_matrix_sync(fa, a, 32);
-    wmma::load_matrix_sync(fb, b, 32);
-    wmma::mma_sync(fc, fa, fb, fc);
-    wmma::store_matrix_sync(c, fc, 8, wmma::mem_row_major);
+    sub_byte_product<32, exp_::precision::s4>(a, b, c);
 }
 
 extern "C" __global__ void gemm_b1(const unsigned *a, const unsigned *b, int *c)
 {
-    wmma::fragment<wmma::matrix_a, 8, 8, 128, exp_::precision::b1, wmma::row_major> fa;
-    wmma::fragment<wmma::matrix_b, 8, 8, 128, exp_::precision::b1, wmma::col_major> fb;
-    wmma::fragment<wmma::accumulator, 8, 8, 128, int> fc;
-    wmma::fill_fragment(fc, 0);
-    wmma::load_matrix_sync(fa, a, 128);
-    wmma::load_matrix_sync(fb, b, 128);
-    wmma::bmma_sync(fc, fa, fb, fc, exp_::bmmaBitOpXOR, exp_::bmmaAccumulateOpPOPC);
-    wmma::store_matrix_sync(c, fc, 8, wmma::mem_row_major);
+    sub_byte_product<128, exp_::precision::b1>(a, b, c);
 }
 
 // The Ampere GEMM pattern: tiles staged in shared memory with cp.async (double-buffered,
