@@ -3,11 +3,13 @@
 Operands come as (warps, rows, columns) arrays of element values (`matrix_elements`).
 
 - f16, bf16 and tf32 inputs: every product is exact in float64 (at most 11 x 11 significand
-  bits); the products and C are summed with TwoSum compensation and the sum is rounded once
-  to the accumulator type (f32 or f16, to nearest even). That is the exact result rounded
-  once, except where the compensated sum itself is inexact (products far apart in
-  magnitude), which no test matrix reaches. The PTX ISA leaves the accumulation order and
-  intermediate precision to the implementation; NaN and infinity propagate as in IEEE.
+  bits); C and the products are added in k order in float64 and the sum is rounded once to
+  the accumulator type (f32 or f16, to nearest even). That is the exact result rounded once
+  whenever the sum fits float64's 53 bits (products within 2^30 of each other in
+  magnitude), which covers ordinary data; the PTX ISA leaves the accumulation order and
+  intermediate precision to the implementation (GPUs truncate while accumulating, so they
+  differ from this, and from each other, in the last bits). NaN and infinity propagate as
+  in IEEE.
 - f64: a chain of fused multiply-adds in k order, each rounded to nearest: d = c;
   d = fma(a[k], b[k], d).
 - Integers (s8, u8, s4, u4): exact in int64, wrapped to s32, or clamped with .satfinite.
@@ -53,18 +55,8 @@ def _fma_chain(a, b, c):
 
 def _rounded_sum(a, b, c, result_kind):
     total = c.astype(np.float64)
-    error = np.zeros_like(total)
-    plain = total.copy()
     for k in range(a.shape[2]):
-        product = a[:, :, k, None] * b[:, None, k, :]
-        total, err = fr.two_sum(total, product)
-        error += err
-        plain += product
-    value = total + error
-    residual = (total - value) + error
-    finite = np.isfinite(value) & np.isfinite(residual)
-    value = np.where(finite, value, plain)
-    odd = fr.round_to_odd(value, np.where(finite, residual, 0.0))
+        total += a[:, :, k, None] * b[:, None, k, :]
     if result_kind == "f16":
-        return fr.f64_to_f16_bits(odd)
-    return fr.round_f64(odd, np.float32, "rn").astype(np.float32)
+        return fr.f64_to_f16_bits(total)
+    return total.astype(np.float32)

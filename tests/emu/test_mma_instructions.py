@@ -2,8 +2,9 @@
 warp loads its fragment registers from memory, the instruction runs, every thread stores
 its result registers. The host builds the fragments with the layouts the PTX ISA's tables
 give for each shape (written out here shape by shape) and checks D = A x B + C against
-exact arithmetic: f16/bf16/tf32 products summed exactly and rounded once, f64 as a chain of
-fused multiply-adds, integers exactly (wrapped, or clamped by .satfinite).
+exact arithmetic: f16/bf16/tf32 products summed exactly and rounded once (the inputs keep
+every sum within float64's precision, where the emulator's float64 sum is exact), f64 as a
+chain of fused multiply-adds, integers exactly (wrapped, or clamped by .satfinite).
 """
 
 from __future__ import annotations
