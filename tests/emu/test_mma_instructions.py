@@ -80,16 +80,22 @@ def to_bits(kind: str, value) -> int:
 
 
 def from_bits(kind: str, bits: int):
+    """An element's exact value (a Fraction; a float for infinities and NaN)."""
+    value = _decoded(kind, bits)
+    return value if not isinstance(value, float) or not np.isfinite(value) else Fraction(value)
+
+
+def _decoded(kind: str, bits: int):
     if kind == "f16":
-        return Fraction(float(np.uint16(bits).view(np.float16)))
+        return float(np.uint16(bits).view(np.float16))
     if kind == "bf16":
-        return Fraction(float(np.uint32(bits << 16).view(np.float32)))
+        return float(np.uint32(bits << 16).view(np.float32))
     if kind == "tf32":   # the tensor cores read tf32's 19 bits: the low 13 are ignored
-        return Fraction(float(np.uint32(bits & 0xFFFFE000).view(np.float32)))
+        return float(np.uint32(bits & 0xFFFFE000).view(np.float32))
     if kind == "f32":
-        return Fraction(float(np.uint32(bits).view(np.float32)))
+        return float(np.uint32(bits).view(np.float32))
     if kind == "f64":
-        return Fraction(float(np.uint64(bits).view(np.float64)))
+        return float(np.uint64(bits).view(np.float64))
     width = BITS[kind]
     if kind[0] == "s" and bits >> (width - 1):
         return bits - (1 << width)
@@ -167,11 +173,12 @@ def random_values(rng, kind: str, count: int, wide: bool = False) -> list:
 
 
 def run_mma(device, shape, dtype, atype, btype, ctype, modifiers="", rng_seed=0, wide=False,
-            c_override=None):
+            c_override=None, a_override=None):
     m, n, k = (int(x) for x in shape[1:].replace("n", " ").replace("k", " ").split())
     rng = np.random.default_rng(rng_seed)
+    a_values = random_values(rng, atype, m * k, wide)
     a = dict(zip([(r, c) for r in range(m) for c in range(k)],
-                 (to_bits(atype, v) for v in random_values(rng, atype, m * k, wide)),
+                 (to_bits(atype, v) for v in (a_override(a_values) if a_override else a_values)),
                  strict=True))
     b = dict(zip([(r, c) for r in range(k) for c in range(n)],
                  (to_bits(btype, v) for v in random_values(rng, btype, k * n, wide)),
@@ -230,6 +237,31 @@ def test_floating_point_mma_matches_the_exact_product_rounded_once(
             exact = c[row, col] + sum(a[row, j] * b[j, col] for j in range(k))
             expected = round_exactly(exact, "rn", target)
             assert from_bits(dtype, got[row, col]) == Fraction(float(expected)), (row, col)
+
+
+def test_infinities_and_nans_propagate_as_in_ieee_arithmetic(device):
+    def specials(values):   # row 0 holds +inf, row 1 a NaN, row 2 both infinities
+        values = list(values)
+        values[0 * 16 + 3] = float("inf")
+        values[1 * 16 + 5] = float("nan")
+        values[2 * 16 + 0], values[2 * 16 + 1] = float("inf"), float("-inf")
+        return values
+    m, n, k, a, b, c, got = run_mma(device, "m16n8k16", "f32", "f16", "f16", "f32",
+                                    a_override=specials)
+    result = {key: float(np.uint32(bits).view(np.float32)) for key, bits in got.items()}
+    for col in range(n):
+        b3, b0, b1 = b[3, col], b[0, col], b[1, col]
+        if b3 == 0:
+            assert np.isnan(result[0, col]), col              # inf * 0
+        else:
+            assert result[0, col] == (np.inf if b3 > 0 else -np.inf), col
+        assert np.isnan(result[1, col])
+        if b0 == 0 or b1 == 0 or b0 * b1 > 0:                 # inf * 0, or inf - inf
+            assert np.isnan(result[2, col]), col
+        else:
+            assert result[2, col] == (np.inf if b0 > 0 else -np.inf), col
+    finite = [(r, col) for r in range(3, m) for col in range(n)]
+    assert all(np.isfinite(result[key]) for key in finite)
 
 
 def test_f64_mma_is_a_chain_of_fused_multiply_adds(device):
