@@ -322,7 +322,9 @@ def select_ptx(entries: list[FatbinEntry], device_arch: int | None = None) -> st
 
 def require_ptx(entries: list[FatbinEntry], device_arch: int | None = None) -> str:
     """Like select_ptx, but a binary without PTX for the device is an error that says how
-    to rebuild it."""
+    to rebuild it. Where a GPU of `device_arch` would run one of the binary's cubins (built
+    with cubins for each GPU and PTX only for the newest, as `-arch=all` does), the newest
+    PTX, compiled from the same source, stands in for that cubin."""
     text = select_ptx(entries, device_arch)
     if text is not None:
         return text
@@ -330,6 +332,11 @@ def require_ptx(entries: list[FatbinEntry], device_arch: int | None = None) -> s
         raise FatbinError("this binary embeds no device code at all")
     found = ", ".join(sorted({e.describe() for e in entries}))
     if any(e.kind == EntryKind.PTX for e in entries):
+        try:
+            if select_for_device(entries, device_arch).kind == EntryKind.CUBIN:
+                return select_ptx(entries)
+        except FatbinError:
+            pass
         raise FatbinError(
             f"this binary's PTX ({found}) is for architectures newer than the device's "
             f"(compute_{device_arch}): rebuild with -gencode arch=compute_{device_arch},"

@@ -148,13 +148,6 @@ class EmuBackend(Backend):
             module = link(decoded.ptx) if len(decoded.ptx) > 1 else PtxModule.parse(decoded.ptx[0])
         except PtxError as exc:
             raise CudaError(CUDA_ERROR_INVALID_PTX, _why_not_loadable(decoded.ptx, exc)) from None
-        if module.target_architecture > _BINARY_VERSION:
-            # A GPU's JIT compiler refuses PTX written for a newer architecture than its own.
-            raise CudaError(CUDA_ERROR_INVALID_PTX,
-                            f"the PTX targets sm_{module.target_architecture}, newer than the "
-                            f"device (compute capability {EMU_COMPUTE_CAPABILITY[0]}."
-                            f"{EMU_COMPUTE_CAPABILITY[1]}): compile for compute_"
-                            f"{_BINARY_VERSION} or older")
         variables = {}
         try:
             for name, var in module.variables.items():

@@ -75,11 +75,6 @@ class PtxModule:
                                     if n not in functions])
             for v in module.variables.values() if v.space in ("global", "const")}
 
-    @property
-    def target_architecture(self) -> int:
-        """The architecture the PTX was written for (`.target sm_80` -> 80)."""
-        return _target_architecture(self.target)
-
     @classmethod
     def parse(cls, text: str) -> PtxModule:
         return cls(parse_module(text))

@@ -26,6 +26,7 @@ from ._state import (
     ptr,
     state,
 )
+from .ptx_target import check_ptx_target
 
 CU_JIT_INPUT_CUBIN, CU_JIT_INPUT_PTX, CU_JIT_INPUT_FATBINARY = 0, 1, 2
 CU_MODULE_EAGER_LOADING = 1
@@ -89,6 +90,7 @@ def _load_from_pointer(image_ptr, max_registers: int = 0) -> int:
         image = read_image(ptr(image_ptr))
     except ImageError as exc:
         raise CudaError(E.CUDA_ERROR_INVALID_IMAGE, str(exc)) from None
+    check_ptx_target(image, state.device["compute_capability"])
     return _load(image, context, max_registers)
 
 
@@ -144,6 +146,7 @@ def cuModuleLoad(module, fname):
         image = path.read_bytes()
     except OSError as exc:
         raise CudaError(E.CUDA_ERROR_FILE_NOT_FOUND, f"cannot read {path}: {exc}") from None
+    check_ptx_target(image, state.device["compute_capability"])
     module[0] = ffi.cast("CUmodule", _load(image, context))
 
 

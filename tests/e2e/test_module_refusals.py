@@ -42,10 +42,15 @@ def modules(toolkit, tmp_path_factory) -> dict[str, Path]:
     subprocess.run([str(toolkit.nvcc), "-fatbin", "-gencode", "arch=compute_90,code=compute_90",
                     "k.cu", "-o", "k90.fatbin"], cwd=work, check=True, capture_output=True)
     (work / "k90.ptx").write_text(toolkit.ptx(KERNEL, arch="compute_90"))
+    # An sm_80 cubin with PTX only for compute_90 (what -arch=all builds look like): an 8.0
+    # GPU runs the cubin, the emulator the PTX in its place.
+    subprocess.run([str(toolkit.nvcc), "-fatbin", "-gencode", "arch=compute_80,code=sm_80",
+                    "-gencode", "arch=compute_90,code=compute_90", "k.cu", "-o",
+                    "k80c90.fatbin"], cwd=work, check=True, capture_output=True)
     (work / "texture.ptx").write_text(TEXTURE_REFERENCE)
     (work / "k.ptx").write_text(toolkit.ptx(KERNEL))
     return {name: work / name for name in ("k.cubin", "k.fatbin", "k90.fatbin", "k90.ptx",
-                                           "texture.ptx", "k.ptx")}
+                                           "k80c90.fatbin", "texture.ptx", "k.ptx")}
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +67,8 @@ def test_refusals_say_why_on_stderr(loader, modules):
     result = vgpu_run(loader, *modules.values())
     assert result.returncode == 0, result.stderr
     assert _codes(result) == {"k.cubin": 209, "k.fatbin": 209, "k90.fatbin": 209,
-                              "k90.ptx": 218, "texture.ptx": 218, "k.ptx": 0}
+                              "k90.ptx": 218, "k80c90.fatbin": 0, "texture.ptx": 218,
+                              "k.ptx": 0}
     lines = result.stderr.splitlines()
     cubin = [line for line in lines if "SASS" in line]
     assert cubin == ["vgpu: cuModuleLoad: this module holds only SASS for sm_80; the emu "
