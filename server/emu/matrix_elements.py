@@ -33,10 +33,6 @@ class ElementType:
     def per_register(self) -> int:
         return 32 // self.bits if self.bits < 32 else 1
 
-    @property
-    def is_float(self) -> bool:
-        return self.name in ("f16", "bf16", "tf32", "f32", "f64")
-
     def decode(self, words: np.ndarray) -> np.ndarray:
         """(..., registers) words -> (..., registers * per_register) element values."""
         name = self.name
