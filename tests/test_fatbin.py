@@ -123,6 +123,11 @@ def test_several_gencodes_share_one_container_and_the_highest_ptx_wins(toolkit):
         (EntryKind.PTX, 75), (EntryKind.PTX, 86), (EntryKind.CUBIN, 86)]
     assert ptx_lines(select_ptx(entries)) == ptx_lines(toolkit.ptx(SOURCE, "compute_86"))
     assert select_ptx(entries) == only(entries, EntryKind.PTX, 86).ptx_text()
+    # a compute capability 8.0 device (the emulator's) runs the compute_75 PTX, as a GPU
+    assert select_ptx(entries, 80) == only(entries, EntryKind.PTX, 75).ptx_text()
+    assert select_ptx(entries, 70) is None
+    with pytest.raises(FatbinError, match=r"newer than the device's \(compute_70\)"):
+        require_ptx(entries, 70)
     chosen = {sm: select_for_device(own, sm) for sm in (75, 80, 86, 89, 90)}
     assert {sm: (e.kind, e.arch) for sm, e in chosen.items()} == {
         75: (EntryKind.PTX, 75),

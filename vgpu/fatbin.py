@@ -303,20 +303,44 @@ def _best(entries: list[FatbinEntry]) -> FatbinEntry | None:
     return max(entries, key=lambda e: e.arch, default=None)
 
 
-def select_ptx(entries: list[FatbinEntry]) -> str | None:
-    """The PTX text of the highest-arch PTX entry (what the emu backend loads), or None."""
-    best = _best([e for e in entries if e.kind == EntryKind.PTX])
+def _runnable_ptx(entries: list[FatbinEntry], device_arch: int | None) -> list[FatbinEntry]:
+    """The PTX entries a device of `device_arch` (None: any device) can JIT-compile: those
+    not newer than it, arch-specific ones (compute_90a) only on exactly their arch."""
+    ptx = [e for e in entries if e.kind == EntryKind.PTX]
+    if device_arch is None:
+        return ptx
+    return [e for e in ptx if e.arch <= device_arch
+            and (e.arch == device_arch or not e.flags & EntryFlags.ARCH_SPECIFIC)]
+
+
+def select_ptx(entries: list[FatbinEntry], device_arch: int | None = None) -> str | None:
+    """The PTX text of the highest-arch PTX entry (what the emu backend loads) that a device
+    of `device_arch` (e.g. 80) can run, or None."""
+    best = _best(_runnable_ptx(entries, device_arch))
     return best.ptx_text() if best else None
 
 
-def require_ptx(entries: list[FatbinEntry]) -> str:
-    """Like select_ptx, but a binary without PTX is an error that says how to rebuild it."""
-    text = select_ptx(entries)
+def require_ptx(entries: list[FatbinEntry], device_arch: int | None = None) -> str:
+    """Like select_ptx, but a binary without PTX for the device is an error that says how
+    to rebuild it. Where a GPU of `device_arch` would run one of the binary's cubins (built
+    with cubins for each GPU and PTX only for the newest, as `-arch=all` does), the newest
+    PTX, compiled from the same source, stands in for that cubin."""
+    text = select_ptx(entries, device_arch)
     if text is not None:
         return text
     if not entries:
         raise FatbinError("this binary embeds no device code at all")
     found = ", ".join(sorted({e.describe() for e in entries}))
+    if any(e.kind == EntryKind.PTX for e in entries):
+        try:
+            if select_for_device(entries, device_arch).kind == EntryKind.CUBIN:
+                return select_ptx(entries)
+        except FatbinError:
+            pass
+        raise FatbinError(
+            f"this binary's PTX ({found}) is for architectures newer than the device's "
+            f"(compute_{device_arch}): rebuild with -gencode arch=compute_{device_arch},"
+            f"code=compute_{device_arch} (or an older compute_XX) added")
     arch = max(e.arch for e in entries)
     raise FatbinError(
         f"this binary embeds no PTX (only {found}); the emu backend needs PTX: rebuild with "

@@ -141,7 +141,7 @@ class EmuBackend(Backend):
         self.checker = MemoryChecker(strict)
 
     def load_module(self, image: bytes, allocate: Callable[[int], int]) -> LoadedModule:
-        decoded: ModuleImage = decode_image(image)
+        decoded: ModuleImage = decode_image(image, _BINARY_VERSION)
         if not decoded.ptx:
             raise CudaError(CUDA_ERROR_NO_BINARY_FOR_GPU, decoded.why_no_ptx or
                             "the module image holds no PTX, which the emu backend needs")

@@ -27,7 +27,9 @@ def _text(ptx: bytes) -> str:
     return ptx.rstrip(b"\0").decode("utf-8", errors="replace")
 
 
-def decode_image(image: bytes) -> ModuleImage:
+def decode_image(image: bytes, device_arch: int | None = None) -> ModuleImage:
+    """The PTX of `image`; from a fatbin, its newest PTX a device of `device_arch` (80 for
+    compute capability 8.0; None: any) can run, as a GPU's driver picks it."""
     if len(image) < 8:
         return ModuleImage([], "the module image is empty or truncated")
     magic32 = struct.unpack_from("<I", image)[0]
@@ -35,7 +37,7 @@ def decode_image(image: bytes) -> ModuleImage:
         return ModuleImage([_text(p) for p in unpack_linked_ptx(image)])
     if magic32 in (FATBIN_CONTAINER_MAGIC, FATBIN_WRAPPER_MAGIC):
         try:
-            ptx = require_ptx(parse_fatbin(image))  # else says which cubins it holds
+            ptx = require_ptx(parse_fatbin(image), device_arch)  # else says what it holds
         except FatbinError as exc:
             return ModuleImage([], str(exc))
         return ModuleImage([ptx])

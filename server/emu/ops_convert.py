@@ -20,6 +20,7 @@ from .operands import reader, writer
 from .ops_common import elementwise
 from .ops_float import flush, saturate
 from .ptx_types import TYPES, PtxType
+from .tf32_convert import tf32_conversion
 
 __all__: list[str] = []
 
@@ -158,6 +159,8 @@ def conversion(ctx, dtype: PtxType, atype: PtxType, irnd, frnd, ftz: bool, sat: 
 
 @opcode("cvt")
 def _cvt(instr, ctx: CompileContext):
+    if "tf32" in instr.modifiers:
+        return tf32_conversion(instr, ctx)
     mods = Modifiers(ctx)
     irnd = mods.take(*_INTEGER_ROUNDING)
     frnd = mods.take("rn", "rz", "rm", "rp")

@@ -9,7 +9,9 @@ instruction arrive in lane order, each getting the state before its own arrival 
 token; a wait is complete once the barrier's phase differs from the token's (or from the
 parity it names). Waiting threads poll (test_wait/try_wait loops): the scheduler lets the
 threads they wait for run. cp.async copies complete at once, so the arrival cp.async
-attaches to a barrier happens at once too. Transaction counts (.expect_tx, sm_90's
+attaches to a barrier happens at once too. `.noComplete` arrivals (what cuda::barrier's
+arrive(n) makes of all but the last of its n) lower the pending count without ever
+completing the phase. Transaction counts (.expect_tx, sm_90's
 bulk copies) and cluster scopes are not implemented.
 """
 
@@ -64,14 +66,16 @@ def _in_lane_order(state, lanes, words, each):
     return olds
 
 
-def _arrive(word: int, count: int, drop: bool) -> int:
+def _arrive(word: int, count: int, drop: bool, complete: bool = True) -> int:
+    """The barrier word after `count` arrivals; `complete=False` (.noComplete) arrivals
+    never complete the phase (the PTX ISA leaves one that would undefined)."""
     pending = word & _COUNT_MASK
     expected = (word >> _EXPECTED_SHIFT) & _COUNT_MASK
     phase = word & _PHASE_BIT
     if drop:
         expected = max(expected - count, 0)
     pending = max(pending - count, 0)
-    if pending == 0:
+    if pending == 0 and complete:
         phase ^= _PHASE_BIT
         pending = expected
     return phase | (expected << _EXPECTED_SHIFT) | pending
@@ -104,9 +108,7 @@ def _mbarrier(instr, ctx: CompileContext):
         no_complete = mods.has("noComplete")
         mods.type({"b64"})
         mods.done()
-        if no_complete:
-            raise ctx.unsupported("mbarrier.arrive.noComplete is not supported")
-        ctx.operand_count(2, 3)
+        ctx.operand_count(3 if no_complete else 2, 3)
         write = writer(operands[0], _U64, ctx)
         read_count = reader(operands[2], TYPES["u32"], ctx) if len(operands) == 3 else None
         drop = kind == "arrive_drop"
@@ -116,7 +118,8 @@ def _mbarrier(instr, ctx: CompileContext):
             counts = np.broadcast_to(np.asarray(
                 1 if read_count is None else read_count(state, lanes), np.int64), (n,))
             olds = _in_lane_order(state, lanes, words,
-                                  lambda old, k: _arrive(old, int(counts[k]), drop))
+                                  lambda old, k: _arrive(old, int(counts[k]), drop,
+                                                         not no_complete))
             write(state, lanes, olds)
         return ctx.op(arrive)
     return _wait(instr, ctx, kind)

@@ -32,11 +32,14 @@ from . import (  # noqa: F401  (importing registers the opcodes)
     ops_data,
     ops_float,
     ops_integer,
+    ops_ldmatrix,
     ops_logic,
     ops_mbarrier,
     ops_memory,
+    ops_mma,
     ops_texture,
     ops_warp,
+    ops_wmma,
 )
 from .errors import CUDA_ERROR_NOT_SUPPORTED, UnsupportedPtx
 from .ir import Address, Function, ListOperand, Module, Symbol, Variable, Vector

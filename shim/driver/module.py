@@ -26,6 +26,7 @@ from ._state import (
     ptr,
     state,
 )
+from .ptx_target import check_ptx_target
 
 CU_JIT_INPUT_CUBIN, CU_JIT_INPUT_PTX, CU_JIT_INPUT_FATBINARY = 0, 1, 2
 CU_MODULE_EAGER_LOADING = 1
@@ -89,6 +90,7 @@ def _load_from_pointer(image_ptr, max_registers: int = 0) -> int:
         image = read_image(ptr(image_ptr))
     except ImageError as exc:
         raise CudaError(E.CUDA_ERROR_INVALID_IMAGE, str(exc)) from None
+    check_ptx_target(image, state.device["compute_capability"])
     return _load(image, context, max_registers)
 
 
@@ -144,6 +146,7 @@ def cuModuleLoad(module, fname):
         image = path.read_bytes()
     except OSError as exc:
         raise CudaError(E.CUDA_ERROR_FILE_NOT_FOUND, f"cannot read {path}: {exc}") from None
+    check_ptx_target(image, state.device["compute_capability"])
     module[0] = ffi.cast("CUmodule", _load(image, context))
 
 
@@ -335,12 +338,14 @@ def _ptx_from(input_type: int, data: bytes, what: str) -> bytes:
             and data[:4] == FATBIN_CONTAINER_MAGIC.to_bytes(4, "little")):
         from vgpu.fatbin import FatbinError, parse_fatbin, select_ptx
 
-        try:
-            ptx = select_ptx(parse_fatbin(data))
+        major, minor = state.connection.info["device"]["compute_capability"]
+        try:  # the newest PTX the device can run, as its driver's linker picks it
+            ptx = select_ptx(parse_fatbin(data), major * 10 + minor)
         except FatbinError as exc:
             raise CudaError(E.CUDA_ERROR_INVALID_IMAGE, f"{what}: {exc}") from None
         if ptx is None:
-            raise CudaError(E.CUDA_ERROR_NO_BINARY_FOR_GPU, f"{what}: the fatbin has no PTX")
+            raise CudaError(E.CUDA_ERROR_NO_BINARY_FOR_GPU,
+                            f"{what}: the fatbin has no PTX for compute_{major}{minor} or older")
         return ptx.encode()
     raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED,
                     f"{what}: the vgpu linker takes PTX (and fatbins carrying PTX) only")

@@ -243,6 +243,13 @@ def _backend() -> str:
     return connection.info.get("backend", "") if connection is not None else ""
 
 
+def _device_arch() -> int:
+    """The connected device's compute capability as an architecture number (80 for 8.0):
+    the newest PTX it can run, as a GPU's driver picks a fatbin's PTX."""
+    major, minor = driver_state.connection.info["device"]["compute_capability"]
+    return major * 10 + minor
+
+
 def _loadable_image(wrapper_address: int) -> bytes:
     """What the server's backend loads for the image registered at `wrapper_address`: the
     fatbin for a GPU backend, its PTX for the emulator; for an -rdc program, the objects' PTX
@@ -259,14 +266,15 @@ def _loadable_image(wrapper_address: int) -> bytes:
         prelinked = _prelinked_containers(wrapper_address)
         if prelinked:
             try:
-                return pack_linked_ptx([require_ptx(parse_fatbin(c)).encode()
+                arch = _device_arch() if emu else None
+                return pack_linked_ptx([require_ptx(parse_fatbin(c), arch).encode()
                                         for c in prelinked])
             except FatbinError:
                 if emu:  # SASS only: nothing the emulator runs, as the error says
                     raise
     if not emu:
         return wrapper.container
-    return require_ptx(parse_fatbin(wrapper.container)).encode()
+    return require_ptx(parse_fatbin(wrapper.container), _device_arch()).encode()
 
 
 def _prelinked_containers(wrapper_address: int) -> list[bytes]:

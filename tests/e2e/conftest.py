@@ -31,10 +31,10 @@ def run_on(request):
     return run
 
 
-def _ptx_file(toolkit, tmp_path_factory, source: Path) -> Path:
+def _ptx_file(toolkit, tmp_path_factory, source: Path, arch: str = "compute_75") -> Path:
     """`source` (CUDA C++) compiled to a PTX file, as programs read their kernels."""
     path = tmp_path_factory.mktemp("ptx") / f"{source.stem}.ptx"
-    path.write_text(toolkit.ptx(source.read_text()))
+    path.write_text(toolkit.ptx(source.read_text(), arch=arch))
     return path
 
 
@@ -76,6 +76,17 @@ def driver_textures(toolkit) -> Path:
 @pytest.fixture(scope="session")
 def texture_kernels_ptx(toolkit, tmp_path_factory) -> Path:
     return _ptx_file(toolkit, tmp_path_factory, HERE / "texture_kernels.cu")
+
+
+@pytest.fixture(scope="session")
+def driver_tensor_cores(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_tensor_cores.c").read_text())
+
+
+@pytest.fixture(scope="session")
+def tensor_kernels_ptx(toolkit, tmp_path_factory) -> Path:
+    # mma.sync.m16n8k32 needs compute_80, the emulated device's architecture.
+    return _ptx_file(toolkit, tmp_path_factory, HERE / "tensor_kernels.cu", "compute_80")
 
 
 @pytest.fixture(scope="session")

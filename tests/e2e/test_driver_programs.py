@@ -66,6 +66,14 @@ def test_arrays_textures_and_surfaces(driver_textures, texture_kernels_ptx):
         assert f"driver_textures: {line}" in result.stdout, result.stdout + result.stderr
 
 
+def test_tensor_cores(driver_tensor_cores, tensor_kernels_ptx):
+    result = vgpu_run(driver_tensor_cores, tensor_kernels_ptx)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for line in ("compute capability 8.0", "wmma f16 GEMM correct",
+                 "mma.sync s8 product correct"):
+        assert f"driver_tensor_cores: {line}" in result.stdout, result.stdout + result.stderr
+
+
 def test_cuda_python_program_runs_unmodified(run_on):
     result = run_on(sys.executable, EXAMPLES / "vector_add.py")
     assert result.returncode == 0, result.stderr

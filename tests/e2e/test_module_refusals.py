@@ -38,9 +38,19 @@ def modules(toolkit, tmp_path_factory) -> dict[str, Path]:
                    cwd=work, check=True, capture_output=True)
     subprocess.run([str(toolkit.nvcc), "-fatbin", "-gencode", "arch=compute_80,code=sm_80",
                     "k.cu", "-o", "k.fatbin"], cwd=work, check=True, capture_output=True)
+    # PTX for a newer architecture than the device's (8.0): a GPU's driver cannot JIT it.
+    subprocess.run([str(toolkit.nvcc), "-fatbin", "-gencode", "arch=compute_90,code=compute_90",
+                    "k.cu", "-o", "k90.fatbin"], cwd=work, check=True, capture_output=True)
+    (work / "k90.ptx").write_text(toolkit.ptx(KERNEL, arch="compute_90"))
+    # An sm_80 cubin with PTX only for compute_90 (what -arch=all builds look like): an 8.0
+    # GPU runs the cubin, the emulator the PTX in its place.
+    subprocess.run([str(toolkit.nvcc), "-fatbin", "-gencode", "arch=compute_80,code=sm_80",
+                    "-gencode", "arch=compute_90,code=compute_90", "k.cu", "-o",
+                    "k80c90.fatbin"], cwd=work, check=True, capture_output=True)
     (work / "texture.ptx").write_text(TEXTURE_REFERENCE)
     (work / "k.ptx").write_text(toolkit.ptx(KERNEL))
-    return {name: work / name for name in ("k.cubin", "k.fatbin", "texture.ptx", "k.ptx")}
+    return {name: work / name for name in ("k.cubin", "k.fatbin", "k90.fatbin", "k90.ptx",
+                                           "k80c90.fatbin", "texture.ptx", "k.ptx")}
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +66,9 @@ def _codes(result) -> dict[str, int]:
 def test_refusals_say_why_on_stderr(loader, modules):
     result = vgpu_run(loader, *modules.values())
     assert result.returncode == 0, result.stderr
-    assert _codes(result) == {"k.cubin": 209, "k.fatbin": 209, "texture.ptx": 218, "k.ptx": 0}
+    assert _codes(result) == {"k.cubin": 209, "k.fatbin": 209, "k90.fatbin": 209,
+                              "k90.ptx": 218, "k80c90.fatbin": 0, "texture.ptx": 218,
+                              "k.ptx": 0}
     lines = result.stderr.splitlines()
     cubin = [line for line in lines if "SASS" in line]
     assert cubin == ["vgpu: cuModuleLoad: this module holds only SASS for sm_80; the emu "
@@ -71,4 +83,10 @@ def test_refusals_say_why_on_stderr(loader, modules):
     assert texture[0].startswith("vgpu: cuModuleLoad: texture and surface references are not "
                                  "supported by the emu backend")
     assert ".texref legacy" in texture[0] and texture[0].endswith("(CUDA_ERROR_INVALID_PTX)")
-    assert len(lines) == 3, result.stderr  # nothing for the module that loads
+    newer = [line for line in lines if "compute_90" in line or "sm_90" in line]
+    assert len(newer) == 2, result.stderr
+    assert "newer than the device's (compute_80)" in newer[0], result.stderr
+    assert newer[0].endswith("(CUDA_ERROR_NO_BINARY_FOR_GPU)")
+    assert "the PTX targets sm_90, newer than the device (compute capability 8.0)" in newer[1]
+    assert newer[1].endswith("(CUDA_ERROR_INVALID_PTX)")
+    assert len(lines) == 5, result.stderr  # nothing for the module that loads

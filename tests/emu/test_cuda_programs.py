@@ -97,4 +97,13 @@ def test_cuda_barrier_and_memcpy_async(toolkit, server):
     # mbarrier objects and cp.async exist from compute_80 on.
     assert_passed(run_program(toolkit, server, "async_barriers",
                               "-gencode=arch=compute_80,code=compute_80"),
-                  "async_barriers: 6 tiles staged through cuda::barrier, phases correct")
+                  "async_barriers: 6 tiles staged through cuda::barrier, phases correct",
+                  "async_barriers: arrivals counting several complete a phase once, not before")
+
+
+def test_tensor_core_gemm_with_cp_async_tiles(toolkit, server):
+    # bf16 wmma and cp.async need compute_80, the emulated device's compute capability.
+    assert_passed(run_program(toolkit, server, "tensor_cores",
+                              "-gencode=arch=compute_80,code=compute_80"),
+                  "tensor_cores: compute capability 8.0",
+                  "tensor_cores: 64x64x96 bf16 wmma GEMM through cp.async tiles correct")

@@ -67,7 +67,7 @@ UNSUPPORTED_IN_A_FUNCTION = HEADER + """
 @pytest.mark.parametrize("instruction,fragment", [
     ("frobnicate.u32 %r2, %r1;", "unsupported instruction 'frobnicate.u32'"),
     ("add.wrap.u32 %r2, %r1, %r1;", "unsupported modifier(s) .wrap"),
-    ("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%r2}, [%r1];", "unsupported instruction"),
+    ("vadd.s32.s32.s32.sat %r2, %r1, %r1;", "unsupported instruction"),
 ])
 def test_unsupported_instructions_fail_only_the_launches_that_reach_them(device, instruction,
                                                                          fragment):

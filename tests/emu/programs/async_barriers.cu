@@ -66,6 +66,42 @@ __global__ void parity_phases(int *out)
     }
 }
 
+// Arrivals that count more than one: cuda::barrier::arrive(n) makes n - 1 of them one
+// mbarrier.arrive.noComplete, which lowers the pending count but never completes a phase.
+__global__ void weighted_arrivals(int *out)
+{
+    __shared__ block_barrier barrier;
+    __shared__ unsigned long long raw;
+    __shared__ int stage;
+    unsigned address = (unsigned)__cvta_generic_to_shared(&raw);
+    if (threadIdx.x == 0) {
+        init(&barrier, blockDim.x + 1);       // thread 0 arrives twice over
+        asm volatile("mbarrier.init.shared.b64 [%0], 3;" :: "r"(address));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        // PTX: 2 arrivals that may not complete, then a third that completes the phase.
+        unsigned long long state;
+        int done_early, done;
+        asm volatile("{ .reg .pred p;\n"
+                     "mbarrier.arrive.noComplete.shared.b64 %0, [%2], 2;\n"
+                     "mbarrier.test_wait.shared.b64 p, [%2], %0;\n"
+                     "selp.s32 %1, 1, 0, p; }"
+                     : "=l"(state), "=r"(done_early) : "r"(address) : "memory");
+        asm volatile("{ .reg .pred p;\n"
+                     "mbarrier.arrive.shared.b64 _, [%1];\n"
+                     "mbarrier.test_wait.shared.b64 p, [%1], %2;\n"
+                     "selp.s32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(address), "l"(state) : "memory");
+        out[blockDim.x] = 10 * done_early + done;
+        stage = 7;
+    }
+    block_barrier::arrival_token token =
+        threadIdx.x == 0 ? barrier.arrive(2) : barrier.arrive();
+    barrier.wait(std::move(token));
+    out[threadIdx.x] = stage;
+}
+
 int main()
 {
     static int values[TILE * TILES], out[2 * TILE];
@@ -93,5 +129,12 @@ int main()
     for (int i = 0; i < 3 * 64; ++i)
         EXPECT(phases[i] == 10 * (i / 64 + 1));
     printf("async_barriers: %d tiles staged through cuda::barrier, phases correct\n", TILES);
+    weighted_arrivals<<<1, 64>>>(dout);
+    CHECK(cudaGetLastError());
+    CHECK(cudaMemcpy(phases, dout, 65 * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 64; ++i)
+        EXPECT(phases[i] == 7);
+    EXPECT(phases[64] == 1);   // not complete after the noComplete arrivals, then complete
+    printf("async_barriers: arrivals counting several complete a phase once, not before\n");
     return 0;
 }

@@ -1,5 +1,5 @@
 // A module where one device function uses an instruction the emulator does not implement
-// (ldmatrix, a tensor-core load) and a kernel calls through a table of function pointers
+// (vadd, a video instruction) and a kernel calls through a table of function pointers
 // (indirect calls are not implemented). Only the kernels that can reach them fail, when
 // launched, with cudaErrorNotSupported; the module's other kernels and __device__ variables
 // (the function pointer table included) work, and the error is not sticky.
@@ -11,9 +11,8 @@ __device__ int counter = 5;
 __device__ __noinline__ unsigned load_fragment(const unsigned short *tile)
 {
     unsigned fragment;
-    unsigned address = (unsigned)__cvta_generic_to_shared(tile + (threadIdx.x % 8) * 8);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
-                 : "=r"(fragment) : "r"(address));
+    asm volatile("vadd.s32.s32.s32.sat %0, %1, %2;"
+                 : "=r"(fragment) : "r"((unsigned)tile[threadIdx.x]), "r"(threadIdx.x));
     return fragment;
 }
 
