@@ -9,8 +9,10 @@ Each kernel gets its own layout of the memory its reachable functions use: stati
 variables (module-scope ones it references and the function-scope ones nvcc "demotes"),
 followed by dynamic (`extern` unsized) shared memory, and per-thread local memory holding
 the `.local` variables and the `.param` variables of device-function calls (call arguments,
-formal parameters and return values). Recursion is refused at run time because those
-frames are allocated once per function.
+formal parameters and return values). Each function's frame has one place per thread; a
+recursive call saves the caller's frame and registers aside and the return puts them back
+(see `executor.py`), so the layout stays flat. A kernel that calls through a register may
+reach any function of the module, so all of them are in its layout.
 
 An instruction the emulator does not implement (`UnsupportedPtx`) does not stop the module
 from loading: it is recorded against its function, and a kernel that can reach that
@@ -38,6 +40,7 @@ from . import (  # noqa: F401  (importing registers the opcodes)
     ops_texture,
     ops_warp,
 )
+from .address_space import function_addresses
 from .errors import CUDA_ERROR_NOT_SUPPORTED, UnsupportedPtx
 from .ir import Address, Function, ListOperand, Module, Symbol, Variable, Vector
 from .isa import CompileContext, Compiled, find_compiler
@@ -46,7 +49,7 @@ from .state import Fault
 
 __all__ = ["Block", "KernelProgram", "Program"]
 
-_CONTROL = {"bra", "brx", "call", "ret", "exit", "bar"}
+_CONTROL = {"bra", "brx", "call", "icall", "ret", "exit", "bar"}
 
 
 @dataclass(eq=False)
@@ -73,6 +76,9 @@ class KernelProgram:
     local_offsets: dict[int, int]
     local_size: int                             # bytes of local memory per thread
     local_variables_size: int                   # the .local part of it (the "stack")
+    # function -> (its frame's bytes in a thread's local memory, its register ids): what a
+    # recursive call saves aside
+    frames: dict[str, tuple[np.ndarray, list[int]]]
     global_symbols: set[str]                    # module variables the kernel addresses
     register_count: int                         # registers of its reachable functions
     unsupported: UnsupportedPtx | None = None   # the first its functions hold, if any
@@ -88,6 +94,10 @@ class Program:
         self.symbols_used: dict[str, set[str]] = {}
         self.register_dtypes: list[np.dtype] = []
         self.unsupported: dict[str, UnsupportedPtx] = {}   # function -> its first one
+        self.indirect_callers: set[str] = set()   # functions that call through a register
+        self.function_addresses = function_addresses(module.functions)
+        # address -> function, for calls through a register and device-side launches
+        self.function_at = {a: n for n, a in self.function_addresses.items()}
         self._number_registers()
         for fn in module.functions.values():
             if fn.body is not None:
@@ -117,6 +127,8 @@ class Program:
                 compiled = Compiled("op", instr.line, instr.text, run=_unsupported(exc))
             if compiled.kind == "call":
                 callees.add(compiled.callee)
+            elif compiled.kind == "icall":
+                self.indirect_callers.add(fn.name)
             self.code.append(compiled)
         last = self.code[-1] if len(self.code) > entry else None
         if last is None or last.guard is not None or last.kind not in ("ret", "exit", "bra"):
@@ -156,11 +168,22 @@ class Program:
         return blocks
 
     # -- kernels ----------------------------------------------------------------------------
+    def function_of_pc(self, pc: int) -> str:
+        """The function whose code holds program counter `pc`."""
+        for name, entry in self.entries.items():
+            if entry <= pc < self.ends[name]:
+                return name
+        raise KeyError(pc)
+
     def _reachable(self, name: str) -> list[str]:
         order = [name]
         seen = {name}
+        anything = sorted(f for f, fn in self.module.functions.items()
+                          if fn.body is not None and not fn.is_entry)
         for current in order:
-            for callee in sorted(self.callees.get(current, ())):
+            callees = anything if current in self.indirect_callers else \
+                self.callees.get(current, ())
+            for callee in sorted(callees):
                 if callee not in seen and callee in self.entries:
                     seen.add(callee)
                     order.append(callee)
@@ -192,17 +215,22 @@ class Program:
         local_offsets: dict[int, int] = {}
         local = 0
         local_vars = 0
+        frames: dict[str, tuple[np.ndarray, list[int]]] = {}
         for f in functions:
             function = self.module.functions[f]
             frame = [v for v in function.variables if v.space in ("local", "param")]
             if f != fn.name:
                 frame += function.params + function.returns
+            spans = []
             for var in frame:
                 local = _align(local, var.align)
                 local_offsets[id(var)] = local
+                spans.append(np.arange(local, local + var.size, dtype=np.intp))
                 local += var.size
                 if var.space == "local":
                     local_vars += var.size
+            frames[f] = (np.concatenate(spans) if spans else np.zeros(0, np.intp),
+                         [reg.id for reg in function.registers])
         global_symbols = {n for n in used if n in module_vars
                           and module_vars[n].space in ("global", "const")}
         registers = sum(len(self.module.functions[f].registers) for f in functions)
@@ -210,8 +238,8 @@ class Program:
                            None)
         return KernelProgram(fn.name, fn, self.entries[fn.name], params, param_size,
                              functions, shared_offsets, static_shared, dynamic_offset,
-                             local_offsets, local, local_vars, global_symbols, registers,
-                             unsupported)
+                             local_offsets, local, local_vars, frames, global_symbols,
+                             registers, unsupported)
 
 
 def _unsupported(exc: UnsupportedPtx):
