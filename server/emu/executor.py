@@ -132,7 +132,7 @@ class PreparedLaunch:
     def __init__(self, module, kernel, kernel_name: str, grid, block, shared_bytes: int,
                  symbols: dict[str, int], cooperative: bool = False):
         self.module = module   # a PtxModule: device-side launches find their kernels in it
-        self.program = program = module.program
+        self.program = module.program
         self.kernel = kernel
         self.kernel_name = kernel_name
         self.grid = grid
@@ -310,7 +310,6 @@ def _split(lanes, mask: np.ndarray):
 
 def _run(program, kernel, state: State, cancelled) -> None:
     blocks = program.blocks
-    code = program.code
     n = state.n
     ctx = state.ctx
     groups: dict[tuple, object] = {(kernel.entry_pc,): None}
