@@ -22,8 +22,8 @@ __all__ = ["add_trace_parser", "trace_command", "calls", "statistics", "chrome_t
            "Call"]
 
 # The argument that names a call's stream, by op.
-STREAM_ARGUMENT = {"cuLaunchKernel": 8, "cuEventRecord": 1, "cuStreamWaitEvent": 0,
-                   "cuStreamCreate": 0, "cuStreamDestroy": 0}
+STREAM_ARGUMENT = {"cuLaunchKernel": 8, "cuLaunchCooperativeKernel": 8, "cuEventRecord": 1,
+                   "cuStreamWaitEvent": 0, "cuStreamCreate": 0, "cuStreamDestroy": 0}
 NO_STREAM = None
 ARGUMENTS_WIDTH = 72
 

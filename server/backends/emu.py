@@ -13,6 +13,7 @@ import numpy as np
 from vgpu.errors import CudaError
 
 from ..arena import ALLOCATION_ALIGNMENT
+from ..device_runtime import GRID_WORKSPACE_BYTES
 from ..emu import (
     DeviceMemory,
     LaunchCancelled,
@@ -23,6 +24,8 @@ from ..emu import (
     link,
     prepare,
 )
+from ..emu.device_heap import DeviceHeap
+from ..emu.device_runtime import PARAMETER_BUFFER_BYTES, DeviceRuntime, uses_heap, uses_launches
 from ..emu.errors import IllegalAddress
 from ..emu.memory import NO_ACCESS
 from .base import (
@@ -62,6 +65,8 @@ class EmuBackend(Backend):
         self.checker = MemoryChecker(strict=False)
         self._cancelled = threading.Event()
         self._writes = WriteLog()
+        self._runtime_places: dict[str, tuple[int, int]] = {}
+        self._heap: DeviceHeap | None = None
 
     def describe(self) -> DeviceDescription:
         return DeviceDescription(
@@ -174,6 +179,8 @@ class EmuBackend(Backend):
                 # architecture, the device's compute capability.
                 attributes=dict(info.attributes, binary_version=_BINARY_VERSION),
                 uses_printf=_uses_printf(module, name),
+                uses_heap=_uses_heap(module, name),
+                launches_kernels=uses_launches(module.program.kernels[name].builtins_called),
             )
             for name, info in module.kernels.items()
         }
@@ -193,12 +200,29 @@ class EmuBackend(Backend):
             _quiet_threads.quiet = True
         return contextlib.nullcontext()
 
+    def use_device_runtime(self, places: dict[str, tuple[int, int]]) -> None:
+        heap = places.get("heap")
+        self._runtime_places.update(places)
+        if heap is not None:
+            self._heap = DeviceHeap(self.memory, *heap)
+
+    def _device_runtime(self, cooperative: bool) -> DeviceRuntime:
+        """What one launch (and its children) gets of the device runtime."""
+        buffers = self._runtime_places.get("launch_buffers")
+        workspace = 0
+        if cooperative:
+            workspace = self._runtime_places["grid_workspace"][0]
+            self.memory.write(workspace, bytes(GRID_WORKSPACE_BYTES))  # a fresh barrier
+        return DeviceRuntime(self._heap, (buffers[0], buffers[1] // PARAMETER_BUFFER_BYTES)
+                             if buffers else (0, 0), workspace)
+
     def prepare_launch(self, module: LoadedModule, kernel: str, grid, block,
-                       shared_bytes: int) -> Callable[[bytes, int], tuple[str, str]]:
+                       shared_bytes: int, cooperative: bool = False
+                       ) -> Callable[[bytes, int], tuple[str, str]]:
         symbols = {name: addr for name, (addr, _) in module.variables.items()}
         try:
             prepared = prepare(module.handle, kernel, tuple(grid), tuple(block), shared_bytes,
-                               symbols)
+                               symbols, cooperative)
         except LaunchError as exc:
             raise CudaError(exc.code, str(exc)) from None
 
@@ -207,7 +231,7 @@ class EmuBackend(Backend):
             self._writes.wrote_anywhere()  # a kernel may store through any pointer
             try:
                 result = prepared.execute(params, self.memory, self.checker, printf_fifo_bytes,
-                                          self._cancelled)
+                                          self._cancelled, self._device_runtime(cooperative))
             except LaunchError as exc:
                 raise KernelFault(exc.code, exc.message, exc.output, exc.diagnostics) from None
             except LaunchCancelled:
@@ -224,6 +248,8 @@ class EmuBackend(Backend):
 
     def close(self) -> None:
         self.memory = DeviceMemory(granule=ALLOCATION_ALIGNMENT)
+        self._runtime_places.clear()
+        self._heap = None
 
 
 class WriteLog:
@@ -258,6 +284,16 @@ class WriteLog:
             return None
         return [(address, size) for generation, address, size in self._ranges
                 if generation >= mark]
+
+
+def _uses_heap(module: PtxModule, kernel: str) -> bool:
+    """Whether launches of `kernel` need the device heap: it mallocs, or it launches
+    kernels (its children may, with any kernel of the module)."""
+    kernels = module.program.kernels
+    if uses_heap(kernels[kernel].builtins_called):
+        return True
+    return uses_launches(kernels[kernel].builtins_called) and \
+        any(uses_heap(k.builtins_called) for k in kernels.values())
 
 
 def _uses_printf(module: PtxModule, kernel: str) -> bool:

@@ -18,6 +18,8 @@ fails the parent's stream on a GPU.
 
 The PTX names these functions as nvcc 12+ emits them (`__cudaCDP2*`), and as the PTX ISA
 documents the ABI (`cudaGetParameterBuffer`, `cudaLaunchDevice`, and the V2 forms).
+Cooperative groups' grid functions (`cudaCG*`, which numba-cuda calls; nvcc's headers use
+%envreg1/2 and atomics instead) work in cooperative launches.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .device_heap import DeviceHeap
-from .errors import LaunchError
+from .errors import CUDA_ERROR_LAUNCH_FAILED, LaunchError
 from .spaces import load, store
-from .state import State, lane_count
+from .state import Fault, State, lane_count
 
 __all__ = ["DeviceRuntime", "PARAMETER_BUFFER_BYTES", "RUNTIME_FUNCTIONS", "uses_heap",
            "uses_launches"]
@@ -374,7 +376,80 @@ def _get_device(ctx, arguments, results):
     return run
 
 
+# -- cooperative groups' grid (libcudadevrt's cudaCG*, which numba-cuda calls) -----------
+
+_GRID_SCOPE = 1  # cudaCGScopeGrid
+
+
+def _cg_handle(ctx, arguments, results):
+    """cudaCGGetIntrinsicHandle(scope): the grid's barrier in a cooperative launch, else 0."""
+    if len(arguments) != 1:
+        raise ctx.error("cudaCGGetIntrinsicHandle takes a scope")
+
+    def run(state, lanes):
+        (scope_at,) = _frame(state, arguments)
+        scopes = _arg(state, scope_at, _U32, lanes)
+        handles = np.where(scopes == _GRID_SCOPE, np.uint64(state.ctx.grid_workspace),
+                           np.uint64(0))
+        _result(state, results, handles, _U64, lanes)
+    return run
+
+
+def _cg_sync(ctx, arguments, results):
+    """cudaCGSynchronize(handle, flags): a barrier of the whole grid. A cooperative launch
+    runs as one chunk, so the scheduler's barrier (every thread of the chunk arrives) is
+    the grid's; in another launch there is no grid barrier to wait on."""
+    if len(arguments) != 2:
+        raise ctx.error("cudaCGSynchronize takes a handle and flags")
+    line = ctx.instr.line
+
+    def arrive(state, lanes):
+        if not state.ctx.grid_workspace:
+            raise Fault(CUDA_ERROR_LAUNCH_FAILED, "grid synchronization outside a cooperative "
+                        "launch", "the kernel was not launched with cuLaunchCooperativeKernel",
+                        0 if lanes is None else int(lanes[0]), line)
+
+    def release(state, lanes):
+        _result(state, results, np.zeros(lane_count(state, lanes), np.uint32), _U32, lanes)
+    return ctx.control("bar", arrive=arrive, release=release)
+
+
+def _cg_numbers(rank: bool):
+    """cudaCGGetRank(&thread rank, &grid rank, handle), cudaCGGetSize(&threads, &grids,
+    handle): the thread's rank in (or the size of) the grid; one grid."""
+    def compile_(ctx, arguments, results):
+        if len(arguments) != 3:
+            raise ctx.error("expected two pointers and a handle")
+
+        def run(state, lanes):
+            first_at, second_at, _ = _frame(state, arguments)
+            first = _arg(state, first_at, _U64, lanes)
+            second = _arg(state, second_at, _U64, lanes)
+            launch = state.ctx.launch
+            threads = launch.block[0] * launch.block[1] * launch.block[2]
+            ids = state.lane_ids(lanes)
+            if rank:
+                blocks = state.first_block + state.layout.slot[ids]
+                values = (blocks * threads + state.layout.thread_linear[ids]).astype(np.uint32)
+            else:
+                grid = launch.grid
+                values = np.full(len(ids), threads * grid[0] * grid[1] * grid[2], np.uint32)
+            if (first != 0).any():
+                store(state, "generic", first, values, lanes)
+            if (second != 0).any():
+                store(state, "generic", second, np.full(len(ids), 0 if rank else 1, np.uint32),
+                      lanes)
+            _result(state, results, np.zeros(len(ids), np.uint32), _U32, lanes)
+        return run
+    return compile_
+
+
 RUNTIME_FUNCTIONS = {
+    "cudaCGGetIntrinsicHandle": _cg_handle,
+    "cudaCGSynchronize": _cg_sync,
+    "cudaCGSynchronizeGrid": _cg_sync,
+    "cudaCGGetRank": _cg_numbers(rank=True),
+    "cudaCGGetSize": _cg_numbers(rank=False),
     "malloc": _malloc,
     "free": _free,
     "__cudaCDP2Malloc": _device_malloc,

@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import CUDA_ERROR_LAUNCH_FAILED
 from .ir import Address, Immediate, Instruction, ListOperand, RegisterOperand, Symbol, Variable
-from .isa import CompileContext, Modifiers, find_compiler, opcode
+from .isa import CompileContext, Compiled, Modifiers, find_compiler, opcode
 from .operands import reader, writer
 from .ops_builtin import BUILTINS
 from .ptx_types import TYPES
@@ -96,10 +96,14 @@ def _call(instr, ctx: CompileContext):
             raise ctx.unsupported(f"the device runtime's {callee.name} is not implemented")
         if builtin is None:
             raise ctx.error(f"function {callee.name!r} is declared but never defined")
-        run = builtin(ctx, argument_vars, result_vars)
+        made = builtin(ctx, argument_vars, result_vars)
+        if isinstance(made, Compiled):  # one that waits (a grid barrier): results on release
+            made.arrive = _staged(before, made.arrive, [])
+            made.release = _staged([], made.release, after)
+            return made
         if before or after:
-            run = _staged(before, run, after)
-        return ctx.op(run)
+            made = _staged(before, made, after)
+        return ctx.op(made)
     return ctx.control("call", callee=callee.name, arguments=argument_vars,
                        results=result_vars, before=before, after=after)
 

@@ -80,6 +80,7 @@ class KernelProgram:
     # recursive call saves aside
     frames: dict[str, tuple[np.ndarray, list[int]]]
     global_symbols: set[str]                    # module variables the kernel addresses
+    builtins_called: set[str]                   # runtime functions (malloc, ...) it may call
     register_count: int                         # registers of its reachable functions
     unsupported: UnsupportedPtx | None = None   # the first its functions hold, if any
 
@@ -95,6 +96,7 @@ class Program:
         self.register_dtypes: list[np.dtype] = []
         self.unsupported: dict[str, UnsupportedPtx] = {}   # function -> its first one
         self.indirect_callers: set[str] = set()   # functions that call through a register
+        self.builtins_called: dict[str, set[str]] = {}  # function -> runtime functions it calls
         self.function_addresses = function_addresses(module.functions)
         # address -> function, for calls through a register and device-side launches
         self.function_at = {a: n for n, a in self.function_addresses.items()}
@@ -116,6 +118,7 @@ class Program:
         entry = len(self.code)
         self.entries[fn.name] = entry
         callees: set[str] = set()
+        builtins = self.builtins_called[fn.name] = set()
         for instr in fn.body:
             try:
                 compile_fn = find_compiler(instr)
@@ -129,6 +132,8 @@ class Program:
                 callees.add(compiled.callee)
             elif compiled.kind == "icall":
                 self.indirect_callers.add(fn.name)
+            elif instr.opcode == "call":  # vprintf, malloc, ...: compiled to an op
+                builtins.update(_callee_names(instr))
             self.code.append(compiled)
         last = self.code[-1] if len(self.code) > entry else None
         if last is None or last.guard is not None or last.kind not in ("ret", "exit", "bra"):
@@ -239,6 +244,8 @@ class Program:
         return KernelProgram(fn.name, fn, self.entries[fn.name], params, param_size,
                              functions, shared_offsets, static_shared, dynamic_offset,
                              local_offsets, local, local_vars, frames, global_symbols,
+                             set().union(*(self.builtins_called.get(f, set())
+                                           for f in functions)),
                              registers, unsupported)
 
 
@@ -254,6 +261,10 @@ def _unsupported(exc: UnsupportedPtx):
 def _align(value: int, align: int) -> int:
     align = max(align, 1)
     return (value + align - 1) // align * align
+
+
+def _callee_names(instr) -> list[str]:
+    return [o.name for o in instr.operands if isinstance(o, Symbol)][:1]
 
 
 def _referenced_symbols(fn: Function) -> set[str]:
