@@ -2,14 +2,14 @@
 the malloc heap, the parameter buffers of device-side launches, and the grid barrier of
 cooperative launches.
 
-Each is an ordinary allocation of the session, made when the first launch that needs it
-comes (as CUDA sizes the heap when a kernel using malloc first runs), owned by the launching
-function's context and journaled like any allocation, so checkpoints, restores and
-migrations carry it with its contents: the heap keeps its bookkeeping inside itself
-(emu/device_heap.py), so blocks malloc'd before a move can be freed after it. The program
-never sees these addresses and cannot free them (cuMemFree of one is CUDA_ERROR_INVALID_VALUE,
-as for any address it did not allocate). Their places are part of the session's own state
-(`describe`/`restore`).
+Each is an ordinary allocation of the session, made when a kernel first needs it (its first
+malloc, its first device-side launch; a cooperative launch's barrier before it starts),
+owned by the launching function's context and journaled like any allocation, so
+checkpoints, restores and migrations carry it with its contents: the heap keeps its
+bookkeeping inside itself (emu/device_heap.py), so blocks malloc'd before a move can be
+freed after it. The program never sees these addresses and cannot free them (cuMemFree of
+one is CUDA_ERROR_INVALID_VALUE, as for any address it did not allocate). Their places
+are part of the session's own state (`describe`/`restore`).
 
 Limits (cuCtxSetLimit): CU_LIMIT_MALLOC_HEAP_SIZE and CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT
 fix the sizes, and, as CUDA says, may not change once a kernel using them has been launched
@@ -34,6 +34,8 @@ DEFAULT_HEAP_BYTES = 8 << 20
 DEFAULT_PENDING_LAUNCHES = 2048
 GRID_WORKSPACE_BYTES = 16   # cooperative groups' grid barrier: a flag word and a counter
 
+_LIMIT_OF = {"heap": CU_LIMIT_MALLOC_HEAP_SIZE,
+             "launch_buffers": CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT}
 _LIMIT_NAMES = {CU_LIMIT_MALLOC_HEAP_SIZE: ("heap", "the malloc heap size"),
                 CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT:
                     ("launch_buffers", "the pending launch count")}
@@ -45,6 +47,9 @@ class DeviceRuntimeMemory:
                        CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT: DEFAULT_PENDING_LAUNCHES}
         # "heap", "launch_buffers", "grid_workspace" -> [address, size, context]
         self.places: dict[str, list[int]] = {}
+        # the limits a launched kernel has fixed (it uses what they size)
+        self.fixed: set[int] = set()
+        self._launching: tuple[int, Callable[[int, int], int]] | None = None
 
     def set_limit(self, limit: int, value: int) -> bool:
         """Apply a limit the device runtime obeys; False for other limits."""
@@ -53,7 +58,7 @@ class DeviceRuntimeMemory:
         place, what = _LIMIT_NAMES[limit]
         if value < 0:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"negative {what}")
-        if place in self.places:
+        if limit in self.fixed or place in self.places:
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
                             f"{what} cannot change after a kernel that uses it has been "
                             "launched")
@@ -63,40 +68,50 @@ class DeviceRuntimeMemory:
     def owns(self, address: int) -> bool:
         return any(place[0] == address for place in self.places.values())
 
-    def provide(self, context: int, allocate: Callable[[int, int], int], heap: bool,
-                launches: bool, cooperative: bool) -> dict[str, tuple[int, int]]:
-        """The places a launch needs (made by `allocate(context, size)` the first time):
-        name -> (address, size)."""
-        wanted = []
+    def launching(self, context: int, allocate: Callable[[int, int], int], heap: bool,
+                  launches: bool, cooperative: bool) -> Callable[[str], tuple[int, int]]:
+        """A launch that uses the heap, launches kernels or is cooperative is coming, from
+        `context`: the limits it uses are fixed from now on, the grid barrier of a
+        cooperative launch is made, and the returned `place(name)` makes the others (with
+        `allocate(context, size)`) when the kernel, or a child of it, first needs them."""
         if heap:
-            wanted.append(("heap", self.limits[CU_LIMIT_MALLOC_HEAP_SIZE]))
+            self.fixed.add(CU_LIMIT_MALLOC_HEAP_SIZE)
         if launches:
-            wanted.append(("launch_buffers", PARAMETER_BUFFER_BYTES * self.limits[
-                CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT]))
+            self.fixed.add(CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT)
+        self._launching = (context, allocate)
         if cooperative:
-            wanted.append(("grid_workspace", GRID_WORKSPACE_BYTES))
-        out = {}
-        for name, size in wanted:
-            if name not in self.places and size > 0:
-                self.places[name] = [allocate(context, size), size, context]
-            if name in self.places:
-                address, size, _ = self.places[name]
-                out[name] = (address, size)
-        return out
+            self.place("grid_workspace")
+        return self.place
 
-    def forget_context(self, context: int) -> list[int]:
-        """The addresses of the places `context` owned, which it no longer has (a context
-        destroyed or reset: the limits come back to their defaults too)."""
-        gone = [name for name, place in self.places.items() if place[2] == context]
-        addresses = [self.places.pop(name)[0] for name in gone]
+    def place(self, name: str) -> tuple[int, int]:
+        """(address, size) of the device runtime's memory `name`, made on first use."""
+        if name not in self.places:
+            size = {"heap": self.limits[CU_LIMIT_MALLOC_HEAP_SIZE],
+                    "launch_buffers": PARAMETER_BUFFER_BYTES * self.limits[
+                        CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT],
+                    "grid_workspace": GRID_WORKSPACE_BYTES}[name]
+            if size <= 0:
+                return 0, 0
+            context, allocate = self._launching
+            self.places[name] = [allocate(context, size), size, context]
+            self.fixed.add(_LIMIT_OF.get(name, 0))
+        address, size, _ = self.places[name]
+        return address, size
+
+    def forget_context(self, context: int) -> None:
+        """`context` is destroyed or reset: its places go with its allocations (and with
+        none left, the limits are the defaults again)."""
+        for name in [n for n, place in self.places.items() if place[2] == context]:
+            del self.places[name]
         if not self.places:
             self.__init__()
-        return addresses
 
     def describe(self) -> dict:
         return {"limits": [[k, v] for k, v in self.limits.items()],
-                "places": {name: list(place) for name, place in self.places.items()}}
+                "places": {name: list(place) for name, place in self.places.items()},
+                "fixed": sorted(self.fixed)}
 
     def restore(self, state: dict) -> None:
         self.limits = {int(k): int(v) for k, v in state["limits"]}
         self.places = {name: [int(v) for v in place] for name, place in state["places"].items()}
+        self.fixed = {int(k) for k in state["fixed"]}

@@ -523,8 +523,6 @@ class Session:
         self.printf_launched = bool(state["printf_launched"])
         if "device_runtime" in state:  # images from before the device runtime lack it
             self.device_runtime.restore(state["device_runtime"])
-            self.backend.use_device_runtime({name: (address, size) for name, (address, size, _)
-                                             in self.device_runtime.places.items()})
 
     def _remake_context(self, handle: int, device: int, flags: int, primary: bool) -> None:
         if primary:
@@ -675,6 +673,7 @@ class Session:
     def ctx_set_limit(self, limit: int, value: int):
         """The limits a launch obeys here; the client answers cuCtxGetLimit itself."""
         if self.device_runtime.set_limit(limit, value):
+            self.backend.set_device_runtime_limit(limit, value)
             return
         if limit == CU_LIMIT_PRINTF_FIFO_SIZE:
             if value < 0:
@@ -1036,11 +1035,11 @@ class Session:
         log.info("session %d: kernel failed with %d: %s", self.id, fault.code, fault.message)
 
     def _provide_device_runtime(self, fn: Function, cooperative: bool) -> None:
-        """The device runtime memory the launch needs, made by the first launch that does."""
+        """Where the launch finds the device runtime's memory (made when first needed)."""
         module = self.modules.get(fn.module)
         kernel = module.loaded.kernels[fn.name]
         if kernel.uses_heap or kernel.launches_kernels or cooperative:
-            self.backend.use_device_runtime(self.device_runtime.provide(
+            self.backend.use_device_runtime(self.device_runtime.launching(
                 module.context, self._allocate, kernel.uses_heap, kernel.launches_kernels,
                 cooperative))
 

@@ -189,10 +189,17 @@ class Backend(abc.ABC):
         program repeats. A `cooperative` launch keeps all its blocks resident together
         (cuLaunchCooperativeKernel), for grid-wide synchronization."""
 
-    def use_device_runtime(self, places: dict[str, tuple[int, int]]) -> None:
-        """Where the device runtime's memory is for the launches that follow (see
-        server/device_runtime.py): "heap", "launch_buffers", "grid_workspace" -> (address,
-        size). Only a backend whose kernel descriptions ask for them is given any."""
+    def use_device_runtime(self, place: Callable[[str], tuple[int, int]]) -> None:
+        """Where the next launch finds the device runtime's memory (see
+        server/device_runtime.py): `place(name)` -> (address, size) of "heap",
+        "launch_buffers" or "grid_workspace", made when first asked for. Only a backend
+        whose kernel descriptions ask for them is given it."""
+        return None
+
+    def set_device_runtime_limit(self, limit: int, value: int) -> None:
+        """cuCtxSetLimit of the malloc heap or the pending launch count: for a backend whose
+        device runs the device runtime itself (emu's session keeps them, and gives the
+        memory with use_device_runtime)."""
         return None
 
     def recover(self) -> None:

@@ -716,6 +716,13 @@ class CudaBackend(Backend):
             pass
         self._printf_fifo = size
 
+    def set_device_runtime_limit(self, limit: int, value: int) -> None:
+        """The device's own heap and pending-launch limits (its driver refuses them once a
+        kernel using them has run, as the emulator's session does)."""
+        d = self._d
+        with self._current():
+            _call(d, d.cuCtxSetLimit(d.CUlimit(limit), value))
+
     def set_memcheck(self, strict: bool) -> None:
         """A GPU checks nothing beyond its own faults: nothing to set."""
 

@@ -24,8 +24,7 @@ from ..emu import (
     link,
     prepare,
 )
-from ..emu.device_heap import DeviceHeap
-from ..emu.device_runtime import PARAMETER_BUFFER_BYTES, DeviceRuntime, uses_heap, uses_launches
+from ..emu.device_runtime import DeviceRuntime, uses_heap, uses_launches
 from ..emu.errors import IllegalAddress
 from ..emu.memory import NO_ACCESS
 from .base import (
@@ -65,8 +64,7 @@ class EmuBackend(Backend):
         self.checker = MemoryChecker(strict=False)
         self._cancelled = threading.Event()
         self._writes = WriteLog()
-        self._runtime_places: dict[str, tuple[int, int]] = {}
-        self._heap: DeviceHeap | None = None
+        self._place: Callable[[str], tuple[int, int]] | None = None
 
     def describe(self) -> DeviceDescription:
         return DeviceDescription(
@@ -179,7 +177,7 @@ class EmuBackend(Backend):
                 # architecture, the device's compute capability.
                 attributes=dict(info.attributes, binary_version=_BINARY_VERSION),
                 uses_printf=_uses_printf(module, name),
-                uses_heap=_uses_heap(module, name),
+                uses_heap=uses_heap(module.program.kernels[name].builtins_called),
                 launches_kernels=uses_launches(module.program.kernels[name].builtins_called),
             )
             for name, info in module.kernels.items()
@@ -200,21 +198,19 @@ class EmuBackend(Backend):
             _quiet_threads.quiet = True
         return contextlib.nullcontext()
 
-    def use_device_runtime(self, places: dict[str, tuple[int, int]]) -> None:
-        heap = places.get("heap")
-        self._runtime_places.update(places)
-        if heap is not None:
-            self._heap = DeviceHeap(self.memory, *heap)
+    def use_device_runtime(self, place: Callable[[str], tuple[int, int]]) -> None:
+        self._place = place
 
-    def _device_runtime(self, cooperative: bool) -> DeviceRuntime:
+    def _device_runtime(self, cooperative: bool) -> DeviceRuntime | None:
         """What one launch (and its children) gets of the device runtime."""
-        buffers = self._runtime_places.get("launch_buffers")
+        place, self._place = self._place, None
+        if place is None:
+            return None
         workspace = 0
         if cooperative:
-            workspace = self._runtime_places["grid_workspace"][0]
+            workspace = place("grid_workspace")[0]
             self.memory.write(workspace, bytes(GRID_WORKSPACE_BYTES))  # a fresh barrier
-        return DeviceRuntime(self._heap, (buffers[0], buffers[1] // PARAMETER_BUFFER_BYTES)
-                             if buffers else (0, 0), workspace)
+        return DeviceRuntime(self.memory, place, workspace)
 
     def prepare_launch(self, module: LoadedModule, kernel: str, grid, block,
                        shared_bytes: int, cooperative: bool = False
@@ -248,8 +244,7 @@ class EmuBackend(Backend):
 
     def close(self) -> None:
         self.memory = DeviceMemory(granule=ALLOCATION_ALIGNMENT)
-        self._runtime_places.clear()
-        self._heap = None
+        self._place = None
 
 
 class WriteLog:
@@ -284,16 +279,6 @@ class WriteLog:
             return None
         return [(address, size) for generation, address, size in self._ranges
                 if generation >= mark]
-
-
-def _uses_heap(module: PtxModule, kernel: str) -> bool:
-    """Whether launches of `kernel` need the device heap: it mallocs, or it launches
-    kernels (its children may, with any kernel of the module)."""
-    kernels = module.program.kernels
-    if uses_heap(kernels[kernel].builtins_called):
-        return True
-    return uses_launches(kernels[kernel].builtins_called) and \
-        any(uses_heap(k.builtins_called) for k in kernels.values())
 
 
 def _uses_printf(module: PtxModule, kernel: str) -> bool:

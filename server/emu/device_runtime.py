@@ -4,8 +4,9 @@ free on the device heap (C++ new and delete compile to them), device-side kernel
 
 A launch gets a `DeviceRuntime` from its backend: the heap allocation, the allocation that
 holds device-side launches' parameter buffers (cudaLimitDevRuntimePendingLaunchCount slots
-of `PARAMETER_BUFFER_BYTES`), and for a cooperative launch the grid barrier cooperative
-groups' grid.sync() uses (read through %envreg1/%envreg2, as the driver passes it).
+of `PARAMETER_BUFFER_BYTES`), both made when first used, and for a cooperative launch the
+grid barrier cooperative groups' grid.sync() uses (read through %envreg1/%envreg2, as the
+driver passes it).
 
 Device-side launches follow CUDA's dynamic parallelism (CDP2) semantics: a launch made by
 a thread is recorded with its parameters when `cudaLaunchDevice` is called, and runs after
@@ -24,7 +25,8 @@ Cooperative groups' grid functions (`cudaCG*`, which numba-cuda calls; nvcc's he
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -56,19 +58,36 @@ _U64 = np.dtype(np.uint64)
 _U32 = np.dtype(np.uint32)
 
 
-@dataclass
 class DeviceRuntime:
-    """The device runtime's memory for one launch and its children, from the backend."""
-    heap: DeviceHeap | None = None
-    launch_buffers: tuple[int, int] = (0, 0)   # base address, number of slots
-    grid_workspace: int = 0                   # a cooperative launch's grid barrier
-    next_slot: int = 0
-    # parameter buffer -> (kernel name, grid, block, shared bytes) of a V2 launch to come
-    pending: dict[int, tuple] = field(default_factory=dict)
-    streams: int = _FIRST_DEVICE_STREAM
+    """The device runtime's memory for one launch and its children, from the backend:
+    `place(name)` gives (address, size) of "heap" and "launch_buffers" (made when first
+    asked for, so a kernel that never mallocs leaves the heap's size open);
+    `grid_workspace` is a cooperative launch's grid barrier (0 in other launches)."""
+
+    def __init__(self, memory, place: Callable[[str], tuple[int, int]],
+                 grid_workspace: int = 0):
+        self.memory = memory
+        self.place = place
+        self.grid_workspace = grid_workspace
+        self._heap: DeviceHeap | None = None
+        self._buffers: tuple[int, int] | None = None  # base address, slots
+        self.next_slot = 0
+        # parameter buffer -> (kernel name, grid, block, shared bytes) of a V2 launch to come
+        self.pending: dict[int, tuple] = {}
+        self.streams = _FIRST_DEVICE_STREAM
+
+    @property
+    def heap(self) -> DeviceHeap | None:
+        if self._heap is None:
+            address, size = self.place("heap")
+            self._heap = DeviceHeap(self.memory, address, size) if size else None
+        return self._heap
 
     def parameter_buffer(self) -> int | None:
-        base, slots = self.launch_buffers
+        if self._buffers is None:
+            address, size = self.place("launch_buffers")
+            self._buffers = (address, size // PARAMETER_BUFFER_BYTES)
+        base, slots = self._buffers
         if self.next_slot >= slots:
             return None
         self.next_slot += 1

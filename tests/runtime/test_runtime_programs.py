@@ -147,6 +147,15 @@ def test_relocatable_device_code_across_files(toolkit, server, fatbin):
     assert_passed(run(server, program), "rdc: cross-file device function called 100 times")
 
 
+def test_device_side_launches_heap_calls_and_grid_sync(toolkit, server):
+    program = build(toolkit, "device_side", flags=("-rdc=true", "-lcudadevrt"))
+    assert_passed(run(server, program),
+                  "device_side: children, grandchildren and a tail launch ran in order",
+                  "device_side: malloc, free, new and delete on a 1 MiB heap",
+                  "device_side: virtual functions and recursion correct",
+                  "device_side: a cooperative grid of 8 blocks met at grid.sync()")
+
+
 def test_host_callbacks(toolkit, server, fatbin):
     assert_passed(run(server, build(toolkit, "host_callback", fatbin)),
                   "host_callback: host function and stream callback ran after the copy")

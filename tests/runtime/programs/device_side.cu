@@ -41,6 +41,13 @@ __global__ void allocate(int **slots, int count)
         for (int i = 0; i < count; i++) block[i] = threadIdx.x * 100 + i;
 }
 
+__global__ void grab(int **slots, size_t bytes)
+{
+    int *block = (int *)malloc(bytes);
+    if (block) block[bytes / sizeof(int) - 1] = 7;  // the whole block is usable
+    slots[threadIdx.x] = block;
+}
+
 __global__ void sum_and_free(int **slots, int count, int *sums)
 {
     int *block = slots[threadIdx.x];
@@ -174,7 +181,7 @@ int main()
     CHECK(cudaMemcpy(got, sums, sizeof(got), cudaMemcpyDeviceToHost));
     for (int t = 0; t < threads; t++) EXPECT(got[t] == t * 100 * count + count * (count - 1) / 2);
     int *pointers[threads];
-    allocate<<<1, threads>>>(slots, 1 << 16);  // 256 KiB each: a 1 MiB heap runs out
+    grab<<<1, threads>>>(slots, 256 << 10);  // a 1 MiB heap runs out
     CHECK(cudaMemcpy(pointers, slots, sizeof(pointers), cudaMemcpyDeviceToHost));
     int granted = 0;
     for (int t = 0; t < threads; t++) granted += pointers[t] != nullptr;
