@@ -142,7 +142,7 @@ def _call(info: dict, index: int, op, args, outcome: dict, functions: dict) -> C
     if not isinstance(stream, int) or isinstance(stream, bool):
         stream = NO_STREAM
     kernel = None
-    if op == "cuLaunchKernel" and listed:
+    if op in ("cuLaunchKernel", "cuLaunchCooperativeKernel") and listed:
         kernel = functions.get(listed[0], "?")
     sent = sum(a[1] for a in listed if is_blob(a))
     kept = outcome.get("kept")
