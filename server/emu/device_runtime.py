@@ -121,6 +121,19 @@ def uses_launches(called: set[str]) -> bool:
 
 # -- helpers ----------------------------------------------------------------------------------
 
+def _takes(count: int):
+    """A builtin's compile function, for calls that pass `count` arguments (else the PTX
+    is wrong: a load error naming the call)."""
+    def wrap(make):
+        def compile_(ctx, arguments, results):
+            if len(arguments) != count:
+                raise ctx.error(f"the device runtime's function takes {count} argument(s), "
+                                f"the call passes {len(arguments)}")
+            return make(ctx, arguments, results)
+        return compile_
+    return wrap
+
+
 def _frame(state: State, variables) -> list[int]:
     offsets = state.ctx.launch.kernel.local_offsets
     return [offsets[id(v)] for v in variables]
@@ -152,24 +165,25 @@ def _heap(state: State):
     return None if runtime is None else runtime.heap
 
 
+def _allocate(state: State, sizes) -> np.ndarray:
+    """malloc of each size (NULL for all when the launch has no heap)."""
+    heap = _heap(state)
+    return np.asarray(heap.malloc(sizes) if heap is not None else [0] * len(sizes), np.uint64)
+
+
 # -- malloc and free ------------------------------------------------------------------------
 
+@_takes(1)
 def _malloc(ctx, arguments, results):
-    if len(arguments) != 1:
-        raise ctx.error("malloc takes a size")
-
     def run(state, lanes):
         (size_at,) = _frame(state, arguments)
         sizes = _arg(state, size_at, _U64, lanes)
-        heap = _heap(state)
-        addresses = heap.malloc(sizes) if heap is not None else [0] * len(sizes)
-        _result(state, results, addresses, _U64, lanes)
+        _result(state, results, _allocate(state, sizes), _U64, lanes)
     return run
 
 
+@_takes(1)
 def _free(ctx, arguments, results):
-    if len(arguments) != 1:
-        raise ctx.error("free takes a pointer")
     line = ctx.instr.line
 
     def run(state, lanes):
@@ -182,18 +196,14 @@ def _free(ctx, arguments, results):
     return run
 
 
+@_takes(2)
 def _device_malloc(ctx, arguments, results):
     """cudaMalloc in device code: from the device heap, like malloc."""
-    if len(arguments) != 2:
-        raise ctx.error("cudaMalloc takes a pointer's address and a size")
-
     def run(state, lanes):
         where_at, size_at = _frame(state, arguments)
         where = _arg(state, where_at, _U64, lanes)
         sizes = _arg(state, size_at, _U64, lanes)
-        heap = _heap(state)
-        addresses = np.asarray(heap.malloc(sizes) if heap is not None else [0] * len(sizes),
-                               np.uint64)
+        addresses = _allocate(state, sizes)
         store(state, "generic", where, addresses, lanes)
         codes = [_set_error(state, int(lane), _SUCCESS if a else _MEMORY_ALLOCATION)
                  for lane, a in zip(state.lane_ids(lanes), addresses, strict=True)]
@@ -207,12 +217,10 @@ def _dims(values) -> tuple[int, int, int]:
     return int(values[0]), int(values[1]), int(values[2])
 
 
+@_takes(4)
 def _parameter_buffer_v2(ctx, arguments, results):
     """cudaGetParameterBufferV2(func, grid, block, shared bytes): a buffer for the
     parameters of the launch described, which cudaLaunchDeviceV2 then makes."""
-    if len(arguments) != 4:
-        raise ctx.error("cudaGetParameterBufferV2 takes a function, two dim3s and a size")
-
     def run(state, lanes):
         func_at, grid_at, block_at, shared_at = _frame(state, arguments)
         funcs = _arg(state, func_at, _U64, lanes)
@@ -233,11 +241,9 @@ def _parameter_buffer_v2(ctx, arguments, results):
     return run
 
 
+@_takes(2)
 def _parameter_buffer(ctx, arguments, results):
     """cudaGetParameterBuffer(alignment, size): a buffer for cudaLaunchDevice."""
-    if len(arguments) != 2:
-        raise ctx.error("cudaGetParameterBuffer takes an alignment and a size")
-
     def run(state, lanes):
         _, size_at = _frame(state, arguments)
         sizes = _arg(state, size_at, _U64, lanes)
@@ -266,11 +272,9 @@ def _kernel_at(state: State, address: int) -> tuple[str | None, int]:
     return name, _SUCCESS
 
 
+@_takes(2)
 def _launch_device_v2(ctx, arguments, results):
     """cudaLaunchDeviceV2(parameter buffer, stream)."""
-    if len(arguments) != 2:
-        raise ctx.error("cudaLaunchDeviceV2 takes a parameter buffer and a stream")
-
     def run(state, lanes):
         buffer_at, stream_at = _frame(state, arguments)
         buffers = _arg(state, buffer_at, _U64, lanes)
@@ -289,11 +293,9 @@ def _launch_device_v2(ctx, arguments, results):
     return run
 
 
+@_takes(6)
 def _launch_device(ctx, arguments, results):
     """cudaLaunchDevice(func, parameter buffer, grid, block, shared bytes, stream)."""
-    if len(arguments) != 6:
-        raise ctx.error("cudaLaunchDevice takes six arguments")
-
     def run(state, lanes):
         func_at, buffer_at, grid_at, block_at, shared_at, stream_at = _frame(state, arguments)
         funcs = _arg(state, func_at, _U64, lanes)
@@ -350,12 +352,10 @@ def _last_error(reset: bool):
     return compile_
 
 
+@_takes(2)
 def _stream_create(ctx, arguments, results):
     """cudaStreamCreateWithFlags on the device: a stream whose launches run in order (as
     every child launch does here)."""
-    if len(arguments) != 2:
-        raise ctx.error("cudaStreamCreateWithFlags takes a stream's address and flags")
-
     def run(state, lanes):
         where_at, _ = _frame(state, arguments)
         where = _arg(state, where_at, _U64, lanes)
@@ -373,20 +373,16 @@ def _stream_create(ctx, arguments, results):
 def _succeeds(count: int):
     """Device runtime calls that have nothing to do here (every child launch runs in order,
     and the parent waits for all of them): they return cudaSuccess."""
+    @_takes(count)
     def compile_(ctx, arguments, results):
-        if len(arguments) != count:
-            raise ctx.error(f"expected {count} arguments")
-
         def run(state, lanes):
             _result(state, results, np.zeros(lane_count(state, lanes), np.uint32), _U32, lanes)
         return run
     return compile_
 
 
+@_takes(1)
 def _get_device(ctx, arguments, results):
-    if len(arguments) != 1:
-        raise ctx.error("cudaGetDevice takes an int's address")
-
     def run(state, lanes):
         (where_at,) = _frame(state, arguments)
         where = _arg(state, where_at, _U64, lanes)
@@ -400,11 +396,9 @@ def _get_device(ctx, arguments, results):
 _GRID_SCOPE = 1  # cudaCGScopeGrid
 
 
+@_takes(1)
 def _cg_handle(ctx, arguments, results):
     """cudaCGGetIntrinsicHandle(scope): the grid's barrier in a cooperative launch, else 0."""
-    if len(arguments) != 1:
-        raise ctx.error("cudaCGGetIntrinsicHandle takes a scope")
-
     def run(state, lanes):
         (scope_at,) = _frame(state, arguments)
         scopes = _arg(state, scope_at, _U32, lanes)
@@ -414,12 +408,11 @@ def _cg_handle(ctx, arguments, results):
     return run
 
 
+@_takes(2)
 def _cg_sync(ctx, arguments, results):
     """cudaCGSynchronize(handle, flags): a barrier of the whole grid. A cooperative launch
     runs as one chunk, so the scheduler's barrier (every thread of the chunk arrives) is
     the grid's; in another launch there is no grid barrier to wait on."""
-    if len(arguments) != 2:
-        raise ctx.error("cudaCGSynchronize takes a handle and flags")
     line = ctx.instr.line
 
     def arrive(state, lanes):
@@ -436,10 +429,8 @@ def _cg_sync(ctx, arguments, results):
 def _cg_numbers(rank: bool):
     """cudaCGGetRank(&thread rank, &grid rank, handle), cudaCGGetSize(&threads, &grids,
     handle): the thread's rank in (or the size of) the grid; one grid."""
+    @_takes(3)
     def compile_(ctx, arguments, results):
-        if len(arguments) != 3:
-            raise ctx.error("expected two pointers and a handle")
-
         def run(state, lanes):
             first_at, second_at, _ = _frame(state, arguments)
             first = _arg(state, first_at, _U64, lanes)
