@@ -130,6 +130,7 @@ class Function:
     name: str
     param_size: int
     uses_printf: bool
+    uses_device_runtime: bool = False  # its heap or device-side launches (emu)
     # Launch configuration (grid, block, shared bytes) -> the backend's checked launcher.
     launchers: dict[tuple, Callable[[bytes], str]] = field(default_factory=dict)
 
@@ -972,7 +973,8 @@ class Session:
         if kernel is None:
             raise CudaError(CUDA_ERROR_NOT_FOUND, f"no kernel named {name!r} in the module")
         self.functions.add(handle, Function(module_handle, name, kernel.param_buffer_size,
-                                            kernel.uses_printf))
+                                            kernel.uses_printf,
+                                            kernel.uses_heap or kernel.launches_kernels))
         module.functions.add(handle)
         self.journal.created("function", handle, module_handle, name)
 
@@ -1009,7 +1011,8 @@ class Session:
         launcher = fn.launchers.get(config)
         if launcher is None:
             launcher = self._prepare_launch(fn, config)
-        self._provide_device_runtime(fn, config[7])
+        if fn.uses_device_runtime or config[7]:
+            self._provide_device_runtime(fn, config[7])
         self.printf_launched |= fn.uses_printf
         try:
             printed, report = launcher(params, self.printf_fifo_bytes, stream)
@@ -1038,10 +1041,9 @@ class Session:
         """Where the launch finds the device runtime's memory (made when first needed)."""
         module = self.modules.get(fn.module)
         kernel = module.loaded.kernels[fn.name]
-        if kernel.uses_heap or kernel.launches_kernels or cooperative:
-            self.backend.use_device_runtime(self.device_runtime.launching(
-                module.context, self._allocate, kernel.uses_heap, kernel.launches_kernels,
-                cooperative))
+        self.backend.use_device_runtime(self.device_runtime.launching(
+            module.context, self._allocate, kernel.uses_heap, kernel.launches_kernels,
+            cooperative))
 
     def _prepare_launch(self, fn: Function, config: tuple
                         ) -> Callable[[bytes, int], tuple[str, str]]:
