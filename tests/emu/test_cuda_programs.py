@@ -93,6 +93,12 @@ def test_numba_half_precision_kernels(server):
     assert_passed(result, "numba_half: 400 fp16 results correct, twice")
 
 
+def test_numba_grid_sync_links_libcudadevrt_and_launches_cooperatively(server):
+    result = run_under_vgpu(server, sys.executable, str(PROGRAMS / "numba_grid_sync.py"),
+                            timeout=TIMEOUT_S)
+    assert_passed(result, "numba_grid_sync: 6 blocks met at grid.sync(), total 249983 correct")
+
+
 def test_cuda_barrier_and_memcpy_async(toolkit, server):
     # mbarrier objects and cp.async exist from compute_80 on.
     assert_passed(run_program(toolkit, server, "async_barriers",
