@@ -12,7 +12,7 @@ the `.local` variables and the `.param` variables of device-function calls (call
 formal parameters and return values). Each function's frame has one place per thread; a
 recursive call saves the caller's frame and registers aside and the return puts them back
 (see `executor.py`), so the layout stays flat. A kernel that calls through a register may
-reach any function of the module, so all of them are in its layout.
+reach any function whose address the module takes, so all of those are in its layout.
 
 An instruction the emulator does not implement (`UnsupportedPtx`) does not stop the module
 from loading: it is recorded against its function, and a kernel that can reach that
@@ -105,6 +105,8 @@ class Program:
             if fn.body is not None:
                 self._compile_function(fn)
         self.blocks = self._build_blocks()
+        # what a call through a register may reach: the functions whose address is taken
+        self.address_taken = _address_taken(module)
         self.kernels = {name: self._kernel(fn) for name, fn in module.functions.items()
                         if fn.is_entry and fn.body is not None}
 
@@ -183,10 +185,8 @@ class Program:
     def _reachable(self, name: str) -> list[str]:
         order = [name]
         seen = {name}
-        anything = sorted(f for f, fn in self.module.functions.items()
-                          if fn.body is not None and not fn.is_entry)
         for current in order:
-            callees = anything if current in self.indirect_callers else \
+            callees = self.address_taken if current in self.indirect_callers else \
                 self.callees.get(current, ())
             for callee in sorted(callees):
                 if callee not in seen and callee in self.entries:
@@ -263,12 +263,31 @@ def _align(value: int, align: int) -> int:
     return (value + align - 1) // align * align
 
 
+def _address_taken(module: Module) -> set[str]:
+    """The device functions whose address an instruction (other than a call naming it) or a
+    variable's initializer (a function pointer table, a virtual function table) takes."""
+    defined = {n for n, fn in module.functions.items() if fn.body is not None and not fn.is_entry}
+    taken = {name for var in module.variables.values() for _, name, _, _ in var.relocations}
+    for fn in module.functions.values():
+        for instr in fn.body or ():
+            if instr.opcode != "call":
+                taken |= _referenced_symbols_of(instr)
+    return taken & defined
+
+
 def _callee_names(instr) -> list[str]:
     return [o.name for o in instr.operands if isinstance(o, Symbol)][:1]
 
 
 def _referenced_symbols(fn: Function) -> set[str]:
     """Names of module-scope symbols a function's instructions mention."""
+    names: set[str] = set()
+    for instr in fn.body:
+        names |= _referenced_symbols_of(instr)
+    return names
+
+
+def _referenced_symbols_of(instr) -> set[str]:
     names: set[str] = set()
 
     def visit(operand) -> None:
@@ -280,7 +299,6 @@ def _referenced_symbols(fn: Function) -> set[str]:
         elif isinstance(operand, (Vector, ListOperand)):
             for element in operand.elements:
                 visit(element)
-    for instr in fn.body:
-        for operand in instr.operands:
-            visit(operand)
+    for operand in instr.operands:
+        visit(operand)
     return names
