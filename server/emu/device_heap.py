@@ -42,7 +42,7 @@ class DeviceHeap:
     def _blocks(self) -> tuple[int, list[list[int]]]:
         """(top, [[offset, payload size, in use], ...]) with free neighbours merged."""
         top = _TOP.unpack(self.memory.read(self.base, 8))[0] or _FRESH_TOP
-        data = self.memory.read(self.base, top)
+        data = self.memory.view(self.base, top, False)
         blocks: list[list[int]] = []
         offset = _FRESH_TOP
         while offset < top:
@@ -54,14 +54,18 @@ class DeviceHeap:
             offset += HEADER + payload
         return top, blocks
 
-    def _write(self, top: int, blocks: list[list[int]]) -> None:
-        self.memory.write(self.base, _TOP.pack(top))
+    def _write(self, top: int, blocks) -> None:
+        """Write `top` and the headers of `blocks` (through one view of the heap)."""
+        view = self.memory.view(self.base, max((b[0] + HEADER for b in blocks), default=8))
+        _TOP.pack_into(view, 0, top)
         for offset, payload, used in blocks:
-            self.memory.write(self.base + offset, _HEADER.pack(payload, used))
+            _HEADER.pack_into(view, offset, payload, used)
 
     def malloc(self, sizes) -> list[int]:
         """Device addresses for each requested size, in order (0 where none fits)."""
         top, blocks = self._blocks()
+        free = [b for b in blocks if not b[2]]   # by address: first fit is the first here
+        changed = []
         out = []
         for size in sizes:
             size = int(size)
@@ -69,23 +73,25 @@ class DeviceHeap:
                 out.append(0)
                 continue
             need = (size + 15) & ~15
-            for k, block in enumerate(blocks):
-                if not block[2] and block[1] >= need:
-                    spare = block[1] - need
-                    if spare >= 2 * HEADER:  # worth a block of its own
-                        block[1] = need
-                        blocks.insert(k + 1, [block[0] + HEADER + need, spare - HEADER, 0])
-                    block[2] = 1
-                    out.append(self.base + block[0] + HEADER)
-                    break
-            else:
-                if top + HEADER + need > self.size:
-                    out.append(0)  # the heap is exhausted: malloc returns NULL
-                    continue
-                blocks.append([top, need, 1])
-                out.append(self.base + top + HEADER)
+            k = next((k for k, b in enumerate(free) if b[1] >= need), None)
+            if k is not None:
+                block = free.pop(k)
+                spare = block[1] - need
+                if spare >= 2 * HEADER:  # worth a block of its own
+                    block[1] = need
+                    rest = [block[0] + HEADER + need, spare - HEADER, 0]
+                    free.insert(k, rest)
+                    changed.append(rest)
+                block[2] = 1
+            elif top + HEADER + need <= self.size:
+                block = [top, need, 1]
                 top += HEADER + need
-        self._write(top, blocks)
+            else:
+                out.append(0)  # the heap is exhausted: malloc returns NULL
+                continue
+            changed.append(block)
+            out.append(self.base + block[0] + HEADER)
+        self._write(top, changed)
         return out
 
     def free(self, addresses, lanes, line: int) -> None:
@@ -93,6 +99,7 @@ class DeviceHeap:
         already free, is a fault of the lane that passed it."""
         top, blocks = self._blocks()
         by_payload = {self.base + b[0] + HEADER: b for b in blocks}
+        changed = []
         for address, lane in zip(addresses, lanes, strict=True):
             address = int(address)
             if address == 0:
@@ -104,4 +111,5 @@ class DeviceHeap:
                 raise Fault(CUDA_ERROR_ILLEGAL_ADDRESS, f"Invalid free of 0x{address:x}",
                             f"the address is {what}", int(lane), line)
             block[2] = 0
-        self._write(top, blocks)
+            changed.append(block)
+        self._write(top, changed)
