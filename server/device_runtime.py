@@ -99,12 +99,9 @@ class DeviceRuntimeMemory:
         return address, size
 
     def forget_context(self, context: int) -> None:
-        """`context` is destroyed or reset: its places go with its allocations (and with
-        none left, the limits are the defaults again)."""
+        """`context` is destroyed or reset: its places go with its allocations."""
         for name in [n for n, place in self.places.items() if place[2] == context]:
             del self.places[name]
-        if not self.places:
-            self.__init__()
 
     def describe(self) -> dict:
         return {"limits": [[k, v] for k, v in self.limits.items()],

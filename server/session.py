@@ -669,6 +669,7 @@ class Session:
         self.deferred_message = ""
         self.printf_fifo_bytes = DEFAULT_PRINTF_FIFO_BYTES
         self.printf_launched = False
+        self.device_runtime = DeviceRuntimeMemory()  # the limits are the defaults again
 
     @op("cuCtxSetLimit")
     def ctx_set_limit(self, limit: int, value: int):
