@@ -1,5 +1,6 @@
 """The emulator's device runtime at the edges: the heap running out and misused frees, calls
-through an address that is no function, device-side launches nested past CUDA's depth, and
+through a register (with register arguments and a .calltargets list; through an address that
+is no function), device-side launches nested past CUDA's depth, and
 a grid barrier outside a cooperative launch. (What works end to end is in the runtime and
 driver programs: tests/runtime/programs/device_side.cu, tests/e2e/driver_device_side.c.)"""
 
@@ -63,6 +64,34 @@ HEAP_PTX = """
 }
 """
 
+CALLTARGETS_PTX = """
+.version 7.5
+.target sm_75
+.address_size 64
+.func (.param .b32 r) twice(.param .b32 x)
+{
+    .reg .b32 %r<3>;
+    ld.param.b32 %r1, [x];
+    add.s32 %r2, %r1, %r1;
+    st.param.b32 [r], %r2;
+    ret;
+}
+.visible .entry k(.param .u64 out)
+{
+    .reg .b32 %r<3>;
+    .reg .b64 %rd<4>;
+    mov.u64 %rd1, twice;
+    mov.u32 %r1, %tid.x;
+    Ftable: .calltargets twice;
+    call (%r2), %rd1, (%r1), Ftable;
+    ld.param.u64 %rd2, [out];
+    mul.wide.u32 %rd3, %r1, 4;
+    add.u64 %rd2, %rd2, %rd3;
+    st.global.u32 [%rd2], %r2;
+    ret;
+}
+"""
+
 NESTING = r"""
 #include <cooperative_groups.h>
 __global__ void nest(int *depth_reached, int *launch_error, int depth)
@@ -121,6 +150,13 @@ def test_freeing_what_malloc_did_not_return_or_twice_faults(device):
     with pytest.raises(LaunchError) as info:
         _run(device, module, "release", 1, 1, block, runtime=runtime)
     assert info.value.code == 700 and "already freed" in str(info.value)
+
+
+def test_a_call_through_a_register_with_register_arguments_and_a_target_list(device):
+    module = device.load(CALLTARGETS_PTX)
+    out = device.zeros(8, np.int32)
+    device.launch(module, "k", 1, 8, out)
+    assert list(device.download(out, 8, np.int32)) == [2 * t for t in range(8)]
 
 
 def test_a_call_through_an_address_that_is_no_function_faults(device):
