@@ -147,9 +147,11 @@ def test_relocatable_device_code_across_files(toolkit, server, fatbin):
     assert_passed(run(server, program), "rdc: cross-file device function called 100 times")
 
 
-def test_device_side_launches_heap_calls_and_grid_sync(toolkit, server):
+def test_device_side_launches_heap_calls_and_grid_sync(toolkit, emu_server):
+    # On emu only: the driver API's device-side program runs on the nested cuda backend too
+    # (tests/e2e/test_driver_programs.py).
     program = build(toolkit, "device_side", flags=("-rdc=true", "-lcudadevrt"))
-    assert_passed(run(server, program),
+    assert_passed(run(emu_server, program),
                   "device_side: children, grandchildren and a tail launch ran in order",
                   "device_side: malloc, free, new and delete on a 1 MiB heap",
                   "device_side: virtual functions and recursion correct",
