@@ -15,10 +15,9 @@ Kernels are compiled with nvcc (PATH, or the nvidia-cuda-nvcc wheel).
 
 from __future__ import annotations
 
-import statistics
 import struct
-import time
 
+import bench_emu
 from bench_emu import compile_ptx
 
 from vgpu.server.emu import DeviceMemory, PtxModule, prepare
@@ -55,14 +54,9 @@ MiB = 1 << 20
 
 
 def timed(fn) -> float:
-    """Median seconds of REPEAT runs (after one to warm up)."""
+    """Median seconds of REPEAT runs, after one to warm up."""
     fn()
-    samples = []
-    for _ in range(REPEAT):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    return bench_emu.timed(fn, REPEAT)
 
 
 def main() -> None:
