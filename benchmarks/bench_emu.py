@@ -85,12 +85,12 @@ def nvcc() -> str:
     raise SystemExit("nvcc not found (install the test extra)")
 
 
-def compile_ptx(source: str) -> str:
+def compile_ptx(source: str, flags: tuple[str, ...] = ()) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.cu"
         src.write_text(source)
-        subprocess.run([nvcc(), "-ptx", "-arch=compute_75", str(src), "-o", f"{tmp}/k.ptx"],
-                       check=True)
+        subprocess.run([nvcc(), "-ptx", "-arch=compute_75", *flags, str(src), "-o",
+                        f"{tmp}/k.ptx"], check=True)
         return (Path(tmp) / "k.ptx").read_text()
 
 

@@ -111,7 +111,8 @@ def _last_writer(trace: Trace, address: str, recorded: SessionTrace, index: int,
     (a range written, then put back as it was, may mislead the halving; kernels rarely do
     that)."""
     calls = recorded.calls
-    launches = [i for i in range(index) if calls[i][0] == "cuLaunchKernel"]
+    launches = [i for i in range(index)
+                if calls[i][0] in ("cuLaunchKernel", "cuLaunchCooperativeKernel")]
     start, size = copied + first, last - first
     where = f"{copied:#x}+{first}" + (f" (to +{last})" if size > 1 else "")
     if not launches:

@@ -32,6 +32,7 @@ from .arena import VaArena
 from .backends import Backend, LoadedModule, open_backend
 from .backends.base import Cancelled, KernelFault
 from .client_files import SegmentRefused, map_client_file
+from .device_runtime import DeviceRuntimeMemory
 from .graphs import GRAPH_OPS, GraphExecs
 from .handles import HandleTable
 from .peer_memory import PeerMemoryError, read_peer, write_peer
@@ -54,6 +55,7 @@ CUDA_ERROR_NOT_READY = 600
 CUDA_ERROR_NOT_PERMITTED = 800
 CUDA_ERROR_NOT_SUPPORTED = 801
 CUDA_ERROR_ASSERT = 710
+CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE = 720
 CUDA_ERROR_UNKNOWN = 999
 CU_LIMIT_PRINTF_FIFO_SIZE = 1
 # A fresh context's printf FIFO: 1 MiB, as CUDA's (cuCtxGetLimit answers the same).
@@ -61,6 +63,8 @@ DEFAULT_PRINTF_FIFO_BYTES = 1 << 20
 CU_EVENT_DISABLE_TIMING = 0x2
 # Streams every context has without creating them: 0 (NULL), CU_STREAM_LEGACY, PER_THREAD.
 BUILTIN_STREAMS = frozenset({0, 1, 2})
+# Device attributes the server checks a cooperative grid against
+_SM_COUNT, _THREADS_PER_SM, _BLOCKS_PER_SM = 16, 39, 106
 # How long taking a session's state waits for the client to finish a device-window copy.
 WINDOW_RELEASE_S = 5.0
 # The most bytes a client's hello may ask the server to read back from its memory (vgpu's
@@ -127,6 +131,7 @@ class Function:
     name: str
     param_size: int
     uses_printf: bool
+    uses_device_runtime: bool = False  # its heap or device-side launches (emu)
     # Launch configuration (grid, block, shared bytes) -> the backend's checked launcher.
     launchers: dict[tuple, Callable[[bytes], str]] = field(default_factory=dict)
 
@@ -187,6 +192,7 @@ class Session:
         backend.set_memcheck(self.memcheck == "strict")
         self.printf_fifo_bytes = DEFAULT_PRINTF_FIFO_BYTES
         self.printf_launched = False  # a kernel that calls printf ran since the last reset
+        self.device_runtime = DeviceRuntimeMemory()  # heap and launch buffers, when used
         self.payloads: list = []       # the payload frames of the batch being executed
         self.header: bytes | None = None  # its message's encoded header, if all of it
         self.reply_frames: list = []   # the frames its reply will carry
@@ -442,6 +448,7 @@ class Session:
             "memcheck": self.memcheck,
             "printf_fifo_bytes": self.printf_fifo_bytes,
             "printf_launched": self.printf_launched,
+            "device_runtime": self.device_runtime.describe(),
             # Seconds since each recorded event: elapsed times stay right on another host.
             "events_recorded": [[h, now - e.recorded_at] for h, e in self.events.items()
                                 if e.recorded_at is not None],
@@ -516,6 +523,8 @@ class Session:
         self.backend.set_memcheck(self.memcheck == "strict")
         self.printf_fifo_bytes = int(state["printf_fifo_bytes"])
         self.printf_launched = bool(state["printf_launched"])
+        if "device_runtime" in state:  # images from before the device runtime lack it
+            self.device_runtime.restore(state["device_runtime"])
 
     def _remake_context(self, handle: int, device: int, flags: int, primary: bool) -> None:
         if primary:
@@ -661,10 +670,14 @@ class Session:
         self.deferred_message = ""
         self.printf_fifo_bytes = DEFAULT_PRINTF_FIFO_BYTES
         self.printf_launched = False
+        self.device_runtime = DeviceRuntimeMemory()  # the limits are the defaults again
 
     @op("cuCtxSetLimit")
     def ctx_set_limit(self, limit: int, value: int):
         """The limits a launch obeys here; the client answers cuCtxGetLimit itself."""
+        if self.device_runtime.set_limit(limit, value):
+            self.backend.set_device_runtime_limit(limit, value)
+            return
         if limit == CU_LIMIT_PRINTF_FIFO_SIZE:
             if value < 0:
                 raise CudaError(CUDA_ERROR_INVALID_VALUE, "negative printf FIFO size")
@@ -683,8 +696,9 @@ class Session:
         self.graphs.context_destroyed(handle)
         for m in list(ctx.modules):
             self.module_unload(m)
+        self.device_runtime.forget_context(handle)  # its allocations go with the others
         for address in list(ctx.allocations):
-            self.mem_free(address)
+            self._free(address)
         for s in list(ctx.streams):
             self.streams.pop(s)
             self.backend.stream_destroyed(s)
@@ -751,9 +765,12 @@ class Session:
 
     @op("cuMemFree")
     def mem_free(self, address: int):
-        if address not in self.allocation_owner:
+        if address not in self.allocation_owner or self.device_runtime.owns(address):
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
                             f"0x{address:x} is not the start of a live allocation")
+        self._free(address)
+
+    def _free(self, address: int) -> None:
         self.backend.unmap(address)
         if self.shared is not None:
             self.shared.release(address)
@@ -959,13 +976,34 @@ class Session:
         if kernel is None:
             raise CudaError(CUDA_ERROR_NOT_FOUND, f"no kernel named {name!r} in the module")
         self.functions.add(handle, Function(module_handle, name, kernel.param_buffer_size,
-                                            kernel.uses_printf))
+                                            kernel.uses_printf,
+                                            kernel.uses_heap or kernel.launches_kernels))
         module.functions.add(handle)
         self.journal.created("function", handle, module_handle, name)
+
+    @op("cuLaunchCooperativeKernel")
+    def launch_cooperative_kernel(self, function: int, gx: int, gy: int, gz: int, bx: int,
+                                  by: int, bz: int, shared_bytes: int, stream: int,
+                                  params: bytes):
+        """A launch whose blocks are all resident at once (grid-wide synchronization). The
+        client checks the grid against the kernel's occupancy; here, against the device's
+        capacity, which the emulator keeps resident as one chunk."""
+        attributes = self.device.attributes
+        blocks, threads = gx * gy * gz, bx * by * bz
+        most = attributes[_SM_COUNT] * attributes[_BLOCKS_PER_SM]
+        if blocks > most or blocks * threads > attributes[_SM_COUNT] * attributes[_THREADS_PER_SM]:
+            raise CudaError(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
+                            f"a cooperative grid of {blocks} blocks of {threads} threads is "
+                            "more than the device keeps resident")
+        self._launch(function, (gx, gy, gz, bx, by, bz, shared_bytes, True), stream, params)
 
     @op("cuLaunchKernel")
     def launch_kernel(self, function: int, gx: int, gy: int, gz: int, bx: int, by: int,
                       bz: int, shared_bytes: int, stream: int, params: bytes):
+        self._launch(function, (gx, gy, gz, bx, by, bz, shared_bytes, False), stream, params)
+
+    def _launch(self, function: int, config: tuple, stream: int, params: bytes) -> None:
+        """config: grid, block, dynamic shared bytes, whether cooperative."""
         fn = self.functions.get(function)
         if stream not in BUILTIN_STREAMS:
             self.streams.get(stream)
@@ -973,10 +1011,11 @@ class Session:
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
                             f"kernel {fn.name!r} takes {fn.param_size} bytes of parameters, "
                             f"got {len(params)}")
-        config = (gx, gy, gz, bx, by, bz, shared_bytes)
         launcher = fn.launchers.get(config)
         if launcher is None:
             launcher = self._prepare_launch(fn, config)
+        if fn.uses_device_runtime or config[7]:
+            self._provide_device_runtime(fn, config[7])
         self.printf_launched |= fn.uses_printf
         try:
             printed, report = launcher(params, self.printf_fifo_bytes, stream)
@@ -1001,14 +1040,22 @@ class Session:
             self.diagnostics.append(f"vgpu: {name}: {fault.message}\n")
         log.info("session %d: kernel failed with %d: %s", self.id, fault.code, fault.message)
 
+    def _provide_device_runtime(self, fn: Function, cooperative: bool) -> None:
+        """Where the launch finds the device runtime's memory (made when first needed)."""
+        module = self.modules.get(fn.module)
+        kernel = module.loaded.kernels[fn.name]
+        self.backend.use_device_runtime(self.device_runtime.launching(
+            module.context, self._allocate, kernel.uses_heap, kernel.launches_kernels,
+            cooperative))
+
     def _prepare_launch(self, fn: Function, config: tuple
                         ) -> Callable[[bytes, int], tuple[str, str]]:
-        grid, block, shared_bytes = config[:3], config[3:6], config[6]
+        grid, block, shared_bytes, cooperative = config[:3], config[3:6], config[6], config[7]
         module = self.modules.get(fn.module)
         _check_launch_config(module.loaded.kernels[fn.name].attributes, grid, block,
                              shared_bytes)
         launcher = self.backend.prepare_launch(module.loaded, fn.name, grid, block,
-                                               shared_bytes)
+                                               shared_bytes, cooperative)
         if len(fn.launchers) >= LAUNCHERS_PER_FUNCTION:  # a program that varies its shapes
             fn.launchers.pop(next(iter(fn.launchers)))
         fn.launchers[config] = launcher

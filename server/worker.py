@@ -43,7 +43,8 @@ __all__ = ["SessionWorker", "SessionEnded", "Outcome", "run_batch", "LONG_CALLS"
 log = logging.getLogger("vgpu.server")
 
 # Calls that may run long enough to hold up other clients.
-LONG_CALLS = frozenset({"cuLaunchKernel", "cuModuleLoadData", "vgpuGraphLaunch"})
+LONG_CALLS = frozenset({"cuLaunchKernel", "cuLaunchCooperativeKernel", "cuModuleLoadData",
+                        "vgpuGraphLaunch"})
 # The most calls a batch the I/O thread runs itself may hold: what vgpu's client sends in one
 # batch (vgpu.client.MAX_QUEUED_CALLS). A raw client may pack hundreds of thousands of calls
 # into one message; run inline, they would hold up every client, and stopping, for minutes.

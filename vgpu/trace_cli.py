@@ -22,8 +22,9 @@ __all__ = ["add_trace_parser", "trace_command", "calls", "statistics", "chrome_t
            "Call"]
 
 # The argument that names a call's stream, by op.
-STREAM_ARGUMENT = {"cuLaunchKernel": 8, "cuEventRecord": 1, "cuStreamWaitEvent": 0,
-                   "cuStreamCreate": 0, "cuStreamDestroy": 0, "vgpuGraphLaunch": 2}
+STREAM_ARGUMENT = {"cuLaunchKernel": 8, "cuLaunchCooperativeKernel": 8, "cuEventRecord": 1,
+                   "cuStreamWaitEvent": 0, "cuStreamCreate": 0, "cuStreamDestroy": 0,
+                   "vgpuGraphLaunch": 2}
 NO_STREAM = None
 ARGUMENTS_WIDTH = 72
 
@@ -142,7 +143,7 @@ def _call(info: dict, index: int, op, args, outcome: dict, functions: dict) -> C
     if not isinstance(stream, int) or isinstance(stream, bool):
         stream = NO_STREAM
     kernel = None
-    if op == "cuLaunchKernel" and listed:
+    if op in ("cuLaunchKernel", "cuLaunchCooperativeKernel") and listed:
         kernel = functions.get(listed[0], "?")
     sent = sum(a[1] for a in listed if is_blob(a))
     kept = outcome.get("kept")

@@ -52,6 +52,10 @@ class KernelDescription:
     param_buffer_size: int
     attributes: dict[str, int]  # num_regs, shared_size_bytes, max_threads_per_block, ...
     uses_printf: bool = False   # once launched, the printf FIFO's size is fixed
+    # The device runtime memory its launches need from the session (server/device_runtime.py),
+    # on a backend that runs the device runtime itself
+    uses_heap: bool = False         # malloc/free (and new/delete)
+    launches_kernels: bool = False  # device-side launches
 
 
 @dataclass
@@ -173,8 +177,8 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def prepare_launch(self, module: LoadedModule, kernel: str, grid: tuple[int, int, int],
-                       block: tuple[int, int, int], shared_bytes: int
-                       ) -> Callable[..., tuple[str, str]]:
+                       block: tuple[int, int, int], shared_bytes: int,
+                       cooperative: bool = False) -> Callable[..., tuple[str, str]]:
         """Check a launch configuration (raising CudaError) and return a launcher: called
         with a parameter buffer, the printf FIFO's size and (optionally) the session's
         stream to run on, it runs the kernel to completion (or queues it) and returns
@@ -182,7 +186,21 @@ class Backend(abc.ABC):
         that fails raises KernelFault. Every other call (copies, memsets, synchronizations,
         event records) comes after the work launched before it, on whatever stream: only
         launches on different streams may overlap. Sessions keep launchers for the shapes a
-        program repeats."""
+        program repeats. A `cooperative` launch keeps all its blocks resident together
+        (cuLaunchCooperativeKernel), for grid-wide synchronization."""
+
+    def use_device_runtime(self, place: Callable[[str], tuple[int, int]]) -> None:
+        """Where the next launch finds the device runtime's memory (see
+        server/device_runtime.py): `place(name)` -> (address, size) of "heap",
+        "launch_buffers" or "grid_workspace", made when first asked for. Only a backend
+        whose kernel descriptions ask for them is given it."""
+        return None
+
+    def set_device_runtime_limit(self, limit: int, value: int) -> None:
+        """cuCtxSetLimit of the malloc heap or the pending launch count: for a backend whose
+        device runs the device runtime itself (emu's session keeps them, and gives the
+        memory with use_device_runtime)."""
+        return None
 
     def recover(self) -> None:
         """The program reset its device after a fault (a sticky error): make the device

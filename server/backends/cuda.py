@@ -642,7 +642,8 @@ class CudaBackend(Backend):
     # ----------------------------------------------------------------- launches
 
     def prepare_launch(self, module: LoadedModule, kernel: str, grid, block,
-                       shared_bytes: int) -> Callable[..., tuple[str, str]]:
+                       shared_bytes: int, cooperative: bool = False
+                       ) -> Callable[..., tuple[str, str]]:
         d = self._d
         function = module.handle.functions[kernel]
         static = module.kernels[kernel].attributes.get("shared_size_bytes", 0)
@@ -654,6 +655,7 @@ class CudaBackend(Backend):
                     shared_bytes))
         may_print = kernel in module.handle.printing
         grid, block = tuple(int(v) for v in grid), tuple(int(v) for v in block)
+        offsets = module.kernels[kernel].param_offsets
 
         def run(params: bytes, printf_fifo_bytes: int, stream: int = 0) -> tuple[str, str]:
             if self._cancelled.is_set():
@@ -665,9 +667,16 @@ class CudaBackend(Backend):
             with self._current():
                 if may_print and printf_fifo_bytes != self._printf_fifo:
                     self._set_printf_fifo(printf_fifo_bytes)
-                _call(d, d.cuLaunchKernel(function, *grid, *block, shared_bytes,
-                                          self._streams.get(stream, 0), 0,
-                                          ctypes.addressof(extra)))
+                if cooperative:  # the driver takes no parameter buffer here: pointers
+                    pointers = (ctypes.c_void_p * max(len(offsets), 1))(
+                        *(ctypes.addressof(buffer) + o for o in offsets))
+                    _call(d, d.cuLaunchCooperativeKernel(
+                        function, *grid, *block, shared_bytes, self._streams.get(stream, 0),
+                        ctypes.addressof(pointers)))
+                else:
+                    _call(d, d.cuLaunchKernel(function, *grid, *block, shared_bytes,
+                                              self._streams.get(stream, 0), 0,
+                                              ctypes.addressof(extra)))
                 if not may_print:
                     return "", ""
                 with _StdoutCapture() as captured:
@@ -706,6 +715,13 @@ class CudaBackend(Backend):
         except CudaError:  # fixed once a kernel that prints has run: CUDA keeps the first
             pass
         self._printf_fifo = size
+
+    def set_device_runtime_limit(self, limit: int, value: int) -> None:
+        """The device's own heap and pending-launch limits (its driver refuses them once a
+        kernel using them has run, as the emulator's session does)."""
+        d = self._d
+        with self._current():
+            _call(d, d.cuCtxSetLimit(d.CUlimit(limit), value))
 
     def set_memcheck(self, strict: bool) -> None:
         """A GPU checks nothing beyond its own faults: nothing to set."""

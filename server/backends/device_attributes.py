@@ -2,8 +2,9 @@
 
 Limits are those of an Ampere-class part (compute capability 8.0) because that is what the
 emulator enforces: 1024 threads per block, 48 KiB static shared memory per block (opt-in up to
-163 KiB), warps of 32. Capabilities the emulator lacks (managed memory, cooperative launch,
-IPC) are reported as 0 so applications take their fallback paths; the texture, surface,
+163 KiB), warps of 32. Cooperative launches are supported (the emulator keeps such a grid's
+blocks resident together). Capabilities the emulator lacks (managed memory, IPC) are
+reported as 0 so applications take their fallback paths; the texture, surface,
 cubemap, mipmap and gather limits are within what vgpu's CUDA arrays enforce
 (shim/driver/arrays.py).
 """
@@ -43,6 +44,7 @@ EMU_LIMITS = {
     "MAX_BLOCKS_PER_MULTIPROCESSOR": 32,
     "ASYNC_ENGINE_COUNT": 1,
     "CONCURRENT_KERNELS": 1,
+    "COOPERATIVE_LAUNCH": 1,
     "CAN_MAP_HOST_MEMORY": 1,
     "UNIFIED_ADDRESSING": 1,
     "STREAM_PRIORITIES_SUPPORTED": 1,

@@ -13,6 +13,7 @@ import numpy as np
 from vgpu.errors import CudaError
 
 from ..arena import ALLOCATION_ALIGNMENT
+from ..device_runtime import GRID_WORKSPACE_BYTES
 from ..emu import (
     DeviceMemory,
     LaunchCancelled,
@@ -23,6 +24,7 @@ from ..emu import (
     link,
     prepare,
 )
+from ..emu.device_runtime import DeviceRuntime, uses_heap, uses_launches
 from ..emu.errors import IllegalAddress
 from ..emu.memory import NO_ACCESS
 from .base import (
@@ -63,6 +65,7 @@ class EmuBackend(Backend):
         self.checker = MemoryChecker(strict=False)
         self._cancelled = threading.Event()
         self._writes = WriteLog()
+        self._place: Callable[[str], tuple[int, int]] | None = None
 
     def describe(self) -> DeviceDescription:
         return DeviceDescription(
@@ -175,6 +178,8 @@ class EmuBackend(Backend):
                 # architecture, the device's compute capability.
                 attributes=dict(info.attributes, binary_version=_BINARY_VERSION),
                 uses_printf=_uses_printf(module, name),
+                uses_heap=uses_heap(module.program.kernels[name].builtins_called),
+                launches_kernels=uses_launches(module.program.kernels[name].builtins_called),
             )
             for name, info in module.kernels.items()
         }
@@ -194,12 +199,27 @@ class EmuBackend(Backend):
             _quiet_threads.quiet = True
         return _NOTHING_TO_SET_UP
 
+    def use_device_runtime(self, place: Callable[[str], tuple[int, int]]) -> None:
+        self._place = place
+
+    def _device_runtime(self, cooperative: bool) -> DeviceRuntime | None:
+        """What one launch (and its children) gets of the device runtime."""
+        place, self._place = self._place, None
+        if place is None:
+            return None
+        workspace = 0
+        if cooperative:
+            workspace = place("grid_workspace")[0]
+            self.memory.write(workspace, bytes(GRID_WORKSPACE_BYTES))  # a fresh barrier
+        return DeviceRuntime(self.memory, place, workspace)
+
     def prepare_launch(self, module: LoadedModule, kernel: str, grid, block,
-                       shared_bytes: int) -> Callable[[bytes, int], tuple[str, str]]:
+                       shared_bytes: int, cooperative: bool = False
+                       ) -> Callable[[bytes, int], tuple[str, str]]:
         symbols = {name: addr for name, (addr, _) in module.variables.items()}
         try:
             prepared = prepare(module.handle, kernel, tuple(grid), tuple(block), shared_bytes,
-                               symbols)
+                               symbols, cooperative)
         except LaunchError as exc:
             raise CudaError(exc.code, str(exc)) from None
 
@@ -208,7 +228,7 @@ class EmuBackend(Backend):
             self._writes.wrote_anywhere()  # a kernel may store through any pointer
             try:
                 result = prepared.execute(params, self.memory, self.checker, printf_fifo_bytes,
-                                          self._cancelled)
+                                          self._cancelled, self._device_runtime(cooperative))
             except LaunchError as exc:
                 raise KernelFault(exc.code, exc.message, exc.output, exc.diagnostics) from None
             except LaunchCancelled:
@@ -225,6 +245,7 @@ class EmuBackend(Backend):
 
     def close(self) -> None:
         self.memory = DeviceMemory(granule=ALLOCATION_ALIGNMENT)
+        self._place = None
 
 
 class WriteLog:

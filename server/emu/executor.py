@@ -34,6 +34,8 @@ import numpy as np
 
 from .device_printf import DEFAULT_PRINTF_FIFO_BYTES, within_fifo
 from .errors import (
+    CUDA_ERROR_ILLEGAL_ADDRESS,
+    CUDA_ERROR_INVALID_PC,
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_NOT_FOUND,
     CUDA_ERROR_NOT_SUPPORTED,
@@ -54,6 +56,9 @@ CHUNK_STATE_BYTES = 96 << 20
 # Consecutive runs of one group, while others wait, before another group gets a turn.
 FAIRNESS_STREAK = 64
 MAX_THREADS_PER_BLOCK = 1024
+# Nested device-function calls a thread may make (recursion included) before its stack
+# overflows, which faults as on a GPU whose stack limit is exceeded.
+MAX_CALL_DEPTH = 1024
 SMALL_LAYOUT_LANES = 4096  # launches up to this many threads keep their coordinates
 MAX_SHARED_PER_BLOCK = 227 * 1024   # what an sm_90 block may opt in to
 MAX_GRID = (2**31 - 1, 65535, 65535)
@@ -82,8 +87,11 @@ def launch(module, kernel_name: str, grid, block, shared_bytes: int = 0, params:
 
 
 def prepare(module, kernel_name: str, grid, block, shared_bytes: int = 0,
-            symbols: dict[str, int] | None = None) -> PreparedLaunch:
-    """Check a launch configuration once; the PreparedLaunch runs it with any parameters."""
+            symbols: dict[str, int] | None = None, cooperative: bool = False
+            ) -> PreparedLaunch:
+    """Check a launch configuration once; the PreparedLaunch runs it with any parameters.
+    A `cooperative` launch runs all its blocks as one chunk, so that they are resident
+    together, as grid-wide synchronization needs."""
     program = module.program
     kernel = program.kernels.get(kernel_name)
     if kernel is None:
@@ -111,7 +119,8 @@ def prepare(module, kernel_name: str, grid, block, shared_bytes: int = 0,
     if missing:
         raise LaunchError(CUDA_ERROR_INVALID_VALUE,
                           f"module variable(s) {', '.join(missing)} have no device address")
-    return PreparedLaunch(program, kernel, kernel_name, grid, block, shared_bytes, symbols)
+    return PreparedLaunch(module, kernel, kernel_name, grid, block, shared_bytes, symbols,
+                          cooperative)
 
 
 class PreparedLaunch:
@@ -120,9 +129,10 @@ class PreparedLaunch:
     and for small launches their thread and block coordinates too (read-only, so shared by
     every run; big ones would hold megabytes and are cheap next to their kernel)."""
 
-    def __init__(self, program, kernel, kernel_name: str, grid, block, shared_bytes: int,
-                 symbols: dict[str, int]):
-        self.program = program
+    def __init__(self, module, kernel, kernel_name: str, grid, block, shared_bytes: int,
+                 symbols: dict[str, int], cooperative: bool = False):
+        self.module = module   # a PtxModule: device-side launches find their kernels in it
+        self.program = module.program
         self.kernel = kernel
         self.kernel_name = kernel_name
         self.grid = grid
@@ -142,8 +152,8 @@ class PreparedLaunch:
         # memory (up to 227 KiB: 65,536 one-thread blocks of it would be 14 GiB).
         block_bytes = threads * (8 * kernel.register_count + kernel.local_size) + \
             (self.shared_stride if self.shared_size else 0)
-        self._per_chunk = max(1, min(LANES_PER_CHUNK // threads,
-                                     CHUNK_STATE_BYTES // max(block_bytes, 1)))
+        self._per_chunk = self._nblocks if cooperative else \
+            max(1, min(LANES_PER_CHUNK // threads, CHUNK_STATE_BYTES // max(block_bytes, 1)))
         self._small_chunks = (list(self._chunks()) if threads * self._nblocks <= SMALL_LAYOUT_LANES
                               else None)
 
@@ -159,13 +169,15 @@ class PreparedLaunch:
 
     def execute(self, params: bytes, memory: DeviceMemory, checker: MemoryChecker | None = None,
                 printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES,
-                cancelled=None) -> LaunchResult:
+                cancelled=None, runtime=None, depth: int = 0) -> LaunchResult:
         """`run`, for callers that run many launches inside one `quiet_floating_point()`.
 
         Without a `checker`, stray global accesses (past an allocation's end, inside its
         mapped granule) fault as strictly as any other; with one, the checker decides.
         Device printf output beyond `printf_fifo_bytes` of FIFO records is dropped.
-        Raises LaunchCancelled soon after `cancelled` (a threading.Event) is set."""
+        Raises LaunchCancelled soon after `cancelled` (a threading.Event) is set.
+        `runtime` (a device_runtime.DeviceRuntime) serves the kernel's malloc, device-side
+        launches and grid barrier; the grids it launches run before this returns."""
         program, kernel = self.program, self.kernel
         if len(params) != kernel.param_size:
             raise LaunchError(CUDA_ERROR_INVALID_VALUE,
@@ -180,7 +192,7 @@ class PreparedLaunch:
         # Parameter space is read-only to kernels (spaces.locate refuses stores), so the
         # caller's bytes are used as they are.
         ctx = LaunchContext(self, memory, np.frombuffer(params, np.uint8), strays,
-                            printf_fifo_bytes)
+                            printf_fifo_bytes, runtime, depth)
         for chunk in self._small_chunks or self._chunks():
             state = State(ctx, chunk, program.register_dtypes)
             try:
@@ -188,8 +200,20 @@ class PreparedLaunch:
             except Fault as fault:
                 raise _launch_error(fault, state, self.kernel_name, ctx, printf_fifo_bytes,
                                     _report(checker, self.kernel_name, ctx)) from None
-        return LaunchResult(_printf_text(ctx, printf_fifo_bytes), ctx.lane_instructions,
-                            _report(checker, self.kernel_name, ctx))
+        result = LaunchResult(_printf_text(ctx, printf_fifo_bytes), ctx.lane_instructions,
+                              _report(checker, self.kernel_name, ctx))
+        # The grid's children: the tail launches last (a stable sort keeps launch order).
+        for child in sorted(ctx.children, key=lambda c: c.tail):
+            try:
+                done = child.prepared.execute(child.params, memory, checker, printf_fifo_bytes,
+                                              cancelled, runtime, depth + 1)
+            except LaunchError as exc:
+                raise LaunchError(exc.code, exc.message, result.printf + exc.output,
+                                  result.report + exc.diagnostics) from None
+            result.printf += done.printf
+            result.lane_instructions += done.lane_instructions
+            result.report += done.report
+        return result
 
 
 def quiet_floating_point():
@@ -286,7 +310,6 @@ def _split(lanes, mask: np.ndarray):
 
 def _run(program, kernel, state: State, cancelled) -> None:
     blocks = program.blocks
-    code = program.code
     n = state.n
     ctx = state.ctx
     groups: dict[tuple, object] = {(kernel.entry_pc,): None}
@@ -356,16 +379,14 @@ def _run(program, kernel, state: State, cancelled) -> None:
             push(stack + (term.target_pc,), taken)
         elif kind == "ret":
             if stack:
-                call = code[stack[-1]]
-                _copy_frame(state, taken, call.results, program.module.functions[
-                    call.callee].returns)
-                for stage in call.after:  # results that go to registers
-                    stage(state, taken)
+                _return(program, state, stack, key[-1], taken)
                 push(stack[:-1] + (stack[-1] + 1,), taken)
         elif kind == "exit":
             pass
         elif kind == "call":
-            _enter(program, state, stack, term, taken, block, push)
+            _enter(program, state, stack, term, term.callee, taken, block.term_pc, push)
+        elif kind == "icall":
+            _enter_indirect(program, state, stack, term, taken, block.term_pc, push)
         elif kind == "bar":
             if term.arrive is not None:
                 term.arrive(state, taken)
@@ -379,17 +400,118 @@ def _run(program, kernel, state: State, cancelled) -> None:
             raise AssertionError(kind)
 
 
-def _enter(program, state, stack, term, lanes, block, push) -> None:
-    callee = program.module.functions[term.callee]
-    active = {program.code[pc].callee for pc in stack}
-    if term.callee in active:
-        raise Fault(CUDA_ERROR_NOT_SUPPORTED, f"recursive call to {term.callee}",
-                    "recursion is not supported by the emulator",
+def _enter(program, state, stack, term, name: str, lanes, call_pc: int, push) -> None:
+    """Lanes at `stack` call function `name` from the call at `call_pc`."""
+    callee = program.module.functions[name]
+    if len(stack) >= MAX_CALL_DEPTH:
+        raise Fault(CUDA_ERROR_ILLEGAL_ADDRESS, f"call stack overflow calling {name}",
+                    f"more than {MAX_CALL_DEPTH} nested calls",
                     0 if lanes is None else int(lanes[0]), term.line)
     for stage in term.before:  # arguments that come from registers or constants
         stage(state, lanes)
+    inner = stack + (call_pc,)
+    if stack and name in _active(program, inner):
+        _save_frame(state, inner, name, lanes)  # recursion: the caller's frame goes aside
     _copy_frame(state, lanes, callee.params, term.arguments)
-    push(stack + (block.term_pc, program.entries[term.callee]), lanes)
+    push(inner + (program.entries[name],), lanes)
+
+
+def _active(program, calls) -> set[str]:
+    """The functions that lanes are inside of, given the calls that took them there (the
+    last one being made now): each call's callee, named by a direct call, else the function
+    whose code holds the next call."""
+    return {program.code[pc].callee or program.function_of_pc(calls[i + 1])
+            for i, pc in enumerate(calls[:-1])}
+
+
+def _enter_indirect(program, state, stack, term, lanes, call_pc: int, push) -> None:
+    """A call through a register: each distinct address the lanes hold is a function."""
+    targets = np.asarray(term.index(state, lanes), np.uint64)
+    ids = state.lane_ids(lanes)
+    targets = np.broadcast_to(targets, ids.shape)
+    for address in np.unique(targets):
+        chosen = ids[targets == address]
+        name = program.function_at.get(int(address))
+        fn = program.module.functions.get(name) if name is not None else None
+        if fn is None or fn.body is None or fn.is_entry:
+            raise Fault(CUDA_ERROR_INVALID_PC, f"call through 0x{int(address):x}",
+                        "the address is not a device function of the module",
+                        int(chosen[0]), term.line)
+        _enter(program, state, stack, term, name,
+               None if len(chosen) == state.n else chosen, call_pc, push)
+
+
+def _return(program, state, stack, ret_pc: int, lanes) -> None:
+    """Lanes return from the function they are in to the call at stack[-1]."""
+    call = program.code[stack[-1]]
+    name = call.callee or program.function_of_pc(ret_pc)
+    returns = program.module.functions[name].returns
+    saved = state.frames.get(stack)
+    if saved is None:
+        _copy_frame(state, lanes, call.results, returns)
+    else:  # a recursive call: its results, then the caller's own frame back
+        values = _read_frame(state, lanes, returns)
+        _restore_frame(state, stack, saved, lanes)
+        _write_frame(state, lanes, call.results, returns, values)
+    for stage in call.after:  # results that go to registers
+        stage(state, lanes)
+
+
+def _save_frame(state, inner, name: str, lanes) -> None:
+    """Keep the lanes' frame (local bytes and registers) of function `name` until they
+    return from the call that `inner` (the callee's stack) names."""
+    frame_bytes, registers = state.ctx.launch.kernel.frames[name]
+    saved = state.frames.get(inner)
+    if saved is None:
+        saved = state.frames[inner] = _SavedFrame(
+            name, np.zeros(state.n, bool),
+            np.zeros((state.n, len(frame_bytes)), np.uint8), {})
+    ids = state.lane_ids(lanes)
+    saved.pending[ids] = True
+    if len(frame_bytes):
+        saved.local[ids] = state.local[(ids * state.local_stride)[:, None] + frame_bytes]
+    for reg in registers:
+        kept = saved.registers.get(reg)
+        if kept is None:
+            kept = saved.registers[reg] = np.zeros(state.n, state.reg_dtypes[reg])
+        kept[ids] = state.reg(reg)[ids]
+
+
+def _restore_frame(state, inner, saved, lanes) -> None:
+    frame_bytes, registers = state.ctx.launch.kernel.frames[saved.name]
+    ids = state.lane_ids(lanes)
+    if len(frame_bytes):
+        state.local[(ids * state.local_stride)[:, None] + frame_bytes] = saved.local[ids]
+    for reg, kept in saved.registers.items():
+        value = state.reg(reg).copy()  # registers are immutable arrays
+        value[ids] = kept[ids]
+        state.regs[reg] = value
+    saved.pending[ids] = False
+    if not saved.pending.any():
+        del state.frames[inner]
+
+
+@dataclass(slots=True)
+class _SavedFrame:
+    name: str
+    pending: np.ndarray      # lanes whose frame is kept here
+    local: np.ndarray        # (lanes, frame bytes)
+    registers: dict          # register id -> values per lane
+
+
+def _read_frame(state, lanes, sources) -> list[np.ndarray]:
+    offsets = state.ctx.launch.kernel.local_offsets
+    ids = state.lane_ids(lanes) * state.local_stride
+    return [state.local[ids[:, None] + (offsets[id(src)] + np.arange(src.size))]
+            for src in sources]
+
+
+def _write_frame(state, lanes, destinations, sources, values) -> None:
+    offsets = state.ctx.launch.kernel.local_offsets
+    ids = state.lane_ids(lanes) * state.local_stride
+    for dst, src, value in zip(destinations, sources, values, strict=False):
+        size = min(dst.size, src.size)
+        state.local[ids[:, None] + (offsets[id(dst)] + np.arange(size))] = value[:, :size]
 
 
 def _copy_frame(state, lanes, destinations, sources) -> None:

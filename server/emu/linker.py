@@ -16,7 +16,15 @@ from .parser import parse_module
 __all__ = ["link"]
 
 
+# What only CUDA's device runtime (libcudadevrt) calls: the GPU's system calls, which the
+# emulator has no use for, since it provides the device runtime itself (device_runtime.py).
+_DEVICE_RUNTIME_MARK = "__cuda_syscall_"
+
+
 def link(texts: list[str]) -> PtxModule:
+    """One module of `texts`; the PTX of CUDA's device runtime, which nvcc's device link of
+    an -rdc program with -lcudadevrt brings along, is left out."""
+    texts = [text for text in texts if _DEVICE_RUNTIME_MARK not in text] or texts[:1]
     if not texts:
         raise PtxError("nothing to link")
     modules = [parse_module(text) for text in texts]

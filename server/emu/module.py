@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .address_space import function_addresses
 from .errors import PtxError
 from .ir import Module
 from .parser import parse_module
@@ -66,8 +67,7 @@ class PtxModule:
                                f"0x{MAX_LOCAL_BYTES_PER_THREAD:x} max)")
         self.kernels: dict[str, KernelInfo] = {
             name: self._kernel_info(kp) for name, kp in self.program.kernels.items()}
-        functions = {name: _FUNCTION_ADDRESS_BASE + 16 * k
-                     for k, name in enumerate(module.functions)}
+        functions = function_addresses(module.functions)
         self.variables: dict[str, ModuleVariable] = {
             v.name: ModuleVariable(v.name, v.space, v.size, v.align,
                                    _with_function_addresses(v, functions),
@@ -118,13 +118,6 @@ class PtxModule:
             "ptx_version": _target_architecture(self.target),
         }
         return KernelInfo(kp.name, params, kp.param_size, attributes)
-
-
-# Tables of function pointers (`__device__ op_t ops[] = {f, g}`, virtual function tables)
-# hold these stand-ins for the functions' addresses: distinct, not null, and outside every
-# device allocation. Calls through them are not supported (the kernels making them fail to
-# launch), so nothing ever jumps to one.
-_FUNCTION_ADDRESS_BASE = 0xF300_0000_0000_0000
 
 
 # The register file: 64K 32-bit registers per block, at most 255 per thread, allocated to

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .address_space import function_addresses
 from .errors import PtxError
 from .ir import Immediate, RegisterOperand, Sink, SpecialRegister, Symbol, Variable
 from .isa import CompileContext
@@ -96,8 +97,6 @@ def reader(operand, ptype: PtxType, ctx: CompileContext) -> Callable:
         return _special_reader(operand.name, ptype, ctx)
     if isinstance(operand, Symbol):
         space, address = symbol_address(operand, ctx)
-        if space == "function":
-            raise ctx.unsupported(f"function pointers ({operand.name!r}) are not supported")
         if space in ("fparam", "label"):
             raise ctx.error(f"the address of {operand.name!r} cannot be taken")
         dtype = ptype.dtype
@@ -221,6 +220,11 @@ def _special_source(name: str, ctx: CompileContext) -> tuple[Callable, PtxType]:
     if name in fixed32:
         value = u32(fixed32[name])
         return (lambda s: value), _U32
+    if name in ("%envreg1", "%envreg2"):
+        # Where a cooperative launch's grid barrier lives (high and low halves), as the
+        # driver passes it to cooperative groups' grid.sync(); 0 in other launches.
+        shift = 32 if name == "%envreg1" else 0
+        return (lambda s: u32((s.ctx.grid_workspace >> shift) & 0xFFFFFFFF)), _U32
     if name.startswith("%envreg") or (name.startswith("%pm") and not name.endswith("_64")):
         return (lambda s: u32(0)), _U32
     if name.startswith("%pm"):
@@ -278,7 +282,8 @@ def symbol_address(symbol: Symbol, ctx: CompileContext) -> tuple[str, Callable[[
         var = ctx.module.variables.get(symbol.name)
     if var is None:
         if symbol.name in ctx.module.functions:
-            return "function", lambda state: 0
+            where = function_addresses(ctx.module.functions)[symbol.name] + offset
+            return "function", lambda state: where
         if symbol.name in ctx.function.labels:
             return "label", lambda state: 0
         raise ctx.error(f"unknown symbol {symbol.name!r}")

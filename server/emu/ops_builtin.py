@@ -1,5 +1,6 @@
 """Functions the CUDA runtime provides to device code: vprintf (device printf) and
-__assertfail (device assert). Calls to them compile to straight-line operations.
+__assertfail (device assert), plus the device runtime's (device_runtime.py). Calls to them
+compile to straight-line operations.
 
 printf output is recorded per thread with a global sequence number; the launch returns it
 ordered by block, then thread, then call order, so a launch always prints the same text.
@@ -15,6 +16,7 @@ import numpy as np
 
 from .address_space import GENERIC_LOCAL_BASE, GENERIC_PARAM_BASE, GENERIC_SHARED_BASE
 from .device_printf import ArgumentBuffer, fifo_record_size, format_printf
+from .device_runtime import RUNTIME_FUNCTIONS
 from .errors import CUDA_ERROR_ASSERT, CUDA_ERROR_ILLEGAL_ADDRESS
 from .spaces import load, store
 from .state import Fault, State
@@ -138,4 +140,4 @@ def _assertfail(ctx, arguments, results):
     return run
 
 
-BUILTINS = {"vprintf": _vprintf, "__assertfail": _assertfail}
+BUILTINS = {"vprintf": _vprintf, "__assertfail": _assertfail, **RUNTIME_FUNCTIONS}

@@ -1,5 +1,5 @@
-"""Control flow and synchronization: bra brx.idx call ret exit trap bar/barrier membar
-fence nanosleep.
+"""Control flow and synchronization: bra brx.idx call (direct and through a register) ret
+exit trap bar/barrier membar fence nanosleep.
 
 Branches, calls, returns, exits and blocking barriers compile to control records that the
 executor's scheduler interprets (see `executor.py`). `bar.sync a, b` with a thread count
@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import CUDA_ERROR_LAUNCH_FAILED
 from .ir import Address, Immediate, Instruction, ListOperand, RegisterOperand, Symbol, Variable
-from .isa import CompileContext, Modifiers, find_compiler, opcode
+from .isa import CompileContext, Compiled, Modifiers, find_compiler, opcode
 from .operands import reader, writer
 from .ops_builtin import BUILTINS
 from .ptx_types import TYPES
@@ -70,15 +70,15 @@ def _call(instr, ctx: CompileContext):
     if not operands:
         raise ctx.error("call needs a target")
     callee = operands.pop(0)
-    if isinstance(callee, RegisterOperand):
-        raise ctx.unsupported("indirect calls through a register are not supported")
-    if not isinstance(callee, Symbol):
-        raise ctx.error("call target must be a function name")
     arguments: list = []
     if operands and isinstance(operands[0], ListOperand):
         arguments = operands.pop(0).elements
+    if isinstance(callee, RegisterOperand):
+        return _indirect_call(ctx, callee, arguments, results, operands)
+    if not isinstance(callee, Symbol):
+        raise ctx.error("call target must be a function name")
     if operands:
-        raise ctx.unsupported("call prototypes (indirect calls) are not supported")
+        raise ctx.error("only an indirect call names a prototype or target list")
     function = ctx.module.functions.get(callee.name)
     if function is None:
         raise ctx.error(f"call to undeclared function {callee.name!r}")
@@ -92,14 +92,54 @@ def _call(instr, ctx: CompileContext):
                    for r, formal in zip(results, function.returns, strict=False)]
     if function.body is None:
         builtin = BUILTINS.get(callee.name)
+        if builtin is None and callee.name.startswith(("__cudaCDP2", "cuda")):
+            raise ctx.unsupported(f"the device runtime's {callee.name} is not implemented")
         if builtin is None:
             raise ctx.error(f"function {callee.name!r} is declared but never defined")
-        run = builtin(ctx, argument_vars, result_vars)
+        made = builtin(ctx, argument_vars, result_vars)
+        if isinstance(made, Compiled):  # one that waits (a grid barrier): results on release
+            made.arrive = _staged(before, made.arrive, [])
+            made.release = _staged([], made.release, after)
+            return made
         if before or after:
-            run = _staged(before, run, after)
-        return ctx.op(run)
+            made = _staged(before, made, after)
+        return ctx.op(made)
     return ctx.control("call", callee=callee.name, arguments=argument_vars,
                        results=result_vars, before=before, after=after)
+
+
+def _indirect_call(ctx: CompileContext, target, arguments: list, results: list, rest: list):
+    """`call (results), %reg, (arguments), prototype;` (function pointers, virtual
+    functions): the executor finds the function at the address in each thread's register
+    (see `address_space.function_addresses`). Arguments and results pass as for a direct
+    call; the prototype (or target list) only restates the signature, which the callee's
+    own declaration gives."""
+    if len(rest) != 1 or not isinstance(rest[0], Symbol):
+        raise ctx.error("an indirect call ends with a .callprototype label or a "
+                        ".calltargets list")
+    before: list = []
+    after: list = []
+    argument_vars = [_param_variable(ctx, a, _formal_for(ctx, a), before, store=True)
+                     for a in arguments]
+    result_vars = [_param_variable(ctx, r, _formal_for(ctx, r), after, store=False)
+                   for r in results]
+    return ctx.control("icall", index=reader(target, TYPES["u64"], ctx),
+                       arguments=argument_vars, results=result_vars, before=before,
+                       after=after)
+
+
+def _formal_for(ctx: CompileContext, operand) -> Variable:
+    """The formal parameter an indirect call's register or constant argument stands for: a
+    scalar of the register's type (an immediate passes as .b64 unless a .param variable
+    carries it)."""
+    if isinstance(operand, RegisterOperand):
+        ptype = operand.reg.type
+    elif isinstance(operand, Symbol) and operand.variable is not None:
+        return operand.variable
+    else:
+        ptype = TYPES["b64"]
+    size = max(ptype.bits // 8, 1)
+    return Variable("%formal", "param", ptype, size, size, ctx.instr.line)
 
 
 def _param_variable(ctx: CompileContext, operand, formal: Variable, staged: list,

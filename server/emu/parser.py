@@ -427,9 +427,10 @@ class _Parser:
                     self.expect(";")
                     fn.branch_tables[name] = targets
                     self.label_uses.append((targets, list(self.label_scopes)))
-                elif self.accept(".callprototype"):
-                    # The signature of an indirect call's target (function pointers, virtual
-                    # functions); only those calls use it, and they fail when launched.
+                elif self.accept(".callprototype") or self.accept(".calltargets"):
+                    # The signature or the possible targets of an indirect call (function
+                    # pointers, virtual functions): the call finds its target by address
+                    # and passes arguments as the callee declares them, so neither is kept.
                     while self.next().text != ";":
                         pass
             elif text == "@" or (tok.kind == "word" and not text.startswith(".")):

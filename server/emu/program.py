@@ -9,8 +9,10 @@ Each kernel gets its own layout of the memory its reachable functions use: stati
 variables (module-scope ones it references and the function-scope ones nvcc "demotes"),
 followed by dynamic (`extern` unsized) shared memory, and per-thread local memory holding
 the `.local` variables and the `.param` variables of device-function calls (call arguments,
-formal parameters and return values). Recursion is refused at run time because those
-frames are allocated once per function.
+formal parameters and return values). Each function's frame has one place per thread; a
+recursive call saves the caller's frame and registers aside and the return puts them back
+(see `executor.py`), so the layout stays flat. A kernel that calls through a register may
+reach any function whose address the module takes, so all of those are in its layout.
 
 An instruction the emulator does not implement (`UnsupportedPtx`) does not stop the module
 from loading: it is recorded against its function, and a kernel that can reach that
@@ -41,6 +43,7 @@ from . import (  # noqa: F401  (importing registers the opcodes)
     ops_warp,
     ops_wmma,
 )
+from .address_space import function_addresses
 from .errors import CUDA_ERROR_NOT_SUPPORTED, UnsupportedPtx
 from .ir import Address, Function, ListOperand, Module, Symbol, Variable, Vector
 from .isa import CompileContext, Compiled, find_compiler
@@ -49,7 +52,7 @@ from .state import Fault
 
 __all__ = ["Block", "KernelProgram", "Program"]
 
-_CONTROL = {"bra", "brx", "call", "ret", "exit", "bar"}
+_CONTROL = {"bra", "brx", "call", "icall", "ret", "exit", "bar"}
 
 
 @dataclass(eq=False)
@@ -76,7 +79,11 @@ class KernelProgram:
     local_offsets: dict[int, int]
     local_size: int                             # bytes of local memory per thread
     local_variables_size: int                   # the .local part of it (the "stack")
+    # function -> (its frame's bytes in a thread's local memory, its register ids): what a
+    # recursive call saves aside
+    frames: dict[str, tuple[np.ndarray, list[int]]]
     global_symbols: set[str]                    # module variables the kernel addresses
+    builtins_called: set[str]                   # runtime functions (malloc, ...) it may call
     register_count: int                         # registers of its reachable functions
     unsupported: UnsupportedPtx | None = None   # the first its functions hold, if any
 
@@ -91,11 +98,18 @@ class Program:
         self.symbols_used: dict[str, set[str]] = {}
         self.register_dtypes: list[np.dtype] = []
         self.unsupported: dict[str, UnsupportedPtx] = {}   # function -> its first one
+        self.indirect_callers: set[str] = set()   # functions that call through a register
+        self.builtins_called: dict[str, set[str]] = {}  # function -> runtime functions it calls
+        self.function_addresses = function_addresses(module.functions)
+        # address -> function, for calls through a register and device-side launches
+        self.function_at = {a: n for n, a in self.function_addresses.items()}
         self._number_registers()
         for fn in module.functions.values():
             if fn.body is not None:
                 self._compile_function(fn)
         self.blocks = self._build_blocks()
+        # what a call through a register may reach: the functions whose address is taken
+        self.address_taken = _address_taken(module)
         self.kernels = {name: self._kernel(fn) for name, fn in module.functions.items()
                         if fn.is_entry and fn.body is not None}
 
@@ -109,6 +123,7 @@ class Program:
         entry = len(self.code)
         self.entries[fn.name] = entry
         callees: set[str] = set()
+        builtins = self.builtins_called[fn.name] = set()
         for instr in fn.body:
             try:
                 compile_fn = find_compiler(instr)
@@ -120,6 +135,10 @@ class Program:
                 compiled = Compiled("op", instr.line, instr.text, run=_unsupported(exc))
             if compiled.kind == "call":
                 callees.add(compiled.callee)
+            elif compiled.kind == "icall":
+                self.indirect_callers.add(fn.name)
+            elif instr.opcode == "call":  # vprintf, malloc, ...: compiled to an op
+                builtins.update(_callee_names(instr))
             self.code.append(compiled)
         last = self.code[-1] if len(self.code) > entry else None
         if last is None or last.guard is not None or last.kind not in ("ret", "exit", "bra"):
@@ -159,11 +178,20 @@ class Program:
         return blocks
 
     # -- kernels ----------------------------------------------------------------------------
+    def function_of_pc(self, pc: int) -> str:
+        """The function whose code holds program counter `pc`."""
+        for name, entry in self.entries.items():
+            if entry <= pc < self.ends[name]:
+                return name
+        raise KeyError(pc)
+
     def _reachable(self, name: str) -> list[str]:
         order = [name]
         seen = {name}
         for current in order:
-            for callee in sorted(self.callees.get(current, ())):
+            callees = self.address_taken if current in self.indirect_callers else \
+                self.callees.get(current, ())
+            for callee in sorted(callees):
                 if callee not in seen and callee in self.entries:
                     seen.add(callee)
                     order.append(callee)
@@ -195,17 +223,22 @@ class Program:
         local_offsets: dict[int, int] = {}
         local = 0
         local_vars = 0
+        frames: dict[str, tuple[np.ndarray, list[int]]] = {}
         for f in functions:
             function = self.module.functions[f]
             frame = [v for v in function.variables if v.space in ("local", "param")]
             if f != fn.name:
                 frame += function.params + function.returns
+            spans = []
             for var in frame:
                 local = _align(local, var.align)
                 local_offsets[id(var)] = local
+                spans.append(np.arange(local, local + var.size, dtype=np.intp))
                 local += var.size
                 if var.space == "local":
                     local_vars += var.size
+            frames[f] = (np.concatenate(spans) if spans else np.zeros(0, np.intp),
+                         [reg.id for reg in function.registers])
         global_symbols = {n for n in used if n in module_vars
                           and module_vars[n].space in ("global", "const")}
         registers = sum(len(self.module.functions[f].registers) for f in functions)
@@ -213,8 +246,10 @@ class Program:
                            None)
         return KernelProgram(fn.name, fn, self.entries[fn.name], params, param_size,
                              functions, shared_offsets, static_shared, dynamic_offset,
-                             local_offsets, local, local_vars, global_symbols, registers,
-                             unsupported)
+                             local_offsets, local, local_vars, frames, global_symbols,
+                             set().union(*(self.builtins_called.get(f, set())
+                                           for f in functions)),
+                             registers, unsupported)
 
 
 def _unsupported(exc: UnsupportedPtx):
@@ -231,8 +266,31 @@ def _align(value: int, align: int) -> int:
     return (value + align - 1) // align * align
 
 
+def _address_taken(module: Module) -> set[str]:
+    """The device functions whose address an instruction (other than a call naming it) or a
+    variable's initializer (a function pointer table, a virtual function table) takes."""
+    defined = {n for n, fn in module.functions.items() if fn.body is not None and not fn.is_entry}
+    taken = {name for var in module.variables.values() for _, name, _, _ in var.relocations}
+    for fn in module.functions.values():
+        for instr in fn.body or ():
+            if instr.opcode != "call":
+                taken |= _referenced_symbols_of(instr)
+    return taken & defined
+
+
+def _callee_names(instr) -> list[str]:
+    return [o.name for o in instr.operands if isinstance(o, Symbol)][:1]
+
+
 def _referenced_symbols(fn: Function) -> set[str]:
     """Names of module-scope symbols a function's instructions mention."""
+    names: set[str] = set()
+    for instr in fn.body:
+        names |= _referenced_symbols_of(instr)
+    return names
+
+
+def _referenced_symbols_of(instr) -> set[str]:
     names: set[str] = set()
 
     def visit(operand) -> None:
@@ -244,7 +302,6 @@ def _referenced_symbols(fn: Function) -> set[str]:
         elif isinstance(operand, (Vector, ListOperand)):
             for element in operand.elements:
                 visit(element)
-    for instr in fn.body:
-        for operand in instr.operands:
-            visit(operand)
+    for operand in instr.operands:
+        visit(operand)
     return names

@@ -88,10 +88,12 @@ class LaunchContext:
     shares: program, kernel, grid, block, symbols, shared and local memory sizes."""
 
     __slots__ = ("launch", "memory", "params", "strays", "printf", "printf_room", "assertions",
-                 "reports", "lane_instructions")
+                 "reports", "lane_instructions", "runtime", "grid_workspace", "depth",
+                 "children", "last_errors")
 
     def __init__(self, launch, memory, params: np.ndarray, strays: str,
-                 printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES):
+                 printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES, runtime=None,
+                 depth: int = 0):
         self.launch = launch
         self.memory = memory             # memory.DeviceMemory
         self.params = params             # the parameter buffer, uint8
@@ -105,6 +107,15 @@ class LaunchContext:
         self.assertions: list[tuple[int, int, str]] = []  # (block, thread, CUDA's message)
         self.reports: list[str] = []     # the memory checker's reports, for stderr
         self.lane_instructions = 0       # instructions executed, summed over lanes
+        # The device runtime (device_runtime.DeviceRuntime: heap, device-side launches,
+        # the grid barrier of a cooperative launch), None where the caller gives none.
+        self.runtime = runtime
+        # a cooperative launch's grid barrier; its children are not cooperative grids
+        self.grid_workspace = runtime.grid_workspace if runtime is not None and not depth else 0
+        self.depth = depth               # 0 for a host launch, 1 for its children, ...
+        self.children: list = []         # device-side launches, run once this grid is done
+        # (block, thread) -> the last error of its device runtime calls (cudaGetLastError)
+        self.last_errors: dict[tuple[int, int], int] = {}
 
 
 class Chunk:
@@ -137,7 +148,7 @@ class State:
 
     __slots__ = ("ctx", "layout", "first_block", "nblocks", "n", "ctaid", "regs",
                  "reg_dtypes", "carry", "shared_stride", "shared", "local_stride", "local",
-                 "barrier_values", "barrier_arrived")
+                 "barrier_values", "barrier_arrived", "frames")
 
     def __init__(self, ctx: LaunchContext, chunk: Chunk, register_dtypes: list[np.dtype]):
         self.ctx = ctx
@@ -161,6 +172,8 @@ class State:
         # bar.red: each arriving lane's predicate, and which lanes arrived, until release
         self.barrier_values: np.ndarray | None = None
         self.barrier_arrived: np.ndarray | None = None
+        # callee stack -> the caller frames a recursive call set aside (executor.py)
+        self.frames: dict[tuple, object] = {}
 
     def reg(self, index: int) -> np.ndarray:
         value = self.regs[index]

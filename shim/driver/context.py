@@ -25,6 +25,8 @@ from .module import reload_library
 
 CU_CTX_FLAGS_MASK = 0xFF
 CU_LIMIT_PRINTF_FIFO_SIZE = 1
+CU_LIMIT_MALLOC_HEAP_SIZE = 2
+CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT = 4
 CU_CTX_SCHED_MASK, CU_CTX_SCHED_BLOCKING_SYNC = 0x07, 0x04
 CU_FUNC_CACHE_PREFER_NONE, CU_FUNC_CACHE_PREFER_EQUAL = 0, 3
 
@@ -202,11 +204,13 @@ def cuCtxGetLimit(value, limit):
     value[0] = state.limits[limit]
 
 
-# Limits the server applies to launches; the others are kept for cuCtxGetLimit only. On the
-# emu backend CU_LIMIT_STACK_SIZE has no effect (a thread's local memory is what its kernel
-# declares; recursion is refused), nor has CU_LIMIT_MALLOC_HEAP_SIZE (device malloc is not
-# supported), nor the device-runtime and L2 limits.
-SERVER_LIMITS = frozenset({CU_LIMIT_PRINTF_FIFO_SIZE})
+# Limits the server applies to launches: the printf FIFO, the malloc heap and the device
+# runtime's pending launches (each fixed once a kernel using it has run); the others are kept
+# for cuCtxGetLimit only. On the emu backend CU_LIMIT_STACK_SIZE has no effect (a thread's
+# local memory is what its kernel declares; recursion saves frames aside), nor have the
+# L2 limits.
+SERVER_LIMITS = frozenset({CU_LIMIT_PRINTF_FIFO_SIZE, CU_LIMIT_MALLOC_HEAP_SIZE,
+                           CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT})
 
 
 @api

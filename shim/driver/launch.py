@@ -13,6 +13,7 @@ from .nvidia_runtime import under_nvidia_runtime
 
 CU_LAUNCH_PARAM_END, CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2
 CU_LAUNCH_ATTRIBUTE_COOPERATIVE, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 2, 4
+_MULTIPROCESSOR_COUNT = 16  # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
@@ -69,20 +70,39 @@ def _pack_params(layout, kernel_params, extra) -> bytes:
     return b""
 
 
-def _launch(f, grid, block, shared_bytes: int, stream, kernel_params, extra) -> None:
+def _launch(f, grid, block, shared_bytes: int, stream, kernel_params, extra,
+            cooperative: bool = False) -> None:
     state.current_context()
     layout, handle = _launched_function(f)
     stream_handle = _check_stream(stream)
     _check_config(layout, grid, block, shared_bytes)
-    _submit(handle, layout, grid, block, shared_bytes, stream_handle, kernel_params, extra)
+    if cooperative:
+        check_cooperative(layout, grid, block, shared_bytes)
+    _submit(handle, layout, grid, block, shared_bytes, stream_handle, kernel_params, extra,
+            cooperative)
 
 
 def _submit(handle: int, layout, grid, block, shared_bytes: int, stream_handle: int,
-            kernel_params, extra) -> None:
+            kernel_params, extra, cooperative: bool = False) -> None:
     """Queue a launch whose function, stream and configuration are already checked."""
     params = _pack_params(layout, kernel_params, extra)
-    state.conn().post("cuLaunchKernel", handle, *grid, *block, shared_bytes, stream_handle,
-                      params)
+    state.conn().post("cuLaunchCooperativeKernel" if cooperative else "cuLaunchKernel", handle,
+                      *grid, *block, shared_bytes, stream_handle, params)
+
+
+def check_cooperative(layout, grid, block, shared_bytes: int) -> None:
+    """A cooperative grid must be resident all at once, as CUDA's occupancy calculator
+    counts it: at most the kernel's active blocks per multiprocessor times the
+    multiprocessors (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE otherwise)."""
+    from .occupancy import max_active_blocks  # occupancy is built on this module
+
+    blocks = grid[0] * grid[1] * grid[2]
+    per_sm = max_active_blocks(layout, block[0] * block[1] * block[2], shared_bytes)
+    most = per_sm * state.device["attributes"][_MULTIPROCESSOR_COUNT]
+    if blocks > most:
+        raise CudaError(E.CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
+                        f"a cooperative grid of {blocks} blocks is more than the {most} of "
+                        f"kernel {layout.name!r} that the device keeps resident")
 
 
 def _bad_configuration(message: str) -> CudaError:
@@ -119,10 +139,11 @@ def cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared_bytes, stream, kernel_param
 @api
 def cuLaunchKernelEx(config, f, kernel_params, extra):
     check_out(config)
+    cooperative = False
     for i in range(config.numAttrs):
         attr = config.attrs[i]
-        if attr.id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE and attr.value.cooperative:
-            raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "cooperative launches are not supported")
+        if attr.id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+            cooperative = bool(attr.value.cooperative)
         if attr.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
             dims = attr.value.clusterDim
             if dims.x * dims.y * dims.z > 1:
@@ -130,12 +151,13 @@ def cuLaunchKernelEx(config, f, kernel_params, extra):
                                                             "supported")
     _launch(f, (config.gridDimX, config.gridDimY, config.gridDimZ),
             (config.blockDimX, config.blockDimY, config.blockDimZ), config.sharedMemBytes,
-            config.hStream, kernel_params, extra)
+            config.hStream, kernel_params, extra, cooperative)
 
 
 @api
 def cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared_bytes, stream, kernel_params):
-    raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, "cooperative launches are not supported")
+    _launch(f, (gx, gy, gz), (bx, by, bz), shared_bytes, stream, kernel_params, ffi.NULL,
+            cooperative=True)
 
 
 # ----------------------------------------------------------------- attributes

@@ -29,6 +29,7 @@ from ._state import (
 from .ptx_target import check_ptx_target
 
 CU_JIT_INPUT_CUBIN, CU_JIT_INPUT_PTX, CU_JIT_INPUT_FATBINARY = 0, 1, 2
+CU_JIT_INPUT_OBJECT, CU_JIT_INPUT_LIBRARY = 3, 4
 CU_MODULE_EAGER_LOADING = 1
 CU_JIT_MAX_REGISTERS = 0
 CU_JIT_INFO_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER = 3, 5
@@ -328,7 +329,23 @@ def _interned_name(name: str):
 
 # ----------------------------------------------------------------- linker (PTX only)
 
-def _ptx_from(input_type: int, data: bytes, what: str) -> bytes:
+def _ptx_from(input_type: int, data: bytes, what: str) -> list[bytes]:
+    """The PTX modules a linker input contributes."""
+    if input_type in (CU_JIT_INPUT_OBJECT, CU_JIT_INPUT_LIBRARY):
+        from .link_objects import ptx_from_library, ptx_from_object
+
+        try:
+            found = (ptx_from_library if input_type == CU_JIT_INPUT_LIBRARY
+                     else ptx_from_object)(data, what)
+        except ValueError as exc:
+            raise CudaError(E.CUDA_ERROR_INVALID_IMAGE, str(exc)) from None
+        if not found and input_type == CU_JIT_INPUT_OBJECT:
+            raise CudaError(E.CUDA_ERROR_NO_BINARY_FOR_GPU, f"{what}: the object has no PTX")
+        return found
+    return [_single_ptx(input_type, data, what)]
+
+
+def _single_ptx(input_type: int, data: bytes, what: str) -> bytes:
     if input_type == CU_JIT_INPUT_PTX:
         return data.rstrip(b"\0")
     # vgpu's NVRTC hands back an sm_XY compilation's cubin as a fatbin that also carries
@@ -348,7 +365,8 @@ def _ptx_from(input_type: int, data: bytes, what: str) -> bytes:
                             f"{what}: the fatbin has no PTX for compute_{major}{minor} or older")
         return ptx.encode()
     raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED,
-                    f"{what}: the vgpu linker takes PTX (and fatbins carrying PTX) only")
+                    f"{what}: the vgpu linker takes PTX, and fatbins, objects and libraries "
+                    "carrying PTX, only")
 
 
 def _link_arg(link_state) -> int:
@@ -374,7 +392,7 @@ def cuLinkAddData_v2(link_state, input_type, data, size, name, num_options, opti
     if data == ffi.NULL or size == 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "no data to link")
     what = ffi.string(name).decode(errors="replace") if name != ffi.NULL else "input"
-    state.link_states[handle].append(_ptx_from(input_type, ffi.buffer(data, size)[:], what))
+    state.link_states[handle].extend(_ptx_from(input_type, ffi.buffer(data, size)[:], what))
 
 
 @api
@@ -385,7 +403,7 @@ def cuLinkAddFile_v2(link_state, input_type, path, num_options, options, values)
         data = file.read_bytes()
     except OSError as exc:
         raise CudaError(E.CUDA_ERROR_FILE_NOT_FOUND, f"cannot read {file}: {exc}") from None
-    state.link_states[handle].append(_ptx_from(input_type, data, str(file)))
+    state.link_states[handle].extend(_ptx_from(input_type, data, str(file)))
 
 
 @api

@@ -19,7 +19,7 @@ from __future__ import annotations
 from vgpu.api.cudartdefs import cudaLaunchAttributeID
 
 from ..driver import launch as driver_launch
-from ..driver.launch import _check_config, _submit
+from ..driver.launch import _check_config, _submit, check_cooperative
 from ..driver.memory import _check_stream
 from ..driver.module import _interned_name
 from ._state import (
@@ -31,7 +31,6 @@ from ._state import (
     ffi,
     ptr,
     set_pointer,
-    warn_once,
 )
 from .registration import registry
 
@@ -51,8 +50,6 @@ __all__ = [
 ]
 
 NULL = ffi.NULL
-COOPERATIVE_REFUSAL = ("cooperative launches (grid-wide synchronization) are not supported by "
-                       "vgpu; the device reports cudaDevAttrCooperativeLaunch = 0")
 
 
 def _dims(dim3) -> tuple[int, int, int]:
@@ -74,13 +71,20 @@ def function_layout(func) -> tuple[int, object]:
     return function, layout
 
 
-def _launch(func, grid, block, shared_bytes: int, stream, args) -> None:
+def _launch(func, grid, block, shared_bytes: int, stream, args,
+            cooperative: bool = False) -> None:
     function, layout = function_layout(func)
     try:
         _check_config(layout, grid, block, shared_bytes)
     except CudaError as exc:
         raise CudaError(E.cudaErrorInvalidConfiguration, exc.message) from None
-    _submit(function, layout, grid, block, shared_bytes, _check_stream(stream), args, NULL)
+    if cooperative:
+        try:
+            check_cooperative(layout, grid, block, shared_bytes)
+        except CudaError as exc:
+            raise CudaError(E.cudaErrorCooperativeLaunchTooLarge, exc.message) from None
+    _submit(function, layout, grid, block, shared_bytes, _check_stream(stream), args, NULL,
+            cooperative)
 
 
 # ----------------------------------------------------------------- <<<>>>
@@ -111,26 +115,21 @@ def cudaLaunchKernel(func, grid, block, args, shared_bytes, stream):
 @api
 def cudaLaunchKernelExC(config, func, args):
     check_out(config)
+    cooperative = False
     for i in range(config.numAttrs):
         attribute = config.attrs[i]
-        if attribute.id == cudaLaunchAttributeID.cudaLaunchAttributeCooperative and \
-                attribute.val.cooperative:
-            _refuse_cooperative()
+        if attribute.id == cudaLaunchAttributeID.cudaLaunchAttributeCooperative:
+            cooperative = bool(attribute.val.cooperative)
         if attribute.id == cudaLaunchAttributeID.cudaLaunchAttributeClusterDimension and \
                 _product(_dims(attribute.val.clusterDim)) > 1:
             raise CudaError(E.cudaErrorNotSupported, "thread block clusters are not supported")
     _launch(func, _dims(config.gridDim), _dims(config.blockDim), config.dynamicSmemBytes,
-            config.stream, args)
+            config.stream, args, cooperative)
 
 
 @api
 def cudaLaunchCooperativeKernel(func, grid, block, args, shared_bytes, stream):
-    _refuse_cooperative()
-
-
-def _refuse_cooperative():
-    warn_once("cooperative", COOPERATIVE_REFUSAL)
-    raise CudaError(E.cudaErrorNotSupported, COOPERATIVE_REFUSAL)
+    _launch(func, _dims(grid), _dims(block), shared_bytes, stream, args, cooperative=True)
 
 
 def _product(values) -> int:

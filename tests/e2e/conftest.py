@@ -90,6 +90,26 @@ def tensor_kernels_ptx(toolkit, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def driver_device_side(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_device_side.c").read_text())
+
+
+@pytest.fixture(scope="session")
+def device_side_kernels_ptx(toolkit, tmp_path_factory) -> Path:
+    """The kernels with device-side launches, compiled for linking (-rdc=true)."""
+    path = tmp_path_factory.mktemp("ptx") / "device_side_kernels.ptx"
+    path.write_text(toolkit.ptx((HERE / "device_side_kernels.cu").read_text(),
+                                flags=["-rdc=true"]))
+    return path
+
+
+@pytest.fixture(scope="session")
+def libcudadevrt(toolkit) -> Path:
+    """CUDA's device runtime library, from the test extra's wheels (or the toolkit)."""
+    return toolkit.cudart_library.parent / "libcudadevrt.a"
+
+
+@pytest.fixture(scope="session")
 def driver_vmm(toolkit) -> Path:
     return toolkit.c_program((HERE / "driver_vmm.c").read_text())
 

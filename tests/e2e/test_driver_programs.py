@@ -74,6 +74,17 @@ def test_tensor_cores(driver_tensor_cores, tensor_kernels_ptx):
         assert f"driver_tensor_cores: {line}" in result.stdout, result.stdout + result.stderr
 
 
+def test_device_side_launches_heap_and_cooperative_grids(run_on, driver_device_side,
+                                                         device_side_kernels_ptx, libcudadevrt):
+    result = run_on(driver_device_side, device_side_kernels_ptx, libcudadevrt)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for line in ("children launched by 4 blocks computed 256 squares",
+                 "malloc and free on a 64 KiB heap",
+                 "recursive Collatz through function pointers correct",
+                 "cooperative grids of 4 and 8 blocks met at grid.sync()", "all checks passed"):
+        assert f"driver_device_side: {line}" in result.stdout, result.stdout + result.stderr
+
+
 def test_cuda_python_program_runs_unmodified(run_on):
     result = run_on(sys.executable, EXAMPLES / "vector_add.py")
     assert result.returncode == 0, result.stderr

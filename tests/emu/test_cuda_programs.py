@@ -65,7 +65,7 @@ def test_half_and_bfloat16_arithmetic_from_cuda_headers(toolkit, server):
 def test_an_unsupported_instruction_fails_only_the_kernels_that_reach_it(toolkit, server):
     assert_passed(run_program(toolkit, server, "unsupported_instruction"),
                   "unsupported_instruction: launch failed with cudaErrorNotSupported",
-                  "unsupported_instruction: indirect calls fail, the function table is readable",
+                  "unsupported_instruction: indirect calls work, the function table is readable",
                   "unsupported_instruction: other kernels and __device__ variables work")
 
 
@@ -91,6 +91,12 @@ def test_numba_half_precision_kernels(server):
     result = run_under_vgpu(server, sys.executable, str(PROGRAMS / "numba_half.py"),
                             timeout=TIMEOUT_S)
     assert_passed(result, "numba_half: 400 fp16 results correct, twice")
+
+
+def test_numba_grid_sync_links_libcudadevrt_and_launches_cooperatively(server):
+    result = run_under_vgpu(server, sys.executable, str(PROGRAMS / "numba_grid_sync.py"),
+                            timeout=TIMEOUT_S)
+    assert_passed(result, "numba_grid_sync: 6 blocks met at grid.sync(), total 249983 correct")
 
 
 def test_cuda_barrier_and_memcpy_async(toolkit, server):

@@ -374,12 +374,12 @@ def test_calls_jump_tables_exit_and_loops(device):
             assert row[3] == expected
 
 
-def test_recursion_is_refused_at_run_time(device):
+def test_recursion_without_end_overflows_the_call_stack(device):
     mod = load(device, "control.ptx")
     with pytest.raises(LaunchError) as info:
         device.launch(mod, "recursion", (1,), (1,))
-    assert info.value.code == 801
-    assert "recursion" in info.value.message
+    assert info.value.code == 700
+    assert "call stack overflow" in info.value.message
 
 
 def test_special_registers(device):

@@ -348,3 +348,91 @@ def test_an_operation_on_a_session_that_ends_meanwhile_fails_clearly(two_servers
     client.socket.send(pack([BYE, 0, None]))
     assert asked.result(timeout=30) == (1, "the session ended")
     assert admin(a.address, "ps") == (0, [])
+
+
+HEAP_PTX = b"""
+.version 7.5
+.target sm_75
+.address_size 64
+.extern .func (.param .b64 ret) malloc (.param .b64 size);
+.extern .func free (.param .b64 ptr);
+
+.visible .entry grab(.param .u64 slots)
+{
+    .reg .b32 %r<3>;
+    .reg .b64 %rd<5>;
+    mov.u32 %r1, %tid.x;
+    {
+        .param .b64 size;
+        .param .b64 block;
+        st.param.b64 [size], 64;
+        call.uni (block), malloc, (size);
+        ld.param.b64 %rd1, [block];
+    }
+    mad.lo.u32 %r2, %r1, 1000, 7;
+    st.global.u32 [%rd1], %r2;
+    ld.param.u64 %rd2, [slots];
+    mul.wide.u32 %rd3, %r1, 8;
+    add.u64 %rd4, %rd2, %rd3;
+    st.global.u64 [%rd4], %rd1;
+    ret;
+}
+
+.visible .entry release(.param .u64 slots, .param .u64 out)
+{
+    .reg .b32 %r<3>;
+    .reg .b64 %rd<7>;
+    mov.u32 %r1, %tid.x;
+    ld.param.u64 %rd2, [slots];
+    mul.wide.u32 %rd3, %r1, 8;
+    add.u64 %rd4, %rd2, %rd3;
+    ld.global.u64 %rd1, [%rd4];
+    ld.global.u32 %r2, [%rd1];
+    ld.param.u64 %rd5, [out];
+    mul.wide.u32 %rd6, %r1, 4;
+    add.u64 %rd5, %rd5, %rd6;
+    st.global.u32 [%rd5], %r2;
+    {
+        .param .b64 pointer;
+        st.param.b64 [pointer], %rd1;
+        call.uni free, (pointer);
+    }
+    ret;
+}
+"""
+
+
+def test_the_device_heap_moves_with_its_blocks_and_its_limit(two_servers):
+    """Blocks device malloc handed out before a migration are read and freed after it, the
+    heap's size stays fixed, and malloc then hands the freed blocks out again."""
+    a, b, _ = two_servers
+    client = RawClient(a.address)
+    client.post([["cuDevicePrimaryCtxRetain", [CONTEXT, 0]],
+                 ["cuCtxSetLimit", [2, 64 << 10]],  # CU_LIMIT_MALLOC_HEAP_SIZE
+                 ["cuModuleLoadData", [20, CONTEXT, ["inline", HEAP_PTX], len(HEAP_PTX)]],
+                 ["cuModuleGetFunction", [21, 20, "grab"]],
+                 ["cuModuleGetFunction", [22, 20, "release"]]])
+    code, slots, *_ = client.call(["cuMemAlloc", [CONTEXT, 8 * 8]])
+    assert code == 0, slots
+    code, out, *_ = client.call(["cuMemAlloc", [CONTEXT, 8 * 4]])
+    assert code == 0, out
+    grab = ["cuLaunchKernel", [21, 1, 1, 1, 8, 1, 1, 0, 0, slots.to_bytes(8, "little")]]
+    code, result, *_ = client.call(grab, ["vgpuSynchronize", []])
+    assert code == 0, result
+    blocks = client.read(slots, 64)
+
+    code, result = admin(a.address, "migrate", pid=os.getpid(), to=b.address)
+    assert code == 0, result
+    moved = RawClient(b.address, client.token, resume=result["position"])
+    release = ["cuLaunchKernel", [22, 1, 1, 1, 8, 1, 1, 0, 0,
+                                  slots.to_bytes(8, "little") + out.to_bytes(8, "little")]]
+    code, result, *_ = moved.call(release, ["vgpuSynchronize", []])
+    assert code == 0, result
+    values = moved.read(out, 32)
+    assert [int.from_bytes(values[4 * t:4 * t + 4], "little") for t in range(8)] == \
+        [1000 * t + 7 for t in range(8)]
+    code, result, *_ = moved.call(["cuCtxSetLimit", [2, 1 << 20]])
+    assert code == 1, "the heap's size is fixed once a kernel used it"
+    code, result, *_ = moved.call(grab, ["vgpuSynchronize", []])
+    assert code == 0, result
+    assert moved.read(slots, 64) == blocks  # the freed blocks, handed out again

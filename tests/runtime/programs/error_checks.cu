@@ -73,8 +73,13 @@ int main()
     cooperative.val.cooperative = 1;
     config.attrs = &cooperative;
     config.numAttrs = 1;
-    EXPECT_ERROR(cudaErrorNotSupported, cudaLaunchKernelEx(&config, touch, device));
-    EXPECT_ERROR(cudaErrorNotSupported, cudaGetLastError());
+    CHECK(cudaMemset(device, 0, sizeof(host)));
+    CHECK(cudaLaunchKernelEx(&config, touch, device));  // one cooperative block fits
+    CHECK(cudaMemcpy(host, device, sizeof(host), cudaMemcpyDeviceToHost));
+    EXPECT(host[3] == 3);
+    config.gridDim = dim3(1 << 20);  // more blocks than the device keeps resident
+    EXPECT_ERROR(cudaErrorCooperativeLaunchTooLarge, cudaLaunchKernelEx(&config, touch, device));
+    EXPECT_ERROR(cudaErrorCooperativeLaunchTooLarge, cudaGetLastError());
 
     // Devices, handles, symbols, names.
     EXPECT_ERROR(cudaErrorInvalidDevice, cudaSetDevice(7));
@@ -83,14 +88,15 @@ int main()
     EXPECT_ERROR(cudaErrorInvalidResourceHandle, cudaStreamDestroy((cudaStream_t)0x1234));
     EXPECT_ERROR(cudaErrorInvalidSymbol, cudaMemcpyToSymbol(host, host, 4));
     EXPECT_ERROR(cudaErrorInvalidValue, cudaMemcpyToSymbol(not_a_kernel, host, 8));
-    EXPECT_ERROR(cudaErrorNotSupported,
-                 cudaLaunchCooperativeKernel((const void *)touch, dim3(1), dim3(1), args, 0, 0));
+    EXPECT_ERROR(cudaErrorCooperativeLaunchTooLarge,
+                 cudaLaunchCooperativeKernel((const void *)touch, dim3(100000), dim3(1), args, 0,
+                                             0));
     EXPECT(strcmp(cudaGetErrorName(cudaErrorInvalidConfiguration),
                   "cudaErrorInvalidConfiguration") == 0);
     EXPECT(strcmp(cudaGetErrorName(cudaErrorIllegalAddress), "cudaErrorIllegalAddress") == 0);
     EXPECT(strlen(cudaGetErrorString(cudaErrorMemoryAllocation)) > 10);
     EXPECT(strcmp(cudaGetErrorName((cudaError_t)12345), "unrecognized error code") == 0);
-    EXPECT_ERROR(cudaErrorNotSupported, cudaGetLastError());  // the last failure above
+    EXPECT_ERROR(cudaErrorCooperativeLaunchTooLarge, cudaGetLastError());  // the last above
     CHECK(cudaGetLastError());
     CHECK(cudaFree(device));
     printf("error_checks: every bad call got CUDA's code\n");
