@@ -50,6 +50,7 @@ from .base import (
     LoadedModule,
 )
 from .cuda_images import cubin_variables, declared_variables, is_binary, printing_kernels
+from .device_attributes import MANAGED_CONTRACT
 from .images import decode_image
 
 __all__ = ["CudaBackend", "cuda_usable"]
@@ -155,6 +156,8 @@ def _describe(d, device) -> DeviceDescription:
             attributes[int(attribute)] = int(_call(d, d.cuDeviceGetAttribute(which, device)))
         except (ValueError, CudaError):  # unknown to this driver or these bindings
             attributes[int(attribute)] = 0
+    for key, value in MANAGED_CONTRACT.items():
+        attributes[int(CUdevice_attribute["CU_DEVICE_ATTRIBUTE_" + key])] = value
     major = attributes[int(CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)]
     minor = attributes[int(CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)]
     name = _call(d, d.cuDeviceGetName(256, device))

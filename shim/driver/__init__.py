@@ -12,9 +12,22 @@ all work in arrival order, which satisfies both stream semantics.
 
 from __future__ import annotations
 
-from . import arrays, context, device, launch, memory, module, occupancy, stream, textures, vmm
+from . import (
+    arrays,
+    context,
+    device,
+    launch,
+    managed,
+    memory,
+    module,
+    occupancy,
+    stream,
+    textures,
+    vmm,
+)
 
-_MODULES = (device, context, memory, arrays, textures, module, launch, stream, vmm, occupancy)
+_MODULES = (device, context, memory, managed, arrays, textures, module, launch, stream, vmm,
+            occupancy)
 
 
 def _implemented() -> dict:

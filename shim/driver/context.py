@@ -8,6 +8,7 @@ it.
 from __future__ import annotations
 
 from .._libcuda import lib
+from . import managed
 from ._state import (
     DEFAULT_LIMITS,
     CudaError,
@@ -100,6 +101,7 @@ def _forget_context(handle: int) -> None:
     state.contexts.pop(handle, None)
     for address in [a for a, c in state.allocation_context.items() if c == handle]:
         state.remove_allocation(address)
+        managed.release(address)
     for table in (state.streams, state.events):
         for h in [h for h, s in table.items() if s["context"] == handle]:
             del table[h]

@@ -25,6 +25,7 @@ from . import (
     device,
     errors,
     launch,
+    managed,
     memory,
     occupancy,
     registration,
@@ -32,8 +33,8 @@ from . import (
     textures,
 )
 
-_MODULES = (registration, launch, device, errors, memory, stream, occupancy, channels,
-            textures)
+_MODULES = (registration, launch, device, errors, memory, managed, stream, occupancy,
+            channels, textures)
 
 
 def _implemented() -> dict:

@@ -23,6 +23,7 @@ from vgpu.api.cudartdefs import (
     cudaMemoryType,
 )
 
+from ..driver import managed as driver_managed
 from ..driver import memory as driver_memory
 from ..driver.memory import PITCH_ALIGNMENT, _check_stream
 from ._state import (
@@ -138,6 +139,8 @@ def _copy(dst: int, src: int, count: int, kind: int, queued: bool) -> None:
         driver_memory._dtoh(dst, src, count, queued)
     elif kind == DEVICE_TO_DEVICE:
         driver_memory._dtod(dst, src, count)
+        if not queued:
+            driver_managed.settle()
     elif kind == DEFAULT:
         driver_memory._copy_unified(dst, src, count, queued)
     elif kind == HOST_TO_HOST:
@@ -316,7 +319,10 @@ def cudaPointerGetAttributes(attributes, pointer):
     host = driver_state.find_host(address)
     size = ffi.sizeof(attributes[0])
     ffi.memmove(attributes, bytes(size), size)
-    if device is not None:
+    if device is not None and driver_managed.is_managed(device[0]):
+        attributes.type, attributes.device = cudaMemoryType.cudaMemoryTypeManaged, 0
+        attributes.devicePointer = attributes.hostPointer = ffi.cast("void *", address)
+    elif device is not None:
         attributes.type, attributes.device = cudaMemoryType.cudaMemoryTypeDevice, 0
         attributes.devicePointer = ffi.cast("void *", address)
     elif host is not None:
