@@ -511,6 +511,8 @@ class Connection:
             if not (self._queue or self._unconfirmed):
                 if self.sticky_error:
                     raise CudaError(self.sticky_error, "the context has a sticky error")
+                if self.managed is not None:
+                    self.managed.settled()
                 return True
             self._queue.append(("vgpuQuery", ()))
             reply = self._wait(self._flush(want_reply=True), self.timeout)

@@ -13,8 +13,9 @@ __all__ = ["cudaMallocManaged", "cudaMemPrefetchAsync", "cudaMemAdvise",
 
 @api
 def cudaMallocManaged(dev_ptr, size, flags):
+    """0 bytes are NULL, as NVIDIA's runtime answers them (the driver refuses them)."""
     check_out(dev_ptr)
-    set_pointer(dev_ptr, driver_managed.allocate(size, flags))
+    set_pointer(dev_ptr, driver_managed.allocate(size, flags) if size else 0)
 
 
 @api

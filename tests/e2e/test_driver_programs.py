@@ -57,6 +57,18 @@ def test_arrays_textures_and_surfaces(driver_textures, texture_kernels_ptx):
         assert f"driver_textures: {line}" in result.stdout, result.stdout + result.stderr
 
 
+def test_managed_memory(driver_managed, managed_kernels_ptx):
+    """On emu: the cuda backend does not yet tell which module variables are __managed__."""
+    result = vgpu_run(driver_managed, managed_kernels_ptx)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for line in ("host and kernel writes seen after each synchronization",
+                 "a list linked by the host walked by the device",
+                 "the module's __managed__ variable shared",
+                 "copies and memsets agree with the host view",
+                 "misuse refused with CUDA's errors"):
+        assert f"driver_managed: {line}" in result.stdout, result.stdout + result.stderr
+
+
 def test_cuda_python_program_runs_unmodified(run_on):
     result = run_on(sys.executable, EXAMPLES / "vector_add.py")
     assert result.returncode == 0, result.stderr
