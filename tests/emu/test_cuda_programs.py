@@ -93,6 +93,12 @@ def test_numba_half_precision_kernels(server):
     assert_passed(result, "numba_half: 400 fp16 results correct, twice")
 
 
+def test_numba_managed_arrays(server):
+    result = run_under_vgpu(server, sys.executable, str(PROGRAMS / "numba_managed.py"),
+                            timeout=TIMEOUT_S)
+    assert_passed(result, "numba_managed: 1000 values right after two rounds")
+
+
 def test_cuda_barrier_and_memcpy_async(toolkit, server):
     # mbarrier objects and cp.async exist from compute_80 on.
     assert_passed(run_program(toolkit, server, "async_barriers",
