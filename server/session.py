@@ -143,8 +143,12 @@ class Event:
 class Session:
     def __init__(self, session_id: int, hello: dict, backend: Backend, arena: VaArena,
                  memcheck: str = "report", peer: Peer = NO_PEER,
-                 memory: MemoryAccount | None = None):
+                 memory: MemoryAccount | None = None, device_count: int = 1):
         self.id = session_id
+        # The devices the session's contexts may be on. On emu they are views of one
+        # emulator sharing the session's memory (one address space, as unified addressing
+        # gives a process), so peer access and peer copies need nothing more.
+        self.device_count = device_count
         self.peer = peer
         # What the session's device memory is charged to (see quotas.py); alone, it may
         # take the whole device.
@@ -697,8 +701,8 @@ class Session:
         ctx.events.clear()
 
     def _check_device(self, device: int) -> None:
-        if device != 0:
-            raise CudaError(101, f"invalid device ordinal {device}")
+        if type(device) is not int or not 0 <= device < self.device_count:
+            raise CudaError(101, f"invalid device ordinal {device!r:.20}")
 
     @op("vgpuSynchronize")
     def synchronize(self):

@@ -21,13 +21,14 @@ from . import (
     memory,
     module,
     occupancy,
+    peers,
     stream,
     textures,
     vmm,
 )
 
-_MODULES = (device, context, memory, managed, arrays, textures, module, launch, stream, vmm,
-            occupancy)
+_MODULES = (device, context, memory, managed, peers, arrays, textures, module, launch, stream,
+            vmm, occupancy)
 
 
 def _implemented() -> dict:

@@ -223,9 +223,7 @@ def cuMemAllocManaged(dptr, bytesize, flags):
 
 
 def _device_ordinal_valid(ordinal: int) -> bool:
-    from .device import DEVICE_COUNT
-
-    return 0 <= ordinal < DEVICE_COUNT
+    return 0 <= ordinal < len(state.devices)
 
 
 def _location(location) -> int:

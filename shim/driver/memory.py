@@ -695,8 +695,7 @@ def cuPointerGetAttributes(num_attributes, attributes, data, dptr):
 def cuDeviceGetDefaultMemPool(pool, dev):
     check_out(pool)
     state.require_init()
-    if dev != 0:
-        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {dev}")
+    state.device_description(dev)
     pool[0] = ffi.cast("CUmemoryPool", state.default_pool().handle)
 
 

@@ -28,12 +28,13 @@ from . import (
     managed,
     memory,
     occupancy,
+    peers,
     registration,
     stream,
     textures,
 )
 
-_MODULES = (registration, launch, device, errors, memory, managed, stream, occupancy,
+_MODULES = (registration, launch, device, errors, memory, managed, peers, stream, occupancy,
             channels, textures)
 
 

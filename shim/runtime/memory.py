@@ -319,12 +319,15 @@ def cudaPointerGetAttributes(attributes, pointer):
     host = driver_state.find_host(address)
     size = ffi.sizeof(attributes[0])
     ffi.memmove(attributes, bytes(size), size)
-    if device is not None and driver_managed.is_managed(device[0]):
-        attributes.type, attributes.device = cudaMemoryType.cudaMemoryTypeManaged, 0
-        attributes.devicePointer = attributes.hostPointer = ffi.cast("void *", address)
-    elif device is not None:
-        attributes.type, attributes.device = cudaMemoryType.cudaMemoryTypeDevice, 0
+    if device is not None:
+        context = driver_state.allocation_context[device[0]]
+        attributes.device = driver_state.contexts[context]["device"]
         attributes.devicePointer = ffi.cast("void *", address)
+        if driver_managed.is_managed(device[0]):  # the same address on the host
+            attributes.type = cudaMemoryType.cudaMemoryTypeManaged
+            attributes.hostPointer = ffi.cast("void *", address)
+        else:
+            attributes.type = cudaMemoryType.cudaMemoryTypeDevice
     elif host is not None:
         attributes.type, attributes.device = cudaMemoryType.cudaMemoryTypeHost, 0
         attributes.hostPointer = ffi.cast("void *", address)
