@@ -634,7 +634,7 @@ def _pointer_attributes(address: int) -> dict[int, int]:
         6: 1,
         7: start,
         8: int(is_managed),
-        9: 0,
+        9: state.contexts[context]["device"] if context in state.contexts else 0,
         10: 0,  # no IPC
         11: start,
         12: size,

@@ -16,8 +16,8 @@ def _pair(peer_device: int) -> tuple[int, int]:
     """(the current context, the peer device's primary context)."""
     driver_state.device_description(peer_device)
     device = current_device()
-    if peer_device == device:
-        raise CudaError(E.cudaErrorInvalidDevice, "a device is not a peer of itself")
+    if peer_device == device:  # cudaDeviceCanAccessPeer says 0: unsupported, as CUDA says
+        raise CudaError(E.cudaErrorPeerAccessUnsupported, "a device is not a peer of itself")
     return primary_context(device), primary_context(peer_device)
 
 

@@ -104,6 +104,11 @@ def driver_managed(toolkit) -> Path:
 
 
 @pytest.fixture(scope="session")
+def driver_devices(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_devices.c").read_text())
+
+
+@pytest.fixture(scope="session")
 def managed_kernels_ptx(toolkit, tmp_path_factory) -> Path:
     return _ptx_file(toolkit, tmp_path_factory, HERE / "managed_kernels.cu")
 

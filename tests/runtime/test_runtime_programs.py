@@ -215,6 +215,23 @@ def test_managed_memory(toolkit, emu_server):
                   "managed_memory: misuse refused with CUDA's errors")
 
 
+@pytest.fixture(scope="module")
+def two_devices(tmp_path_factory):
+    """An emu server offering two devices."""
+    with emu_server_at(tmp_path_factory.mktemp("two-devices"), "--devices", "2") as address:
+        yield address
+
+
+@pytest.mark.parametrize("cudart", ["shared", "static"])
+def test_several_devices(toolkit, two_devices, cudart):
+    """vgpu's runtime and NVIDIA's (on vgpu's driver) alike."""
+    assert_passed(run(two_devices, build(toolkit, "multi_device", cudart=cudart)),
+                  "multi_device: 2 devices told apart",
+                  "multi_device: a kernel on device 0 read device 1's memory",
+                  "multi_device: peer copies correct",
+                  "multi_device: misuse refused with CUDA's errors")
+
+
 # ----------------------------------------------------------------- what vgpu refuses
 
 def test_binary_without_ptx_names_the_kernel_when_launched(toolkit, emu_server):
