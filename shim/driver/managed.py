@@ -39,13 +39,19 @@ CU_DEVICE_CPU, CU_DEVICE_INVALID = -1, -2
 RANGE_READ_MOSTLY, RANGE_PREFERRED_LOCATION, RANGE_ACCESSED_BY, RANGE_LAST_PREFETCH = 1, 2, 3, 4
 # The host's changes are looked for and sent in pieces of this size.
 COMPARE_CHUNK = 64 << 10
-# Calls that cannot change device memory: after them alone there is nothing to read back.
-NOT_WRITING = frozenset({
-    "cuMemcpyDtoH", "vgpuSynchronize", "vgpuQuery", "cuMemGetInfo", "cuEventElapsedTime",
-    "vgpuDigest", "vgpuDeviceWindow", "vgpuDiscardReported", "cuMemAlloc", "cuMemAllocManaged",
-    "cuMemFree", "cuStreamCreate", "cuStreamDestroy", "cuEventCreate", "cuEventRecord",
-    "cuEventDestroy", "cuStreamWaitEvent", "cuModuleGetFunction", "cuCtxSetLimit",
+# Calls that neither read nor write device memory: the host's changes can wait for the next
+# call that does, and after them there is nothing to read back. (A synchronization's own
+# read-back sends the host's changes first: see `settled`.)
+NO_MEMORY_ACCESS = frozenset({
+    "vgpuSynchronize", "vgpuQuery", "cuMemGetInfo", "cuEventElapsedTime",
+    "vgpuDiscardReported", "cuMemAlloc",
+    "cuMemAllocManaged", "cuMemFree", "cuStreamCreate", "cuStreamDestroy", "cuEventCreate",
+    "cuEventRecord", "cuEventDestroy", "cuStreamWaitEvent", "cuModuleGetFunction",
+    "cuCtxSetLimit",
 })
+# Calls that read device memory without changing it: the host's changes go first, and
+# after them there is nothing new to read back.
+READING = frozenset({"cuMemcpyDtoH", "vgpuDigest", "vgpuDeviceWindow"})
 MAP_FIXED_NOREPLACE = 0x100000
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -84,10 +90,10 @@ class ManagedMemory:
     # ----------------------------------------------------------------- hooks
 
     def before(self, op: str) -> None:
-        if getattr(self._busy, "on", False):
+        if op in NO_MEMORY_ACCESS or getattr(self._busy, "on", False):
             return
         self._send_host_changes()
-        if op not in NOT_WRITING:
+        if op not in READING:
             self._device_wrote = True
 
     def settled(self) -> None:
