@@ -58,7 +58,7 @@ def test_arrays_textures_and_surfaces(driver_textures, texture_kernels_ptx):
 
 
 def test_managed_memory(driver_managed, managed_kernels_ptx):
-    """On emu: the cuda backend does not yet tell which module variables are __managed__."""
+    """On emu (the nested cuda backend runs the runtime API's managed memory program)."""
     result = vgpu_run(driver_managed, managed_kernels_ptx)
     assert result.returncode == 0, result.stdout + result.stderr
     for line in ("host and kernel writes seen after each synchronization",

@@ -204,9 +204,8 @@ def test_textures_surfaces_and_arrays(toolkit, emu_server):
                   "textures: misuse refused with CUDA's errors")
 
 
-def test_managed_memory(toolkit, emu_server):
-    """On emu: the cuda backend does not yet tell which module variables are __managed__."""
-    assert_passed(run(emu_server, build(toolkit, "managed_memory")),
+def test_managed_memory(toolkit, server):
+    assert_passed(run(server, build(toolkit, "managed_memory")),
                   "managed_memory: attributes say managed memory without concurrent access",
                   "managed_memory: host and kernel writes seen across launches",
                   "managed_memory: pointers stored in managed memory work on the device",
