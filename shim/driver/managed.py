@@ -24,6 +24,7 @@ memory suits small and medium buffers here.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from dataclasses import dataclass, field
 
@@ -175,6 +176,15 @@ def _changed_runs(address: int, managed: ManagedRange) -> list[tuple[int, int]]:
 
 
 managed_memory = ManagedMemory()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child opens a session of its own, which holds none of the parent's managed
+    memory (its copies of the host views stay mapped, as any memory of the parent's)."""
+    managed_memory.ranges.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def is_managed(address: int) -> bool:
