@@ -69,6 +69,7 @@ ARENA_SLOTS = 64
 # The most devices an emu server offers (`--devices`): enough for any multi-GPU test.
 MAX_DEVICES = 16
 PCI_BUS_ID = 33  # CU_DEVICE_ATTRIBUTE_PCI_BUS_ID
+ONE_GPU = "--devices is for the emu backend (the cuda backend offers one GPU for now)"
 LIVENESS_INTERVAL_S = 0.5
 QUERY = "vgpuQuery"
 CUDA_ERROR_OUT_OF_MEMORY = 2
@@ -121,14 +122,14 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         self.ending: list[SessionWorker] = []
         if self.record_dir:
             os.makedirs(self.record_dir, exist_ok=True)
-        probe = open_backend(backend)  # fail now, not at the first client, if it cannot start
-        if devices != 1 and probe.name != "emu":
-            probe.close()
-            raise ValueError("--devices is for the emu backend (the cuda backend offers one "
-                             "GPU for now)")
         if not 1 <= devices <= MAX_DEVICES:
-            probe.close()
             raise ValueError(f"--devices must be between 1 and {MAX_DEVICES}")
+        if devices != 1 and backend == "cuda":
+            raise ValueError(ONE_GPU)
+        probe = open_backend(backend)  # fail now, not at the first client, if it cannot start
+        if devices != 1 and probe.name != "emu":  # auto found a GPU
+            probe.close()
+            raise ValueError(ONE_GPU)
         self.device_memory = probe.describe().total_memory
         probe.close()
         # Device memory: each session's limit, and what all of them may hold together (on a
