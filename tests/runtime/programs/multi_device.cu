@@ -4,6 +4,7 @@
 // CUDA's errors. Results are checked against values computed here.
 #include "check.cuh"
 #include <cstring>
+#include <thread>
 
 __global__ void fill(int *data, int n, int base)
 {
@@ -45,6 +46,16 @@ int main()
         CHECK(cudaPointerGetAttributes(&attributes, buffers[d]));
         EXPECT(attributes.device == d);
     }
+    // The current device is the calling thread's own.
+    int other_thread_device = -1;
+    std::thread other([&] {
+        CHECK(cudaGetDevice(&other_thread_device));
+        CHECK(cudaSetDevice(0));
+    });
+    other.join();
+    int current = -1;
+    CHECK(cudaGetDevice(&current));
+    EXPECT(other_thread_device == 0 && current == 1);
     cudaStream_t stream1;
     CHECK(cudaStreamCreate(&stream1));  // on device 1, the current one
     int stream_device = -1;
