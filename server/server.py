@@ -376,7 +376,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
     @staticmethod
     def _describe_device(session: Session, ordinal: int) -> dict:
         """Device `ordinal` as the session sees it: the backend's device, told apart from its
-        siblings by its UUID and PCI bus."""
+        siblings by its UUID and PCI bus (device 0 is the backend's, as it describes it)."""
         device = session.device
         uuid = bytes(device.uuid[:-1]) + bytes([device.uuid[-1] ^ ordinal])
         return {
@@ -385,7 +385,8 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
             # A session sees a device the size of its memory limit (see quotas.py).
             "total_memory": session.memory.info()[1],
             "compute_capability": list(device.compute_capability),
-            "attributes": {**device.attributes, PCI_BUS_ID: ordinal},
+            "attributes": {**device.attributes,
+                           PCI_BUS_ID: device.attributes.get(PCI_BUS_ID, 0) + ordinal},
         }
 
     def _new_session(self, hello: dict, arena_base: int | None, peer: Peer
