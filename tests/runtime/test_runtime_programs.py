@@ -262,11 +262,11 @@ NOT_COMPARED = {
 }
 # A sample, to keep the suite fast: module registration and symbols, printf, a reset that
 # reloads the runtime's libraries, the runtime's own error codes, freeing NULL, pitches,
-# occupancy, streams and events, device queries, managed memory and variables. Every
-# program outside NOT_COMPARED matches.
+# occupancy, streams and events, device queries, managed variables (cuLibraryGetManaged).
+# Every program outside NOT_COMPARED matches.
 COMPARED = ("vector_add", "constant_memory", "device_printf", "printf_fifo", "error_checks",
             "memory_api", "occupancy", "streams_events", "device_management",
-            "managed_variable", "managed_memory")
+            "managed_variable")
 
 
 @pytest.mark.parametrize("name", COMPARED)
