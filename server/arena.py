@@ -41,12 +41,14 @@ class VaArena:
     def _round(self, n: int) -> int:
         return (max(n, 1) + self.alignment - 1) // self.alignment * self.alignment
 
-    def alloc(self, size: int, address: int | None = None) -> int | None:
-        """Reserve `size` bytes (at `address` when given, as a restore does); None when full."""
+    def alloc(self, size: int, address: int | None = None,
+              alignment: int | None = None) -> int | None:
+        """Reserve `size` bytes (at `address` when given, as a restore does; else aligned to
+        `alignment`, a multiple of the arena's, or the arena's own); None when full."""
         span = self._round(size)
         if address is not None:
             return address if self._place(address, size, span) else None
-        cursor = self._first_fit(span, self.alignment)
+        cursor = self._first_fit(span, alignment or self.alignment)
         if cursor is None:
             return None
         self._place(cursor, size, span)

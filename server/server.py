@@ -66,6 +66,10 @@ log = logging.getLogger("vgpu.server")
 ARENA_BASE = 0x1000_0000_0000
 ARENA_SPAN = 1 << 40
 ARENA_SLOTS = 64
+# The most devices an emu server offers (`--devices`): enough for any multi-GPU test.
+MAX_DEVICES = 16
+PCI_BUS_ID = 33  # CU_DEVICE_ATTRIBUTE_PCI_BUS_ID
+ONE_GPU = "--devices is for the emu backend (the cuda backend offers one GPU for now)"
 LIVENESS_INTERVAL_S = 0.5
 QUERY = "vgpuQuery"
 CUDA_ERROR_OUT_OF_MEMORY = 2
@@ -98,9 +102,10 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                  reconnect_grace: float = DEFAULT_RECONNECT_GRACE_S,
                  access: Access | None = None,
                  mem_limit: int | None = None, server_mem_limit: int | None = None,
-                 max_message: int = MAX_MESSAGE_BYTES):
+                 max_message: int = MAX_MESSAGE_BYTES, devices: int = 1):
         self.address = address
         self.backend_name = backend
+        self.devices = devices  # how many devices the server offers (see Session)
         self.memcheck = memcheck  # for sessions whose application does not say
         # Where sessions' images go (`<dir>/<token>.vgpu`), and how often each running
         # session is checkpointed there; a standby server reading the same folder restores
@@ -117,7 +122,14 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         self.ending: list[SessionWorker] = []
         if self.record_dir:
             os.makedirs(self.record_dir, exist_ok=True)
+        if not 1 <= devices <= MAX_DEVICES:
+            raise ValueError(f"--devices must be between 1 and {MAX_DEVICES}")
+        if devices != 1 and backend == "cuda":
+            raise ValueError(ONE_GPU)
         probe = open_backend(backend)  # fail now, not at the first client, if it cannot start
+        if devices != 1 and probe.name != "emu":  # auto found a GPU
+            probe.close()
+            raise ValueError(ONE_GPU)
         self.device_memory = probe.describe().total_memory
         probe.close()
         # Device memory: each session's limit, and what all of them may hold together (on a
@@ -353,7 +365,6 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
 
     def _welcome(self, identity: bytes, seq, session: Session) -> None:
         """Answer the hello of the client at `identity`, whose session is `session`."""
-        device = session.device
         self._reply(identity, seq, 0, {
             "session": session.id,
             "position": session.position,
@@ -364,15 +375,25 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
             "shm": session.staging is not None,
             "peer_memory": session.peer_memory,
             "device_windows": session.shared is not None,
-            "device": {
-                "name": device.name,
-                "uuid": device.uuid,
-                # A session sees a device the size of its memory limit (see quotas.py).
-                "total_memory": session.memory.info()[1],
-                "compute_capability": list(device.compute_capability),
-                "attributes": device.attributes,
-            },
+            "device": self._describe_device(session, 0),
+            "devices": [self._describe_device(session, d) for d in range(self.devices)],
         })
+
+    @staticmethod
+    def _describe_device(session: Session, ordinal: int) -> dict:
+        """Device `ordinal` as the session sees it: the backend's device, told apart from its
+        siblings by its UUID and PCI bus (device 0 is the backend's, as it describes it)."""
+        device = session.device
+        uuid = bytes(device.uuid[:-1]) + bytes([device.uuid[-1] ^ ordinal])
+        return {
+            "name": device.name,
+            "uuid": uuid,
+            # A session sees a device the size of its memory limit (see quotas.py).
+            "total_memory": session.memory.info()[1],
+            "compute_capability": list(device.compute_capability),
+            "attributes": {**device.attributes,
+                           PCI_BUS_ID: device.attributes.get(PCI_BUS_ID, 0) + ordinal},
+        }
 
     def _new_session(self, hello: dict, arena_base: int | None, peer: Peer
                      ) -> tuple[Session, int]:
@@ -397,7 +418,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                     slot in self._slots_in_use():
                 raise CudaError(2, "the session's address range is in use on this server")
             session = Session(self._next_session_id, hello, backend, arena, self.memcheck,
-                              peer, self.quotas.account(peer))
+                              peer, self.quotas.account(peer), self.devices)
         except BaseException:
             backend.close()
             raise

@@ -78,6 +78,9 @@ MAX_MODULE_BYTES = MAX_ENTRY_BYTES
 # Pinned host buffers one session may have mapped: each is a mapping in the server, which
 # holds some 65,000 of them for all its sessions together (vm.max_map_count).
 MAX_SEGMENTS = 4096
+# Where managed memory starts: on a page boundary (of the largest page size of Linux's
+# x86-64 and arm64 base pages), since the client maps its host view at the same address.
+MANAGED_ALIGNMENT = 1 << 16
 # Launch configurations a function keeps checked and prepared; the oldest goes first.
 LAUNCHERS_PER_FUNCTION = 16
 
@@ -146,8 +149,12 @@ class Event:
 class Session:
     def __init__(self, session_id: int, hello: dict, backend: Backend, arena: VaArena,
                  memcheck: str = "report", peer: Peer = NO_PEER,
-                 memory: MemoryAccount | None = None):
+                 memory: MemoryAccount | None = None, device_count: int = 1):
         self.id = session_id
+        # The devices the session's contexts may be on. On emu they are views of one
+        # emulator sharing the session's memory (one address space, as unified addressing
+        # gives a process), so peer access and peer copies need nothing more.
+        self.device_count = device_count
         self.peer = peer
         # What the session's device memory is charged to (see quotas.py); alone, it may
         # take the whole device.
@@ -710,8 +717,8 @@ class Session:
         ctx.events.clear()
 
     def _check_device(self, device: int) -> None:
-        if device != 0:
-            raise CudaError(101, f"invalid device ordinal {device}")
+        if type(device) is not int or not 0 <= device < self.device_count:
+            raise CudaError(101, f"invalid device ordinal {device!r:.20}")
 
     @op("vgpuSynchronize")
     def synchronize(self):
@@ -739,14 +746,21 @@ class Session:
     def mem_alloc(self, context: int, size: int):
         return self._allocate(context, size)
 
+    @op("cuMemAllocManaged")
+    def mem_alloc_managed(self, context: int, size: int):
+        """Device memory the client also maps at its address, as the host's view of managed
+        memory (shim/driver/managed.py): it starts a page of its own. To the server it is an
+        allocation like any other, journaled so."""
+        return self._allocate(context, size, alignment=MANAGED_ALIGNMENT)
+
     def _allocate(self, context: int, size: int, at: int | None = None,
-                  backing: bytearray | None = None) -> int:
+                  backing: bytearray | None = None, alignment: int | None = None) -> int:
         """A new allocation (at address `at`: a restore puts it back where it was, in the
         `backing` buffer that holds its contents where there is one)."""
         ctx = self.contexts.get(context)
         if size <= 0:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "allocation size must be positive")
-        address = self._reserve(size, at)
+        address = self._reserve(size, at, alignment)
         shared = (self.shared.create(address, size)
                   if self.shared is not None and size >= SHARED_BYTES and backing is None
                   else None)
@@ -780,15 +794,15 @@ class Session:
         if ctx in self.contexts:
             self.contexts.get(ctx).allocations.discard(address)
 
-    def _reserve(self, size: int, at: int | None = None) -> int:
+    def _reserve(self, size: int, at: int | None = None, alignment: int | None = None) -> int:
         """Charge `size` bytes to the session's quota and place them in its arena (at `at`:
-        a restore puts memory back where it was)."""
+        a restore puts memory back where it was; else aligned to `alignment`)."""
         if self.arena.count >= MAX_ALLOCATIONS:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
                             f"the session holds {self.arena.count} allocations, the most a "
                             f"session may")
         self.memory.charge(size)
-        address = self.arena.alloc(size, at)
+        address = self.arena.alloc(size, at, alignment)
         if address is None:
             self.memory.release(size)
             if at is not None:
@@ -919,6 +933,7 @@ class Session:
             "kernels": {name: [k.param_offsets, k.param_sizes, k.param_buffer_size, k.attributes]
                         for name, k in loaded.kernels.items()},
             "variables": {name: list(v) for name, v in loaded.variables.items()},
+            "managed": sorted(loaded.managed),
         }
 
     def _load_module(self, handle: int, context: int, image: bytes,
@@ -934,9 +949,10 @@ class Session:
         allocated: list[int] = []
         wanted = iter(places) if places is not None else None
 
-        def allocate(size: int) -> int:
+        def allocate(size: int, managed: bool = False) -> int:
             # Module variables are device memory like any allocation: the quota pays.
-            address = self._reserve(size, next(wanted, None) if wanted else None)
+            address = self._reserve(size, next(wanted, None) if wanted else None,
+                                    MANAGED_ALIGNMENT if managed else None)
             allocated.append(address)
             return address
 

@@ -26,6 +26,7 @@ import socket
 import sys
 import threading
 import time
+from typing import Protocol
 
 import zmq
 
@@ -113,6 +114,16 @@ def default_server_address() -> str:
     """Where a client looks for a server when VGPU_SERVER does not say."""
     runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/vgpu-{os.getuid()}"
     return f"ipc://{runtime}/vgpu/server.sock"
+
+
+class ManagedHooks(Protocol):
+    """What the connection tells the host view of managed memory."""
+
+    def before(self, op: str) -> None:
+        """Call `op` is about to go out (the host's writes must reach the device first)."""
+
+    def settled(self) -> None:
+        """Every call sent so far has finished (the device's writes may come back)."""
 
 
 class StagingRing:
@@ -220,6 +231,10 @@ class Connection:
         # kernel refuses us one: else a large copy asks for no window and costs one round trip.
         self._windows_work = False
         self.server_pid: int | None = None
+        # The host view of managed memory (shim/driver/managed.py), when the program has
+        # some: told before each call goes out (the host's writes go first) and after each
+        # synchronization (the device's writes come back).
+        self.managed: ManagedHooks | None = None
         try:
             self.info = self._first_hello()
         except _ServerLost as exc:
@@ -450,6 +465,8 @@ class Connection:
     def post(self, op: str, *args) -> None:
         """Queue a call whose result nobody waits for; its error surfaces at the next sync."""
         with self._lock:
+            if self.managed is not None:
+                self.managed.before(op)
             self._queue.append((op, args))
             if op in RELEASING_CALLS and self._windows:
                 self._forget_windows(args[0] if op == "cuMemFree" else None)
@@ -462,6 +479,8 @@ class Connection:
         Raises CudaError with the call's own code, or with the first error of queued work.
         """
         with self._lock:
+            if self.managed is not None:
+                self.managed.before(op)
             self._queue.append((op, args))
             seq = self._flush(want_reply=True)
             if op == "vgpuUnmapHostSegment":
@@ -483,6 +502,8 @@ class Connection:
                 self.call("vgpuSynchronize")
             elif self.sticky_error:
                 raise CudaError(self.sticky_error, "the context has a sticky error")
+            if self.managed is not None:
+                self.managed.settled()
 
     def query(self) -> bool:
         """Has all work sent so far finished (cuStreamQuery, cuEventQuery)? Never waits for
@@ -491,6 +512,8 @@ class Connection:
             if not (self._queue or self._unconfirmed):
                 if self.sticky_error:
                     raise CudaError(self.sticky_error, "the context has a sticky error")
+                if self.managed is not None:
+                    self.managed.settled()
                 return True
             self._queue.append(("vgpuQuery", ()))
             reply = self._wait(self._flush(want_reply=True), self.timeout)
@@ -500,6 +523,8 @@ class Connection:
                 if exc.code != CUDA_ERROR_NOT_READY:
                     raise
                 return False
+            if self.managed is not None:
+                self.managed.settled()
             return True
 
     def frame(self, payload) -> list:
@@ -711,6 +736,8 @@ class Connection:
         necessarily applied. Large copies go in chunks so client and server copy in parallel.
         """
         with self._lock:
+            if self.managed is not None:
+                self.managed.before(op)
             if self.ring is None and size > self._stream_chunk_bytes():
                 self._stream_to_device(op, dst, src, size, extra)
                 return
@@ -810,6 +837,8 @@ class Connection:
         Wherever the data was to land, a reply that carries it in a frame wins: a copy the
         new server of a moved session could not do that way comes back so."""
         with self._lock:
+            if self.managed is not None:
+                self.managed.before(op)
             if self.ring is None and size > self._stream_chunk_bytes():
                 self._stream_from_device(op, src, dst, size, extra)
                 return

@@ -64,6 +64,7 @@ class LoadedModule:
 
     kernels: dict[str, KernelDescription]
     variables: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (addr, size)
+    managed: set[str] = field(default_factory=set)  # the __managed__ ones among them
     handle: object = None  # backend-private
 
 
@@ -156,8 +157,10 @@ class Backend(abc.ABC):
     def fill(self, address: int, pattern: bytes, count: int) -> None: ...
 
     @abc.abstractmethod
-    def load_module(self, image: bytes, allocate: Callable[[int], int]) -> LoadedModule:
-        """Load a module image; `allocate(size)` gives arena addresses for its variables."""
+    def load_module(self, image: bytes, allocate: Callable[..., int]) -> LoadedModule:
+        """Load a module image; `allocate(size, managed=False)` gives arena addresses for its
+        variables (a __managed__ one's on a page of its own: the client maps its host view
+        there)."""
 
     @abc.abstractmethod
     def unload_module(self, module: LoadedModule) -> None: ...

@@ -50,6 +50,7 @@ from .base import (
     LoadedModule,
 )
 from .cuda_images import cubin_variables, declared_variables, is_binary, printing_kernels
+from .device_attributes import MANAGED_CONTRACT
 from .images import decode_image
 
 __all__ = ["CudaBackend", "cuda_usable"]
@@ -155,6 +156,8 @@ def _describe(d, device) -> DeviceDescription:
             attributes[int(attribute)] = int(_call(d, d.cuDeviceGetAttribute(which, device)))
         except (ValueError, CudaError):  # unknown to this driver or these bindings
             attributes[int(attribute)] = 0
+    for key, value in MANAGED_CONTRACT.items():
+        attributes[int(CUdevice_attribute["CU_DEVICE_ATTRIBUTE_" + key])] = value
     major = attributes[int(CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)]
     minor = attributes[int(CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)]
     name = _call(d, d.cuDeviceGetName(256, device))
@@ -597,19 +600,26 @@ class CudaBackend(Backend):
             kernels[name] = self._describe_kernel(name, function, name in printing)
             if name in printing:
                 handle.printing.add(name)
-        variables = {}
-        for name, declared in declared_variables(ptx) or cubin_variables(image):
+        variables, managed = {}, set()
+        found = declared_variables(ptx) or [(name, 0, False)
+                                            for name, _ in cubin_variables(image)]
+        for name, declared, is_managed in found:
             try:
                 address, size = (int(v) for v in
                                  _call(d, d.cuModuleGetGlobal(module, name.encode())))
             except CudaError:  # a name the driver does not give: its place is taken alike
                 if declared:
-                    allocate(declared)
+                    allocate(declared, managed=is_managed)
                 continue
-            place = allocate(declared or size)
+            # A __managed__ variable's host view is the client's (shim/driver/managed.py),
+            # agreed with the variable through copies to its place, as for any variable.
+            place = allocate(declared or size, managed=is_managed)
             variables[name] = (place, size)
+            if is_managed:
+                managed.add(name)
             self._variables.add(place, size, address)
-        return LoadedModule(kernels=kernels, variables=variables, handle=handle)
+        return LoadedModule(kernels=kernels, variables=variables, handle=handle,
+                            managed=managed)
 
     def _describe_kernel(self, name: str, function, may_print: bool) -> KernelDescription:
         d = self._d

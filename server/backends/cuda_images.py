@@ -60,11 +60,11 @@ def printing_kernels(image: bytes, ptx: list[str]) -> set[str]:
     return printing - _PRINTING
 
 
-def declared_variables(ptx: list[str]) -> list[tuple[str, int]]:
-    """(name, size) of the module-scope .global and .const variables the PTX defines, in the
-    order emu's loader places them (so a session moving between backends finds each at its
-    place); by their declarations alone (size 0: unknown) where emu's parser does not read
-    the PTX."""
+def declared_variables(ptx: list[str]) -> list[tuple[str, int, bool]]:
+    """(name, size, whether __managed__) of the module-scope .global and .const variables
+    the PTX defines, in the order emu's loader places them (so a session moving between
+    backends finds each at its place); by their declarations alone (size 0: unknown, not
+    managed) where emu's parser does not read the PTX."""
     from ..emu.errors import PtxError
     from ..emu.parser import parse_module
 
@@ -73,9 +73,9 @@ def declared_variables(ptx: list[str]) -> list[tuple[str, int]]:
         try:
             module = parse_module(text)
         except PtxError:
-            found += [(name, 0) for name in _VARIABLE.findall(text)]
+            found += [(name, 0, False) for name in _VARIABLE.findall(text)]
             continue
-        found += [(v.name, v.size) for v in module.variables.values()
+        found += [(v.name, v.size, v.managed) for v in module.variables.values()
                   if v.space in ("global", "const") and v.linkage != "extern"]
     return found
 

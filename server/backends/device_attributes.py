@@ -3,17 +3,29 @@
 Limits are those of an Ampere-class part (compute capability 8.0) because that is what the
 emulator enforces: 1024 threads per block, 48 KiB static shared memory per block (opt-in up to
 163 KiB), warps of 32. Cooperative launches are supported (the emulator keeps such a grid's
-blocks resident together). Capabilities the emulator lacks (managed memory, IPC) are
-reported as 0 so applications take their fallback paths; the texture, surface,
-cubemap, mipmap and gather limits are within what vgpu's CUDA arrays enforce
-(shim/driver/arrays.py).
+blocks resident together). Managed memory is offered with the contract of devices without
+concurrent managed access (CONCURRENT_MANAGED_ACCESS 0: the host touches managed memory only
+while the device is idle; see shim/driver/managed.py). Capabilities the emulator lacks are
+reported as 0 so applications take their fallback paths; the texture, surface, cubemap,
+mipmap and gather limits are within what vgpu's CUDA arrays enforce (shim/driver/arrays.py).
 """
 
 from __future__ import annotations
 
 from ..emu.timers import CLOCK_RATE_KHZ
 
-__all__ = ["emu_attributes", "EMU_LIMITS"]
+__all__ = ["emu_attributes", "EMU_LIMITS", "MANAGED_CONTRACT"]
+
+# What every backend reports of managed memory: vgpu's is synchronized at launches and
+# synchronizations (shim/driver/managed.py), the contract of a device without concurrent
+# managed access, whatever the GPU behind it could do.
+MANAGED_CONTRACT = {
+    "MANAGED_MEMORY": 1,
+    "CONCURRENT_MANAGED_ACCESS": 0,
+    "PAGEABLE_MEMORY_ACCESS": 0,
+    "PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES": 0,
+    "DIRECT_MANAGED_MEM_ACCESS_FROM_HOST": 0,
+}
 
 EMU_LIMITS = {
     "MAX_THREADS_PER_BLOCK": 1024,
@@ -51,6 +63,7 @@ EMU_LIMITS = {
     "GLOBAL_L1_CACHE_SUPPORTED": 1,
     "LOCAL_L1_CACHE_SUPPORTED": 1,
     "HOST_REGISTER_SUPPORTED": 1,
+    **MANAGED_CONTRACT,
     "MEMORY_POOLS_SUPPORTED": 1,
     "COMPUTE_PREEMPTION_SUPPORTED": 1,
     "SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO": 2,

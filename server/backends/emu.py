@@ -143,7 +143,7 @@ class EmuBackend(Backend):
     def set_memcheck(self, strict: bool) -> None:
         self.checker = MemoryChecker(strict)
 
-    def load_module(self, image: bytes, allocate: Callable[[int], int]) -> LoadedModule:
+    def load_module(self, image: bytes, allocate: Callable[..., int]) -> LoadedModule:
         decoded: ModuleImage = decode_image(image, _BINARY_VERSION)
         if not decoded.ptx:
             raise CudaError(CUDA_ERROR_NO_BINARY_FOR_GPU, decoded.why_no_ptx or
@@ -155,7 +155,7 @@ class EmuBackend(Backend):
         variables = {}
         try:
             for name, var in module.variables.items():
-                address = allocate(var.size)
+                address = allocate(var.size, managed=var.managed)
                 self.memory.map(address, var.size)
                 variables[name] = (address, var.size)
             # Initializers are written once every variable has its address: one may hold
@@ -183,7 +183,8 @@ class EmuBackend(Backend):
             )
             for name, info in module.kernels.items()
         }
-        return LoadedModule(kernels=kernels, variables=variables, handle=module)
+        return LoadedModule(kernels=kernels, variables=variables, handle=module,
+                            managed={n for n, v in module.variables.items() if v.managed})
 
     def unload_module(self, module: LoadedModule) -> None:
         for address, _ in module.variables.values():

@@ -52,6 +52,7 @@ class Variable:
     relocations: list[tuple[int, str, int, bool]] = field(default_factory=list)
     is_array: bool = False
     unsized: bool = False      # `extern .shared .b8 dyn[]`: the launch's dynamic shared memory
+    managed: bool = False      # `.attribute(.managed)`: a __managed__ variable
 
 
 @dataclass

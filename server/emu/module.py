@@ -45,6 +45,7 @@ class ModuleVariable:
     align: int
     init: bytes
     relocations: list[tuple[int, str, int]] = field(default_factory=list)
+    managed: bool = False  # a __managed__ variable: the host reaches it at its address too
 
     def initial_bytes(self, symbols: dict[str, int]) -> bytes:
         for _, name, _ in self.relocations:
@@ -72,7 +73,7 @@ class PtxModule:
             v.name: ModuleVariable(v.name, v.space, v.size, v.align,
                                    _with_function_addresses(v, functions),
                                    [(o, n, a) for o, n, a, _ in v.relocations
-                                    if n not in functions])
+                                    if n not in functions], v.managed)
             for v in module.variables.values() if v.space in ("global", "const")}
 
     @classmethod

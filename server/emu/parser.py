@@ -209,6 +209,7 @@ class _Parser:
     def variable_declaration(self, space: str, linkage: str, line: int) -> list[Variable]:
         align = 0
         vector = 1
+        managed = False
         ptype: PtxType | None = None
         while True:
             tok = self.next()
@@ -219,7 +220,7 @@ class _Parser:
             elif tok.text == ".attribute":
                 self.expect("(")
                 while not self.accept(")"):
-                    self.next()
+                    managed |= self.next().text == ".managed"
             elif tok.text == ".ptr":
                 continue
             elif tok.text.startswith(".") and lookup_type(tok.text[1:]) is not None:
@@ -236,7 +237,7 @@ class _Parser:
                 dims.append(None if self.at("]") else self.integer())
                 self.expect("]")
             var = Variable(name_tok.text, space, ptype, 0, 0, name_tok.line, linkage,
-                           is_array=bool(dims))
+                           is_array=bool(dims), managed=managed)
             elements: list[Operand] = []
             if self.accept("="):
                 elements = self.initializer()

@@ -22,16 +22,18 @@ from . import (
     graph_memory,
     graphs,
     launch,
+    managed,
     memory,
     module,
     occupancy,
+    peers,
     stream,
     textures,
     vmm,
 )
 
-_MODULES = (device, context, memory, arrays, textures, module, launch, stream, vmm, occupancy,
-            graphs, graph_exec, graph_capture, graph_memory, graph_generic)
+_MODULES = (device, context, memory, managed, peers, arrays, textures, module, launch, stream,
+            vmm, occupancy, graphs, graph_exec, graph_capture, graph_memory, graph_generic)
 
 
 def _implemented() -> dict:

@@ -133,6 +133,8 @@ class DriverState:
         self.connection = None
         self.initialized = False
         self.device = None  # the server's description of device 0
+        self.devices: list[dict] = []  # of every device it offers, by ordinal
+        self.peer_access: set[tuple[int, int]] = set()  # (context, peer) pairs enabled
         self._counter = itertools.count(1)
         self.contexts: dict[int, dict] = {}  # handle -> {"device", "flags", "primary"}
         self.primary: dict[int, list[int]] = {}  # device -> [handle, refcount]
@@ -217,6 +219,14 @@ class DriverState:
     def require_init(self) -> None:
         if not self.initialized:
             raise CudaError(E.CUDA_ERROR_NOT_INITIALIZED, "cuInit has not been called")
+
+    def device_description(self, ordinal: int) -> dict:
+        """The server's description of device `ordinal`; CUDA_ERROR_INVALID_DEVICE if it
+        offers no such device."""
+        self.require_init()
+        if not 0 <= ordinal < len(self.devices):
+            raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {ordinal}")
+        return self.devices[ordinal]
 
     # ----------------------------------------------------------------- allocations
 

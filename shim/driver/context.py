@@ -8,6 +8,7 @@ it.
 from __future__ import annotations
 
 from .._libcuda import lib
+from . import managed
 from ._state import (
     DEFAULT_LIMITS,
     CudaError,
@@ -50,8 +51,7 @@ def _context_or_current(ctx) -> int:
 def _create(pctx, flags: int, dev: int) -> None:
     check_out(pctx)
     state.require_init()
-    if dev != 0:
-        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {dev}")
+    state.device_description(dev)
     handle = state.new_handle(Kind.CONTEXT)
     state.conn().post("cuCtxCreate", handle, flags, dev)
     _apply_scheduling(flags)
@@ -103,6 +103,8 @@ def _forget_context(handle: int) -> None:
     state.contexts.pop(handle, None)
     for address in [a for a, c in state.allocation_context.items() if c == handle]:
         state.remove_allocation(address)
+        managed.release(address)
+    state.peer_access = {pair for pair in state.peer_access if handle not in pair}
     for table in (state.streams, state.events):
         for h in [h for h, s in table.items() if s["context"] == handle]:
             del table[h]
@@ -241,8 +243,7 @@ def cuCtxSetLimit(limit, value):
 
 def _primary(dev: int) -> int:
     state.require_init()
-    if dev != 0:
-        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {dev}")
+    state.device_description(dev)
     entry = state.primary.get(dev)
     if entry is None:
         handle = state.new_handle(Kind.CONTEXT)

@@ -6,8 +6,9 @@ from vgpu.client import Connection
 
 from ._state import CudaError, E, api, check_out, close_at_teardown, ffi, state
 
+PCI_BUS_ID = 33  # CU_DEVICE_ATTRIBUTE_PCI_BUS_ID
+
 DRIVER_VERSION = 13000
-DEVICE_COUNT = 1
 
 
 @api
@@ -23,9 +24,11 @@ def cuInit(flags):
         state.initialized = False
         raise
     close_at_teardown(state.connection)
-    info = state.connection.info["device"]
-    info["attributes"] = {int(k): v for k, v in info["attributes"].items()}
-    state.device = info
+    # A server older than several devices describes only one.
+    state.devices = state.connection.info.get("devices") or [state.connection.info["device"]]
+    for info in state.devices:
+        info["attributes"] = {int(k): v for k, v in info["attributes"].items()}
+    state.device = state.devices[0]
 
 
 @api
@@ -35,10 +38,12 @@ def cuDriverGetVersion(driver_version):
 
 
 def _device(ordinal: int) -> dict:
+    return state.device_description(ordinal)
+
+
+def device_count() -> int:
     state.require_init()
-    if not 0 <= ordinal < DEVICE_COUNT:
-        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {ordinal}")
-    return state.device
+    return len(state.devices)
 
 
 @api
@@ -51,8 +56,7 @@ def cuDeviceGet(device, ordinal):
 @api
 def cuDeviceGetCount(count):
     check_out(count)
-    state.require_init()
-    count[0] = DEVICE_COUNT
+    count[0] = device_count()
 
 
 @api
@@ -90,10 +94,12 @@ def cuDeviceGetAttribute(value, attrib, dev):
 
 @api
 def cuDeviceCanAccessPeer(can_access, dev, peer_dev):
+    """Every device of a server is a peer of every other (they share the session's
+    memory); a device is never its own peer."""
     check_out(can_access)
     _device(dev)
     _device(peer_dev)
-    can_access[0] = 0  # a device is never its own peer, and there is no other
+    can_access[0] = int(dev != peer_dev)
 
 
 @api
@@ -106,8 +112,8 @@ def cuDeviceComputeCapability(major, minor, dev):
 @api
 def cuDeviceGetPCIBusId(pci_bus_id, length, dev):
     check_out(pci_bus_id)
-    _device(dev)
-    raw = b"0000:00:00.0"[: max(length - 1, 0)]
+    bus = _device(dev)["attributes"][PCI_BUS_ID]
+    raw = f"0000:{bus:02x}:00.0".encode()[: max(length - 1, 0)]
     ffi.memmove(pci_bus_id, raw + b"\0", len(raw) + 1)
 
 

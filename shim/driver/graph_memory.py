@@ -143,15 +143,8 @@ def capture_free(stream: int, address: int) -> None:
     capture.frontier[stream] = [node]
 
 
-
-
-def _device(device: int) -> None:
-    if device != 0:
-        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {device}")
-
-
 def get_attribute(device: int, attr: int) -> int:
-    _device(device)
+    state.device_description(device)
     if attr in (USED_CURRENT, RESERVED_CURRENT):
         return use.current()
     if attr in (USED_HIGH, RESERVED_HIGH):
@@ -161,7 +154,7 @@ def get_attribute(device: int, attr: int) -> int:
 
 def set_attribute(device: int, attr: int, value: int) -> None:
     """Only the peaks can be set, and only to 0: they restart from what is in use now."""
-    _device(device)
+    state.device_description(device)
     if attr not in (USED_HIGH, RESERVED_HIGH) or value != 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "only a high watermark can be reset to 0")
     use.high = use.current()
@@ -181,4 +174,5 @@ def cuDeviceSetGraphMemAttribute(device, attr, value):
 
 @api
 def cuDeviceGraphMemTrim(device):
-    _device(device)  # graph memory is freed when freed: nothing is kept to give back
+    # Graph memory is freed when the program frees it: nothing is kept to give back.
+    state.device_description(device)

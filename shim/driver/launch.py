@@ -191,8 +191,7 @@ def cuFuncGetAttribute(pi, attrib, f):
 @api
 def cuKernelGetAttribute(pi, attrib, kernel, dev):
     check_out(pi)
-    if dev != 0:
-        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {dev}")
+    state.device_description(dev)
     pi[0] = _attribute(_function_arg(kernel)[0], attrib)
 
 
@@ -225,8 +224,7 @@ def cuFuncSetCacheConfig(f, config):
 
 @api
 def cuKernelSetCacheConfig(kernel, config, dev):
-    if dev != 0:
-        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {dev}")
+    state.device_description(dev)
     _function_arg(kernel)
 
 

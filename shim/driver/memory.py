@@ -6,7 +6,7 @@ import ctypes
 import os
 import struct
 
-from . import graph_capture, graph_memory
+from . import graph_capture, graph_memory, managed
 from ._state import (
     CudaError,
     E,
@@ -81,6 +81,7 @@ def _free(address: int) -> None:
                         f"0x{address:x} is not the start of a live allocation")
     state.remove_allocation(address)
     state.conn().post("cuMemFree", address)
+    managed.release(address)
 
 
 @api
@@ -310,6 +311,8 @@ def _htod(dst: int, src: int, size: int, queued: bool) -> None:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "source pointer is NULL")
     for offset, n in state.device_pieces(dst, size):
         _htod_piece(dst + offset, src + offset, n, queued)
+    if not queued:
+        managed.settle()
 
 
 def _htod_piece(dst: int, src: int, size: int, queued: bool) -> None:
@@ -332,6 +335,8 @@ def _dtoh(dst: int, src: int, size: int, queued: bool) -> None:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "destination pointer is NULL")
     for offset, n in state.device_pieces(src, size):
         _dtoh_piece(dst + offset, src + offset, n, queued)
+    if not queued:
+        managed.settle()
 
 
 def _dtoh_piece(dst: int, src: int, size: int, queued: bool) -> None:
@@ -384,6 +389,7 @@ def cuMemcpyDtoHAsync_v2(dst, src, size, stream):
 @api
 def cuMemcpyDtoD_v2(dst, src, size):
     _dtod(dst, src, size)
+    managed.settle()
 
 
 @api
@@ -401,6 +407,8 @@ def _copy_unified(dst: int, src: int, size: int, queued: bool) -> None:
     dst_dev, src_dev = _is_device(dst), _is_device(src)
     if dst_dev and src_dev:
         _dtod(dst, src, size)
+        if not queued:
+            managed.settle()
     elif dst_dev:
         _htod(dst, src, size, queued)
     elif src_dev:
@@ -526,6 +534,8 @@ def _memset(dst: int, element: bytes, count: int, queued: bool = True) -> None:
             conn.post("vgpuMemset", dst + offset, element, n // len(element))
         else:
             conn.call("vgpuMemset", dst + offset, element, n // len(element))
+    if not queued:  # CUDA's memset of managed memory completes before it returns
+        managed.settle()
 
 
 @api
@@ -629,17 +639,18 @@ def _pointer_attributes(address: int) -> dict[int, int]:
     context = state.allocation_context[device[0]] if device else state.current_context()
     start, size = device if device else (host[0], host[1].size)
     mapped_device = device is not None or host[1].device_pointer is not None
+    is_managed = device is not None and managed.is_managed(start)
     pool = state.pool
     from_pool = device is not None and pool is not None and start in pool.allocations
     return {
         1: context,
         2: CU_MEMORYTYPE_DEVICE if device else CU_MEMORYTYPE_HOST,
         3: address if mapped_device else 0,
-        4: 0 if device else address,
+        4: address if not device or is_managed else 0,
         6: 1,
         7: start,
-        8: 0,
-        9: 0,
+        8: int(is_managed),
+        9: state.contexts[context]["device"] if context in state.contexts else 0,
         10: 0,  # no IPC
         11: start,
         12: size,
@@ -700,8 +711,7 @@ def cuPointerGetAttributes(num_attributes, attributes, data, dptr):
 def cuDeviceGetDefaultMemPool(pool, dev):
     check_out(pool)
     state.require_init()
-    if dev != 0:
-        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {dev}")
+    state.device_description(dev)
     pool[0] = ffi.cast("CUmemoryPool", state.default_pool().handle)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from vgpu.module_image import FATBIN_CONTAINER_MAGIC, ImageError, pack_linked_ptx, read_image
 
+from . import managed
 from ._state import (
     CudaError,
     E,
@@ -73,6 +74,7 @@ def _load(image: bytes, context: int, max_registers: int = 0, library: bool = Fa
                                        library_image=image if library else None)
     for address, size in result["variables"].values():
         state.add_allocation(address, size, context, module_variable=True)
+    managed.add_module_variables(result["variables"], result.get("managed", ()))
     return handle
 
 
@@ -163,6 +165,7 @@ def cuModuleUnload(module):
         state.functions.pop(function, None)
     for address, _ in info.variables.values():
         state.remove_allocation(address)
+        managed.release(address)
     state.conn().post("cuModuleUnload", handle)
 
 
@@ -288,14 +291,17 @@ def cuLibraryGetModule(pmod, library):
 
 @api
 def cuLibraryGetManaged(dptr, nbytes, library, name):
-    """NVIDIA's runtime asks for each __managed__ variable so; said on stderr at once, as host
-    code reading the variable would crash before any call could fail."""
-    _library_arg(library)
+    """A __managed__ variable of a library (NVIDIA's runtime asks for each so); its address
+    is the host's too."""
+    handle = _library_arg(library)
     variable = ffi.string(name).decode(errors="replace")
-    message = (f"__managed__ variable {variable!r}: vgpu does not support managed memory; "
-               f"use cudaMalloc and explicit copies instead")
-    print(f"vgpu: {message}", file=sys.stderr, flush=True)
-    raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED, message)
+    address, size = _global(handle, variable)
+    if not managed.is_managed(address):
+        raise CudaError(E.CUDA_ERROR_NOT_FOUND, f"{variable!r} is not a __managed__ variable")
+    if dptr != ffi.NULL:
+        dptr[0] = address
+    if nbytes != ffi.NULL:
+        nbytes[0] = size
 
 
 @api

@@ -28,13 +28,12 @@ def mapped_access(address: int) -> int | None:
 
 
 def _check_location(location) -> None:
-    """The only place memory can be, or be reached from: device 0."""
+    """Where memory can be, or be reached from: a device."""
     if location.type != CU_MEM_LOCATION_TYPE_DEVICE:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
                         f"location type {location.type} is not CU_MEM_LOCATION_TYPE_DEVICE "
                         "(host memory is not supported by vgpu's virtual memory API)")
-    if location.id != 0:
-        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {location.id}")
+    state.device_description(location.id)
 
 
 def _properties(prop) -> list[int]:

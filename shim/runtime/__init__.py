@@ -26,15 +26,17 @@ from . import (
     errors,
     graphs,
     launch,
+    managed,
     memory,
     occupancy,
+    peers,
     registration,
     stream,
     textures,
 )
 
-_MODULES = (registration, launch, device, errors, memory, stream, occupancy, channels,
-            textures, graphs)
+_MODULES = (registration, launch, device, errors, memory, managed, peers, stream, occupancy,
+            channels, textures, graphs)
 
 
 def _implemented() -> dict:

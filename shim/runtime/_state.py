@@ -54,7 +54,7 @@ class RuntimeState:
     def __init__(self) -> None:
         self.thread = threading.local()
         self.sticky_error = 0
-        self.primary_context: int | None = None
+        self.primary_contexts: dict[int, int] = {}  # device -> its retained primary context
         self.cache_config = 0  # cudaFuncCachePreferNone until cudaDeviceSetCacheConfig
         self.lock = threading.Lock()
         self.warned: set = set()
@@ -77,7 +77,7 @@ class RuntimeState:
     def after_fork_in_child(self) -> None:
         """The child has a session of its own (the driver layer reconnects): no context yet."""
         self.sticky_error = 0
-        self.primary_context = None
+        self.primary_contexts = {}
         self.lock = threading.Lock()
 
 
@@ -132,19 +132,31 @@ def initialize() -> None:
 
 
 def current_context() -> int:
-    """The calling thread's current context; device 0's primary context is retained and made
-    current on first use if the thread has none."""
+    """The calling thread's current context; the primary context of the thread's device
+    (cudaSetDevice's, else 0) is retained and made current on first use if it has none."""
     stack = getattr(driver_state.thread, "stack", None)
     if stack and stack[-1] in driver_state.contexts:
         return stack[-1]
+    context = primary_context(thread_device())
+    driver_state.stack().append(context)
+    return context
+
+
+def thread_device() -> int:
+    """The device cudaSetDevice chose for the calling thread (0 until it does)."""
+    return getattr(runtime.thread, "device", 0)
+
+
+def primary_context(device: int) -> int:
+    """Device `device`'s primary context, retained the first time."""
     with runtime.lock:
         initialize()
-        if runtime.primary_context is None:
+        context = runtime.primary_contexts.get(device)
+        if context is None or context not in driver_state.contexts:
             out = ffi.new("CUcontext *")
-            driver_context.cuDevicePrimaryCtxRetain.__wrapped__(out, 0)
-            runtime.primary_context = ptr(out[0])
-    driver_state.stack().append(runtime.primary_context)
-    return runtime.primary_context
+            driver_context.cuDevicePrimaryCtxRetain.__wrapped__(out, device)
+            context = runtime.primary_contexts[device] = ptr(out[0])
+        return context
 
 
 def set_pointer(out, value: int) -> None:

@@ -1,7 +1,8 @@
 """Device management, versions, limits, and the profiler switches.
 
-vgpu offers one device, ordinal 0, described by the server. Its primary context is the
-runtime's context (see _state.current_context); `cudaDeviceReset` resets it: allocations,
+The devices are those the server offers (one, or `vgpu server --devices N`). Each thread
+works on the primary context of its device, 0 until cudaSetDevice says otherwise (see
+_state.current_context); `cudaDeviceReset` resets the current device's: allocations,
 modules, streams and events go, and so does a sticky error.
 """
 
@@ -22,9 +23,11 @@ from ._state import (
     driver_state,
     ffi,
     initialize,
+    primary_context,
     query_api,
     runtime,
     set_pointer,
+    thread_device,
 )
 from .device_properties import fill_device_properties
 from .registration import registry
@@ -62,29 +65,44 @@ RUNTIME_VERSION = CUDART_VERSION  # the headers the tables were generated from: 
 
 def _check_device(device: int) -> dict:
     initialize()
-    if not 0 <= device < driver_device.DEVICE_COUNT:
-        raise CudaError(E.cudaErrorInvalidDevice, f"invalid device ordinal {device}")
-    return driver_state.device
+    return driver_state.device_description(device)  # cudaErrorInvalidDevice: the same code
+
+
+def current_device() -> int:
+    """The device of the calling thread's current context (its cudaSetDevice choice when
+    it has none yet)."""
+    stack = getattr(driver_state.thread, "stack", None)
+    if stack and stack[-1] in driver_state.contexts:
+        return driver_state.contexts[stack[-1]]["device"]
+    return thread_device()
 
 
 @query_api
 def cudaGetDeviceCount(count):
     check_out(count)
     initialize()
-    count[0] = driver_device.DEVICE_COUNT
+    count[0] = driver_device.device_count()
 
 
 @query_api
 def cudaGetDevice(device):
     check_out(device)
     initialize()
-    device[0] = 0
+    device[0] = current_device()
 
 
 @query_api
 def cudaSetDevice(device):
+    """The device's primary context becomes the thread's current one, in place of the
+    current one (as cuCtxSetCurrent)."""
     _check_device(device)
-    current_context()
+    runtime.thread.device = device
+    context = primary_context(device)
+    stack = driver_state.stack()
+    if stack:
+        stack[-1] = context
+    else:
+        stack.append(context)
 
 
 @query_api
@@ -136,9 +154,10 @@ def cudaDeviceSynchronize():
 @query_api
 def cudaDeviceReset():
     """Works after a kernel fault: it is how a program recovers from one."""
-    if runtime.primary_context is None:
+    device = current_device()
+    if device not in runtime.primary_contexts:
         return  # nothing was ever created
-    driver_context.cuDevicePrimaryCtxReset_v2.__wrapped__(0)
+    driver_context.cuDevicePrimaryCtxReset_v2.__wrapped__(device)
     try:
         # Errors of work queued before the reset belong to the context it destroyed.
         driver_state.conn().synchronize()
@@ -156,7 +175,7 @@ def cudaSetDeviceFlags(flags):
     if flags & ~cudaDeviceMask:
         raise CudaError(E.cudaErrorInvalidValue, f"unknown device flags 0x{flags:x}")
     initialize()
-    driver_context.cuDevicePrimaryCtxSetFlags_v2.__wrapped__(0, flags)
+    driver_context.cuDevicePrimaryCtxSetFlags_v2.__wrapped__(current_device(), flags)
 
 
 @query_api
@@ -164,7 +183,7 @@ def cudaGetDeviceFlags(flags):
     check_out(flags)
     initialize()
     active = ffi.new("int *")
-    driver_context.cuDevicePrimaryCtxGetState.__wrapped__(0, flags, active)
+    driver_context.cuDevicePrimaryCtxGetState.__wrapped__(current_device(), flags, active)
     flags[0] |= cudaDeviceMapHost  # always in effect: page-locked memory is mapped (UVA)
 
 

@@ -23,6 +23,7 @@ from vgpu.api.cudartdefs import (
     cudaMemoryType,
 )
 
+from ..driver import managed as driver_managed
 from ..driver import memory as driver_memory
 from ..driver.memory import PITCH_ALIGNMENT, _check_stream
 from ._state import (
@@ -138,6 +139,8 @@ def _copy(dst: int, src: int, count: int, kind: int, queued: bool) -> None:
         driver_memory._dtoh(dst, src, count, queued)
     elif kind == DEVICE_TO_DEVICE:
         driver_memory._dtod(dst, src, count)
+        if not queued:
+            driver_managed.settle()
     elif kind == DEFAULT:
         driver_memory._copy_unified(dst, src, count, queued)
     elif kind == HOST_TO_HOST:
@@ -317,8 +320,14 @@ def cudaPointerGetAttributes(attributes, pointer):
     size = ffi.sizeof(attributes[0])
     ffi.memmove(attributes, bytes(size), size)
     if device is not None:
-        attributes.type, attributes.device = cudaMemoryType.cudaMemoryTypeDevice, 0
+        context = driver_state.allocation_context[device[0]]
+        attributes.device = driver_state.contexts[context]["device"]
         attributes.devicePointer = ffi.cast("void *", address)
+        if driver_managed.is_managed(device[0]):  # the same address on the host
+            attributes.type = cudaMemoryType.cudaMemoryTypeManaged
+            attributes.hostPointer = ffi.cast("void *", address)
+        else:
+            attributes.type = cudaMemoryType.cudaMemoryTypeDevice
     elif host is not None:
         attributes.type, attributes.device = cudaMemoryType.cudaMemoryTypeHost, 0
         attributes.hostPointer = ffi.cast("void *", address)

@@ -75,7 +75,10 @@ class RegisteredImage:
     kernels: list[RegisteredKernel] = field(default_factory=list)
     variables: list[RegisteredVariable] = field(default_factory=list)
     modules: dict[int, int] = field(default_factory=dict)  # context -> driver module handle
-    # Why the image can never load (no PTX, corrupt, managed variables): (code, message).
+    # Its __managed__ variables, each with the address of the program's pointer to it, which
+    # host code reads the variable through once the image is loaded.
+    managed: list[tuple[RegisteredVariable, int]] = field(default_factory=list)
+    # Why the image can never load (no PTX, corrupt): (code, message).
     failure: tuple[int, str] | None = None
 
 
@@ -198,6 +201,11 @@ class Registry:
                 image.failure = (E.cudaErrorNoKernelImageForDevice, str(exc))
                 raise CudaError(*image.failure) from None
             module = driver_module._load(data, context)
+            for variable, pointer in image.managed:
+                address, _ = driver_module._global(module, variable.name)
+                ffi.cast("void **", pointer)[0] = ffi.cast("void *", address)
+                # Host code names the variable by that address (&var, cudaMemcpyToSymbol).
+                self.variables_by_host[address] = variable
         except CudaError as exc:
             warn_once(("load", user), f"{user} cannot be used: {exc.message or exc}")
             raise
@@ -355,13 +363,13 @@ def __cudaRegisterVar(handle, host_variable, device_address, device_name, ext, s
 @_registration(default=None)
 def __cudaRegisterManagedVar(handle, host_variable_pointer, device_address, device_name, ext,
                              size, constant, is_global):
+    """Host code reaches a __managed__ variable through the pointer at
+    `host_variable_pointer`, which loading the image (__cudaInitModule, or the first use of
+    the image) points at the variable; symbol calls name it by its host shadow."""
+    __cudaRegisterVar.__wrapped__(handle, device_address, device_address, device_name, ext,
+                                  size, constant, is_global)
     image = registry.image(handle)
-    name = ffi.string(device_name).decode()
-    image.failure = (E.cudaErrorNotSupported,
-                     f"__managed__ variable {name!r}: vgpu does not support managed memory; "
-                     f"use cudaMalloc and explicit copies instead")
-    # Said now: host code reading the variable would crash before any call could fail.
-    warn_once(("managed", name), image.failure[1])
+    image.managed.append((image.variables[-1], ptr(host_variable_pointer)))
 
 
 @_registration(default=0)

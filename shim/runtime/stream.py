@@ -72,8 +72,8 @@ def cudaStreamGetFlags(stream, flags):
 @api
 def cudaStreamGetDevice(stream, device):
     check_out(device)
-    _check_stream(stream)
-    device[0] = 0
+    context = driver_stream._stream_info(stream)["context"]
+    device[0] = driver_stream.state.contexts[context]["device"]
 
 
 @api

@@ -8,6 +8,7 @@ import struct
 from vgpu.server.arena import VaArena
 from vgpu.server.backends import Backend, LoadedModule, open_backend
 from vgpu.server.server import ARENA_BASE, ARENA_SPAN
+from vgpu.server.session import MANAGED_ALIGNMENT
 
 __all__ = ["KINDS", "Device", "pack", "f32", "f64", "i32", "ptr"]
 
@@ -79,8 +80,9 @@ class Device:
         wanted = iter(places) if places is not None else None
         allocated: list[int] = []
 
-        def allocate(size: int) -> int:
-            address = self.arena.alloc(size, next(wanted) if wanted else None)
+        def allocate(size: int, managed: bool = False) -> int:
+            address = self.arena.alloc(size, next(wanted) if wanted else None,
+                                       MANAGED_ALIGNMENT if managed else None)
             assert address is not None, f"no room for a {size}-byte module variable"
             allocated.append(address)
             return address

@@ -130,5 +130,25 @@ def state_loop(toolkit) -> Path:
 
 
 @pytest.fixture(scope="session")
+def managed_loop(toolkit) -> Path:
+    return toolkit.executable((PROGRAMS / "managed_loop.cu").read_text(), ["-cudart", "shared"])
+
+
+@pytest.fixture(scope="session")
+def driver_managed(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_managed.c").read_text())
+
+
+@pytest.fixture(scope="session")
+def driver_devices(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_devices.c").read_text())
+
+
+@pytest.fixture(scope="session")
+def managed_kernels_ptx(toolkit, tmp_path_factory) -> Path:
+    return _ptx_file(toolkit, tmp_path_factory, HERE / "managed_kernels.cu")
+
+
+@pytest.fixture(scope="session")
 def rt_state_loop(toolkit) -> Path:
     return toolkit.executable((PROGRAMS / "rt_state_loop.cu").read_text(), ["-cudart", "shared"])

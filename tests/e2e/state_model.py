@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["expected_checksum"]
+__all__ = ["expected_checksum", "managed_loop_checksum"]
 
 _CHUNK = 1 << 22  # words at a time: a few hundred MiB of state needs no GiB of temporaries
 
@@ -43,3 +43,20 @@ def expected_checksum(count: int, total_kib: int, iterations: int, stride: int =
                 total += _weighted_sum(x, start)
             checksum += (total % 2**64) * (j + 1)
     return f"{checksum % 2**64:016x}"
+
+
+def managed_loop_checksum(words: int, iterations: int) -> str:
+    """programs/managed_loop.cu's checksum: word i starts as i*2654435761 + 7; iteration k
+    adds k to word k % words (the host), then x = 3x + k for every word and the counter,
+    1000 at the start, goes up by one (a kernel), then the host adds word 7k % words to a
+    running sum; the checksum is that sum, plus the counter, plus the sum of x*(i+1), modulo
+    2^64, in 16 hex digits."""
+    mask = 0xFFFFFFFF
+    x = [(i * 2654435761 + 7) & mask for i in range(words)]
+    seen = 0
+    for k in range(iterations):
+        x[k % words] = (x[k % words] + k) & mask
+        x = [(v * 3 + k) & mask for v in x]
+        seen += x[(k * 7) % words]
+    checksum = seen + 1000 + iterations + sum((i + 1) * v for i, v in enumerate(x))
+    return f"{checksum % (1 << 64):016x}"

@@ -175,6 +175,14 @@ def test_a_server_listens_where_it_is_told_or_not_at_all(tmp_path):
     _one_clear_line(result, 1, "the socket path is longer than 107 bytes")
 
 
+def test_a_server_offers_as_many_devices_as_it_can(tmp_path):
+    address = f"ipc://{tmp_path}/server.sock"
+    result = _vgpu("server", "--listen", address, "--backend", "emu", "--devices", "0")
+    _one_clear_line(result, 1, "vgpu server: --devices must be between 1 and 16")
+    result = _vgpu("server", "--listen", address, "--backend", "cuda", "--devices", "2")
+    _one_clear_line(result, 1, "vgpu server: --devices is for the emu backend")
+
+
 # ----------------------------------------------------------------- sockets
 
 def test_a_second_server_is_refused_while_the_first_still_answers(tmp_path, driver_app,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from e2e_support import printed_checks, vgpu_run
-from vgpu_processes import expect_no_zero_copy, run_under_vgpu, start_emu_server
+from vgpu_processes import emu_server, expect_no_zero_copy, run_under_vgpu, start_emu_server
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -83,6 +83,28 @@ def test_device_side_launches_heap_and_cooperative_grids(run_on, driver_device_s
                  "recursive Collatz through function pointers correct",
                  "cooperative grids of 4 and 8 blocks met at grid.sync()", "all checks passed"):
         assert f"driver_device_side: {line}" in result.stdout, result.stdout + result.stderr
+
+
+def test_managed_memory(driver_managed, managed_kernels_ptx):
+    """On emu (the nested cuda backend runs the runtime API's managed memory program)."""
+    result = vgpu_run(driver_managed, managed_kernels_ptx)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for line in ("host and kernel writes seen after each synchronization",
+                 "a list linked by the host walked by the device",
+                 "the module's __managed__ variable shared",
+                 "copies and memsets agree with the host view",
+                 "misuse refused with CUDA's errors"):
+        assert f"driver_managed: {line}" in result.stdout, result.stdout + result.stderr
+
+
+def test_several_devices(tmp_path, driver_devices, managed_kernels_ptx):
+    with emu_server(tmp_path, "--devices", "2") as address:
+        result = run_under_vgpu(address, driver_devices, str(managed_kernels_ptx), timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for line in ("2 devices with a context each",
+                 "a kernel updated the peer's memory, peer copies correct",
+                 "misuse refused with CUDA's errors"):
+        assert f"driver_devices: {line}" in result.stdout, result.stdout + result.stderr
 
 
 def test_cuda_python_program_runs_unmodified(run_on):

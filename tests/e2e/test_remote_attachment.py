@@ -121,6 +121,17 @@ def test_a_runtime_api_program_runs_remotely(remote, homes, toolkit):
     _passed(_run(remote, homes["alice"], program), "vector_add: 1000 sums correct")
 
 
+def test_managed_memory_works_remotely(remote, homes, toolkit):
+    """The host's view of managed memory and the server's copy agree over the network too,
+    a 3 MiB allocation (streamed in chunks) among them."""
+    program = toolkit.executable((RUNTIME_PROGRAMS / "managed_memory.cu").read_text(),
+                                 ["-cudart", "shared", f"-I{RUNTIME_PROGRAMS}"])
+    result = _run(remote, homes["alice"], program)
+    _passed(result, "managed_memory: __managed__ variables shared by host and device")
+    _passed(result, "managed_memory: copies, memsets and a 3 MiB allocation correct")
+    _passed(result, "managed_memory: misuse refused with CUDA's errors")
+
+
 def test_a_cuda_python_program_runs_remotely_with_the_key_in_known_servers(remote, homes,
                                                                           tmp_path):
     address, _, _ = remote

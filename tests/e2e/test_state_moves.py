@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from running_program import RunningProgram, pause_at
-from state_model import expected_checksum
+from state_model import expected_checksum, managed_loop_checksum
 from vgpu_processes import run_vgpu, start_emu_server, start_nested_cuda_server, stop_server
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -276,6 +276,27 @@ def test_a_runtime_api_program_survives_a_migration(tmp_path, servers, programs,
     assert ps_row(second, program.pid) is not None
     pause.unlink()
     assert_finished_like_an_uninterrupted_run(program, 2, 2048, 12)
+
+
+def test_managed_memory_survives_a_migration(tmp_path, servers, programs, managed_loop):
+    """Managed memory and a __managed__ variable, moved between iterations: the host's view
+    stays at the same addresses, and what the host and the kernels write afterwards meets
+    the moved contents as if nothing had moved."""
+    first, second = servers("first"), servers("second")
+    words, iterations = 3000, 8
+    pause = tmp_path / "pause"
+    pause_at(pause, 4)
+    program = programs([managed_loop, words, iterations, "--pause-file", pause],
+                       VGPU_SERVER=str(first))
+    program.wait_for("paused 4")
+    succeeded(vgpu("migrate", program.pid, "--to", second, "--server", first))
+    pause.unlink()
+    assert program.finish() == 0, program.transcript()
+    assert ps_row(first, program.pid) is None
+    checksums = [line.split()[1] for line in program.lines if line.startswith("checksum ")]
+    assert checksums == [managed_loop_checksum(words, iterations)], program.transcript()
+    pointers = [line for line in program.lines if line.startswith("pointers ")]
+    assert len(pointers) == 2 and pointers[0] == pointers[1], program.transcript()
 
 
 def test_a_cuda_python_program_survives_a_migration(tmp_path, servers, programs,

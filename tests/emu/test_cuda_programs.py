@@ -99,6 +99,12 @@ def test_numba_grid_sync_links_libcudadevrt_and_launches_cooperatively(server):
     assert_passed(result, "numba_grid_sync: 6 blocks met at grid.sync(), total 249983 correct")
 
 
+def test_numba_managed_arrays(server):
+    result = run_under_vgpu(server, sys.executable, str(PROGRAMS / "numba_managed.py"),
+                            timeout=TIMEOUT_S)
+    assert_passed(result, "numba_managed: 1000 values right after two rounds")
+
+
 def test_cuda_barrier_and_memcpy_async(toolkit, server):
     # mbarrier objects and cp.async exist from compute_80 on.
     assert_passed(run_program(toolkit, server, "async_barriers",

@@ -222,14 +222,34 @@ def test_textures_surfaces_and_arrays(toolkit, emu_server):
                   "textures: misuse refused with CUDA's errors")
 
 
+def test_managed_memory(toolkit, server):
+    assert_passed(run(server, build(toolkit, "managed_memory")),
+                  "managed_memory: attributes say managed memory without concurrent access",
+                  "managed_memory: host and kernel writes seen across launches",
+                  "managed_memory: pointers stored in managed memory work on the device",
+                  "managed_memory: __managed__ variables shared by host and device",
+                  "managed_memory: copies, memsets and a 3 MiB allocation correct",
+                  "managed_memory: misuse refused with CUDA's errors")
+
+
+@pytest.fixture(scope="module")
+def two_devices(tmp_path_factory):
+    """An emu server offering two devices."""
+    with emu_server_at(tmp_path_factory.mktemp("two-devices"), "--devices", "2") as address:
+        yield address
+
+
+@pytest.mark.parametrize("cudart", ["shared", "static"])
+def test_several_devices(toolkit, two_devices, cudart):
+    """vgpu's runtime and NVIDIA's (on vgpu's driver) alike."""
+    assert_passed(run(two_devices, build(toolkit, "multi_device", cudart=cudart)),
+                  "multi_device: 2 devices told apart",
+                  "multi_device: a kernel on device 0 read device 1's memory",
+                  "multi_device: peer copies correct",
+                  "multi_device: misuse refused with CUDA's errors")
+
+
 # ----------------------------------------------------------------- what vgpu refuses
-
-def test_managed_variables_are_refused_clearly(toolkit, emu_server):
-    result = run(emu_server, build(toolkit, "managed_variable"))
-    assert_passed(result, "managed_variable: launch refused")
-    assert "__managed__ variable 'hits'" in result.stderr
-    assert "does not support managed memory" in result.stderr
-
 
 def test_binary_without_ptx_names_the_kernel_when_launched(toolkit, emu_server):
     program = build(toolkit, "no_ptx", flags=("-gencode", "arch=compute_80,code=sm_80"))
@@ -251,9 +271,6 @@ NOT_COMPARED = {
     # checks vgpu's runtime's private __cudaPush/PopCallConfiguration; NVIDIA's keeps a failed
     # pop as the last error.
     "launch_configuration",
-    # NVIDIA's runtime goes on after cuLibraryGetManaged is refused (vgpu has no managed
-    # memory; a line on stderr says so); vgpu's refuses the launch.
-    "managed_variable",
     # NVIDIA's runtime loads every module at its first call, so a cubin-only program fails
     # there (saying which -gencode to add), where vgpu's runtime refuses only the launch.
     "no_ptx",
@@ -263,9 +280,11 @@ NOT_COMPARED = {
 }
 # A sample, to keep the suite fast: module registration and symbols, printf, a reset that
 # reloads the runtime's libraries, the runtime's own error codes, freeing NULL, pitches,
-# occupancy, streams and events, device queries. Every program outside NOT_COMPARED matches.
+# occupancy, streams and events, device queries, managed variables (cuLibraryGetManaged).
+# Every program outside NOT_COMPARED matches.
 COMPARED = ("vector_add", "constant_memory", "device_printf", "printf_fifo", "error_checks",
-            "memory_api", "occupancy", "streams_events", "device_management")
+            "memory_api", "occupancy", "streams_events", "device_management",
+            "managed_variable")
 
 
 @pytest.mark.parametrize("name", COMPARED)

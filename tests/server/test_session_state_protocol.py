@@ -328,7 +328,7 @@ def test_the_emulator_says_what_may_have_changed_since_a_mark():
     assert backend.changed_since(later) == []
     # A kernel may store through any pointer: after a launch, nothing is known.
     ptx = b".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry nop()\n{\n ret;\n}\n"
-    module = backend.load_module(ptx, allocate=lambda size: 0x9000)
+    module = backend.load_module(ptx, allocate=lambda size, managed=False: 0x9000)
     backend.prepare_launch(module, "nop", (1, 1, 1), (1, 1, 1), 0)(b"", 1 << 20)
     assert backend.changed_since(later) is None and backend.changed_since(mark) is None
     assert backend.changed_since(backend.mark()) == []
