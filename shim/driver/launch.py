@@ -81,8 +81,10 @@ def _submit(handle: int, layout, grid, block, shared_bytes: int, stream_handle: 
             kernel_params, extra) -> None:
     """Queue a launch whose function, stream and configuration are already checked."""
     params = _pack_params(layout, kernel_params, extra)
-    state.conn().post("cuLaunchKernel", handle, *grid, *block, shared_bytes, stream_handle,
-                      params)
+    conn = state.conn()
+    if stream_handle not in (0, 1):  # not the legacy stream: see Connection.streams_used
+        conn.streams_used = True
+    conn.post("cuLaunchKernel", handle, *grid, *block, shared_bytes, stream_handle, params)
 
 
 def _bad_configuration(message: str) -> CudaError:

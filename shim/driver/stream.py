@@ -1,8 +1,11 @@
 """Streams and events.
 
-The server runs work in arrival order, so stream order always holds and a wait on an event
-is satisfied by construction; synchronizing is one round trip that also collects the errors
-of queued work. Event timestamps are taken by the server when it reaches the record.
+The server runs each stream's work in its order, streams beside each other (on emu, each
+stream other than the legacy one has a thread there: server/streams.py), and events order
+work across streams; synchronizing with a stream, an event or the context is one round trip
+that also collects the errors of queued work. Event timestamps are taken by the server
+when it reaches the record. Host functions run on a thread of vgpu's in stream order
+(vgpu/host_functions.py).
 """
 
 from __future__ import annotations
@@ -11,6 +14,10 @@ from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, state
 from .memory import _check_stream
 
 CU_STREAM_NON_BLOCKING = 0x1
+CU_EVENT_WAIT_EXTERNAL = 0x1
+CU_EVENT_RECORD_EXTERNAL = 0x1
+# The legacy default stream: the NULL stream and CU_STREAM_LEGACY.
+LEGACY_STREAMS = (0, 1)
 CU_EVENT_FLAGS_MASK = 0xF
 LEAST_PRIORITY, GREATEST_PRIORITY = 0, -5
 
@@ -96,35 +103,41 @@ def cuStreamDestroy_v2(stream):
     state.conn().post("cuStreamDestroy", handle)
 
 
-def _synchronize() -> None:
+def _synchronize(kind: str = "context", handle: int = 0) -> None:
     state.current_context()
-    state.conn().synchronize()
+    state.conn().synchronize(kind, handle)
 
 
-def _query() -> None:
-    """Work runs in arrival order, so "is this stream's (event's) work done" is answered by
-    "is all work sent so far done"."""
+def _query(kind: str, handle: int) -> None:
     state.current_context()
-    if not state.conn().query():
+    if not state.conn().query(kind, handle):
         raise CudaError(E.CUDA_ERROR_NOT_READY, "work is still running")
+
+
+def on_stream(handle: int) -> int:
+    """`handle`, a stream that work is queued on: one other than the legacy stream runs
+    beside the server's answers (see Connection.streams_used)."""
+    if handle not in LEGACY_STREAMS:
+        state.conn().streams_used = True
+    return handle
 
 
 @api
 def cuStreamSynchronize(stream):
-    _check_stream(stream)
-    _synchronize()
+    _synchronize("stream", _check_stream(stream))
 
 
 @api
 def cuStreamQuery(stream):
-    _check_stream(stream)
-    _query()
+    _query("stream", _check_stream(stream))
 
 
 @api
 def cuStreamWaitEvent(stream, event, flags):
-    stream_handle = _check_stream(stream)
+    stream_handle = on_stream(_check_stream(stream))
     event_handle = handle_of(event, Kind.EVENT, state.events)
+    if flags & ~CU_EVENT_WAIT_EXTERNAL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown event wait flags 0x{flags:x}")
     state.conn().post("cuStreamWaitEvent", stream_handle, event_handle)
 
 
@@ -135,25 +148,31 @@ def cuStreamIsCapturing(stream, status):
     status[0] = 0  # CU_STREAM_CAPTURE_STATUS_NONE: vgpu does not capture graphs
 
 
+def queue_host_function(stream_handle: int, function) -> None:
+    """Run `function()` on vgpu's host-function thread once the work queued on the stream
+    before it is done; the stream's later work waits for it to return."""
+    state.current_context()
+    state.conn().host_functions.queue(on_stream(stream_handle), function)
+
+
 @api
 def cuStreamAddCallback(stream, callback, user_data, flags):
-    """The callback runs once the work queued before it is done, here, in this thread."""
+    """The callback gets the stream's status: the context's sticky error, if it has one."""
     if flags != 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "flags must be 0")
+    if callback == ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "callback is NULL")
     stream_handle = _check_stream(stream)
-    try:
-        _synchronize()
-        code = 0
-    except CudaError as exc:
-        code = exc.code
-    callback(ffi.cast("CUstream", stream_handle), code, user_data)
+    conn = state.conn()
+    queue_host_function(stream_handle, lambda: callback(
+        ffi.cast("CUstream", stream_handle), conn.sticky_error, user_data))
 
 
 @api
 def cuLaunchHostFunc(stream, fn, user_data):
-    _check_stream(stream)
-    _synchronize()
-    fn(user_data)
+    if fn == ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "host function is NULL")
+    queue_host_function(_check_stream(stream), lambda: fn(user_data))
 
 
 # ----------------------------------------------------------------- events
@@ -177,25 +196,25 @@ def _new_event(flags: int) -> int:
 @api
 def cuEventRecord(event, stream):
     handle = handle_of(event, Kind.EVENT, state.events)
-    state.conn().post("cuEventRecord", handle, _check_stream(stream))
+    state.conn().post("cuEventRecord", handle, on_stream(_check_stream(stream)))
 
 
 @api
 def cuEventRecordWithFlags(event, stream, flags):
     handle = handle_of(event, Kind.EVENT, state.events)
-    state.conn().post("cuEventRecord", handle, _check_stream(stream))
+    if flags & ~CU_EVENT_RECORD_EXTERNAL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown event record flags 0x{flags:x}")
+    state.conn().post("cuEventRecord", handle, on_stream(_check_stream(stream)))
 
 
 @api
 def cuEventSynchronize(event):
-    handle_of(event, Kind.EVENT, state.events)
-    _synchronize()
+    _synchronize("event", handle_of(event, Kind.EVENT, state.events))
 
 
 @api
 def cuEventQuery(event):
-    handle_of(event, Kind.EVENT, state.events)
-    _query()
+    _query("event", handle_of(event, Kind.EVENT, state.events))
 
 
 @api
