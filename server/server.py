@@ -51,6 +51,7 @@ from .arena import VaArena
 from .backends import open_backend
 from .bell import Bell
 from .connections import DEFAULT_RECONNECT_GRACE_S, ConnectionsMixin
+from .ipc import IpcRegistry
 from .peers import Access, Peer, peer_of
 from .quotas import MemoryQuotas
 from .recorder import SessionRecorder
@@ -147,6 +148,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         # Workers hand finished batches back here and ring the bell, as do other threads
         # handing work to this one (call_soon) and stop().
         self.finished: collections.deque = collections.deque()
+        self.ipc = IpcRegistry()  # device memory sessions export to each other
         self.bell = Bell()
         self._next_session_id = 1
         self.host = socket.gethostname()
@@ -352,6 +354,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         worker.identity = identity  # where its replies go; a reconnect moves it
         self.workers[identity] = worker
         session.notify = lambda notice: self.call_soon(lambda: self._tell(worker, notice))
+        session.ipc = self.ipc
         log.info("session %d opened for %s: pid %d %s", session.id, session.peer.name,
                  session.pid, " ".join(session.argv))
         self._welcome(identity, seq, session)

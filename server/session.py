@@ -33,6 +33,7 @@ from .backends import Backend, LoadedModule, open_backend
 from .backends.base import Cancelled, KernelFault
 from .client_files import SegmentRefused, map_client_file
 from .handles import HandleTable
+from .ipc import IPC_OPS, IpcRegistry
 from .peer_memory import PeerMemoryError, read_peer, write_peer
 from .peers import Peer
 from .quotas import MemoryAccount, MemoryQuotas
@@ -86,7 +87,7 @@ LANE_WAITS = {
                      "vgpuDeviceWindow", "vgpuDigest"), "scope"),
     **dict.fromkeys(("cuMemFree", "cuModuleUnload", "cuCtxDestroy", "cuDevicePrimaryCtxReset",
                      "cuMemUnmap", "cuMemRelease", "cuMemAddressFree",
-                     "vgpuUnmapHostSegment"), "all"),
+                     "vgpuUnmapHostSegment", "cuIpcCloseMemHandle"), "all"),
 }
 # How long taking a session's state waits for its streams' queued work.
 LANES_DRAIN_S = 5.0
@@ -227,6 +228,8 @@ class Session:
         self.lanes = StreamLanes(backend.launches_run_inline, self._run_on_lane,
                                  self._host_function_reached)
         self.scope_stream = 0  # the stream copies and memsets were issued on (vgpuStreamScope)
+        self.ipc: IpcRegistry | None = None  # the server's exports (server/ipc.py), if any
+        self.ipc_opened: dict[int, list] = {}  # address -> [handle, times opened]
         self.attach_client(hello, peer)
 
     # ----------------------------------------------------------------- plumbing
@@ -395,6 +398,8 @@ class Session:
         """Release everything the session holds (client exit, crash or disconnect)."""
         self.lanes.cancel()
         self.lanes.join(1.0)
+        if self.ipc is not None:
+            self.ipc.withdraw(self)
         if self.recorder is not None:
             self.recorder.finish()
         for handle, _ in self.contexts.items():
@@ -422,7 +427,13 @@ class Session:
                             "what the program has not done yet); try again")
 
     def check_movable(self) -> None:
-        """Refuse what a checkpoint cannot carry yet: host memory the client shares."""
+        """Refuse what a checkpoint cannot carry yet: host memory the client shares, device
+        memory shared with other sessions (IPC)."""
+        if self.ipc_opened or (self.ipc is not None and self.ipc.exports_of(self)):
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                            "the session shares device memory with other processes "
+                            "(cuIpcGetMemHandle or cuIpcOpenMemHandle), which cannot be "
+                            "checkpointed or moved")
         if self.segments:
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                             "the session has pinned host memory mapped (cuMemHostAlloc or "
@@ -875,6 +886,8 @@ class Session:
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
                             f"0x{address:x} is not the start of a live allocation")
         self.backend.unmap(address)
+        if self.ipc is not None:
+            self.ipc.withdraw(self, address)
         if self.shared is not None:
             self.shared.release(address)
         self._unreserve(address)
@@ -1225,7 +1238,7 @@ class Session:
 STICKY_EXEMPT = frozenset({"cuCtxDestroy", "cuDevicePrimaryCtxReset", "cuMemFree",
                            "cuModuleUnload", "cuStreamDestroy", "cuEventDestroy",
                            "vgpuUnmapHostSegment", "vgpuDiscardReported", "cuMemUnmap",
-                           "cuMemRelease", "cuMemAddressFree"})
+                           "cuMemRelease", "cuMemAddressFree", "cuIpcCloseMemHandle"})
 
 
 def _on_vmm(method: Callable) -> Callable:
@@ -1234,6 +1247,7 @@ def _on_vmm(method: Callable) -> Callable:
 
 
 OPS.update({name: _on_vmm(method) for name, method in VMM_OPS.items()})
+OPS.update(IPC_OPS)
 
 
 def _take_text(pieces: list[str]) -> str:

@@ -6,15 +6,16 @@ symbol name, decodes the C arguments (integers as ints, pointers as cffi cdata) 
 the int CUresult the function gives. Symbols absent here answer CUDA_ERROR_NOT_SUPPORTED.
 
 Implementations are grouped by object kind, one module each. Per-thread-default-stream
-variants (`_ptds`, `_ptsz`) share the implementation of their base symbol: the server runs
-all work in arrival order, which satisfies both stream semantics.
+variants (`_ptds`, `_ptsz`) share the implementation of their base symbol (their NULL stream is
+the legacy one, which synchronizes with the other blocking streams: correct, if stricter).
 """
 
 from __future__ import annotations
 
-from . import arrays, context, device, launch, memory, module, occupancy, stream, textures, vmm
+from . import arrays, context, device, ipc, launch, memory, module, occupancy, stream, textures, vmm
 
-_MODULES = (device, context, memory, arrays, textures, module, launch, stream, vmm, occupancy)
+_MODULES = (device, context, memory, arrays, textures, module, launch, stream, vmm, occupancy,
+            ipc)
 
 
 def _implemented() -> dict:

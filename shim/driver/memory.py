@@ -69,7 +69,7 @@ def cuMemAllocPitch_v2(dptr, pitch, width, height, element_size):
 def _free(address: int) -> None:
     state.current_context()
     if address not in state.allocations or address in state.module_variables \
-            or address in state.mappings:
+            or address in state.mappings or address in state.ipc_opened:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
                         f"0x{address:x} is not the start of a live allocation")
     state.remove_allocation(address)

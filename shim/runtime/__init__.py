@@ -24,6 +24,7 @@ from . import (
     channels,
     device,
     errors,
+    ipc,
     launch,
     memory,
     occupancy,
@@ -33,7 +34,7 @@ from . import (
 )
 
 _MODULES = (registration, launch, device, errors, memory, stream, occupancy, channels,
-            textures)
+            textures, ipc)
 
 
 def _implemented() -> dict:

@@ -57,6 +57,15 @@ def test_arrays_textures_and_surfaces(driver_textures, texture_kernels_ptx):
         assert f"driver_textures: {line}" in result.stdout, result.stdout + result.stderr
 
 
+def test_streams_run_concurrently(driver_streams, stream_kernels_ptx):
+    """On emu, where each stream has a thread of its own on the server: a kernel waiting
+    for one launched after it on another stream finishes (it would hang with streams run in
+    arrival order), and host functions run on vgpu's thread in stream order."""
+    result = vgpu_run(driver_streams, stream_kernels_ptx)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "driver_streams: all checks passed" in result.stdout
+
+
 def test_cuda_python_program_runs_unmodified(run_on):
     result = run_on(sys.executable, EXAMPLES / "vector_add.py")
     assert result.returncode == 0, result.stderr

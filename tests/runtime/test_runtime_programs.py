@@ -279,3 +279,9 @@ def test_streams_run_concurrently(toolkit, emu_server):
     assert_passed(run(emu_server, build(toolkit, "concurrent_streams")),
                   "concurrent_streams: waiting kernel released, events joined 1000 sums, "
                   "host functions in order")
+
+
+def test_ipc_memory_between_processes(toolkit, emu_server):
+    """Two processes of one emu server: the child maps the parent's exported memory."""
+    assert_passed(run(emu_server, build(toolkit, "ipc_memory")),
+                  "ipc_memory: the child process added to 5000 ints of the parent's memory")
