@@ -147,11 +147,23 @@ class Function:
 
 
 @dataclass
+class EventRecord:
+    """An event's last record: where it completes (a point of `lanes`; None: it has) and
+    when it did. Sessions that opened the event through IPC share it with the exporter."""
+    lanes: StreamLanes | None = None
+    point: Point | None = None
+    recorded_at: float | None = None
+    shared: bool = False  # exported (server/ipc.py): the session cannot move
+
+    def done(self) -> bool:
+        return self.point is None or self.lanes.reached((self.point,))
+
+
+@dataclass
 class Event:
     context: int
     flags: int
-    recorded_at: float | None = None
-    point: Point | None = None  # where its last record completes, if on a stream's lane
+    record: EventRecord = field(default_factory=EventRecord)
 
 
 class Session:
@@ -429,10 +441,12 @@ class Session:
     def check_movable(self) -> None:
         """Refuse what a checkpoint cannot carry yet: host memory the client shares, device
         memory shared with other sessions (IPC)."""
-        if self.ipc_opened or (self.ipc is not None and self.ipc.exports_of(self)):
+        if self.ipc_opened or (self.ipc is not None and self.ipc.exports_of(self)) or \
+                any(e.record.shared for _, e in self.events.items()):
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
-                            "the session shares device memory with other processes "
-                            "(cuIpcGetMemHandle or cuIpcOpenMemHandle), which cannot be "
+                            "the session shares device memory or events with other "
+                            "processes (cuIpcGetMemHandle, cuIpcOpenMemHandle, "
+                            "cuIpcGetEventHandle, cuIpcOpenEventHandle), which cannot be "
                             "checkpointed or moved")
         if self.segments:
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
@@ -496,8 +510,9 @@ class Session:
             "printf_fifo_bytes": self.printf_fifo_bytes,
             "printf_launched": self.printf_launched,
             # Seconds since each recorded event: elapsed times stay right on another host.
-            "events_recorded": [[h, now - e.recorded_at] for h, e in self.events.items()
-                                if e.recorded_at is not None],
+            "events_recorded": [[h, now - e.record.recorded_at]
+                                for h, e in self.events.items()
+                                if e.record.recorded_at is not None],
         }
 
     def restore(self, state: dict, regions: list[tuple[int, int]],
@@ -558,7 +573,7 @@ class Session:
                 fill(i, view)
         now = time.perf_counter()
         for handle, age in state["events_recorded"]:
-            self.events.get(handle).recorded_at = now - age
+            self.events.get(handle).record.recorded_at = now - age
         self.sticky_error = int(state["sticky_error"])
         self.deferred_error, self.deferred_message = state["deferred"]
         self.last_error_message = state["last_error_message"]
@@ -756,7 +771,11 @@ class Session:
     def synchronize(self, kind: str = "context", handle: int = 0):
         """cuCtxSynchronize, cuStreamSynchronize, cuEventSynchronize: what they wait for
         (`kind` "context", "stream" or "event", and its handle)."""
-        self._wait_lanes(self._points_of(kind, handle))
+        if kind == "event":
+            record = self.events.get(handle).record
+            self._wait_record(record.lanes, record.point)
+        else:
+            self._wait_lanes(self._points_of(kind, handle))
         self.backend.synchronize()
 
     @op("vgpuDiscardReported")
@@ -773,19 +792,18 @@ class Session:
         server answers CUDA_ERROR_NOT_READY without coming here; here, all is done once the
         streams' lanes have finished the work asked about and the device what the backend
         queued (a GPU's launches return at once)."""
-        if not self.lanes.reached(self._points_of(kind, handle)):
+        done = self.events.get(handle).record.done() if kind == "event" \
+            else self.lanes.reached(self._points_of(kind, handle))
+        if not done:
             raise CudaError(CUDA_ERROR_NOT_READY, "work is still running")
         self.backend.synchronize()
 
     def _points_of(self, kind: str, handle: int) -> tuple[Point, ...]:
-        """What synchronizing with a context, a stream or an event waits for."""
+        """What synchronizing with a context or a stream waits for."""
         if kind == "stream":
             self._check_stream(handle)
             return (self.lanes.tail(handle),) if self.lanes.is_lane(handle) \
                 else self.lanes.blocking_points()
-        if kind == "event":
-            point = self.events.get(handle).point
-            return (point,) if point is not None else ()
         if kind != "context":
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"cannot synchronize with a {kind!r}")
         return self.lanes.all_points()
@@ -799,6 +817,20 @@ class Session:
     def _wait_lanes(self, points) -> None:
         if points and not self.lanes.wait(points):
             raise Cancelled  # the session ended while the work was waited for
+
+    def _wait_record(self, lanes: StreamLanes | None, point: Point | None) -> None:
+        """Wait for an event's record (`point` of `lanes`: this session's, or another's
+        for an event opened through IPC, whose wait ends with either session)."""
+        if point is None:
+            return
+        if lanes is self.lanes:
+            self._wait_lanes((point,))
+            return
+        while not lanes.wait((point,), 0.1):
+            if self.cancelled:
+                raise Cancelled
+            if lanes.cancelled:
+                return
 
     def _run_on_lane(self, work: Callable[[], None]) -> None:
         """Run stream work on its lane's thread: its failure is queued work's, reported at
@@ -887,7 +919,7 @@ class Session:
                             f"0x{address:x} is not the start of a live allocation")
         self.backend.unmap(address)
         if self.ipc is not None:
-            self.ipc.withdraw(self, address)
+            self.ipc.withdraw(self, "memory", address)
         if self.shared is not None:
             self.shared.release(address)
         self._unreserve(address)
@@ -1190,35 +1222,43 @@ class Session:
         """Later work on `stream` waits for the event's last record to complete (one never
         recorded, or recorded on the legacy stream, is complete)."""
         self._check_stream(stream)
-        point = self.events.get(event).point
+        record = self.events.get(event).record
+        lanes, point = record.lanes, record.point
         if point is None:
             return
-        if self.lanes.is_lane(stream):
+        if not self.lanes.is_lane(stream):
+            self._wait_record(lanes, point)
+        elif lanes is self.lanes:
             self.lanes.submit(stream, None, after=(point,))
         else:
-            self._wait_lanes((point,))
+            self.lanes.submit(stream, lambda: self._wait_record(lanes, point))
 
     @op("cuEventCreate")
-    def event_create(self, handle: int, context: int, flags: int):
-        self.contexts.get(context).events.add(handle)
-        self.events.add(handle, Event(context, flags))
+    def event_create(self, handle: int, context: int, flags: int,
+                     record: EventRecord | None = None):
+        ctx = self.contexts.get(context)
+        self.events.add(handle, Event(context, flags, record or EventRecord()))
+        ctx.events.add(handle)
         self.journal.created("event", handle, context, flags)
 
     @op("cuEventRecord")
     def event_record(self, handle: int, stream: int):
         self._check_stream(stream)
-        event = self.events.get(handle)
+        record = self.events.get(handle).record
 
-        def record() -> None:
+        def recorded() -> None:
             self.backend.synchronize()
-            event.recorded_at = time.perf_counter()
+            record.recorded_at = time.perf_counter()
 
-        event.point = self._on_stream(stream, record)
+        record.lanes = self.lanes
+        record.point = self._on_stream(stream, recorded)
 
     @op("cuEventDestroy")
     def event_destroy(self, handle: int):
         event = self.events.pop(handle)
         self.journal.destroyed("event", handle)
+        if event.record.shared and self.ipc is not None:
+            self.ipc.withdraw(self, "event", handle)
         if event.context in self.contexts:
             self.contexts.get(event.context).events.discard(handle)
 
@@ -1227,11 +1267,11 @@ class Session:
         a, b = self.events.get(start), self.events.get(end)
         if (a.flags | b.flags) & CU_EVENT_DISABLE_TIMING:
             raise CudaError(CUDA_ERROR_INVALID_HANDLE, "event created with DISABLE_TIMING")
-        if not self.lanes.reached([e.point for e in (a, b) if e.point is not None]):
+        if not (a.record.done() and b.record.done()):
             raise CudaError(CUDA_ERROR_NOT_READY, "an event has not completed yet")
-        if a.recorded_at is None or b.recorded_at is None:
+        if a.record.recorded_at is None or b.record.recorded_at is None:
             raise CudaError(CUDA_ERROR_INVALID_HANDLE, "event has not been recorded")
-        return (b.recorded_at - a.recorded_at) * 1000.0
+        return (b.record.recorded_at - a.record.recorded_at) * 1000.0
 
 
 # Calls that still work after a sticky error: the ones that tear state down.

@@ -201,6 +201,10 @@ class StreamLanes:
                 lambda: self._cancelled or all(map(self._reached, points)),
                 timeout) and not self._cancelled
 
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
     def busy(self) -> bool:
         """Is any lane's work unfinished?"""
         with self._cond:

@@ -481,16 +481,17 @@ class Connection:
                 self._segments.add(args[0])
             return reply
 
-    def synchronize(self, kind: str = "context", handle: int = 0) -> None:
+    def synchronize(self, kind: str = "context", handle: int = 0, ask: bool = False) -> None:
         """Wait for the work sent so far: all of it (cuCtxSynchronize and kin), or a
         stream's, or up to an event's record (`kind` "stream" or "event", and its handle).
 
         When everything sent has already been answered for, nothing is queued and no
-        stream ran beside the answers, there is nothing to wait for: no round trip. A
+        stream ran beside the answers, there is nothing to wait for: no round trip, unless
+        `ask` (another process's work is waited for: an event opened through IPC). A
         sticky error the server reported keeps being returned, as CUDA does.
         """
         with self._lock:
-            if self._queue or self._unconfirmed or self.streams_used:
+            if self._queue or self._unconfirmed or self.streams_used or ask:
                 if kind == "context":
                     self.call("vgpuSynchronize")
                     self.streams_used = False
@@ -499,12 +500,12 @@ class Connection:
             elif self.sticky_error:
                 raise CudaError(self.sticky_error, "the context has a sticky error")
 
-    def query(self, kind: str = "context", handle: int = 0) -> bool:
+    def query(self, kind: str = "context", handle: int = 0, ask: bool = False) -> bool:
         """Has the work sent so far finished (cuStreamQuery, cuEventQuery: see
         `synchronize`)? Never waits for the work itself: the server answers at once, from
         its I/O thread."""
         with self._lock:
-            if not (self._queue or self._unconfirmed or self.streams_used):
+            if not (self._queue or self._unconfirmed or self.streams_used or ask):
                 if self.sticky_error:
                     raise CudaError(self.sticky_error, "the context has a sticky error")
                 return True

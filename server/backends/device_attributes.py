@@ -3,8 +3,8 @@
 Limits are those of an Ampere-class part (compute capability 8.0) because that is what the
 emulator enforces: 1024 threads per block, 48 KiB static shared memory per block (opt-in up to
 163 KiB), warps of 32. Capabilities the emulator lacks (managed memory, cooperative launch,
-IPC) are reported as 0 so applications take their fallback paths; the texture, surface,
-cubemap, mipmap and gather limits are within what vgpu's CUDA arrays enforce
+shareable pool handles) are reported as 0 so applications take their fallback paths; the
+texture, surface, cubemap, mipmap and gather limits are within what vgpu's CUDA arrays enforce
 (shim/driver/arrays.py).
 """
 
@@ -50,6 +50,7 @@ EMU_LIMITS = {
     "LOCAL_L1_CACHE_SUPPORTED": 1,
     "HOST_REGISTER_SUPPORTED": 1,
     "MEMORY_POOLS_SUPPORTED": 1,
+    "IPC_EVENT_SUPPORTED": 1,  # between processes of one server (server/ipc.py)
     "COMPUTE_PREEMPTION_SUPPORTED": 1,
     "SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO": 2,
     "RESERVED_SHARED_MEMORY_PER_BLOCK": 1024,

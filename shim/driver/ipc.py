@@ -1,5 +1,6 @@
 """IPC between processes of one server: device memory one process exports with
-cuIpcGetMemHandle and another maps with cuIpcOpenMemHandle (server/ipc.py says how).
+cuIpcGetMemHandle and another maps with cuIpcOpenMemHandle, and events one records and
+another waits for (cuIpcGetEventHandle, cuIpcOpenEventHandle); server/ipc.py says how.
 
 An opened handle is device memory of this process too (copies and kernels use its address),
 but freed only by cuIpcCloseMemHandle, as on CUDA.
@@ -7,10 +8,12 @@ but freed only by cuIpcCloseMemHandle, as on CUDA.
 
 from __future__ import annotations
 
-from ._state import CudaError, E, api, check_out, ffi, state
+from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, state
 
 HANDLE_BYTES = 64
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
+# CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS: what an event must be to be exported.
+INTERPROCESS_EVENT = 0x2 | 0x4
 
 
 @api
@@ -57,3 +60,30 @@ def cuIpcCloseMemHandle(dptr):
     else:
         state.ipc_opened[int(dptr)] = opened - 1
     state.conn().post("cuIpcCloseMemHandle", int(dptr))
+
+
+@api
+def cuIpcGetEventHandle(p_handle, event):
+    check_out(p_handle)
+    handle = handle_of(event, Kind.EVENT, state.events)
+    if state.events[handle]["flags"] & INTERPROCESS_EVENT != INTERPROCESS_EVENT:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the event was not created with "
+                        "CU_EVENT_INTERPROCESS and CU_EVENT_DISABLE_TIMING")
+    data, _ = state.conn().call("cuIpcGetEventHandle", handle)
+    ffi.memmove(p_handle.reserved, data, HANDLE_BYTES)
+
+
+@api
+def cuIpcOpenEventHandle(ph_event, handle):
+    check_out(ph_event)
+    ph_event[0] = ffi.cast("CUevent", open_event_handle(handle))
+
+
+def open_event_handle(handle) -> int:
+    """An event of this process that is another's exported event (`handle`: the struct)."""
+    context = state.current_context()
+    event = state.new_handle(Kind.EVENT)
+    flags, _ = state.conn().call("cuIpcOpenEventHandle", event, context,
+                                 ffi.unpack(handle.reserved, HANDLE_BYTES))
+    state.events[event] = {"context": context, "flags": flags, "imported": True}
+    return event

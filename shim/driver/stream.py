@@ -19,6 +19,8 @@ CU_EVENT_RECORD_EXTERNAL = 0x1
 # The legacy default stream: the NULL stream and CU_STREAM_LEGACY.
 LEGACY_STREAMS = (0, 1)
 CU_EVENT_FLAGS_MASK = 0xF
+CU_EVENT_DISABLE_TIMING = 0x2
+CU_EVENT_INTERPROCESS = 0x4
 LEAST_PRIORITY, GREATEST_PRIORITY = 0, -5
 
 
@@ -105,13 +107,18 @@ def cuStreamDestroy_v2(stream):
 
 def _synchronize(kind: str = "context", handle: int = 0) -> None:
     state.current_context()
-    state.conn().synchronize(kind, handle)
+    state.conn().synchronize(kind, handle, _imported(kind, handle))
 
 
 def _query(kind: str, handle: int) -> None:
     state.current_context()
-    if not state.conn().query(kind, handle):
+    if not state.conn().query(kind, handle, _imported(kind, handle)):
         raise CudaError(E.CUDA_ERROR_NOT_READY, "work is still running")
+
+
+def _imported(kind: str, handle: int) -> bool:
+    """Is `handle` an event another process records (opened through IPC)?"""
+    return kind == "event" and state.events[handle].get("imported", False)
 
 
 def on_stream(handle: int) -> int:
@@ -187,24 +194,36 @@ def _new_event(flags: int) -> int:
     context = state.current_context()
     if flags & ~CU_EVENT_FLAGS_MASK:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown event flags 0x{flags:x}")
+    if flags & CU_EVENT_INTERPROCESS and not flags & CU_EVENT_DISABLE_TIMING:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        "an interprocess event must disable timing")
     handle = state.new_handle(Kind.EVENT)
     state.conn().post("cuEventCreate", handle, context, flags)
     state.events[handle] = {"context": context, "flags": flags}
     return handle
 
 
+def _record(event, stream) -> None:
+    """An interprocess event's record reaches the server before the call returns: another
+    process told of it then waits for it, not for an earlier one."""
+    handle = handle_of(event, Kind.EVENT, state.events)
+    stream_handle = on_stream(_check_stream(stream))
+    if state.events[handle]["flags"] & CU_EVENT_INTERPROCESS:
+        state.conn().call("cuEventRecord", handle, stream_handle)
+    else:
+        state.conn().post("cuEventRecord", handle, stream_handle)
+
+
 @api
 def cuEventRecord(event, stream):
-    handle = handle_of(event, Kind.EVENT, state.events)
-    state.conn().post("cuEventRecord", handle, on_stream(_check_stream(stream)))
+    _record(event, stream)
 
 
 @api
 def cuEventRecordWithFlags(event, stream, flags):
-    handle = handle_of(event, Kind.EVENT, state.events)
     if flags & ~CU_EVENT_RECORD_EXTERNAL:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown event record flags 0x{flags:x}")
-    state.conn().post("cuEventRecord", handle, on_stream(_check_stream(stream)))
+    _record(event, stream)
 
 
 @api

@@ -1,5 +1,5 @@
 """IPC of the runtime API: the driver layer's (shim/driver/ipc.py), with the runtime's rule
-that an opening asks for cudaIpcMemLazyEnablePeerAccess."""
+that opening memory asks for cudaIpcMemLazyEnablePeerAccess."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from vgpu.api.cudartdefs import cudaIpcMemLazyEnablePeerAccess
 from ..driver import ipc as driver_ipc
 from ._state import CudaError, E, api, check_out, ptr, set_pointer
 
-__all__ = ["cudaIpcGetMemHandle", "cudaIpcOpenMemHandle", "cudaIpcCloseMemHandle"]
+__all__ = ["cudaIpcGetMemHandle", "cudaIpcOpenMemHandle", "cudaIpcCloseMemHandle",
+           "cudaIpcGetEventHandle", "cudaIpcOpenEventHandle"]
 
 
 @api
@@ -30,3 +31,13 @@ def cudaIpcOpenMemHandle(dev_ptr, handle, flags):
 @api
 def cudaIpcCloseMemHandle(dev_ptr):
     driver_ipc.cuIpcCloseMemHandle.__wrapped__(ptr(dev_ptr))
+
+
+@api
+def cudaIpcGetEventHandle(handle, event):
+    driver_ipc.cuIpcGetEventHandle.__wrapped__(handle, event)
+
+
+@api
+def cudaIpcOpenEventHandle(event_out, handle):
+    set_pointer(event_out, driver_ipc.open_event_handle(handle))
