@@ -66,6 +66,13 @@ def test_streams_run_concurrently(driver_streams, stream_kernels_ptx):
     assert "driver_streams: all checks passed" in result.stdout
 
 
+def test_ipc_between_processes(driver_ipc, stream_kernels_ptx):
+    """Two processes of one emu server share device memory and an event."""
+    result = vgpu_run(driver_ipc, stream_kernels_ptx)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "driver_ipc: all checks passed" in result.stdout
+
+
 def test_cuda_python_program_runs_unmodified(run_on):
     result = run_on(sys.executable, EXAMPLES / "vector_add.py")
     assert result.returncode == 0, result.stderr
