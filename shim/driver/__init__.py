@@ -12,10 +12,23 @@ the legacy one, which synchronizes with the other blocking streams: correct, if 
 
 from __future__ import annotations
 
-from . import arrays, context, device, ipc, launch, memory, module, occupancy, stream, textures, vmm
+from . import (
+    arrays,
+    context,
+    device,
+    hints,
+    ipc,
+    launch,
+    memory,
+    module,
+    occupancy,
+    stream,
+    textures,
+    vmm,
+)
 
 _MODULES = (device, context, memory, arrays, textures, module, launch, stream, vmm, occupancy,
-            ipc)
+            ipc, hints)
 
 
 def _implemented() -> dict:

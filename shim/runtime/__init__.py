@@ -24,8 +24,10 @@ from . import (
     channels,
     device,
     errors,
+    hints,
     ipc,
     launch,
+    libraries,
     memory,
     occupancy,
     registration,
@@ -34,7 +36,7 @@ from . import (
 )
 
 _MODULES = (registration, launch, device, errors, memory, stream, occupancy, channels,
-            textures, ipc)
+            textures, ipc, hints, libraries)
 
 
 def _implemented() -> dict:
