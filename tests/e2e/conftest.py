@@ -84,6 +84,11 @@ def driver_ipc(toolkit) -> Path:
 
 
 @pytest.fixture(scope="session")
+def driver_hints(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_hints.c").read_text())
+
+
+@pytest.fixture(scope="session")
 def stream_kernels_ptx(toolkit, tmp_path_factory) -> Path:
     return _ptx_file(toolkit, tmp_path_factory, HERE / "stream_kernels.cu")
 

@@ -73,6 +73,14 @@ def test_ipc_between_processes(driver_ipc, stream_kernels_ptx):
     assert "driver_ipc: all checks passed" in result.stdout
 
 
+def test_occupancy_and_hints(driver_hints, stream_kernels_ptx):
+    """The occupancy calculator's answer is the best block size; stream attributes and the
+    persisting-L2 limit are accepted as hints, with CUDA's checks."""
+    result = vgpu_run(driver_hints, stream_kernels_ptx)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "driver_hints: all checks passed" in result.stdout
+
+
 def test_cuda_python_program_runs_unmodified(run_on):
     result = run_on(sys.executable, EXAMPLES / "vector_add.py")
     assert result.returncode == 0, result.stderr
