@@ -653,11 +653,12 @@ class Connection:
         deadline = time.monotonic() + timeout
         spin_until = time.perf_counter() + self.spin_s
         sock = self._socket
+        # Host functions queued (no other can be while we hold the lock) may finish while
+        # we wait: their answers cannot wait for the receive's time slice.
+        host_functions = self.host_functions if self.host_functions.outstanding else None
         while True:
-            if self.host_functions.outstanding:
-                # Host functions may finish while we wait: their answers cannot wait for
-                # the receive's time slice.
-                self.host_functions.send_answers()
+            if host_functions is not None:
+                host_functions.send_answers()
                 if not sock.poll(HOST_FUNCTION_POLL_MS):
                     if time.monotonic() > deadline:
                         raise _ServerLost(f"no answer from the vgpu server at "

@@ -33,6 +33,7 @@ class HostFunctions:
         self._waiting: dict[int, Callable[[], None]] = {}  # gate -> function, not yet run
         self._ready: collections.deque[int] = collections.deque()  # their turn came
         self._answers: collections.deque[int] = collections.deque()  # run, not yet said
+        self._running = False  # one of them runs now (its answer is not in _answers yet)
         self._next_gate = 1
         self._thread: threading.Thread | None = None
 
@@ -51,7 +52,7 @@ class HostFunctions:
     @property
     def outstanding(self) -> bool:
         """Are host functions queued and not yet answered for?"""
-        return bool(self._waiting or self._ready or self._answers)
+        return bool(self._waiting or self._ready or self._running or self._answers)
 
     def arrived(self, gates) -> None:
         """A notice said these gates' turn came (the connection's lock is held)."""
@@ -68,11 +69,16 @@ class HostFunctions:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._ready or self._waiting or self._answers)
+                # `outstanding` reads without the lock: it must never see the function in
+                # neither place, so it is running before it leaves the queue.
+                self._running = bool(self._ready)
                 gate = self._ready.popleft() if self._ready else None
                 function = self._waiting.pop(gate) if gate is not None else None
             if function is not None:
                 function()
-                self._answers.append(gate)
+                with self._cond:
+                    self._answers.append(gate)
+                    self._running = False
             # Answer, or look for notices, unless a thread holding the connection does
             # (a thread waiting for a reply answers and takes notices as it waits).
             if self._connection.lock.acquire(timeout=POLL_S):
