@@ -84,10 +84,11 @@ CU_STREAM_NON_BLOCKING = 0x1
 # kernels may use, or reset the context, all of it (CUDA synchronizes the device for them).
 LANE_WAITS = {
     **dict.fromkeys(("cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemcpyDtoD", "vgpuMemset",
-                     "vgpuDeviceWindow", "vgpuDigest"), "scope"),
+                     "vgpuDeviceWindow"), "scope"),
+    # (vgpuDigest: memory as every call before it left it, for `vgpu replay --check`)
     **dict.fromkeys(("cuMemFree", "cuModuleUnload", "cuCtxDestroy", "cuDevicePrimaryCtxReset",
                      "cuMemUnmap", "cuMemRelease", "cuMemAddressFree",
-                     "vgpuUnmapHostSegment", "cuIpcCloseMemHandle"), "all"),
+                     "vgpuUnmapHostSegment", "cuIpcCloseMemHandle", "vgpuDigest"), "all"),
 }
 # How long taking a session's state waits for its streams' queued work.
 LANES_DRAIN_S = 5.0
@@ -869,6 +870,8 @@ class Session:
         self._check_stream(stream)
         if type(gate) is not int or not 0 < gate < 1 << 63:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"bad host function gate {gate!r}")
+        if not self.lanes.is_lane(stream):  # a GPU's queued work must be done first
+            self.backend.synchronize()
         self.lanes.host_function(stream, gate)
 
     def host_function_done(self, gate) -> None:
