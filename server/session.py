@@ -446,7 +446,7 @@ class Session:
                 any(e.record.shared for _, e in self.events.items()):
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                             "the session shares device memory or events with other "
-                            "processes (cuIpcGetMemHandle, cuIpcOpenMemHandle, "
+                            "processes (IPC: cuIpcGetMemHandle, cuIpcOpenMemHandle, "
                             "cuIpcGetEventHandle, cuIpcOpenEventHandle), which cannot be "
                             "checkpointed or moved")
         if self.segments:
