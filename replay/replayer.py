@@ -24,6 +24,7 @@ from vgpu.protocol import (
     DEFAULT_TIMEOUT_S,
     HANDSHAKE_TIMEOUT_S,
     HELLO,
+    HOSTFN,
     PROTOCOL_VERSION,
     pack,
     unpack,
@@ -315,6 +316,11 @@ class _Connection:
                 return [*reply[1:], reply_frames[1:]]
             if reply[1]:  # a notice that the server is going away
                 raise ReplayError(f"the server at {self.address} stopped: {reply[2]}")
+            if isinstance(reply[2], dict):
+                # The recorded program's host functions are not here to run: each stream
+                # they held goes on at once.
+                for gate in reply[2].get("host_functions", ()):
+                    self.socket.send(pack([HOSTFN, 0, gate]))
             deadline = time.monotonic() + timeout  # a keepalive: still working
         self.close()
         raise ReplayError(f"the server at {self.address} did not answer for {timeout:g} s")

@@ -107,17 +107,24 @@ class GraphExecs:
         graph = self.execs.get(handle)
         if not 0 <= segment < len(graph.segments):
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"the graph has no segment {segment}")
-        self.session._check_stream(stream)
-        for op_name, args in graph.segments[segment]:
-            if self.session.cancelled:  # its client is gone: stop between calls too
-                raise Cancelled
-            place = GRAPH_CALLS[op_name]
-            if place is not None:
-                args = list(args)
-                args[place] = stream
-            code, _ = self.session._run_one((op_name, args))
-            if code:
-                raise CudaError(code, self.session.last_error_message)
+        session = self.session
+        session._check_stream(stream)
+        # The graph's copies and memsets wait for what is queued before them on the launch's
+        # stream (its kernels run on that stream's lane), as copies issued on it would.
+        issued_on, session.scope_stream = session.scope_stream, stream
+        try:
+            for op_name, args in graph.segments[segment]:
+                if session.cancelled:  # its client is gone: stop between calls too
+                    raise Cancelled
+                place = GRAPH_CALLS[op_name]
+                if place is not None:
+                    args = list(args)
+                    args[place] = stream
+                code, _ = session._run_one((op_name, args))
+                if code:
+                    raise CudaError(code, session.last_error_message)
+        finally:
+            session.scope_stream = issued_on
 
     @op("vgpuGraphSetCall")
     def set_call(self, handle: int, segment: int, index: int, call):

@@ -333,6 +333,7 @@ def _final_stop(session: Session, position: int, sent: _Sent, since: tuple | Non
     stopped_at = time.perf_counter()
     session.wait_windows_released()
     session.check_movable()
+    session.settle_streams()
     _, todo = _plan(session, since, sent)
     chunks = _changed(session, todo, sent)
     regions = [list(r) for r in session.regions()]

@@ -36,6 +36,7 @@ from vgpu.protocol import (
     BYE,
     CALLS,
     HELLO,
+    HOSTFN,
     KEEPALIVE_SEQ,
     PROTOCOL_VERSION,
     RELEASE,
@@ -50,6 +51,7 @@ from .arena import VaArena
 from .backends import open_backend
 from .bell import Bell
 from .connections import DEFAULT_RECONNECT_GRACE_S, ConnectionsMixin
+from .ipc import IpcRegistry
 from .peers import Access, Peer, peer_of
 from .quotas import MemoryQuotas
 from .recorder import SessionRecorder
@@ -161,6 +163,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         self.slots: dict[bytes, int] = {}  # client identity -> arena slot
         # Workers hand finished batches back here (and ring the bell).
         self.finished: collections.deque = collections.deque()
+        self.ipc = IpcRegistry()  # device memory sessions export to each other
         self._next_session_id = 1
         self.host = socket.gethostname()
         self.started_at = time.time()
@@ -281,6 +284,10 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                 session = self.sessions.get(identity)
                 if session is not None:
                     session.window_released()
+            elif kind == HOSTFN:
+                session = self.sessions.get(identity)
+                if session is not None:
+                    session.host_function_done(body)
             elif kind == HELLO:
                 self._hello(identity, seq, body, peer_of(origin, self._inproc))
             elif kind == ADMIN:
@@ -304,6 +311,11 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         """A reply to no request (seq 0): with code 0, the server is alive and still running
         the client's calls; otherwise it is going away, and `why` says why."""
         self._send_reply(identity, [KEEPALIVE_SEQ, code, why, 0, "", ""])
+
+    def _tell(self, worker: SessionWorker, notice: dict) -> None:
+        """A notice for the session's client, wherever it is connected now (I/O thread)."""
+        if self.workers.get(worker.identity) is worker:
+            self._notice(worker.identity, 0, notice)
 
     def _send_reply(self, identity: bytes, header: list, payloads=()) -> None:
         packed = self._pack(header)  # first: a failure after the identity went would leave the
@@ -359,6 +371,8 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         worker = SessionWorker(session, self.bell, self.finished)
         worker.identity = identity  # where its replies go; a reconnect moves it
         self.workers[identity] = worker
+        session.notify = lambda notice: self.call_soon(lambda: self._tell(worker, notice))
+        session.ipc = self.ipc
         log.info("session %d opened for %s: pid %d %s", session.id, session.peer.name,
                  session.pid, " ".join(session.argv))
         self._welcome(identity, seq, session)
@@ -461,7 +475,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                 session.defer(1, "malformed call batch: not a list of calls")
             return
         worker = self.workers[identity]
-        if body and body[-1] == (QUERY, ()):
+        if body and isinstance(body[-1], tuple) and body[-1][:1] == (QUERY,):
             # A query must not wait for the work it asks about: what came with it is queued
             # like any other work, and while the worker is busy the answer is "not ready".
             if len(body) > 1:
@@ -489,7 +503,8 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
             else:
                 session.defer(CUDA_ERROR_OUT_OF_MEMORY, why)
             return
-        if worker.busy() or len(body) > INLINE_CALLS or any(map(_is_long_call, body)):
+        if worker.busy() or len(body) > INLINE_CALLS or any(map(_is_long_call, body)) or \
+                session.lanes.busy():  # a call may wait for the streams' work
             worker.submit(identity, seq, body, payloads, size, header)
         else:
             self._send_outcome(identity, seq, run_batch(session, seq, body, payloads, header))

@@ -35,10 +35,12 @@ from .client_files import SegmentRefused, map_client_file
 from .device_runtime import DeviceRuntimeMemory
 from .graphs import GRAPH_OPS, GraphExecs
 from .handles import HandleTable
+from .ipc import IPC_OPS, IpcRegistry
 from .peer_memory import PeerMemoryError, read_peer, write_peer
 from .peers import Peer
 from .quotas import MemoryAccount, MemoryQuotas
 from .shared_allocations import SHARED_BYTES, SharedAllocations
+from .streams import Point, StreamLanes
 from .vmm import VMM_OPS, VirtualMemory
 
 __all__ = ["Session", "Capture", "OPS"]
@@ -83,6 +85,21 @@ MAX_SEGMENTS = 4096
 MANAGED_ALIGNMENT = 1 << 16
 # Launch configurations a function keeps checked and prepared; the oldest goes first.
 LAUNCHERS_PER_FUNCTION = 16
+CU_STREAM_NON_BLOCKING = 0x1
+# What calls that run on the session's thread wait for while streams' lanes have work
+# (see streams.py): copies and memsets, the work of the stream they were issued on ("scope",
+# the legacy stream's waits unless vgpuStreamScope names another); calls that free what
+# kernels may use, or reset the context, all of it (CUDA synchronizes the device for them).
+LANE_WAITS = {
+    **dict.fromkeys(("cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemcpyDtoD", "vgpuMemset",
+                     "vgpuDeviceWindow"), "scope"),
+    # (vgpuDigest: memory as every call before it left it, for `vgpu replay --check`)
+    **dict.fromkeys(("cuMemFree", "cuModuleUnload", "cuCtxDestroy", "cuDevicePrimaryCtxReset",
+                     "cuMemUnmap", "cuMemRelease", "cuMemAddressFree",
+                     "vgpuUnmapHostSegment", "cuIpcCloseMemHandle", "vgpuDigest"), "all"),
+}
+# How long taking a session's state waits for its streams' queued work.
+LANES_DRAIN_S = 5.0
 
 OPS: dict[str, Callable] = {}
 # Who a session built without a connection (in tests) belongs to: nobody the server verified,
@@ -140,10 +157,23 @@ class Function:
 
 
 @dataclass
+class EventRecord:
+    """An event's last record: where it completes (a point of `lanes`; None: it has) and
+    when it did. Sessions that opened the event through IPC share it with the exporter."""
+    lanes: StreamLanes | None = None
+    point: Point | None = None
+    recorded_at: float | None = None
+    shared: bool = False  # exported (server/ipc.py): the session cannot move
+
+    def done(self) -> bool:
+        return self.point is None or self.lanes.reached((self.point,))
+
+
+@dataclass
 class Event:
     context: int
     flags: int
-    recorded_at: float | None = None
+    record: EventRecord = field(default_factory=EventRecord)
 
 
 class Session:
@@ -219,6 +249,15 @@ class Session:
         # loop here, so that sessions not recorded pay nothing for recording.
         self.run_calls: Callable[[list], tuple[int, object]] = self._run_calls
         self.recorder = None
+        # Sends the client a notice (server/server.py sets it; any thread): host functions
+        # whose turn came. Without one, nobody can run them and their gates open at once.
+        self.notify: Callable[[dict], None] | None = None
+        self._errors = threading.Lock()  # lanes' threads defer errors too
+        self.lanes = StreamLanes(backend.launches_run_inline, self._run_on_lane,
+                                 self._host_function_reached)
+        self.scope_stream = 0  # the stream copies and memsets were issued on (vgpuStreamScope)
+        self.ipc: IpcRegistry | None = None  # the server's exports (server/ipc.py), if any
+        self.ipc_opened: dict[int, list] = {}  # address -> [handle, times opened]
         self.attach_client(hello, peer)
 
     # ----------------------------------------------------------------- plumbing
@@ -307,6 +346,10 @@ class Session:
             return CUDA_ERROR_INVALID_VALUE, None
         if self.sticky_error and name not in STICKY_EXEMPT:
             return self.sticky_error, None
+        waits = LANE_WAITS.get(name)
+        if waits is not None and self.lanes.concurrent:
+            self._wait_lanes(self._scope_points() if waits == "scope"
+                             else self.lanes.all_points())
         try:
             return CUDA_SUCCESS, handler(self, *args)
         except CudaError as exc:
@@ -332,14 +375,16 @@ class Session:
         its running kernel, and the batch being run before its next call (Cancelled), however
         many calls a client packed into it."""
         self.cancelled = True
+        self.lanes.cancel()
         self.backend.cancel()
 
     def defer(self, code: int, message: str = "") -> None:
         """Keep a failure of queued work, and what it said, for the next reply (the first
         one counts)."""
-        if code != CUDA_SUCCESS and self.deferred_error == CUDA_SUCCESS:
-            self.deferred_error = code
-            self.deferred_message = message
+        with self._errors:
+            if code != CUDA_SUCCESS and self.deferred_error == CUDA_SUCCESS:
+                self.deferred_error = code
+                self.deferred_message = message
 
     def take_reports(self) -> tuple[list | int, str, str]:
         """What a reply carries besides its call's result, taken: `deferred`, 0 or [code,
@@ -348,8 +393,9 @@ class Session:
         self._output_bytes = 0
         if not (self.deferred_error or self.sticky_error or self.output or self.diagnostics):
             return 0, "", ""  # (most replies: one look instead of taking three things)
-        code, self.deferred_error = self.deferred_error, CUDA_SUCCESS
-        message, self.deferred_message = self.deferred_message, ""
+        with self._errors:
+            code, self.deferred_error = self.deferred_error, CUDA_SUCCESS
+            message, self.deferred_message = self.deferred_message, ""
         if self.sticky_error and code != self.sticky_error:
             code, message = self.sticky_error, "the context has a sticky error"
         return ([code, message] if code else 0), _take_text(self.output), \
@@ -376,6 +422,10 @@ class Session:
 
     def close(self) -> None:
         """Release everything the session holds (client exit, crash or disconnect)."""
+        self.lanes.cancel()
+        self.lanes.join(1.0)
+        if self.ipc is not None:
+            self.ipc.withdraw(self)
         if self.recorder is not None:
             self.recorder.finish()
         for handle, _ in self.contexts.items():
@@ -393,8 +443,25 @@ class Session:
 
     # ----------------------------------------------------------------- state that moves
 
+    def settle_streams(self) -> None:
+        """Wait a while for the streams' queued work (a state is taken between calls, where
+        work may still run on the streams' lanes); refuse if it does not finish."""
+        if not self.lanes.wait(self.lanes.all_points(), LANES_DRAIN_S):
+            raise CudaError(CUDA_ERROR_NOT_READY,
+                            f"the session's streams still run queued work after "
+                            f"{LANES_DRAIN_S:g} s (a kernel or host function waiting for "
+                            "what the program has not done yet); try again")
+
     def check_movable(self) -> None:
-        """Refuse what a checkpoint cannot carry yet: host memory the client shares."""
+        """Refuse what a checkpoint cannot carry yet: host memory the client shares, device
+        memory shared with other sessions (IPC)."""
+        if self.ipc_opened or (self.ipc is not None and self.ipc.exports_of(self)) or \
+                any(e.record.shared for _, e in self.events.items()):
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                            "the session shares device memory or events with other "
+                            "processes (IPC: cuIpcGetMemHandle, cuIpcOpenMemHandle, "
+                            "cuIpcGetEventHandle, cuIpcOpenEventHandle), which cannot be "
+                            "checkpointed or moved")
         if self.segments:
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                             "the session has pinned host memory mapped (cuMemHostAlloc or "
@@ -406,6 +473,7 @@ class Session:
         size is given): call it between batches, on the thread that runs them; the session may run
         on as soon as it returns."""
         self.check_movable()
+        self.settle_streams()
         buffers = buffers or {}
         copies = []
         for address, size in self.regions():
@@ -457,8 +525,9 @@ class Session:
             "printf_launched": self.printf_launched,
             "device_runtime": self.device_runtime.describe(),
             # Seconds since each recorded event: elapsed times stay right on another host.
-            "events_recorded": [[h, now - e.recorded_at] for h, e in self.events.items()
-                                if e.recorded_at is not None],
+            "events_recorded": [[h, now - e.record.recorded_at]
+                                for h, e in self.events.items()
+                                if e.record.recorded_at is not None],
         }
 
     def restore(self, state: dict, regions: list[tuple[int, int]],
@@ -520,7 +589,7 @@ class Session:
                 fill(i, view)
         now = time.perf_counter()
         for handle, age in state["events_recorded"]:
-            self.events.get(handle).recorded_at = now - age
+            self.events.get(handle).record.recorded_at = now - age
         self.sticky_error = int(state["sticky_error"])
         self.deferred_error, self.deferred_message = state["deferred"]
         self.last_error_message = state["last_error_message"]
@@ -543,6 +612,7 @@ class Session:
         """A fresh backend of the same kind (a suspended session coming back)."""
         self.backend.close()
         self.backend = open_backend(self.backend.name)
+        self.lanes.concurrent = self.backend.launches_run_inline
         self.backend.attach_arena(self.arena.base, self.arena.size)
         self.backend.set_memcheck(self.memcheck == "strict")
 
@@ -709,6 +779,7 @@ class Session:
         for s in list(ctx.streams):
             self.streams.pop(s)
             self.backend.stream_destroyed(s)
+            self.lanes.destroyed(s)
             self.journal.destroyed("stream", s)
         for e in list(ctx.events):
             self.events.pop(e)
@@ -721,8 +792,14 @@ class Session:
             raise CudaError(101, f"invalid device ordinal {device!r:.20}")
 
     @op("vgpuSynchronize")
-    def synchronize(self):
-        """cuCtxSynchronize, cuStreamSynchronize, cuEventSynchronize."""
+    def synchronize(self, kind: str = "context", handle: int = 0):
+        """cuCtxSynchronize, cuStreamSynchronize, cuEventSynchronize: what they wait for
+        (`kind` "context", "stream" or "event", and its handle)."""
+        if kind == "event":
+            record = self.events.get(handle).record
+            self._wait_record(record.lanes, record.point)
+        else:
+            self._wait_lanes(self._points_of(kind, handle))
         self.backend.synchronize()
 
     @op("vgpuDiscardReported")
@@ -734,11 +811,102 @@ class Session:
         self.diagnostics.clear()
 
     @op("vgpuQuery")
-    def query(self):
+    def query(self, kind: str = "context", handle: int = 0):
         """cuStreamQuery and cuEventQuery. While a worker still runs this session's work the
         server answers CUDA_ERROR_NOT_READY without coming here; here, all is done once the
-        device has finished what the backend queued (a GPU's launches return at once)."""
+        streams' lanes have finished the work asked about and the device what the backend
+        queued (a GPU's launches return at once)."""
+        done = self.events.get(handle).record.done() if kind == "event" \
+            else self.lanes.reached(self._points_of(kind, handle))
+        if not done:
+            raise CudaError(CUDA_ERROR_NOT_READY, "work is still running")
         self.backend.synchronize()
+
+    def _points_of(self, kind: str, handle: int) -> tuple[Point, ...]:
+        """What synchronizing with a context or a stream waits for."""
+        if kind == "stream":
+            self._check_stream(handle)
+            return (self.lanes.tail(handle),) if self.lanes.is_lane(handle) \
+                else self.lanes.blocking_points()
+        if kind != "context":
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"cannot synchronize with a {kind!r}")
+        return self.lanes.all_points()
+
+    def _scope_points(self) -> tuple[Point, ...]:
+        """What a copy or memset waits for: the work queued before it on its stream."""
+        stream = self.scope_stream
+        return (self.lanes.tail(stream),) if self.lanes.is_lane(stream) \
+            else self.lanes.blocking_points()
+
+    def _wait_lanes(self, points) -> None:
+        if points and not self.lanes.wait(points):
+            raise Cancelled  # the session ended while the work was waited for
+
+    def _wait_record(self, lanes: StreamLanes | None, point: Point | None) -> None:
+        """Wait for an event's record (`point` of `lanes`: this session's, or another's
+        for an event opened through IPC, whose wait ends with either session)."""
+        if point is None:
+            return
+        if lanes is self.lanes:
+            self._wait_lanes((point,))
+            return
+        while not lanes.wait((point,), 0.1):
+            if self.cancelled:
+                raise Cancelled
+            if lanes.cancelled:
+                return
+
+    def _run_on_lane(self, work: Callable[[], None]) -> None:
+        """Run stream work on its lane's thread: its failure is queued work's, reported at
+        the next synchronizing call; after a sticky error, work is dropped (as a GPU's
+        context that faulted runs nothing more)."""
+        if self.sticky_error or self.cancelled:
+            return
+        try:
+            with self.backend.running():
+                work()
+        except Cancelled:
+            return
+        except CudaError as exc:
+            if exc.code in STICKY_ERRORS:
+                self.sticky_error = exc.code
+            self.defer(exc.code, exc.message)
+        except Exception as exc:  # as _run_one: a failure that is not CUDA's still fails
+            log.error("session %d: stream work failed:\n%s", self.id, traceback.format_exc())
+            self.defer(CUDA_ERROR_OUT_OF_MEMORY if isinstance(exc, MemoryError)
+                       else CUDA_ERROR_UNKNOWN, f"{type(exc).__name__}: {exc}")
+
+    def _host_function_reached(self, gate: int) -> None:
+        """A host function's turn came: the client runs it, then opens its gate (a message
+        handled on arrival: vgpu.protocol HOSTFN). Without a client to run it, the gate
+        opens at once."""
+        if self.notify is None:
+            self.lanes.open_gate(gate)
+        else:
+            self.notify({"host_functions": [gate]})
+
+    @op("vgpuHostFunc")
+    def host_func(self, stream: int, gate: int):
+        """cuLaunchHostFunc and cuStreamAddCallback: gate number `gate` (the client's)
+        holds `stream` while the client runs the function, once the work before it is
+        done."""
+        self._check_stream(stream)
+        if type(gate) is not int or not 0 < gate < 1 << 63:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"bad host function gate {gate!r}")
+        if not self.lanes.is_lane(stream):  # a GPU's queued work must be done first
+            self.backend.synchronize()
+        self.lanes.host_function(stream, gate)
+
+    def host_function_done(self, gate) -> None:
+        """The client ran the host function of `gate` (server I/O thread)."""
+        if type(gate) is int:
+            self.lanes.open_gate(gate)
+
+    @op("vgpuStreamScope")
+    def stream_scope(self, stream: int):
+        """The copies and memsets that follow were issued on `stream` (until the next)."""
+        self._check_stream(stream)
+        self.scope_stream = stream
 
     # ----------------------------------------------------------------- memory
 
@@ -786,6 +954,8 @@ class Session:
 
     def _free(self, address: int) -> None:
         self.backend.unmap(address)
+        if self.ipc is not None:
+            self.ipc.withdraw(self, "memory", address)
         if self.shared is not None:
             self.shared.release(address)
         self._unreserve(address)
@@ -1033,15 +1203,30 @@ class Session:
         if fn.uses_device_runtime or config[7]:
             self._provide_device_runtime(fn, config[7])
         self.printf_launched |= fn.uses_printf
-        try:
-            printed, report = launcher(params, self.printf_fifo_bytes, stream)
-        except KernelFault as fault:
-            self._report_fault(fault)
-            raise
-        if printed:
-            self._print(printed)
-        if report:
-            self.diagnostics.append(report)
+        fifo_bytes = self.printf_fifo_bytes
+
+        def run() -> None:
+            try:
+                printed, report = launcher(params, fifo_bytes, stream)
+            except KernelFault as fault:
+                self._report_fault(fault)
+                raise
+            if printed:
+                self._print(printed)
+            if report:
+                self.diagnostics.append(report)
+
+        self._on_stream(stream, run)
+
+    def _on_stream(self, stream: int, work: Callable[[], None]) -> Point | None:
+        """Run `work` in `stream`'s order: queued on its lane (returning where it ends), or
+        here once the blocking lanes have finished what they hold (the legacy stream)."""
+        if self.lanes.is_lane(stream):
+            return self.lanes.submit(stream, work)
+        if self.lanes.concurrent:
+            self._wait_lanes(self.lanes.blocking_points())
+        work()
+        return None
 
     def _report_fault(self, fault: KernelFault) -> None:
         """A kernel failed: its printf output first, then CUDA's lines for failed asserts or
@@ -1088,38 +1273,60 @@ class Session:
         self.contexts.get(context).streams.add(handle)
         self.streams.add(handle, context)
         self.backend.stream_created(handle)
+        self.lanes.created(handle, bool(flags & CU_STREAM_NON_BLOCKING))
         self.journal.created("stream", handle, context, flags, priority)
 
     @op("cuStreamDestroy")
     def stream_destroy(self, handle: int):
         context = self.streams.pop(handle)
         self.backend.stream_destroyed(handle)
+        self.lanes.destroyed(handle)
         self.journal.destroyed("stream", handle)
         if context in self.contexts:
             self.contexts.get(context).streams.discard(handle)
 
     @op("cuStreamWaitEvent")
     def stream_wait_event(self, stream: int, event: int):
-        """Work runs in arrival order on this server, so a wait is already satisfied."""
+        """Later work on `stream` waits for the event's last record to complete (one never
+        recorded, or recorded on the legacy stream, is complete)."""
         self._check_stream(stream)
-        self.events.get(event)
+        record = self.events.get(event).record
+        lanes, point = record.lanes, record.point
+        if point is None:
+            return
+        if not self.lanes.is_lane(stream):
+            self._wait_record(lanes, point)
+        elif lanes is self.lanes:
+            self.lanes.submit(stream, None, after=(point,))
+        else:
+            self.lanes.submit(stream, lambda: self._wait_record(lanes, point))
 
     @op("cuEventCreate")
-    def event_create(self, handle: int, context: int, flags: int):
-        self.contexts.get(context).events.add(handle)
-        self.events.add(handle, Event(context, flags))
+    def event_create(self, handle: int, context: int, flags: int,
+                     record: EventRecord | None = None):
+        ctx = self.contexts.get(context)
+        self.events.add(handle, Event(context, flags, record or EventRecord()))
+        ctx.events.add(handle)
         self.journal.created("event", handle, context, flags)
 
     @op("cuEventRecord")
     def event_record(self, handle: int, stream: int):
         self._check_stream(stream)
-        self.backend.synchronize()
-        self.events.get(handle).recorded_at = time.perf_counter()
+        record = self.events.get(handle).record
+
+        def recorded() -> None:
+            self.backend.synchronize()
+            record.recorded_at = time.perf_counter()
+
+        record.lanes = self.lanes
+        record.point = self._on_stream(stream, recorded)
 
     @op("cuEventDestroy")
     def event_destroy(self, handle: int):
         event = self.events.pop(handle)
         self.journal.destroyed("event", handle)
+        if event.record.shared and self.ipc is not None:
+            self.ipc.withdraw(self, "event", handle)
         if event.context in self.contexts:
             self.contexts.get(event.context).events.discard(handle)
 
@@ -1128,16 +1335,19 @@ class Session:
         a, b = self.events.get(start), self.events.get(end)
         if (a.flags | b.flags) & CU_EVENT_DISABLE_TIMING:
             raise CudaError(CUDA_ERROR_INVALID_HANDLE, "event created with DISABLE_TIMING")
-        if a.recorded_at is None or b.recorded_at is None:
+        if not (a.record.done() and b.record.done()):
+            raise CudaError(CUDA_ERROR_NOT_READY, "an event has not completed yet")
+        if a.record.recorded_at is None or b.record.recorded_at is None:
             raise CudaError(CUDA_ERROR_INVALID_HANDLE, "event has not been recorded")
-        return (b.recorded_at - a.recorded_at) * 1000.0
+        return (b.record.recorded_at - a.record.recorded_at) * 1000.0
 
 
 # Calls that still work after a sticky error: the ones that tear state down.
 STICKY_EXEMPT = frozenset({"cuCtxDestroy", "cuDevicePrimaryCtxReset", "cuMemFree",
                            "cuModuleUnload", "cuStreamDestroy", "cuEventDestroy",
                            "vgpuUnmapHostSegment", "vgpuDiscardReported", "cuMemUnmap",
-                           "cuMemRelease", "cuMemAddressFree", "vgpuGraphDestroy"})
+                           "cuMemRelease", "cuMemAddressFree", "vgpuGraphDestroy",
+                           "cuIpcCloseMemHandle"})
 
 
 def _on_vmm(method: Callable) -> Callable:
@@ -1146,6 +1356,7 @@ def _on_vmm(method: Callable) -> Callable:
 
 
 OPS.update({name: _on_vmm(method) for name, method in VMM_OPS.items()})
+OPS.update(IPC_OPS)
 
 
 def _on_graphs(method: Callable) -> Callable:

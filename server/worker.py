@@ -43,8 +43,10 @@ __all__ = ["SessionWorker", "SessionEnded", "Outcome", "run_batch", "LONG_CALLS"
 log = logging.getLogger("vgpu.server")
 
 # Calls that may run long enough to hold up other clients.
+# A host function holds the session's thread until the client ran it, where it is on the
+# legacy stream.
 LONG_CALLS = frozenset({"cuLaunchKernel", "cuLaunchCooperativeKernel", "cuModuleLoadData",
-                        "vgpuGraphLaunch"})
+                        "vgpuGraphLaunch", "vgpuHostFunc"})
 # The most calls a batch the I/O thread runs itself may hold: what vgpu's client sends in one
 # batch (vgpu.client.MAX_QUEUED_CALLS). A raw client may pack hundreds of thousands of calls
 # into one message; run inline, they would hold up every client, and stopping, for minutes.

@@ -31,6 +31,7 @@ from typing import Protocol
 import zmq
 
 from .errors import CudaError, DeviceUnavailable
+from .host_functions import HostFunctions
 from .outbox import Outbox, relocate, replay_form, staged_ranges
 from .processes import pid_alive
 from .protocol import (
@@ -39,6 +40,7 @@ from .protocol import (
     DEFAULT_TIMEOUT_S,
     HANDSHAKE_TIMEOUT_S,
     HELLO,
+    HOSTFN,
     KEEPALIVE_SEQ,
     MEMCHECK_MODES,
     PROTOCOL_VERSION,
@@ -89,6 +91,9 @@ PEER_COPY_BYTES = 1 << 20
 # Calls after which device windows mapped here may be of freed allocations.
 RELEASING_CALLS = frozenset({"cuMemFree", "cuCtxDestroy", "cuDevicePrimaryCtxReset"})
 POLL_SLICE_MS = 100
+# How long a wait for a reply looks at the socket at a time while host functions are
+# queued: what it takes at most to pass on that one ran.
+HOST_FUNCTION_POLL_MS = 1
 # How long a client whose connection dropped tries to reconnect (the server keeps the
 # session for its --reconnect-grace, 5 s by default), and how often.
 RECONNECT_WINDOW_S = 10.0
@@ -198,6 +203,12 @@ class Connection:
         self.owner_pid = os.getpid()  # a forked child must leave its parent's connection alone
         self._lock = threading.RLock()
         self._pack = packer()  # (messages are packed and sent holding the lock)
+        self.lock = self._lock  # (for HostFunctions: who may use the socket)
+        self.host_functions = HostFunctions(self)
+        # Whether work went to a stream other than the legacy one since the last context
+        # synchronization: the server runs such streams beside its answers, so an answer
+        # no longer says that work is done.
+        self.streams_used = False
         self._zmq = zmq.Context()
         # Each socket's watch (vgpu.transport.Watch): why a handshake failed, and for a TCP
         # socket whether its connection dropped.
@@ -490,32 +501,39 @@ class Connection:
                 self._segments.add(args[0])
             return reply
 
-    def synchronize(self) -> None:
-        """Wait for all work sent so far (cuCtxSynchronize and kin).
+    def synchronize(self, kind: str = "context", handle: int = 0, ask: bool = False) -> None:
+        """Wait for the work sent so far: all of it (cuCtxSynchronize and kin), or a
+        stream's, or up to an event's record (`kind` "stream" or "event", and its handle).
 
-        When everything sent has already been answered for and nothing is queued, there is
-        nothing to wait for: no round trip. A sticky error the server
-        reported keeps being returned, as CUDA does.
+        When everything sent has already been answered for, nothing is queued and no
+        stream ran beside the answers, there is nothing to wait for: no round trip, unless
+        `ask` (another process's work is waited for: an event opened through IPC). A
+        sticky error the server reported keeps being returned, as CUDA does.
         """
         with self._lock:
-            if self._queue or self._unconfirmed:
-                self.call("vgpuSynchronize")
+            if self._queue or self._unconfirmed or self.streams_used or ask:
+                if kind == "context":
+                    self.call("vgpuSynchronize")
+                    self.streams_used = False
+                else:
+                    self.call("vgpuSynchronize", kind, handle)
             elif self.sticky_error:
                 raise CudaError(self.sticky_error, "the context has a sticky error")
             if self.managed is not None:
                 self.managed.settled()
 
-    def query(self) -> bool:
-        """Has all work sent so far finished (cuStreamQuery, cuEventQuery)? Never waits for
-        the work itself: the server answers at once, from its I/O thread."""
+    def query(self, kind: str = "context", handle: int = 0, ask: bool = False) -> bool:
+        """Has the work sent so far finished (cuStreamQuery, cuEventQuery: see
+        `synchronize`)? Never waits for the work itself: the server answers at once, from
+        its I/O thread."""
         with self._lock:
-            if not (self._queue or self._unconfirmed):
+            if not (self._queue or self._unconfirmed or self.streams_used or ask):
                 if self.sticky_error:
                     raise CudaError(self.sticky_error, "the context has a sticky error")
                 if self.managed is not None:
                     self.managed.settled()
                 return True
-            self._queue.append(("vgpuQuery", ()))
+            self._queue.append(("vgpuQuery", () if kind == "context" else (kind, handle)))
             reply = self._wait(self._flush(want_reply=True), self.timeout)
             try:  # "not ready" is answered ahead of the work it is about: it confirms nothing
                 self._finish(reply, confirms=reply[0] != CUDA_ERROR_NOT_READY)
@@ -599,6 +617,19 @@ class Connection:
         else:
             self._socket.send(self._pack([kind, seq, body]))
 
+    def answer_host_function(self, gate: int) -> None:
+        """The host function of `gate` ran (the lock is held): its stream goes on (not a
+        CALLS message: the server handles it on arrival, whatever it is running)."""
+        if not self._lost:
+            self._transmit(HOSTFN, 0, gate, [])
+
+    def take_notices(self) -> None:
+        """Take the messages that wait on the socket, without waiting (the lock is held,
+        and nobody waits for a reply: see HostFunctions)."""
+        sock = self._socket
+        while not self._lost and sock.get(EVENTS) & POLLIN:
+            self._take(self._receive_frames(sock), None)
+
     def _release_window(self) -> None:
         """Done copying through a device window: a migration waits for that (not a CALLS
         message: it has no position, and the server handles it on arrival)."""
@@ -645,21 +676,25 @@ class Connection:
         deadline = time.monotonic() + timeout
         spin_until = time.perf_counter() + self.spin_s
         sock = self._socket
+        # Host functions queued (no other can be while we hold the lock) may finish while
+        # we wait: their answers cannot wait for the receive's time slice.
+        host_functions = self.host_functions if self.host_functions.outstanding else None
         while True:
-            if self.spin_s and time.perf_counter() < spin_until:
+            if host_functions is not None:
+                host_functions.send_answers()
+                if not sock.poll(HOST_FUNCTION_POLL_MS):
+                    if time.monotonic() > deadline:
+                        raise _ServerLost(f"no answer from the vgpu server at "
+                                          f"{self.address} within {timeout:g} s")
+                    continue
+            elif self.spin_s and time.perf_counter() < spin_until:
                 # Spinning asks the socket whether a reply is there: a receive that finds
                 # nothing raises, which costs several times more, and a spin that sees the
                 # reply later answers later.
                 if not sock.get(EVENTS) & POLLIN:
                     continue
             try:  # blocks at most RCVTIMEO: one call into zmq per reply, no separate poll
-                # Frames, whose `more` costs a tenth of asking the socket (pyzmq's
-                # getsockopt looks the option up in an enum first).
-                part = sock.recv(copy=False)
-                frames = [part.bytes]
-                while part.more:
-                    part = sock.recv(copy=False)
-                    frames.append(part.bytes)
+                frames = self._receive_frames(sock)
             except zmq.Again:
                 if self.server_pid is not None and not pid_alive(self.server_pid):
                     raise _ServerLost(f"the vgpu server (pid {self.server_pid}) at "
@@ -671,30 +706,51 @@ class Connection:
                     raise _ServerLost(f"no answer from the vgpu server at {self.address} "
                                       f"within {timeout:g} s") from None
                 continue
-            reply = unpack(frames[0])
-            if reply[1] == CUDA_ERROR_DEVICE_UNAVAILABLE and reply[0] and self._dropped():
-                # Sent after the drop, on the connection zmq opened again by itself: the
-                # server does not know it, and answered "no session". Resent after the
-                # reconnect.
-                raise _Dropped(f"the connection to the vgpu server at {self.address} dropped")
-            if reply[0] != KEEPALIVE_SEQ:
-                self._outbox.answered(reply[0], reply[1])
-            if reply[0] == seq:
-                return [*reply[1:], frames[1:]]
-            if reply[0] == KEEPALIVE_SEQ:
-                if reply[1]:  # the server is going away, and why
-                    raise _ServerLost(f"{reply[2]} ({self.address})")
-                notice = reply[2]
-                if isinstance(notice, dict):
-                    if "redirect" in notice:
-                        raise _Redirect(str(notice["redirect"]), int(notice["position"]))
-                    if "checkpointed" in notice:
-                        self._outbox.checkpointed(int(notice["checkpointed"]))
+            reply = self._take(frames, seq)
+            if reply is not None:
+                return reply
             # The server is alive: a keepalive (it is still running our calls), a notice, a
             # mark's answer, or one to a request abandoned after a timeout.
             deadline = time.monotonic() + timeout
-            if self._marks and reply[0] == self._marks[0]:
-                self._take_mark([*reply[1:], frames[1:]])
+
+    @staticmethod
+    def _receive_frames(sock: zmq.Socket) -> list:
+        """One message's parts. Read as frames, whose `more` costs a tenth of asking the
+        socket (pyzmq's getsockopt looks the option up in an enum first)."""
+        part = sock.recv(copy=False)
+        frames = [part.bytes]
+        while part.more:
+            part = sock.recv(copy=False)
+            frames.append(part.bytes)
+        return frames
+
+    def _take(self, frames: list, seq: int | None) -> list | None:
+        """A message from the server: the reply to `seq`, returned; or one taken here (a
+        notice, a mark's answer), None."""
+        reply = unpack(frames[0])
+        if reply[1] == CUDA_ERROR_DEVICE_UNAVAILABLE and reply[0] and self._dropped():
+            # Sent after the drop, on the connection zmq opened again by itself: the
+            # server does not know it, and answered "no session". Resent after the
+            # reconnect.
+            raise _Dropped(f"the connection to the vgpu server at {self.address} dropped")
+        if reply[0] != KEEPALIVE_SEQ:
+            self._outbox.answered(reply[0], reply[1])
+        if reply[0] == seq:
+            return [*reply[1:], frames[1:]]
+        if reply[0] == KEEPALIVE_SEQ:
+            if reply[1]:  # the server is going away, and why
+                raise _ServerLost(f"{reply[2]} ({self.address})")
+            notice = reply[2]
+            if isinstance(notice, dict):
+                if "redirect" in notice:
+                    raise _Redirect(str(notice["redirect"]), int(notice["position"]))
+                if "checkpointed" in notice:
+                    self._outbox.checkpointed(int(notice["checkpointed"]))
+                if "host_functions" in notice:
+                    self.host_functions.arrived(notice["host_functions"])
+        if self._marks and reply[0] == self._marks[0]:
+            self._take_mark([*reply[1:], frames[1:]])
+        return None
 
     def _finish(self, reply: list, confirms: bool = True) -> tuple[object, list]:
         """Take a synchronizing call's reply. It `confirms` that everything sent before has

@@ -32,6 +32,9 @@ kind is one of:
             header's seq is non-zero (the last call then is the synchronizing one)
     RELEASE body = None: the client finished copying through the device window the server
             last granted it (vgpuDeviceWindow); handled on arrival, not queued
+    HOSTFN  body = gate: the client ran the host function of that gate (vgpuHostFunc), whose
+            turn a {"host_functions": [gate, ...]} notice announced; the stream it holds
+            goes on. Handled on arrival, not queued
     ADMIN   body = [op, args]: `ps` and friends, answered without a session
     BYE     body = None: the client is leaving; its session is released
 
@@ -47,12 +50,14 @@ Seq-0 replies with code 0 may carry a notice in their result (None: a plain keep
     {"redirect": ADDRESS, "position": N}   the session moved to ADDRESS, where its state
                           covers the first N messages
     {"progress": [phase, done, total]}   to an admin client, while its request runs
+    {"host_functions": [gate, ...]}   the turn of these host functions came (vgpuHostFunc):
+                          the client runs them, in order, and answers each with HOSTFN
 A suspended session's calls wait for its resume; while any are held, the client hears
 plain keepalives.
 
 Moving sessions. Every CALLS message has a position, its 1-based count since the first
-hello; client and server count the same messages (HELLO, RELEASE, ADMIN and BYE do not
-count). A reply to the message at position p confirms every message up to p, except a
+hello; client and server count the same messages (HELLO, RELEASE, HOSTFN, ADMIN and BYE do
+not count). A reply to the message at position p confirms every message up to p, except a
 vgpuQuery's "not ready", which is answered ahead of the work it is about. On a redirect the
 client says hello at ADDRESS with its token and "resume": {"position": N}. With a failover
 list (VGPU_SERVER="ADDR1,ADDR2"), when its server is gone (pid gone, silence, "shutting
@@ -105,14 +110,15 @@ from collections.abc import Callable
 import msgpack
 
 __all__ = [
-    "PROTOCOL_VERSION", "HELLO", "CALLS", "ADMIN", "BYE", "RELEASE", "pack", "packer", "unpack",
-    "ProtocolError",
+    "PROTOCOL_VERSION", "HELLO", "CALLS", "ADMIN", "BYE", "RELEASE", "HOSTFN", "pack", "packer",
+    "unpack", "ProtocolError",
     "DEFAULT_TIMEOUT_S", "HANDSHAKE_TIMEOUT_S", "KEEPALIVE_SEQ", "STICKY_ERRORS",
     "MEMCHECK_MODES", "VMM_GRANULARITY", "HOST_PAGE",
 ]
 
 PROTOCOL_VERSION = 5  # 5: shared memory files named by descriptor, not path
 HELLO, CALLS, ADMIN, BYE, RELEASE = "hello", "calls", "admin", "bye", "release"
+HOSTFN = "hostfn"
 
 # How long a client waits for a server that has gone silent before declaring the device lost.
 DEFAULT_TIMEOUT_S = 60.0

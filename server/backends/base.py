@@ -74,6 +74,9 @@ class Backend(abc.ABC):
     name: str
     # Whether device memory is host RAM (emu), which a local client may then map itself.
     memory_is_host_ram = False
+    # Whether a launcher returns only once its kernel has run (the emulator): streams then
+    # need threads of their own to run beside each other (server/streams.py).
+    launches_run_inline = False
     # Whether the sessions of one server share one device address space (a GPU's, with
     # unified addressing), so that their arenas must not overlap.
     shares_address_space = True

@@ -47,6 +47,10 @@ EMU_LIMITS = {
     "MEMORY_CLOCK_RATE": 1215000,
     "GLOBAL_MEMORY_BUS_WIDTH": 5120,
     "L2_CACHE_SIZE": 40 * 1024 * 1024,
+    # Access-policy windows and a persisting set-aside are accepted as hints (what an A100
+    # allows), though the emulator keeps no cache (shim/driver/hints.py).
+    "MAX_PERSISTING_L2_CACHE_SIZE": 30 * 1024 * 1024,
+    "MAX_ACCESS_POLICY_WINDOW_SIZE": 128 * 1024 * 1024 - 4096,
     "TEXTURE_ALIGNMENT": 512,
     "TEXTURE_PITCH_ALIGNMENT": 32,
     "SURFACE_ALIGNMENT": 512,
@@ -65,6 +69,7 @@ EMU_LIMITS = {
     "HOST_REGISTER_SUPPORTED": 1,
     **MANAGED_CONTRACT,
     "MEMORY_POOLS_SUPPORTED": 1,
+    "IPC_EVENT_SUPPORTED": 1,  # between processes of one server (server/ipc.py)
     "COMPUTE_PREEMPTION_SUPPORTED": 1,
     "SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO": 2,
     "RESERVED_SHARED_MEMORY_PER_BLOCK": 1024,

@@ -57,6 +57,7 @@ _BINARY_VERSION = EMU_COMPUTE_CAPABILITY[0] * 10 + EMU_COMPUTE_CAPABILITY[1]
 class EmuBackend(Backend):
     name = "emu"
     memory_is_host_ram = True
+    launches_run_inline = True
     shares_address_space = False  # each session's memory is its own DeviceMemory
 
     def __init__(self) -> None:
@@ -225,7 +226,8 @@ class EmuBackend(Backend):
             raise CudaError(exc.code, str(exc)) from None
 
         def run(params: bytes, printf_fifo_bytes: int, stream: int = 0) -> tuple[str, str]:
-            """Runs to completion, whatever the stream: every stream is in order here."""
+            """Runs to completion (streams run concurrently on threads of their own: see
+            server/streams.py)."""
             self._writes.wrote_anywhere()  # a kernel may store through any pointer
             try:
                 result = prepared.execute(params, self.memory, self.checker, printf_fifo_bytes,

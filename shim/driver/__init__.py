@@ -6,8 +6,8 @@ symbol name, decodes the C arguments (integers as ints, pointers as cffi cdata) 
 the int CUresult the function gives. Symbols absent here answer CUDA_ERROR_NOT_SUPPORTED.
 
 Implementations are grouped by object kind, one module each. Per-thread-default-stream
-variants (`_ptds`, `_ptsz`) share the implementation of their base symbol: the server runs
-all work in arrival order, which satisfies both stream semantics.
+variants (`_ptds`, `_ptsz`) share the implementation of their base symbol (their NULL stream is
+the legacy one, which synchronizes with the other blocking streams: correct, if stricter).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from . import (
     graph_generic,
     graph_memory,
     graphs,
+    hints,
+    ipc,
     launch,
     managed,
     memory,
@@ -33,7 +35,8 @@ from . import (
 )
 
 _MODULES = (device, context, memory, managed, peers, arrays, textures, module, launch, stream,
-            vmm, occupancy, graphs, graph_exec, graph_capture, graph_memory, graph_generic)
+            vmm, occupancy, graphs, graph_exec, graph_capture, graph_memory, graph_generic,
+            ipc, hints)
 
 
 def _implemented() -> dict:

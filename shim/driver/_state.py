@@ -142,6 +142,7 @@ class DriverState:
         self.allocation_context: dict[int, int] = {}  # device address -> context handle
         self.module_variables: set[int] = set()  # addresses above that belong to a module
         self.mappings: dict[int, int] = {}  # cuMemMap'd addresses above -> access flags
+        self.ipc_opened: dict[int, int] = {}  # addresses above of IPC handles -> times opened
         self._allocation_starts: list[int] = []
         self.host_allocations: dict[int, HostAllocation] = {}
         self.modules: dict[int, ModuleInfo] = {}

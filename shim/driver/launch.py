@@ -86,8 +86,11 @@ def _submit(handle: int, layout, grid, block, shared_bytes: int, stream_handle: 
             kernel_params, extra, cooperative: bool = False) -> None:
     """Queue a launch whose function, stream and configuration are already checked."""
     params = _pack_params(layout, kernel_params, extra)
-    state.conn().post("cuLaunchCooperativeKernel" if cooperative else "cuLaunchKernel", handle,
-                      *grid, *block, shared_bytes, stream_handle, params)
+    conn = state.conn()
+    if stream_handle not in (0, 1):  # not the legacy stream: see Connection.streams_used
+        conn.streams_used = True
+    conn.post("cuLaunchCooperativeKernel" if cooperative else "cuLaunchKernel", handle,
+              *grid, *block, shared_bytes, stream_handle, params)
 
 
 def check_cooperative(layout, grid, block, shared_bytes: int) -> None:
@@ -214,6 +217,8 @@ def cuFuncSetAttribute(f, attrib, value):
 
 @api
 def cuKernelSetAttribute(attrib, value, kernel, dev):
+    if dev != 0:
+        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {dev}")
     _set_attribute(_function_arg(kernel)[0], attrib, value)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import struct
@@ -76,7 +77,7 @@ def cuMemAllocPitch_v2(dptr, pitch, width, height, element_size):
 def _free(address: int) -> None:
     state.current_context()
     if address not in state.allocations or address in state.module_variables \
-            or address in state.mappings:
+            or address in state.mappings or address in state.ipc_opened:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
                         f"0x{address:x} is not the start of a live allocation")
     state.remove_allocation(address)
@@ -294,6 +295,24 @@ def stream_handle(stream) -> int:
     return handle_of(stream, Kind.STREAM, state.streams)
 
 
+@contextlib.contextmanager
+def issued_on(stream):
+    """Copies and memsets issued inside, on `stream`: the server runs streams other than
+    the legacy one beside each other (server/streams.py), so those name their stream, and
+    wait for its work only (vgpuStreamScope)."""
+    handle = _check_stream(stream)
+    if handle in (0, 1):
+        yield handle
+        return
+    conn = state.conn()
+    conn.streams_used = True
+    conn.post("vgpuStreamScope", handle)
+    try:
+        yield handle
+    finally:
+        conn.post("vgpuStreamScope", 0)
+
+
 def _check_host_range(address: int, size: int, side: str) -> None:
     """Host memory this process reads or writes itself must be there (see is_mapped)."""
     if address == 0:
@@ -371,8 +390,8 @@ def cuMemcpyHtoD_v2(dst, src, size):
 
 @api
 def cuMemcpyHtoDAsync_v2(dst, src, size, stream):
-    _check_stream(stream)
-    _htod(dst, ptr(src), size, queued=True)
+    with issued_on(stream):
+        _htod(dst, ptr(src), size, queued=True)
 
 
 @api
@@ -382,8 +401,8 @@ def cuMemcpyDtoH_v2(dst, src, size):
 
 @api
 def cuMemcpyDtoHAsync_v2(dst, src, size, stream):
-    _check_stream(stream)
-    _dtoh(ptr(dst), src, size, queued=True)
+    with issued_on(stream):
+        _dtoh(ptr(dst), src, size, queued=True)
 
 
 @api
@@ -394,8 +413,8 @@ def cuMemcpyDtoD_v2(dst, src, size):
 
 @api
 def cuMemcpyDtoDAsync_v2(dst, src, size, stream):
-    _check_stream(stream)
-    _dtod(dst, src, size)
+    with issued_on(stream):
+        _dtod(dst, src, size)
 
 
 def _is_device(address: int) -> bool:
@@ -445,8 +464,8 @@ def cuMemcpy(dst, src, size):
 
 @api
 def cuMemcpyAsync(dst, src, size, stream):
-    _check_stream(stream)
-    _copy_unified(dst, src, size, queued=True)
+    with issued_on(stream):
+        _copy_unified(dst, src, size, queued=True)
 
 
 def _copy_2d(p, queued: bool) -> None:
@@ -514,8 +533,8 @@ cuMemcpy2DUnaligned_v2 = cuMemcpy2D_v2
 
 @api
 def cuMemcpy2DAsync_v2(p, stream):
-    _check_stream(stream)
-    _copy_2d(p, queued=True)
+    with issued_on(stream):
+        _copy_2d(p, queued=True)
 
 
 # ----------------------------------------------------------------- memsets
@@ -555,20 +574,20 @@ def cuMemsetD32_v2(dst, value, count):
 
 @api
 def cuMemsetD8Async(dst, value, count, stream):
-    _check_stream(stream)
-    _memset(dst, struct.pack("<B", value & 0xFF), count)
+    with issued_on(stream):
+        _memset(dst, struct.pack("<B", value & 0xFF), count)
 
 
 @api
 def cuMemsetD16Async(dst, value, count, stream):
-    _check_stream(stream)
-    _memset(dst, struct.pack("<H", value & 0xFFFF), count)
+    with issued_on(stream):
+        _memset(dst, struct.pack("<H", value & 0xFFFF), count)
 
 
 @api
 def cuMemsetD32Async(dst, value, count, stream):
-    _check_stream(stream)
-    _memset(dst, struct.pack("<I", value & 0xFFFFFFFF), count)
+    with issued_on(stream):
+        _memset(dst, struct.pack("<I", value & 0xFFFFFFFF), count)
 
 
 def _memset_2d(dst: int, pitch: int, element: bytes, width: int, height: int,
@@ -589,8 +608,8 @@ def cuMemsetD2D32_v2(dst, pitch, value, width, height):
 
 @api
 def cuMemsetD2D8Async(dst, pitch, value, width, height, stream):
-    _check_stream(stream)
-    _memset_2d(dst, pitch, struct.pack("<B", value & 0xFF), width, height)
+    with issued_on(stream):
+        _memset_2d(dst, pitch, struct.pack("<B", value & 0xFF), width, height)
 
 
 # ----------------------------------------------------------------- pointer attributes

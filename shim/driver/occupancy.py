@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from vgpu.api.cudadefs import CUdevice_attribute
 
-from ._state import CudaError, E, api, check_out, state
+from ._state import CudaError, E, api, check_out, ffi, state
 from .launch import _function_arg
 
 CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE = 0x1
@@ -94,3 +94,54 @@ def available_dynamic_shared(layout, num_blocks: int, block_size: int) -> int:
 def cuOccupancyAvailableDynamicSMemPerBlock(dynamic_shared, func, num_blocks, block_size):
     check_out(dynamic_shared)
     dynamic_shared[0] = available_dynamic_shared(_function_arg(func)[0], num_blocks, block_size)
+
+
+def max_potential_block_size(layout, dynamic_shared, block_size_limit: int) -> tuple[int, int]:
+    """(grid size that fills the device, block size of the highest occupancy), as CUDA's
+    calculator answers: block sizes are tried from the largest allowed down, a warp at a
+    time, the largest of the best kept. `dynamic_shared(block_size)` gives the dynamic shared
+    memory of a block of that size."""
+    warp = _device(A.CU_DEVICE_ATTRIBUTE_WARP_SIZE)
+    largest = min(layout.attributes.get("max_threads_per_block", 1024),
+                  _device(A.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK))
+    if block_size_limit > 0:
+        largest = min(largest, block_size_limit)
+    best_blocks, best_size, best_threads = 0, 0, 0
+    size = -(-largest // warp) * warp
+    while size > 0:
+        candidate = min(size, largest)
+        blocks = max_active_blocks(layout, candidate, dynamic_shared(candidate))
+        if blocks * candidate > best_threads:
+            best_blocks, best_size, best_threads = blocks, candidate, blocks * candidate
+        size -= warp
+    return best_blocks * _device(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), best_size
+
+
+def _potential(min_grid_size, block_size, func, to_dynamic_shared, dynamic_shared: int,
+               limit: int) -> None:
+    check_out(min_grid_size)
+    check_out(block_size)
+    layout = _function_arg(func)[0]
+    if to_dynamic_shared != ffi.NULL:
+        grid, size = max_potential_block_size(layout, lambda n: int(to_dynamic_shared(n)),
+                                              limit)
+    else:
+        grid, size = max_potential_block_size(layout, lambda n: dynamic_shared, limit)
+    min_grid_size[0], block_size[0] = grid, size
+
+
+@api
+def cuOccupancyMaxPotentialBlockSize(min_grid_size, block_size, func, to_dynamic_shared,
+                                     dynamic_shared, block_size_limit):
+    _potential(min_grid_size, block_size, func, to_dynamic_shared, dynamic_shared,
+               block_size_limit)
+
+
+@api
+def cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid_size, block_size, func,
+                                              to_dynamic_shared, dynamic_shared,
+                                              block_size_limit, flags):
+    if flags & ~CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown occupancy flags 0x{flags:x}")
+    _potential(min_grid_size, block_size, func, to_dynamic_shared, dynamic_shared,
+               block_size_limit)

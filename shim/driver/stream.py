@@ -1,8 +1,11 @@
 """Streams and events.
 
-The server runs work in arrival order, so stream order always holds and a wait on an event
-is satisfied by construction; synchronizing is one round trip that also collects the errors
-of queued work. Event timestamps are taken by the server when it reaches the record.
+The server runs each stream's work in its order, streams beside each other (on emu, each
+stream other than the legacy one has a thread there: server/streams.py), and events order
+work across streams; synchronizing with a stream, an event or the context is one round trip
+that also collects the errors of queued work. Event timestamps are taken by the server
+when it reaches the record. Host functions run on a thread of vgpu's in stream order
+(vgpu/host_functions.py).
 """
 
 from __future__ import annotations
@@ -14,7 +17,11 @@ from .memory import _check_stream, stream_handle
 
 CU_STREAM_NON_BLOCKING = 0x1
 CU_EVENT_RECORD_EXTERNAL = CU_EVENT_WAIT_EXTERNAL = 0x1
+# The legacy default stream: the NULL stream and CU_STREAM_LEGACY.
+LEGACY_STREAMS = (0, 1)
 CU_EVENT_FLAGS_MASK = 0xF
+CU_EVENT_DISABLE_TIMING = 0x2
+CU_EVENT_INTERPROCESS = 0x4
 LEAST_PRIORITY, GREATEST_PRIORITY = 0, -5
 
 
@@ -99,33 +106,42 @@ def cuStreamDestroy_v2(stream):
     state.conn().post("cuStreamDestroy", handle)
 
 
-def _synchronize() -> None:
+def _synchronize(kind: str = "context", handle: int = 0) -> None:
     state.current_context()
     if state.recorder() is None:  # (a capturing stream's refusal comes from there)
         graph_capture.forbid_unsafe("synchronizing")
-    state.conn().synchronize()
+    state.conn().synchronize(kind, handle, _imported(kind, handle))
 
 
-def _query() -> None:
-    """Work runs in arrival order, so "is this stream's (event's) work done" is answered by
-    "is all work sent so far done"."""
+def _query(kind: str, handle: int) -> None:
     state.current_context()
     if state.recorder() is None:
         graph_capture.forbid_unsafe("querying")
-    if not state.conn().query():
+    if not state.conn().query(kind, handle, _imported(kind, handle)):
         raise CudaError(E.CUDA_ERROR_NOT_READY, "work is still running")
+
+
+def _imported(kind: str, handle: int) -> bool:
+    """Is `handle` an event another process records (opened through IPC)?"""
+    return kind == "event" and state.events[handle].get("imported", False)
+
+
+def on_stream(handle: int) -> int:
+    """`handle`, a stream that work is queued on: one other than the legacy stream runs
+    beside the server's answers (see Connection.streams_used)."""
+    if handle not in LEGACY_STREAMS:
+        state.conn().streams_used = True
+    return handle
 
 
 @api
 def cuStreamSynchronize(stream):
-    _check_stream(stream)
-    _synchronize()
+    _synchronize("stream", _check_stream(stream))
 
 
 @api
 def cuStreamQuery(stream):
-    _check_stream(stream)
-    _query()
+    _query("stream", _check_stream(stream))
 
 
 @api
@@ -133,38 +149,43 @@ def cuStreamWaitEvent(stream, event, flags):
     waiter = stream_handle(stream)
     event_handle = handle_of(event, Kind.EVENT, state.events)
     if flags & ~CU_EVENT_WAIT_EXTERNAL:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown wait flags 0x{flags:x}")
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown event wait flags 0x{flags:x}")
     if flags & CU_EVENT_WAIT_EXTERNAL and graph_capture.add_node_to_capture(
             waiter, WAIT_EVENT, [("wire", "cuStreamWaitEvent", [0, event_handle])],
             {"event": event_handle}):
         return
     if graph_capture.wait_event(waiter, event_handle):
         return
-    _check_stream(stream)
-    state.conn().post("cuStreamWaitEvent", waiter, event_handle)
+    state.conn().post("cuStreamWaitEvent", on_stream(_check_stream(stream)), event_handle)
+
+
+def queue_host_function(stream_handle: int, function) -> None:
+    """Run `function()` on vgpu's host-function thread once the work queued on the stream
+    before it is done; the stream's later work waits for it to return."""
+    state.current_context()
+    state.conn().host_functions.queue(on_stream(stream_handle), function)
 
 
 @api
 def cuStreamAddCallback(stream, callback, user_data, flags):
-    """The callback runs once the work queued before it is done, here, in this thread."""
+    """The callback gets the stream's status: the context's sticky error, if it has one."""
     if flags != 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "flags must be 0")
+    if callback == ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "callback is NULL")
     handle = _check_stream(stream)
-    try:
-        _synchronize()
-        code = 0
-    except CudaError as exc:
-        code = exc.code
-    callback(ffi.cast("CUstream", handle), code, user_data)
+    conn = state.conn()
+    queue_host_function(handle, lambda: callback(
+        ffi.cast("CUstream", handle), conn.sticky_error, user_data))
 
 
 @api
 def cuLaunchHostFunc(stream, fn, user_data):
+    if fn == ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "host function is NULL")
     if capture_host_function(stream, fn, user_data):
         return
-    _check_stream(stream)
-    _synchronize()
-    fn(user_data)
+    queue_host_function(_check_stream(stream), lambda: fn(user_data))
 
 
 def capture_host_function(stream, fn, user_data) -> bool:
@@ -186,6 +207,9 @@ def _new_event(flags: int) -> int:
     context = state.current_context()
     if flags & ~CU_EVENT_FLAGS_MASK:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown event flags 0x{flags:x}")
+    if flags & CU_EVENT_INTERPROCESS and not flags & CU_EVENT_DISABLE_TIMING:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        "an interprocess event must disable timing")
     handle = state.new_handle(Kind.EVENT)
     state.conn().post("cuEventCreate", handle, context, flags)
     state.events[handle] = {"context": context, "flags": flags}
@@ -199,7 +223,9 @@ def cuEventRecord(event, stream):
 
 def _record(event, stream, flags: int) -> None:
     """An event record; in a capture, the event stands for the stream's place in it, or with
-    CU_EVENT_RECORD_EXTERNAL becomes an event record node."""
+    CU_EVENT_RECORD_EXTERNAL becomes an event record node. An interprocess event's record
+    reaches the server before the call returns: another process told of it then waits for
+    it, not for an earlier one."""
     handle = handle_of(event, Kind.EVENT, state.events)
     recorder = stream_handle(stream)
     if flags & ~CU_EVENT_RECORD_EXTERNAL:
@@ -210,7 +236,11 @@ def _record(event, stream, flags: int) -> None:
         return
     if graph_capture.record_event(handle, recorder):
         return
-    state.conn().post("cuEventRecord", handle, _check_stream(stream))
+    recorder = on_stream(_check_stream(stream))
+    if state.events[handle]["flags"] & CU_EVENT_INTERPROCESS:
+        state.conn().call("cuEventRecord", handle, recorder)
+    else:
+        state.conn().post("cuEventRecord", handle, recorder)
 
 
 @api
@@ -227,13 +257,13 @@ def _uncaptured_event(event) -> None:
 @api
 def cuEventSynchronize(event):
     _uncaptured_event(event)
-    _synchronize()
+    _synchronize("event", handle_of(event, Kind.EVENT, state.events))
 
 
 @api
 def cuEventQuery(event):
     _uncaptured_event(event)
-    _query()
+    _query("event", handle_of(event, Kind.EVENT, state.events))
 
 
 @api

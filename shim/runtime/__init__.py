@@ -25,7 +25,10 @@ from . import (
     device,
     errors,
     graphs,
+    hints,
+    ipc,
     launch,
+    libraries,
     managed,
     memory,
     occupancy,
@@ -36,7 +39,7 @@ from . import (
 )
 
 _MODULES = (registration, launch, device, errors, memory, managed, peers, stream, occupancy,
-            channels, textures, graphs)
+            channels, textures, graphs, ipc, hints, libraries)
 
 
 def _implemented() -> dict:

@@ -61,6 +61,10 @@ def function_layout(func) -> tuple[int, object]:
     cdata), in the calling thread's context; the kernel's image is loaded on first use.
     Called from `api` functions only, which have made a context current."""
     context = driver_state.thread.stack[-1]
+    if func not in registry.kernels:  # a library's kernel (cudaLibraryGetKernel) is the
+        handle = ptr(func)             # driver's function itself
+        if handle in driver_state.functions:
+            return handle, driver_state.functions[handle]
     kernel = registry.kernel(func)
     last_context, function, layout = kernel.last_use
     # The shortcut holds while the function is loaded (a reset or unload drops it).

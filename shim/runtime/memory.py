@@ -25,7 +25,7 @@ from vgpu.api.cudartdefs import (
 
 from ..driver import managed as driver_managed
 from ..driver import memory as driver_memory
-from ..driver.memory import PITCH_ALIGNMENT, _check_stream
+from ..driver.memory import PITCH_ALIGNMENT, _check_stream, issued_on
 from ._state import (
     CudaError,
     E,
@@ -156,8 +156,8 @@ def cudaMemcpy(dst, src, count, kind):
 
 @api
 def cudaMemcpyAsync(dst, src, count, kind, stream):
-    _check_stream(stream)
-    _copy(ptr(dst), ptr(src), count, kind, queued=True)
+    with issued_on(stream):
+        _copy(ptr(dst), ptr(src), count, kind, queued=True)
 
 
 def _sides(kind: int, dst: int, src: int) -> tuple[bool, bool]:
@@ -188,8 +188,8 @@ def cudaMemcpy2D(dst, dst_pitch, src, src_pitch, width, height, kind):
 
 @api
 def cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, kind, stream):
-    _check_stream(stream)
-    _copy_2d(ptr(dst), dst_pitch, ptr(src), src_pitch, width, height, kind, queued=True)
+    with issued_on(stream):
+        _copy_2d(ptr(dst), dst_pitch, ptr(src), src_pitch, width, height, kind, queued=True)
 
 
 # ----------------------------------------------------------------- device symbols
@@ -222,8 +222,8 @@ def cudaMemcpyToSymbol(symbol, src, count, offset, kind):
 
 @api
 def cudaMemcpyToSymbolAsync(symbol, src, count, offset, kind, stream):
-    _check_stream(stream)
-    _to_symbol(symbol, src, count, offset, kind, queued=True)
+    with issued_on(stream):
+        _to_symbol(symbol, src, count, offset, kind, queued=True)
 
 
 @api
@@ -233,8 +233,8 @@ def cudaMemcpyFromSymbol(dst, symbol, count, offset, kind):
 
 @api
 def cudaMemcpyFromSymbolAsync(dst, symbol, count, offset, kind, stream):
-    _check_stream(stream)
-    _from_symbol(dst, symbol, count, offset, kind, queued=True)
+    with issued_on(stream):
+        _from_symbol(dst, symbol, count, offset, kind, queued=True)
 
 
 @api
@@ -261,8 +261,8 @@ def cudaMemset(dev_ptr, value, count):
 
 @api
 def cudaMemsetAsync(dev_ptr, value, count, stream):
-    _check_stream(stream)
-    driver_memory._memset(ptr(dev_ptr), _byte(value), count)
+    with issued_on(stream):
+        driver_memory._memset(ptr(dev_ptr), _byte(value), count)
 
 
 @api
@@ -272,8 +272,8 @@ def cudaMemset2D(dev_ptr, pitch, value, width, height):
 
 @api
 def cudaMemset2DAsync(dev_ptr, pitch, value, width, height, stream):
-    _check_stream(stream)
-    driver_memory._memset_2d(ptr(dev_ptr), pitch, _byte(value), width, height)
+    with issued_on(stream):
+        driver_memory._memset_2d(ptr(dev_ptr), pitch, _byte(value), width, height)
 
 
 # ----------------------------------------------------------------- stream-ordered allocation

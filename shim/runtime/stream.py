@@ -1,17 +1,17 @@
 """Streams, events and host callbacks.
 
-Streams and events are the driver layer's; the runtime adds nothing to their semantics. The
-server runs work in arrival order, so stream order holds, `cudaStreamWaitEvent` is satisfied
-by construction, and the legacy and per-thread default streams (handles 0/1 and 2, and the
-`_ptsz` entry points) need no separate treatment. A host callback runs in the calling thread
-once everything queued before it is done, with the status of that work.
+Streams and events are the driver layer's; the runtime adds nothing to their semantics
+(the `_ptsz` entry points share them: their NULL stream is the legacy one). Host functions
+and callbacks run on vgpu's host-function thread in stream order (vgpu/host_functions.py); a
+callback gets the stream's status, the context's sticky error if it has one.
 """
 
 from __future__ import annotations
 
 from ..driver import stream as driver_stream
+from ..driver._state import state as driver_state
 from ..driver.memory import _check_stream
-from ._state import DRIVER_TO_RUNTIME, CudaError, E, api, check_out, ffi, runtime, set_pointer
+from ._state import DRIVER_TO_RUNTIME, CudaError, E, api, check_out, ffi, set_pointer
 
 __all__ = [
     "cudaStreamCreate", "cudaStreamCreateWithFlags", "cudaStreamCreateWithPriority",
@@ -80,23 +80,25 @@ def cudaStreamGetDevice(stream, device):
 def cudaStreamAddCallback(stream, callback, user_data, flags):
     if flags != 0:
         raise CudaError(E.cudaErrorInvalidValue, "flags must be 0")
+    if callback == ffi.NULL:
+        raise CudaError(E.cudaErrorInvalidValue, "callback is NULL")
     handle = _check_stream(stream)
-    try:
-        driver_stream._synchronize()
-        status = 0
-    except CudaError as exc:
-        status = DRIVER_TO_RUNTIME.get(exc.code, exc.code)
-        runtime.fail(exc, "cudaStreamAddCallback")
-    callback(ffi.cast("void *", handle), status, user_data)
+    conn = driver_state.conn()
+
+    def call() -> None:
+        status = conn.sticky_error
+        callback(ffi.cast("void *", handle), DRIVER_TO_RUNTIME.get(status, status), user_data)
+
+    driver_stream.queue_host_function(handle, call)
 
 
 @api
 def cudaLaunchHostFunc(stream, function, user_data):
+    if function == ffi.NULL:
+        raise CudaError(E.cudaErrorInvalidValue, "host function is NULL")
     if driver_stream.capture_host_function(stream, function, user_data):
         return
-    _check_stream(stream)
-    driver_stream._synchronize()  # a stream that failed does not run its host functions
-    function(user_data)
+    driver_stream.queue_host_function(_check_stream(stream), lambda: function(user_data))
 
 
 # ----------------------------------------------------------------- events

@@ -110,6 +110,26 @@ def libcudadevrt(toolkit) -> Path:
 
 
 @pytest.fixture(scope="session")
+def driver_streams(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_streams.c").read_text())
+
+
+@pytest.fixture(scope="session")
+def driver_ipc(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_ipc.c").read_text())
+
+
+@pytest.fixture(scope="session")
+def driver_hints(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_hints.c").read_text())
+
+
+@pytest.fixture(scope="session")
+def stream_kernels_ptx(toolkit, tmp_path_factory) -> Path:
+    return _ptx_file(toolkit, tmp_path_factory, HERE / "stream_kernels.cu")
+
+
+@pytest.fixture(scope="session")
 def driver_vmm(toolkit) -> Path:
     return toolkit.c_program((HERE / "driver_vmm.c").read_text())
 

@@ -107,6 +107,30 @@ def test_several_devices(tmp_path, driver_devices, managed_kernels_ptx):
         assert f"driver_devices: {line}" in result.stdout, result.stdout + result.stderr
 
 
+def test_streams_run_concurrently(driver_streams, stream_kernels_ptx):
+    """On emu, where each stream has a thread of its own on the server: a kernel waiting
+    for one launched after it on another stream finishes (it would hang with streams run in
+    arrival order), and host functions run on vgpu's thread in stream order."""
+    result = vgpu_run(driver_streams, stream_kernels_ptx)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "driver_streams: all checks passed" in result.stdout
+
+
+def test_ipc_between_processes(driver_ipc, stream_kernels_ptx):
+    """Two processes of one emu server share device memory and an event."""
+    result = vgpu_run(driver_ipc, stream_kernels_ptx)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "driver_ipc: all checks passed" in result.stdout
+
+
+def test_occupancy_and_hints(driver_hints, stream_kernels_ptx):
+    """The occupancy calculator's answer is the best block size; stream attributes and the
+    persisting-L2 limit are accepted as hints, with CUDA's checks."""
+    result = vgpu_run(driver_hints, stream_kernels_ptx)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "driver_hints: all checks passed" in result.stdout
+
+
 def test_cuda_python_program_runs_unmodified(run_on):
     result = run_on(sys.executable, EXAMPLES / "vector_add.py")
     assert result.returncode == 0, result.stderr

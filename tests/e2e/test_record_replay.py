@@ -59,6 +59,20 @@ def test_a_recorded_runtime_program_replays_with_the_same_results(toolkit, tmp_p
     assert "every result as recorded" in result.stdout
 
 
+def test_concurrent_streams_and_host_functions_replay(toolkit, tmp_path):
+    """A kernel released by another stream's, and host functions holding their streams:
+    the replay, which has no program to run them, lets their streams go on."""
+    program = toolkit.executable((PROGRAMS / "concurrent_streams.cu").read_text(),
+                                 ["-cudart", "shared", f"-I{PROGRAMS}"])
+    trace = tmp_path / "concurrent_streams"
+    recorded = run_vgpu("record", "-o", trace, "--", program, "--unmapped")
+    assert recorded.returncode == 0, recorded.stderr
+    assert "host functions in order" in recorded.stdout
+    result = run_vgpu("replay", trace, "--check")
+    assert result.returncode == 0, result.stderr
+    assert "every result as recorded" in result.stdout
+
+
 @pytest.mark.parametrize("program, says", [
     ("vector_add.py", "vector_add of 1048576 floats on 'vgpu emulated GPU (PTX on CPU)': correct"),
     ("numba_axpy.py", "numba axpy ok on vgpu emulated GPU"),

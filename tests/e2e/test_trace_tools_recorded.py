@@ -47,14 +47,17 @@ def test_show_names_the_launches_of_a_kernel(traces):
     assert len(rows) == 8  # driver_app launches `scale` 8 times on its stream s1
     assert all(" cuLaunchKernel " in row and "scale<<<(79,1,1), (128,1,1), 0>>>" in row
                for row in rows)
-    assert result.stdout.splitlines()[-1].startswith("8 of 43 calls")
+    # (the server runs driver_app's two streams beside each other: its 2 copies on them come
+    # between vgpuStreamScope calls, and 2 synchronizations that follow work on them ask the
+    # server, 6 calls more than the program's own)
+    assert result.stdout.splitlines()[-1].startswith("8 of 49 calls")
 
 
 def test_stats_count_launches_bytes_and_time(traces):
     result = run_vgpu("trace", "stats", traces / "good")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "1 session, 43 calls"
+    assert lines[0] == "1 session, 49 calls"  # (see the test above)
     kernels = {line.split()[0]: line.split()[1:] for line in
                lines[lines.index(next(x for x in lines if x.startswith("kernel "))) + 1:]}
     assert {name: row[0] for name, row in kernels.items()} == {

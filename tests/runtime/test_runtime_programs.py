@@ -21,6 +21,7 @@ from vgpu_processes import emu_server as emu_server_at
 from vgpu_processes import expect_no_zero_copy, run_under_vgpu, vgpu_environment
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
+E2E = Path(__file__).resolve().parents[1] / "e2e"
 FATBINS = {"compressed": [], "uncompressed": ["--no-compress"]}
 TIMEOUT_S = 300  # a program on the nested cuda backend crosses two servers
 
@@ -307,3 +308,29 @@ def test_default_build_runs_without_the_cli(toolkit, emu_server):
     result = subprocess.run([str(program)], capture_output=True, text=True, timeout=TIMEOUT_S,
                             env=env)
     assert_passed(result, "vector_add: 1000 sums correct")
+
+
+def test_streams_run_concurrently(toolkit, emu_server):
+    """On emu, where each stream has a thread of its own on the server: a kernel waiting
+    for one launched after it on another stream finishes (it would hang with streams run in
+    arrival order), and host functions run on vgpu's thread in stream order."""
+    assert_passed(run(emu_server, build(toolkit, "concurrent_streams")),
+                  "concurrent_streams: waiting kernel released, events joined 1000 sums, "
+                  "host functions in order")
+
+
+def test_ipc_memory_between_processes(toolkit, emu_server):
+    """Two processes of one emu server: the child maps the parent's exported memory."""
+    assert_passed(run(emu_server, build(toolkit, "ipc_memory")),
+                  "ipc_memory: the child process added to 5000 ints of the parent's memory")
+
+
+def test_hints_occupancy_and_libraries(toolkit, emu_server, tmp_path):
+    """Access-policy windows and persisting-L2 limits accepted as hints, cudaFuncSetAttribute,
+    the occupancy calculator, and a library loaded from PTX with cudaLibraryLoadData."""
+    library = tmp_path / "library.ptx"
+    library.write_text(toolkit.ptx((E2E / "stream_kernels.cu").read_text()))
+    result = run_under_vgpu(emu_server, build(toolkit, "hints_and_libraries"), library,
+                            timeout=TIMEOUT_S)
+    assert_passed(result, "hints_and_libraries: hints accepted, library kernel and occupancy "
+                          "correct")

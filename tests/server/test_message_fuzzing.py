@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from vgpu_processes import start_emu_server, stop_server
 
 from vgpu.client import Connection
-from vgpu.protocol import ADMIN, BYE, CALLS, HELLO, PROTOCOL_VERSION, RELEASE
+from vgpu.protocol import ADMIN, BYE, CALLS, HELLO, HOSTFN, PROTOCOL_VERSION, RELEASE
 from vgpu.sealed_files import sealed_file
 from vgpu.server.session import OPS
 
@@ -131,7 +131,7 @@ SCALARS = st.one_of(st.none(), st.booleans(), INTS, st.floats(allow_nan=True),
 VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
     st.lists(inner, max_size=6), st.dictionaries(st.text(max_size=10), inner, max_size=6)),
     max_leaves=20)
-KINDS = st.one_of(st.sampled_from([HELLO, CALLS, ADMIN, BYE, RELEASE]), SCALARS)
+KINDS = st.one_of(st.sampled_from([HELLO, CALLS, ADMIN, BYE, RELEASE, HOSTFN]), SCALARS)
 SPECS = st.one_of(
     st.tuples(st.just("frame"), INTS), st.tuples(st.just("shm"), INTS),
     st.tuples(st.just("seg"), INTS, INTS), st.tuples(st.just("inline"), st.binary(max_size=64)),
@@ -174,7 +174,7 @@ def conversations(draw) -> list[list[bytes]]:
     payload frames, admin requests, releases and goodbyes."""
     messages = []
     for _ in range(draw(st.integers(1, 6))):
-        kind = draw(st.sampled_from([HELLO, CALLS, CALLS, CALLS, ADMIN, RELEASE, BYE]))
+        kind = draw(st.sampled_from([HELLO, CALLS, CALLS, CALLS, ADMIN, RELEASE, HOSTFN, BYE]))
         seq = draw(st.one_of(st.integers(0, 1000), INTS))
         if kind == HELLO:
             body = draw(hellos())
