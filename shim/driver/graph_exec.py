@@ -31,7 +31,7 @@ from .graph_model import (
 )
 from .graph_nodes import event_steps
 from .graphs import _of_kind, host_params, kernel_node, memcpy3d, memset_node
-from .memory import _check_stream
+from .memory import _check_stream, issued_on
 
 CU_GRAPH_EXEC_UPDATE_SUCCESS = 0
 CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED = 2
@@ -157,14 +157,17 @@ def launch(executable, stream) -> None:
         raise CudaError(E.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
                         "vgpu does not capture graph launches into another graph")
     conn = state.conn()
-    for step in graph_exec.plan:
-        if step[0] == "server":
-            conn.post("vgpuGraphLaunch", graph_exec.handle, step[1], stream_handle)
-        elif step[0] == "host":
-            conn.synchronize()  # a host node runs after the nodes before it
-            step[1](step[2])
-        else:
-            getattr(conn, step[1])(*step[2])
+    # The client's own steps (copies to and from pageable memory) are issued on the stream
+    # too: they wait for the graph's kernels before them on that stream's lane.
+    with issued_on(stream):
+        for step in graph_exec.plan:
+            if step[0] == "server":
+                conn.post("vgpuGraphLaunch", graph_exec.handle, step[1], stream_handle)
+            elif step[0] == "host":
+                conn.synchronize()  # a host node runs after the nodes before it
+                step[1](step[2])
+            else:
+                getattr(conn, step[1])(*step[2])
 
 
 @api

@@ -299,9 +299,10 @@ def stream_handle(stream) -> int:
 def issued_on(stream):
     """Copies and memsets issued inside, on `stream`: the server runs streams other than
     the legacy one beside each other (server/streams.py), so those name their stream, and
-    wait for its work only (vgpuStreamScope)."""
+    wait for its work only (vgpuStreamScope). Recorded into a graph, they run in the scope
+    of the stream the graph is launched on (server/graphs.py)."""
     handle = _check_stream(stream)
-    if handle in (0, 1):
+    if handle in (0, 1) or state.recorder() is not None:
         yield handle
         return
     conn = state.conn()

@@ -205,6 +205,7 @@ int main(int argc, char **argv) {
     CUgraphExec captured_exec;
     CHECK(cuGraphInstantiate(&captured_exec, captured, 0));
     CHECK(cuGraphLaunch(captured_exec, stream));
+    CHECK(cuStreamSynchronize(stream)); /* a non-blocking stream: the copy would not wait */
     CHECK(cuMemcpyDtoH(out, x, N * sizeof(float)));
     EXPECT(all_equal(out, 2.0f * 3 + 0.25f));
     CHECK(cuMemcpyDtoH(out, y, N * sizeof(float)));
