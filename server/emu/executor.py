@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import native
 from .device_printf import DEFAULT_PRINTF_FIFO_BYTES, within_fifo
 from .errors import (
     CUDA_ERROR_INVALID_VALUE,
@@ -39,7 +40,6 @@ from .errors import (
     CUDA_ERROR_NOT_SUPPORTED,
     LaunchError,
 )
-from . import native
 from .memcheck import MemoryChecker
 from .memory import DeviceMemory
 from .spaces import STRAYS_ALLOWED, STRAYS_FAULT, STRAYS_REPORTED, StrayAccess

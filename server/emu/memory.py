@@ -33,8 +33,8 @@ import numpy as np
 from .address_space import DEVICE_ADDRESS_LIMIT
 from .errors import IllegalAddress
 
-__all__ = ["DENIED", "DeviceMemory", "load_elements", "store_elements", "typed_elements", "NO_ACCESS",
-           "READ", "READ_WRITE"]
+__all__ = ["DENIED", "DeviceMemory", "load_elements", "store_elements", "typed_elements",
+           "NO_ACCESS", "READ", "READ_WRITE"]
 
 # Access an allocation allows, as CUmemAccess_flags numbers them.
 NO_ACCESS, READ, READ_WRITE = 0, 1, 3

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from .errors import PtxError
 from .ir import Module
-from .parser import parse_module
 from .native import source_hash
+from .parser import parse_module
 from .program import KernelProgram, Program
 
 __all__ = ["KernelInfo", "ModuleVariable", "ParamInfo", "PtxModule"]

@@ -19,8 +19,8 @@ from .errors import CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_MISALIGNED_ADDRESS, I
 from .memory import READ, READ_WRITE, load_elements, store_elements
 from .state import Fault, State, lane_count
 
-__all__ = ["STRAYS_ALLOWED", "STRAYS_FAULT", "STRAYS_REPORTED", "StrayAccess", "load", "out_of_bounds",
-           "locate", "store"]
+__all__ = ["STRAYS_ALLOWED", "STRAYS_FAULT", "STRAYS_REPORTED", "StrayAccess", "load",
+           "locate", "out_of_bounds", "store"]
 
 # What a launch does with stray global accesses (LaunchContext.strays).
 STRAYS_FAULT, STRAYS_REPORTED, STRAYS_ALLOWED = "fault", "report", "allow"

@@ -24,6 +24,8 @@ The ABI shared with `runner.py` (all slots are int64):
   table[]    5 slots an allocation: base, size, mapped span, host address, access.
   fault[]    0 code, 1 address, 2 size, 3 need (1 read, 3 write), 4 PTX line, 5 block,
              6 thread, 7 space (SPACES), 8 why (WHY), 9 the allocation's access.
+  cache[]    3 slots a global access site: the base, size and host address of the
+             allocation it last found (zeros: none).
   run_blocks(launch, shared, local, spill, resume, first, end, fault, cache) -> 0, or
              FAULTED with fault[] filled, or STOPPED when the stop flag was seen.
 """
@@ -81,8 +83,9 @@ def ltype(ptype: PtxType) -> ir.Type:
     return ir.IntType(ptype.bits)
 
 
-def kernel_ir(program, kernel, name: str) -> tuple[str, list[str]]:
-    """(LLVM IR text defining `name` as run_blocks, the module variables in slot order)."""
+def kernel_ir(program, kernel, name: str) -> tuple[str, list[str], int]:
+    """(LLVM IR text defining `name` as run_blocks, the module variables in slot order, the
+    number of global access sites: the cache run_blocks takes holds 3 slots for each)."""
     return _KernelCompiler(program, kernel, name).build()
 
 
@@ -127,9 +130,10 @@ class _KernelCompiler:
         self.module = ir.Module(name=name)
         self.module.triple = ""
         self.barriers: list[int] = []     # pc after each barrier: resume points 1..n
+        self.sites = 0                    # global access sites, 3 cache slots each
 
     # -- module ------------------------------------------------------------------------------
-    def build(self) -> tuple[str, list[str]]:
+    def build(self) -> tuple[str, list[str], int]:
         if len(self.kernel.functions) > 1:
             raise NotCompiled("call (device functions)", self.fn_ir.line)
         self.lookup = ir.Function(self.module, ir.FunctionType(
@@ -140,7 +144,7 @@ class _KernelCompiler:
         self._block_loop(thread)
         text = "\n".join(line for line in str(self.module).splitlines()
                          if not (line.startswith("declare") and '@"vgpu_' in line))
-        return text + HELPERS_IR, self.symbols
+        return text + HELPERS_IR, self.symbols, self.sites
 
     def _intrinsic(self, name: str, ty: ir.Type, count: int = 1, ret: ir.Type | None = None):
         suffix = {F32: "f32", F64: "f64"}.get(ty, str(ty))
@@ -215,6 +219,8 @@ class _KernelCompiler:
         fnty = ir.FunctionType(I32, [P64, P8, P8, P64, P32, I64, I64, P64, P64])
         fn = ir.Function(self.module, fnty, self.name)
         L, shared, local, spill, resume, first, end, fault, cache = fn.args
+        for pointer in (L, shared, local, spill, resume, fault, cache):
+            pointer.add_attribute("noalias")   # separate buffers (runner.py)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
 
         def slot(k):
@@ -479,7 +485,10 @@ class _KernelCompiler:
 
     def _global(self, address, size: int, need: int, line: int):
         b = self.b
-        cache = b.gep(self.cache, [ir.Constant(I64, 0 if need == 1 else 3)])
+        # Each access site remembers the allocation it last hit: a site usually walks one
+        # array, so its next access is checked with two compares.
+        cache = b.gep(self.cache, [ir.Constant(I64, 3 * self.sites)])
+        self.sites += 1
         cached_base = b.load(cache)
         cached_size = b.load(b.gep(cache, [ir.Constant(I64, 1)]))
         offset = b.sub(address, cached_base)
@@ -620,8 +629,92 @@ def _mov(c: _KernelCompiler, instr) -> None:
     mods.done()
     dst, src = instr.operands
     if isinstance(dst, Vector) or isinstance(src, Vector):
-        raise NotCompiled(f"{instr.text}: vector pack/unpack", instr.line)
+        _pack_unpack(c, instr, ptype, dst, src)
+        return
     c.write(dst, ptype, c.read(src, ptype, instr), instr)
+
+
+def _pack_unpack(c: _KernelCompiler, instr, ptype: PtxType, dst, src) -> None:
+    """`mov.b64 d, {a, b}` and `mov.b64 {a, b}, d`: element k is bits [k*w, (k+1)*w)."""
+    parts = dst.elements if isinstance(dst, Vector) else src.elements
+    if ptype.kind != "b" or isinstance(dst, Vector) == isinstance(src, Vector):
+        raise NotCompiled(f"{instr.text}: vector form", instr.line)
+    width = ptype.bits // len(parts)
+    element = TYPES[f"b{width}"]
+    whole = ir.IntType(ptype.bits)
+    b = c.b
+    if isinstance(src, Vector):
+        value = ir.Constant(whole, 0)
+        for k, part in enumerate(parts):
+            bits = b.zext(c.read(part, element, instr), whole)
+            value = b.or_(value, b.shl(bits, ir.Constant(whole, k * width)))
+        c.write(dst, ptype, value, instr)
+        return
+    value = c.read(src, ptype, instr)
+    for k, part in enumerate(parts):
+        piece = b.trunc(b.lshr(value, ir.Constant(whole, k * width)), ir.IntType(width))
+        c.write(part, element, piece, instr)
+
+
+_ATOMIC_RMW = {"add": "add", "exch": "xchg", "and": "and", "or": "or", "xor": "xor",
+               "inc": "uinc_wrap", "dec": "udec_wrap"}
+
+
+def _atom(c: _KernelCompiler, instr) -> None:
+    """atom and red on global, shared and generic addresses: LLVM atomics, so blocks on
+    several threads update memory atomically; within a block threads run in order, so the
+    updates apply in thread order as the interpreter's do."""
+    mods, space, count = _memory_mods(instr)
+    op = mods.take("add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas")
+    ptype = mods.type("subf")
+    mods.done()
+    is_red = instr.opcode == "red"
+    operands = instr.operands if is_red else instr.operands[1:]
+    if space not in ("global", "shared", "generic") or op is None or count != 1 \
+            or len(operands) != 2 + (op == "cas") or (ptype.is_float and op not in (
+                "add", "exch")):
+        raise NotCompiled(instr.text, instr.line)
+    value = c.read(operands[1], ptype, instr)
+    where, address = c.address(operands[0], space, instr)
+    pointer = c.access(where, address, ptype.nbytes, True, instr.line)
+    b = c.b
+    typed = b.bitcast(pointer, ltype(ptype).as_pointer())
+    if op == "cas":
+        swapped = b.cmpxchg(typed, value, c.read(operands[2], ptype, instr), "monotonic",
+                            "monotonic")
+        old = b.extract_value(swapped, 0)
+    else:
+        if op in ("min", "max"):
+            name = op if ptype.is_signed else f"u{op}"
+        else:
+            name = "fadd" if ptype.is_float else _ATOMIC_RMW[op]
+        old = b.atomic_rmw(name, typed, value, "monotonic")
+    if not is_red:
+        c.write(instr.operands[0], ptype, old, instr)
+
+
+def _bit_count(kind: str):
+    """popc, clz (u32 results) and brev (same type)."""
+    def handler(c, instr):
+        mods = _Mods(instr)
+        ptype = mods.type("b")
+        mods.done()
+        x = c.read(instr.operands[1], ptype, instr)
+        b = c.b
+        if kind == "brev":
+            c.write(instr.operands[0], ptype,
+                    b.call(c._intrinsic("llvm.bitreverse", x.type), [x]), instr)
+            return
+        if kind == "popc":
+            count = b.call(c._intrinsic("llvm.ctpop", x.type), [x])
+        else:
+            name = f"llvm.ctlz.{x.type}"
+            ctlz = c.module.globals.get(name) or ir.Function(
+                c.module, ir.FunctionType(x.type, [x.type, I1]), name)
+            count = b.call(ctlz, [x, ir.Constant(I1, 0)])
+        count = b.trunc(count, I32) if ptype.bits > 32 else count
+        c.write(instr.operands[0], _U32, count, instr)
+    return handler
 
 
 def _cvta(c: _KernelCompiler, instr) -> None:
@@ -1009,6 +1102,8 @@ _HANDLERS = {
     "xor": _logic("xor"), "not": _not, "neg": _neg_abs(True), "abs": _neg_abs(False),
     "shl": _shift(True), "shr": _shift(False), "setp": _setp, "selp": _selp, "cvt": _cvt,
     "sqrt": _unary_float("llvm.sqrt"), "rcp": _unary_float(None),
+    "atom": _atom, "red": _atom, "popc": _bit_count("popc"), "clz": _bit_count("clz"),
+    "brev": _bit_count("brev"),
     "bra": _bra, "ret": _exit, "exit": _exit, "bar": _barrier, "barrier": _barrier,
 }
 

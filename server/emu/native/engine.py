@@ -89,10 +89,14 @@ def _directory() -> Path:
     return Path(root) / "native"
 
 
-def load_cached(key: str) -> tuple[bytes, dict] | None:
+def load_cached(key: str, fields: tuple[str, ...]) -> tuple[bytes, dict] | None:
+    """The object and description stored under `key`, if both are there and the description
+    has `fields`."""
     directory = _directory()
     try:
         meta = json.loads((directory / f"{key}.json").read_text())
+        if not isinstance(meta, dict) or not all(f in meta for f in fields):
+            return None
         return (directory / f"{key}.o").read_bytes(), meta
     except (OSError, ValueError):
         return None

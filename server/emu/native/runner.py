@@ -34,10 +34,11 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 
 
 class NativeKernel:
-    def __init__(self, address: int, symbols: list[str], registers: int):
+    def __init__(self, address: int, symbols: list[str], registers: int, sites: int):
         self.function = _SIGNATURE(address)
         self.symbols = symbols
         self.registers = max(registers, 1)
+        self.sites = sites
 
     def run(self, prepared, params: bytes, memory, checker, strays: str, threads: int,
             cancelled) -> str:
@@ -71,7 +72,7 @@ class NativeKernel:
             spill = np.zeros(self.registers * nthreads, np.int64)
             resume = np.zeros(nthreads, np.int32)
             fault = np.zeros(16, np.int64)
-            cache = np.zeros(6, np.int64)
+            cache = np.zeros(3 * self.sites + 1, np.int64)
             pointers = [a.ctypes.data for a in (launch, shared, local, spill, resume)]
             while True:
                 with claim_lock:
