@@ -233,3 +233,13 @@ def test_blocks_on_two_threads_give_the_interpreter_results(differential, toolki
     conformance.test_block_reduction(differential, mod)         # atomics across blocks
     conformance.test_many_blocks_run_in_chunks(differential, mod)
     assert "block_sum" in differential.compiled
+
+
+def test_threads_spinning_on_a_later_thread_of_their_block_let_it_run(differential,
+                                                                      faults_ptx):
+    module = differential.load(faults_ptx)
+    out = differential.zeros(32, np.uint32)
+    differential.launch(module, "wait_for_last", (2,), (32,), differential.zeros(1, np.uint32),
+                        out)
+    np.testing.assert_array_equal(differential.download(out, 32, np.uint32), np.arange(1, 33))
+    assert differential.compiled == ["wait_for_last"]

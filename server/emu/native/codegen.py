@@ -45,6 +45,8 @@ from .helpers import HELPERS_IR
 __all__ = ["FAULTED", "SPACES", "STOPPED", "WHY", "NotCompiled", "kernel_ir"]
 
 FAULTED, STOPPED = -1, -2
+YIELDED = 1 << 30      # thread results from here up: it yielded in a loop, resume there
+YIELD_EVERY = 1 << 16  # backward branches a thread takes before it lets the others run
 SPACES = ("global", "shared", "local", "kparam")          # fault[7]
 WHY = ("out of bounds", "misaligned", "denied")            # fault[8]
 SYMBOL_SLOT = 32
@@ -129,7 +131,10 @@ class _KernelCompiler:
         self.param_offsets = {id(p): o for p, o in kernel_param_layout(self.fn_ir.params)}
         self.module = ir.Module(name=name)
         self.module.triple = ""
-        self.barriers: list[int] = []     # pc after each barrier: resume points 1..n
+        # Where a thread resumes: the pc after each barrier (resume number k + 1) and the
+        # loop head of each yield (YIELDED + k).
+        self.barriers: list[int] = []
+        self.yields: list[int] = []
         self.sites = 0                    # global access sites, 3 cache slots each
 
     # -- module ------------------------------------------------------------------------------
@@ -171,6 +176,7 @@ class _KernelCompiler:
         self.fn = fn
         entry = fn.append_basic_block("entry")
         self.b = ir.IRBuilder(entry)
+        self.budget = self.b.alloca(I64, name="budget")
         self.regs = {}
         for reg in self.fn_ir.registers:
             self.regs[reg.id] = (self.b.alloca(ltype(reg.type), name=reg.name.lstrip("%")),
@@ -201,11 +207,14 @@ class _KernelCompiler:
         return fn
 
     def _resume_dispatch(self, builder: ir.IRBuilder, entry_pc: int) -> None:
-        if not self.barriers:
+        builder.store(ir.Constant(I64, YIELD_EVERY), self.budget)
+        if not self.barriers and not self.yields:
             builder.branch(self.blocks[entry_pc])
             return
         switch = builder.switch(self.resume, self.blocks[entry_pc])
-        for number, after in enumerate(self.barriers, start=1):
+        points = [(k + 1, pc) for k, pc in enumerate(self.barriers)]
+        points += [(YIELDED + k, pc) for k, pc in enumerate(self.yields)]
+        for number, after in points:
             restore = self.fn.append_basic_block(f"resume{number}")
             switch.add_case(ir.Constant(I32, number), restore)
             b = ir.IRBuilder(restore)
@@ -213,6 +222,12 @@ class _KernelCompiler:
                 bits = b.load(b.gep(self.spill, [ir.Constant(I64, k)]))
                 b.store(_from_i64(b, bits, ptype), slot)
             b.branch(self.blocks[after])
+
+    def suspend(self, b: ir.IRBuilder, number: int) -> None:
+        """End the thread's turn: save its registers, return where it resumes."""
+        for k, (slot, ptype) in enumerate(self.regs.values()):
+            b.store(_to_i64(b, b.load(slot), ptype), b.gep(self.spill, [ir.Constant(I64, k)]))
+        b.ret(ir.Constant(I32, number))
 
     # -- the block loop ------------------------------------------------------------------------
     def _block_loop(self, thread: ir.Function) -> None:
@@ -252,26 +267,37 @@ class _KernelCompiler:
         b.call(memset, [shared, zero8, shared_stride, false])
         b.call(memset, [local, zero8, b.mul(threads, local_stride), false])
         b.store(blk, b.gep(fault, [ir.Constant(I64, 5)]))
-        phased = bool(self.barriers)
+        phased = bool(self.barriers or self.yields)
         if phased:
             b.call(memset, [b.bitcast(resume, P8), zero8, b.mul(threads, ir.Constant(I64, 4)),
                             false])
+        go_end = b.block
         phase = fn.append_basic_block("phase")
         b.branch(phase)
         b.position_at_end(phase)
-        # One pass over the block's threads: each runs to its exit or its next barrier.
+        # One pass over the block's threads: each runs to its exit, its next barrier or its
+        # next yield. Threads at a barrier run again only after a pass in which no thread
+        # yielded: then every thread has exited or reached a barrier.
+        release = b.phi(I1)
+        release.add_incoming(ir.Constant(I1, 0), go_end)
         loop = fn.append_basic_block("thread")
         before = b.block
         b.branch(loop)
         b.position_at_end(loop)
-        t, tx, ty, tz, waiting = (b.phi(ty_) for ty_ in (I64, I64, I64, I64, I1))
-        for phi, value in zip((t, tx, ty, tz, waiting), (0, 0, 0, 0, 0), strict=True):
-            phi.add_incoming(ir.Constant(phi.type, value), before)
+        t, tx, ty, tz, waiting, yielding = (b.phi(ty_) for ty_ in (I64, I64, I64, I64, I1, I1))
+        for phi in (t, tx, ty, tz, waiting, yielding):
+            phi.add_incoming(ir.Constant(phi.type, 0), before)
         status = b.gep(resume, [t])
         state = b.load(status) if phased else ir.Constant(I32, 0)
+        at_barrier = b.and_(b.icmp_signed(">", state, ir.Constant(I32, 0)),
+                            b.icmp_signed("<", state, ir.Constant(I32, YIELDED)))
+        runnable = b.or_(b.and_(b.icmp_signed(">=", state, ir.Constant(I32, 0)),
+                                b.not_(at_barrier)), b.and_(at_barrier, release))
+        still_waiting = b.or_(waiting, at_barrier)
         run = fn.append_basic_block("run")
         step = fn.append_basic_block("next_thread")
-        b.cbranch(b.icmp_signed(">=", state, ir.Constant(I32, 0)), run, step)
+        skip = b.block
+        b.cbranch(runnable, run, step)
         b.position_at_end(run)
         b.store(t, b.gep(fault, [ir.Constant(I64, 6)]))
         nregs = ir.Constant(I64, max(len(self.regs), 1))
@@ -288,11 +314,15 @@ class _KernelCompiler:
         if phased:
             b.store(b.select(waits, result, ir.Constant(I32, -1)), status)
         waited = b.or_(waiting, waits)
+        yielded = b.or_(yielding, b.icmp_signed(">=", result, ir.Constant(I32, YIELDED)))
         b.branch(step)
         b.position_at_end(step)
         now_waiting = b.phi(I1)
-        now_waiting.add_incoming(waiting, loop)
+        now_waiting.add_incoming(still_waiting, skip)
         now_waiting.add_incoming(waited, ran)
+        now_yielding = b.phi(I1)
+        now_yielding.add_incoming(yielding, skip)
+        now_yielding.add_incoming(yielded, ran)
         one = ir.Constant(I64, 1)
         tx1 = b.add(tx, one)
         wrap_x = b.icmp_unsigned("==", tx1, bx)
@@ -303,9 +333,11 @@ class _KernelCompiler:
         ty.add_incoming(b.select(wrap_y, ir.Constant(I64, 0), ty1), step)
         tz.add_incoming(b.add(tz, b.zext(wrap_y, I64)), step)
         waiting.add_incoming(now_waiting, step)
+        yielding.add_incoming(now_yielding, step)
         after = fn.append_basic_block("phase_end")
         b.cbranch(b.icmp_unsigned("<", b.add(t, one), threads), loop, after)
         b.position_at_end(after)
+        release.add_incoming(b.not_(now_yielding), after)
         next_block = fn.append_basic_block("next_block")
         b.cbranch(now_waiting, phase, next_block)
         b.position_at_end(next_block)
@@ -419,15 +451,25 @@ class _KernelCompiler:
             self.b.cbranch(self.read(instr.guard, TYPES["pred"], instr), target,
                            self.next_block(pc))
 
-    def stop_check(self, target: ir.Block, pc: int) -> ir.Block:
-        """A block that returns STOPPED if the stop flag is set, else goes to `target`: every
-        backward branch passes one, so a spinning kernel can be cancelled."""
+    def loop_check(self, target: ir.Block, target_pc: int, pc: int) -> ir.Block:
+        """What a backward branch goes through: every YIELD_EVERY of them the thread returns
+        STOPPED if the stop flag is set (a spinning kernel can be cancelled), else yields,
+        so that a thread spinning on what a later thread of its block does (a lock, a flag)
+        lets that thread run, as independent thread scheduling does."""
         check = self.fn.append_basic_block(f"loop{pc}")
         b = ir.IRBuilder(check)
+        left = b.sub(b.load(self.budget), ir.Constant(I64, 1))
+        b.store(left, self.budget)
+        turn_over = self.fn.append_basic_block(f"turn_over{pc}")
+        b.cbranch(b.icmp_unsigned("==", left, ir.Constant(I64, 0)), turn_over, target)
+        b = ir.IRBuilder(turn_over)
         flag = b.load_atomic(b.gep(self.L, [ir.Constant(I64, _STOP_SLOT)]), "monotonic", 8)
         stop = self.fn.append_basic_block(f"stop{pc}")
-        b.cbranch(b.icmp_unsigned("!=", flag, ir.Constant(I64, 0)), stop, target)
+        suspend = self.fn.append_basic_block(f"yield{pc}")
+        b.cbranch(b.icmp_unsigned("!=", flag, ir.Constant(I64, 0)), stop, suspend)
         ir.IRBuilder(stop).ret(ir.Constant(I32, STOPPED))
+        self.yields.append(target_pc)
+        self.suspend(ir.IRBuilder(suspend), YIELDED + len(self.yields) - 1)
         return check
 
     def fail(self, code: int, address, size: int, need: int, line: int, space: str,
@@ -1066,7 +1108,7 @@ def _bra(c: _KernelCompiler, instr, pc: int) -> None:
         raise NotCompiled(instr.text, instr.line)
     target = c.blocks[target_pc]
     if target_pc <= pc:
-        target = c.stop_check(target, pc)
+        target = c.loop_check(target, target_pc, pc)
     c.transfer(instr, pc, target)
 
 
@@ -1085,12 +1127,8 @@ def _barrier(c: _KernelCompiler, instr, pc: int) -> None:
     if len(instr.operands) not in (1, 2) or pc + 1 not in c.blocks:
         raise NotCompiled(instr.text, instr.line)
     c.barriers.append(pc + 1)
-    number = len(c.barriers)
     wait = c.fn.append_basic_block(f"barrier{pc}")
-    b = ir.IRBuilder(wait)
-    for k, (slot, ptype) in enumerate(c.regs.values()):
-        b.store(_to_i64(b, b.load(slot), ptype), b.gep(c.spill, [ir.Constant(I64, k)]))
-    b.ret(ir.Constant(I32, number))
+    c.suspend(ir.IRBuilder(wait), len(c.barriers))
     c.transfer(instr, pc, wait)
 
 
