@@ -136,6 +136,7 @@ class _KernelCompiler:
         self.barriers: list[int] = []
         self.yields: list[int] = []
         self.sites = 0                    # global access sites, 3 cache slots each
+        self.invariant_node = None
 
     # -- module ------------------------------------------------------------------------------
     def build(self) -> tuple[str, list[str], int]:
@@ -345,11 +346,17 @@ class _KernelCompiler:
         b.branch(head)
 
     # -- operands ----------------------------------------------------------------------------
-    def launch_slot(self, slot: int, volatile: bool = False):
-        pointer = self.b.gep(self.L, [ir.Constant(I64, slot)])
-        if volatile:
-            return self.b.load(pointer, align=8)
-        return self.b.load(pointer)
+    def launch_slot(self, slot: int):
+        """A slot of the launch record that does not change during the launch."""
+        return self.invariant(self.b.load(self.b.gep(self.L, [ir.Constant(I64, slot)])))
+
+    def invariant(self, load):
+        """Mark a load of memory the launch never writes (the launch record's fixed slots,
+        kernel parameters), so LLVM may hoist it out of the thread and block loops."""
+        if self.invariant_node is None:
+            self.invariant_node = self.module.add_metadata([])
+        load.set_metadata("invariant.load", self.invariant_node)
+        return load
 
     def read(self, operand, ptype: PtxType, instr):
         b = self.b
@@ -647,6 +654,8 @@ def _ld(c: _KernelCompiler, instr) -> None:
     typed = b.bitcast(pointer, ltype(ptype).as_pointer())
     for k, dst in enumerate(dsts):
         value = b.load(b.gep(typed, [ir.Constant(I64, k)]), align=1)
+        if where == "kparam":
+            c.invariant(value)
         c.write(dst, ptype, value, instr)
 
 
