@@ -137,6 +137,7 @@ class _KernelCompiler:
         self.yields: list[int] = []
         self.sites = 0                    # global access sites, 3 cache slots each
         self.invariant_node = None
+        self.live: dict[int, set[int]] | None = None   # pc -> registers live on entry
 
     # -- module ------------------------------------------------------------------------------
     def build(self) -> tuple[str, list[str], int]:
@@ -219,16 +220,24 @@ class _KernelCompiler:
             restore = self.fn.append_basic_block(f"resume{number}")
             switch.add_case(ir.Constant(I32, number), restore)
             b = ir.IRBuilder(restore)
-            for k, (slot, ptype) in enumerate(self.regs.values()):
+            for k, (slot, ptype) in self._saved(after):
                 bits = b.load(b.gep(self.spill, [ir.Constant(I64, k)]))
                 b.store(_from_i64(b, bits, ptype), slot)
             b.branch(self.blocks[after])
 
-    def suspend(self, b: ir.IRBuilder, number: int) -> None:
-        """End the thread's turn: save its registers, return where it resumes."""
-        for k, (slot, ptype) in enumerate(self.regs.values()):
+    def suspend(self, b: ir.IRBuilder, number: int, resume_pc: int) -> None:
+        """End the thread's turn: save the registers live at `resume_pc`, return where it
+        resumes."""
+        for k, (slot, ptype) in self._saved(resume_pc):
             b.store(_to_i64(b, b.load(slot), ptype), b.gep(self.spill, [ir.Constant(I64, k)]))
         b.ret(ir.Constant(I32, number))
+
+    def _saved(self, pc: int):
+        """(spill slot, (stack slot, type)) of the registers live on entry to `pc`."""
+        if self.live is None:
+            self.live = _live_registers(self.program, self.kernel, self.fn_ir, self.end_pc)
+        live = self.live[pc]
+        return [(k, value) for k, (reg, value) in enumerate(self.regs.items()) if reg in live]
 
     # -- the block loop ------------------------------------------------------------------------
     def _block_loop(self, thread: ir.Function) -> None:
@@ -476,7 +485,7 @@ class _KernelCompiler:
         b.cbranch(b.icmp_unsigned("!=", flag, ir.Constant(I64, 0)), stop, suspend)
         ir.IRBuilder(stop).ret(ir.Constant(I32, STOPPED))
         self.yields.append(target_pc)
-        self.suspend(ir.IRBuilder(suspend), YIELDED + len(self.yields) - 1)
+        self.suspend(ir.IRBuilder(suspend), YIELDED + len(self.yields) - 1, target_pc)
         return check
 
     def fail(self, code: int, address, size: int, need: int, line: int, space: str,
@@ -1137,7 +1146,7 @@ def _barrier(c: _KernelCompiler, instr, pc: int) -> None:
         raise NotCompiled(instr.text, instr.line)
     c.barriers.append(pc + 1)
     wait = c.fn.append_basic_block(f"barrier{pc}")
-    c.suspend(ir.IRBuilder(wait), len(c.barriers))
+    c.suspend(ir.IRBuilder(wait), len(c.barriers), pc + 1)
     c.transfer(instr, pc, wait)
 
 
@@ -1153,6 +1162,68 @@ _HANDLERS = {
     "brev": _bit_count("brev"),
     "bra": _bra, "ret": _exit, "exit": _exit, "bar": _barrier, "barrier": _barrier,
 }
+
+
+# -- liveness: what a thread saves when its turn ends ---------------------------------------------
+
+_NO_DESTINATION = {"st", "red", "bra", "bar", "barrier", "ret", "exit"}
+
+
+def _registers_in(operand) -> set[int]:
+    if isinstance(operand, RegisterOperand):
+        return {operand.reg.id}
+    if isinstance(operand, Address):
+        return _registers_in(operand.base)
+    if isinstance(operand, Vector):
+        return set().union(*(_registers_in(e) for e in operand.elements))
+    return set()
+
+
+def _uses_and_kills(instr) -> tuple[set[int], set[int]]:
+    """The registers an instruction reads, and those it always overwrites (a guarded write
+    may leave the old value, so it kills nothing)."""
+    operands = list(instr.operands)
+    defined: set[int] = set()
+    if instr.opcode not in _NO_DESTINATION and operands:
+        defined = _registers_in(operands.pop(0))
+        if instr.pair is not None:
+            defined |= _registers_in(instr.pair)
+    used = set().union(*(_registers_in(o) for o in operands)) if operands else set()
+    if instr.guard is not None:
+        used.add(instr.guard.reg.id)
+        defined = set()
+    return used, defined
+
+
+def _live_registers(program, kernel, function, end_pc: int) -> dict[int, set[int]]:
+    """Registers live on entry to each pc of the kernel (backward dataflow to a fixpoint)."""
+    entry = kernel.entry_pc
+    body = function.body
+    uses, kills, successors = {}, {}, {}
+    for pc in range(entry, end_pc):
+        compiled = program.code[pc]
+        index = pc - entry
+        uses[pc], kills[pc] = _uses_and_kills(body[index]) if index < len(body) else (
+            set(), set())
+        conditional = compiled.guard is not None
+        if compiled.kind == "bra":
+            following = [compiled.target_pc] + ([pc + 1] if conditional else [])
+        elif compiled.kind in ("ret", "exit"):
+            following = [pc + 1] if conditional else []
+        else:
+            following = [pc + 1]
+        successors[pc] = [s for s in following if entry <= s < end_pc]
+    live = {pc: set() for pc in range(entry, end_pc)}
+    changed = True
+    while changed:
+        changed = False
+        for pc in reversed(range(entry, end_pc)):
+            after = set().union(*(live[s] for s in successors[pc])) if successors[pc] else set()
+            now = uses[pc] | (after - kills[pc])
+            if now != live[pc]:
+                live[pc] = now
+                changed = True
+    return live
 
 
 # -- values ------------------------------------------------------------------------------------
