@@ -1,0 +1,59 @@
+"""Runtime-API programs under `vgpu run` on an emu server that compiles kernels to native code
+(`vgpu server --compile --threads 2`): the results and memory-checker reports the
+interpreter gives, with the kernels these programs launch compiled, not interpreted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from vgpu_processes import run_under_vgpu, start_emu_server, stop_server, vgpu_environment
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    work = tmp_path_factory.mktemp("native-server")
+    env = vgpu_environment(VGPU_CACHE_DIR=str(work / "cache"))
+    with open(work / "server.log", "w") as log:
+        proc = start_emu_server(f"ipc://{work}/server.sock", "--compile", "--threads", "2",
+                                stderr=log, env=env)
+        try:
+            yield f"ipc://{work}/server.sock", work / "server.log"
+        finally:
+            stop_server(proc)
+
+
+def build(toolkit, name: str) -> Path:
+    return toolkit.executable((PROGRAMS / f"{name}.cu").read_text(),
+                              ["-cudart", "shared", f"-I{PROGRAMS}"])
+
+
+@pytest.mark.parametrize("name,line", [
+    ("vector_add", "vector_add: 1000 sums correct"),
+    ("matmul_tiled", "matmul_tiled: 40x36 product correct"),
+])
+def test_programs_run_compiled(toolkit, server, name, line):
+    result = run_under_vgpu(server[0], build(toolkit, name), timeout=TIMEOUT_S)
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    assert line in result.stdout
+    assert "runs on the interpreter" not in server[1].read_text()
+
+
+def test_reads_past_the_end_are_reported_as_the_interpreter_reports_them(toolkit, server):
+    result = run_under_vgpu(server[0], build(toolkit, "out_of_bounds"), timeout=TIMEOUT_S)
+    assert result.returncode == 0, result.stderr
+    end = int(result.stdout.split("values at ")[1].split()[0], 16) + 400
+    reports = [line for line in result.stderr.splitlines() if "Invalid __global__" in line]
+    assert len(reports) == 2, result.stderr   # two kernels, each launched twice
+    assert reports[0].startswith(
+        f"vgpu memcheck: Invalid __global__ read of size 4 at 0x{end:x} by thread (99,0,0) "
+        f"in block (0,0,0) of kernel 'sum_next' (PTX line ")
+    assert reports[1].startswith(
+        f"vgpu memcheck: Invalid __global__ read of size 4 at 0x{end:x} by thread (2,0,0) "
+        f"in block (0,0,0) of kernel 'read_at' (PTX line ")
+    assert all(r.endswith(f"is 0 bytes after the nearest allocation at 0x{end - 400:x} of "
+                          f"size 400 bytes") for r in reports)
+    assert "runs on the interpreter" not in server[1].read_text()
