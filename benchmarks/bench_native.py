@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_emu import SOURCE as EMU_SOURCE
 from bench_emu import Device, compile_ptx
 
 from vgpu.server.emu import PtxModule, native, prepare
@@ -39,21 +40,6 @@ __global__ void collatz(unsigned long long* steps, int limit) {
 __global__ void saxpy(float a, const float* x, float* y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i] + y[i];
-}
-#define TILE 16
-__global__ void matmul(const float* A, const float* B, float* C, int n) {
-    __shared__ float As[TILE][TILE];
-    __shared__ float Bs[TILE][TILE];
-    int row = blockIdx.y * TILE + threadIdx.y, col = blockIdx.x * TILE + threadIdx.x;
-    float acc = 0.0f;
-    for (int t = 0; t < n / TILE; ++t) {
-        As[threadIdx.y][threadIdx.x] = A[row * n + t * TILE + threadIdx.x];
-        Bs[threadIdx.y][threadIdx.x] = B[(t * TILE + threadIdx.y) * n + col];
-        __syncthreads();
-        for (int k = 0; k < TILE; ++k) acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];
-        __syncthreads();
-    }
-    C[row * n + col] = acc;
 }
 }
 """
@@ -120,7 +106,7 @@ def main() -> None:
     directory = tempfile.mkdtemp()
     os.environ["VGPU_CACHE_DIR"] = directory   # a cold cache: the compile time is measured
     loops = host_library(directory)
-    ptx = compile_ptx(SOURCE)
+    ptx = compile_ptx(SOURCE + EMU_SOURCE)   # bench_emu's matmul
     rows: list[tuple[str, str, str]] = []
 
     # Collatz, one thread

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_fault_reports import check_past_the_end_reports
 from vgpu_processes import run_under_vgpu, start_emu_server, stop_server, vgpu_environment
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -45,15 +46,5 @@ def test_programs_run_compiled(toolkit, server, name, line):
 def test_reads_past_the_end_are_reported_as_the_interpreter_reports_them(toolkit, server):
     result = run_under_vgpu(server[0], build(toolkit, "out_of_bounds"), timeout=TIMEOUT_S)
     assert result.returncode == 0, result.stderr
-    end = int(result.stdout.split("values at ")[1].split()[0], 16) + 400
-    reports = [line for line in result.stderr.splitlines() if "Invalid __global__" in line]
-    assert len(reports) == 2, result.stderr   # two kernels, each launched twice
-    assert reports[0].startswith(
-        f"vgpu memcheck: Invalid __global__ read of size 4 at 0x{end:x} by thread (99,0,0) "
-        f"in block (0,0,0) of kernel 'sum_next' (PTX line ")
-    assert reports[1].startswith(
-        f"vgpu memcheck: Invalid __global__ read of size 4 at 0x{end:x} by thread (2,0,0) "
-        f"in block (0,0,0) of kernel 'read_at' (PTX line ")
-    assert all(r.endswith(f"is 0 bytes after the nearest allocation at 0x{end - 400:x} of "
-                          f"size 400 bytes") for r in reports)
+    check_past_the_end_reports(result)
     assert "runs on the interpreter" not in server[1].read_text()

@@ -651,36 +651,32 @@ def _memory_mods(instr) -> tuple[_Mods, str, int]:
 
 
 def _ld(c: _KernelCompiler, instr) -> None:
-    mods, space, count = _memory_mods(instr)
-    ptype = mods.type("subf")
-    mods.done()
-    if len(instr.operands) != 2:
-        raise NotCompiled(f"{instr.text}: operands", instr.line)
     dsts = _elements(instr.operands[0])
-    where, address = c.address(instr.operands[1], space, instr)
-    pointer = c.access(where, address, ptype.nbytes * count, False, instr.line)
-    b = c.b
-    typed = b.bitcast(pointer, ltype(ptype).as_pointer())
+    ptype, where, typed = _memory_access(c, instr, instr.operands[1], False)
     for k, dst in enumerate(dsts):
-        value = b.load(b.gep(typed, [ir.Constant(I64, k)]), align=1)
+        value = c.b.load(c.b.gep(typed, [ir.Constant(I64, k)]), align=1)
         if where == "kparam":
             c.invariant(value)
         c.write(dst, ptype, value, instr)
 
 
 def _st(c: _KernelCompiler, instr) -> None:
+    values = _elements(instr.operands[1])
+    ptype, _, typed = _memory_access(c, instr, instr.operands[0], True)
+    for k, value in enumerate(values):
+        c.b.store(c.read(value, ptype, instr), c.b.gep(typed, [ir.Constant(I64, k)]), align=1)
+
+
+def _memory_access(c: _KernelCompiler, instr, address, write: bool):
+    """ld/st: (type, space accessed, typed pointer to the checked elements)."""
     mods, space, count = _memory_mods(instr)
     ptype = mods.type("subf")
     mods.done()
     if len(instr.operands) != 2:
         raise NotCompiled(f"{instr.text}: operands", instr.line)
-    values = [c.read(v, ptype, instr) for v in _elements(instr.operands[1])]
-    where, address = c.address(instr.operands[0], space, instr)
-    pointer = c.access(where, address, ptype.nbytes * count, True, instr.line)
-    b = c.b
-    typed = b.bitcast(pointer, ltype(ptype).as_pointer())
-    for k, value in enumerate(values):
-        b.store(value, b.gep(typed, [ir.Constant(I64, k)]), align=1)
+    where, address = c.address(address, space, instr)
+    pointer = c.access(where, address, ptype.nbytes * count, write, instr.line)
+    return ptype, where, c.b.bitcast(pointer, ltype(ptype).as_pointer())
 
 
 def _mov(c: _KernelCompiler, instr) -> None:
@@ -756,10 +752,7 @@ def _atom(c: _KernelCompiler, instr) -> None:
 def _bit_count(kind: str):
     """popc, clz (u32 results) and brev (same type)."""
     def handler(c, instr):
-        mods = _Mods(instr)
-        ptype = mods.type("b")
-        mods.done()
-        x = c.read(instr.operands[1], ptype, instr)
+        ptype, x = _typed_source(c, instr, "b")
         b = c.b
         if kind == "brev":
             c.write(instr.operands[0], ptype,
@@ -839,51 +832,46 @@ def _product(b, x, y, ptype: PtxType, mode: str):
     return b.trunc(b.lshr(wide, ir.Constant(wide.type, bits)), ltype(ptype)), ptype
 
 
-def _mul(c: _KernelCompiler, instr) -> None:
-    mods = _Mods(instr)
-    mode = mods.take("lo", "hi", "wide")
-    rn = mods.take("rn")
-    ptype = mods.type()
-    mods.done()
-    a, b_ = (c.read(op, ptype, instr) for op in instr.operands[1:3])
-    if ptype.is_float:
-        if mode:
+def _mul_mad(is_mad: bool):
+    """mul and mad: integer .lo/.hi/.wide, float in round-to-nearest (mad.rn is fused)."""
+    def handler(c, instr):
+        mods = _Mods(instr)
+        mode = mods.take("lo", "hi", "wide")
+        rn = mods.take("rn")
+        ptype = mods.type()
+        mods.done()
+        if ptype.is_float:
+            if mode or (is_mad and not rn):
+                raise NotCompiled(instr.text, instr.line)
+            if is_mad:
+                _fma_values(c, instr, ptype)
+            else:
+                a, b_ = (c.read(op, ptype, instr) for op in instr.operands[1:3])
+                c.write(instr.operands[0], ptype, c.b.fmul(a, b_), instr)
+            return
+        if mode is None or rn or (mode == "wide" and ptype.bits == 64):
             raise NotCompiled(instr.text, instr.line)
-        c.write(instr.operands[0], ptype, c.b.fmul(a, b_), instr)
-        return
-    if mode is None or rn or (mode == "wide" and ptype.bits == 64):
-        raise NotCompiled(instr.text, instr.line)
-    value, rtype = _product(c.b, a, b_, ptype, mode)
-    c.write(instr.operands[0], rtype, value, instr)
-
-
-def _mad(c: _KernelCompiler, instr) -> None:
-    mods = _Mods(instr)
-    mode = mods.take("lo", "hi", "wide")
-    rn = mods.take("rn")
-    ptype = mods.type()
-    mods.done()
-    if ptype.is_float:
-        if mode or not rn:
-            raise NotCompiled(instr.text, instr.line)
-        _fma_values(c, instr, ptype)
-        return
-    if mode is None or rn or (mode == "wide" and ptype.bits == 64):
-        raise NotCompiled(instr.text, instr.line)
-    a, b_ = (c.read(op, ptype, instr) for op in instr.operands[1:3])
-    value, rtype = _product(c.b, a, b_, ptype, mode)
-    addend = c.read(instr.operands[3], rtype, instr)
-    c.write(instr.operands[0], rtype, c.b.add(value, addend), instr)
+        a, b_ = (c.read(op, ptype, instr) for op in instr.operands[1:3])
+        value, rtype = _product(c.b, a, b_, ptype, mode)
+        if is_mad:
+            value = c.b.add(value, c.read(instr.operands[3], rtype, instr))
+        c.write(instr.operands[0], rtype, value, instr)
+    return handler
 
 
 def _fma(c: _KernelCompiler, instr) -> None:
+    _fma_values(c, instr, _rn_float_type(instr))
+
+
+def _rn_float_type(instr) -> PtxType:
+    """The f32/f64 type of an instruction whose only modifier must be .rn."""
     mods = _Mods(instr)
     rn = mods.take("rn")
     ptype = mods.type("f")
     mods.done()
     if not rn:
         raise NotCompiled(instr.text, instr.line)
-    _fma_values(c, instr, ptype)
+    return ptype
 
 
 def _fma_values(c, instr, ptype) -> None:
@@ -974,12 +962,18 @@ def _not(c: _KernelCompiler, instr) -> None:
             instr)
 
 
+def _typed_source(c: _KernelCompiler, instr, kinds: str):
+    """(type, first source value) of an instruction with one type of `kinds` and no other
+    modifier."""
+    mods = _Mods(instr)
+    ptype = mods.type(kinds)
+    mods.done()
+    return ptype, c.read(instr.operands[1], ptype, instr)
+
+
 def _neg_abs(is_neg: bool):
     def handler(c, instr):
-        mods = _Mods(instr)
-        ptype = mods.type()
-        mods.done()
-        x = c.read(instr.operands[1], ptype, instr)
+        ptype, x = _typed_source(c, instr, "subf")
         b = c.b
         if ptype.is_float:   # the sign bit, as the interpreter (NaN payloads kept)
             width = ir.IntType(ptype.bits)
@@ -997,10 +991,7 @@ def _neg_abs(is_neg: bool):
 
 def _shift(left: bool):
     def handler(c, instr):
-        mods = _Mods(instr)
-        ptype = mods.type("bsu")
-        mods.done()
-        x = c.read(instr.operands[1], ptype, instr)
+        ptype, x = _typed_source(c, instr, "bsu")
         amount = c.read(instr.operands[2], _U32, instr)
         b = c.b
         bits = ptype.bits
@@ -1105,12 +1096,7 @@ def _cvt(c: _KernelCompiler, instr) -> None:
 
 def _unary_float(intrinsic: str | None):
     def handler(c, instr):
-        mods = _Mods(instr)
-        rn = mods.take("rn")
-        ptype = mods.type("f")
-        mods.done()
-        if not rn:
-            raise NotCompiled(instr.text, instr.line)
+        ptype = _rn_float_type(instr)
         x = c.read(instr.operands[1], ptype, instr)
         if intrinsic is None:    # rcp
             value = c.b.fdiv(ir.Constant(x.type, 1.0), x)
@@ -1152,7 +1138,8 @@ def _barrier(c: _KernelCompiler, instr, pc: int) -> None:
 
 _HANDLERS = {
     "ld": _ld, "st": _st, "mov": _mov, "cvta": _cvta,
-    "add": _arith("add"), "sub": _arith("sub"), "mul": _mul, "mad": _mad, "fma": _fma,
+    "add": _arith("add"), "sub": _arith("sub"), "mul": _mul_mad(False),
+    "mad": _mul_mad(True), "fma": _fma,
     "div": _div_rem(True), "rem": _div_rem(False), "min": _min_max(True),
     "max": _min_max(False), "and": _logic("and_"), "or": _logic("or_"),
     "xor": _logic("xor"), "not": _not, "neg": _neg_abs(True), "abs": _neg_abs(False),
