@@ -39,6 +39,11 @@ def _add_server_parser(sub) -> None:
                    help="what a kernel's access past its allocation's end does, for clients "
                         "whose VGPU_MEMCHECK does not say: reported once per kernel (report, "
                         "as a GPU does not fault) or CUDA_ERROR_ILLEGAL_ADDRESS (strict)")
+    p.add_argument("--compile", action="store_true",
+                   help="emu: run kernels compiled to native code (LLVM) where the compiler "
+                        "handles them, else on the interpreter (VGPU_EMU_COMPILE=1 likewise)")
+    p.add_argument("--threads", type=_positive, default=None, metavar="N",
+                   help="emu, compiled kernels: run blocks on N native threads (default 1)")
     p.add_argument("--checkpoint-dir", default=None, metavar="DIR",
                    help="where sessions' checkpoint images go (DIR/TOKEN.vgpu); a server "
                         "reading the same folder restores a client whose server died")
@@ -59,6 +64,13 @@ def _add_server_parser(sub) -> None:
                    help="device memory all sessions may hold together (default: the device's)")
     p.add_argument("--max-message", type=_size, default=None, metavar="SIZE",
                    help="the largest message part the server accepts (default 1G)")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _size(text: str) -> int:
@@ -216,6 +228,9 @@ def _server(args) -> int:
     socket_file = ipc_path(address)
     from vgpu.server.server import ProxyServer
 
+    if args.compile or args.threads:
+        from vgpu.server.emu import native
+        native.configure(enabled=args.compile or None, threads=args.threads)
     with contextlib.ExitStack() as turn:
         try:
             check_address(address, listen=True)

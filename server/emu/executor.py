@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import native
 from .device_printf import DEFAULT_PRINTF_FIFO_BYTES, within_fifo
 from .errors import (
     CUDA_ERROR_ILLEGAL_ADDRESS,
@@ -119,8 +120,11 @@ def prepare(module, kernel_name: str, grid, block, shared_bytes: int = 0,
     if missing:
         raise LaunchError(CUDA_ERROR_INVALID_VALUE,
                           f"module variable(s) {', '.join(missing)} have no device address")
-    return PreparedLaunch(module, kernel, kernel_name, grid, block, shared_bytes, symbols,
-                          cooperative)
+    prepared = PreparedLaunch(module, kernel, kernel_name, grid, block, shared_bytes, symbols,
+                              cooperative)
+    if native.enabled():
+        prepared.native = native.compiled_kernel(module, kernel_name)
+    return prepared
 
 
 class PreparedLaunch:
@@ -146,6 +150,7 @@ class PreparedLaunch:
         self.local_size = kernel.local_size  # bytes of local memory per thread
         self.local_stride = _round16(max(kernel.local_size, 1))
         self.symbols = symbols
+        self.native = None   # the kernel compiled to native code, when it is (see native/)
         threads = block[0] * block[1] * block[2]
         self._nblocks = grid[0] * grid[1] * grid[2]
         # A chunk's state: each lane's registers and local memory, each block's shared
@@ -189,6 +194,10 @@ class PreparedLaunch:
             strays = STRAYS_REPORTED
         else:
             strays = STRAYS_ALLOWED
+        if self.native is not None:
+            report = self.native.run(self, params, memory, checker, strays, native.threads(),
+                                     cancelled)
+            return LaunchResult("", 0, report)
         # Parameter space is read-only to kernels (spaces.locate refuses stores), so the
         # caller's bytes are used as they are.
         ctx = LaunchContext(self, memory, np.frombuffer(params, np.uint8), strays,
@@ -246,11 +255,15 @@ def _printf_text(ctx: LaunchContext, fifo_bytes: int) -> str:
 
 
 def _fault_message(fault: Fault, state: State, kernel_name: str) -> str:
-    """What a memory checker says of a faulting access: what, where, who, why."""
     tid, ctaid = state.thread_of(fault.lane)
-    return (f"{fault.head} by thread ({tid[0]},{tid[1]},{tid[2]}) in block "
+    return fault_message(fault.head, fault.reason, tid, ctaid, kernel_name, fault.line)
+
+
+def fault_message(head: str, reason: str, tid, ctaid, kernel_name: str, line: int) -> str:
+    """What a memory checker says of a faulting access: what, where, who, why."""
+    return (f"{head} by thread ({tid[0]},{tid[1]},{tid[2]}) in block "
             f"({ctaid[0]},{ctaid[1]},{ctaid[2]}) of kernel '{kernel_name}' "
-            f"(PTX line {fault.line}): {fault.reason}")
+            f"(PTX line {line}): {reason}")
 
 
 def _report(checker: MemoryChecker | None, kernel_name: str, ctx: LaunchContext) -> str:

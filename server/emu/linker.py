@@ -11,6 +11,7 @@ from __future__ import annotations
 from .errors import PtxError
 from .ir import Address, Function, ListOperand, Module, Symbol, Variable, Vector
 from .module import PtxModule
+from .native import source_hash
 from .parser import parse_module
 
 __all__ = ["link"]
@@ -35,7 +36,9 @@ def link(texts: list[str]) -> PtxModule:
             _add_function(merged, fn)
         for var in module.variables.values():
             _add_variable(merged, var)
-    return PtxModule(merged)
+    linked = PtxModule(merged)
+    linked.source_hash = source_hash("link", *texts)
+    return linked
 
 
 def _is_shared_name(linkage: str) -> bool:

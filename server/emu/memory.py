@@ -33,12 +33,12 @@ import numpy as np
 from .address_space import DEVICE_ADDRESS_LIMIT
 from .errors import IllegalAddress
 
-__all__ = ["DeviceMemory", "load_elements", "store_elements", "typed_elements", "NO_ACCESS",
-           "READ", "READ_WRITE"]
+__all__ = ["DENIED", "DeviceMemory", "load_elements", "store_elements", "typed_elements",
+           "NO_ACCESS", "READ", "READ_WRITE"]
 
 # Access an allocation allows, as CUmemAccess_flags numbers them.
 NO_ACCESS, READ, READ_WRITE = 0, 1, 3
-_DENIED = {NO_ACCESS: "the address is mapped without access for the device",
+DENIED = {NO_ACCESS: "the address is mapped without access for the device",
            READ: "the address is mapped read-only"}
 
 
@@ -56,6 +56,7 @@ class DeviceMemory:
         self._np_spans = np.empty(0, np.uint64)
         self._np_access = np.empty(0, np.uint8)
         self._all_read_write = True
+        self._native_table: np.ndarray | None = None
 
     # -- allocation ---------------------------------------------------------------------
     def map(self, address: int, size: int, backing: memoryview | None = None,
@@ -120,6 +121,20 @@ class DeviceMemory:
         self._np_access = np.array(self._access, np.uint8)
         # Access is checked lane by lane only where some allocation restricts it.
         self._all_read_write = all(a == READ_WRITE for a in self._access)
+        self._native_table = None
+
+    def native_table(self) -> np.ndarray:
+        """The allocations for compiled kernels (see native/codegen.py): one int64 row each,
+        (base, size, mapped span, host address, access), in address order. Made again only
+        after the allocations change."""
+        if self._native_table is None:
+            rows = [(base, size, array.size, array.ctypes.data, access) for base, size, array,
+                    access in zip(self._bases, self._sizes, self._arrays, self._access,
+                                  strict=True)]
+            table = np.array(rows, np.uint64).view(np.int64) if rows else np.zeros((0, 5),
+                                                                                    np.int64)
+            self._native_table = np.ascontiguousarray(table.reshape(-1, 5))
+        return self._native_table
 
     def find(self, address: int) -> tuple[int, int] | None:
         """(base, size) of the allocation containing `address`, or None."""
@@ -145,7 +160,7 @@ class DeviceMemory:
             offset = address - self._bases[pos]
             if size >= 0 and offset + size <= self._sizes[pos]:
                 if (self._access[pos] & need) != need:
-                    raise IllegalAddress(address, size, denied=_DENIED[self._access[pos]])
+                    raise IllegalAddress(address, size, denied=DENIED[self._access[pos]])
                 return self._arrays[pos], offset
         raise IllegalAddress(address, size)
 
@@ -219,7 +234,7 @@ class DeviceMemory:
             if denied.any():
                 bad = int(np.flatnonzero(denied)[0])
                 raise IllegalAddress(int(addrs[bad]), size, index=bad,
-                                     denied=_DENIED[int(allowed[bad])])
+                                     denied=DENIED[int(allowed[bad])])
         order = np.argsort(idx, kind="stable")
         sorted_idx = idx[order]
         starts = np.flatnonzero(np.diff(sorted_idx)) + 1

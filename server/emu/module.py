@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from .address_space import function_addresses
 from .errors import PtxError
 from .ir import Module
+from .native import source_hash
 from .parser import parse_module
 from .program import KernelProgram, Program
 
@@ -61,6 +62,8 @@ class PtxModule:
         self.version = module.version
         self.target = module.target
         self.program = Program(module)
+        self.source_hash: str | None = None   # the PTX's, for the native code's disk cache
+        self.native_kernels: dict = {}        # name -> native.NativeKernel or None
         for name, kp in self.program.kernels.items():
             if kp.local_size > MAX_LOCAL_BYTES_PER_THREAD:  # ptxas refuses such a kernel
                 raise PtxError(f"entry function {name!r} uses too much local data "
@@ -78,7 +81,9 @@ class PtxModule:
 
     @classmethod
     def parse(cls, text: str) -> PtxModule:
-        return cls(parse_module(text))
+        module = cls(parse_module(text))
+        module.source_hash = source_hash(text)
+        return module
 
     def _register_estimate(self, kp: KernelProgram, max_threads: int) -> int:
         """What CU_FUNC_ATTRIBUTE_NUM_REGS answers: a deterministic stand-in for ptxas's

@@ -20,7 +20,7 @@ from .memory import READ, READ_WRITE, load_elements, store_elements
 from .state import Fault, State, lane_count
 
 __all__ = ["STRAYS_ALLOWED", "STRAYS_FAULT", "STRAYS_REPORTED", "StrayAccess", "load",
-           "locate", "store"]
+           "locate", "out_of_bounds", "store"]
 
 # What a launch does with stray global accesses (LaunchContext.strays).
 STRAYS_FAULT, STRAYS_REPORTED, STRAYS_ALLOWED = "fault", "report", "allow"
@@ -94,7 +94,7 @@ def locate(state: State, space: str, addrs, size: int, lanes, access: str,
         except IllegalAddress as exc:
             k = exc.index or 0
             raise _fault(state, lanes, k, space, access, size, addrs[k],
-                         exc.denied or _out_of_bounds(memory, int(addrs[k])),
+                         exc.denied or out_of_bounds(memory, int(addrs[k])),
                          CUDA_ERROR_ILLEGAL_ADDRESS) from None
     if space == "shared":
         _check_limit(state, lanes, addrs, size, state.ctx.launch.shared_size, space, access)
@@ -116,7 +116,7 @@ def locate(state: State, space: str, addrs, size: int, lanes, access: str,
     raise ValueError(f"unknown space {space}")
 
 
-def _out_of_bounds(memory, address: int) -> str:
+def out_of_bounds(memory, address: int) -> str:
     """Why a global access is out of bounds, naming the allocation below it as a memory
     checker does."""
     nearest = memory.nearest(address)
@@ -131,7 +131,7 @@ def _out_of_bounds(memory, address: int) -> str:
 
 def _stray(state, lanes, position, space, access, size, address, memory) -> StrayAccess:
     head = f"Invalid {_LABEL[space]} {access} of size {size} at 0x{address:x}"
-    return StrayAccess(0, head, _out_of_bounds(memory, address), _lane(state, lanes, position))
+    return StrayAccess(0, head, out_of_bounds(memory, address), _lane(state, lanes, position))
 
 
 def _check_limit(state, lanes, addrs, size, limit, space, access) -> None:

@@ -39,6 +39,21 @@ def _allocation(result) -> int:
 
 # ----------------------------------------------------------------- out-of-bounds accesses
 
+def check_past_the_end_reports(result: subprocess.CompletedProcess) -> None:
+    """out_of_bounds's reads one element past the end: reported once per kernel."""
+    end = _allocation(result) + 400
+    reports = [line for line in result.stderr.splitlines() if "Invalid __global__" in line]
+    assert len(reports) == 2, result.stderr  # two kernels, each launched twice
+    assert reports[0].startswith(
+        f"vgpu memcheck: Invalid __global__ read of size 4 at 0x{end:x} by thread (99,0,0) "
+        f"in block (0,0,0) of kernel 'sum_next' (PTX line ")
+    assert reports[1].startswith(
+        f"vgpu memcheck: Invalid __global__ read of size 4 at 0x{end:x} by thread (2,0,0) "
+        f"in block (0,0,0) of kernel 'read_at' (PTX line ")
+    assert all(r.endswith(f"is 0 bytes after the nearest allocation at 0x{end - 400:x} of "
+                          f"size 400 bytes") for r in reports)
+
+
 @pytest.fixture(scope="module")
 def out_of_bounds(toolkit) -> Path:
     return _build(toolkit, "out_of_bounds")
@@ -54,17 +69,7 @@ def test_reads_past_the_end_run_as_on_a_gpu_and_are_reported_once_per_kernel(
     result = _run(server[0], out_of_bounds)
     assert result.returncode == 0, result.stderr
     assert "synchronize returned 0" in result.stdout
-    end = _allocation(result) + 400
-    reports = [line for line in result.stderr.splitlines() if "Invalid __global__" in line]
-    assert len(reports) == 2, result.stderr  # two kernels, each launched twice
-    assert reports[0].startswith(
-        f"vgpu memcheck: Invalid __global__ read of size 4 at 0x{end:x} by thread (99,0,0) "
-        f"in block (0,0,0) of kernel 'sum_next' (PTX line ")
-    assert reports[1].startswith(
-        f"vgpu memcheck: Invalid __global__ read of size 4 at 0x{end:x} by thread (2,0,0) "
-        f"in block (0,0,0) of kernel 'read_at' (PTX line ")
-    assert all(r.endswith(f"is 0 bytes after the nearest allocation at 0x{end - 400:x} of "
-                          f"size 400 bytes") for r in reports)
+    check_past_the_end_reports(result)
     assert "CUDA_ERROR_ILLEGAL_ADDRESS" in result.stderr  # the report says how to be strict
 
 

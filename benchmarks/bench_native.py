@@ -1,0 +1,205 @@
+"""Benchmarks of the emulator's native compiler (server/emu/native); prints a table.
+
+    python benchmarks/bench_native.py
+
+Every figure is a ratio against a baseline measured in the same run: the same loop compiled
+by the host's C compiler (cc -O2) for the one-thread Collatz walk and the matrix multiply,
+numpy's `a * x + y` on the same arrays for the 1M-thread saxpy. The interpreter's figures
+are in the table too (Collatz on a shorter range: the full one takes it most of a minute).
+Kernels are compiled with nvcc (PATH, or the nvidia-cuda-nvcc wheel).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from bench_emu import SOURCE as EMU_SOURCE
+from bench_emu import Device, compile_ptx
+
+from vgpu.server.emu import PtxModule, native, prepare
+
+SOURCE = r"""
+extern "C" {
+__global__ void collatz(unsigned long long* steps, int limit) {
+    unsigned long long total = 0;
+    for (int n = 1; n <= limit; ++n) {
+        unsigned long long x = n;
+        while (x != 1) { x = (x & 1) ? 3 * x + 1 : x >> 1; ++total; }
+    }
+    *steps = total;
+}
+__global__ void saxpy(float a, const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+}
+"""
+
+C_SOURCE = r"""
+unsigned long long collatz(int limit) {
+    unsigned long long total = 0;
+    for (int n = 1; n <= limit; ++n) {
+        unsigned long long x = n;
+        while (x != 1) { x = (x & 1) ? 3 * x + 1 : x >> 1; ++total; }
+    }
+    return total;
+}
+void matmul(const float* A, const float* B, float* C, int n) {
+    for (int i = 0; i < n; ++i)
+        for (int j = 0; j < n; ++j) {
+            float acc = 0.0f;
+            for (int k = 0; k < n; ++k) acc += A[i * n + k] * B[k * n + j];
+            C[i * n + j] = acc;
+        }
+}
+"""
+LIMIT = 20_000
+INTERPRETED_LIMIT = 300
+
+
+def host_library(directory: str) -> ctypes.CDLL:
+    source = Path(directory) / "loops.c"
+    source.write_text(C_SOURCE)
+    library = Path(directory) / "loops.so"
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    subprocess.run([compiler, "-O2", "-shared", "-fPIC", str(source), "-o", str(library)],
+                   check=True)
+    loops = ctypes.CDLL(str(library))
+    loops.collatz.restype = ctypes.c_ulonglong
+    return loops
+
+
+def timed(fn, repeat: int) -> tuple[float, float]:
+    """(best, median) seconds: the machine is shared, so both are reported."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times), statistics.median(times)
+
+
+def run(module, device, kernel, grid, block, params: bytes, threads: int = 1):
+    native.configure(threads=threads)
+    prepared = prepare(module, kernel, grid, block)
+    prepared.run(params, device.memory)   # the first run touches fresh pages
+    return timed(lambda: prepared.run(params, device.memory), 9)
+
+
+def row(name: str, seconds, baseline, unit: float = 1e3, suffix: str = "ms"):
+    """A table row: best / median time and their ratios to the baseline's."""
+    best, median = seconds
+    ratio = f"{best / baseline[0]:.2f} / {median / baseline[1]:.2f}" if baseline else "1"
+    return (name, f"{best * unit:.2f} / {median * unit:.2f} {suffix}", ratio)
+
+
+def main() -> None:
+    directory = tempfile.mkdtemp()
+    os.environ["VGPU_CACHE_DIR"] = directory   # a cold cache: the compile time is measured
+    loops = host_library(directory)
+    ptx = compile_ptx(SOURCE + EMU_SOURCE)   # bench_emu's matmul
+    rows: list[tuple[str, str, str]] = []
+
+    # Collatz, one thread
+    device = Device()
+    out = device.upload(np.zeros(1, np.uint64))
+    interpreted = PtxModule.parse(ptx)
+    short = out.to_bytes(8, "little") + INTERPRETED_LIMIT.to_bytes(4, "little")
+    interpreter = timed(lambda: prepare(interpreted, "collatz", 1, 1).run(short, device.memory),
+                        3)
+    short_steps = loops.collatz(INTERPRETED_LIMIT)
+    native.configure(enabled=True)
+    module = PtxModule.parse(ptx)
+    start = time.perf_counter()
+    prepare(module, "collatz", 1, 1)
+    collatz_compile = time.perf_counter() - start
+    params = out.to_bytes(8, "little") + LIMIT.to_bytes(4, "little")
+    compiled = run(module, device, "collatz", 1, 1, params)
+    steps = int(np.frombuffer(device.memory.read(out, 8), np.uint64)[0])
+    assert steps == loops.collatz(LIMIT), "the compiled kernel disagrees with C"
+    host = timed(lambda: loops.collatz(LIMIT), 9)
+    rows.append(row(f"Collatz 1..{LIMIT}, one thread, {steps:,} iterations: C (cc -O2)", host,
+                    None))
+    rows.append(row("  compiled kernel", compiled, host))
+    per_iteration = tuple(t / short_steps * steps for t in interpreter)
+    rows.append(row(f"  interpreter (1..{INTERPRETED_LIMIT}, scaled to {LIMIT})",
+                    per_iteration, host, 1, "s"))
+
+    # saxpy, 1M threads
+    n = 1 << 20
+    rng = np.random.default_rng(0)
+    x, y = rng.random(n, np.float32), rng.random(n, np.float32)
+    a = np.float32(2.5)
+    dx, dy = device.upload(x), device.upload(y)
+    params = a.tobytes() + b"\0" * 4 + dx.to_bytes(8, "little") + dy.to_bytes(8, "little") \
+        + n.to_bytes(4, "little")
+    params += b"\0" * (module.kernels["saxpy"].param_size - len(params))
+    baseline = timed(lambda: a * x + y, 21)
+    rows.append(row("saxpy, 1M threads of 256: numpy a * x + y", baseline, None))
+    for threads in (1, 2):
+        rows.append(row(f"  compiled, {threads} thread(s)",
+                        run(module, device, "saxpy", (n // 256,), (256,), params, threads),
+                        baseline))
+    native.configure(enabled=False)
+    rows.append(row("  interpreter", run(interpreted, device, "saxpy", (n // 256,), (256,),
+                                         params), baseline))
+    native.configure(enabled=True)
+
+    # matmul 256x256
+    size = 256
+    A = rng.standard_normal((size, size)).astype(np.float32)
+    B = rng.standard_normal((size, size)).astype(np.float32)
+    C = np.zeros((size, size), np.float32)
+    dA, dB, dC = device.upload(A), device.upload(B), device.upload(C)
+    params = b"".join(v.to_bytes(8, "little") for v in (dA, dB, dC)) + size.to_bytes(4, "little")
+    params += b"\0" * (module.kernels["matmul"].param_size - len(params))
+    pointer = ctypes.POINTER(ctypes.c_float)
+    host = timed(lambda: loops.matmul(A.ctypes.data_as(pointer), B.ctypes.data_as(pointer),
+                                      C.ctypes.data_as(pointer), size), 5)
+    start = time.perf_counter()
+    prepare(module, "matmul", (size // 16, size // 16), (16, 16))
+    cold = time.perf_counter() - start
+    rows.append(row("tiled matmul 256x256 (16x16 tiles, barriers): C triple loop", host, None))
+    for threads in (1, 2):
+        rows.append(row(f"  compiled, {threads} thread(s)",
+                        run(module, device, "matmul", (size // 16, size // 16), (16, 16),
+                            params, threads), host))
+    got = np.frombuffer(device.memory.read(dC, C.nbytes), np.float32).reshape(size, size)
+    np.testing.assert_allclose(got, A @ B, rtol=1e-3, atol=1e-3)
+    cached = cached_compile_seconds(ptx, directory)
+    rows.append(("compile matmul: cold / from the disk cache (new process)",
+                 f"{cold * 1e3:.0f} / {cached * 1e3:.1f} ms", f"{cached / cold:.3f}"))
+    rows.append(("compile collatz: cold", f"{collatz_compile * 1e3:.0f} ms", ""))
+    width = max(len(r[0]) for r in rows)
+    print(f"{'benchmark':<{width}}  {'best / median':>24}  ratio (best / median)")
+    for name, value, ratio in rows:
+        print(f"{name:<{width}}  {value:>24}  {ratio}")
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def cached_compile_seconds(ptx: str, directory: str) -> float:
+    """The first prepare() of matmul in a new process whose disk cache holds it."""
+    script = ("import sys, time\n"
+              "from vgpu.server.emu import PtxModule, native, prepare\n"
+              "native.configure(enabled=True)\n"
+              "module = PtxModule.parse(sys.stdin.read())\n"
+              "start = time.perf_counter()\n"
+              "assert prepare(module, 'matmul', (16, 16), (16, 16)).native is not None\n"
+              "print(time.perf_counter() - start)\n")
+    result = subprocess.run([sys.executable, "-c", script], input=ptx, text=True,
+                            capture_output=True, check=True,
+                            env={**os.environ, "VGPU_CACHE_DIR": directory})
+    return float(result.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Kernels compiled to native code with LLVM (llvmlite): the emulator's fast path.
+
+Off unless switched on: VGPU_EMU_COMPILE=1 in the server's environment, `vgpu server
+--compile`, or `configure(enabled=True)`. Blocks then run on `threads` native threads
+(VGPU_EMU_THREADS, `--threads N`; default 1). A kernel that uses anything the compiler does
+not translate yet runs on the interpreter, with one log line per module and kernel naming
+the instruction. The execution model is in the emulator's README.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import os
+import threading
+
+__all__ = ["compiled_kernel", "configure", "enabled", "threads"]
+
+CODEGEN_VERSION = "5"   # part of the disk cache's key: bump when generated code changes
+_log = logging.getLogger("vgpu.emu.native")
+_settings = {"enabled": os.environ.get("VGPU_EMU_COMPILE", "") in ("1", "on", "yes"),
+             "threads": max(1, int(os.environ.get("VGPU_EMU_THREADS") or 1))}
+_lock = threading.Lock()
+_names = itertools.count()
+
+
+def configure(enabled: bool | None = None, threads: int | None = None) -> None:
+    if enabled is not None:
+        _settings["enabled"] = bool(enabled)
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, got {threads}")
+        _settings["threads"] = threads
+
+
+def enabled() -> bool:
+    return _settings["enabled"]
+
+
+def threads() -> int:
+    return _settings["threads"]
+
+
+def compiled_kernel(module, name: str):
+    """The NativeKernel for kernel `name` of a PtxModule, compiled (or read from the disk
+    cache) at its first launch; None when it runs on the interpreter."""
+    with _lock:
+        if name not in module.native_kernels:
+            from .codegen import NotCompiled
+            try:
+                module.native_kernels[name] = _build(module, name)
+            except NotCompiled as exc:
+                _log.warning("kernel %r runs on the interpreter: the compiler does not handle "
+                             "%s", name, exc)
+                module.native_kernels[name] = None
+        return module.native_kernels[name]
+
+
+def _build(module, name: str):
+    from .codegen import kernel_ir
+    from .engine import cache_key, compile_object, load_cached, load_object, store_cached
+    from .runner import NativeKernel
+    kernel = module.program.kernels[name]
+    registers = len(kernel.function.registers)
+    key = None
+    if module.source_hash is not None:
+        key = cache_key(module.source_hash, name, CODEGEN_VERSION)
+        cached = load_cached(key, ("function", "symbols", "sites"))
+        if cached is not None:
+            data, meta = cached
+            return NativeKernel(load_object(data, meta["function"]), meta["symbols"],
+                                registers, meta["sites"])
+        function = f"vgpu_{key}"
+    else:
+        function = f"vgpu_anonymous_{next(_names)}"
+    text, symbols, sites = kernel_ir(module.program, kernel, function)
+    data = compile_object(text)
+    if key is not None:
+        store_cached(key, data, {"function": function, "symbols": symbols, "sites": sites})
+    return NativeKernel(load_object(data, function), symbols, registers, sites)
+
+
+def source_hash(*texts: str) -> str:
+    """What identifies a module's PTX in the disk cache's key."""
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(text.encode() + b"\0")
+    return digest.hexdigest()

@@ -1,0 +1,1253 @@
+"""One kernel of a loaded module as LLVM IR: per-thread code, and a block loop around it.
+
+Each PTX register becomes a stack slot of its type (LLVM's mem2reg turns them into SSA
+values); each PTX instruction becomes a few LLVM instructions with the same bit-level
+semantics as the interpreter's numpy closures (see the emulator's README for the choices
+CUDA leaves open: division by zero, shift clamping, saturating conversions, min/max of NaN
+and signed zeros). What this slice does not translate raises `NotCompiled` naming the
+instruction and its PTX line; the kernel then runs on the interpreter.
+
+Threads run one after the other. A barrier ends a thread's turn: it saves its registers in
+its spill slots and returns the barrier's number; once every thread of the block has
+returned, each waiting one is called again with that number, restores its registers and
+goes on after the barrier (exited threads count as arrived, as on a GPU).
+
+The ABI shared with `runner.py` (all slots are int64):
+  launch[]   0-2 grid, 3-5 block, 6 parameter buffer address, 7 its size, 8 allocation
+             table address, 9 allocation count, 10 stop flag (cancel, or another worker's
+             fault), 11 stray mode (0 fault, 1 report the first, 2 allow), 12 stray
+             reported flag, 13-19 the stray (address, size, need, line, space, block,
+             thread), 20 shared size, 21 local size, 22 dynamic shared bytes,
+             23 shared bytes per block (0: none), 24 local bytes per thread (0: none),
+             25 threads per block, 32+k the device address of the k-th module variable
+             in `symbols`.
+  table[]    5 slots an allocation: base, size, mapped span, host address, access.
+  fault[]    0 code, 1 address, 2 size, 3 need (1 read, 3 write), 4 PTX line, 5 block,
+             6 thread, 7 space (SPACES), 8 why (WHY), 9 the allocation's access.
+  cache[]    3 slots a global access site: the base, size and host address of the
+             allocation it last found (zeros: none).
+  run_blocks(launch, shared, local, spill, resume, first, end, fault, cache) -> 0, or
+             FAULTED with fault[] filled, or STOPPED when the stop flag was seen.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from ..address_space import GENERIC_LOCAL_BASE, GENERIC_PARAM_BASE, GENERIC_SHARED_BASE
+from ..ir import Address, Immediate, RegisterOperand, Sink, SpecialRegister, Symbol, Vector
+from ..operands import immediate_value, kernel_param_layout
+from ..ops_memory import ORDERING_QUALIFIERS
+from ..ptx_types import TYPES, PtxType, lookup_type
+from .helpers import HELPERS_IR
+
+__all__ = ["FAULTED", "SPACES", "STOPPED", "WHY", "NotCompiled", "kernel_ir"]
+
+FAULTED, STOPPED = -1, -2
+YIELDED = 1 << 30      # thread results from here up: it yielded in a loop, resume there
+YIELD_EVERY = 1 << 16  # backward branches a thread takes before it lets the others run
+SPACES = ("global", "shared", "local", "kparam")          # fault[7]
+WHY = ("out of bounds", "misaligned", "denied")            # fault[8]
+SYMBOL_SLOT = 32
+_STOP_SLOT, _SHARED_SIZE, _LOCAL_SIZE, _DYN_SHARED = 10, 20, 21, 22
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+F32, F64 = ir.FloatType(), ir.DoubleType()
+P8, P32, P64 = I8.as_pointer(), I32.as_pointer(), I64.as_pointer()
+_U32, _U64 = TYPES["u32"], TYPES["u64"]
+_WINDOWS = {"shared": GENERIC_SHARED_BASE, "local": GENERIC_LOCAL_BASE,
+            "param": GENERIC_PARAM_BASE, "global": 0, "const": 0}
+_FLOAT_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_UNORDERED = {"equ": "==", "neu": "!=", "ltu": "<", "leu": "<=", "gtu": ">", "geu": ">="}
+_UNSIGNED_CMP = {"lo": "<", "ls": "<=", "hi": ">", "hs": ">="}
+_ROUND_TO_INT = {"rni": "llvm.roundeven", "rzi": "llvm.trunc", "rmi": "llvm.floor",
+                 "rpi": "llvm.ceil"}
+_SPACE_NAMES = ("global", "shared", "local", "const", "param", "shared::cta")
+
+
+class NotCompiled(Exception):
+    """An instruction (or operand form) this compiler does not translate yet."""
+
+    def __init__(self, what: str, line: int):
+        super().__init__(f"{what} (PTX line {line})")
+        self.what = what
+        self.line = line
+
+
+def ltype(ptype: PtxType) -> ir.Type:
+    if ptype.kind == "pred":
+        return I1
+    if ptype.name == "f32":
+        return F32
+    if ptype.name == "f64":
+        return F64
+    return ir.IntType(ptype.bits)
+
+
+def kernel_ir(program, kernel, name: str) -> tuple[str, list[str], int]:
+    """(LLVM IR text defining `name` as run_blocks, the module variables in slot order, the
+    number of global access sites: the cache run_blocks takes holds 3 slots for each)."""
+    return _KernelCompiler(program, kernel, name).build()
+
+
+class _Mods:
+    """An instruction's type modifiers and flags; `done` refuses flags nobody took."""
+
+    def __init__(self, instr, ignorable=frozenset()):
+        self.instr = instr
+        self.types = [t for m in instr.modifiers if (t := lookup_type(m)) is not None]
+        self.flags = [m for m in instr.modifiers if lookup_type(m) is None
+                      and m not in ignorable]
+
+    def take(self, *names):
+        for name in names:
+            if name in self.flags:
+                self.flags.remove(name)
+                return name
+        return None
+
+    def type(self, kinds="subf", count=1) -> PtxType:
+        """The type(s), which must be of `kinds` ("s", "u", "b", "f", "p" for .pred)."""
+        allowed = {"p" if t.kind == "pred" else t.kind for t in self.types}
+        if len(self.types) != count or not allowed <= set(kinds):
+            raise NotCompiled(f"{self.instr.text}: operand types", self.instr.line)
+        if any(t.kind == "f" and t.name not in ("f32", "f64") for t in self.types):
+            raise NotCompiled(f"{self.instr.text}: half-precision types", self.instr.line)
+        return self.types[0]
+
+    def done(self):
+        if self.flags:
+            raise NotCompiled(f"{self.instr.text}: modifier .{self.flags[0]}", self.instr.line)
+
+
+class _KernelCompiler:
+    def __init__(self, program, kernel, name: str):
+        self.program = program
+        self.kernel = kernel
+        self.fn_ir = kernel.function
+        self.name = name
+        self.symbols = sorted(kernel.global_symbols)
+        self.param_offsets = {id(p): o for p, o in kernel_param_layout(self.fn_ir.params)}
+        self.module = ir.Module(name=name)
+        self.module.triple = ""
+        # Where a thread resumes: the pc after each barrier (resume number k + 1) and the
+        # loop head of each yield (YIELDED + k).
+        self.barriers: list[int] = []
+        self.yields: list[int] = []
+        self.sites = 0                    # global access sites, 3 cache slots each
+        self.invariant_node = None
+        self.live: dict[int, set[int]] | None = None   # pc -> registers live on entry
+
+    # -- module ------------------------------------------------------------------------------
+    def build(self) -> tuple[str, list[str], int]:
+        if len(self.kernel.functions) > 1:
+            raise NotCompiled("call (device functions)", self.fn_ir.line)
+        self.lookup = ir.Function(self.module, ir.FunctionType(
+            P8, [P64, I64, I64, I64, P64, P64, I64, I64]), "vgpu_lookup")
+        self.record = ir.Function(self.module, ir.FunctionType(
+            ir.VoidType(), [P64, I64, I64, I64, I64, I64, I64, I64]), "vgpu_fault")
+        thread = self._thread_function()
+        self._block_loop(thread)
+        text = "\n".join(line for line in str(self.module).splitlines()
+                         if not (line.startswith("declare") and '@"vgpu_' in line))
+        return text + HELPERS_IR, self.symbols, self.sites
+
+    def _intrinsic(self, name: str, ty: ir.Type, count: int = 1, ret: ir.Type | None = None):
+        suffix = {F32: "f32", F64: "f64"}.get(ty, str(ty))
+        if ret is not None:
+            full = f"{name}.{ret}.{suffix}"
+        else:
+            full = f"{name}.{suffix}"
+        existing = self.module.globals.get(full)
+        if existing is not None:
+            return existing
+        return ir.Function(self.module, ir.FunctionType(ret or ty, [ty] * count), full)
+
+    # -- the per-thread function ---------------------------------------------------------------
+    def _thread_function(self) -> ir.Function:
+        fnty = ir.FunctionType(I32, [P64, P8, P8, P64, I64, I32, I32, I32, I32, I32, I32, I32,
+                                     P64, P64])
+        fn = ir.Function(self.module, fnty, self.name + "_thread")
+        fn.linkage = "internal"
+        fn.attributes.add("alwaysinline")
+        (self.L, self.shared, self.local, self.spill, self.t, tx, ty_, tz, cx, cy, cz,
+         self.resume, self.fault, self.cache) = fn.args
+        self.tid = (tx, ty_, tz)
+        self.ctaid = (cx, cy, cz)
+        self.fn = fn
+        entry = fn.append_basic_block("entry")
+        self.b = ir.IRBuilder(entry)
+        self.budget = self.b.alloca(I64, name="budget")
+        self.regs = {}
+        for reg in self.fn_ir.registers:
+            self.regs[reg.id] = (self.b.alloca(ltype(reg.type), name=reg.name.lstrip("%")),
+                                 reg.type)
+        self.launch_values = {}
+        body = self.fn_ir.body
+        entry_pc = self.kernel.entry_pc
+        end_pc = self.program.ends[self.fn_ir.name]
+        leaders = sorted(pc for pc in self.program.blocks if entry_pc <= pc < end_pc)
+        self.blocks = {pc: fn.append_basic_block(f"pc{pc}") for pc in leaders}
+        self.end_pc = end_pc
+        dispatch = self.b
+        for pc in range(entry_pc, end_pc):
+            if pc in self.blocks:
+                if pc != entry_pc and not self.b.block.is_terminated:
+                    self.b.branch(self.blocks[pc])
+                self.b = ir.IRBuilder(self.blocks[pc])
+            elif self.b.block.is_terminated:
+                continue    # unreachable code after a transfer inside a block cannot happen
+            index = pc - entry_pc
+            if index < len(body):
+                self._instruction(body[index], pc)
+            else:
+                self.b.ret(ir.Constant(I32, 0))    # the implicit ret at a function's end
+        if not self.b.block.is_terminated:
+            self.b.ret(ir.Constant(I32, 0))
+        self._resume_dispatch(dispatch, entry_pc)
+        return fn
+
+    def _resume_dispatch(self, builder: ir.IRBuilder, entry_pc: int) -> None:
+        builder.store(ir.Constant(I64, YIELD_EVERY), self.budget)
+        if not self.barriers and not self.yields:
+            builder.branch(self.blocks[entry_pc])
+            return
+        switch = builder.switch(self.resume, self.blocks[entry_pc])
+        points = [(k + 1, pc) for k, pc in enumerate(self.barriers)]
+        points += [(YIELDED + k, pc) for k, pc in enumerate(self.yields)]
+        for number, after in points:
+            restore = self.fn.append_basic_block(f"resume{number}")
+            switch.add_case(ir.Constant(I32, number), restore)
+            b = ir.IRBuilder(restore)
+            for k, (slot, ptype) in self._saved(after):
+                bits = b.load(b.gep(self.spill, [ir.Constant(I64, k)]))
+                b.store(_from_i64(b, bits, ptype), slot)
+            b.branch(self.blocks[after])
+
+    def suspend(self, b: ir.IRBuilder, number: int, resume_pc: int) -> None:
+        """End the thread's turn: save the registers live at `resume_pc`, return where it
+        resumes."""
+        for k, (slot, ptype) in self._saved(resume_pc):
+            b.store(_to_i64(b, b.load(slot), ptype), b.gep(self.spill, [ir.Constant(I64, k)]))
+        b.ret(ir.Constant(I32, number))
+
+    def _saved(self, pc: int):
+        """(spill slot, (stack slot, type)) of the registers live on entry to `pc`."""
+        if self.live is None:
+            self.live = _live_registers(self.program, self.kernel, self.fn_ir, self.end_pc)
+        live = self.live[pc]
+        return [(k, value) for k, (reg, value) in enumerate(self.regs.items()) if reg in live]
+
+    # -- the block loop ------------------------------------------------------------------------
+    def _block_loop(self, thread: ir.Function) -> None:
+        fnty = ir.FunctionType(I32, [P64, P8, P8, P64, P32, I64, I64, P64, P64])
+        fn = ir.Function(self.module, fnty, self.name)
+        L, shared, local, spill, resume, first, end, fault, cache = fn.args
+        for pointer in (L, shared, local, spill, resume, fault, cache):
+            pointer.add_attribute("noalias")   # separate buffers (runner.py)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+        def slot(k):
+            return b.load(b.gep(L, [ir.Constant(I64, k)]))
+        gx, gy, bx, by = slot(0), slot(1), slot(3), slot(4)
+        shared_stride, local_stride, threads = slot(23), slot(24), slot(25)
+        memset = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [P8, I8, I64, I1]),
+                             "llvm.memset.p0.i64")
+        zero8, false = ir.Constant(I8, 0), ir.Constant(I1, 0)
+        head = fn.append_basic_block("block")
+        start = b.block
+        b.branch(head)
+        b.position_at_end(head)
+        blk = b.phi(I64)
+        blk.add_incoming(first, start)
+        body = fn.append_basic_block("block_body")
+        finished = fn.append_basic_block("finished")
+        b.cbranch(b.icmp_unsigned("<", blk, end), body, finished)
+        ir.IRBuilder(finished).ret(ir.Constant(I32, 0))
+        b.position_at_end(body)
+        flag = b.load_atomic(b.gep(L, [ir.Constant(I64, _STOP_SLOT)]), "monotonic", 8)
+        stop = fn.append_basic_block("stop")
+        go = fn.append_basic_block("go")
+        b.cbranch(b.icmp_unsigned("!=", flag, ir.Constant(I64, 0)), stop, go)
+        ir.IRBuilder(stop).ret(ir.Constant(I32, STOPPED))
+        b.position_at_end(go)
+        ctaid = [b.trunc(v, I32) for v in (b.urem(blk, gx), b.urem(b.udiv(blk, gx), gy),
+                                           b.udiv(blk, b.mul(gx, gy)))]
+        b.call(memset, [shared, zero8, shared_stride, false])
+        b.call(memset, [local, zero8, b.mul(threads, local_stride), false])
+        b.store(blk, b.gep(fault, [ir.Constant(I64, 5)]))
+        phased = bool(self.barriers or self.yields)
+        if phased:
+            b.call(memset, [b.bitcast(resume, P8), zero8, b.mul(threads, ir.Constant(I64, 4)),
+                            false])
+        go_end = b.block
+        phase = fn.append_basic_block("phase")
+        b.branch(phase)
+        b.position_at_end(phase)
+        # One pass over the block's threads: each runs to its exit, its next barrier or its
+        # next yield. Threads at a barrier run again only after a pass in which no thread
+        # yielded: then every thread has exited or reached a barrier.
+        release = b.phi(I1)
+        release.add_incoming(ir.Constant(I1, 0), go_end)
+        loop = fn.append_basic_block("thread")
+        before = b.block
+        b.branch(loop)
+        b.position_at_end(loop)
+        t, tx, ty, tz, waiting, yielding = (b.phi(ty_) for ty_ in (I64, I64, I64, I64, I1, I1))
+        for phi in (t, tx, ty, tz, waiting, yielding):
+            phi.add_incoming(ir.Constant(phi.type, 0), before)
+        status = b.gep(resume, [t])
+        state = b.load(status) if phased else ir.Constant(I32, 0)
+        at_barrier = b.and_(b.icmp_signed(">", state, ir.Constant(I32, 0)),
+                            b.icmp_signed("<", state, ir.Constant(I32, YIELDED)))
+        runnable = b.or_(b.and_(b.icmp_signed(">=", state, ir.Constant(I32, 0)),
+                                b.not_(at_barrier)), b.and_(at_barrier, release))
+        still_waiting = b.or_(waiting, at_barrier)
+        run = fn.append_basic_block("run")
+        step = fn.append_basic_block("next_thread")
+        skip = b.block
+        b.cbranch(runnable, run, step)
+        b.position_at_end(run)
+        b.store(t, b.gep(fault, [ir.Constant(I64, 6)]))
+        nregs = ir.Constant(I64, max(len(self.regs), 1))
+        result = b.call(thread, [L, shared, b.gep(local, [b.mul(t, local_stride)]),
+                                 b.gep(spill, [b.mul(t, nregs)]), t,
+                                 *(b.trunc(v, I32) for v in (tx, ty, tz)), *ctaid, state,
+                                 fault, cache])
+        failed = fn.append_basic_block("failed")
+        ran = fn.append_basic_block("ran")
+        b.cbranch(b.icmp_signed("<", result, ir.Constant(I32, 0)), failed, ran)
+        ir.IRBuilder(failed).ret(result)
+        b.position_at_end(ran)
+        waits = b.icmp_signed(">", result, ir.Constant(I32, 0))
+        if phased:
+            b.store(b.select(waits, result, ir.Constant(I32, -1)), status)
+        waited = b.or_(waiting, waits)
+        yielded = b.or_(yielding, b.icmp_signed(">=", result, ir.Constant(I32, YIELDED)))
+        b.branch(step)
+        b.position_at_end(step)
+        now_waiting = b.phi(I1)
+        now_waiting.add_incoming(still_waiting, skip)
+        now_waiting.add_incoming(waited, ran)
+        now_yielding = b.phi(I1)
+        now_yielding.add_incoming(yielding, skip)
+        now_yielding.add_incoming(yielded, ran)
+        one = ir.Constant(I64, 1)
+        tx1 = b.add(tx, one)
+        wrap_x = b.icmp_unsigned("==", tx1, bx)
+        ty1 = b.add(ty, b.zext(wrap_x, I64))
+        wrap_y = b.icmp_unsigned("==", ty1, by)
+        t.add_incoming(b.add(t, one), step)
+        tx.add_incoming(b.select(wrap_x, ir.Constant(I64, 0), tx1), step)
+        ty.add_incoming(b.select(wrap_y, ir.Constant(I64, 0), ty1), step)
+        tz.add_incoming(b.add(tz, b.zext(wrap_y, I64)), step)
+        waiting.add_incoming(now_waiting, step)
+        yielding.add_incoming(now_yielding, step)
+        after = fn.append_basic_block("phase_end")
+        b.cbranch(b.icmp_unsigned("<", b.add(t, one), threads), loop, after)
+        b.position_at_end(after)
+        release.add_incoming(b.not_(now_yielding), after)
+        next_block = fn.append_basic_block("next_block")
+        b.cbranch(now_waiting, phase, next_block)
+        b.position_at_end(next_block)
+        blk.add_incoming(b.add(blk, one), next_block)
+        b.branch(head)
+
+    # -- operands ----------------------------------------------------------------------------
+    def launch_slot(self, slot: int):
+        """A slot of the launch record that does not change during the launch."""
+        return self.invariant(self.b.load(self.b.gep(self.L, [ir.Constant(I64, slot)])))
+
+    def invariant(self, load):
+        """Mark a load of memory the launch never writes (the launch record's fixed slots,
+        kernel parameters), so LLVM may hoist it out of the thread and block loops."""
+        if self.invariant_node is None:
+            self.invariant_node = self.module.add_metadata([])
+        load.set_metadata("invariant.load", self.invariant_node)
+        return load
+
+    def read(self, operand, ptype: PtxType, instr):
+        b = self.b
+        if isinstance(operand, RegisterOperand):
+            slot, rtype = self.regs[operand.reg.id]
+            if (rtype.kind == "pred") != (ptype.kind == "pred"):
+                raise NotCompiled(f"{instr.text}: register type", instr.line)
+            value = b.load(slot)
+            if operand.negate:
+                return b.not_(value)
+            return _convert(b, value, rtype, ptype)
+        if isinstance(operand, Immediate):
+            return _constant(immediate_value(operand, ptype), ptype)
+        if isinstance(operand, SpecialRegister):
+            value, src = self._special(operand.name, instr)
+            return _convert(b, value, src, ptype)
+        if isinstance(operand, Symbol):
+            space, address = self._symbol(operand, instr)
+            if space not in ("global", "const", "shared", "local", "kparam"):
+                raise NotCompiled(f"{instr.text}: address of {operand.name}", instr.line)
+            return _convert(b, address, _U64, ptype)
+        raise NotCompiled(f"{instr.text}: operand {type(operand).__name__}", instr.line)
+
+    def write(self, operand, ptype: PtxType, value, instr) -> None:
+        if isinstance(operand, Sink):
+            return
+        if not isinstance(operand, RegisterOperand):
+            raise NotCompiled(f"{instr.text}: destination", instr.line)
+        slot, rtype = self.regs[operand.reg.id]
+        if (rtype.kind == "pred") != (ptype.kind == "pred"):
+            raise NotCompiled(f"{instr.text}: register type", instr.line)
+        self.b.store(_convert(self.b, value, ptype, rtype), slot)
+
+    def _special(self, name: str, instr):
+        base, _, component = name.partition(".")
+        axis = {"x": 0, "y": 1, "z": 2}.get(component)
+        b = self.b
+        if axis is not None and base == "%tid":
+            return self.tid[axis], _U32
+        if axis is not None and base == "%ctaid":
+            return self.ctaid[axis], _U32
+        if axis is not None and base in ("%ntid", "%nctaid"):
+            slot = (3 if base == "%ntid" else 0) + axis
+            return b.trunc(self.launch_slot(slot), I32), _U32
+        if name == "%laneid":
+            return b.and_(b.trunc(self.t, I32), ir.Constant(I32, 31)), _U32
+        if name == "%warpid":
+            return b.lshr(b.trunc(self.t, I32), ir.Constant(I32, 5)), _U32
+        fixed = {"%nwarpid": 32, "%smid": 0, "%nsmid": 1}
+        if name in fixed:
+            return ir.Constant(I32, fixed[name]), _U32
+        raise NotCompiled(f"{instr.text}: special register {name}", instr.line)
+
+    def _symbol(self, symbol: Symbol, instr):
+        """(space, i64 address in that space) of a variable named as a value."""
+        var = symbol.variable or self.program.module.variables.get(symbol.name)
+        if var is None:
+            raise NotCompiled(f"{instr.text}: symbol {symbol.name}", instr.line)
+        offset = symbol.offset
+        if var.space in ("global", "const"):
+            slot = SYMBOL_SLOT + self.symbols.index(var.name)
+            return var.space, self.b.add(self.launch_slot(slot), ir.Constant(I64, offset))
+        if var.space == "shared":
+            where = self.kernel.shared_offsets[id(var)] + offset
+            return "shared", ir.Constant(I64, where)
+        if var.space == "local":
+            return "local", ir.Constant(I64, self.kernel.local_offsets[id(var)] + offset)
+        if var.space == "param" and id(var) in self.param_offsets:
+            return "kparam", ir.Constant(I64, self.param_offsets[id(var)] + offset)
+        raise NotCompiled(f"{instr.text}: symbol in .{var.space}", instr.line)
+
+    # -- instructions ------------------------------------------------------------------------
+    def _instruction(self, instr, pc: int) -> None:
+        handler = _HANDLERS.get(instr.opcode)
+        if handler is None:
+            raise NotCompiled(instr.text, instr.line)
+        if instr.opcode in _CONTROL:
+            handler(self, instr, pc)
+            return
+        if instr.guard is None:
+            handler(self, instr)
+            return
+        run = self.fn.append_basic_block(f"guarded{pc}")
+        after = self.fn.append_basic_block(f"after{pc}")
+        self.b.cbranch(self.read(instr.guard, TYPES["pred"], instr), run, after)
+        self.b = ir.IRBuilder(run)
+        handler(self, instr)
+        self.b.branch(after)
+        self.b = ir.IRBuilder(after)
+
+    def next_block(self, pc: int) -> ir.Block:
+        return self.blocks[pc + 1]
+
+    def transfer(self, instr, pc: int, target: ir.Block) -> None:
+        """Branch to `target` (when the guard holds), falling through to pc + 1 otherwise."""
+        if instr.guard is None:
+            self.b.branch(target)
+        else:
+            self.b.cbranch(self.read(instr.guard, TYPES["pred"], instr), target,
+                           self.next_block(pc))
+
+    def loop_check(self, target: ir.Block, target_pc: int, pc: int) -> ir.Block:
+        """What a backward branch goes through: every YIELD_EVERY of them the thread returns
+        STOPPED if the stop flag is set (a spinning kernel can be cancelled), else yields,
+        so that a thread spinning on what a later thread of its block does (a lock, a flag)
+        lets that thread run, as independent thread scheduling does."""
+        check = self.fn.append_basic_block(f"loop{pc}")
+        b = ir.IRBuilder(check)
+        left = b.sub(b.load(self.budget), ir.Constant(I64, 1))
+        b.store(left, self.budget)
+        turn_over = self.fn.append_basic_block(f"turn_over{pc}")
+        b.cbranch(b.icmp_unsigned("==", left, ir.Constant(I64, 0)), turn_over, target)
+        b = ir.IRBuilder(turn_over)
+        flag = b.load_atomic(b.gep(self.L, [ir.Constant(I64, _STOP_SLOT)]), "monotonic", 8)
+        stop = self.fn.append_basic_block(f"stop{pc}")
+        suspend = self.fn.append_basic_block(f"yield{pc}")
+        b.cbranch(b.icmp_unsigned("!=", flag, ir.Constant(I64, 0)), stop, suspend)
+        ir.IRBuilder(stop).ret(ir.Constant(I32, STOPPED))
+        self.yields.append(target_pc)
+        self.suspend(ir.IRBuilder(suspend), YIELDED + len(self.yields) - 1, target_pc)
+        return check
+
+    def fail(self, code: int, address, size: int, need: int, line: int, space: str,
+             why: str) -> None:
+        self.b.call(self.record, [self.fault, ir.Constant(I64, code), address,
+                                  ir.Constant(I64, size), ir.Constant(I64, need),
+                                  ir.Constant(I64, line), ir.Constant(I64, SPACES.index(space)),
+                                  ir.Constant(I64, WHY.index(why))])
+        self.b.ret(ir.Constant(I32, FAULTED))
+
+    # -- checked memory ------------------------------------------------------------------------
+    def access(self, space: str, address, size: int, write: bool, line: int):
+        """An i8* to `size` bytes at `address` in `space`, after the interpreter's checks."""
+        need = 3 if write else 1
+        b = self.b
+        if size > 1:
+            label = {"generic": "global", "const": "global"}.get(space, space)
+            misaligned = b.icmp_unsigned("!=", b.and_(address, ir.Constant(I64, size - 1)),
+                                         ir.Constant(I64, 0))
+            self._unless(misaligned, lambda: self.fail(716, address, size, need, line, label,
+                                                       "misaligned"))
+        if space in ("global", "const"):
+            return self._global(address, size, need, line)
+        if space in ("shared", "local", "kparam"):
+            return self._window(space, address, size, need, line)
+        return self._generic(address, size, need, line)
+
+    def _unless(self, bad, on_bad) -> None:
+        fault = self.fn.append_basic_block("fault")
+        ok = self.fn.append_basic_block("ok")
+        self.b.cbranch(bad, fault, ok)
+        self.b.position_at_end(fault)
+        on_bad()
+        self.b.position_at_end(ok)
+
+    def _inside(self, offset, limit, size: int):
+        b = self.b
+        below = b.icmp_unsigned("<", offset, limit)
+        room = b.icmp_unsigned(">=", b.sub(limit, offset), ir.Constant(I64, size))
+        return b.and_(below, room)
+
+    def _window(self, space: str, offset, size: int, need: int, line: int):
+        b = self.b
+        if space == "kparam" and need == 3:
+            raise NotCompiled("st.param in a kernel", line)
+        limit = {"shared": _SHARED_SIZE, "local": _LOCAL_SIZE, "kparam": 7}[space]
+        inside = self._inside(offset, self.launch_slot(limit), size)
+        self._unless(b.not_(inside), lambda: self.fail(700, offset, size, need, line, space,
+                                                       "out of bounds"))
+        if space == "kparam":
+            base = b.inttoptr(self.launch_slot(6), P8)
+        else:
+            base = self.shared if space == "shared" else self.local
+        return b.gep(base, [offset])
+
+    def _global(self, address, size: int, need: int, line: int):
+        b = self.b
+        # Each access site remembers the allocation it last hit: a site usually walks one
+        # array, so its next access is checked with two compares.
+        cache = b.gep(self.cache, [ir.Constant(I64, 3 * self.sites)])
+        self.sites += 1
+        cached_base = b.load(cache)
+        cached_size = b.load(b.gep(cache, [ir.Constant(I64, 1)]))
+        offset = b.sub(address, cached_base)
+        hit = self._inside(offset, cached_size, size)
+        start = b.block
+        fast = self.fn.append_basic_block("hit")
+        slow = self.fn.append_basic_block("miss")
+        join = self.fn.append_basic_block("found")
+        b.cbranch(hit, fast, slow, )
+        b.position_at_end(fast)
+        host = b.inttoptr(b.load(b.gep(cache, [ir.Constant(I64, 2)])), P8)
+        fast_pointer = b.gep(host, [offset])
+        b.branch(join)
+        b.position_at_end(slow)
+        slow_pointer = b.call(self.lookup, [self.L, address, ir.Constant(I64, size),
+                                            ir.Constant(I64, need), cache, self.fault,
+                                            ir.Constant(I64, line), ir.Constant(I64, 0)])
+        failed = b.icmp_unsigned("==", slow_pointer, ir.Constant(P8, None))
+        self._unless(failed, lambda: b.ret(ir.Constant(I32, FAULTED)))
+        slow_end = b.block
+        b.branch(join)
+        b.position_at_end(join)
+        pointer = b.phi(P8)
+        pointer.add_incoming(fast_pointer, fast)
+        pointer.add_incoming(slow_pointer, slow_end)
+        del start
+        return pointer
+
+    def _generic(self, address, size: int, need: int, line: int):
+        """Split by window (the top byte) as the interpreter's generic accesses are."""
+        b = self.b
+        tag = b.lshr(address, ir.Constant(I64, 56))
+        join = self.fn.append_basic_block("generic")
+        incoming = []
+        rest = self.fn.append_basic_block("global")
+        switch = b.switch(tag, rest)
+        for space, base in (("shared", GENERIC_SHARED_BASE), ("local", GENERIC_LOCAL_BASE),
+                            ("kparam", GENERIC_PARAM_BASE)):
+            if space == "kparam" and need == 3:
+                continue   # a store to the parameter window: it is an illegal global address
+            block = self.fn.append_basic_block(space)
+            switch.add_case(ir.Constant(I64, base >> 56), block)
+            b.position_at_end(block)
+            pointer = self._window(space, b.sub(address, ir.Constant(I64, base)), size, need,
+                                   line)
+            incoming.append((pointer, b.block))
+            b.branch(join)
+        b.position_at_end(rest)
+        pointer = self._global(address, size, need, line)
+        incoming.append((pointer, b.block))
+        b.branch(join)
+        b.position_at_end(join)
+        phi = b.phi(P8)
+        for value, block in incoming:
+            phi.add_incoming(value, block)
+        return phi
+
+    def address(self, operand, space: str, instr):
+        """(space accessed, i64 address) of an [address] operand, as `address_reader`."""
+        if not isinstance(operand, Address) or operand.coordinates is not None:
+            raise NotCompiled(f"{instr.text}: address form", instr.line)
+        offset = ir.Constant(I64, operand.offset & 0xFFFF_FFFF_FFFF_FFFF)
+        base = operand.base
+        if base is None:
+            return space, offset
+        if isinstance(base, Symbol):
+            sym_space, address = self._symbol(base, instr)
+            address = self.b.add(address, offset)
+            if space == "generic":
+                window = _WINDOWS["param" if sym_space == "kparam" else sym_space]
+                return "generic", self.b.add(address, ir.Constant(I64, window))
+            if space == "param":
+                return sym_space, address
+            return space, address
+        if base.negate or base.reg.type.bits not in (32, 64) or base.reg.type.kind == "pred":
+            raise NotCompiled(f"{instr.text}: address register", instr.line)
+        bits = base.reg.type.bits
+        value = self.read(base, TYPES[f"u{bits}"], instr)
+        if bits == 32:
+            value = self.b.zext(value, I64)
+        if space == "param":
+            space = "kparam"
+        return space, self.b.add(value, offset)
+
+
+_CONTROL = {"bra", "ret", "exit", "bar", "barrier"}
+
+
+def _elements(operand) -> list:
+    return operand.elements if isinstance(operand, Vector) else [operand]
+
+
+def _memory_mods(instr) -> tuple[_Mods, str, int]:
+    mods = _Mods(instr, ORDERING_QUALIFIERS)
+    for flag in list(mods.flags):
+        if flag.startswith("L1::") or flag == "L2::64B" or flag == "L2::128B" \
+                or flag == "L2::256B":
+            mods.flags.remove(flag)
+    space = mods.take(*_SPACE_NAMES) or "generic"
+    width = mods.take("v2", "v4")
+    return mods, ("shared" if space == "shared::cta" else space), int(width[1:]) if width else 1
+
+
+def _ld(c: _KernelCompiler, instr) -> None:
+    dsts = _elements(instr.operands[0])
+    ptype, where, typed = _memory_access(c, instr, instr.operands[1], False)
+    for k, dst in enumerate(dsts):
+        value = c.b.load(c.b.gep(typed, [ir.Constant(I64, k)]), align=1)
+        if where == "kparam":
+            c.invariant(value)
+        c.write(dst, ptype, value, instr)
+
+
+def _st(c: _KernelCompiler, instr) -> None:
+    values = _elements(instr.operands[1])
+    ptype, _, typed = _memory_access(c, instr, instr.operands[0], True)
+    for k, value in enumerate(values):
+        c.b.store(c.read(value, ptype, instr), c.b.gep(typed, [ir.Constant(I64, k)]), align=1)
+
+
+def _memory_access(c: _KernelCompiler, instr, address, write: bool):
+    """ld/st: (type, space accessed, typed pointer to the checked elements)."""
+    mods, space, count = _memory_mods(instr)
+    ptype = mods.type("subf")
+    mods.done()
+    if len(instr.operands) != 2:
+        raise NotCompiled(f"{instr.text}: operands", instr.line)
+    where, address = c.address(address, space, instr)
+    pointer = c.access(where, address, ptype.nbytes * count, write, instr.line)
+    return ptype, where, c.b.bitcast(pointer, ltype(ptype).as_pointer())
+
+
+def _mov(c: _KernelCompiler, instr) -> None:
+    mods = _Mods(instr)
+    ptype = mods.type("subfp")
+    mods.done()
+    dst, src = instr.operands
+    if isinstance(dst, Vector) or isinstance(src, Vector):
+        _pack_unpack(c, instr, ptype, dst, src)
+        return
+    c.write(dst, ptype, c.read(src, ptype, instr), instr)
+
+
+def _pack_unpack(c: _KernelCompiler, instr, ptype: PtxType, dst, src) -> None:
+    """`mov.b64 d, {a, b}` and `mov.b64 {a, b}, d`: element k is bits [k*w, (k+1)*w)."""
+    parts = dst.elements if isinstance(dst, Vector) else src.elements
+    if ptype.kind != "b" or isinstance(dst, Vector) == isinstance(src, Vector):
+        raise NotCompiled(f"{instr.text}: vector form", instr.line)
+    width = ptype.bits // len(parts)
+    element = TYPES[f"b{width}"]
+    whole = ir.IntType(ptype.bits)
+    b = c.b
+    if isinstance(src, Vector):
+        value = ir.Constant(whole, 0)
+        for k, part in enumerate(parts):
+            bits = b.zext(c.read(part, element, instr), whole)
+            value = b.or_(value, b.shl(bits, ir.Constant(whole, k * width)))
+        c.write(dst, ptype, value, instr)
+        return
+    value = c.read(src, ptype, instr)
+    for k, part in enumerate(parts):
+        piece = b.trunc(b.lshr(value, ir.Constant(whole, k * width)), ir.IntType(width))
+        c.write(part, element, piece, instr)
+
+
+_ATOMIC_RMW = {"add": "add", "exch": "xchg", "and": "and", "or": "or", "xor": "xor",
+               "inc": "uinc_wrap", "dec": "udec_wrap"}
+
+
+def _atom(c: _KernelCompiler, instr) -> None:
+    """atom and red on global, shared and generic addresses: LLVM atomics, so blocks on
+    several threads update memory atomically; within a block threads run in order, so the
+    updates apply in thread order as the interpreter's do."""
+    mods, space, count = _memory_mods(instr)
+    op = mods.take("add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas")
+    ptype = mods.type("subf")
+    mods.done()
+    is_red = instr.opcode == "red"
+    operands = instr.operands if is_red else instr.operands[1:]
+    if space not in ("global", "shared", "generic") or op is None or count != 1 \
+            or len(operands) != 2 + (op == "cas") or (ptype.is_float and op not in (
+                "add", "exch")):
+        raise NotCompiled(instr.text, instr.line)
+    value = c.read(operands[1], ptype, instr)
+    where, address = c.address(operands[0], space, instr)
+    pointer = c.access(where, address, ptype.nbytes, True, instr.line)
+    b = c.b
+    typed = b.bitcast(pointer, ltype(ptype).as_pointer())
+    if op == "cas":
+        swapped = b.cmpxchg(typed, value, c.read(operands[2], ptype, instr), "monotonic",
+                            "monotonic")
+        old = b.extract_value(swapped, 0)
+    else:
+        if op in ("min", "max"):
+            name = op if ptype.is_signed else f"u{op}"
+        else:
+            name = "fadd" if ptype.is_float else _ATOMIC_RMW[op]
+        old = b.atomic_rmw(name, typed, value, "monotonic")
+    if not is_red:
+        c.write(instr.operands[0], ptype, old, instr)
+
+
+def _bit_count(kind: str):
+    """popc, clz (u32 results) and brev (same type)."""
+    def handler(c, instr):
+        ptype, x = _typed_source(c, instr, "b")
+        b = c.b
+        if kind == "brev":
+            c.write(instr.operands[0], ptype,
+                    b.call(c._intrinsic("llvm.bitreverse", x.type), [x]), instr)
+            return
+        if kind == "popc":
+            count = b.call(c._intrinsic("llvm.ctpop", x.type), [x])
+        else:
+            name = f"llvm.ctlz.{x.type}"
+            ctlz = c.module.globals.get(name) or ir.Function(
+                c.module, ir.FunctionType(x.type, [x.type, I1]), name)
+            count = b.call(ctlz, [x, ir.Constant(I1, 0)])
+        count = b.trunc(count, I32) if ptype.bits > 32 else count
+        c.write(instr.operands[0], _U32, count, instr)
+    return handler
+
+
+def _cvta(c: _KernelCompiler, instr) -> None:
+    mods = _Mods(instr)
+    to = mods.take("to")
+    space = mods.take(*_SPACE_NAMES)
+    ptype = mods.type("u")
+    mods.done()
+    if space is None:
+        raise NotCompiled(f"{instr.text}: no space", instr.line)
+    window = _WINDOWS["shared" if space == "shared::cta" else space]
+    value = c.read(instr.operands[1], ptype, instr)
+    constant = ir.Constant(ltype(ptype), window & ((1 << ptype.bits) - 1))
+    if window:
+        value = c.b.sub(value, constant) if to else c.b.add(value, constant)
+    c.write(instr.operands[0], ptype, value, instr)
+
+
+def _binary(c: _KernelCompiler, instr, compute, kinds="subf", flags=()) -> None:
+    mods = _Mods(instr)
+    taken = [mods.take(f) for f in flags]
+    ptype = mods.type(kinds)
+    mods.done()
+    if len(instr.operands) != 3:
+        raise NotCompiled(f"{instr.text}: operands", instr.line)
+    a, b_ = (c.read(op, ptype, instr) for op in instr.operands[1:])
+    c.write(instr.operands[0], ptype, compute(c.b, a, b_, ptype, taken), instr)
+
+
+def _arith(opcode_name: str):
+    integer = {"add": "add", "sub": "sub"}[opcode_name]
+    floating = {"add": "fadd", "sub": "fsub"}[opcode_name]
+
+    def handler(c, instr):
+        def compute(b, x, y, ptype, taken):
+            if ptype.is_float:
+                return getattr(b, floating)(x, y)
+            return getattr(b, integer)(x, y)
+        _rounding_only(instr)
+        _binary(c, instr, compute, flags=("rn",))
+    return handler
+
+
+def _rounding_only(instr) -> None:
+    """Float arithmetic compiles in round-to-nearest only (.rn, or no mode)."""
+    if any(m in ("rz", "rm", "rp", "ftz", "sat", "cc") for m in instr.modifiers):
+        raise NotCompiled(instr.text, instr.line)
+
+
+def _widen(b, value, ptype: PtxType, bits: int):
+    return (b.sext if ptype.is_signed else b.zext)(value, ir.IntType(bits))
+
+
+def _product(b, x, y, ptype: PtxType, mode: str):
+    """mul's .lo/.hi/.wide on integers: (value, result type)."""
+    if mode == "lo":
+        return b.mul(x, y), ptype
+    bits = ptype.bits
+    wide = b.mul(_widen(b, x, ptype, 2 * bits), _widen(b, y, ptype, 2 * bits))
+    if mode == "wide":
+        return wide, TYPES[f"{ptype.kind if ptype.kind != 'b' else 'u'}{2 * bits}"]
+    return b.trunc(b.lshr(wide, ir.Constant(wide.type, bits)), ltype(ptype)), ptype
+
+
+def _mul_mad(is_mad: bool):
+    """mul and mad: integer .lo/.hi/.wide, float in round-to-nearest (mad.rn is fused)."""
+    def handler(c, instr):
+        mods = _Mods(instr)
+        mode = mods.take("lo", "hi", "wide")
+        rn = mods.take("rn")
+        ptype = mods.type()
+        mods.done()
+        if ptype.is_float:
+            if mode or (is_mad and not rn):
+                raise NotCompiled(instr.text, instr.line)
+            if is_mad:
+                _fma_values(c, instr, ptype)
+            else:
+                a, b_ = (c.read(op, ptype, instr) for op in instr.operands[1:3])
+                c.write(instr.operands[0], ptype, c.b.fmul(a, b_), instr)
+            return
+        if mode is None or rn or (mode == "wide" and ptype.bits == 64):
+            raise NotCompiled(instr.text, instr.line)
+        a, b_ = (c.read(op, ptype, instr) for op in instr.operands[1:3])
+        value, rtype = _product(c.b, a, b_, ptype, mode)
+        if is_mad:
+            value = c.b.add(value, c.read(instr.operands[3], rtype, instr))
+        c.write(instr.operands[0], rtype, value, instr)
+    return handler
+
+
+def _fma(c: _KernelCompiler, instr) -> None:
+    _fma_values(c, instr, _rn_float_type(instr))
+
+
+def _rn_float_type(instr) -> PtxType:
+    """The f32/f64 type of an instruction whose only modifier must be .rn."""
+    mods = _Mods(instr)
+    rn = mods.take("rn")
+    ptype = mods.type("f")
+    mods.done()
+    if not rn:
+        raise NotCompiled(instr.text, instr.line)
+    return ptype
+
+
+def _fma_values(c, instr, ptype) -> None:
+    x, y, z = (c.read(op, ptype, instr) for op in instr.operands[1:4])
+    fma = c._intrinsic("llvm.fma", ltype(ptype), 3)
+    c.write(instr.operands[0], ptype, c.b.call(fma, [x, y, z]), instr)
+
+
+def _div_rem(is_div: bool):
+    def compute(b, x, y, ptype, taken):
+        if ptype.is_float:
+            if not is_div or taken[0] is None:
+                raise NotCompiled("div/rem on floats without .rn", 0)
+            return b.fdiv(x, y)
+        zero = ir.Constant(x.type, 0)
+        by_zero = b.icmp_unsigned("==", y, zero)
+        one = ir.Constant(x.type, 1)
+        if ptype.is_signed:
+            minimum = ir.Constant(x.type, 1 << (ptype.bits - 1))
+            overflow = b.and_(b.icmp_unsigned("==", x, minimum),
+                              b.icmp_unsigned("==", y, ir.Constant(x.type, -1)))
+            safe = b.select(b.or_(by_zero, overflow), one, y)
+            if is_div:
+                by_zero_result = b.select(b.icmp_signed(">=", x, zero),
+                                          ir.Constant(x.type, -1), one)
+                return b.select(by_zero, by_zero_result, b.sdiv(x, safe))
+            return b.select(by_zero, x, b.srem(x, safe))
+        safe = b.select(by_zero, one, y)
+        if is_div:
+            return b.select(by_zero, ir.Constant(x.type, -1), b.udiv(x, safe))
+        return b.select(by_zero, x, b.urem(x, safe))
+
+    def handler(c, instr):
+        if "full" in instr.modifiers or "approx" in instr.modifiers:
+            raise NotCompiled(instr.text, instr.line)
+        _rounding_only(instr)
+        try:
+            _binary(c, instr, compute, flags=("rn",))
+        except NotCompiled as exc:
+            raise NotCompiled(instr.text, instr.line) from exc
+    return handler
+
+
+def _min_max(is_min: bool):
+    def compute(b, x, y, ptype, taken):
+        if not ptype.is_float:
+            cmp = b.icmp_signed if ptype.is_signed else b.icmp_unsigned
+            return b.select(cmp("<" if is_min else ">", x, y), x, y)
+        # The non-NaN operand (x when both are NaN, as numpy's fmin), -0 below +0.
+        ordered = b.select(b.fcmp_ordered("<=" if is_min else ">=", x, y), x, y)
+        width = ir.IntType(ptype.bits)
+        xi, yi = b.bitcast(x, width), b.bitcast(y, width)
+        zeros = b.and_(b.fcmp_ordered("==", x, ir.Constant(x.type, 0.0)),
+                       b.fcmp_ordered("==", y, ir.Constant(x.type, 0.0)))
+        signed_zero = b.bitcast(b.or_(xi, yi) if is_min else b.and_(xi, yi), x.type)
+        value = b.select(zeros, signed_zero, ordered)
+        value = b.select(b.fcmp_unordered("uno", x, x), y, value)
+        return b.select(b.fcmp_unordered("uno", y, y), x, value)
+
+    def handler(c, instr):
+        _binary(c, instr, compute)
+    return handler
+
+
+def _logic(name: str):
+    def compute(b, x, y, ptype, taken):
+        return getattr(b, name)(x, y)
+
+    def handler(c, instr):
+        mods = _Mods(instr)
+        ptype = mods.types[0] if len(mods.types) == 1 else None
+        if ptype is not None and ptype.kind == "pred":
+            mods.done()
+            x, y = (c.read(op, ptype, instr) for op in instr.operands[1:])
+            c.write(instr.operands[0], ptype, compute(c.b, x, y, ptype, ()), instr)
+            return
+        _binary(c, instr, compute, kinds="bsu")
+    return handler
+
+
+def _not(c: _KernelCompiler, instr) -> None:
+    mods = _Mods(instr)
+    ptype = mods.types[0] if len(mods.types) == 1 else mods.type("bsu")
+    if ptype.kind == "f":
+        raise NotCompiled(instr.text, instr.line)
+    mods.done()
+    c.write(instr.operands[0], ptype, c.b.not_(c.read(instr.operands[1], ptype, instr)),
+            instr)
+
+
+def _typed_source(c: _KernelCompiler, instr, kinds: str):
+    """(type, first source value) of an instruction with one type of `kinds` and no other
+    modifier."""
+    mods = _Mods(instr)
+    ptype = mods.type(kinds)
+    mods.done()
+    return ptype, c.read(instr.operands[1], ptype, instr)
+
+
+def _neg_abs(is_neg: bool):
+    def handler(c, instr):
+        ptype, x = _typed_source(c, instr, "subf")
+        b = c.b
+        if ptype.is_float:   # the sign bit, as the interpreter (NaN payloads kept)
+            width = ir.IntType(ptype.bits)
+            sign = ir.Constant(width, 1 << (ptype.bits - 1))
+            bits = b.bitcast(x, width)
+            bits = b.xor(bits, sign) if is_neg else b.and_(bits, b.not_(sign))
+            value = b.bitcast(bits, x.type)
+        elif is_neg:
+            value = b.neg(x)
+        else:
+            value = b.select(b.icmp_signed("<", x, ir.Constant(x.type, 0)), b.neg(x), x)
+        c.write(instr.operands[0], ptype, value, instr)
+    return handler
+
+
+def _shift(left: bool):
+    def handler(c, instr):
+        ptype, x = _typed_source(c, instr, "bsu")
+        amount = c.read(instr.operands[2], _U32, instr)
+        b = c.b
+        bits = ptype.bits
+        big = b.icmp_unsigned(">=", amount, ir.Constant(I32, bits))
+        safe = b.select(big, ir.Constant(I32, bits - 1), amount)
+        safe = b.zext(safe, x.type) if bits > 32 else b.trunc(safe, x.type) if bits < 32 \
+            else safe
+        if left:
+            value = b.select(big, ir.Constant(x.type, 0), b.shl(x, safe))
+        elif ptype.is_signed:
+            value = b.ashr(x, safe)
+        else:
+            value = b.select(big, ir.Constant(x.type, 0), b.lshr(x, safe))
+        c.write(instr.operands[0], ptype, value, instr)
+    return handler
+
+
+def _setp(c: _KernelCompiler, instr) -> None:
+    mods = _Mods(instr)
+    op = mods.take(*_FLOAT_CMP, *_UNORDERED, *_UNSIGNED_CMP, "num", "nan")
+    combine = mods.take("and", "or", "xor")
+    ptype = mods.type()
+    mods.done()
+    if op is None:
+        raise NotCompiled(instr.text, instr.line)
+    x, y = (c.read(o, ptype, instr) for o in instr.operands[1:3])
+    b = c.b
+    if ptype.is_float:
+        if op in _FLOAT_CMP:
+            result = b.fcmp_ordered(_FLOAT_CMP[op], x, y)
+        elif op in _UNORDERED:
+            result = b.fcmp_unordered(_UNORDERED[op], x, y)
+        else:
+            result = b.fcmp_ordered("ord", x, y) if op == "num" else b.fcmp_unordered(
+                "uno", x, y)
+    elif op in _UNSIGNED_CMP:
+        result = b.icmp_unsigned(_UNSIGNED_CMP[op], x, y)
+    elif op in _FLOAT_CMP:
+        cmp = b.icmp_signed if ptype.is_signed else b.icmp_unsigned
+        result = cmp(_FLOAT_CMP[op], x, y)
+    else:
+        raise NotCompiled(instr.text, instr.line)
+    pred = TYPES["pred"]
+    negated = b.not_(result)
+    if combine:
+        if len(instr.operands) != 4:
+            raise NotCompiled(f"{instr.text}: operands", instr.line)
+        other = c.read(instr.operands[3], pred, instr)
+        fn = {"and": b.and_, "or": b.or_, "xor": b.xor}[combine]
+        result, negated = fn(result, other), fn(negated, other)
+    c.write(instr.operands[0], pred, result, instr)
+    if instr.pair is not None:
+        c.write(instr.pair, pred, negated, instr)
+
+
+def _selp(c: _KernelCompiler, instr) -> None:
+    mods = _Mods(instr)
+    ptype = mods.type()
+    mods.done()
+    x, y = (c.read(o, ptype, instr) for o in instr.operands[1:3])
+    chosen = c.b.select(c.read(instr.operands[3], TYPES["pred"], instr), x, y)
+    c.write(instr.operands[0], ptype, chosen, instr)
+
+
+def _cvt(c: _KernelCompiler, instr) -> None:
+    mods = _Mods(instr)
+    rounding = mods.take("rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi")
+    dst, src = mods.type(count=2), mods.types[1]
+    mods.done()
+    value = c.read(instr.operands[1], src, instr)
+    b = c.b
+    if not dst.is_float and not src.is_float:
+        if rounding:
+            raise NotCompiled(instr.text, instr.line)
+        if dst.bits > src.bits:
+            value = _widen(b, value, src, dst.bits)
+        elif dst.bits < src.bits:
+            value = b.trunc(value, ltype(dst))
+    elif dst.is_float and src.is_float:
+        if rounding in _ROUND_TO_INT and dst == src:
+            value = b.call(c._intrinsic(_ROUND_TO_INT[rounding], value.type), [value])
+        elif dst.bits > src.bits and rounding is None:
+            value = b.fpext(value, ltype(dst))
+        elif dst.bits < src.bits and rounding == "rn":
+            value = b.fptrunc(value, ltype(dst))
+        elif dst == src and rounding is None:
+            pass
+        else:
+            raise NotCompiled(instr.text, instr.line)
+    elif src.is_float:   # float -> integer: round, then saturate (NaN -> 0)
+        if rounding not in _ROUND_TO_INT:
+            raise NotCompiled(instr.text, instr.line)
+        value = b.call(c._intrinsic(_ROUND_TO_INT[rounding], value.type), [value])
+        name = "llvm.fptosi.sat" if dst.is_signed else "llvm.fptoui.sat"
+        value = b.call(c._intrinsic(name, value.type, ret=ltype(dst)), [value])
+    else:                # integer -> float, round to nearest
+        if rounding != "rn":
+            raise NotCompiled(instr.text, instr.line)
+        value = (b.sitofp if src.is_signed else b.uitofp)(value, ltype(dst))
+    c.write(instr.operands[0], dst, value, instr)
+
+
+def _unary_float(intrinsic: str | None):
+    def handler(c, instr):
+        ptype = _rn_float_type(instr)
+        x = c.read(instr.operands[1], ptype, instr)
+        if intrinsic is None:    # rcp
+            value = c.b.fdiv(ir.Constant(x.type, 1.0), x)
+        else:
+            value = c.b.call(c._intrinsic(intrinsic, x.type), [x])
+        c.write(instr.operands[0], ptype, value, instr)
+    return handler
+
+
+def _bra(c: _KernelCompiler, instr, pc: int) -> None:
+    target_pc = c.program.code[pc].target_pc
+    if target_pc < 0:
+        raise NotCompiled(instr.text, instr.line)
+    target = c.blocks[target_pc]
+    if target_pc <= pc:
+        target = c.loop_check(target, target_pc, pc)
+    c.transfer(instr, pc, target)
+
+
+def _exit(c: _KernelCompiler, instr, pc: int) -> None:
+    done = c.fn.append_basic_block(f"exit{pc}")
+    ir.IRBuilder(done).ret(ir.Constant(I32, 0))
+    c.transfer(instr, pc, done)
+
+
+def _barrier(c: _KernelCompiler, instr, pc: int) -> None:
+    mods = _Mods(instr)
+    mods.take("sync")
+    mods.take("aligned")
+    mods.take("cta")
+    mods.done()
+    if len(instr.operands) not in (1, 2) or pc + 1 not in c.blocks:
+        raise NotCompiled(instr.text, instr.line)
+    c.barriers.append(pc + 1)
+    wait = c.fn.append_basic_block(f"barrier{pc}")
+    c.suspend(ir.IRBuilder(wait), len(c.barriers), pc + 1)
+    c.transfer(instr, pc, wait)
+
+
+_HANDLERS = {
+    "ld": _ld, "st": _st, "mov": _mov, "cvta": _cvta,
+    "add": _arith("add"), "sub": _arith("sub"), "mul": _mul_mad(False),
+    "mad": _mul_mad(True), "fma": _fma,
+    "div": _div_rem(True), "rem": _div_rem(False), "min": _min_max(True),
+    "max": _min_max(False), "and": _logic("and_"), "or": _logic("or_"),
+    "xor": _logic("xor"), "not": _not, "neg": _neg_abs(True), "abs": _neg_abs(False),
+    "shl": _shift(True), "shr": _shift(False), "setp": _setp, "selp": _selp, "cvt": _cvt,
+    "sqrt": _unary_float("llvm.sqrt"), "rcp": _unary_float(None),
+    "atom": _atom, "red": _atom, "popc": _bit_count("popc"), "clz": _bit_count("clz"),
+    "brev": _bit_count("brev"),
+    "bra": _bra, "ret": _exit, "exit": _exit, "bar": _barrier, "barrier": _barrier,
+}
+
+
+# -- liveness: what a thread saves when its turn ends ---------------------------------------------
+
+_NO_DESTINATION = {"st", "red", "bra", "bar", "barrier", "ret", "exit"}
+
+
+def _registers_in(operand) -> set[int]:
+    if isinstance(operand, RegisterOperand):
+        return {operand.reg.id}
+    if isinstance(operand, Address):
+        return _registers_in(operand.base)
+    if isinstance(operand, Vector):
+        return set().union(*(_registers_in(e) for e in operand.elements))
+    return set()
+
+
+def _uses_and_kills(instr) -> tuple[set[int], set[int]]:
+    """The registers an instruction reads, and those it always overwrites (a guarded write
+    may leave the old value, so it kills nothing)."""
+    operands = list(instr.operands)
+    defined: set[int] = set()
+    if instr.opcode not in _NO_DESTINATION and operands:
+        defined = _registers_in(operands.pop(0))
+        if instr.pair is not None:
+            defined |= _registers_in(instr.pair)
+    used = set().union(*(_registers_in(o) for o in operands)) if operands else set()
+    if instr.guard is not None:
+        used.add(instr.guard.reg.id)
+        defined = set()
+    return used, defined
+
+
+def _live_registers(program, kernel, function, end_pc: int) -> dict[int, set[int]]:
+    """Registers live on entry to each pc of the kernel (backward dataflow to a fixpoint)."""
+    entry = kernel.entry_pc
+    body = function.body
+    uses, kills, successors = {}, {}, {}
+    for pc in range(entry, end_pc):
+        compiled = program.code[pc]
+        index = pc - entry
+        uses[pc], kills[pc] = _uses_and_kills(body[index]) if index < len(body) else (
+            set(), set())
+        conditional = compiled.guard is not None
+        if compiled.kind == "bra":
+            following = [compiled.target_pc] + ([pc + 1] if conditional else [])
+        elif compiled.kind in ("ret", "exit"):
+            following = [pc + 1] if conditional else []
+        else:
+            following = [pc + 1]
+        successors[pc] = [s for s in following if entry <= s < end_pc]
+    live = {pc: set() for pc in range(entry, end_pc)}
+    changed = True
+    while changed:
+        changed = False
+        for pc in reversed(range(entry, end_pc)):
+            after = set().union(*(live[s] for s in successors[pc])) if successors[pc] else set()
+            now = uses[pc] | (after - kills[pc])
+            if now != live[pc]:
+                live[pc] = now
+                changed = True
+    return live
+
+
+# -- values ------------------------------------------------------------------------------------
+
+def _constant(value, ptype: PtxType) -> ir.Constant:
+    if ptype.kind == "pred":
+        return ir.Constant(I1, int(bool(value)))
+    bits = int(np.asarray(value).view(f"uint{ptype.bits}"))
+    if ptype.name in ("f32", "f64"):
+        return ir.Constant(ir.IntType(ptype.bits), bits).bitcast(ltype(ptype))
+    return ir.Constant(ir.IntType(ptype.bits), bits)
+
+
+def _as_int(b, value, ptype: PtxType):
+    return b.bitcast(value, ir.IntType(ptype.bits)) if ptype.name in ("f32", "f64") else value
+
+
+def _convert(b, value, src: PtxType, dst: PtxType):
+    """The interpreter's `converter`: the bits of a `src` value as a `dst` value."""
+    if ltype(src) == ltype(dst):
+        return value
+    if src.bits == dst.bits:
+        return b.bitcast(value, ltype(dst))
+    bits = _as_int(b, value, src)
+    if src.bits > dst.bits:
+        bits = b.trunc(bits, ir.IntType(dst.bits))
+    else:
+        bits = _widen(b, bits, src, dst.bits)
+    return b.bitcast(bits, ltype(dst)) if dst.name in ("f32", "f64") else bits
+
+
+def _to_i64(b, value, ptype: PtxType):
+    bits = _as_int(b, value, ptype)
+    return bits if ptype.bits == 64 else b.zext(bits, I64)
+
+
+def _from_i64(b, bits, ptype: PtxType):
+    value = bits if ptype.bits == 64 else b.trunc(bits, ltype(ptype) if ptype.kind == "pred"
+                                                  else ir.IntType(ptype.bits))
+    return b.bitcast(value, ltype(ptype)) if ptype.name in ("f32", "f64") else value

@@ -1,0 +1,117 @@
+"""LLVM: IR text -> optimized native object -> a function address in this process, with the
+objects kept on disk so that a program's second run compiles nothing.
+
+One MCJIT engine per process holds every loaded object; compiling and loading take a lock
+(LLVM's context is not thread-safe), running the functions does not. The disk cache lives in
+$VGPU_CACHE_DIR/native (default ~/.cache/vgpu/native): `<key>.o` is the object and
+`<key>.json` what the runner needs besides it; the key (see `cache_key`) covers the PTX, the
+kernel, vgpu's and LLVM's versions and the host CPU, so a stale entry is never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+import llvmlite
+import llvmlite.binding as llvm
+
+__all__ = ["cache_key", "compile_object", "load_cached", "load_object", "store_cached"]
+
+_lock = threading.Lock()
+_state: dict = {}
+_loaded: dict[str, int] = {}   # function name -> address
+
+
+def _machine():
+    if not _state:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        target = llvm.Target.from_default_triple()
+        features = llvm.get_host_cpu_features().flatten()
+        machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                               features=features, opt=3)
+        _state["machine"] = machine
+        _state["engine"] = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
+        _state["host"] = f"{llvm.get_host_cpu_name()} {features}"
+    return _state["machine"]
+
+
+def cache_key(*parts: str) -> str:
+    """The disk cache's key for a kernel: its parts plus the compiler's whole context."""
+    _machine()
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        vgpu_version = version("vgpu")
+    except PackageNotFoundError:
+        vgpu_version = "unknown"
+    digest = hashlib.sha256()
+    for part in (*parts, vgpu_version, llvmlite.__version__, _state["host"]):
+        digest.update(part.encode() + b"\0")
+    return digest.hexdigest()[:40]
+
+
+def compile_object(text: str) -> bytes:
+    """Optimize the IR module `text` for this CPU and return it as an object file."""
+    with _lock:
+        machine = _machine()
+        module = llvm.parse_assembly(text)
+        module.triple = machine.triple
+        module.data_layout = str(machine.target_data)
+        module.verify()
+        options = llvm.create_pipeline_tuning_options(speed_level=3)
+        builder = llvm.create_pass_builder(machine, options)
+        builder.getModulePassManager().run(module, builder)
+        return machine.emit_object(module)
+
+
+def load_object(data: bytes, name: str) -> int:
+    """Load an object into the process (once per function name); the address of `name`."""
+    with _lock:
+        if name not in _loaded:
+            _machine()
+            engine = _state["engine"]
+            engine.add_object_file(llvm.ObjectFileRef.from_data(data))
+            engine.finalize_object()
+            address = engine.get_function_address(name)
+            if not address:
+                raise RuntimeError(f"compiled object does not define {name}")
+            _loaded[name] = address
+        return _loaded[name]
+
+
+def _directory() -> Path:
+    root = os.environ.get("VGPU_CACHE_DIR") or os.path.join(Path.home(), ".cache", "vgpu")
+    return Path(root) / "native"
+
+
+def load_cached(key: str, fields: tuple[str, ...]) -> tuple[bytes, dict] | None:
+    """The object and description stored under `key`, if both are there and the description
+    has `fields`."""
+    directory = _directory()
+    try:
+        meta = json.loads((directory / f"{key}.json").read_text())
+        if not isinstance(meta, dict) or not all(f in meta for f in fields):
+            return None
+        return (directory / f"{key}.o").read_bytes(), meta
+    except (OSError, ValueError):
+        return None
+
+
+def store_cached(key: str, data: bytes, meta: dict) -> None:
+    """Write the entry (object first, then its description, each atomically): a reader
+    never sees a description without its object. A cache that cannot be written is skipped."""
+    directory = _directory()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for suffix, payload in ((".o", data), (".json", json.dumps(meta).encode())):
+            handle, temporary = tempfile.mkstemp(dir=directory)
+            with os.fdopen(handle, "wb") as file:
+                file.write(payload)
+            os.replace(temporary, directory / f"{key}{suffix}")
+    except OSError:
+        pass

@@ -1,0 +1,246 @@
+"""The native compiler (server/emu/native) against the interpreter, bit for bit.
+
+A DifferentialDevice runs every launch twice from the same memory, on the interpreter and
+compiled, and requires the same outcome: the same bytes in every allocation, or the same
+error (code, message, output). The instruction and conformance tests run on it with their
+own inputs and assertions; each must have run at least one kernel compiled, so the
+comparison is never between two interpreter runs. The rest: fallback with one log line,
+the disk cache, faults, cancelling, blocks on several threads, `vgpu server --threads`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import numpy as np
+import pytest
+import test_conformance as conformance
+import test_instructions as instructions
+from conftest import Device
+
+from vgpu.server.emu import LaunchError, native, prepare
+from vgpu.server.emu.executor import LaunchCancelled
+from vgpu.server.emu.memcheck import MemoryChecker
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("VGPU_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "native"))
+    yield
+    native.configure(enabled=False, threads=1)
+
+
+class DifferentialDevice(Device):
+    def __init__(self) -> None:
+        super().__init__()
+        self.compiled: list[str] = []   # kernels that ran compiled
+
+    def launch(self, module, kernel, grid, block, *args, shared: int = 0):
+        params = self.pack(module, kernel, args)
+        symbols = self.symbols.get(id(module), {})
+        before = self._snapshot()
+        expected, raised = self._outcome(False, module, kernel, grid, block, shared, params,
+                                         symbols)
+        interpreted = self._snapshot()
+        self._restore(before)
+        got, _ = self._outcome(True, module, kernel, grid, block, shared, params, symbols)
+        assert got == expected, f"{kernel}: compiled and interpreted outcomes differ"
+        if isinstance(raised, LaunchError):
+            raise raised   # what ran before the fault differs: threads run in another order
+        compiled = self._snapshot()
+        for (address, want), (_, have) in zip(interpreted, compiled, strict=True):
+            if want != have:
+                first = next(k for k in range(len(want)) if want[k] != have[k])
+                raise AssertionError(f"{kernel}: memory at 0x{address:x} differs from byte "
+                                     f"{first}")
+        return raised
+
+    def _outcome(self, compiled: bool, module, kernel, grid, block, shared, params, symbols):
+        native.configure(enabled=compiled)
+        try:
+            prepared = prepare(module, kernel, grid, block, shared, symbols)
+            if compiled and prepared.native is not None:
+                self.compiled.append(kernel)
+            result = prepared.run(params, self.memory)
+            return ("done", result.printf, result.report), result
+        except LaunchError as exc:
+            return ("failed", exc.code, exc.message, exc.output, exc.diagnostics), exc
+        finally:
+            native.configure(enabled=False)
+
+    def _snapshot(self) -> list[tuple[int, bytes]]:
+        return [(base, self.memory.read(base, size)) for base, size in self.memory.allocations()]
+
+    def _restore(self, snapshot) -> None:
+        for base, data in snapshot:
+            self.memory.write(base, data)
+
+
+@pytest.fixture
+def differential() -> DifferentialDevice:
+    return DifferentialDevice()
+
+
+def test_instruction_tests_agree(differential):
+    """The instruction tests whose kernels the compiler translates whole (the others use
+    instructions it leaves to the interpreter; native_slice.ptx covers what it translates)."""
+    instructions.test_integer_comparisons(differential)
+    assert differential.compiled, "no kernel of the test ran compiled"
+
+
+CONFORMANCE_TESTS = [
+    ("test_vector_add", ()), ("test_saxpy_grid_stride", ()),
+    ("test_tiled_matmul", (37, 21, 50)), ("test_block_reduction", ()),
+    ("test_data_dependent_loops_and_early_return", ()), ("test_nested_branches", ()),
+    ("test_3d_indices", ()), ("test_constant_and_global_variables", ()),
+    ("test_local_array_dynamic_index", ()), ("test_struct_by_value", ()),
+    ("test_exited_threads_do_not_block_barriers", ()), ("test_many_blocks_run_in_chunks", ()),
+]
+
+
+@pytest.mark.parametrize("name,arguments", CONFORMANCE_TESTS)
+def test_conformance_kernels_agree(differential, toolkit, name, arguments):
+    mod = differential.load(toolkit.ptx(conformance.SOURCE))
+    getattr(conformance, name)(differential, mod, *arguments)
+    assert differential.compiled, "no kernel of the test ran compiled"
+
+
+EDGE_WORDS = [0, 1, 2, 31, 32, 33, 64, 0xFFFFFFFF, 0x80000000, 0x7FFFFFFF, 0x7FC00000,
+              0xFFC00001, 0x7F800000, 0xFF800000, 0x00000001, 0x807FFFFF, 0x3FC00000,
+              0x40200000, 0xC0200000, 0x4F000000, 0xCF000001, 0x5F800000]
+EDGE_DOUBLES = [0.0, -0.0, 1.5, -2.5, 2.0**63, -2.0**63 - 4096, 2.0**64, 1e308, 5e-324,
+                float("inf"), float("-inf"), float("nan"), 3.0, -7.25]
+
+
+def slice_inputs(threads: int) -> np.ndarray:
+    """Four 64-bit words per thread: every pair of edge words, and random ones."""
+    rng = np.random.default_rng(7)
+    words = rng.integers(0, 2**63, (threads, 4), np.int64).view(np.uint64) * np.uint64(2)
+    words |= rng.integers(0, 2, (threads, 4)).astype(np.uint64)
+    count = len(EDGE_WORDS)
+    for t in range(min(threads, count * count)):
+        low = [EDGE_WORDS[t % count], EDGE_WORDS[t // count]]
+        words[t, 0] = (words[t, 0] & np.uint64(0xFFFFFFFF_00000000)) | np.uint64(low[0])
+        words[t, 1] = (words[t, 1] & np.uint64(0xFFFFFFFF_00000000)) | np.uint64(low[1])
+    doubles = np.array(EDGE_DOUBLES).view(np.uint64)
+    for t in range(threads // 2):
+        words[t, 2] = doubles[t % len(doubles)]
+        words[t, 3] = doubles[(t // len(doubles)) % len(doubles)]
+    return words
+
+
+def test_every_translated_instruction_form_agrees(differential):
+    module = differential.load((instructions.PTX / "native_slice.ptx").read_text())
+    threads = 512
+    out = differential.zeros(threads * 64, np.uint64)
+    differential.launch(module, "slice", (2,), (256,), differential.upload(slice_inputs(
+        threads)), out)
+    assert differential.compiled == ["slice"]
+
+
+@pytest.fixture(scope="module")
+def faults_ptx() -> str:
+    return (instructions.PTX / "native_faults.ptx").read_text()
+
+
+@pytest.mark.parametrize("kernel,grid,block,args", [
+    ("read_at", (1,), (32,), (1000, 4 * 32)),      # past the end of the allocation
+    ("shared_at", (2,), (16,), (4,)),              # past the end of the block's 64 bytes
+    ("misaligned", (1,), (1,), ()),
+])
+def test_faults_are_reported_as_the_interpreter_reports_them(differential, faults_ptx, kernel,
+                                                              grid, block, args):
+    module = differential.load(faults_ptx)
+    data = differential.upload(np.arange(1024, dtype=np.uint32))
+    arguments = {"read_at": lambda: (data, differential.zeros(32, np.uint32), args[0]),
+                 "shared_at": lambda: args, "misaligned": lambda: (data,)}[kernel]()
+    with pytest.raises(LaunchError) as caught:
+        differential.launch(module, kernel, grid, block, *arguments)
+    assert caught.value.code == (716 if kernel == "misaligned" else 700)
+    assert differential.compiled == [kernel]
+
+
+def test_stray_accesses_are_reported_once_as_the_interpreter_reports_them(faults_ptx):
+    from vgpu.server.emu import DeviceMemory
+    reports = []
+    for compiled in (False, True):
+        native.configure(enabled=compiled)
+        device = Device()
+        device.memory = DeviceMemory(granule=512)
+        module = device.load(faults_ptx)
+        data = device.upload(np.arange(100, dtype=np.uint32))   # 400 bytes, granule 512
+        out = device.zeros(32, np.uint32)
+        prepared = prepare(module, "read_at", (1,), (32,))
+        assert (prepared.native is not None) == compiled
+        checker = MemoryChecker(strict=False)
+        params = device.pack(module, "read_at", (data, out, 90))
+        first = prepared.run(params, device.memory, checker)
+        second = prepared.run(params, device.memory, checker)
+        reports.append((first.report, second.report, device.download(out, 32, np.uint32)))
+    assert reports[0][0] and "(PTX line 19)" in reports[0][0] and not reports[0][1]
+    assert reports[1][:2] == reports[0][:2]
+    np.testing.assert_array_equal(reports[1][2], reports[0][2])
+
+
+def test_a_kernel_the_compiler_does_not_handle_runs_interpreted_with_one_log_line(
+        faults_ptx, caplog):
+    native.configure(enabled=True)
+    device = Device()
+    module = device.load(faults_ptx)
+    out = device.zeros(32, np.uint32)
+    with caplog.at_level(logging.WARNING, logger="vgpu.emu.native"):
+        for _ in range(3):
+            device.launch(module, "votes", (1,), (32,), out)
+    assert [r.getMessage() for r in caplog.records] == [
+        "kernel 'votes' runs on the interpreter: the compiler does not handle "
+        "vote.sync.ballot.b32 (PTX line 65)"]
+    assert set(device.download(out, 32, np.uint32)) == {0b11111}
+
+
+def test_a_second_load_of_the_same_ptx_compiles_nothing(faults_ptx, monkeypatch):
+    from vgpu.server.emu.native import engine
+    native.configure(enabled=True)
+    device = Device()
+    data = device.upload(np.arange(64, dtype=np.uint32))
+    out = device.zeros(32, np.uint32)
+    device.launch(device.load(faults_ptx), "read_at", (1,), (32,), data, out, 7)
+
+    def refuse(text):
+        raise AssertionError("compiled again")
+    monkeypatch.setattr(engine, "compile_object", refuse)
+    again = device.load(faults_ptx)
+    assert prepare(again, "read_at", (1,), (32,)).native is not None
+    device.launch(again, "read_at", (1,), (32,), data, out, 9)
+    np.testing.assert_array_equal(device.download(out, 32, np.uint32), np.arange(9, 41))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_spinning_kernel_is_cancelled(faults_ptx, threads):
+    native.configure(enabled=True, threads=threads)
+    device = Device()
+    prepared = prepare(device.load(faults_ptx), "forever", (4,), (8,))
+    assert prepared.native is not None
+    cancelled = threading.Event()
+    threading.Timer(0.2, cancelled.set).start()
+    with pytest.raises(LaunchCancelled):
+        prepared.execute(b"", device.memory, cancelled=cancelled)
+
+
+def test_blocks_on_two_threads_give_the_interpreter_results(differential, toolkit):
+    """Bit for bit but for float atomics, which round in the order threads reach them."""
+    native.configure(threads=2)
+    mod = differential.load(toolkit.ptx(conformance.SOURCE))
+    conformance.test_block_reduction(differential, mod)   # integer atomics across blocks
+    conformance.test_tiled_matmul(differential, mod, 37, 21, 50)
+    assert differential.compiled == ["block_sum", "matmul"]
+
+
+def test_threads_spinning_on_a_later_thread_of_their_block_let_it_run(differential,
+                                                                      faults_ptx):
+    module = differential.load(faults_ptx)
+    out = differential.zeros(32, np.uint32)
+    differential.launch(module, "wait_for_last", (2,), (32,), differential.zeros(1, np.uint32),
+                        out)
+    np.testing.assert_array_equal(differential.download(out, 32, np.uint32), np.arange(1, 33))
+    assert differential.compiled == ["wait_for_last"]
