@@ -262,9 +262,7 @@ class WriteLog:
 
 def _uses_printf(module: PtxModule, kernel: str) -> bool:
     """Does the kernel, or a function it calls, call vprintf (device printf)?"""
-    program = module.program
-    return any("vprintf" in program.symbols_used[name]
-               for name in program.kernels[kernel].functions)
+    return module.uses(kernel, "vprintf")
 
 
 # Texture, surface and sampler references (CUDA 11's `texture<>`, removed in CUDA 12): the

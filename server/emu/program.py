@@ -1,9 +1,11 @@
 """A parsed module compiled for execution: flat code, basic blocks and per-kernel layouts.
 
-Every function's instructions are compiled (to closures, see `isa.py`) into one flat code
-array, so a program counter names an instruction anywhere in the module. Basic blocks start
-at function entries, labels, and after every control transfer; the scheduler always runs a
-whole block for a group of lanes.
+A kernel's functions (it and those it calls) are compiled (to closures, see `isa.py`) when
+the kernel is first asked for (`Program.kernel`), each function once, into one flat code
+array, so a program counter names an instruction anywhere in the module; a function whose
+body a lazy parse left pending is parsed then. Basic blocks start at function entries,
+labels, and after every control transfer; the scheduler always runs a whole block for a
+group of lanes.
 
 Each kernel gets its own layout of the memory its reachable functions use: static shared
 variables (module-scope ones it references and the function-scope ones nvcc "demotes"),
@@ -19,6 +21,7 @@ function carries the error, which its launches report.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,9 +42,10 @@ from . import (  # noqa: F401  (importing registers the opcodes)
     ops_warp,
 )
 from .errors import CUDA_ERROR_NOT_SUPPORTED, UnsupportedPtx
-from .ir import Address, Function, ListOperand, Module, Symbol, Variable, Vector
+from .ir import Function, Module, Variable
 from .isa import CompileContext, Compiled, find_compiler
 from .operands import kernel_param_layout
+from .parser import parse_body
 from .state import Fault
 
 __all__ = ["Block", "KernelProgram", "Program"]
@@ -84,28 +88,46 @@ class Program:
         self.code: list[Compiled] = []
         self.entries: dict[str, int] = {}
         self.ends: dict[str, int] = {}
-        self.callees: dict[str, set[str]] = {}
-        self.symbols_used: dict[str, set[str]] = {}
         self.register_dtypes: list[np.dtype] = []
         self.unsupported: dict[str, UnsupportedPtx] = {}   # function -> its first one
-        self._number_registers()
-        for fn in module.functions.values():
-            if fn.body is not None:
-                self._compile_function(fn)
-        self.blocks = self._build_blocks()
-        self.kernels = {name: self._kernel(fn) for name, fn in module.functions.items()
-                        if fn.is_entry and fn.body is not None}
+        self.blocks: dict[int, Block] = {}
+        self.kernels: dict[str, KernelProgram] = {}          # those compiled so far
+        self._lock = threading.Lock()  # sessions' workers may share a module
 
-    def _number_registers(self) -> None:
+    def kernel(self, name: str) -> KernelProgram | None:
+        """The kernel `name` compiled, with its functions (None: no such kernel). A pending
+        body's PtxError is raised here."""
+        kernel = self.kernels.get(name)
+        if kernel is not None:
+            return kernel
+        fn = self.module.functions.get(name)
+        if fn is None or not fn.is_entry or not fn.defined:
+            return None
+        with self._lock:
+            if name not in self.kernels:
+                for function in self.reachable(name):
+                    if function not in self.entries:
+                        self._compile_function(self.module.functions[function])
+                self.kernels[name] = self.layout(fn)
+        return self.kernels[name]
+
+    def compile_all(self) -> None:
+        """Parse and compile every function now (errors anywhere come out here)."""
         for fn in self.module.functions.values():
-            for reg in fn.registers:
-                reg.id = len(self.register_dtypes)
-                self.register_dtypes.append(reg.type.dtype)
+            if fn.defined and fn.name not in self.entries:
+                self._compile_function(fn)
+        for fn in self.module.functions.values():
+            if fn.is_entry and fn.defined:
+                self.kernel(fn.name)
 
     def _compile_function(self, fn: Function) -> None:
+        if fn.pending is not None:
+            parse_body(self.module, fn)
+        for reg in fn.registers:
+            reg.id = len(self.register_dtypes)
+            self.register_dtypes.append(reg.type.dtype)
         entry = len(self.code)
         self.entries[fn.name] = entry
-        callees: set[str] = set()
         for instr in fn.body:
             try:
                 compile_fn = find_compiler(instr)
@@ -115,8 +137,6 @@ class Program:
             except UnsupportedPtx as exc:
                 self.unsupported.setdefault(fn.name, exc)
                 compiled = Compiled("op", instr.line, instr.text, run=_unsupported(exc))
-            if compiled.kind == "call":
-                callees.add(compiled.callee)
             self.code.append(compiled)
         last = self.code[-1] if len(self.code) > entry else None
         if last is None or last.guard is not None or last.kind not in ("ret", "exit", "bra"):
@@ -128,24 +148,20 @@ class Program:
                 compiled.target_pc = entry + fn.labels[compiled.target]
             if compiled.targets:
                 compiled.target_pcs = [entry + fn.labels[t] for t in compiled.targets]
-        self.callees[fn.name] = callees
-        self.symbols_used[fn.name] = _referenced_symbols(fn)
+        self._build_blocks(fn, entry, len(self.code))
 
-    def _build_blocks(self) -> dict[int, Block]:
-        leaders = set(self.entries.values())
-        for name, entry in self.entries.items():
-            fn = self.module.functions[name]
-            leaders.update(entry + index for index in fn.labels.values())
-        for pc, compiled in enumerate(self.code):
-            if compiled.kind in _CONTROL:
+    def _build_blocks(self, fn: Function, entry: int, end: int) -> None:
+        leaders = {entry} | {entry + index for index in fn.labels.values()}
+        for pc in range(entry, end):
+            if self.code[pc].kind in _CONTROL:
                 leaders.add(pc + 1)
-        blocks: dict[int, Block] = {}
         current: Block | None = None
-        for pc, compiled in enumerate(self.code):
+        for pc in range(entry, end):
+            compiled = self.code[pc]
             if pc in leaders or current is None:
                 if current is not None and current.term is None:
                     current.next_pc = pc
-                current = blocks[pc] = Block(pc)
+                current = self.blocks[pc] = Block(pc)
             if compiled.kind == "op":
                 current.ops.append(compiled.run)
                 current.lines.append(compiled.line)
@@ -153,25 +169,30 @@ class Program:
                 current.term = compiled
                 current.term_pc = pc
                 current.next_pc = pc + 1
-        return blocks
 
     # -- kernels ----------------------------------------------------------------------------
-    def _reachable(self, name: str) -> list[str]:
+    def reachable(self, name: str) -> list[str]:
+        """The function `name` and the defined functions it calls, directly or not."""
         order = [name]
         seen = {name}
+        functions = self.module.functions
         for current in order:
-            for callee in sorted(self.callees.get(current, ())):
-                if callee not in seen and callee in self.entries:
+            for callee in sorted(functions[current].callees):
+                if callee not in seen and callee in functions and functions[callee].defined:
                     seen.add(callee)
                     order.append(callee)
         return order
 
-    def _kernel(self, fn: Function) -> KernelProgram:
+    def layout(self, fn: Function) -> KernelProgram:
+        """Kernel `fn`'s layout from what its functions declare and call. Before they are
+        compiled (a module's load reports every kernel's attributes), the entry point and
+        unsupported instruction are not known yet and the layout's offsets name the scan's
+        variables; `kernel` makes the layout again once its functions are compiled."""
         params = kernel_param_layout(fn.params)
         param_size = max((offset + p.size for p, offset in params), default=0)
-        functions = self._reachable(fn.name)
+        functions = self.reachable(fn.name)
         module_vars = self.module.variables
-        used = set().union(*(self.symbols_used[f] for f in functions))
+        used = set().union(*(self.module.functions[f].symbols for f in functions))
         shared_vars: list[Variable] = []
         for f in functions:
             shared_vars += [v for v in self.module.functions[f].variables if v.space == "shared"]
@@ -208,7 +229,7 @@ class Program:
         registers = sum(len(self.module.functions[f].registers) for f in functions)
         unsupported = next((self.unsupported[f] for f in functions if f in self.unsupported),
                            None)
-        return KernelProgram(fn.name, fn, self.entries[fn.name], params, param_size,
+        return KernelProgram(fn.name, fn, self.entries.get(fn.name, -1), params, param_size,
                              functions, shared_offsets, static_shared, dynamic_offset,
                              local_offsets, local, local_vars, global_symbols, registers,
                              unsupported)
@@ -226,22 +247,3 @@ def _unsupported(exc: UnsupportedPtx):
 def _align(value: int, align: int) -> int:
     align = max(align, 1)
     return (value + align - 1) // align * align
-
-
-def _referenced_symbols(fn: Function) -> set[str]:
-    """Names of module-scope symbols a function's instructions mention."""
-    names: set[str] = set()
-
-    def visit(operand) -> None:
-        if isinstance(operand, Symbol):
-            if operand.variable is None:
-                names.add(operand.name)
-        elif isinstance(operand, Address):
-            visit(operand.base)
-        elif isinstance(operand, (Vector, ListOperand)):
-            for element in operand.elements:
-                visit(element)
-    for instr in fn.body:
-        for operand in instr.operands:
-            visit(operand)
-    return names
