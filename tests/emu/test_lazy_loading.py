@@ -109,3 +109,14 @@ def test_big_modules_load_lazily_by_default():
     module = PtxModule.parse(TWO_KERNELS + filler)
     assert module.variables["table"].init == bytes(range(1, 9))
     assert module.kernels["bad"].attributes["num_regs"] == 3
+
+
+def test_braces_in_comments_do_not_end_a_lazy_body(device):
+    text = TWO_KERNELS.replace("ret;\n}\n.visible .entry bad",
+                               "// }\n/* } { */\n{ ret; }\n}\n.visible .entry bad")
+    module = PtxModule.parse(text, lazy=True)
+    assert set(module.kernels) == {"good", "bad"}
+    device.map_variables(module)
+    out = device.zeros(1, np.uint32)
+    device.launch(module, "good", (1,), (1,), out)
+    assert device.download(out, 1, np.uint32)[0] == 0x08070605
