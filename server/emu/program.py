@@ -21,7 +21,6 @@ function carries the error, which its launches report.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,7 +40,7 @@ from . import (  # noqa: F401  (importing registers the opcodes)
     ops_texture,
     ops_warp,
 )
-from .errors import CUDA_ERROR_NOT_SUPPORTED, UnsupportedPtx
+from .errors import CUDA_ERROR_NOT_SUPPORTED, PtxError, UnsupportedPtx
 from .ir import Function, Module, Variable
 from .isa import CompileContext, Compiled, find_compiler
 from .operands import kernel_param_layout
@@ -92,7 +91,7 @@ class Program:
         self.unsupported: dict[str, UnsupportedPtx] = {}   # function -> its first one
         self.blocks: dict[int, Block] = {}
         self.kernels: dict[str, KernelProgram] = {}          # those compiled so far
-        self._lock = threading.Lock()  # sessions' workers may share a module
+        self.broken: dict[str, PtxError] = {}                 # function -> why it cannot be
 
     def kernel(self, name: str) -> KernelProgram | None:
         """The kernel `name` compiled, with its functions (None: no such kernel). A pending
@@ -103,13 +102,11 @@ class Program:
         fn = self.module.functions.get(name)
         if fn is None or not fn.is_entry or not fn.defined:
             return None
-        with self._lock:
-            if name not in self.kernels:
-                for function in self.reachable(name):
-                    if function not in self.entries:
-                        self._compile_function(self.module.functions[function])
-                self.kernels[name] = self.layout(fn)
-        return self.kernels[name]
+        for function in self.reachable(name):
+            if function not in self.entries:
+                self._compile_function(self.module.functions[function])
+        kernel = self.kernels[name] = self.layout(fn)
+        return kernel
 
     def compile_all(self) -> None:
         """Parse and compile every function now (errors anywhere come out here)."""
@@ -121,6 +118,22 @@ class Program:
                 self.kernel(fn.name)
 
     def _compile_function(self, fn: Function) -> None:
+        """Compile `fn` (parsing its pending body first). A PtxError leaves nothing of it
+        behind, and is raised again by every later attempt: the kernels reaching it stay
+        unlaunchable, each launch saying why."""
+        if fn.name in self.broken:
+            raise self.broken[fn.name]
+        code_size, register_count = len(self.code), len(self.register_dtypes)
+        try:
+            self._compile_body(fn)
+        except PtxError as exc:
+            del self.code[code_size:], self.register_dtypes[register_count:]
+            self.entries.pop(fn.name, None)
+            self.unsupported.pop(fn.name, None)
+            self.broken[fn.name] = exc
+            raise
+
+    def _compile_body(self, fn: Function) -> None:
         if fn.pending is not None:
             parse_body(self.module, fn)
         for reg in fn.registers:

@@ -96,10 +96,28 @@ def test_a_malformed_kernel_of_a_lazy_module_fails_its_own_launch_only(device):
     out = device.zeros(1, np.uint32)
     device.launch(module, "good", (1,), (1,), out)
     assert device.download(out, 1, np.uint32)[0] == 0x08070605
-    with pytest.raises(LaunchError) as info:
-        device.launch(module, "bad", (1,), (1,), out)
-    assert info.value.code == 218  # CUDA_ERROR_INVALID_PTX
-    assert "line 18" in str(info.value) and "expected 3 operands" in str(info.value)
+    for _ in range(2):  # and again: it stays refused
+        with pytest.raises(LaunchError) as info:
+            device.launch(module, "bad", (1,), (1,), out)
+        assert info.value.code == 218  # CUDA_ERROR_INVALID_PTX
+        assert "line 18" in str(info.value) and "expected 3 operands" in str(info.value)
+    device.launch(module, "good", (1,), (1,), out)
+
+
+COMPILE_ERROR = TWO_KERNELS.replace("add.u32 %r1, %r2;", "call.uni nothing, ();")
+
+
+def test_a_kernel_whose_compile_fails_stays_refused(device):
+    """An error found compiling (not parsing) a pending body: no half-compiled kernel is
+    launched the second time."""
+    module = PtxModule.parse(COMPILE_ERROR, lazy=True)
+    device.map_variables(module)
+    out = device.zeros(1, np.uint32)
+    for _ in range(2):
+        with pytest.raises(LaunchError) as info:
+            device.launch(module, "bad", (1,), (1,), out)
+        assert info.value.code == 218
+        assert "undeclared function 'nothing'" in str(info.value)
 
 
 def test_big_modules_load_lazily_by_default():
