@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import Device
 
 from vgpu.server.emu import LaunchError, PtxError, PtxModule
 
@@ -35,11 +34,10 @@ def test_lazy_load_reports_what_a_whole_load_does(name):
     assert report(PtxModule.parse(text, lazy=True)) == report(PtxModule.parse(text, lazy=False))
 
 
-def run_every_kernel(text: str, lazy: bool) -> dict:
-    """Launch each kernel of the module once (2 blocks of 32 threads) with the same inputs,
-    each 8-byte parameter a pointer to a buffer of its own, others bytes: what the buffers
-    hold afterwards, or the launch's error code."""
-    device = Device()
+def run_every_kernel(device, text: str, lazy: bool) -> dict:
+    """Launch each kernel of the module once (2 blocks of 32 threads) on a fresh `device`
+    with the same inputs, each 8-byte parameter a pointer to a buffer of its own, others
+    bytes: what the buffers hold afterwards, or the launch's error code."""
     module = PtxModule.parse(text, lazy=lazy)
     device.map_variables(module)
     rng = np.random.default_rng(7)
@@ -61,11 +59,12 @@ def run_every_kernel(text: str, lazy: bool) -> dict:
 
 
 @pytest.mark.parametrize("name", ["control.ptx", "memory.ptx", "syntax.ptx", "warp.ptx"])
-def test_lazily_loaded_kernels_compute_what_whole_ones_do(name):
+def test_lazily_loaded_kernels_compute_what_whole_ones_do(device, name):
     """Calls with parameters and results, shared, local and parameter memory, module
-    variables, labels in blocks, warps."""
+    variables, labels in blocks, warps. (Two fresh devices: the same addresses.)"""
     text = (PTX / name).read_text()
-    assert run_every_kernel(text, lazy=True) == run_every_kernel(text, lazy=False)
+    assert run_every_kernel(device, text, lazy=True) == \
+        run_every_kernel(type(device)(), text, lazy=False)
 
 
 TWO_KERNELS = HEADER + """
