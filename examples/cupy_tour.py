@@ -8,8 +8,9 @@ On the emu backend, with cupy-cuda13x installed:
     vgpu run -- python examples/cupy_tour.py
 
 CuPy asks NVRTC for cubins, which the emulator cannot run; vgpu's libnvrtc.so.13 hands them
-back with their PTX, which it runs. The run takes minutes here (2.5 on two cores), about as
-long with CuPy's kernel cache warm: NVRTC's compiles are a small part of it.
+back with their PTX, which it runs. CUB's and Thrust's modules (20-30 MB of PTX each) load
+lazily: only the kernels a program launches are compiled. The run takes about half a
+minute on two busy cores (it took four to five before lazy loading).
 """
 
 import cupy as cp

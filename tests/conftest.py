@@ -14,12 +14,14 @@ TESTS = Path(__file__).resolve().parent
 # What takes minutes on two cores: the property tests of the emulator's instructions (many
 # generated inputs each), every runtime program built twice and run under `vgpu run`, the
 # CUDA programs modelled on real code (thrust, cooperative groups and half precision take
-# long to compile), NVRTC, the check of the committed error texts against NVIDIA's, and
-# tests that wait out timeouts or fill queues on purpose. Whole modules, or single tests.
+# long to compile), NVRTC, CuPy (its tour and a slice of its own tests), the check of the
+# committed error texts against NVIDIA's, and tests that wait out timeouts or fill queues
+# on purpose. Whole modules, or single tests.
 SLOW = {
     "emu/test_properties.py",
     "emu/test_cuda_programs.py",
     "runtime/test_runtime_programs.py",
+    "e2e/test_cupy.py",
     "emu/test_conformance.py::test_cub_block_primitives",
     "emu/test_nvrtc.py::test_nvrtc_ptx_runs",
     "runtime/test_error_table.py::test_committed_texts_are_nvidias",

@@ -179,8 +179,8 @@ class EmuBackend(Backend):
                 # architecture, the device's compute capability.
                 attributes=dict(info.attributes, binary_version=_BINARY_VERSION),
                 uses_printf=_uses_printf(module, name),
-                uses_heap=uses_heap(module.program.kernels[name].builtins_called),
-                launches_kernels=uses_launches(module.program.kernels[name].builtins_called),
+                uses_heap=uses_heap(module.runtime_calls[name]),
+                launches_kernels=uses_launches(module.runtime_calls[name]),
             )
             for name, info in module.kernels.items()
         }
@@ -287,9 +287,7 @@ class WriteLog:
 
 def _uses_printf(module: PtxModule, kernel: str) -> bool:
     """Does the kernel, or a function it calls, call vprintf (device printf)?"""
-    program = module.program
-    return any("vprintf" in program.symbols_used[name]
-               for name in program.kernels[kernel].functions)
+    return module.uses(kernel, "vprintf")
 
 
 # Texture, surface and sampler references (CUDA 11's `texture<>`, removed in CUDA 12): the

@@ -267,7 +267,8 @@ def _reserve(state: State) -> int | None:
 def _kernel_at(state: State, address: int) -> tuple[str | None, int]:
     program = state.ctx.launch.program
     name = program.function_at.get(address)
-    if name is None or name not in program.kernels:
+    if name is None or not (program.module.functions[name].is_entry
+                            and program.module.functions[name].defined):
         return None, _INVALID_DEVICE_FUNCTION
     return name, _SUCCESS
 

@@ -37,10 +37,12 @@ from .device_printf import DEFAULT_PRINTF_FIFO_BYTES, within_fifo
 from .errors import (
     CUDA_ERROR_ILLEGAL_ADDRESS,
     CUDA_ERROR_INVALID_PC,
+    CUDA_ERROR_INVALID_PTX,
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_NOT_FOUND,
     CUDA_ERROR_NOT_SUPPORTED,
     LaunchError,
+    PtxError,
 )
 from .memcheck import MemoryChecker
 from .memory import DeviceMemory
@@ -94,7 +96,11 @@ def prepare(module, kernel_name: str, grid, block, shared_bytes: int = 0,
     A `cooperative` launch runs all its blocks as one chunk, so that they are resident
     together, as grid-wide synchronization needs."""
     program = module.program
-    kernel = program.kernels.get(kernel_name)
+    try:
+        kernel = program.kernel(kernel_name)
+    except PtxError as exc:  # a body parsed only now (a big module's) is malformed
+        raise LaunchError(CUDA_ERROR_INVALID_PTX, f"kernel {kernel_name!r} cannot be "
+                          f"loaded: {exc}") from None
     if kernel is None:
         raise LaunchError(CUDA_ERROR_NOT_FOUND, f"no kernel named {kernel_name!r} in module")
     if kernel.unsupported is not None:

@@ -146,6 +146,19 @@ class Function:
     registers: list[Register] = field(default_factory=list)
     variables: list[Variable] = field(default_factory=list)  # .local/.shared/.param in body
     directives: dict[str, tuple[int, ...]] = field(default_factory=dict)  # maxntid, reqntid
+    # What the body calls (functions by name) and which module-scope names it mentions:
+    # a kernel's reachable functions and layout follow from them.
+    callees: set[str] = field(default_factory=set)
+    symbols: set[str] = field(default_factory=set)
+    calls_indirectly: bool = False   # has a call through a register
+    # A body not parsed yet: (its text from `{` to `}`, the line it starts on). Its
+    # registers, variables, callees and symbols are filled in from a scan of that text.
+    pending: tuple[str, int] | None = None
+
+    @property
+    def defined(self) -> bool:
+        """Has a body (parsed or pending), as opposed to a declaration only."""
+        return self.body is not None or self.pending is not None
 
 
 @dataclass

@@ -1,5 +1,8 @@
 """PtxModule: a loaded PTX module, with what the driver API reports about its kernels and
-variables. Loading parses and compiles every function, so anything unsupported fails here."""
+variables. Loading parses and compiles every function, so a malformed module fails here,
+unless it is big (CuPy's CUB modules: tens of MB, thousands of kernels, of which a program
+runs a few): then a kernel's functions are parsed and compiled at its first launch, and
+their errors fail that launch."""
 
 from __future__ import annotations
 
@@ -16,6 +19,9 @@ __all__ = ["KernelInfo", "ModuleVariable", "ParamInfo", "PtxModule"]
 
 # Local memory a thread may use (its .local variables and call frames): CUDA's 512 KiB.
 MAX_LOCAL_BYTES_PER_THREAD = 512 << 10
+# Modules of more PTX than this are parsed and compiled one kernel at a time, when it is
+# first launched: about 0.3 s of loading on one core when done at once.
+LAZY_MODULE_BYTES = 1 << 20
 
 @dataclass(frozen=True)
 class ParamInfo:
@@ -57,6 +63,8 @@ class ModuleVariable:
 
 class PtxModule:
     def __init__(self, module: Module):
+        """`module` as parsed: its pending bodies (a lazy parse) are compiled when their
+        kernels are launched, all others now."""
         _check_externals(module)
         self.ir = module
         self.version = module.version
@@ -64,13 +72,19 @@ class PtxModule:
         self.program = Program(module)
         self.source_hash: str | None = None   # the PTX's, for the native code's disk cache
         self.native_kernels: dict = {}        # name -> native.NativeKernel or None
-        for name, kp in self.program.kernels.items():
+        if not any(fn.pending is not None for fn in module.functions.values()):
+            self.program.compile_all()
+        layouts = {name: self.program.layout(fn) for name, fn in module.functions.items()
+                   if fn.is_entry and fn.defined}
+        for name, kp in layouts.items():
             if kp.local_size > MAX_LOCAL_BYTES_PER_THREAD:  # ptxas refuses such a kernel
                 raise PtxError(f"entry function {name!r} uses too much local data "
                                f"(0x{kp.local_size:x} bytes, "
                                f"0x{MAX_LOCAL_BYTES_PER_THREAD:x} max)")
         self.kernels: dict[str, KernelInfo] = {
-            name: self._kernel_info(kp) for name, kp in self.program.kernels.items()}
+            name: self._kernel_info(kp) for name, kp in layouts.items()}
+        # kernel -> what it calls of the emulator's own functions (malloc, device launches)
+        self.runtime_calls = {name: kp.builtins_called for name, kp in layouts.items()}
         functions = function_addresses(module.functions)
         self.variables: dict[str, ModuleVariable] = {
             v.name: ModuleVariable(v.name, v.space, v.size, v.align,
@@ -80,10 +94,19 @@ class PtxModule:
             for v in module.variables.values() if v.space in ("global", "const")}
 
     @classmethod
-    def parse(cls, text: str) -> PtxModule:
-        module = cls(parse_module(text))
+    def parse(cls, text: str, lazy: bool | None = None) -> PtxModule:
+        """`lazy`: leave function bodies to the first launch of their kernels (None: when
+        the text is longer than LAZY_MODULE_BYTES)."""
+        if lazy is None:
+            lazy = len(text) > LAZY_MODULE_BYTES
+        module = cls(parse_module(text, lazy))
         module.source_hash = source_hash(text)
         return module
+
+    def uses(self, kernel: str, name: str) -> bool:
+        """Does the kernel, or a function it calls, mention the module-scope name?"""
+        functions = self.ir.functions
+        return any(name in functions[f].symbols for f in self.program.reachable(kernel))
 
     def _register_estimate(self, kp: KernelProgram, max_threads: int) -> int:
         """What CU_FUNC_ATTRIBUTE_NUM_REGS answers: a deterministic stand-in for ptxas's

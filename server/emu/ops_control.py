@@ -90,7 +90,7 @@ def _call(instr, ctx: CompileContext):
                      for a, formal in zip(arguments, function.params, strict=False)]
     result_vars = [_param_variable(ctx, r, formal, after, store=False)
                    for r, formal in zip(results, function.returns, strict=False)]
-    if function.body is None:
+    if not function.defined:
         builtin = BUILTINS.get(callee.name)
         if builtin is None and callee.name.startswith(("__cudaCDP2", "cuda")):
             raise ctx.unsupported(f"the device runtime's {callee.name} is not implemented")

@@ -1,12 +1,21 @@
 """PTX text -> `ir.Module`: the syntax of modules as nvcc, NVRTC and NVVM (numba) emit them.
 
 Only syntax is checked here; whether an instruction and its modifiers are supported is
-decided when the module is compiled, which also happens at load (see `module.py`).
+decided when the module is compiled (see `module.py`).
+
+`parse_module(text, lazy=True)` leaves function bodies unparsed (`Function.pending`): a
+scan of each body's text finds what its kernel's attributes need (declared registers and
+variables, the functions it calls, the module-scope names it mentions) without parsing
+its instructions, and `parse_body` parses one when it is to run. CuPy's CUB modules hold
+thousands of functions, of which a program runs a few.
 """
 
 from __future__ import annotations
 
+import re
 import struct
+
+import numpy as np
 
 from .errors import PtxError
 from .ir import (
@@ -53,8 +62,24 @@ _FUNCTION_DIRECTIVES = {".maxntid", ".reqntid", ".minnctapersm", ".maxnctapersm"
                         ".noreturn", ".blocksareclusters"}
 
 
-def parse_module(text: str) -> Module:
-    return _Parser(text).module()
+def parse_module(text: str, lazy: bool = False) -> Module:
+    module = _Parser(tokenize(text, bodies=lazy)).module()
+    for fn in module.functions.values():
+        if fn.pending is not None:
+            _scan_body(module, fn)
+    return module
+
+
+def parse_body(module: Module, fn: Function) -> None:
+    """Parse the pending body of `fn` (a function of `module` from a lazy parse); its
+    registers and variables are made anew, by the same rules as the scan made them."""
+    text, line = fn.pending
+    parser = _Parser(tokenize(text, line))
+    parser.mod = module
+    parser.enter_function(fn)
+    fn.registers, fn.variables, fn.body = [], [], []
+    parser.function_body(fn)
+    fn.pending = None
 
 
 def parse_integer(text: str) -> int:
@@ -79,8 +104,8 @@ def parse_float_bits(text: str) -> Immediate:
 
 
 class _Parser:
-    def __init__(self, text: str):
-        self.tokens = tokenize(text)
+    def __init__(self, tokens: list[Token]):
+        self.tokens = tokens
         self.pos = 0
         self.mod = Module()
         self.scopes: list[dict[str, Register | Variable]] = []
@@ -239,14 +264,19 @@ class _Parser:
             var = Variable(name_tok.text, space, ptype, 0, 0, name_tok.line, linkage,
                            is_array=bool(dims), managed=managed)
             elements: list[Operand] = []
+            packed: bytes | None = None  # a flat list of integers, encoded at once
             if self.accept("="):
-                elements = self.initializer()
+                if self.at_integer_list(ptype):
+                    packed = _packed_integers(self.next().text, ptype)
+                else:
+                    elements = self.initializer()
+            initialized = len(packed) // ptype.nbytes if packed is not None else len(elements)
             for d in dims:
                 count *= d if d is not None else 1
             elem_size = ptype.nbytes * vector
             if dims and dims[0] is None:
-                if elements:
-                    count = max(1, len(elements) * ptype.nbytes // elem_size)
+                if initialized:
+                    count = max(1, initialized * ptype.nbytes // elem_size)
                     for d in dims[1:]:
                         count *= d
                 else:
@@ -254,13 +284,27 @@ class _Parser:
                     count = 0
             var.size = count * elem_size
             var.align = align or (ptype.nbytes * vector)
-            if elements:
+            if packed:
+                var.init = packed[:var.size].ljust(var.size, b"\0") if var.size else packed
+                var.size = var.size or len(var.init)
+            elif elements:
                 self.encode_initializer(var, elements, name_tok.line)
             variables.append(var)
             if not self.accept(","):
                 break
         self.expect(";")
         return variables
+
+    def at_integer_list(self, ptype: PtxType) -> bool:
+        """Is the next token a flat list of integers (the lexer's "ints") that `ptype`
+        stores as they are? For other types, it is put back as ordinary tokens."""
+        tok = self.peek()
+        if tok is None or tok.kind != "ints":
+            return False
+        if ptype.kind in "bus":
+            return True
+        self.tokens[self.pos:self.pos + 1] = tokenize(tok.text, tok.line)
+        return False
 
     def initializer(self) -> list[Operand]:
         """A flat list of initializer elements: numbers or symbols, nesting removed."""
@@ -303,17 +347,18 @@ class _Parser:
             var.size = len(var.init)
 
     # -- functions ----------------------------------------------------------------------
+    def enter_function(self, fn: Function) -> None:
+        self.function = fn
+        self.scopes = [{p.name: p for p in (*fn.params, *fn.returns)}]
+
     def function_declaration(self, kind: Token, linkage: str) -> None:
         fn = Function("", kind.text == ".entry", kind.line, linkage)
-        self.function = fn
-        self.scopes = [{}]
         if not fn.is_entry and self.at("("):
             fn.returns = self.parameter_list()
         fn.name = self.expect_kind("word", "a function name").text
         if self.at("("):
             fn.params = self.parameter_list()
-        for p in (*fn.params, *fn.returns):
-            self.scopes[0][p.name] = p
+        self.enter_function(fn)
         while self.peek() is not None and self.peek().text in _FUNCTION_DIRECTIVES | {".pragma"}:
             tok = self.next()
             if tok.text == ".pragma":
@@ -328,13 +373,16 @@ class _Parser:
             fn.directives[tok.text[1:]] = tuple(values)
         if self.accept(";"):
             fn.body = None
+        elif self.peek() is not None and self.peek().kind == "body":
+            body = self.next()
+            fn.pending = (body.text, body.line)
         else:
             fn.body = []
             self.function_body(fn)
         old = self.mod.functions.get(fn.name)
-        if old is not None and old.body is not None and fn.body is not None:
+        if old is not None and old.defined and fn.defined:
             raise PtxError(f"function {fn.name!r} defined twice", fn.line)
-        if old is None or fn.body is not None:
+        if old is None or fn.defined:
             self.mod.functions[fn.name] = fn
         self.function = None
         self.scopes = []
@@ -441,6 +489,11 @@ class _Parser:
                 raise PtxError(f"unsupported directive {text!r} in function body", tok.line)
         self._resolve_labels()
         self.label_scopes, self.label_uses = [], []
+        fn.callees = {instr.operands[0 if isinstance(instr.operands[0], Symbol) else 1].name
+                      for instr in fn.body if instr.opcode == "call" and _direct_call(instr)}
+        fn.symbols = _referenced_symbols(fn)
+        fn.calls_indirectly = any(instr.opcode == "call" and not _direct_call(instr)
+                                  for instr in fn.body)
 
     def _resolve_labels(self) -> None:
         """Point each label used in the function at the one its enclosing blocks define."""
@@ -599,6 +652,19 @@ class _Parser:
                 break
 
 
+def _packed_integers(text: str, ptype: PtxType) -> bytes:
+    """The bytes of a flat list of decimal integers as `ptype` values (wrapped to its
+    width, as encode_scalar does)."""
+    items = text[1:-1].split(",")
+    if len(items) > 1 and not all(item.strip() for item in items):
+        raise PtxError("expected an integer in the initializer, found ','")
+    values = [int(item) for item in items if item.strip()]
+    mask = (1 << (8 * ptype.nbytes)) - 1
+    if all(v <= mask for v in values):
+        return np.array(values, dtype=f"<u{ptype.nbytes}").tobytes()
+    return b"".join((v & mask).to_bytes(ptype.nbytes, "little") for v in values)
+
+
 def parse_number(tok: Token) -> int | float:
     text = tok.text
     if "." in text or ("e" in text.lower() and not text.lower().startswith("0x")):
@@ -616,3 +682,96 @@ def encode_scalar(imm: Immediate, ptype: PtxType) -> bytes:
     if imm.float_bits is not None:
         return (imm.float_bits & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
     return (int(imm.value) & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+
+
+def _direct_call(instr: Instruction) -> bool:
+    """Does this `call` name its target (rather than call through a register)?"""
+    operands = instr.operands
+    first = 1 if operands and isinstance(operands[0], ListOperand) else 0
+    return len(operands) > first and isinstance(operands[first], Symbol)
+
+
+def _referenced_symbols(fn: Function) -> set[str]:
+    """Names of module-scope symbols (and labels) a function's instructions mention."""
+    names: set[str] = set()
+
+    def visit(operand) -> None:
+        if isinstance(operand, Symbol):
+            if operand.variable is None:
+                names.add(operand.name)
+        elif isinstance(operand, Address):
+            visit(operand.base)
+        elif isinstance(operand, (Vector, ListOperand)):
+            for element in operand.elements:
+                visit(element)
+    for instr in fn.body:
+        for operand in instr.operands:
+            visit(operand)
+    return names
+
+
+# -- scanning a pending body ------------------------------------------------------------
+# A statement starts after `;`, `{`, `}` or a label's `:`. Those that declare variables are
+# parsed as a full parse does, in the same order, so the sizes in a kernel's layout come
+# out the same; register declarations are counted (`%r<120>` is 120 registers of its type).
+# Calls name their target first, after an optional list of results. Module variables
+# count as mentioned where their name stands alone (not part of a longer name, a register
+# or a modifier).
+_COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+# (Each pattern starts with its literal text, which the regex engine finds quickly.)
+_DECLARATION_RE = re.compile(r"\.(?<![\w$%]\.)(?:shared|local|param|global|const)\b[^;]*;")
+_REGISTERS_RE = re.compile(r"\.reg(?<![\w$%]\.reg)\s*\.(\w+)\s+([^;]*);")
+_REGISTER_ITEM_RE = re.compile(r"\s*([%\w$]+)\s*(?:<\s*(\d+)\s*>)?\s*$")
+_CALL_RE = re.compile(r"call(?<![\w$.%]call)(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?([A-Za-z_$][\w$]*)")
+_INDIRECT_CALL_RE = re.compile(r"call(?<![\w$.%]call)(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?%")
+_STATEMENT_START = ";{}:"
+
+
+def _scan_body(module: Module, fn: Function) -> None:
+    text, first_line = fn.pending
+    text = _COMMENT_RE.sub(lambda m: "\n" * m.group().count("\n"), text)
+    declared: set[str] = set()
+    for m in _DECLARATION_RE.finditer(text):
+        if not _starts_statement(text, m.start()):
+            continue  # `(.param .b64 _)` in a call prototype
+        parser = _Parser(tokenize(m.group(), first_line + text.count("\n", 0, m.start())))
+        parser.mod = module
+        parser.enter_function(fn)
+        directive = parser.next()
+        for var in parser.variable_declaration(_SPACES[directive.text], "", directive.line):
+            fn.variables.append(var)
+            declared.add(var.name)
+    for m in _REGISTERS_RE.finditer(text):
+        if _starts_statement(text, m.start()):
+            fn.registers += _scanned_registers(m, text, first_line)
+    fn.callees = {name for name in _CALL_RE.findall(text) if name in module.functions}
+    fn.calls_indirectly = _INDIRECT_CALL_RE.search(text) is not None
+    fn.symbols = fn.callees | {name for name in module.variables
+                               if name not in declared and name in text
+                               and re.search(rf"(?<![\w$.%]){re.escape(name)}(?![\w$])", text)}
+
+
+def _starts_statement(text: str, pos: int) -> bool:
+    """Is `pos` the start of a statement: after `;`, `{`, `}` or `:`, and blanks?"""
+    pos -= 1
+    while pos >= 0 and text[pos] in " \t\r\n":
+        pos -= 1
+    return pos < 0 or text[pos] in _STATEMENT_START
+
+
+def _scanned_registers(m: re.Match, text: str, first_line: int) -> list[Register]:
+    """The registers a `.reg` statement declares, as far as a kernel's layout needs them:
+    their number and type (one object, repeated, for each name or `name<N>` range; the
+    body's parse makes the real ones)."""
+    line = first_line + text.count("\n", 0, m.start())
+    ptype = lookup_type(m.group(1))
+    if ptype is None:
+        raise PtxError(f"unknown register type '.{m.group(1)}'", line)
+    registers: list[Register] = []
+    for item in m.group(2).split(","):
+        found = _REGISTER_ITEM_RE.match(item)
+        if found is None:
+            raise PtxError(f"expected a register name, found {item.strip()!r}", line)
+        name, count = found.groups()
+        registers += [Register(-1, name, ptype)] * (int(count) if count else 1)
+    return registers

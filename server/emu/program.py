@@ -1,9 +1,11 @@
 """A parsed module compiled for execution: flat code, basic blocks and per-kernel layouts.
 
-Every function's instructions are compiled (to closures, see `isa.py`) into one flat code
-array, so a program counter names an instruction anywhere in the module. Basic blocks start
-at function entries, labels, and after every control transfer; the scheduler always runs a
-whole block for a group of lanes.
+A kernel's functions (it and those it calls) are compiled (to closures, see `isa.py`) when
+the kernel is first asked for (`Program.kernel`), each function once, into one flat code
+array, so a program counter names an instruction anywhere in the module; a function whose
+body a lazy parse left pending is parsed then. Basic blocks start at function entries,
+labels, and after every control transfer; the scheduler always runs a whole block for a
+group of lanes.
 
 Each kernel gets its own layout of the memory its reachable functions use: static shared
 variables (module-scope ones it references and the function-scope ones nvcc "demotes"),
@@ -21,6 +23,8 @@ function carries the error, which its launches report.
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,10 +48,11 @@ from . import (  # noqa: F401  (importing registers the opcodes)
     ops_wmma,
 )
 from .address_space import function_addresses
-from .errors import CUDA_ERROR_NOT_SUPPORTED, UnsupportedPtx
+from .errors import CUDA_ERROR_NOT_SUPPORTED, PtxError, UnsupportedPtx
 from .ir import Address, Function, ListOperand, Module, Symbol, Variable, Vector
 from .isa import CompileContext, Compiled, find_compiler
 from .operands import kernel_param_layout
+from .parser import parse_body
 from .state import Fault
 
 __all__ = ["Block", "KernelProgram", "Program"]
@@ -94,36 +99,64 @@ class Program:
         self.code: list[Compiled] = []
         self.entries: dict[str, int] = {}
         self.ends: dict[str, int] = {}
-        self.callees: dict[str, set[str]] = {}
-        self.symbols_used: dict[str, set[str]] = {}
         self.register_dtypes: list[np.dtype] = []
         self.unsupported: dict[str, UnsupportedPtx] = {}   # function -> its first one
-        self.indirect_callers: set[str] = set()   # functions that call through a register
-        self.builtins_called: dict[str, set[str]] = {}  # function -> runtime functions it calls
+        self.blocks: dict[int, Block] = {}
+        self.kernels: dict[str, KernelProgram] = {}          # those compiled so far
+        self.broken: dict[str, PtxError] = {}                 # function -> why it cannot be
         self.function_addresses = function_addresses(module.functions)
         # address -> function, for calls through a register and device-side launches
         self.function_at = {a: n for n, a in self.function_addresses.items()}
-        self._number_registers()
-        for fn in module.functions.values():
-            if fn.body is not None:
-                self._compile_function(fn)
-        self.blocks = self._build_blocks()
-        # what a call through a register may reach: the functions whose address is taken
-        self.address_taken = _address_taken(module)
-        self.kernels = {name: self._kernel(fn) for name, fn in module.functions.items()
-                        if fn.is_entry and fn.body is not None}
+        self._address_taken: set[str] | None = None          # see address_taken
 
-    def _number_registers(self) -> None:
+    def kernel(self, name: str) -> KernelProgram | None:
+        """The kernel `name` compiled, with its functions (None: no such kernel). A pending
+        body's PtxError is raised here."""
+        kernel = self.kernels.get(name)
+        if kernel is not None:
+            return kernel
+        fn = self.module.functions.get(name)
+        if fn is None or not fn.is_entry or not fn.defined:
+            return None
+        for function in self.reachable(name):
+            if function not in self.entries:
+                self._compile_function(self.module.functions[function])
+        kernel = self.kernels[name] = self.layout(fn)
+        return kernel
+
+    def compile_all(self) -> None:
+        """Parse and compile every function now (errors anywhere come out here)."""
         for fn in self.module.functions.values():
-            for reg in fn.registers:
-                reg.id = len(self.register_dtypes)
-                self.register_dtypes.append(reg.type.dtype)
+            if fn.defined and fn.name not in self.entries:
+                self._compile_function(fn)
+        for fn in self.module.functions.values():
+            if fn.is_entry and fn.defined:
+                self.kernel(fn.name)
 
     def _compile_function(self, fn: Function) -> None:
+        """Compile `fn` (parsing its pending body first). A PtxError leaves nothing of it
+        behind, and is raised again by every later attempt: the kernels reaching it stay
+        unlaunchable, each launch saying why."""
+        if fn.name in self.broken:
+            raise self.broken[fn.name]
+        code_size, register_count = len(self.code), len(self.register_dtypes)
+        try:
+            self._compile_body(fn)
+        except PtxError as exc:
+            del self.code[code_size:], self.register_dtypes[register_count:]
+            self.entries.pop(fn.name, None)
+            self.unsupported.pop(fn.name, None)
+            self.broken[fn.name] = exc
+            raise
+
+    def _compile_body(self, fn: Function) -> None:
+        if fn.pending is not None:
+            parse_body(self.module, fn)
+        for reg in fn.registers:
+            reg.id = len(self.register_dtypes)
+            self.register_dtypes.append(reg.type.dtype)
         entry = len(self.code)
         self.entries[fn.name] = entry
-        callees: set[str] = set()
-        builtins = self.builtins_called[fn.name] = set()
         for instr in fn.body:
             try:
                 compile_fn = find_compiler(instr)
@@ -133,12 +166,6 @@ class Program:
             except UnsupportedPtx as exc:
                 self.unsupported.setdefault(fn.name, exc)
                 compiled = Compiled("op", instr.line, instr.text, run=_unsupported(exc))
-            if compiled.kind == "call":
-                callees.add(compiled.callee)
-            elif compiled.kind == "icall":
-                self.indirect_callers.add(fn.name)
-            elif instr.opcode == "call":  # vprintf, malloc, ...: compiled to an op
-                builtins.update(_callee_names(instr))
             self.code.append(compiled)
         last = self.code[-1] if len(self.code) > entry else None
         if last is None or last.guard is not None or last.kind not in ("ret", "exit", "bra"):
@@ -150,24 +177,20 @@ class Program:
                 compiled.target_pc = entry + fn.labels[compiled.target]
             if compiled.targets:
                 compiled.target_pcs = [entry + fn.labels[t] for t in compiled.targets]
-        self.callees[fn.name] = callees
-        self.symbols_used[fn.name] = _referenced_symbols(fn)
+        self._build_blocks(fn, entry, len(self.code))
 
-    def _build_blocks(self) -> dict[int, Block]:
-        leaders = set(self.entries.values())
-        for name, entry in self.entries.items():
-            fn = self.module.functions[name]
-            leaders.update(entry + index for index in fn.labels.values())
-        for pc, compiled in enumerate(self.code):
-            if compiled.kind in _CONTROL:
+    def _build_blocks(self, fn: Function, entry: int, end: int) -> None:
+        leaders = {entry} | {entry + index for index in fn.labels.values()}
+        for pc in range(entry, end):
+            if self.code[pc].kind in _CONTROL:
                 leaders.add(pc + 1)
-        blocks: dict[int, Block] = {}
         current: Block | None = None
-        for pc, compiled in enumerate(self.code):
+        for pc in range(entry, end):
+            compiled = self.code[pc]
             if pc in leaders or current is None:
                 if current is not None and current.term is None:
                     current.next_pc = pc
-                current = blocks[pc] = Block(pc)
+                current = self.blocks[pc] = Block(pc)
             if compiled.kind == "op":
                 current.ops.append(compiled.run)
                 current.lines.append(compiled.line)
@@ -175,7 +198,6 @@ class Program:
                 current.term = compiled
                 current.term_pc = pc
                 current.next_pc = pc + 1
-        return blocks
 
     # -- kernels ----------------------------------------------------------------------------
     def function_of_pc(self, pc: int) -> str:
@@ -185,24 +207,38 @@ class Program:
                 return name
         raise KeyError(pc)
 
-    def _reachable(self, name: str) -> list[str]:
+    def address_taken(self) -> set[str]:
+        """What a call through a register may reach: the device functions whose address an
+        instruction (other than a call naming it) or a variable's initializer (a function
+        pointer table, a virtual function table) takes. Worked out when first needed."""
+        if self._address_taken is None:
+            self._address_taken = _address_taken(self.module)
+        return self._address_taken
+
+    def reachable(self, name: str) -> list[str]:
+        """The function `name` and the defined functions it calls, directly or not."""
         order = [name]
         seen = {name}
+        functions = self.module.functions
         for current in order:
-            callees = self.address_taken if current in self.indirect_callers else \
-                self.callees.get(current, ())
+            function = functions[current]
+            callees = self.address_taken() if function.calls_indirectly else function.callees
             for callee in sorted(callees):
-                if callee not in seen and callee in self.entries:
+                if callee not in seen and callee in functions and functions[callee].defined:
                     seen.add(callee)
                     order.append(callee)
         return order
 
-    def _kernel(self, fn: Function) -> KernelProgram:
+    def layout(self, fn: Function) -> KernelProgram:
+        """Kernel `fn`'s layout from what its functions declare and call. Before they are
+        compiled (a module's load reports every kernel's attributes), the entry point and
+        unsupported instruction are not known yet and the layout's offsets name the scan's
+        variables; `kernel` makes the layout again once its functions are compiled."""
         params = kernel_param_layout(fn.params)
         param_size = max((offset + p.size for p, offset in params), default=0)
-        functions = self._reachable(fn.name)
+        functions = self.reachable(fn.name)
         module_vars = self.module.variables
-        used = set().union(*(self.symbols_used[f] for f in functions))
+        used = set().union(*(self.module.functions[f].symbols for f in functions))
         shared_vars: list[Variable] = []
         for f in functions:
             shared_vars += [v for v in self.module.functions[f].variables if v.space == "shared"]
@@ -244,12 +280,17 @@ class Program:
         registers = sum(len(self.module.functions[f].registers) for f in functions)
         unsupported = next((self.unsupported[f] for f in functions if f in self.unsupported),
                            None)
-        return KernelProgram(fn.name, fn, self.entries[fn.name], params, param_size,
+        return KernelProgram(fn.name, fn, self.entries.get(fn.name, -1), params, param_size,
                              functions, shared_offsets, static_shared, dynamic_offset,
                              local_offsets, local, local_vars, frames, global_symbols,
-                             set().union(*(self.builtins_called.get(f, set())
-                                           for f in functions)),
-                             registers, unsupported)
+                             self._runtime_calls(functions), registers, unsupported)
+
+    def _runtime_calls(self, functions: list[str]) -> set[str]:
+        """The functions `functions` call that the module declares without a body: those
+        the emulator provides (vprintf, malloc, the device runtime's launches, ...)."""
+        declared = self.module.functions
+        return {callee for f in functions for callee in declared[f].callees
+                if callee in declared and not declared[callee].defined}
 
 
 def _unsupported(exc: UnsupportedPtx):
@@ -266,28 +307,28 @@ def _align(value: int, align: int) -> int:
     return (value + align - 1) // align * align
 
 
+# A pending body (see parser.py) is searched as text: calls name their target after an
+# optional list of results; any other mention of a function's name takes its address.
+_CALL_TARGET_RE = re.compile(r"call(?<![\w$.%]call)(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?"
+                             r"([A-Za-z_$][\w$]*)")
+_NAME_RE = re.compile(r"(?<![\w$.%])[A-Za-z_$][\w$]*")
+
+
 def _address_taken(module: Module) -> set[str]:
-    """The device functions whose address an instruction (other than a call naming it) or a
-    variable's initializer (a function pointer table, a virtual function table) takes."""
-    defined = {n for n, fn in module.functions.items() if fn.body is not None and not fn.is_entry}
+    """See Program.address_taken."""
+    defined = {n for n, fn in module.functions.items() if fn.defined and not fn.is_entry}
     taken = {name for var in module.variables.values() for _, name, _, _ in var.relocations}
     for fn in module.functions.values():
-        for instr in fn.body or ():
-            if instr.opcode != "call":
-                taken |= _referenced_symbols_of(instr)
+        if fn.body is not None:
+            for instr in fn.body:
+                if instr.opcode != "call":
+                    taken |= _referenced_symbols_of(instr)
+        elif fn.pending is not None:
+            text = fn.pending[0]
+            calls = Counter(n for n in _CALL_TARGET_RE.findall(text) if n in defined)
+            mentions = Counter(n for n in _NAME_RE.findall(text) if n in defined)
+            taken |= {n for n, count in mentions.items() if count > calls[n]}
     return taken & defined
-
-
-def _callee_names(instr) -> list[str]:
-    return [o.name for o in instr.operands if isinstance(o, Symbol)][:1]
-
-
-def _referenced_symbols(fn: Function) -> set[str]:
-    """Names of module-scope symbols a function's instructions mention."""
-    names: set[str] = set()
-    for instr in fn.body:
-        names |= _referenced_symbols_of(instr)
-    return names
 
 
 def _referenced_symbols_of(instr) -> set[str]:
