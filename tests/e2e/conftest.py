@@ -10,8 +10,6 @@ from vgpu_processes import run_under_vgpu
 
 HERE = Path(__file__).resolve().parent
 PROGRAMS = HERE / "programs"
-# CuPy's own tests, which test_cupy.py runs under `vgpu run` with pytest of their own.
-collect_ignore = ["cupy_suite"]
 # A program's calls cross two servers on the nested cuda backend: give it longer.
 NESTED_TIMEOUT_S = 300
 
