@@ -37,7 +37,7 @@ from .ir import (
 from .lexer import Token, tokenize
 from .ptx_types import PtxType, lookup_type
 
-__all__ = ["SPECIAL_REGISTERS", "parse_module"]
+__all__ = ["SPECIAL_REGISTERS", "parse_body", "parse_module", "referenced_symbols"]
 
 _XYZ = ("x", "y", "z")
 SPECIAL_REGISTERS = frozenset(
@@ -693,6 +693,11 @@ def _direct_call(instr: Instruction) -> bool:
 
 def _referenced_symbols(fn: Function) -> set[str]:
     """Names of module-scope symbols (and labels) a function's instructions mention."""
+    return set().union(*map(referenced_symbols, fn.body))
+
+
+def referenced_symbols(instr: Instruction) -> set[str]:
+    """Names of module-scope symbols (and labels) an instruction mentions."""
     names: set[str] = set()
 
     def visit(operand) -> None:
@@ -704,9 +709,8 @@ def _referenced_symbols(fn: Function) -> set[str]:
         elif isinstance(operand, (Vector, ListOperand)):
             for element in operand.elements:
                 visit(element)
-    for instr in fn.body:
-        for operand in instr.operands:
-            visit(operand)
+    for operand in instr.operands:
+        visit(operand)
     return names
 
 

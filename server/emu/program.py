@@ -49,10 +49,10 @@ from . import (  # noqa: F401  (importing registers the opcodes)
 )
 from .address_space import function_addresses
 from .errors import CUDA_ERROR_NOT_SUPPORTED, PtxError, UnsupportedPtx
-from .ir import Address, Function, ListOperand, Module, Symbol, Variable, Vector
+from .ir import Function, Module, Variable
 from .isa import CompileContext, Compiled, find_compiler
 from .operands import kernel_param_layout
-from .parser import parse_body
+from .parser import parse_body, referenced_symbols
 from .state import Fault
 
 __all__ = ["Block", "KernelProgram", "Program"]
@@ -322,7 +322,7 @@ def _address_taken(module: Module) -> set[str]:
         if fn.body is not None:
             for instr in fn.body:
                 if instr.opcode != "call":
-                    taken |= _referenced_symbols_of(instr)
+                    taken |= referenced_symbols(instr)
         elif fn.pending is not None:
             text = fn.pending[0]
             calls = Counter(n for n in _CALL_TARGET_RE.findall(text) if n in defined)
@@ -330,19 +330,3 @@ def _address_taken(module: Module) -> set[str]:
             taken |= {n for n, count in mentions.items() if count > calls[n]}
     return taken & defined
 
-
-def _referenced_symbols_of(instr) -> set[str]:
-    names: set[str] = set()
-
-    def visit(operand) -> None:
-        if isinstance(operand, Symbol):
-            if operand.variable is None:
-                names.add(operand.name)
-        elif isinstance(operand, Address):
-            visit(operand.base)
-        elif isinstance(operand, (Vector, ListOperand)):
-            for element in operand.elements:
-                visit(element)
-    for operand in instr.operands:
-        visit(operand)
-    return names
