@@ -284,6 +284,21 @@ def cuLibraryGetKernel(pkernel, library, name):
 
 
 @api
+def cuLibraryGetKernelCount(count, library):
+    cuModuleGetFunctionCount.__wrapped__(count, ffi.cast("CUmodule", _library_arg(library)))
+
+
+@api
+def cuLibraryEnumerateKernels(kernels, num_kernels, library):
+    """The library's kernels (in the image's order), as many as `kernels` has room for; the
+    handles are those cuLibraryGetKernel gives."""
+    check_out(kernels)
+    handle = _library_arg(library)
+    for i, name in enumerate(list(state.modules[handle].kernels)[:num_kernels]):
+        kernels[i] = ffi.cast("CUkernel", _function_for(handle, name))
+
+
+@api
 def cuLibraryGetModule(pmod, library):
     check_out(pmod)
     pmod[0] = ffi.cast("CUmodule", _library_arg(library))

@@ -10,7 +10,8 @@ from ._state import CudaError, E, api, check_out, ffi, set_pointer
 from .launch import function_layout
 
 __all__ = ["cudaLibraryLoadData", "cudaLibraryUnload", "cudaLibraryGetKernel",
-           "cudaLibraryGetGlobal", "cudaKernelSetAttributeForDevice"]
+           "cudaLibraryGetKernelCount", "cudaLibraryEnumerateKernels", "cudaLibraryGetGlobal",
+           "cudaKernelSetAttributeForDevice"]
 
 
 def _handle(out) -> int:
@@ -39,6 +40,17 @@ def cudaLibraryGetKernel(kernel, library, name):
     out = ffi.new("CUkernel *")
     driver_module.cuLibraryGetKernel.__wrapped__(out, library, name)
     set_pointer(kernel, _handle(out))
+
+
+@api
+def cudaLibraryGetKernelCount(count, library):
+    driver_module.cuLibraryGetKernelCount.__wrapped__(count, library)
+
+
+@api
+def cudaLibraryEnumerateKernels(kernels, num_kernels, library):
+    driver_module.cuLibraryEnumerateKernels.__wrapped__(
+        ffi.cast("CUkernel *", kernels), num_kernels, library)
 
 
 @api

@@ -126,6 +126,14 @@ int main(int argc, char **argv)
     CHECK(cudaLibraryGetKernel(&scale, library, "scale"));
     EXPECT_ERROR(cudaErrorSymbolNotFound, cudaLibraryGetKernel(&scale, library, "missing"));
     CHECK(cudaLibraryGetKernel(&scale, library, "scale"));
+    unsigned kernel_count = 0;
+    CHECK(cudaLibraryGetKernelCount(&kernel_count, library));
+    EXPECT(kernel_count == 5);  // the __global__ functions of tests/e2e/stream_kernels.cu
+    cudaKernel_t enumerated[5] = {};
+    CHECK(cudaLibraryEnumerateKernels(enumerated, kernel_count, library));
+    int found = 0;
+    for (unsigned i = 0; i < kernel_count; i++) found += enumerated[i] == scale;
+    EXPECT(found == 1);  // each kernel once, as the handle cudaLibraryGetKernel gives
     CHECK(cudaKernelSetAttributeForDevice(scale, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           1024, 0));
     EXPECT_ERROR(cudaErrorInvalidDevice,
