@@ -42,6 +42,7 @@ RUNTIME_PROGRAMS = {
     "constant_memory": ((), ()), "device_printf": ((), ()), "kernel_assert": ((), ()),
     "templates": ((), ()), "host_callback": ((), ()), "occupancy": ((), ()),
     "device_management": ((), ()), "memory_api": ((), ()), "host_threads": ((), ()),
+    "launch_configuration": ((), ()),
     "rdc_main": (("-rdc=true",), ("rdc_combine.cu",)),
 }
 # What bench_transport.c prints, compared: name -> what it is (a time per call, or a rate).

@@ -2,9 +2,11 @@
 
 CUDA's semantics: every failing runtime call sets the calling thread's last error;
 `cudaGetLastError` returns it and resets it to cudaSuccess, `cudaPeekAtLastError` only
-returns it. A sticky error (a kernel fault) cannot be reset: both keep reporting it until
-`cudaDeviceReset`. Errors of queued work (a launch, an async copy) surface at the next call
-that synchronizes, as on a GPU.
+returns it. A sticky error (a kernel fault) is no exception: like NVIDIA's runtime, both read
+the thread's last error only, so `cudaGetLastError` hands a sticky error out once. What keeps
+it sticky is that every later call using the device fails with it again (and so sets it as
+the last error again, `_state.api`), until `cudaDeviceReset`. Errors of queued work (a
+launch, an async copy) surface at the next call that synchronizes, as on a GPU.
 """
 
 from __future__ import annotations
@@ -19,13 +21,13 @@ _UNRECOGNIZED = "unrecognized error code"
 
 
 def cudaGetLastError():
-    code = runtime.sticky_error or runtime.last_error()
+    code = runtime.last_error()
     runtime.set_last_error(0)
     return code
 
 
 def cudaPeekAtLastError():
-    return runtime.sticky_error or runtime.last_error()
+    return runtime.last_error()
 
 
 # C strings handed out live as long as the process, as NVIDIA's do.

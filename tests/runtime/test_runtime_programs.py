@@ -132,9 +132,10 @@ def test_kernel_assert_is_reported_and_sticky(toolkit, server, fatbin):
                   "kernel_assert: device usable again after cudaDeviceReset")
 
 
-def test_launch_configurations_push_and_pop_per_thread(toolkit, server):
+def test_each_launch_runs_with_its_own_configuration(toolkit, server):
     assert_passed(run(server, build(toolkit, "launch_configuration")),
-                  "launch_configuration: pushes and pops paired, per thread")
+                  "launch_configuration: nested, concurrent and refused launches configured "
+                  "right")
 
 
 def test_templated_kernels(toolkit, server, fatbin):
@@ -266,12 +267,6 @@ def test_binary_without_ptx_names_the_kernel_when_launched(toolkit, emu_server):
 # the driver's private tables (shim/c/driver_export_slots.c), and each program must print what
 # its -cudart shared build prints. Left out, with the reason:
 NOT_COMPARED = {
-    # NVIDIA's cudaGetLastError hands a sticky error out once (later calls report it
-    # again); vgpu's runtime keeps returning it, which the program checks.
-    "kernel_assert",
-    # checks vgpu's runtime's private __cudaPush/PopCallConfiguration; NVIDIA's keeps a failed
-    # pop as the last error.
-    "launch_configuration",
     # NVIDIA's runtime loads every module at its first call, so a cubin-only program fails
     # there (saying which -gencode to add), where vgpu's runtime refuses only the launch.
     "no_ptx",
@@ -281,11 +276,12 @@ NOT_COMPARED = {
 }
 # A sample, to keep the suite fast: module registration and symbols, printf, a reset that
 # reloads the runtime's libraries, the runtime's own error codes, freeing NULL, pitches,
-# occupancy, streams and events, device queries, managed variables (cuLibraryGetManaged).
-# Every program outside NOT_COMPARED matches.
+# occupancy, streams and events, device queries, managed variables (cuLibraryGetManaged),
+# a sticky error and the last error that reports it, launch configurations nested and from
+# several threads. Every program outside NOT_COMPARED matches.
 COMPARED = ("vector_add", "constant_memory", "device_printf", "printf_fifo", "error_checks",
             "memory_api", "occupancy", "streams_events", "device_management",
-            "managed_variable")
+            "managed_variable", "kernel_assert", "launch_configuration")
 
 
 @pytest.mark.parametrize("name", COMPARED)

@@ -1,5 +1,7 @@
 // A failing assert in a kernel: cudaErrorAssert (710) at the next synchronization, sticky for
-// every later call, including cudaGetLastError, until cudaDeviceReset.
+// every later call that uses the device, until cudaDeviceReset. cudaGetLastError hands it out
+// once, as any last error: it reads the thread's last error, which each of those failing calls
+// sets again.
 #include "check.cuh"
 #include <cassert>
 
@@ -21,13 +23,19 @@ int main()
     CHECK(cudaMemcpy(device, values, sizeof(values), cudaMemcpyHostToDevice));
     check_positive<<<1, n>>>(device, n);
     EXPECT_ERROR(cudaErrorAssert, cudaDeviceSynchronize());
-    EXPECT_ERROR(cudaErrorAssert, cudaGetLastError());
-    EXPECT_ERROR(cudaErrorAssert, cudaGetLastError());
     EXPECT_ERROR(cudaErrorAssert, cudaPeekAtLastError());
+    EXPECT_ERROR(cudaErrorAssert, cudaGetLastError());
+    CHECK(cudaGetLastError());
+    CHECK(cudaPeekAtLastError());
     void *more;
     EXPECT_ERROR(cudaErrorAssert, cudaMalloc(&more, 16));
+    EXPECT_ERROR(cudaErrorAssert, cudaPeekAtLastError());
+    EXPECT_ERROR(cudaErrorAssert, cudaGetLastError());
     EXPECT_ERROR(cudaErrorAssert, cudaMemcpy(values, device, sizeof(values),
                                              cudaMemcpyDeviceToHost));
+    EXPECT_ERROR(cudaErrorAssert, cudaStreamSynchronize(nullptr));
+    EXPECT_ERROR(cudaErrorAssert, cudaGetLastError());
+    CHECK(cudaGetLastError());
     printf("kernel_assert: error %d reported and sticky\n", (int)cudaErrorAssert);
 
     CHECK(cudaDeviceReset());
