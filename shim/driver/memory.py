@@ -676,7 +676,7 @@ def _pointer_attributes(address: int) -> dict[int, int]:
         11: start,
         12: size,
         13: 1,
-        14: 0,  # CU_MEM_HANDLE_TYPE_NONE: nothing exportable
+        14: pool.handle_types if from_pool else 0,  # what the allocation exports as
         15: 0,
         16: _access_flags(start) if mapped_device else 0,
         17: pool.handle if from_pool else 0,
