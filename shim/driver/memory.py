@@ -765,7 +765,8 @@ def cuDeviceSetMemPool(dev, pool):
     state.require_init()
     state.device_description(dev)
     p = _pool_arg(pool)
-    if p.imported or p.device != dev:
+    # The default pool stands for every device's default pool (it is one handle here).
+    if p.imported or (p.device != dev and p is not state.pool):
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"the pool is not a pool of device {dev}")
     state.device_pools[dev] = p.handle
 
