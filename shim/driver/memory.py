@@ -1031,9 +1031,11 @@ def _free_async(dptr: int, stream) -> None:
     p = state.pool_of.get(dptr)
     if p is not None and p.imported:
         # An imported pointer is freed by closing its opening (the exporter's memory stays).
+        # A pointer imported twice is the same address, opened twice: it needs two frees.
         ipc.close_mem_handle(dptr)
-        del state.pool_of[dptr]
-        p.allocations.discard(dptr)
+        if dptr not in state.ipc_opened:
+            del state.pool_of[dptr]
+            p.allocations.discard(dptr)
         return
     size = state.allocations.get(dptr, 0)
     _free(dptr)
