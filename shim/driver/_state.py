@@ -12,6 +12,7 @@ import bisect
 import functools
 import itertools
 import os
+import secrets
 import sys
 import threading
 import types
@@ -23,7 +24,7 @@ from vgpu.errors import CudaError, DeviceUnavailable
 from .._libcuda import ffi
 
 __all__ = ["ffi", "api", "state", "CudaError", "E", "handle_of", "ptr", "check_out", "Kind",
-           "report_failure", "finish_recorded_call"]
+           "report_failure", "finish_recorded_call", "MemoryPool"]
 
 E = CUresult  # short alias for error codes: E.CUDA_ERROR_INVALID_VALUE
 
@@ -104,13 +105,21 @@ class HostAllocation:
 
 @dataclass
 class MemoryPool:
-    """The device's default stream-ordered pool: its attributes and its usage counters."""
+    """A stream-ordered pool (the device's default one, or one of cuMemPoolCreate or
+    cuMemPoolImportFromShareableHandle): its attributes and its usage counters."""
 
     handle: int
     attributes: dict[int, int] = field(default_factory=lambda: {1: 1, 2: 1, 3: 1, 4: 0})
     allocations: set[int] = field(default_factory=set)
     current: int = 0
     high: int = 0
+    device: int = 0
+    handle_types: int = 0  # CUmemAllocationHandleType bits it may be exported as
+    # Names the pool in what it exports (its shareable handle, its pointers' export data), so
+    # an importer can tell one pool's pointers from another's.
+    pool_id: bytes = field(default_factory=lambda: secrets.token_bytes(16))
+    imported: bool = False  # a pool of another process, imported: it holds opened pointers
+    access: dict[int, int] = field(default_factory=dict)  # other devices' CUmemAccess_flags
 
 
 # Context limits (cuCtxGetLimit) a fresh process reports: stack size, printf FIFO, malloc
@@ -157,6 +166,9 @@ class DriverState:
         self.lost_reported = False
         self.limits = dict(DEFAULT_LIMITS)
         self.pool: MemoryPool | None = None  # created by the first pool query or allocation
+        self.pools: dict[int, MemoryPool] = {}  # live pools by handle, the default one too
+        self.device_pools: dict[int, int] = {}  # cuDeviceSetMemPool's choice, by device
+        self.pool_of: dict[int, MemoryPool] = {}  # a pool allocation's base -> its pool
         self.link_states: dict[int, list[bytes]] = {}  # cuLinkCreate handle -> PTX added
         self.link_outputs: dict[int, object] = {}  # images cuLinkComplete handed out
         self.arrays: dict[int, CudaArray] = {}  # CUarray handle -> its memory and shape
@@ -199,6 +211,7 @@ class DriverState:
     def default_pool(self) -> MemoryPool:
         if self.pool is None:
             self.pool = MemoryPool(self.new_handle(Kind.POOL))
+            self.pools[self.pool.handle] = self.pool
         return self.pool
 
     # ----------------------------------------------------------------- context stack

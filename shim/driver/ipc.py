@@ -11,6 +11,7 @@ from __future__ import annotations
 from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, state
 
 HANDLE_BYTES = 64
+MEM_MARKER = b"vgpu-ipc-mem\0\0\0\0"  # how the server's memory handles start (server/ipc.py)
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
 # CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS: what an event must be to be exported.
 INTERPROCESS_EVENT = 0x2 | 0x4
@@ -49,6 +50,11 @@ cuIpcOpenMemHandle = cuIpcOpenMemHandle_v2
 
 @api
 def cuIpcCloseMemHandle(dptr):
+    close_mem_handle(int(dptr))
+
+
+def close_mem_handle(dptr: int) -> None:
+    """One opening of `dptr` less; the last unmaps it."""
     state.current_context()
     opened = state.ipc_opened.get(int(dptr))
     if opened is None:

@@ -7,12 +7,13 @@ import ctypes
 import os
 import struct
 
-from . import graph_capture, graph_memory, managed
+from . import graph_capture, graph_memory, ipc, managed
 from ._state import (
     CudaError,
     E,
     HostAllocation,
     Kind,
+    MemoryPool,
     api,
     check_out,
     ffi,
@@ -660,8 +661,8 @@ def _pointer_attributes(address: int) -> dict[int, int]:
     start, size = device if device else (host[0], host[1].size)
     mapped_device = device is not None or host[1].device_pointer is not None
     is_managed = device is not None and managed.is_managed(start)
-    pool = state.pool
-    from_pool = device is not None and pool is not None and start in pool.allocations
+    pool = state.pool_of.get(start) if device is not None else None
+    from_pool = pool is not None
     return {
         1: context,
         2: CU_MEMORYTYPE_DEVICE if device else CU_MEMORYTYPE_HOST,
@@ -675,7 +676,7 @@ def _pointer_attributes(address: int) -> dict[int, int]:
         11: start,
         12: size,
         13: 1,
-        14: 0,  # CU_MEM_HANDLE_TYPE_NONE: nothing exportable
+        14: pool.handle_types if from_pool else 0,  # what the allocation exports as
         15: 0,
         16: _access_flags(start) if mapped_device else 0,
         17: pool.handle if from_pool else 0,
@@ -735,13 +736,224 @@ def cuDeviceGetDefaultMemPool(pool, dev):
     pool[0] = ffi.cast("CUmemoryPool", state.default_pool().handle)
 
 
-cuDeviceGetMemPool = cuDeviceGetDefaultMemPool
+# CUmemPoolProps values vgpu's pools take: pinned device memory, exportable as a POSIX file
+# descriptor or not at all.
+CU_MEM_ALLOCATION_TYPE_PINNED = 1
+CU_MEM_LOCATION_TYPE_DEVICE = 1
+CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
+CU_MEM_ACCESS_FLAGS = (0, 1, 3)  # none, read, read-write
+CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
+POOL_FD_MARKER = b"vgpu-mempool\0\0\0\0"
+
+
+@api
+def cuDeviceGetMemPool(pool, dev):
+    check_out(pool)
+    state.require_init()
+    state.device_description(dev)
+    pool[0] = ffi.cast("CUmemoryPool", _device_pool(dev).handle)
+
+
+def _device_pool(device: int):
+    """The pool cuMemAllocAsync takes from on `device` (cuDeviceSetMemPool's, or the default)."""
+    default = state.default_pool()
+    return state.pools.get(state.device_pools.get(device, default.handle), default)
+
+
+@api
+def cuDeviceSetMemPool(dev, pool):
+    state.require_init()
+    state.device_description(dev)
+    p = _pool_arg(pool)
+    # The default pool stands for every device's default pool (it is one handle here).
+    if p.imported or (p.device != dev and p is not state.pool):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"the pool is not a pool of device {dev}")
+    state.device_pools[dev] = p.handle
 
 
 def _pool_arg(pool):
-    if ptr(pool) != state.default_pool().handle:
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "unknown memory pool")
-    return state.pool
+    state.default_pool()
+    p = state.pools.get(ptr(pool))
+    if p is None:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "unknown or destroyed memory pool")
+    return p
+
+
+@api
+def cuMemPoolCreate(pool, props):
+    check_out(pool)
+    pool[0] = ffi.cast("CUmemoryPool", create_pool(props))
+
+
+def create_pool(props) -> int:
+    """A new pool of `props` (CUmemPoolProps *, or the runtime's struct of the same layout)."""
+    state.require_init()
+    if props == ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "poolProps is NULL")
+    props = ffi.cast("CUmemPoolProps *", props)
+    if props.allocType != CU_MEM_ALLOCATION_TYPE_PINNED:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "a pool's allocation type must be pinned")
+    if props.location.type != CU_MEM_LOCATION_TYPE_DEVICE:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "a pool's location must be a device")
+    state.device_description(props.location.id)
+    if props.handleTypes not in (0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR):
+        # Win32 and fabric handles have nothing to stand for under vgpu.
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "a pool's handle types must be none or a "
+                        "POSIX file descriptor")
+    p = MemoryPool(state.new_handle(Kind.POOL), device=props.location.id,
+                   handle_types=props.handleTypes)
+    state.pools[p.handle] = p
+    return p.handle
+
+
+@api
+def cuMemPoolDestroy(pool):
+    p = _pool_arg(pool)
+    if p is state.pool:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "a device's default pool cannot be destroyed")
+    del state.pools[p.handle]
+    # As on CUDA, a device whose current pool it was goes back to its default pool, and
+    # allocations still out stay valid until freed (state.pool_of keeps them).
+    for device in [d for d, h in state.device_pools.items() if h == p.handle]:
+        del state.device_pools[device]
+
+
+@api
+def cuMemPoolTrimTo(pool, min_bytes_to_keep):
+    # Freed memory goes back to the device at once (nothing is cached), so there is never
+    # anything to trim: only the pool is checked.
+    _pool_arg(pool)
+
+
+def _access_location(location) -> int:
+    if location == ffi.NULL or location.type != CU_MEM_LOCATION_TYPE_DEVICE:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "an access location must be a device")
+    state.device_description(location.id)
+    return location.id
+
+
+@api
+def cuMemPoolSetAccess(pool, access_map, count):
+    p = _pool_arg(pool)
+    if count and access_map == ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "map is NULL")
+    descs = ffi.cast("CUmemAccessDesc *", access_map)
+    changes = {}
+    for i in range(count):
+        device = _access_location(ffi.addressof(descs[i], "location"))
+        if descs[i].flags not in CU_MEM_ACCESS_FLAGS:
+            raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown access flags {descs[i].flags}")
+        if device == p.device and descs[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE:
+            raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                            "the pool's own device always has read-write access")
+        changes[device] = descs[i].flags
+    p.access.update(changes)  # all or nothing: the checks came first
+
+
+@api
+def cuMemPoolGetAccess(flags, pool, location):
+    check_out(flags)
+    p = _pool_arg(pool)
+    device = _access_location(ffi.cast("CUmemLocation *", location))
+    value = CU_MEM_ACCESS_FLAGS_PROT_READWRITE if device == p.device else \
+        p.access.get(device, 0)
+    ffi.cast("CUmemAccess_flags *", flags)[0] = value
+
+
+# Exporting: a pool's shareable handle is a file descriptor of a memfd holding a marker, the
+# pool's random id and its device. It gives nothing by itself: each pointer is imported with
+# its export data, which carries the allocation's IPC handle, and the server checks that one
+# (server/ipc.py: only a process of the exporter's user or key, holding the random handle,
+# can open it). The pool's id in both lets the importer refuse another pool's pointers.
+
+@api
+def cuMemPoolExportToShareableHandle(handle_out, pool, handle_type, flags):
+    check_out(handle_out)
+    ffi.cast("int *", handle_out)[0] = export_pool(pool, handle_type, flags)
+
+
+def export_pool(pool, handle_type: int, flags: int) -> int:
+    p = _pool_arg(pool)
+    if flags or handle_type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "pools export as POSIX file descriptors, "
+                        "with no flags")
+    if p.imported or not p.handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        "the pool was not created exportable as a POSIX file descriptor")
+    fd = os.memfd_create("vgpu-mempool", os.MFD_CLOEXEC)
+    os.write(fd, POOL_FD_MARKER + p.pool_id + struct.pack("<i", p.device))
+    return fd
+
+
+@api
+def cuMemPoolImportFromShareableHandle(pool_out, handle, handle_type, flags):
+    check_out(pool_out)
+    pool_out[0] = ffi.cast("CUmemoryPool", import_pool(handle, handle_type, flags))
+
+
+def import_pool(handle, handle_type: int, flags: int) -> int:
+    state.require_init()
+    if flags or handle_type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "pools import from POSIX file "
+                        "descriptors, with no flags")
+    size = len(POOL_FD_MARKER) + 16 + 4
+    try:
+        data = os.pread(ptr(handle), size, 0)
+    except OSError:
+        data = b""
+    if len(data) != size or not data.startswith(POOL_FD_MARKER):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        "the file descriptor is not an exported memory pool")
+    pool_id = data[len(POOL_FD_MARKER):-4]
+    (device,) = struct.unpack("<i", data[-4:])
+    p = MemoryPool(state.new_handle(Kind.POOL), device=device,
+                   handle_types=CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, pool_id=pool_id,
+                   imported=True)
+    state.pools[p.handle] = p
+    return p.handle
+
+
+@api
+def cuMemPoolExportPointer(share_data_out, dptr):
+    check_out(share_data_out)
+    export_pointer(share_data_out, int(dptr))
+
+
+def export_pointer(share_data_out, address: int) -> None:
+    """Fill `share_data_out` (CUmemPoolPtrExportData * or the runtime's equivalent)."""
+    state.current_context()
+    found = state.find_allocation(address)
+    p = state.pool_of.get(found[0]) if found else None
+    if p is None or p.imported or \
+            not p.handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        f"0x{address:x} is not an allocation of an exportable pool")
+    handle, _ = state.conn().call("cuIpcGetMemHandle", found[0])
+    # The IPC handle's marker makes way for the pool's id; the import puts it back.
+    data = p.pool_id + bytes(handle)[len(p.pool_id):]
+    ffi.memmove(ffi.cast("CUmemPoolPtrExportData *", share_data_out).reserved, data, 64)
+
+
+@api
+def cuMemPoolImportPointer(ptr_out, pool, share_data):
+    check_out(ptr_out)
+    ptr_out[0] = import_pointer(pool, share_data)
+
+
+def import_pointer(pool, share_data) -> int:
+    p = _pool_arg(pool)
+    if share_data == ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "shareData is NULL")
+    data = bytes(ffi.buffer(ffi.cast("CUmemPoolPtrExportData *", share_data).reserved, 64))
+    if not p.imported or data[:16] != p.pool_id:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        "the export data is not of a pointer of this imported pool")
+    handle = ffi.new("CUipcMemHandle *")
+    ffi.memmove(handle.reserved, ipc.MEM_MARKER + data[16:], 64)
+    address = ipc.open_mem_handle(handle, 0)
+    state.pool_of[address] = p
+    p.allocations.add(address)
+    return address
 
 
 @api
@@ -773,18 +985,24 @@ def cuMemPoolSetAttribute(pool, attr, value):
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"pool attribute {attr} cannot be set")
 
 
-def _alloc_async(dptr, size: int, stream) -> None:
+def _alloc_async(dptr, size: int, stream, pool=None) -> None:
     check_out(dptr)
-    dptr[0] = _pool_alloc(size, stream)
+    dptr[0] = _pool_alloc(size, stream, pool)
 
 
-def _pool_alloc(size: int, stream) -> int:
+def _pool_alloc(size: int, stream, pool=None) -> int:
+    """`size` bytes of `pool` (a MemoryPool; None: the current device's pool)."""
     if stream_handle(stream) in graph_capture.captures:  # a memory node of the capture
         return graph_memory.capture_alloc(stream_handle(stream), size)
     _check_stream(stream)
+    p = _device_pool(state.contexts[state.current_context()]["device"]) if pool is None \
+        else pool
+    if p.imported:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        "an imported pool only takes pointers cuMemPoolImportPointer opens")
     address = _alloc(size)
-    p = state.default_pool()
     p.allocations.add(address)
+    state.pool_of[address] = p
     p.current += size
     p.high = max(p.high, p.current)
     return address
@@ -797,8 +1015,7 @@ def cuMemAllocAsync(dptr, bytesize, stream):
 
 @api
 def cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream):
-    _pool_arg(pool)
-    _alloc_async(dptr, bytesize, stream)
+    _alloc_async(dptr, bytesize, stream, _pool_arg(pool))
 
 
 @api
@@ -811,9 +1028,18 @@ def _free_async(dptr: int, stream) -> None:
         graph_memory.capture_free(stream_handle(stream), dptr)
         return
     _check_stream(stream)
+    p = state.pool_of.get(dptr)
+    if p is not None and p.imported:
+        # An imported pointer is freed by closing its opening (the exporter's memory stays).
+        # A pointer imported twice is the same address, opened twice: it needs two frees.
+        ipc.close_mem_handle(dptr)
+        if dptr not in state.ipc_opened:
+            del state.pool_of[dptr]
+            p.allocations.discard(dptr)
+        return
     size = state.allocations.get(dptr, 0)
     _free(dptr)
-    p = state.default_pool()
-    if dptr in p.allocations:
+    if p is not None:
+        del state.pool_of[dptr]
         p.allocations.discard(dptr)
         p.current -= size

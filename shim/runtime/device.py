@@ -13,6 +13,7 @@ from vgpu.errors import DeviceUnavailable
 
 from ..driver import context as driver_context
 from ..driver import device as driver_device
+from ..driver import memory as driver_memory
 from ..driver import stream as driver_stream
 from ._state import (
     CudaError,
@@ -56,6 +57,7 @@ __all__ = [
     "cudaDeviceSetCacheConfig",
     "cudaDeviceGetDefaultMemPool",
     "cudaDeviceGetMemPool",
+    "cudaDeviceSetMemPool",
     "cudaProfilerStart",
     "cudaProfilerStop",
 ]
@@ -234,7 +236,16 @@ def cudaDeviceGetDefaultMemPool(pool, device):
     set_pointer(pool, driver_state.default_pool().handle)
 
 
-cudaDeviceGetMemPool = cudaDeviceGetDefaultMemPool
+@query_api
+def cudaDeviceGetMemPool(pool, device):
+    _check_device(device)
+    set_pointer(pool, driver_memory._device_pool(device).handle)
+
+
+@api
+def cudaDeviceSetMemPool(device, pool):
+    _check_device(device)
+    driver_memory.cuDeviceSetMemPool.__wrapped__(device, pool)
 
 
 # The profiler switches bracket what a profiler records; with none attached, as under vgpu,

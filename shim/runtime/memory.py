@@ -47,7 +47,10 @@ __all__ = [
     "cudaMemcpyFromSymbol", "cudaMemcpyFromSymbolAsync", "cudaGetSymbolAddress",
     "cudaGetSymbolSize", "cudaMemset", "cudaMemsetAsync", "cudaMemset2D", "cudaMemset2DAsync",
     "cudaMallocAsync", "cudaMallocFromPoolAsync", "cudaFreeAsync", "cudaMemPoolGetAttribute",
-    "cudaMemPoolSetAttribute", "cudaPointerGetAttributes",
+    "cudaMemPoolSetAttribute", "cudaPointerGetAttributes", "cudaMemPoolCreate",
+    "cudaMemPoolDestroy", "cudaMemPoolTrimTo", "cudaMemPoolSetAccess", "cudaMemPoolGetAccess",
+    "cudaMemPoolExportToShareableHandle", "cudaMemPoolImportFromShareableHandle",
+    "cudaMemPoolExportPointer", "cudaMemPoolImportPointer",
 ]
 
 HOST_TO_HOST = cudaMemcpyKind.cudaMemcpyHostToHost
@@ -285,8 +288,8 @@ def cudaMallocAsync(dev_ptr, size, stream):
 
 @api
 def cudaMallocFromPoolAsync(dev_ptr, size, pool, stream):
-    driver_memory._pool_arg(pool)
-    set_pointer(dev_ptr, driver_memory._pool_alloc(size, stream) if size else 0)
+    p = driver_memory._pool_arg(pool)
+    set_pointer(dev_ptr, driver_memory._pool_alloc(size, stream, p) if size else 0)
 
 
 @api
@@ -336,3 +339,53 @@ def cudaPointerGetAttributes(attributes, pointer):
     else:
         attributes.type = cudaMemoryType.cudaMemoryTypeUnregistered
         attributes.device = cudaInvalidDeviceId
+
+
+# The runtime's pool structs (cudaMemPoolProps, cudaMemAccessDesc, cudaMemLocation,
+# cudaMemPoolPtrExportData) have the driver's layouts: the driver's code reads them as its own.
+
+@api
+def cudaMemPoolCreate(pool, props):
+    set_pointer(pool, driver_memory.create_pool(props))
+
+
+@api
+def cudaMemPoolDestroy(pool):
+    driver_memory.cuMemPoolDestroy.__wrapped__(pool)
+
+
+@api
+def cudaMemPoolTrimTo(pool, min_bytes_to_keep):
+    driver_memory.cuMemPoolTrimTo.__wrapped__(pool, min_bytes_to_keep)
+
+
+@api
+def cudaMemPoolSetAccess(pool, desc_list, count):
+    driver_memory.cuMemPoolSetAccess.__wrapped__(pool, desc_list, count)
+
+
+@api
+def cudaMemPoolGetAccess(flags, pool, location):
+    driver_memory.cuMemPoolGetAccess.__wrapped__(flags, pool, location)
+
+
+@api
+def cudaMemPoolExportToShareableHandle(handle, pool, handle_type, flags):
+    check_out(handle)
+    ffi.cast("int *", handle)[0] = driver_memory.export_pool(pool, handle_type, flags)
+
+
+@api
+def cudaMemPoolImportFromShareableHandle(pool, handle, handle_type, flags):
+    set_pointer(pool, driver_memory.import_pool(handle, handle_type, flags))
+
+
+@api
+def cudaMemPoolExportPointer(export_data, dev_ptr):
+    check_out(export_data)
+    driver_memory.export_pointer(export_data, ptr(dev_ptr))
+
+
+@api
+def cudaMemPoolImportPointer(dev_ptr, pool, export_data):
+    set_pointer(dev_ptr, driver_memory.import_pointer(pool, export_data))

@@ -95,6 +95,48 @@ int main(void) {
                (unsigned long long)pool);
     cuMemFreeAsync(pooled, stream);
 
+    /* an explicit pool: its properties checked, allocations from it, attributes of its own */
+    {
+        CUmemPoolProps props = {0};
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = dev;
+        props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        CUmemPoolProps bad = props;
+        CUmemoryPool mine = NULL, current = NULL;
+        bad.location.type = CU_MEM_LOCATION_TYPE_HOST;
+        expect("pool_create_host_location", cuMemPoolCreate(&mine, &bad),
+               CUDA_ERROR_INVALID_VALUE);
+        bad = props;
+        bad.location.id = 64;
+        expect("pool_create_no_such_device", cuMemPoolCreate(&mine, &bad),
+               CUDA_ERROR_INVALID_DEVICE);
+        expect("pool_create", cuMemPoolCreate(&mine, &props), CUDA_SUCCESS);
+        CUdeviceptr from_pool = 0;
+        expect("pool_alloc", cuMemAllocFromPoolAsync(&from_pool, SIZE, mine, stream),
+               CUDA_SUCCESS);
+        expect_u64("attr_mempool_of_explicit_pool", CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
+                   from_pool, (unsigned long long)mine);
+        expect_u64("attr_handle_types_of_explicit_pool",
+                   CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, from_pool,
+                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        cuuint64_t used = 0;
+        cuMemPoolGetAttribute(mine, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used);
+        expect("pool_used", (long long)used, SIZE);
+        cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used);
+        expect("default_pool_used", (long long)used, 0);
+        expect("pool_set_current", cuDeviceSetMemPool(dev, mine), CUDA_SUCCESS);
+        cuDeviceGetMemPool(&current, dev);
+        expect("pool_is_current", current == mine, 1);
+        expect("pool_destroy_default", cuMemPoolDestroy(pool), CUDA_ERROR_INVALID_VALUE);
+        cuMemFreeAsync(from_pool, stream);
+        expect("pool_destroy", cuMemPoolDestroy(mine), CUDA_SUCCESS);
+        cuDeviceGetMemPool(&current, dev);
+        expect("pool_default_again", current == pool, 1);
+        expect("pool_destroyed_alloc", cuMemAllocFromPoolAsync(&from_pool, SIZE, mine, stream),
+               CUDA_ERROR_INVALID_VALUE);
+    }
+
     /* several at once, for memory CUDA does not know: every output zeroed at its width */
     {
         char stack_var[8];

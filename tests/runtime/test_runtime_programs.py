@@ -321,6 +321,13 @@ def test_ipc_memory_between_processes(toolkit, emu_server):
                   "ipc_memory: the child process added to 5000 ints of the parent's memory")
 
 
+def test_memory_pools_created_and_shared(toolkit, emu_server):
+    """A pool of cudaMemPoolCreate: allocations, attributes, access and misuse errors; then
+    exported to a forked child, which imports a pointer of it and adds to it in place."""
+    assert_passed(run(emu_server, build(toolkit, "memory_pools")),
+                  "memory_pools: the child process added to 3000 ints of the parent's pool")
+
+
 def test_hints_occupancy_and_libraries(toolkit, emu_server, tmp_path):
     """Access-policy windows and persisting-L2 limits accepted as hints, cudaFuncSetAttribute,
     the occupancy calculator, and a library loaded from PTX with cudaLibraryLoadData."""
