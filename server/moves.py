@@ -258,7 +258,7 @@ def _precopy_round(host, identity, link, token, sent: _Sent, progress: Progress,
     """Send every chunk that differs from the target's copy, a slice at a time while the
     session runs: of all memory, or (`since` a mark) of what may have changed since. Returns
     the bytes that had changed, and the mark this round started from."""
-    mark, todo = host.control(identity, lambda s, p: _plan(s, since, sent)).result()
+    mark, todo = host.control(identity, lambda s, p: _settled_plan(s, since, sent)).result()
     total = sum(n for *_, n in todo)
     changed = done = 0
     for first in range(0, len(todo), SLICE_BYTES // MIGRATION_CHUNK):
@@ -268,6 +268,14 @@ def _precopy_round(host, identity, link, token, sent: _Sent, progress: Progress,
         done += sum(n for *_, n in part)
         progress("copy", done, total)
     return changed, mark
+
+
+def _settled_plan(session: Session, since: tuple | None, sent: _Sent) -> tuple[tuple, list]:
+    """`_plan` once the work queued on the session's streams has run: a launch counts as a
+    change when the session takes it, and one still queued on a stream's lane at the mark
+    would write after this round read its memory, unseen by the rounds after the mark."""
+    session.settle_streams()
+    return _plan(session, since, sent)
 
 
 def _plan(session: Session, since: tuple | None, sent: _Sent) -> tuple[tuple, list]:
