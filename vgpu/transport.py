@@ -132,6 +132,7 @@ class Watch:
         events = _HANDSHAKE_EVENTS | (zmq.EVENT_DISCONNECTED if drops else 0)
         self.monitor = sock.get_monitor_socket(events)
         self._why: str | None = None
+        self._failures = 0  # handshakes failed since the last one that succeeded
         self._dropped = False
 
     def _read(self) -> None:
@@ -143,9 +144,14 @@ class Watch:
             if kind == zmq.EVENT_DISCONNECTED:
                 self._dropped = True
             elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                self._why = None
+                self._why, self._failures = None, 0
             else:
-                self._why = _refusal(kind, self.address)
+                # A connection cut during its handshake fails it without detail, as a server
+                # holding another key does; zmq connects again by itself, and only a second
+                # failure in a row says that it is the key.
+                self._failures += 1
+                if kind != zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL or self._failures > 1:
+                    self._why = _refusal(kind, self.address)
 
     def refusal(self) -> str | None:
         """Why the server did not answer, when its handshake said so; None if no handshake
