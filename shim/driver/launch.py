@@ -217,8 +217,7 @@ def cuFuncSetAttribute(f, attrib, value):
 
 @api
 def cuKernelSetAttribute(attrib, value, kernel, dev):
-    if dev != 0:
-        raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, f"invalid device ordinal {dev}")
+    state.device_description(dev)  # CUDA_ERROR_INVALID_DEVICE for one the server lacks
     _set_attribute(_function_arg(kernel)[0], attrib, value)
 
 

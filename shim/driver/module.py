@@ -231,8 +231,8 @@ def cuModuleGetGlobal_v2(dptr, nbytes, module, name):
 
 # ----------------------------------------------------------------- libraries
 
-# A library is loaded into the primary context of device 0: vgpu offers one device, so the
-# context-independence of CUlibrary has nothing more to bind to.
+# A library is loaded into the primary context of device 0 (CUDA loads it into each context
+# that uses it; vgpu, into that one only).
 def _library_context() -> int:
     from .context import _primary
 

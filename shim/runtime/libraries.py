@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ..driver import launch as driver_launch
 from ..driver import module as driver_module
-from ._state import CudaError, E, api, check_out, ffi, set_pointer
+from ._state import api, check_out, ffi, set_pointer
+from .device import _check_device
 from .launch import function_layout
 
 __all__ = ["cudaLibraryLoadData", "cudaLibraryUnload", "cudaLibraryGetKernel",
@@ -63,6 +64,5 @@ def cudaLibraryGetGlobal(dptr, size, library, name):
 
 @api
 def cudaKernelSetAttributeForDevice(kernel, attribute, value, device):
-    if device != 0:
-        raise CudaError(E.cudaErrorInvalidDevice, f"invalid device ordinal {device}")
+    _check_device(device)
     driver_launch._set_attribute(function_layout(kernel)[1], attribute, value)
