@@ -207,6 +207,8 @@ class StreamLanes:
 
     def busy(self) -> bool:
         """Is any lane's work unfinished?"""
+        if not self._lanes:  # (asked of every message: most sessions have no lane)
+            return False
         with self._cond:
             return any(lane.done < lane.queued for lane in self._lanes.values())
 
