@@ -39,7 +39,8 @@ KERNEL_BOUND_TARGET = 0.03  # at most 3% slower than native for kernel-bound wor
 RUNTIME_PROGRAMS = {
     "vector_add": ((), ()), "matmul_tiled": ((), ()), "reduction": ((), ()),
     "atomics": ((), ()), "streams_events": ((), ()), "async_pinned": ((), ()),
-    "constant_memory": ((), ()), "device_printf": ((), ()), "kernel_assert": ((), ()),
+    "zero_copy": ((), ()), "constant_memory": ((), ()), "device_printf": ((), ()),
+    "kernel_assert": ((), ()),
     "templates": ((), ()), "host_callback": ((), ()), "occupancy": ((), ()),
     "device_management": ((), ()), "memory_api": ((), ()), "host_threads": ((), ()),
     "launch_configuration": ((), ()),
@@ -259,7 +260,7 @@ def programs(machine: Machine) -> dict[str, list]:
                                                             strict=True)})
     ptx = machine.work / "kernels.ptx"
     ptx.write_text(toolkit.ptx((e2e / "kernels.cu").read_text()))
-    for name in ("driver_app", "driver_api_tour"):
+    for name in ("driver_app", "driver_api_tour", "driver_zero_copy"):
         commands[name] = [toolkit.c_program((e2e / f"{name}.c").read_text()), ptx]
     for name in ("vector_add", "numba_axpy"):
         commands[f"{name}.py"] = [sys.executable, ROOT / "examples" / f"{name}.py"]

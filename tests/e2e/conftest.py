@@ -64,6 +64,11 @@ def driver_api_tour(toolkit) -> Path:
 
 
 @pytest.fixture(scope="session")
+def driver_zero_copy(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_zero_copy.c").read_text())
+
+
+@pytest.fixture(scope="session")
 def driver_memory_semantics(toolkit) -> Path:
     return toolkit.c_program((HERE / "driver_memory_semantics.c").read_text())
 

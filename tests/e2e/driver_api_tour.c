@@ -1,8 +1,8 @@
 /* The rest of the driver API an application may use, each checked for CUDA's results:
- * context stack, device queries, function attributes, pointer attributes, zero-copy host
- * memory used by a kernel, registered memory, stream-ordered allocation and pools, the PTX
- * linker, libraries and kernels, cuLaunchKernelEx, cuModuleLoad from a file, unified
- * cuMemcpy, async DtoD and memset. Usage: driver_api_tour KERNELS.ptx. Exits 0 iff all hold. */
+ * context stack, device queries, function attributes, pointer attributes, registered memory,
+ * stream-ordered allocation and pools, the PTX linker, libraries and kernels,
+ * cuLaunchKernelEx, cuModuleLoad from a file, unified cuMemcpy, async DtoD and memset (zero
+ * copy: driver_zero_copy.c). Usage: driver_api_tour KERNELS.ptx. Exits 0 iff all hold. */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,24 +80,6 @@ int main(int argc, char **argv) {
     void *outs[] = {&type_out, &managed};
     CHECK(cuPointerGetAttributes(2, attrs, outs, (CUdeviceptr)stack_var));
     EXPECT(type_out == 0 && managed == 0);  /* not CUDA memory: reported, not an error */
-
-    /* zero-copy: a kernel scales mapped host memory in place */
-    float *mapped;
-    CHECK(cuMemHostAlloc((void **)&mapped, N * sizeof(float), CU_MEMHOSTALLOC_DEVICEMAP));
-    for (int i = 0; i < N; i++) mapped[i] = (float)i;
-    CUdeviceptr mapped_dev;
-    CHECK(cuMemHostGetDevicePointer(&mapped_dev, mapped, 0));
-    CHECK(cuPointerGetAttribute(&memtype, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, mapped_dev));
-    EXPECT(memtype == CU_MEMORYTYPE_HOST);
-    float three = 3.0f;
-    void *scale_args[] = {&mapped_dev, &three, &n};
-    CHECK(cuLaunchKernel(scale, (N + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, scale_args, NULL));
-    CHECK(cuCtxSynchronize());
-    for (int i = 0; i < N; i++) EXPECT(mapped[i] == 3.0f * i);
-    unsigned int flags;
-    CHECK(cuMemHostGetFlags(&flags, mapped));
-    EXPECT(flags == CU_MEMHOSTALLOC_DEVICEMAP);
-    CHECK(cuMemFreeHost(mapped));
 
     /* registered memory: usable for copies, refused a second time, then unregistered */
     float *plain = malloc(N * sizeof(float));

@@ -23,10 +23,16 @@ def test_c_driver_program_runs_with_correct_results(run_on, driver_app, kernels_
 
 def test_the_rest_of_the_driver_api(run_on, driver_api_tour, kernels_ptx):
     result = run_on(driver_api_tour, kernels_ptx)
+    assert result.returncode == 0, result.stderr
+    assert "driver_api_tour: all checks passed" in result.stdout
+
+
+def test_a_kernel_uses_mapped_host_memory(run_on, driver_zero_copy, kernels_ptx):
+    result = run_on(driver_zero_copy, kernels_ptx)
     if run_on.backend == "cuda":
         expect_no_zero_copy(result)
     assert result.returncode == 0, result.stderr
-    assert "driver_api_tour: all checks passed" in result.stdout
+    assert "driver_zero_copy: a kernel scaled mapped host memory in place" in result.stdout
 
 
 def test_bad_input_gets_cuda_error_codes(run_on, driver_errors, kernels_ptx):

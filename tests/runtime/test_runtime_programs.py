@@ -104,11 +104,17 @@ def test_streams_with_events_and_waits(toolkit, server, fatbin):
                   "streams_events: 3 streams joined")
 
 
-def test_async_copies_with_pinned_memory(toolkit, server, backend, fatbin):
-    result = run(server, build(toolkit, "async_pinned", fatbin))
+def test_async_copies_with_pinned_memory(toolkit, server, fatbin):
+    assert_passed(run(server, build(toolkit, "async_pinned", fatbin)),
+                  "async_pinned: pinned and registered copies correct")
+
+
+def test_kernels_use_mapped_and_registered_host_memory(toolkit, server, backend, fatbin):
+    result = run(server, build(toolkit, "zero_copy", fatbin))
     if backend == "cuda":
         expect_no_zero_copy(result)
-    assert_passed(result, "async_pinned: pinned, mapped and registered copies correct")
+    assert_passed(result, "zero_copy: mapped and registered host memory used by kernels "
+                          "correctly")
 
 
 def test_constant_memory_and_symbol_copies(toolkit, server, fatbin):
