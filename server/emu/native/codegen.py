@@ -138,6 +138,7 @@ class _KernelCompiler:
         self.sites = 0                    # global access sites, 3 cache slots each
         self.invariant_node = None
         self.live: dict[int, set[int]] | None = None   # pc -> registers live on entry
+        self.extra_ir: dict[str, str] = {}    # helpers lowerings add (rounding.py), by name
 
     # -- module ------------------------------------------------------------------------------
     def build(self) -> tuple[str, list[str], int]:
@@ -151,7 +152,7 @@ class _KernelCompiler:
         self._block_loop(thread)
         text = "\n".join(line for line in str(self.module).splitlines()
                          if not (line.startswith("declare") and '@"vgpu_' in line))
-        return text + HELPERS_IR, self.symbols, self.sites
+        return text + HELPERS_IR + "".join(self.extra_ir.values()), self.symbols, self.sites
 
     def _intrinsic(self, name: str, ty: ir.Type, count: int = 1, ret: ir.Type | None = None):
         suffix = {F32: "f32", F64: "f64"}.get(ty, str(ty))
@@ -179,6 +180,8 @@ class _KernelCompiler:
         entry = fn.append_basic_block("entry")
         self.b = ir.IRBuilder(entry)
         self.budget = self.b.alloca(I64, name="budget")
+        self.carry = self.b.alloca(I1, name="carry")   # the carry flag (lower_integer.py)
+        self.b.store(ir.Constant(I1, 0), self.carry)
         self.regs = {}
         for reg in self.fn_ir.registers:
             self.regs[reg.id] = (self.b.alloca(ltype(reg.type), name=reg.name.lstrip("%")),
@@ -1251,3 +1254,16 @@ def _from_i64(b, bits, ptype: PtxType):
     value = bits if ptype.bits == 64 else b.trunc(bits, ltype(ptype) if ptype.kind == "pred"
                                                   else ir.IntType(ptype.bits))
     return b.bitcast(value, ltype(ptype)) if ptype.name in ("f32", "f64") else value
+
+
+def _extend_handlers() -> None:
+    """Instruction families lowered in modules of their own (they import this one)."""
+    from .lower_compare import compare_handlers
+    from .lower_convert import convert_handlers
+    from .lower_float import float_handlers
+    from .lower_integer import integer_handlers
+    for extend in (float_handlers, integer_handlers, convert_handlers, compare_handlers):
+        _HANDLERS.update(extend(dict(_HANDLERS)))
+
+
+_extend_handlers()

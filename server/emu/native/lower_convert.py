@@ -1,0 +1,164 @@
+"""cvt for the native compiler, as the interpreter's ops_convert: integer <-> integer (with
+.sat), float -> integer (.rni .rzi .rmi .rpi, saturating, NaN -> 0), integer -> float and
+float -> float in every rounding mode, .ftz, .sat, f16/bf16 and the packing f16x2/bf16x2
+forms (.relu). Every float value passes through float64, where it is exact."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..ptx_types import lookup_type
+from .codegen import NotCompiled, ltype
+from .rounding import F32, F64, I32, directed, flush, half_to_f64, round_to_half, saturate
+
+__all__ = ["convert_handlers"]
+
+_TO_INTEGRAL = {"rni": "llvm.roundeven", "rzi": "llvm.trunc", "rmi": "llvm.floor",
+                "rpi": "llvm.ceil"}
+_MODES = ("rn", "rz", "rm", "rp")
+_HALVES = ("f16", "bf16")
+
+
+def _integer(ptype) -> bool:
+    return ptype.kind in ("s", "u", "b")
+
+
+def _to_f64(c, value, ptype, ftz):
+    """A float operand as an exact float64 (.ftz flushes f32 subnormals first)."""
+    b = c.b
+    if ptype.name in _HALVES:
+        return half_to_f64(b, value, ptype.name)
+    if ptype.name == "f32":
+        return b.fpext(flush(b, value) if ftz else value, F64)
+    return value
+
+
+def _from_f64(c, value, ptype, mode, ftz):
+    """An exact float64 rounded to a float type in `mode`."""
+    b = c.b
+    if ptype.name in _HALVES:
+        return round_to_half(b, value, ptype.name, mode)
+    if ptype.name == "f64":
+        return value
+    result = directed(c, "fptrunc", [value], mode, F32)
+    return flush(b, result) if ftz else result
+
+
+def _int_to_int(c, value, src, dst, sat):
+    b = c.b
+    if sat:
+        low, high = _limits(dst)
+        wide = max(src.bits, dst.bits) + 1
+        extended = (b.sext if src.is_signed else b.zext)(value, ir.IntType(wide))
+        lo, hi = ir.Constant(extended.type, low), ir.Constant(extended.type, high)
+        extended = b.select(b.icmp_signed("<", extended, lo), lo, extended)
+        extended = b.select(b.icmp_signed(">", extended, hi), hi, extended)
+        return b.trunc(extended, ir.IntType(dst.bits))
+    if dst.bits > src.bits:
+        return (b.sext if src.is_signed else b.zext)(value, ir.IntType(dst.bits))
+    if dst.bits < src.bits:
+        return b.trunc(value, ir.IntType(dst.bits))
+    return value
+
+
+def _limits(ptype):
+    if ptype.is_signed:
+        return -(1 << (ptype.bits - 1)), (1 << (ptype.bits - 1)) - 1
+    return 0, (1 << ptype.bits) - 1
+
+
+def _half_saturate(c, bits, fmt):
+    b = c.b
+    return round_to_half(b, saturate(b, half_to_f64(b, bits, fmt)), fmt, "rn")
+
+
+def _cvt(c, instr) -> None:
+    if "tf32" in instr.modifiers or "satfinite" in instr.modifiers:
+        raise NotCompiled(instr.text, instr.line)
+    flags = [m for m in instr.modifiers if lookup_type(m) is None]
+    types = [lookup_type(m) for m in instr.modifiers if lookup_type(m) is not None]
+    irnd = next((m for m in flags if m in _TO_INTEGRAL), None)
+    frnd = next((m for m in flags if m in _MODES), None)
+    ftz, sat, relu = ("ftz" in flags), ("sat" in flags), ("relu" in flags)
+    known = {irnd, frnd, "ftz", "sat", "relu"}
+    if any(f not in known for f in flags) or len(types) != 2:
+        raise NotCompiled(instr.text, instr.line)
+    dst, src = types
+    if dst.name in ("f16x2", "bf16x2"):
+        _pack_pair(c, instr, dst, src, frnd, relu, sat)
+        return
+    if relu or len(instr.operands) != 2:
+        raise NotCompiled(instr.text, instr.line)
+    b = c.b
+    value = c.read(instr.operands[1], src, instr)
+    if _integer(dst) and _integer(src):
+        if irnd or frnd:
+            raise NotCompiled(instr.text, instr.line)
+        result = _int_to_int(c, value, src, dst, sat)
+    elif _integer(dst):
+        if irnd is None or dst.kind == "b":
+            raise NotCompiled(instr.text, instr.line)
+        rounded = b.call(c._intrinsic(_TO_INTEGRAL[irnd], F64), [_to_f64(c, value, src, ftz)])
+        name = "llvm.fptosi.sat" if dst.is_signed else "llvm.fptoui.sat"
+        result = b.call(c._intrinsic(name, F64, ret=ltype(dst)), [rounded])
+    elif _integer(src):
+        if frnd is None or src.kind == "b":
+            raise NotCompiled(instr.text, instr.line)
+        if src.bits < 32:
+            value = (b.sext if src.is_signed else b.zext)(value, I32)
+        op = "sitofp" if src.is_signed else "uitofp"
+        if dst.name in _HALVES:
+            if src.bits > 32:
+                raise NotCompiled(f"{instr.text}: 64-bit integer to half", instr.line)
+            result = round_to_half(b, getattr(b, op)(value, F64), dst.name, frnd)
+        else:
+            result = directed(c, op, [value], frnd, ltype(dst))
+            if ftz and dst.name == "f32":
+                result = flush(b, result)
+    else:
+        wide = _to_f64(c, value, src, ftz)
+        if irnd is not None:
+            if dst != src:
+                raise NotCompiled(instr.text, instr.line)
+            wide = b.call(c._intrinsic(_TO_INTEGRAL[irnd], F64), [wide])
+            result = _from_f64(c, wide, dst, "rn", ftz)
+        else:
+            narrowing = dst.bits < src.bits or (dst.name in _HALVES and src.name in _HALVES
+                                                and dst != src)
+            if narrowing and frnd is None:
+                raise NotCompiled(instr.text, instr.line)
+            result = _from_f64(c, wide, dst, frnd or "rn", ftz)
+    if sat and not _integer(dst):
+        if dst.name in _HALVES:
+            result = _half_saturate(c, result, dst.name)
+        else:
+            result = saturate(b, result)
+    elif sat and not _integer(src):
+        pass   # float -> integer conversions saturate anyway
+    c.write(instr.operands[0], dst, result, instr)
+
+
+def _pack_pair(c, instr, dst, src, frnd, relu, sat) -> None:
+    """`cvt.rn.f16x2.f32 d, a, b`: cvt(a) in the upper half, cvt(b) in the lower."""
+    if src.name != "f32" or frnd is None or len(instr.operands) != 3:
+        raise NotCompiled(instr.text, instr.line)
+    fmt = dst.name[:-2]
+    b = c.b
+    halves = []
+    for operand in instr.operands[1:]:
+        value = b.fpext(c.read(operand, src, instr), F64)
+        if relu:   # numpy's maximum(x, 0): +0 for either zero, NaN kept
+            zero = ir.Constant(F64, 0.0)
+            value = b.select(b.fcmp_unordered("uno", value, value), value,
+                             b.select(b.fcmp_ordered(">", value, zero), value, zero))
+        if sat:
+            value = saturate(b, value)
+        halves.append(b.zext(round_to_half(b, value, fmt, frnd), I32))
+    word = b.or_(b.shl(halves[0], ir.Constant(I32, 16)), halves[1])
+    c.write(instr.operands[0], dst, word, instr)
+
+
+def convert_handlers(_existing: dict) -> dict:
+    """cvt is lowered here whole."""
+    return {"cvt": _cvt}
+
