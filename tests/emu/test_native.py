@@ -10,6 +10,8 @@ the disk cache, faults, cancelling, blocks on several threads, `vgpu server --th
 
 from __future__ import annotations
 
+import inspect
+import itertools
 import logging
 import threading
 
@@ -17,7 +19,9 @@ import numpy as np
 import pytest
 import test_conformance as conformance
 import test_instructions as instructions
+import test_properties as properties
 from conftest import Device
+from hypothesis import settings
 
 from vgpu.server.emu import LaunchError, native, prepare
 from vgpu.server.emu.executor import LaunchCancelled
@@ -82,11 +86,57 @@ def differential() -> DifferentialDevice:
     return DifferentialDevice()
 
 
-def test_instruction_tests_agree(differential):
-    """The instruction tests whose kernels the compiler translates whole (the others use
-    instructions it leaves to the interpreter; native_slice.ptx covers what it translates)."""
-    instructions.test_integer_comparisons(differential)
+# The instruction tests whose kernels the compiler translates whole (the others use
+# instructions it leaves to the interpreter: calls, warp instructions, isspacep; and
+# test_special_registers reads %globaltimer, which differs between two runs).
+INSTRUCTION_TESTS = [
+    "test_integer_arithmetic", "test_packed_16bit_pairs",
+    "test_carry_chains_and_64bit_high_multiply", "test_bit_manipulation",
+    "test_float_arithmetic_and_rounding", "test_float_approximate_functions",
+    "test_double_fma_and_directed_rounding", "test_comparisons", "test_integer_comparisons",
+    "test_float_to_int_conversions", "test_int_to_float_conversions",
+    "test_half_conversions", "test_bit_masks_and_extensions",
+]
+
+
+@pytest.mark.parametrize("name", INSTRUCTION_TESTS)
+def test_instruction_tests_agree(differential, name):
+    getattr(instructions, name)(differential)
     assert differential.compiled, "no kernel of the test ran compiled"
+
+
+def _parametrizations(test) -> list[dict]:
+    """Every combination of a test's @pytest.mark.parametrize arguments."""
+    axes = []
+    for mark in getattr(test, "pytestmark", []):
+        if mark.name != "parametrize":
+            continue
+        names = [n.strip() for n in mark.args[0].split(",")] if isinstance(
+            mark.args[0], str) else list(mark.args[0])
+        axes.append([dict(zip(names, v if len(names) > 1 else (v,), strict=True))
+                     for v in mark.args[1]])
+    return [dict(itertools.chain.from_iterable(d.items() for d in combo))
+            for combo in itertools.product(*axes)]
+
+
+PROPERTY_TESTS = [name for name, fn in inspect.getmembers(properties, inspect.isfunction)
+                  if name.startswith("test_")]
+
+
+@pytest.mark.parametrize("name", PROPERTY_TESTS)
+def test_property_tests_agree(monkeypatch, name):
+    """Every property, in every parametrization, on both (a few examples each: the
+    interpreter runs them in full in test_properties.py)."""
+    test = getattr(properties, name)
+    device = DifferentialDevice()
+    if hasattr(test, "hypothesis"):
+        # the test's own settings, with fewer examples (hypothesis reads them at call time)
+        current = test._hypothesis_internal_use_settings
+        monkeypatch.setattr(test, "_hypothesis_internal_use_settings",
+                            settings(current, max_examples=3, derandomize=True))
+    for arguments in _parametrizations(test):
+        test(module_device=device, **arguments)
+    assert device.compiled, "no kernel of the test ran compiled"
 
 
 CONFORMANCE_TESTS = [
