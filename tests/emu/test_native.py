@@ -189,6 +189,18 @@ def test_every_translated_instruction_form_agrees(differential):
     assert differential.compiled == ["slice"]
 
 
+def test_every_arithmetic_form_agrees(differential):
+    """Rounding modes, .ftz/.sat, approximate functions, f16/bf16, conversions, carries, bit
+    fields, packed integers and comparisons on edge values (NaNs, infinities, subnormals,
+    signed zeros, extreme integers) and random bits."""
+    module = differential.load((instructions.PTX / "native_arith.ptx").read_text())
+    threads = 512
+    out = differential.zeros(threads * 128, np.uint64)
+    differential.launch(module, "arith", (2,), (256,), differential.upload(slice_inputs(
+        threads)), out)
+    assert differential.compiled == ["arith"]
+
+
 @pytest.fixture(scope="module")
 def faults_ptx() -> str:
     return (instructions.PTX / "native_faults.ptx").read_text()

@@ -67,6 +67,52 @@ def _f32_finish(c, fn, args, ftz, sat):
     return value
 
 
+# -- NaNs ----------------------------------------------------------------------------------------
+# LLVM does not keep NaN signs and payloads (it may swap operands or fold a negation into a
+# subtraction); the interpreter's NaNs are the CPU's for the operations numpy performs in
+# order: the first NaN operand, quieted. Results are fixed up from the operands' bits.
+
+def _width(ty) -> int:
+    return {F32: 32, F64: 64}[ty]
+
+
+def _bits_of(b, x):
+    return b.bitcast(x, ir.IntType(_width(x.type)))
+
+
+def _quiet(b, x):
+    width = _width(x.type)
+    quiet_bit = 1 << (22 if width == 32 else 51)
+    return b.bitcast(b.or_(_bits_of(b, x), ir.Constant(ir.IntType(width), quiet_bit)), x.type)
+
+
+def _negated(b, x):
+    """-x as a sign flip of the bits (also of a NaN's)."""
+    width = _width(x.type)
+    return b.bitcast(b.xor(_bits_of(b, x), ir.Constant(ir.IntType(width), 1 << (width - 1))),
+                     x.type)
+
+
+def _nan_order(b, result, operands):
+    """`result`, or the first NaN among `operands` (quieted) as the CPU gives it."""
+    for operand in reversed(operands):
+        result = b.select(b.fcmp_unordered("uno", operand, operand), _quiet(b, operand), result)
+    return result
+
+
+def _operation(c, op, args, mode):
+    """An f32/f64 operation in `mode` with the interpreter's NaNs: sub in a directed mode is
+    computed there as a + (-b), so a NaN b comes out negated."""
+    b = c.b
+    value = directed(c, op, args, mode)
+    order = list(args)
+    if op == "fsub" and mode != "rn":
+        order[1] = _negated(b, order[1])
+    if op == "fdiv" and isinstance(args[0], ir.Constant):
+        order = order[1:]      # rcp: 1 / x
+    return _nan_order(b, value, order)
+
+
 # -- f32/f64 -----------------------------------------------------------------------------------
 
 def _arithmetic(c, instr, ptype, op):
@@ -75,7 +121,7 @@ def _arithmetic(c, instr, ptype, op):
     args = _operands(c, instr, ptype, 3 if op == "fma" else 2)
     if ptype.name == "f64" and ("ftz" in flags or "sat" in flags):
         raise NotCompiled(instr.text, instr.line)
-    value = _f32_finish(c, lambda *a: directed(c, op, list(a), mode), args, "ftz" in flags,
+    value = _f32_finish(c, lambda *a: _operation(c, op, list(a), mode), args, "ftz" in flags,
                         "sat" in flags)
     c.write(instr.operands[0], ptype, value, instr)
 
@@ -95,7 +141,7 @@ def _div(c, instr, ptype):
     if approx == bool(mode) or (ptype.name == "f64" and (approx or "ftz" in flags)):
         raise NotCompiled(instr.text, instr.line)
     args = _operands(c, instr, ptype, 2)
-    value = _f32_finish(c, lambda x, y: directed(c, "fdiv", [x, y], mode or "rn"), args,
+    value = _f32_finish(c, lambda x, y: _operation(c, "fdiv", [x, y], mode or "rn"), args,
                         "ftz" in flags, False)
     c.write(instr.operands[0], ptype, value, instr)
 
@@ -110,10 +156,10 @@ def _rcp_sqrt(c, instr, ptype):
     ftz = "ftz" in flags and ptype.name == "f32"
     if instr.opcode == "rcp":
         def fn(v):
-            return directed(c, "fdiv", [ir.Constant(v.type, 1.0), v], mode or "rn")
+            return _operation(c, "fdiv", [ir.Constant(v.type, 1.0), v], mode or "rn")
     else:
         def fn(v):
-            return directed(c, "sqrt", [v], mode or "rn")
+            return _operation(c, "sqrt", [v], mode or "rn")
     c.write(instr.operands[0], ptype, _f32_finish(c, fn, [x], ftz, False), instr)
 
 
@@ -122,13 +168,26 @@ def _libm(c, name):
     return function or ir.Function(c.module, ir.FunctionType(F64, [F64]), name)
 
 
+# The NaN numpy's float64 functions return where the argument is none (log2 of a negative
+# number, sin/cos of an infinity, rsqrt of a negative number).
+_INVALID = {"lg2": 0x7FF8000000000000, "sin": 0xFFF8000000000000, "cos": 0xFFF8000000000000,
+            "rsqrt": 0xFFF8000000000000, "ex2": 0x7FF8000000000000,
+            "tanh": 0x7FF8000000000000}
+
+
 def _approx_f64(c, opcode, x):
-    """The interpreter's float64 formula for an approximate function."""
+    """The interpreter's float64 formula for an approximate function, with numpy's NaNs: a
+    NaN argument comes back quieted (tanh: the canonical NaN)."""
     b = c.b
     if opcode == "rsqrt":
         root = b.call(c._intrinsic("llvm.sqrt", F64), [x])
-        return b.fdiv(ir.Constant(F64, 1.0), root)
-    return b.call(_libm(c, _LIBM[opcode]), [x])
+        value = b.fdiv(ir.Constant(F64, 1.0), root)
+    else:
+        value = b.call(_libm(c, _LIBM[opcode]), [x])
+    invalid = b.bitcast(ir.Constant(ir.IntType(64), _INVALID[opcode]), F64)
+    value = b.select(b.fcmp_unordered("uno", value, value), invalid, value)
+    nan = invalid if opcode == "tanh" else _quiet(b, x)
+    return b.select(b.fcmp_unordered("uno", x, x), nan, value)
 
 
 def _approx(c, instr, ptype):
@@ -331,13 +390,16 @@ def _half_arithmetic(c, instr, ptype):
     b = c.b
 
     def fn(*x):
-        if op == "add":
-            return _exact_sum(b, x[0], x[1])
+        x = list(x)
         if op == "sub":
-            return _exact_sum(b, x[0], b.fneg(x[1]))
-        if op == "mul":
-            return b.fmul(x[0], x[1])              # exact: 2 x 11 bits
-        return _exact_sum(b, b.fmul(x[0], x[1]), x[2])
+            x[1] = _negated(b, x[1])
+        if op in ("add", "sub"):
+            value = _exact_sum(b, x[0], x[1])
+        elif op == "mul":
+            value = b.fmul(x[0], x[1])              # exact: 2 x 11 bits
+        else:
+            value = _exact_sum(b, b.fmul(x[0], x[1]), x[2])
+        return _nan_order(b, value, x)
     finish = None
     if "sat" in flags:
         finish = _half_clamp(c, fmt, "sat")
