@@ -2,14 +2,15 @@
 rounding a float64 to f16/bf16 bits in every mode (what `float_rounding` does with numpy).
 
 Directed modes (.rz .rm .rp) run on the CPU's own rounding: a small helper per operation
-and mode switches the rounding mode (`llvm.set.rounding`), performs the constrained
-(strictfp) operation and switches back, so the result is IEEE's exact rounding, as the
-interpreter's error-free transformations compute it. The helpers are LLVM IR text the
-kernel's module links in (`KernelCompiler.extra_ir`); round to nearest is plain LLVM.
+and mode switches the rounding mode (MXCSR on x86-64, `llvm.set.rounding` elsewhere),
+performs the constrained (strictfp) operation and switches back, so the result is IEEE's
+exact rounding, as the interpreter's error-free transformations compute it. The helpers
+are LLVM IR text the kernel's module links in (`extra_ir`); round to nearest is plain LLVM.
 """
 
 from __future__ import annotations
 
+import llvmlite.binding as llvm
 from llvmlite import ir
 
 __all__ = ["directed", "flush", "round_to_half", "saturate"]
@@ -21,6 +22,7 @@ _ARITY = {"fadd": 2, "fsub": 2, "fmul": 2, "fdiv": 2, "fma": 3, "sqrt": 1, "fptr
           "sitofp": 1, "uitofp": 1}
 _PLAIN = {"fadd": "fadd", "fsub": "fsub", "fmul": "fmul", "fdiv": "fdiv"}
 _CONVERSIONS = ("fptrunc", "sitofp", "uitofp")
+_X86 = llvm.get_process_triple().startswith("x86_64")
 _CONSTRAINED = 'metadata !"round.dynamic", metadata !"fpexcept.ignore"'
 
 
@@ -49,20 +51,42 @@ def directed(c, op: str, args: list, mode: str, result: ir.Type | None = None):
     if name not in c.extra_ir:
         intrinsic = f"llvm.experimental.constrained.{op}.{suffix}"
         params = ", ".join(f"{t} %a{k}" for k, t in enumerate(types))
-        c.extra_ir.setdefault("rounding", "declare i32 @llvm.get.rounding()\n"
-                              "declare void @llvm.set.rounding(i32)\n")
         c.extra_ir.setdefault(intrinsic, f"declare {result} @{intrinsic}("
                               f"{', '.join(str(t) for t in types)}, metadata, metadata)\n")
+        enter, leave = _switch(c, mode)
         c.extra_ir[name] = f"""
 define internal {result} @{name}({params}) noinline strictfp {{
-  %old = call i32 @llvm.get.rounding() strictfp
-  call void @llvm.set.rounding(i32 {MODE_CODES[mode]}) strictfp
+{enter}
   %r = call {result} @{intrinsic}({params}, {_CONSTRAINED}) strictfp
-  call void @llvm.set.rounding(i32 %old) strictfp
+{leave}
   ret {result} %r
 }}
 """
     return b.call(helper, args)
+
+
+def _switch(c, mode: str) -> tuple[str, str]:
+    """IR text entering and leaving `mode`. On x86-64 only the SSE control register (MXCSR)
+    changes: llvm.set.rounding also rewrites the x87 control word, which costs as much again
+    and is not used by the SSE arithmetic LLVM emits."""
+    if _X86:
+        c.extra_ir.setdefault("mxcsr", "declare void @llvm.x86.sse.stmxcsr(ptr)\n"
+                              "declare void @llvm.x86.sse.ldmxcsr(ptr)\n")
+        bits = {"rn": 0, "rm": 1, "rp": 2, "rz": 3}[mode] << 13
+        enter = f"""  %saved = alloca i32
+  %changed = alloca i32
+  call void @llvm.x86.sse.stmxcsr(ptr %saved) strictfp
+  %old = load i32, ptr %saved
+  %cleared = and i32 %old, -24577
+  %new = or i32 %cleared, {bits}
+  store i32 %new, ptr %changed
+  call void @llvm.x86.sse.ldmxcsr(ptr %changed) strictfp"""
+        return enter, "  call void @llvm.x86.sse.ldmxcsr(ptr %saved) strictfp"
+    c.extra_ir.setdefault("rounding", "declare i32 @llvm.get.rounding()\n"
+                          "declare void @llvm.set.rounding(i32)\n")
+    enter = f"""  %old = call i32 @llvm.get.rounding() strictfp
+  call void @llvm.set.rounding(i32 {MODE_CODES[mode]}) strictfp"""
+    return enter, "  call void @llvm.set.rounding(i32 %old) strictfp"
 
 
 def flush(b, x):
