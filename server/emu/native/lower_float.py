@@ -376,9 +376,7 @@ def _half_clamp(c, fmt, kind):
 
 def _half_arithmetic(c, instr, ptype):
     op = instr.opcode
-    flags = _Flags(instr, (*_MODES, "sat", "relu", "ftz"))
-    if "ftz" in flags:
-        raise NotCompiled(instr.text, instr.line)
+    flags = _Flags(instr, (*_MODES, "sat", "relu", "ftz"))   # .ftz: ignored, as there
     mode = flags.mode()
     fused = op in ("fma", "mad")
     if fused and mode is None:
@@ -409,7 +407,7 @@ def _half_arithmetic(c, instr, ptype):
 
 
 def _half_min_max(c, instr, ptype):
-    flags = _Flags(instr, ("NaN",))
+    flags = _Flags(instr, ("NaN", "ftz"))
     is_min = instr.opcode == "min"
 
     def fn(x, y):
