@@ -180,25 +180,20 @@ def slice_inputs(threads: int) -> np.ndarray:
     return words
 
 
-def test_every_translated_instruction_form_agrees(differential):
-    module = differential.load((instructions.PTX / "native_slice.ptx").read_text())
+@pytest.mark.parametrize("ptx,kernel,words", [
+    ("native_slice.ptx", "slice", 64),
+    # rounding modes, .ftz/.sat, approximate functions, f16/bf16, conversions, carries,
+    # bit fields, packed integers and comparisons
+    ("native_arith.ptx", "arith", 128)])
+def test_every_translated_instruction_form_agrees(differential, ptx, kernel, words):
+    """On edge values (NaNs, infinities, subnormals, signed zeros, extreme integers) and
+    random bits."""
+    module = differential.load((instructions.PTX / ptx).read_text())
     threads = 512
-    out = differential.zeros(threads * 64, np.uint64)
-    differential.launch(module, "slice", (2,), (256,), differential.upload(slice_inputs(
+    out = differential.zeros(threads * words, np.uint64)
+    differential.launch(module, kernel, (2,), (256,), differential.upload(slice_inputs(
         threads)), out)
-    assert differential.compiled == ["slice"]
-
-
-def test_every_arithmetic_form_agrees(differential):
-    """Rounding modes, .ftz/.sat, approximate functions, f16/bf16, conversions, carries, bit
-    fields, packed integers and comparisons on edge values (NaNs, infinities, subnormals,
-    signed zeros, extreme integers) and random bits."""
-    module = differential.load((instructions.PTX / "native_arith.ptx").read_text())
-    threads = 512
-    out = differential.zeros(threads * 128, np.uint64)
-    differential.launch(module, "arith", (2,), (256,), differential.upload(slice_inputs(
-        threads)), out)
-    assert differential.compiled == ["arith"]
+    assert differential.compiled == [kernel]
 
 
 @pytest.fixture(scope="module")

@@ -56,10 +56,6 @@ def _extend(b, value, signed, bits):
 
 # -- the carry flag ------------------------------------------------------------------------------
 
-def _carry_slot(c):
-    return c.carry
-
-
 def _with_carry(c, x, y, carry_in, subtract):
     """(result, carry or borrow out) of x + y + carry_in / x - y - borrow_in (unsigned)."""
     b = c.b
@@ -76,6 +72,36 @@ def _with_carry(c, x, y, carry_in, subtract):
         return partial, out
     total = b.add(partial, b.zext(carry_in, x.type))
     return total, b.or_(out, b.icmp_unsigned("<", total, partial))
+
+
+def _chain(c, instr, rtype, x, y, flags, subtract):
+    """d = x + y (- for subtract) with the carry in (addc subc madc) and out (.cc)."""
+    b = c.b
+    uses_carry = instr.opcode in ("addc", "subc", "madc")
+    carry_in = b.load(c.carry) if uses_carry else None
+    result, carry = _with_carry(c, x, y, carry_in, subtract)
+    c.write(instr.operands[0], rtype, result, instr)
+    if "cc" in flags:
+        b.store(carry, c.carry)
+
+
+def _clamp_s32(b, wide):
+    """An i64 clamped to the s32 range, as an i32 (.sat)."""
+    low, high = _c(I64, -2**31), _c(I64, 2**31 - 1)
+    wide = b.select(b.icmp_signed("<", wide, low), low, wide)
+    return b.trunc(b.select(b.icmp_signed(">", wide, high), high, wide), I32)
+
+
+def _integer_forms(original):
+    """Decorate a handler of an opcode's integer forms; its float forms go to `original`."""
+    def wrap(handler):
+        def dispatch(c, instr):
+            types = _types(instr)
+            if types and types[0].kind == "f":
+                return original(c, instr)
+            return handler(c, instr, types)
+        return dispatch
+    return wrap
 
 
 # -- add/sub -----------------------------------------------------------------------------------
@@ -96,10 +122,8 @@ def _packed(c, instr, signed, fn):
 
 
 def _add_sub(original, subtract):
-    def handler(c, instr):
-        types = _types(instr)
-        if types and types[0].kind == "f":
-            return original(c, instr)
+    @_integer_forms(original)
+    def handler(c, instr, types):
         uses_carry = instr.opcode in ("addc", "subc")
         flags = _flags(instr, ("sat", "cc", "s16x2", "u16x2"))
         packed = flags & {"s16x2", "u16x2"}
@@ -118,17 +142,9 @@ def _add_sub(original, subtract):
             if ptype.name != "s32" or "cc" in flags or uses_carry:
                 raise NotCompiled(instr.text, instr.line)
             wide = (b.sub if subtract else b.add)(b.sext(x, I64), b.sext(y, I64))
-            low, high = _c(I64, -2**31), _c(I64, 2**31 - 1)
-            wide = b.select(b.icmp_signed("<", wide, low), low, wide)
-            wide = b.select(b.icmp_signed(">", wide, high), high, wide)
-            c.write(instr.operands[0], ptype, b.trunc(wide, I32), instr)
+            c.write(instr.operands[0], ptype, _clamp_s32(b, wide), instr)
             return None
-        slot = _carry_slot(c)
-        carry_in = b.load(slot) if uses_carry else None
-        result, carry = _with_carry(c, x, y, carry_in, subtract)
-        c.write(instr.operands[0], ptype, result, instr)
-        if "cc" in flags:
-            b.store(carry, slot)
+        _chain(c, instr, ptype, x, y, flags, subtract)
         return None
     return handler
 
@@ -154,10 +170,8 @@ def _product(b, x, y, ptype, mode):
 
 
 def _mul_mad(original, is_mad):
-    def handler(c, instr):
-        types = _types(instr)
-        if types and types[0].kind == "f":
-            return original(c, instr)
+    @_integer_forms(original)
+    def handler(c, instr, types):
         uses_carry = instr.opcode == "madc"
         flags = _flags(instr, ("lo", "hi", "wide", "cc", "sat"))
         ptype = _one_type(instr, _INT)
@@ -178,22 +192,13 @@ def _mul_mad(original, is_mad):
             if ptype.name != "s32" or mode != "hi" or "cc" in flags or uses_carry:
                 raise NotCompiled(instr.text, instr.line)
             full = b.ashr(b.mul(b.sext(x, I64), b.sext(y, I64)), _c(I64, 32))
-            total = b.add(full, b.sext(z, I64))
-            low, high = _c(I64, -2**31), _c(I64, 2**31 - 1)
-            total = b.select(b.icmp_signed("<", total, low), low, total)
-            total = b.select(b.icmp_signed(">", total, high), high, total)
-            c.write(instr.operands[0], ptype, b.trunc(total, I32), instr)
+            c.write(instr.operands[0], ptype, _clamp_s32(b, b.add(full, b.sext(z, I64))), instr)
             return None
         value = _product(b, x, y, ptype, mode)
         if not ({"cc"} & flags or uses_carry):
             c.write(instr.operands[0], rtype, b.add(value, z), instr)
             return None
-        slot = _carry_slot(c)
-        carry_in = b.load(slot) if uses_carry else None
-        result, carry = _with_carry(c, value, z, carry_in, False)
-        c.write(instr.operands[0], rtype, result, instr)
-        if "cc" in flags:
-            b.store(carry, slot)
+        _chain(c, instr, rtype, value, z, flags, False)
         return None
     return handler
 
@@ -220,10 +225,8 @@ def _mul24(c, instr):
 
 
 def _min_max(original, is_min):
-    def handler(c, instr):
-        types = _types(instr)
-        if types and types[0].kind == "f":
-            return original(c, instr)
+    @_integer_forms(original)
+    def handler(c, instr, types):
         flags = _flags(instr, ("relu", "s16x2", "u16x2"))
         if not flags:
             return original(c, instr)
@@ -290,6 +293,16 @@ def _field_mask(b, length, bits, ty):
     return b.select(full, _c(ty, -1), b.sub(b.shl(_c(ty, 1), clamped), _c(ty, 1)))
 
 
+def _field(b, pos, length, bits, ty):
+    """(position, length, shift): the low 8 bits of the u32 operands as `ty`, and the
+    position clamped to bits - 1 as a shift amount."""
+    pos, length = (b.and_(v, _c(I32, 0xFF)) for v in (pos, length))
+    if bits == 64:
+        pos, length = b.zext(pos, ty), b.zext(length, ty)
+    shift = b.select(b.icmp_unsigned(">", pos, _c(ty, bits - 1)), _c(ty, bits - 1), pos)
+    return pos, length, shift
+
+
 def _bfe(c, instr):
     _flags(instr, ())
     ptype = _one_type(instr, ("u32", "s32", "u64", "s64"))
@@ -297,12 +310,7 @@ def _bfe(c, instr):
     b = c.b
     bits = ptype.bits
     ty = a.type
-
-    def widen(v):
-        v = b.and_(v, _c(I32, 0xFF))
-        return b.zext(v, ty) if bits == 64 else v
-    pos, length = widen(pos), widen(length)
-    shift = b.select(b.icmp_unsigned(">", pos, _c(ty, bits - 1)), _c(ty, bits - 1), pos)
+    pos, length, shift = _field(b, pos, length, bits, ty)
     mask = _field_mask(b, length, bits, ty)
     if not ptype.is_signed:
         field = b.select(b.icmp_unsigned(">=", pos, _c(ty, bits)), _c(ty, 0), b.lshr(a, shift))
@@ -323,13 +331,8 @@ def _bfi(c, instr):
     b = c.b
     bits = ptype.bits
     ty = f.type
-
-    def widen(v):
-        v = b.and_(v, _c(I32, 0xFF))
-        return b.zext(v, ty) if bits == 64 else v
-    pos, length = widen(pos), widen(length)
+    pos, length, shift = _field(b, pos, length, bits, ty)
     field = _field_mask(b, length, bits, ty)
-    shift = b.select(b.icmp_unsigned(">", pos, _c(ty, bits - 1)), _c(ty, bits - 1), pos)
     mask = b.select(b.icmp_unsigned(">=", pos, _c(ty, bits)), _c(ty, 0), b.shl(field, shift))
     inserted = b.and_(b.shl(f, shift), mask)
     c.write(instr.operands[0], ptype, b.or_(b.and_(base, b.not_(mask)), inserted), instr)
