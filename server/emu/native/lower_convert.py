@@ -1,7 +1,8 @@
 """cvt for the native compiler, as the interpreter's ops_convert: integer <-> integer (with
 .sat), float -> integer (.rni .rzi .rmi .rpi, saturating, NaN -> 0), integer -> float and
 float -> float in every rounding mode, .ftz, .sat, f16/bf16 and the packing f16x2/bf16x2
-forms (.relu). Every float value passes through float64, where it is exact."""
+forms (.relu), and .tf32 (.satfinite). Every float value passes through float64, where it is
+exact."""
 
 from __future__ import annotations
 
@@ -72,8 +73,43 @@ def _half_saturate(c, bits, fmt):
     return round_to_half(b, saturate(b, half_to_f64(b, bits, fmt)), fmt, "rn")
 
 
+def _tf32(c, instr) -> None:
+    """cvt.rna/.rn/.rz{.satfinite}.tf32.f32, as tf32_convert: integer rounding of the f32
+    bits to 10 significand bits; NaN -> 0x7FFFFFFF; .satfinite turns an overflow into the
+    largest finite tf32."""
+    flags = [m for m in instr.modifiers if lookup_type(m) is None and m != "tf32"]
+    types = [m for m in instr.modifiers if lookup_type(m) is not None]
+    modes = [m for m in flags if m in ("rna", "rn", "rz")]
+    if types != ["f32"] or len(modes) != 1 or set(flags) - {modes[0], "satfinite"} \
+            or instr.modifiers.count("tf32") != 1 or len(instr.operands) != 2:
+        raise NotCompiled(instr.text, instr.line)
+    b = c.b
+    bits = c.read(instr.operands[1], lookup_type("b32"), instr)
+
+    def k(value):
+        return ir.Constant(I32, value)
+    if modes[0] == "rna":
+        rounded = b.add(bits, k(0x1000))
+    elif modes[0] == "rn":
+        rounded = b.add(b.add(bits, k(0xFFF)), b.and_(b.lshr(bits, k(13)), k(1)))
+    else:
+        rounded = bits
+    magnitude = b.and_(bits, k(0x7FFFFFFF))
+    special = b.icmp_unsigned(">=", magnitude, k(0x7F800000))
+    result = b.and_(b.select(special, bits, rounded), k(~0x1FFF & 0xFFFFFFFF))
+    if "satfinite" in flags:
+        overflow = b.icmp_unsigned("==", b.and_(result, k(0x7FFFFFFF)), k(0x7F800000))
+        result = b.select(overflow, b.or_(b.and_(result, k(0x80000000)), k(0x7F7FE000)),
+                          result)
+    nan = b.icmp_unsigned(">", magnitude, k(0x7F800000))
+    c.write(instr.operands[0], lookup_type("b32"), b.select(nan, k(0x7FFFFFFF), result), instr)
+
+
 def _cvt(c, instr) -> None:
-    if "tf32" in instr.modifiers or "satfinite" in instr.modifiers:
+    if "tf32" in instr.modifiers:
+        _tf32(c, instr)
+        return
+    if "satfinite" in instr.modifiers:
         raise NotCompiled(instr.text, instr.line)
     flags = [m for m in instr.modifiers if lookup_type(m) is None]
     types = [lookup_type(m) for m in instr.modifiers if lookup_type(m) is not None]
