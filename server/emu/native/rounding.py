@@ -110,11 +110,32 @@ def saturate(b, x):
 HALF_FORMATS = {"f16": (5, 10), "bf16": (8, 7)}
 
 
+def _shared(b, name: str, ret: ir.Type, arg: ir.Type, body):
+    """`name`, an internal function of the module whose body `body(builder,
+    argument)` builds once: the half conversions are long, and inlining them at every use
+    made big kernels take seconds to compile."""
+    module = b.module
+    function = module.globals.get(name)
+    if function is None:
+        function = ir.Function(module, ir.FunctionType(ret, [arg]), name)
+        function.linkage = "internal"
+        function.attributes.add("noinline")
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        builder.ret(body(builder, function.args[0]))
+    return function
+
+
 def round_to_half(b, value, fmt: str, mode: str):
     """A float64 (exact, or rounded to odd with bits to spare) rounded to f16/bf16 bits (i16)
     in `mode`, as the interpreter's f64_to_f16_bits / f64_to_bf16_bits: IEEE rounding,
     overflow to infinity or the largest finite number as the mode says; a NaN keeps the
     top of its payload (f16, as numpy) or becomes 0x7FFF (bf16)."""
+    function = _shared(b, f"vgpu_round_{fmt}_{mode}", I16, F64,
+                       lambda builder, v: _round_to_half(builder, v, fmt, mode))
+    return b.call(function, [value])
+
+
+def _round_to_half(b, value, fmt: str, mode: str):
     exp_bits, man_bits = HALF_FORMATS[fmt]
     bias = (1 << (exp_bits - 1)) - 1
     emin = 1 - bias
@@ -174,6 +195,12 @@ def round_to_half(b, value, fmt: str, mode: str):
 
 def half_to_f64(b, bits, fmt: str):
     """f16/bf16 bits (i16) as an exact float64 (a NaN keeps its payload, as numpy's)."""
+    function = _shared(b, f"vgpu_widen_{fmt}", F64, I16,
+                       lambda builder, v: _half_to_f64(builder, v, fmt))
+    return b.call(function, [bits])
+
+
+def _half_to_f64(b, bits, fmt: str):
     if fmt == "bf16":
         word = b.shl(b.zext(bits, I32), ir.Constant(I32, 16))
         return b.fpext(b.bitcast(word, F32), F64)
