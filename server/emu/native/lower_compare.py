@@ -8,7 +8,7 @@ from llvmlite import ir
 
 from ..ptx_types import TYPES, lookup_type
 from .codegen import NotCompiled
-from .rounding import flush, half_to_f64
+from .rounding import fabs64, flush, half_to_f64
 
 __all__ = ["compare_handlers"]
 
@@ -40,15 +40,9 @@ def _decoded(b, bits, fmt, ftz):
     f16 has none that small), as the interpreter's flush of the decoded value."""
     value = half_to_f64(b, bits, fmt)
     if ftz and fmt == "bf16":
-        tiny = b.fcmp_ordered("<", b.call(_fabs(b), [value]), ir.Constant(F64, 2.0 ** -126))
+        tiny = b.fcmp_ordered("<", b.call(fabs64(b), [value]), ir.Constant(F64, 2.0 ** -126))
         value = b.select(tiny, ir.Constant(F64, 0.0), value)
     return value
-
-
-def _fabs(b):
-    module = b.module
-    return module.globals.get("llvm.fabs.f64") or ir.Function(
-        module, ir.FunctionType(F64, [F64]), "llvm.fabs.f64")
 
 
 def _compare(c, instr, op, ptype, ftz, halves=None):

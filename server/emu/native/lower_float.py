@@ -15,7 +15,18 @@ from llvmlite import ir
 
 from ..ptx_types import TYPES, lookup_type
 from .codegen import NotCompiled, ltype
-from .rounding import F32, F64, I16, I32, directed, flush, half_to_f64, round_to_half, saturate
+from .rounding import (
+    F32,
+    F64,
+    I16,
+    I32,
+    directed,
+    fabs64,
+    flush,
+    half_to_f64,
+    round_to_half,
+    saturate,
+)
 
 __all__ = ["float_handlers"]
 
@@ -327,11 +338,7 @@ def _half_lanes(c, instr, ptype, count, fn, mode, finish=None):
         for a in args:
             bits = b.trunc(b.lshr(a, ir.Constant(a.type, shift)), I16) if packed else a
             lanes.append(half_to_f64(b, bits, fmt))
-        value = fn(*lanes)
-        if value.type == F64:
-            bits = round_to_half(b, value, fmt, mode)
-        else:
-            bits = value            # fn gave bits (min/max keep the operands' values)
+        bits = round_to_half(b, fn(*lanes), fmt, mode)
         if finish is not None:
             bits = finish(bits)
         results.append(bits)
@@ -361,14 +368,8 @@ def _exact_sum(b, x, y):
     s = b.fadd(x, y)
     bb = b.fsub(s, x)
     err = b.fadd(b.fsub(x, b.fsub(s, bb)), b.fsub(y, bb))
-    finite = b.fcmp_ordered("<", b.call(_fabs64(b), [s]), ir.Constant(F64, float("inf")))
+    finite = b.fcmp_ordered("<", b.call(fabs64(b), [s]), ir.Constant(F64, float("inf")))
     return b.select(finite, _to_odd(b, s, err), s)
-
-
-def _fabs64(b):
-    module = b.module
-    return module.globals.get("llvm.fabs.f64") or ir.Function(
-        module, ir.FunctionType(F64, [F64]), "llvm.fabs.f64")
 
 
 def _half_clamp(c, fmt, kind):

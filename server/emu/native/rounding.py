@@ -13,7 +13,7 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-__all__ = ["directed", "flush", "round_to_half", "saturate"]
+__all__ = ["directed", "fabs64", "flush", "half_to_f64", "round_to_half", "saturate"]
 
 I1, I16, I32, I64 = ir.IntType(1), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
@@ -143,7 +143,7 @@ def _round_to_half(b, value, fmt: str, mode: str):
     sign = b.trunc(b.lshr(bits, ir.Constant(I64, 48)), I16)
     sign = b.and_(sign, ir.Constant(I16, 0x8000))
     negative = b.icmp_unsigned("!=", sign, ir.Constant(I16, 0))
-    magnitude = b.call(_fabs(b), [value])
+    magnitude = b.call(fabs64(b), [value])
     field = b.trunc(b.lshr(bits, ir.Constant(I64, 52)), I32)
     field = b.and_(field, ir.Constant(I32, 0x7FF))
     exponent = b.sub(field, ir.Constant(I32, 1023))
@@ -218,7 +218,8 @@ def _half_to_f64(b, bits, fmt: str):
     return b.bitcast(b.or_(sign, magnitude), F64)
 
 
-def _fabs(b):
+def fabs64(b):
+    """llvm.fabs.f64, declared in the builder's module."""
     return _unary(b, "llvm.fabs")
 
 
