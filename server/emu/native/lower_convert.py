@@ -10,7 +10,18 @@ from llvmlite import ir
 
 from ..ptx_types import lookup_type
 from .codegen import NotCompiled, ltype
-from .rounding import F32, F64, I32, directed, flush, half_to_f64, round_to_half, saturate
+from .rounding import (
+    F32,
+    F64,
+    I32,
+    I64,
+    directed,
+    flush,
+    half_to_f64,
+    round_to_half,
+    saturate,
+    to_odd,
+)
 
 __all__ = ["convert_handlers"]
 
@@ -60,6 +71,27 @@ def _int_to_int(c, value, src, dst, sat):
     if dst.bits < src.bits:
         return b.trunc(value, ir.IntType(dst.bits))
     return value
+
+
+def _int_to_f64_odd(c, value, src):
+    """An integer as a float64 rounded to odd: exact up to 53 bits; a 64-bit one is rounded
+    to nearest, and the sign of its error (the integer against the float's own value) goes
+    into the last bit, as the interpreter's two halves summed and rounded to odd."""
+    b = c.b
+    nearest = (b.sitofp if src.is_signed else b.uitofp)(value, F64)
+    if src.bits < 64:
+        return nearest
+    name = "llvm.fptosi.sat" if src.is_signed else "llvm.fptoui.sat"
+    back = b.call(c._intrinsic(name, F64, ret=I64), [nearest])
+    cmp = b.icmp_signed if src.is_signed else b.icmp_unsigned
+    error = b.select(cmp(">", value, back), ir.Constant(F64, 1.0),
+                     b.select(cmp("<", value, back), ir.Constant(F64, -1.0),
+                              ir.Constant(F64, 0.0)))
+    # rounded up to 2**63 (2**64): beyond the integer type, so above the integer
+    beyond = b.fcmp_ordered(">=", nearest, ir.Constant(F64, 2.0 ** (63 if src.is_signed
+                                                                        else 64)))
+    error = b.select(beyond, ir.Constant(F64, -1.0), error)
+    return to_odd(b, nearest, error)
 
 
 def _limits(ptype):
@@ -144,9 +176,7 @@ def _cvt(c, instr) -> None:
             value = (b.sext if src.is_signed else b.zext)(value, I32)
         op = "sitofp" if src.is_signed else "uitofp"
         if dst.name in _HALVES:
-            if src.bits > 32:
-                raise NotCompiled(f"{instr.text}: 64-bit integer to half", instr.line)
-            result = round_to_half(b, getattr(b, op)(value, F64), dst.name, frnd)
+            result = round_to_half(b, _int_to_f64_odd(c, value, src), dst.name, frnd)
         else:
             result = directed(c, op, [value], frnd, ltype(dst))
             if ftz and dst.name == "f32":

@@ -26,6 +26,7 @@ from .rounding import (
     half_to_f64,
     round_to_half,
     saturate,
+    to_odd,
 )
 
 __all__ = ["float_handlers"]
@@ -350,26 +351,13 @@ def _half_lanes(c, instr, ptype, count, fn, mode, finish=None):
     c.write(instr.operands[0], ptype, value, instr)
 
 
-def _to_odd(b, value, error):
-    """value with the sign of the error folded into its last bit (round to odd)."""
-    bits = b.bitcast(value, ir.IntType(64))
-    even = b.icmp_unsigned("==", b.and_(bits, ir.Constant(bits.type, 1)),
-                           ir.Constant(bits.type, 0))
-    inexact = b.fcmp_ordered("!=", error, ir.Constant(F64, 0.0))
-    away = b.icmp_unsigned("==", b.fcmp_ordered(">", error, ir.Constant(F64, 0.0)),
-                           b.fcmp_ordered(">", value, ir.Constant(F64, 0.0)))
-    step = b.select(away, ir.Constant(bits.type, 1), ir.Constant(bits.type, -1))
-    moved = b.add(bits, step)
-    return b.bitcast(b.select(b.and_(even, inexact), moved, bits), F64)
-
-
 def _exact_sum(b, x, y):
     """x + y rounded to odd (TwoSum's error), exact enough to round once to a half."""
     s = b.fadd(x, y)
     bb = b.fsub(s, x)
     err = b.fadd(b.fsub(x, b.fsub(s, bb)), b.fsub(y, bb))
     finite = b.fcmp_ordered("<", b.call(fabs64(b), [s]), ir.Constant(F64, float("inf")))
-    return b.select(finite, _to_odd(b, s, err), s)
+    return b.select(finite, to_odd(b, s, err), s)
 
 
 def _half_clamp(c, fmt, kind):

@@ -13,7 +13,8 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-__all__ = ["directed", "fabs64", "flush", "half_to_f64", "round_to_half", "saturate"]
+__all__ = ["directed", "fabs64", "flush", "half_to_f64", "round_to_half", "saturate",
+           "to_odd"]
 
 I1, I16, I32, I64 = ir.IntType(1), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
@@ -191,6 +192,19 @@ def _round_to_half(b, value, fmt: str, mode: str):
                            ir.Constant(I16, 1), payload)
         nan = b.or_(sign, b.or_(ir.Constant(I16, infinity), payload))
     return b.select(b.fcmp_unordered("uno", value, value), nan, result)
+
+
+def to_odd(b, value, error):
+    """value with the sign of the error folded into its last bit (round to odd)."""
+    bits = b.bitcast(value, ir.IntType(64))
+    even = b.icmp_unsigned("==", b.and_(bits, ir.Constant(bits.type, 1)),
+                           ir.Constant(bits.type, 0))
+    inexact = b.fcmp_ordered("!=", error, ir.Constant(F64, 0.0))
+    away = b.icmp_unsigned("==", b.fcmp_ordered(">", error, ir.Constant(F64, 0.0)),
+                           b.fcmp_ordered(">", value, ir.Constant(F64, 0.0)))
+    step = b.select(away, ir.Constant(bits.type, 1), ir.Constant(bits.type, -1))
+    moved = b.add(bits, step)
+    return b.bitcast(b.select(b.and_(even, inexact), moved, bits), F64)
 
 
 def half_to_f64(b, bits, fmt: str):
