@@ -82,10 +82,14 @@ def differential() -> DifferentialDevice:
     return DifferentialDevice()
 
 
-def test_instruction_tests_agree(differential):
+@pytest.mark.parametrize("name", [
+    "test_integer_comparisons", "test_warp_operations",
+    "test_votes_count_only_lanes_executing_together", "test_calls_jump_tables_exit_and_loops",
+    "test_special_registers"])
+def test_instruction_tests_agree(differential, name):
     """The instruction tests whose kernels the compiler translates whole (the others use
     instructions it leaves to the interpreter; native_slice.ptx covers what it translates)."""
-    instructions.test_integer_comparisons(differential)
+    getattr(instructions, name)(differential)
     assert differential.compiled, "no kernel of the test ran compiled"
 
 
@@ -96,6 +100,11 @@ CONFORMANCE_TESTS = [
     ("test_3d_indices", ()), ("test_constant_and_global_variables", ()),
     ("test_local_array_dynamic_index", ()), ("test_struct_by_value", ()),
     ("test_exited_threads_do_not_block_barriers", ()), ("test_many_blocks_run_in_chunks", ()),
+    ("test_warp_reduction", ()), ("test_shuffles", ()), ("test_votes_and_ballot", ()),
+    ("test_block_wide_votes", ()), ("test_histogram_shared_and_global_atomics", ()),
+    ("test_prefix_scan", ()), ("test_atomics", ()),
+    ("test_templated_kernels", ("scale_shift<float>", np.float32, 1.5, -0.25)),
+    ("test_templated_kernels", ("scale_shift<long long>", np.int64, 1 << 35, 11)),
 ]
 
 
@@ -103,6 +112,21 @@ CONFORMANCE_TESTS = [
 def test_conformance_kernels_agree(differential, toolkit, name, arguments):
     mod = differential.load(toolkit.ptx(conformance.SOURCE))
     getattr(conformance, name)(differential, mod, *arguments)
+    assert differential.compiled, "no kernel of the test ran compiled"
+
+
+def test_device_function_calls_agree(differential, toolkit):
+    ptx = toolkit.ptx(conformance.SOURCE)
+    conformance.test_device_function_calls(differential, differential.load(ptx), ptx)
+    assert "calls" in differential.compiled
+
+
+@pytest.mark.parametrize("name,arguments", [
+    ("test_spin_lock_between_threads_of_one_warp", ()), ("test_cub_block_primitives", ()),
+    ("test_cooperative_groups_tiles", ("compute_75",)),
+    ("test_cooperative_groups_tiles", ("compute_80",))])
+def test_programs_with_warps_and_calls_agree(differential, toolkit, name, arguments):
+    getattr(conformance, name)(differential, toolkit, *arguments)
     assert differential.compiled, "no kernel of the test ran compiled"
 
 
@@ -191,11 +215,12 @@ def test_a_kernel_the_compiler_does_not_handle_runs_interpreted_with_one_log_lin
     out = device.zeros(32, np.uint32)
     with caplog.at_level(logging.WARNING, logger="vgpu.emu.native"):
         for _ in range(3):
-            device.launch(module, "votes", (1,), (32,), out)
+            device.launch(module, "recursive", (1,), (32,), out)
     assert [r.getMessage() for r in caplog.records] == [
-        "kernel 'votes' runs on the interpreter: the compiler does not handle "
-        "vote.sync.ballot.b32 (PTX line 65)"]
-    assert set(device.download(out, 32, np.uint32)) == {0b11111}
+        "kernel 'recursive' runs on the interpreter: the compiler does not handle "
+        "call.uni: recursion (twice) (PTX line 67)"]
+    np.testing.assert_array_equal(device.download(out, 32, np.uint32),
+                                  2 * (np.arange(32) % 8))
 
 
 def test_a_second_load_of_the_same_ptx_compiles_nothing(faults_ptx, monkeypatch):

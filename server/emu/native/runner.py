@@ -34,10 +34,10 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 
 
 class NativeKernel:
-    def __init__(self, address: int, symbols: list[str], registers: int, sites: int):
+    def __init__(self, address: int, symbols: list[str], spill: int, sites: int):
         self.function = _SIGNATURE(address)
         self.symbols = symbols
-        self.registers = max(registers, 1)
+        self.spill = spill      # int64 slots per thread in the spill buffer
         self.sites = sites
 
     def run(self, prepared, params: bytes, memory, checker, strays: str, threads: int,
@@ -69,7 +69,7 @@ class NativeKernel:
         def worker() -> int:
             shared = np.zeros(max(shared_stride, 1), np.uint8)
             local = np.zeros(max(local_stride * nthreads, 1), np.uint8)
-            spill = np.zeros(self.registers * nthreads, np.int64)
+            spill = np.zeros(self.spill * nthreads, np.int64)
             resume = np.zeros(nthreads, np.int32)
             fault = np.zeros(16, np.int64)
             cache = np.zeros(3 * self.sites + 1, np.int64)
