@@ -28,8 +28,12 @@ __all__ = ["EXCHANGE_SLOTS", "READY", "RESOLVE_IR", "WAITING", "resolver"]
 
 WAITING = 1 << 24      # a thread's turn ended at warp site k: WAITING + k
 READY = 1 << 26        # its group may execute it: READY + k
-EXCHANGE_SLOTS = 5
-_VALUE, _MEMBER, _B, _C, _GROUP = range(EXCHANGE_SLOTS)
+EXCHANGE_SLOTS = 6
+# What a thread hands over (the value, its membermask, shfl's b and c), and what the block
+# loop gives it: its group's lane mask and a copy of the value that the group reads (a lane
+# of the group that goes on to its next warp instruction overwrites its value before the
+# lanes after it have read it).
+_VALUE, _MEMBER, _B, _C, _GROUP, _SHARED = range(EXCHANGE_SLOTS)
 _U32, _PRED = TYPES["u32"], TYPES["pred"]
 
 
@@ -105,6 +109,13 @@ tell:
   %old = load i64, ptr %gp
   %new = select i1 %is, i64 %mask2, i64 %old
   store i64 %new, ptr %gp
+  %vp = getelementptr i64, ptr %spill, i64 %slot
+  %value = load i64, ptr %vp
+  %sslot = add i64 %slot, {_SHARED}
+  %sp4 = getelementptr i64, ptr %spill, i64 %sslot
+  %kept = load i64, ptr %sp4
+  %shared = select i1 %is, i64 %value, i64 %kept
+  store i64 %shared, ptr %sp4
   %l31 = add i64 %l3, 1
   %tmore = icmp ult i64 %l31, %size
   br i1 %tmore, label %tell, label %wdone
@@ -182,7 +193,7 @@ class _Meeting:
 
     def member_value(self, b, k, in_group):
         """Lane k's handed value, read only from a lane of the group (own value else)."""
-        return self.lane_value(b, b.select(in_group, k, self.lane), _VALUE)
+        return self.lane_value(b, b.select(in_group, k, self.lane), _SHARED)
 
     def close(self) -> None:
         if self.skip is not None:
@@ -343,7 +354,7 @@ def _shfl(c, instr, pc: int) -> None:
     size = b.sub(threads, first)
     valid = b.and_(valid, b.icmp_signed("<", j, size))
     source = b.select(valid, j, lane)
-    result = b.trunc(meeting.lane_value(b, source, _VALUE), I32)
+    result = b.trunc(meeting.lane_value(b, source, _SHARED), I32)
     c.write(instr.operands[0], ptype, result, instr)
     if instr.pair is not None:
         c.write(instr.pair, _PRED, valid, instr)
