@@ -84,8 +84,7 @@ def differential() -> DifferentialDevice:
 
 @pytest.mark.parametrize("name", [
     "test_integer_comparisons", "test_warp_operations",
-    "test_votes_count_only_lanes_executing_together", "test_calls_jump_tables_exit_and_loops",
-    "test_special_registers"])
+    "test_votes_count_only_lanes_executing_together", "test_calls_jump_tables_exit_and_loops"])
 def test_instruction_tests_agree(differential, name):
     """The instruction tests whose kernels the compiler translates whole (the others use
     instructions it leaves to the interpreter; native_slice.ptx covers what it translates)."""
@@ -113,6 +112,16 @@ def test_conformance_kernels_agree(differential, toolkit, name, arguments):
     mod = differential.load(toolkit.ptx(conformance.SOURCE))
     getattr(conformance, name)(differential, mod, *arguments)
     assert differential.compiled, "no kernel of the test ran compiled"
+
+
+def test_special_registers_compiled():
+    """Lane masks, shared sizes, fixed registers and the clocks (real time: they cannot agree
+    bit for bit with another run), compiled, against the instruction test's host values."""
+    native.configure(enabled=True)
+    device = Device()
+    instructions.test_special_registers(device)
+    module = device.load((instructions.PTX / "special.ptx").read_text())
+    assert prepare(module, "special", (2,), (4, 3), 96).native is not None
 
 
 def test_device_function_calls_agree(differential, toolkit):

@@ -19,7 +19,8 @@ The ABI shared with `runner.py` (all slots are int64):
              reported flag, 13-19 the stray (address, size, need, line, space, block,
              thread), 20 shared size, 21 local size, 22 dynamic shared bytes,
              23 shared bytes per block (0: none), 24 local bytes per thread (0: none),
-             25 threads per block, 32+k the device address of the k-th module variable
+             25 threads per block, 30-31 the clocks' origins (special_registers.py),
+             32+k the device address of the k-th module variable
              in `symbols`.
   table[]    5 slots an allocation: base, size, mapped span, host address, access.
   fault[]    0 code, 1 address, 2 size, 3 need (1 read, 3 write), 4 PTX line, 5 block,
@@ -240,6 +241,7 @@ class _KernelCompiler:
             self.b.branch(self.returns)
 
     def _resume_dispatch(self, builder: ir.IRBuilder, start: ir.Block) -> None:
+        builder.position_at_end(builder.block)   # after allocas added since (goto_entry_block)
         builder.store(ir.Constant(I64, YIELD_EVERY), self.budget)
         if not self.resumes:
             builder.branch(start)
@@ -463,7 +465,7 @@ class _KernelCompiler:
         fixed = {"%nwarpid": 32, "%smid": 0, "%nsmid": 1}
         if name in fixed:
             return ir.Constant(I32, fixed[name]), _U32
-        raise NotCompiled(f"{instr.text}: special register {name}", instr.line)
+        return special_registers.read(self, name, instr)
 
     def _symbol(self, symbol: Symbol, instr):
         """(space, i64 address in that space) of a variable named as a value."""
@@ -1306,5 +1308,6 @@ def _from_i64(b, bits, ptype: PtxType):
     return b.bitcast(value, ltype(ptype)) if ptype.name in ("f32", "f64") else value
 
 
-# Device-function calls and warp instructions add their handlers (and use the helpers above).
-from . import calls, warps  # noqa: E402
+# Calls, warp instructions, fences and special registers add their handlers (they use the
+# helpers above).
+from . import calls, fences, special_registers, warps  # noqa: E402

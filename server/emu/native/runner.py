@@ -14,6 +14,7 @@ from ..errors import LaunchError
 from ..memory import DENIED
 from ..spaces import STRAYS_ALLOWED, STRAYS_FAULT, out_of_bounds
 from .codegen import FAULTED, SPACES, STOPPED, SYMBOL_SLOT, WHY
+from .special_registers import CLOCK_SLOTS, clock_slots
 
 __all__ = ["NativeKernel"]
 
@@ -58,6 +59,7 @@ class NativeKernel:
         local_stride = prepared.local_stride if prepared.local_size else 0
         launch[20:26] = (prepared.shared_size, prepared.local_size, prepared.shared_bytes,
                          shared_stride, local_stride, nthreads)
+        launch[list(CLOCK_SLOTS)] = clock_slots()
         for k, name in enumerate(self.symbols):
             launch[SYMBOL_SLOT + k] = prepared.symbols[name]
         workers = max(1, min(threads, nblocks))
