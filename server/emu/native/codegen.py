@@ -145,6 +145,7 @@ class _KernelCompiler:
         self.inlining = [kernel.function.name]   # the functions being inlined, outermost first
         self.inlined = 0                         # instructions inlined so far
         self.warp_sites = 0                      # warp instructions (warps.py)
+        self.red_sites = 0                       # bar.red (barriers.py)
         self.sites = 0                    # global access sites, 3 cache slots each
         self.invariant_node = None
         self.live: dict[int, set[int]] | None = None   # pc -> registers live on entry
@@ -159,13 +160,14 @@ class _KernelCompiler:
         self._block_loop(thread)
         text = "\n".join(line for line in str(self.module).splitlines()
                          if not (line.startswith("declare") and '@"vgpu_' in line))
-        return text + HELPERS_IR + warps.RESOLVE_IR, self.symbols, self.sites, \
-            self.spill_stride()
+        text += HELPERS_IR + warps.RESOLVE_IR + barriers.REDUCE_IR
+        return text, self.symbols, self.sites, self.spill_stride()
 
     def spill_stride(self) -> int:
         """int64 slots a thread has in the spill buffer: its registers, then what it hands
         its warp at a warp instruction (warps.py)."""
-        return max(len(self.regs), 1) + (warps.EXCHANGE_SLOTS if self.warp_sites else 0)
+        exchanges = self.warp_sites or self.red_sites
+        return max(len(self.regs), 1) + (warps.EXCHANGE_SLOTS if exchanges else 0)
 
     def _intrinsic(self, name: str, ty: ir.Type, count: int = 1, ret: ir.Type | None = None):
         suffix = {F32: "f32", F64: "f64"}.get(ty, str(ty))
@@ -389,13 +391,13 @@ class _KernelCompiler:
         after = fn.append_basic_block("phase_end")
         b.cbranch(b.icmp_unsigned("<", b.add(t, one), threads), loop, after)
         b.position_at_end(after)
+        exchange = [resume, threads, spill, nregs, ir.Constant(I64, len(self.regs))]
+        opens = b.not_(now_yielding)
         if self.warp_sites:
-            resolve = warps.resolver(self.module)
-            resolved = b.call(resolve, [resume, threads, spill, nregs,
-                                        ir.Constant(I64, len(self.regs))])
-            release.add_incoming(b.not_(b.or_(now_yielding, resolved)), after)
-        else:
-            release.add_incoming(b.not_(now_yielding), after)
+            opens = b.and_(opens, b.not_(b.call(warps.resolver(self.module), exchange)))
+        if self.red_sites:   # the block's bar.red totals, for the threads it releases
+            b.call(barriers.reducer(self.module), [*exchange, opens])
+        release.add_incoming(opens, after)
         next_block = fn.append_basic_block("next_block")
         b.cbranch(now_waiting, phase, next_block)
         b.position_at_end(next_block)
@@ -1310,4 +1312,4 @@ def _from_i64(b, bits, ptype: PtxType):
 
 # Calls, warp instructions, fences and special registers add their handlers (they use the
 # helpers above).
-from . import calls, fences, special_registers, warps  # noqa: E402
+from . import barriers, calls, fences, special_registers, warps  # noqa: E402

@@ -24,16 +24,16 @@ from llvmlite import ir
 from ..ptx_types import TYPES
 from .codegen import _CONTROL, _HANDLERS, I1, I32, I64, P32, P64, NotCompiled, _Mods
 
-__all__ = ["EXCHANGE_SLOTS", "READY", "RESOLVE_IR", "WAITING", "resolver"]
+__all__ = ["EXCHANGE_SLOTS", "READY", "RESOLVE_IR", "WAITING", "resolver", "warp_sync"]
 
 WAITING = 1 << 24      # a thread's turn ended at warp site k: WAITING + k
 READY = 1 << 26        # its group may execute it: READY + k
-EXCHANGE_SLOTS = 6
+EXCHANGE_SLOTS = 7
 # What a thread hands over (the value, its membermask, shfl's b and c), and what the block
 # loop gives it: its group's lane mask and a copy of the value that the group reads (a lane
 # of the group that goes on to its next warp instruction overwrites its value before the
-# lanes after it have read it).
-_VALUE, _MEMBER, _B, _C, _GROUP, _SHARED = range(EXCHANGE_SLOTS)
+# lanes after it have read it). The last slot is bar.red's (barriers.py).
+_VALUE, _MEMBER, _B, _C, _GROUP, _SHARED, RED_SLOT = range(EXCHANGE_SLOTS)
 _U32, _PRED = TYPES["u32"], TYPES["pred"]
 
 
@@ -361,7 +361,8 @@ def _shfl(c, instr, pc: int) -> None:
     meeting.close()
 
 
-def _warp_sync(c, instr, pc: int) -> None:
+def warp_sync(c, instr, pc: int) -> None:
+    """bar.warp.sync (barriers.py hands it over)."""
     mods = _Mods(instr)
     mods.take("warp")
     mods.take("sync")
@@ -372,16 +373,6 @@ def _warp_sync(c, instr, pc: int) -> None:
     _Meeting(c, instr, pc, {}).close()
 
 
-_block_barrier = _HANDLERS["bar"]
-
-
-def _bar(c, instr, pc: int) -> None:
-    if "warp" in instr.modifiers:
-        _warp_sync(c, instr, pc)
-    else:
-        _block_barrier(c, instr, pc)
-
-
 _HANDLERS.update({"shfl": _shfl, "vote": _vote, "activemask": _activemask, "match": _match,
-                  "redux": _redux, "bar": _bar})
+                  "redux": _redux})
 _CONTROL.update({"shfl", "vote", "activemask", "match", "redux"})
