@@ -139,6 +139,68 @@ def test_programs_with_warps_and_calls_agree(differential, toolkit, name, argume
     assert differential.compiled, "no kernel of the test ran compiled"
 
 
+@pytest.fixture(scope="module")
+def control_ptx() -> str:
+    return (instructions.PTX / "native_control.ptx").read_text()
+
+
+def test_calls_through_registers_agree(differential, control_ptx):
+    module = differential.load(control_ptx)
+    out = differential.zeros(64, np.uint32)
+    differential.launch(module, "indirect", (1,), (64,), out, 1000, 0)
+    t = np.arange(64)
+    np.testing.assert_array_equal(differential.download(out, 64, np.uint32),
+                                  np.where(t % 2 == 0, 2 * t, t * t))
+    with pytest.raises(LaunchError) as caught:
+        differential.launch(module, "indirect", (1,), (64,), out, 5, 0x1234)
+    assert caught.value.code == 718
+    assert caught.value.message.startswith("call through 0x1234 by thread (5,0,0)")
+    assert differential.compiled == ["indirect", "indirect"]
+
+
+@pytest.mark.parametrize("kernel,args,code", [("jump", (4,), 801), ("trapping", (3,), 719)])
+def test_jump_tables_and_traps_fail_as_on_the_interpreter(differential, control_ptx, kernel,
+                                                          args, code):
+    module = differential.load(control_ptx)
+    out = differential.zeros(64, np.uint32)
+    if kernel == "jump":
+        differential.launch(module, "jump", (1,), (64,), out, 1000)
+        np.testing.assert_array_equal(differential.download(out, 64, np.uint32),
+                                      10 * (np.arange(64) % 3))
+        args = (out, *args)
+    with pytest.raises(LaunchError) as caught:
+        differential.launch(module, kernel, (1,), (64,), *args)
+    assert caught.value.code == code
+    assert "by thread (4,0,0)" in caught.value.message or kernel == "trapping"
+    assert differential.compiled[-1] == kernel
+
+
+@pytest.mark.parametrize("exited", [96, 80])
+def test_block_reductions_and_warp_syncs_agree(differential, control_ptx, exited):
+    module = differential.load(control_ptx)
+    values = np.random.default_rng(3).integers(1, 60, 96).astype(np.uint32)
+    values[40] = 0
+    out = differential.zeros(96 * 6, np.uint32)
+    differential.launch(module, "reductions", (1,), (96,), differential.upload(values), out,
+                        exited)
+    assert differential.compiled == ["reductions"]
+    got = differential.download(out, 96 * 6, np.uint32).reshape(96, 6)[:exited]
+    alive = values[:exited]
+    np.testing.assert_array_equal(got[:, 0], np.count_nonzero(alive & 1))
+    np.testing.assert_array_equal(got[:, 1], int((alive < 50).all()))
+    np.testing.assert_array_equal(got[:, 2], int((alive == 0).any()))
+    np.testing.assert_array_equal(got[:, 3], np.roll(alive, -1))
+    t = np.arange(exited)
+    lanes = np.zeros(96, np.uint32)
+    lanes[:exited] = alive * 3
+    np.testing.assert_array_equal(got[:, 4], lanes[(t & ~31) + (t + 5) % 32])
+    for w in range(3):
+        mine = t[(t // 32 == w)]
+        even = [k for k in mine if k % 2 == 0]
+        ballot = sum(1 << (k % 32) for k in even if alive[k] < 50)
+        np.testing.assert_array_equal(got[mine, 5], np.where(mine % 2 == 0, ballot, 0))
+
+
 EDGE_WORDS = [0, 1, 2, 31, 32, 33, 64, 0xFFFFFFFF, 0x80000000, 0x7FFFFFFF, 0x7FC00000,
               0xFFC00001, 0x7F800000, 0xFF800000, 0x00000001, 0x807FFFFF, 0x3FC00000,
               0x40200000, 0xC0200000, 0x4F000000, 0xCF000001, 0x5F800000]

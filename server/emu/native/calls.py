@@ -5,16 +5,19 @@ formals and return values, and the caller's `.param` argument variables, at the 
 `local_offsets`); a call copies the arguments into the callee's formals and the return
 copies the results out. Inlined code does the same copies, so the bytes in local memory
 are the interpreter's. A function's registers have one stack slot each for every call of
-it: calls are never recursive here. Recursion, calls through a register and the runtime's
-built-in functions (vprintf, malloc, ...) are left to the interpreter (`NotCompiled`).
+it: calls are never recursive here. A call through a register switches on the address
+over the functions whose address the module takes (each inlined there). Recursion and the
+runtime's built-in functions (vprintf, malloc, ...) are left to the interpreter
+(`NotCompiled`).
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 
-from ..ir import ListOperand, Symbol
+from ..ir import ListOperand, RegisterOperand, Symbol
 from ..ptx_types import TYPES
+from . import control
 from .codegen import _CONTROL, _HANDLERS, I1, I64, P8, NotCompiled, ltype
 
 __all__: list[str] = []
@@ -24,12 +27,54 @@ INLINED_LIMIT = 100_000   # instructions a kernel may inline in all (nested call
 
 def _call(c, instr, pc: int) -> None:
     compiled = c.program.code[pc]
-    if compiled.kind == "icall":
-        raise NotCompiled(f"{instr.text} through a register", instr.line)
-    name = compiled.callee
-    callee = c.program.module.functions[name]
-    if not callee.defined:
-        raise NotCompiled(f"{instr.text} to {name}", instr.line)
+    if compiled.kind not in ("call", "icall"):   # vprintf, malloc, ...: built-ins
+        raise NotCompiled(f"{instr.text} to {_callee(instr)}", instr.line)
+    results, arguments = _lists(instr)
+    after_call = c.blocks[pc + 1]
+    if instr.guard is not None:
+        enter = c.fn.append_basic_block(f"call{pc}")
+        c.b.cbranch(c.read(instr.guard, TYPES["pred"], instr), enter, after_call)
+        c.b = ir.IRBuilder(enter)
+    # Arguments from registers and constants go to the .param variables made for them
+    # (as the interpreter's staged st.param), then every argument is copied to the callee.
+    for operand, var in zip(arguments, compiled.arguments, strict=False):
+        if not _is_param(operand):
+            c.b.store(c.read(operand, var.type, instr), _typed(c, var), align=1)
+    if compiled.kind == "call":
+        _inline(c, instr, pc, compiled, compiled.callee)
+    else:
+        _dispatch(c, instr, pc, compiled)
+    for operand, var in zip(results, compiled.results, strict=False):
+        if not _is_param(operand):
+            c.write(operand, var.type, c.b.load(_typed(c, var), align=1), instr)
+    c.b.branch(after_call)
+
+
+def _dispatch(c, instr, pc: int, compiled) -> None:
+    """A call through a register: each function whose address the module takes is inlined
+    behind a switch on the address; any other address faults (718) as on the interpreter."""
+    target = next(op for op in instr.operands if isinstance(op, RegisterOperand))
+    address = c.read(target, TYPES["u64"], instr)
+    functions = c.program.module.functions
+    candidates = sorted(name for name in c.program.address_taken()
+                        if functions[name].body is not None and not functions[name].is_entry)
+    returned = c.fn.append_basic_block(f"returned{pc}")
+    bad = c.fn.append_basic_block(f"bad_call{pc}")
+    switch = c.b.switch(address, bad)
+    c.b = ir.IRBuilder(bad)
+    control.fail(c, "call", address, instr.line)
+    for name in candidates:
+        block = c.fn.append_basic_block(f"call_{name}")
+        switch.add_case(ir.Constant(I64, c.program.function_addresses[name]), block)
+        c.b = ir.IRBuilder(block)
+        _inline(c, instr, pc, compiled, name)
+        c.b.branch(returned)
+    c.b = ir.IRBuilder(returned)
+
+
+def _inline(c, instr, pc: int, compiled, name: str) -> None:
+    """Enter `name` from self.b: copy the arguments to its formals, its code, copy its
+    return values out; leaves self.b after the return."""
     chain = c.inlining
     if name in chain:
         raise NotCompiled(f"{instr.text}: recursion ({name})", instr.line)
@@ -38,14 +83,9 @@ def _call(c, instr, pc: int) -> None:
     if c.inlined > INLINED_LIMIT:
         raise NotCompiled(f"{instr.text}: more than {INLINED_LIMIT} instructions inlined",
                           instr.line)
-    results, arguments = _lists(instr)
-    after_call = c.blocks[pc + 1]
-    if instr.guard is not None:
-        enter = c.fn.append_basic_block(f"call{pc}")
-        c.b.cbranch(c.read(instr.guard, TYPES["pred"], instr), enter, after_call)
-        c.b = ir.IRBuilder(enter)
-    for operand, formal in zip(arguments, callee.params, strict=False):
-        _pass(c, instr, operand, formal, into_formal=True)
+    callee = c.program.module.functions[name]
+    for formal, var in zip(callee.params, compiled.arguments, strict=False):
+        _copy(c, formal, var)
     outer = (c.blocks, c.returns)
     returned = c.fn.append_basic_block(f"return{pc}")
     c.returns = returned
@@ -54,13 +94,19 @@ def _call(c, instr, pc: int) -> None:
     c.inlining = chain
     c.blocks, c.returns = outer
     c.b = ir.IRBuilder(returned)
-    for operand, formal in zip(results, callee.returns, strict=False):
-        _pass(c, instr, operand, formal, into_formal=False)
-    c.b.branch(after_call)
+    for var, value in zip(compiled.results, callee.returns, strict=False):
+        _copy(c, var, value)
+
+
+def _callee(instr) -> str:
+    operands = list(instr.operands)
+    if operands and isinstance(operands[0], ListOperand):
+        operands.pop(0)
+    return getattr(operands[0], "name", "?") if operands else "?"
 
 
 def _lists(instr) -> tuple[list, list]:
-    """(results, arguments) of a direct call, as the interpreter's `call` reads them."""
+    """(results, arguments) of a call, as the interpreter's `call` reads them."""
     operands = list(instr.operands)
     results: list = []
     if operands and isinstance(operands[0], ListOperand):
@@ -71,27 +117,24 @@ def _lists(instr) -> tuple[list, list]:
     return results, arguments
 
 
-def _pass(c, instr, operand, formal, into_formal: bool) -> None:
-    """An argument into the callee's formal, or a return value out to the caller: a .param
-    variable's bytes (as many as both have), or a register or constant through the
-    formal's type (what the interpreter's staged st.param / ld.param do)."""
-    b = c.b
-    offsets = c.kernel.local_offsets
-    at = b.gep(c.local, [ir.Constant(I64, offsets[id(formal)])])
-    if isinstance(operand, Symbol) and operand.variable is not None \
-            and operand.variable.space == "param":
-        var = operand.variable
-        other = b.gep(c.local, [ir.Constant(I64, offsets[id(var)])])
-        source, destination = (other, at) if into_formal else (at, other)
-        b.call(_memcpy(c.module), [destination, source,
-                                   ir.Constant(I64, min(var.size, formal.size)),
-                                   ir.Constant(I1, 0)])
-        return
-    typed = b.bitcast(at, ltype(formal.type).as_pointer())
-    if into_formal:
-        b.store(c.read(operand, formal.type, instr), typed, align=1)
-    else:
-        c.write(operand, formal.type, b.load(typed, align=1), instr)
+def _is_param(operand) -> bool:
+    return isinstance(operand, Symbol) and operand.variable is not None \
+        and operand.variable.space == "param"
+
+
+def _at(c, var):
+    return c.b.gep(c.local, [ir.Constant(I64, c.kernel.local_offsets[id(var)])])
+
+
+def _typed(c, var):
+    return c.b.bitcast(_at(c, var), ltype(var.type).as_pointer())
+
+
+def _copy(c, destination, source) -> None:
+    """A .param variable's bytes into another (as many as both have): a call's frame copy."""
+    size = min(destination.size, source.size)
+    c.b.call(_memcpy(c.module), [_at(c, destination), _at(c, source), ir.Constant(I64, size),
+                                 ir.Constant(I1, 0)])
 
 
 def _memcpy(module: ir.Module) -> ir.Function:

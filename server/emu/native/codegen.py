@@ -472,6 +472,10 @@ class _KernelCompiler:
     def _symbol(self, symbol: Symbol, instr):
         """(space, i64 address in that space) of a variable named as a value."""
         var = symbol.variable or self.program.module.variables.get(symbol.name)
+        if var is None and symbol.name in self.program.function_addresses:
+            # a device function's address (function pointers, calls through registers)
+            address = self.program.function_addresses[symbol.name] + symbol.offset
+            return "global", ir.Constant(I64, address)
         if var is None:
             raise NotCompiled(f"{instr.text}: symbol {symbol.name}", instr.line)
         offset = symbol.offset
@@ -1310,6 +1314,6 @@ def _from_i64(b, bits, ptype: PtxType):
     return b.bitcast(value, ltype(ptype)) if ptype.name in ("f32", "f64") else value
 
 
-# Calls, warp instructions, fences and special registers add their handlers (they use the
-# helpers above).
-from . import barriers, calls, fences, special_registers, warps  # noqa: E402
+# Calls, warp instructions, barriers, branches, fences and special registers add their
+# handlers (they use the helpers above).
+from . import barriers, calls, control, fences, special_registers, warps  # noqa: E402, F401

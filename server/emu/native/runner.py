@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import LaunchError
 from ..memory import DENIED
 from ..spaces import STRAYS_ALLOWED, STRAYS_FAULT, out_of_bounds
+from . import control
 from .codegen import FAULTED, SPACES, STOPPED, SYMBOL_SLOT, WHY
 from .special_registers import CLOCK_SLOTS, clock_slots
 
@@ -132,6 +133,12 @@ def _describe(prepared, memory, address, size, need, line, space, why, block, th
 
 def _message(fault: np.ndarray, prepared, memory) -> str:
     values = [int(v) for v in fault]
+    described = control.describe(values[8], values[1])
+    if described is not None:
+        from ..executor import fault_message
+        return fault_message(*described, _coordinates(values[6], prepared.block),
+                             _coordinates(values[5], prepared.grid), prepared.kernel_name,
+                             values[4])
     return _describe(prepared, memory, values[1], values[2], values[3], values[4],
                      SPACES[values[7]], WHY[values[8]], values[5], values[6], values[9])
 
