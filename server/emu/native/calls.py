@@ -6,9 +6,9 @@ formals and return values, and the caller's `.param` argument variables, at the 
 copies the results out. Inlined code does the same copies, so the bytes in local memory
 are the interpreter's. A function's registers have one stack slot each for every call of
 it: calls are never recursive here. A call through a register switches on the address
-over the functions whose address the module takes (each inlined there). Recursion and the
-runtime's built-in functions (vprintf, malloc, ...) are left to the interpreter
-(`NotCompiled`).
+over the functions whose address the module takes (each inlined there). printf and assert
+go to device_io.py. Recursion and the device runtime's functions (malloc, launches, ...)
+are left to the interpreter (`NotCompiled`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from llvmlite import ir
 
 from ..ir import ListOperand, RegisterOperand, Symbol
 from ..ptx_types import TYPES
-from . import control
+from . import control, device_io
 from .codegen import _CONTROL, _HANDLERS, I1, I64, P8, NotCompiled, ltype
 
 __all__: list[str] = []
@@ -27,14 +27,19 @@ INLINED_LIMIT = 100_000   # instructions a kernel may inline in all (nested call
 
 def _call(c, instr, pc: int) -> None:
     compiled = c.program.code[pc]
-    if compiled.kind not in ("call", "icall"):   # vprintf, malloc, ...: built-ins
-        raise NotCompiled(f"{instr.text} to {_callee(instr)}", instr.line)
     results, arguments = _lists(instr)
-    after_call = c.blocks[pc + 1]
+    builtin = compiled.kind not in ("call", "icall")   # vprintf, malloc, ...
+    # a call ends the interpreter's basic block; a built-in is an op within one
+    after_call = c.fn.append_basic_block(f"after{pc}") if builtin else c.blocks[pc + 1]
     if instr.guard is not None:
         enter = c.fn.append_basic_block(f"call{pc}")
         c.b.cbranch(c.read(instr.guard, TYPES["pred"], instr), enter, after_call)
         c.b = ir.IRBuilder(enter)
+    if builtin:
+        device_io.lower(c, instr, _callee(instr), arguments, results)
+        c.b.branch(after_call)
+        c.b = ir.IRBuilder(after_call)
+        return
     # Arguments from registers and constants go to the .param variables made for them
     # (as the interpreter's staged st.param), then every argument is copied to the callee.
     for operand, var in zip(arguments, compiled.arguments, strict=False):

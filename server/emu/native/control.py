@@ -1,13 +1,19 @@
 """brx.idx and trap, and the faults of control flow in compiled code (not memory
 accesses): a call through an address that is no device function (calls.py), brx.idx past
-its table, trap. The thread records the code, the address and the line with a `why` past
-codegen's memory reasons; the runner words the message as the interpreter's Fault does."""
+its table, trap, a printf string outside memory (device_io.py). The thread records the
+code, the address and the line with a `why` past codegen's memory reasons; the runner words
+the message as the interpreter's Fault does."""
 
 from __future__ import annotations
 
 from llvmlite import ir
 
-from ..errors import CUDA_ERROR_INVALID_PC, CUDA_ERROR_LAUNCH_FAILED, CUDA_ERROR_NOT_SUPPORTED
+from ..errors import (
+    CUDA_ERROR_ILLEGAL_ADDRESS,
+    CUDA_ERROR_INVALID_PC,
+    CUDA_ERROR_LAUNCH_FAILED,
+    CUDA_ERROR_NOT_SUPPORTED,
+)
 from ..ptx_types import TYPES
 from .codegen import _CONTROL, _HANDLERS, FAULTED, I32, I64, WHY, NotCompiled, _Mods
 
@@ -20,6 +26,8 @@ _FAULTS = {
     "brx": (CUDA_ERROR_NOT_SUPPORTED, "brx.idx index out of range",
             "branch index beyond the target list"),
     "trap": (CUDA_ERROR_LAUNCH_FAILED, "trap instruction executed", "kernel trapped"),
+    "pointer": (CUDA_ERROR_ILLEGAL_ADDRESS, "Invalid __global__ read at 0x{address:x}",
+                "device library string or argument pointer is out of bounds"),
 }
 _KINDS = list(_FAULTS)
 

@@ -10,10 +10,11 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
+from ..device_printf import DEFAULT_PRINTF_FIFO_BYTES
 from ..errors import LaunchError
 from ..memory import DENIED
 from ..spaces import STRAYS_ALLOWED, STRAYS_FAULT, out_of_bounds
-from . import control
+from . import control, device_io
 from .codegen import FAULTED, SPACES, STOPPED, SYMBOL_SLOT, WHY
 from .special_registers import CLOCK_SLOTS, clock_slots
 
@@ -43,16 +44,31 @@ class NativeKernel:
         self.sites = sites
 
     def run(self, prepared, params: bytes, memory, checker, strays: str, threads: int,
-            cancelled) -> str:
-        """Run every block; returns the checker's report of a stray access ("" if none).
-        Raises LaunchError as the interpreter does, and the executor's LaunchCancelled once
-        `cancelled` is set."""
+            cancelled, printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES) -> tuple[str, str]:
+        """Run every block; returns the printf output and the checker's report of a stray
+        access ("" if none). Raises LaunchError as the interpreter does, and the executor's
+        LaunchCancelled once `cancelled` is set."""
+        launch = np.zeros(SYMBOL_SLOT + len(self.symbols), np.int64)
+        if not device_io.uses_callback(prepared.kernel):
+            return "", self._run(launch, prepared, params, memory, checker, strays, threads,
+                                 cancelled, None)
+        launch[device_io.CALLBACK_SLOT] = device_io.callback_address()
+        with device_io.Sink(launch.ctypes.data, prepared, memory, params,
+                            printf_fifo_bytes) as sink:
+            report = self._run(launch, prepared, params, memory, checker, strays, threads,
+                               cancelled, sink)
+        failure = sink.failure(report)
+        if failure is not None:
+            raise failure
+        return sink.output(), report
+
+    def _run(self, launch, prepared, params, memory, checker, strays, threads, cancelled,
+             sink) -> str:
         grid, block = prepared.grid, prepared.block
         nthreads = block[0] * block[1] * block[2]
         nblocks = grid[0] * grid[1] * grid[2]
         parameters = np.frombuffer(params, np.uint8) if params else np.zeros(1, np.uint8)
         table = memory.native_table()
-        launch = np.zeros(SYMBOL_SLOT + len(self.symbols), np.int64)
         launch[0:6] = (*grid, *block)
         launch[6:10] = (parameters.ctypes.data, len(params), table.ctypes.data, len(table))
         launch[11] = _STRAY_MODE.get(strays, 1)
@@ -103,6 +119,7 @@ class NativeKernel:
         if faults:
             first = min(faults, key=lambda f: (int(f[5]), int(f[6])))
             raise LaunchError(int(first[0]), _message(first, prepared, memory),
+                              output=sink.output() if sink is not None else "",
                               diagnostics=_stray_report(launch, prepared, memory, checker))
         if launch[10] == 1 or (cancelled is not None and cancelled.is_set()):
             from ..executor import LaunchCancelled
