@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import test_conformance as conformance
 import test_instructions as instructions
+import test_printf_assert as printf_assert
 from conftest import Device
 
 from vgpu.server.emu import LaunchError, native, prepare
@@ -136,6 +137,18 @@ def test_device_function_calls_agree(differential, toolkit):
     ("test_cooperative_groups_tiles", ("compute_80",))])
 def test_programs_with_warps_and_calls_agree(differential, toolkit, name, arguments):
     getattr(conformance, name)(differential, toolkit, *arguments)
+    assert differential.compiled, "no kernel of the test ran compiled"
+
+
+@pytest.mark.parametrize("name", [
+    "test_printf_matches_c_printf", "test_printf_order_is_block_then_thread",
+    "test_assert_fails_launch_with_code_710",
+    "test_every_failing_thread_gets_its_assert_line_in_order",
+    "test_passing_asserts_do_not_fail"])
+def test_printf_and_assert_agree(differential, toolkit, tmp_path, name):
+    """Output, order, assert lines and the failed launch's message, as the interpreter's."""
+    test = getattr(printf_assert, name)
+    test(differential, toolkit, *([tmp_path] if "c_printf" in name else []))
     assert differential.compiled, "no kernel of the test ran compiled"
 
 
