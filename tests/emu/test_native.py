@@ -102,7 +102,7 @@ CONFORMANCE_TESTS = [
     ("test_exited_threads_do_not_block_barriers", ()), ("test_many_blocks_run_in_chunks", ()),
     ("test_warp_reduction", ()), ("test_shuffles", ()), ("test_votes_and_ballot", ()),
     ("test_block_wide_votes", ()), ("test_histogram_shared_and_global_atomics", ()),
-    ("test_prefix_scan", ()), ("test_atomics", ()),
+    ("test_prefix_scan", ()),
     ("test_templated_kernels", ("scale_shift<float>", np.float32, 1.5, -0.25)),
     ("test_templated_kernels", ("scale_shift<long long>", np.int64, 1 << 35, 11)),
 ]
