@@ -6,7 +6,8 @@ Every figure is a ratio against a baseline measured in the same run: a warp-shuf
 reduction of 4M integers (shfl.down, a warp's atomicAdd) against numpy's `x.sum()`, and the
 one-thread Collatz walk with its step in a `__noinline__` device function (a call per
 iteration, inlined by the compiler) against the same loop compiled by the host's C compiler.
-The interpreter's figures are in the table too (the walk on a shorter range, scaled).
+The interpreter's figures are in the table too (the walk on a shorter range, scaled), and
+the shuffles alone (65536 threads, five shfl.down each) against the interpreter.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ __global__ void warp_sum(const int* x, unsigned long long* total, int n) {
     long long s = 0;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
         s += x[i];
+    for (int offset = 16; offset > 0; offset >>= 1)
+        s += __shfl_down_sync(0xffffffffu, s, offset);
+    if ((threadIdx.x & 31) == 0) atomicAdd(total, (unsigned long long)s);
+}
+__global__ void shuffles(unsigned long long* total) {
+    long long s = threadIdx.x;
     for (int offset = 16; offset > 0; offset >>= 1)
         s += __shfl_down_sync(0xffffffffu, s, offset);
     if ((threadIdx.x & 31) == 0) atomicAdd(total, (unsigned long long)s);
@@ -77,8 +84,18 @@ def main() -> None:
     rows.append(row("  interpreter", run(interpreted, device, "warp_sum", (256,), (256,),
                                          params), baseline))
 
+    # the shuffles alone: 65536 threads x 5, against the interpreter
+    params = total.to_bytes(8, "little")
+    interpreter = run(interpreted, device, "shuffles", (256,), (256,), params)
+    rows.append(row("5 shuffles in each of 65536 threads (256 blocks): interpreter",
+                    interpreter, None))
+    native.configure(enabled=True)
+    rows.append(row("  compiled, 1 thread", run(module, device, "shuffles", (256,), (256,),
+                                                params), interpreter))
+
     out = device.upload(np.zeros(1, np.uint64))
     short = out.to_bytes(8, "little") + INTERPRETED_LIMIT.to_bytes(4, "little")
+    native.configure(enabled=False)
     interpreter = timed(lambda: prepare(interpreted, "collatz_calls", 1, 1).run(
         short, device.memory), 3)
     short_steps = loops.collatz(INTERPRETED_LIMIT)
