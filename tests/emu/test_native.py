@@ -214,6 +214,33 @@ def test_block_reductions_and_warp_syncs_agree(differential, control_ptx, exited
         np.testing.assert_array_equal(got[mine, 5], np.where(mine % 2 == 0, ballot, 0))
 
 
+@pytest.mark.parametrize("uniform", [False, True])
+def test_warp_reductions_matches_and_masks_agree(differential, control_ptx, uniform):
+    module = differential.load(control_ptx)
+    values = np.random.default_rng(4).integers(-100, 100, 64).astype(np.int32)
+    if uniform:
+        values[16:32] = 2 * values[16:32]     # even: match.all holds in that half-warp
+    out = differential.zeros(64 * 8, np.uint32)
+    differential.launch(module, "warp_forms", (1,), (64,), differential.upload(values), out)
+    assert differential.compiled == ["warp_forms"]
+    got = differential.download(out, 64 * 8, np.uint32).reshape(64, 8)
+    odd = values & 1
+    for half in range(4):
+        rows = slice(16 * half, 16 * half + 16)
+        part = values[rows]
+        np.testing.assert_array_equal(got[rows, 0].view(np.int32), part.min())
+        np.testing.assert_array_equal(got[rows, 1], part.view(np.uint32).max())
+        np.testing.assert_array_equal(got[rows, 2].view(np.int32), part.sum())
+        same = len(set(odd[rows])) == 1
+        mask = 0xFFFF << (16 * (half % 2))
+        np.testing.assert_array_equal(got[rows, 3], mask if same else 0)
+        np.testing.assert_array_equal(got[rows, 4], int(same))
+    for warp in range(2):
+        rows = slice(32 * warp, 32 * warp + 32)
+        active = sum(1 << k for k in range(32) if odd[32 * warp + k])
+        np.testing.assert_array_equal(got[rows, 5], np.where(odd[rows] == 1, active, 0))
+
+
 EDGE_WORDS = [0, 1, 2, 31, 32, 33, 64, 0xFFFFFFFF, 0x80000000, 0x7FFFFFFF, 0x7FC00000,
               0xFFC00001, 0x7F800000, 0xFF800000, 0x00000001, 0x807FFFFF, 0x3FC00000,
               0x40200000, 0xC0200000, 0x4F000000, 0xCF000001, 0x5F800000]

@@ -16,7 +16,7 @@ from llvmlite import ir
 
 from ..ptx_types import TYPES
 from .codegen import _HANDLERS, I1, I32, I64, P32, P64, NotCompiled, _barrier, _Mods
-from .warps import RED_SLOT, WAITING, warp_sync
+from .warps import RED_SLOT, WAITING, exchange_base, warp_sync
 
 __all__ = ["REDUCE_IR", "reducer"]
 
@@ -122,12 +122,12 @@ def _reduce(c, instr, pc: int) -> None:
     b = c.b
     predicate = b.zext(c.read(instr.operands[-1], TYPES["pred"], instr), I64)
     c.red_sites += 1
-    slot = b.gep(c.spill, [ir.Constant(I64, len(c.regs) + RED_SLOT)])
+    slot = b.gep(c.spill, [ir.Constant(I64, exchange_base(c) + RED_SLOT)])
     b.store(b.add(predicate, ir.Constant(I64, 2)), slot)
     resumed = c.fn.append_basic_block(f"bar_red{pc}")
     _wait(c, instr, pc, resumed)
     c.b = b = ir.IRBuilder(resumed)
-    slot = b.gep(c.spill, [ir.Constant(I64, len(c.regs) + RED_SLOT)])
+    slot = b.gep(c.spill, [ir.Constant(I64, exchange_base(c) + RED_SLOT)])
     totals = b.load(slot)
     b.store(ir.Constant(I64, 0), slot)
     arrived = b.trunc(totals, I32)

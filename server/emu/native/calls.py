@@ -22,7 +22,7 @@ from .codegen import _CONTROL, _HANDLERS, I1, I64, P8, NotCompiled, ltype
 
 __all__: list[str] = []
 
-INLINED_LIMIT = 100_000   # instructions a kernel may inline in all (nested calls multiply)
+INLINED_LIMIT = 20_000    # instructions a kernel may inline in all (LLVM compile time grows)
 
 
 def _call(c, instr, pc: int) -> None:

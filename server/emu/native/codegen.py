@@ -391,7 +391,7 @@ class _KernelCompiler:
         after = fn.append_basic_block("phase_end")
         b.cbranch(b.icmp_unsigned("<", b.add(t, one), threads), loop, after)
         b.position_at_end(after)
-        exchange = [resume, threads, spill, nregs, ir.Constant(I64, len(self.regs))]
+        exchange = [resume, threads, spill, nregs, ir.Constant(I64, warps.exchange_base(self))]
         opens = b.not_(now_yielding)
         if self.warp_sites:
             opens = b.and_(opens, b.not_(b.call(warps.resolver(self.module), exchange)))

@@ -24,7 +24,8 @@ from llvmlite import ir
 from ..ptx_types import TYPES
 from .codegen import _CONTROL, _HANDLERS, I1, I32, I64, P32, P64, NotCompiled, _Mods
 
-__all__ = ["EXCHANGE_SLOTS", "READY", "RESOLVE_IR", "WAITING", "resolver", "warp_sync"]
+__all__ = ["EXCHANGE_SLOTS", "READY", "RESOLVE_IR", "WAITING", "exchange_base", "resolver",
+           "warp_sync"]
 
 WAITING = 1 << 24      # a thread's turn ended at warp site k: WAITING + k
 READY = 1 << 26        # its group may execute it: READY + k
@@ -35,6 +36,11 @@ EXCHANGE_SLOTS = 7
 # lanes after it have read it). The last slot is bar.red's (barriers.py).
 _VALUE, _MEMBER, _B, _C, _GROUP, _SHARED, RED_SLOT = range(EXCHANGE_SLOTS)
 _U32, _PRED = TYPES["u32"], TYPES["pred"]
+
+
+def exchange_base(c) -> int:
+    """The first exchange slot in a thread's row of the spill buffer (after its registers)."""
+    return c.spill_stride() - EXCHANGE_SLOTS
 
 
 def resolver(module: ir.Module) -> ir.Function:
@@ -143,8 +149,8 @@ class _Meeting:
             self.skip = c.fn.append_basic_block(f"warp_skip{pc}")
             c.b.cbranch(c.read(instr.guard, _PRED, instr), go, self.skip)
             c.b = ir.IRBuilder(go)
-        self.base = len(c.regs)
-        self.stride = self.base + EXCHANGE_SLOTS
+        self.stride = c.spill_stride()
+        self.base = exchange_base(c)
         for slot, value in values.items():
             c.b.store(value, self._own(slot))
         resumed = c.fn.append_basic_block(f"warp_group{pc}")
