@@ -133,10 +133,8 @@ class _KernelCompiler:
         self.param_offsets = {id(p): o for p, o in kernel_param_layout(self.fn_ir.params)}
         self.module = ir.Module(name=name)
         self.module.triple = ""
-        # Where a thread resumes: the pc after each barrier (resume number k + 1) and the
-        # loop head of each yield (YIELDED + k).
-        self.barriers = 0
-        self.yields = 0
+        self.barriers = 0   # a thread waiting at the k-th barrier returns k (from 1)
+        self.yields = 0     # one yielding at the k-th loop check returns YIELDED + k
         # (resume number, block it continues in, registers it restores) of every place a
         # thread's turn can end and resume
         self.resumes: list[tuple[int, ir.Block, list]] = []
@@ -151,7 +149,7 @@ class _KernelCompiler:
         self.live: dict[int, set[int]] | None = None   # pc -> registers live on entry
 
     # -- module ------------------------------------------------------------------------------
-    def build(self) -> tuple[str, list[str], int]:
+    def build(self) -> tuple[str, list[str], int, int]:
         self.lookup = ir.Function(self.module, ir.FunctionType(
             P8, [P64, I64, I64, I64, P64, P64, I64, I64]), "vgpu_lookup")
         self.record = ir.Function(self.module, ir.FunctionType(
