@@ -2,10 +2,13 @@
 
 A DifferentialDevice runs every launch twice from the same memory, on the interpreter and
 compiled, and requires the same outcome: the same bytes in every allocation, or the same
-error (code, message, output). The instruction and conformance tests run on it with their
-own inputs and assertions; each must have run at least one kernel compiled, so the
-comparison is never between two interpreter runs. The rest: fallback with one log line,
-the disk cache, faults, cancelling, blocks on several threads, `vgpu server --threads`.
+error (code, message, output). The instruction, conformance, printf/assert and program
+tests (CUB, cooperative groups, a spin lock between lanes) run on it with their own inputs
+and assertions; each must have run at least one kernel compiled, so the comparison is never
+between two interpreter runs. native_control.ptx adds what those do not reach (calls
+through registers, jump tables, traps, bar.red, __syncwarp, warp reductions and matches),
+each checked against host values too. The rest: fallback with one log line, the disk
+cache, faults, cancelling, blocks on several threads, `vgpu server --threads`.
 """
 
 from __future__ import annotations
