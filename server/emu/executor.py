@@ -202,7 +202,8 @@ class PreparedLaunch:
             strays = STRAYS_ALLOWED
         if self.native is not None:
             printf, report = self.native.run(self, params, memory, checker, strays,
-                                             native.threads(), cancelled, printf_fifo_bytes)
+                                             native.threads(), cancelled, printf_fifo_bytes,
+                                             runtime)
             return LaunchResult(printf, 0, report)
         # Parameter space is read-only to kernels (spaces.locate refuses stores), so the
         # caller's bytes are used as they are.

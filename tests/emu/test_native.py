@@ -19,6 +19,7 @@ import threading
 import numpy as np
 import pytest
 import test_conformance as conformance
+import test_device_runtime as device_runtime
 import test_instructions as instructions
 import test_printf_assert as printf_assert
 from conftest import Device
@@ -126,6 +127,19 @@ def test_special_registers_compiled():
     instructions.test_special_registers(device)
     module = device.load((instructions.PTX / "special.ptx").read_text())
     assert prepare(module, "special", (2,), (4, 3), 96).native is not None
+
+
+def test_malloc_and_free_compiled():
+    """The device heap's tests (NULL once full, lane order, freed blocks reused, bad and
+    double frees fault with the heap's message) on compiled kernels."""
+    native.configure(enabled=True)
+    device = Device()
+    device_runtime.test_malloc_returns_null_once_the_heap_is_full_and_reuses_freed_blocks(
+        device)
+    device_runtime.test_freeing_what_malloc_did_not_return_or_twice_faults(device)
+    module = device.load(device_runtime.HEAP_PTX)
+    assert prepare(module, "grab", 1, 16).native is not None
+    assert prepare(module, "release", 1, 1).native is not None
 
 
 def test_device_function_calls_agree(differential, toolkit):

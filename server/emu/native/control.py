@@ -17,7 +17,7 @@ from ..errors import (
 from ..ptx_types import TYPES
 from .codegen import _CONTROL, _HANDLERS, FAULTED, I32, I64, WHY, NotCompiled, _Mods
 
-__all__ = ["describe", "fail"]
+__all__ = ["describe", "fail", "is_runtime"]
 
 # why -> (code, head, reason); why numbers follow codegen's WHY
 _FAULTS = {
@@ -28,6 +28,8 @@ _FAULTS = {
     "trap": (CUDA_ERROR_LAUNCH_FAILED, "trap instruction executed", "kernel trapped"),
     "pointer": (CUDA_ERROR_ILLEGAL_ADDRESS, "Invalid __global__ read at 0x{address:x}",
                 "device library string or argument pointer is out of bounds"),
+    # a bad free: the runner raises the heap's own error, which device_io keeps
+    "runtime": (CUDA_ERROR_ILLEGAL_ADDRESS, "device runtime call failed", ""),
 }
 _KINDS = list(_FAULTS)
 
@@ -40,6 +42,11 @@ def fail(c, kind: str, address, line: int) -> None:
                         ir.Constant(I64, line), zero,
                         ir.Constant(I64, len(WHY) + _KINDS.index(kind))])
     c.b.ret(ir.Constant(I32, FAULTED))
+
+
+def is_runtime(why: int) -> bool:
+    """Whether a fault record's `why` is a failed device-runtime call (device_io.py)."""
+    return why == len(WHY) + _KINDS.index("runtime")
 
 
 def describe(why: int, address: int) -> tuple[str, str] | None:

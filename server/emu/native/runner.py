@@ -44,7 +44,8 @@ class NativeKernel:
         self.sites = sites
 
     def run(self, prepared, params: bytes, memory, checker, strays: str, threads: int,
-            cancelled, printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES) -> tuple[str, str]:
+            cancelled, printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES,
+            runtime=None) -> tuple[str, str]:
         """Run every block; returns the printf output and the checker's report of a stray
         access ("" if none). Raises LaunchError as the interpreter does, and the executor's
         LaunchCancelled once `cancelled` is set."""
@@ -54,7 +55,7 @@ class NativeKernel:
                                  cancelled, None)
         launch[device_io.CALLBACK_SLOT] = device_io.callback_address()
         with device_io.Sink(launch.ctypes.data, prepared, memory, params,
-                            printf_fifo_bytes) as sink:
+                            printf_fifo_bytes, runtime) as sink:
             report = self._run(launch, prepared, params, memory, checker, strays, threads,
                                cancelled, sink)
         failure = sink.failure(report)
@@ -118,6 +119,9 @@ class NativeKernel:
                 future.result()
         if faults:
             first = min(faults, key=lambda f: (int(f[5]), int(f[6])))
+            if sink is not None and sink.error is not None and control.is_runtime(first[8]):
+                raise LaunchError(sink.error.code, sink.error.message, output=sink.output(),
+                                  diagnostics=_stray_report(launch, prepared, memory, checker))
             raise LaunchError(int(first[0]), _message(first, prepared, memory),
                               output=sink.output() if sink is not None else "",
                               diagnostics=_stray_report(launch, prepared, memory, checker))
