@@ -257,6 +257,30 @@ def test_warp_reductions_matches_and_masks_agree(differential, control_ptx, unif
         np.testing.assert_array_equal(got[rows, 5], np.where(odd[rows] == 1, active, 0))
 
 
+def test_half_precision_atomics_agree(differential, control_ptx):
+    module = differential.load(control_ptx)
+    rng = np.random.default_rng(5)
+    halves = rng.standard_normal(128).astype(np.float16)
+    halves[:4] = [6e-8, -6e-8, 65504, 1e-3]       # subnormals, the largest, one rounding
+    brains = (rng.standard_normal(64).astype(np.float32).view(np.uint32) >> 16).astype(
+        np.uint16)
+    inputs = np.zeros((64, 4), np.uint16)
+    inputs[:, 0] = halves[:64].view(np.uint16)
+    inputs[:, 1] = brains
+    inputs[:, 2:] = halves[64:].view(np.uint16).reshape(32, 2).repeat(2, 0)
+    cells = differential.zeros(8, np.uint16)
+    out = differential.zeros(64 * 4, np.uint32)
+    differential.launch(module, "half_sums", (1,), (64,), cells, differential.upload(inputs),
+                        out)
+    assert differential.compiled == ["half_sums"]
+    got = differential.download(out, 64 * 4, np.uint32).reshape(64, 4)
+    running = np.float16(0)
+    for t in range(64):                         # the old value each thread saw
+        assert got[t, 0] == np.array(running).view(np.uint16)
+        running = np.float16(np.float32(running) + np.float32(halves[t]))
+    np.testing.assert_array_equal(got[:, 2], np.arange(64))   # each swap finds its index
+
+
 EDGE_WORDS = [0, 1, 2, 31, 32, 33, 64, 0xFFFFFFFF, 0x80000000, 0x7FFFFFFF, 0x7FC00000,
               0xFFC00001, 0x7F800000, 0xFF800000, 0x00000001, 0x807FFFFF, 0x3FC00000,
               0x40200000, 0xC0200000, 0x4F000000, 0xCF000001, 0x5F800000]

@@ -1314,4 +1314,12 @@ def _from_i64(b, bits, ptype: PtxType):
 
 # Calls, warp instructions, barriers, branches, fences and special registers add their
 # handlers (they use the helpers above).
-from . import barriers, calls, control, fences, special_registers, warps  # noqa: E402, F401
+from . import (  # noqa: E402, F401
+    barriers,
+    calls,
+    control,
+    fences,
+    half_atomics,
+    special_registers,
+    warps,
+)
