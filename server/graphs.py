@@ -9,6 +9,14 @@ in a graph is a short list of calls, and only in shapes that name nothing outsid
 session: copies to or from host memory only through the session's pinned segments. A graph
 is journaled ("graph", handle, context, segments), so checkpoints, restores and migrations
 keep it; its calls are not run by a restore, only kept.
+
+A conditional node is one call, `vgpuGraphConditional` [condition address, type, body
+segments]: it reads the condition's 4 bytes of device memory (which kernels set with
+cudaGraphSetConditional) once the work before it on the launch's stream has run, and runs
+the body segment it selects (IF: the first when nonzero, else the second if any; SWITCH:
+the one the value numbers, if any), or for WHILE the body as long as the value is nonzero.
+Body segments are not launched by the client; each comes after the segment that names it,
+so no body runs itself.
 """
 
 from __future__ import annotations
@@ -25,11 +33,16 @@ __all__ = ["GraphExecs", "GRAPH_OPS"]
 
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_NOT_SUPPORTED = 801
 # Calls a graph may hold -> the index of their stream argument (the launch's stream goes
 # there at each launch), or None.
+CONDITIONAL = "vgpuGraphConditional"
 GRAPH_CALLS = {"cuLaunchKernel": 8, "cuEventRecord": 1, "cuStreamWaitEvent": 0,
                "cuMemcpyHtoD": None, "cuMemcpyDtoH": None, "cuMemcpyDtoD": None,
-               "vgpuMemset": None}
+               "vgpuMemset": None, CONDITIONAL: None}
+# Conditional node types
+IF, WHILE, SWITCH = 0, 1, 2
+MAX_CONDITIONAL_DEPTH = 32  # conditional nodes nested in each other's bodies
 # Where a copy's host side is named: (op, index of its location argument).
 HOST_SIDES = {"cuMemcpyHtoD": 1, "cuMemcpyDtoH": 2}
 # Bounds on what a session's graphs may make the server keep.
@@ -61,6 +74,12 @@ def _checked_call(call) -> tuple[list, int]:
     if op_name not in GRAPH_CALLS or not isinstance(args, list | tuple):
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{str(op_name)[:40]!r} cannot be part of a "
                                                   f"graph")
+    if op_name == CONDITIONAL:
+        address, kind, bodies = args
+        if not (isinstance(address, int) and kind in (IF, WHILE, SWITCH)
+                and isinstance(bodies, list | tuple) and bodies
+                and all(isinstance(b, int) for b in bodies)):
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, "malformed conditional node")
     side = HOST_SIDES.get(op_name)
     if side is not None:
         spec = args[side]
@@ -86,10 +105,11 @@ class GraphExecs:
         if sum(len(segment) for segment in segments) > MAX_CALLS_PER_GRAPH:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
                             f"a graph may hold {MAX_CALLS_PER_GRAPH} calls at most")
-        for segment in segments:
+        for index, segment in enumerate(segments):
             calls = []
             for call in segment:
                 checked, cost = _checked_call(call)
+                self._check_conditional(checked, index, len(segments))
                 calls.append(checked)
                 size += cost
             kept.append(calls)
@@ -99,6 +119,19 @@ class GraphExecs:
         self.bytes += size
         self.execs.add(handle, GraphExec(context, kept, size))
         self.session.journal.created("graph", handle, context, kept)
+
+    def _check_conditional(self, call: list, segment: int, segments: int) -> None:
+        """A conditional node's bodies are segments after the one holding it, and only a
+        backend whose kernels set conditions in device memory (the emulator's device
+        runtime) runs them."""
+        if call[0] != CONDITIONAL:
+            return
+        if not self.session.backend.conditions_in_memory:
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"the {self.session.backend.name} "
+                                                      f"backend has no conditional nodes")
+        if not all(segment < body < segments for body in call[1][2]):
+            raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                            "a conditional node's bodies must be later segments of its graph")
 
     @op("vgpuGraphLaunch")
     def launch(self, handle: int, segment: int, stream: int):
@@ -113,18 +146,56 @@ class GraphExecs:
         # stream (its kernels run on that stream's lane), as copies issued on it would.
         issued_on, session.scope_stream = session.scope_stream, stream
         try:
-            for op_name, args in graph.segments[segment]:
-                if session.cancelled:  # its client is gone: stop between calls too
-                    raise Cancelled
-                place = GRAPH_CALLS[op_name]
-                if place is not None:
-                    args = list(args)
-                    args[place] = stream
-                code, _ = session._run_one((op_name, args))
-                if code:
-                    raise CudaError(code, session.last_error_message)
+            self._run(graph, segment, stream, 0)
         finally:
             session.scope_stream = issued_on
+
+    def _run(self, graph: GraphExec, segment: int, stream: int, depth: int) -> None:
+        session = self.session
+        for op_name, args in graph.segments[segment]:
+            if session.cancelled:  # its client is gone: stop between calls too
+                raise Cancelled
+            if op_name == CONDITIONAL:
+                self._conditional(graph, args, stream, depth)
+                continue
+            place = GRAPH_CALLS[op_name]
+            if place is not None:
+                args = list(args)
+                args[place] = stream
+            code, _ = session._run_one((op_name, args))
+            if code:
+                raise CudaError(code, session.last_error_message)
+
+    def _conditional(self, graph: GraphExec, args: list, stream: int, depth: int) -> None:
+        address, kind, bodies = args
+        if depth >= MAX_CONDITIONAL_DEPTH:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"conditional nodes nest "
+                                                      f"{MAX_CONDITIONAL_DEPTH} deep at most")
+        value = self._condition(address)
+        if kind == WHILE:
+            while value:
+                self._run(graph, bodies[0], stream, depth + 1)
+                value = self._condition(address)
+            return
+        if kind == IF:
+            chosen = 0 if value else 1
+        else:
+            chosen = value
+        if chosen < len(bodies):
+            self._run(graph, bodies[chosen], stream, depth + 1)
+
+    def _condition(self, address: int) -> int:
+        """A condition's value, once what was queued before on the launch's stream (the
+        kernels that set it) has run."""
+        session = self.session
+        if session.cancelled:  # a WHILE loop stops for a client that is gone
+            raise Cancelled
+        if session.lanes.concurrent:
+            session._wait_lanes(session._scope_points())
+        session._check_range(address, 4)
+        value = bytearray(4)
+        session.backend.read_into(address, memoryview(value))
+        return int.from_bytes(value, "little")
 
     @op("vgpuGraphSetCall")
     def set_call(self, handle: int, segment: int, index: int, call):
@@ -133,6 +204,7 @@ class GraphExecs:
         if not (0 <= segment < len(graph.segments) and 0 <= index < len(graph.segments[segment])):
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "the graph has no such call")
         checked, cost = _checked_call(call)
+        self._check_conditional(checked, segment, len(graph.segments))
         old = graph.segments[segment][index]
         if checked[0] != old[0]:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "a node's call keeps its kind")

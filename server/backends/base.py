@@ -80,6 +80,9 @@ class Backend(abc.ABC):
     # Whether the sessions of one server share one device address space (a GPU's, with
     # unified addressing), so that their arenas must not overlap.
     shares_address_space = True
+    # Whether kernels' cudaGraphSetConditional stores the value at the handle's address in
+    # device memory (the emulator's device runtime), where graphs' conditional nodes read it.
+    conditions_in_memory = False
 
     @abc.abstractmethod
     def describe(self) -> DeviceDescription: ...

@@ -1,6 +1,7 @@
 """The device runtime that kernels call (what libcudadevrt provides on a GPU): malloc and
 free on the device heap (C++ new and delete compile to them), device-side kernel launches
-(dynamic parallelism) and the device API around them.
+(dynamic parallelism), the device API around them, and the condition of graphs'
+conditional nodes.
 
 A launch gets a `DeviceRuntime` from its backend: the heap allocation, the allocation that
 holds device-side launches' parameter buffers (cudaLimitDevRuntimePendingLaunchCount slots
@@ -392,6 +393,21 @@ def _get_device(ctx, arguments, results):
     return run
 
 
+# -- graphs --------------------------------------------------------------------------------
+
+@_takes(2)
+def _set_conditional(ctx, arguments, results):
+    """cudaGraphSetConditional(handle, value): vgpu's conditional handle is the address of
+    the condition's 4 bytes of device memory (shim/driver/graph_conditional.py), which the
+    server reads where the conditional node runs."""
+    def run(state, lanes):
+        handle_at, value_at = _frame(state, arguments)
+        handles = _arg(state, handle_at, _U64, lanes)
+        values = _arg(state, value_at, _U32, lanes)
+        store(state, "generic", handles, values, lanes)
+    return run
+
+
 # -- cooperative groups' grid (libcudadevrt's cudaCG*, which numba-cuda calls) -----------
 
 _GRID_SCOPE = 1  # cudaCGScopeGrid
@@ -480,4 +496,5 @@ RUNTIME_FUNCTIONS = {
     "__cudaCDP2StreamCreateWithFlags": _stream_create,
     "__cudaCDP2StreamDestroy": _succeeds(1),
     "__cudaCDP2GetDevice": _get_device,
+    "cudaGraphSetConditional": _set_conditional,
 }

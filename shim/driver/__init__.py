@@ -17,6 +17,7 @@ from . import (
     context,
     device,
     graph_capture,
+    graph_conditional,
     graph_exec,
     graph_generic,
     graph_memory,
@@ -36,7 +37,7 @@ from . import (
 
 _MODULES = (device, context, memory, managed, peers, arrays, textures, module, launch, stream,
             vmm, occupancy, graphs, graph_exec, graph_capture, graph_memory, graph_generic,
-            ipc, hints)
+            graph_conditional, ipc, hints)
 
 
 def _implemented() -> dict:

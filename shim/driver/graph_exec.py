@@ -12,9 +12,10 @@ the whole updated graph again under the same handle.
 
 from __future__ import annotations
 
-from . import graph_capture
+from . import graph_capture, graph_conditional
 from ._state import CudaError, E, api, check_out, ffi, state
 from .graph_model import (
+    CONDITIONAL,
     EVENT_RECORD,
     GRAPH_EXEC,
     HOST,
@@ -43,34 +44,67 @@ _INSTANTIATE_FLAGS = 0x1 | 0x2 | 0x8 | 0x10  # auto free, upload, device launch,
 def _flatten(graph: Graph, top: Node | None, off: set[int],
              out: list[tuple[Node, tuple]]) -> None:
     """(top-level node, step) of every step, in an order that respects every edge; a child
-    graph's steps stand where its node does; nodes in `off` do nothing."""
+    graph's steps stand where its node does, a conditional node is one ("cond", node) step;
+    nodes in `off` do nothing."""
     for node in topological(graph):
         owner = top or node
         if node.handle in off:
             continue
         if node.child is not None:
             _flatten(node.child, owner, off, out)
+        if node.kind == CONDITIONAL:
+            out.append((owner, ("cond", node)))
         out.extend((owner, step) for step in node.steps)
 
 
-def _build(graph_exec: Exec) -> None:
-    """The executable's launch plan, server segments and node positions, from its copy."""
+def _server_call(step: tuple, bodies: list[list]) -> list:
+    """A step for the server as [op, args]; a conditional node's bodies go to `bodies`."""
+    if step[0] == "wire":
+        return [step[1], list(step[2])]
+    return graph_conditional.server_call(step[1], [_body(b, bodies) for b in step[1].bodies])
+
+
+def _body(graph: Graph, bodies: list[list]) -> int:
+    """A conditional node's body graph as a list of server calls in `bodies`; its index
+    there (after any body of its own nodes: a body refers only to later ones)."""
+    index = len(bodies)
+    bodies.append([])
     steps: list[tuple[Node, tuple]] = []
+    _flatten(graph, None, set(), steps)
+    calls = []
+    for _, step in steps:
+        if step[0] not in ("wire", "cond"):
+            graph_conditional.refuse_host_work()
+        calls.append(_server_call(step, bodies))
+    bodies[index] = calls
+    return index
+
+
+def _build(graph_exec: Exec) -> None:
+    """The executable's launch plan, server segments and node positions, from its copy.
+    Conditional nodes' bodies are segments after those the plan launches."""
+    steps: list[tuple[Node | None, tuple]] = [
+        (None, step) for step in graph_conditional.defaults(graph_exec.copy)]
     off = {graph_exec.twins[h].handle for h in graph_exec.disabled}
     _flatten(graph_exec.copy, None, off, steps)
     launch_plan: list[tuple] = []
     segments: list[list] = []
+    bodies: list[list] = []
     found: dict[int, list[tuple[int, int]]] = {}
     for node, step in steps:
-        if step[0] != "wire":
+        if step[0] not in ("wire", "cond"):
             launch_plan.append(step)
             continue
         if not launch_plan or launch_plan[-1][0] != "server":
             launch_plan.append(("server", len(segments)))
             segments.append([])
-        found.setdefault(node.handle, []).append((len(segments) - 1, len(segments[-1])))
-        segments[-1].append([step[1], list(step[2])])
-    graph_exec.plan, graph_exec.segments = launch_plan, segments
+        if node is not None:
+            found.setdefault(node.handle, []).append((len(segments) - 1, len(segments[-1])))
+        segments[-1].append(_server_call(step, bodies))
+    for call in (call for segment in segments + bodies for call in segment):
+        if call[0] == "vgpuGraphConditional":
+            call[1][2] = [len(segments) + i for i in call[1][2]]
+    graph_exec.plan, graph_exec.segments = launch_plan, segments + bodies
     graph_exec.positions = {original: found[twin.handle]
                             for original, twin in graph_exec.twins.items()
                             if twin.handle in found}
@@ -80,7 +114,8 @@ def _shape(graph: Graph) -> list[tuple]:
     """What an update must keep: each node's kind and its dependencies' positions."""
     index = {node: i for i, node in enumerate(graph.nodes)}
     return [(node.kind, sorted(index[d] for d in node.deps),
-             _shape(node.child) if node.child is not None else None) for node in graph.nodes]
+             _shape(node.child) if node.child is not None else None,
+             [_shape(body) for body in node.bodies]) for node in graph.nodes]
 
 
 def _copy(graph_exec: Exec, source: Graph) -> None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import graph_exec, graph_memory
+from . import graph_conditional, graph_exec, graph_memory
 from . import graph_nodes as build
 from . import graphs as node_calls
 from ._state import CudaError, E, api, check_out, ffi
 from .graph_model import (
     CHILD_GRAPH,
+    CONDITIONAL,
     EMPTY,
     EVENT_RECORD,
     HOST,
@@ -59,7 +60,7 @@ def _make(p, kinds: Kinds) -> tuple[int, Callable]:
     if maker is None:
         raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED,
                         f"vgpu does not set parameters of graph nodes of type {p.type} this "
-                        f"way (conditional nodes are not supported)")
+                        f"way")
     return p.type, maker(p)
 
 
@@ -76,6 +77,10 @@ def add_node(out, graph, deps, count: int, p, kinds: Kinds) -> None:
         address = graph_memory.add_alloc(out, graph, deps, count, p.alloc.bytesize)
         # CUdeviceptr in the driver's struct, void * in the runtime's
         p.alloc.dptr = address if isinstance(p.alloc.dptr, int) else ffi.cast("void *", address)
+    elif p.type == CONDITIONAL:
+        c = p.conditional
+        graph_conditional.add_conditional(out, graph, deps, count, c.handle, c.type, c.size,
+                                          c.phGraph_out)
     elif p.type == MEM_FREE:
         graph_memory.add_free(out, graph, deps, count, int(ffi.cast("uintptr_t",
                                                                     p.free.dptr)))

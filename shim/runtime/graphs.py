@@ -4,7 +4,14 @@ pointers and cudaMemcpyKind, memsets by cudaMemsetParams)."""
 
 from __future__ import annotations
 
-from ..driver import graph_capture, graph_exec, graph_generic, graph_memory, graph_nodes
+from ..driver import (
+    graph_capture,
+    graph_conditional,
+    graph_exec,
+    graph_generic,
+    graph_memory,
+    graph_nodes,
+)
 from ..driver import graphs as driver_graphs
 from ..driver.graph_model import (
     CHILD_GRAPH,
@@ -19,7 +26,7 @@ from ..driver.graph_model import (
 )
 from ..driver.launch import _check_config
 from ..driver.memory import CU_MEMORYTYPE_ARRAY, _is_device, copy_side
-from ._state import CudaError, E, api, check_out, ffi, ptr, set_pointer
+from ._state import CudaError, E, api, check_out, current_context, ffi, ptr, set_pointer
 from .launch import function_layout
 
 __all__ = [
@@ -48,6 +55,7 @@ __all__ = [
     "cudaGraphExecEventWaitNodeSetEvent", "cudaGraphNodeSetEnabled", "cudaGraphNodeGetEnabled",
     "cudaGraphAddNode", "cudaGraphNodeSetParams", "cudaGraphExecNodeSetParams",
     "cudaDeviceGetGraphMemAttribute", "cudaDeviceSetGraphMemAttribute", "cudaDeviceGraphMemTrim",
+    "cudaGraphConditionalHandleCreate",
 ]
 
 _driver = {name: getattr(driver_graphs, name).__wrapped__ for name in dir(driver_graphs)
@@ -344,6 +352,12 @@ def cudaGraphAddEventRecordNode(out, graph, deps, count, event):
 def cudaGraphAddEventWaitNode(out, graph, deps, count, event):
     driver_graphs.add(out, graph, deps, count, WAIT_EVENT,
                       lambda: graph_nodes.event_steps(event, "cuStreamWaitEvent"))
+
+
+@api
+def cudaGraphConditionalHandleCreate(handle_out, graph, default, flags):
+    check_out(handle_out)
+    handle_out[0] = graph_conditional.create_handle(graph, current_context(), default, flags)
 
 
 # ----------------------------------------------------------------- executable graphs

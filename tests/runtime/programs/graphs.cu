@@ -1,8 +1,9 @@
 // CUDA graphs through the runtime API: a stream capture of copies (pinned and pageable),
 // <<<>>> launches and a host function, launched three times over new inputs; a graph built
 // node by node (memset, a chain of kernels, a 1D copy) whose kernel node is updated in the
-// executable graph and through cudaGraphExecUpdate; CUDA's errors for misuse. Results are
-// checked against values computed on the host.
+// executable graph and through cudaGraphExecUpdate; conditional nodes (IF with else,
+// SWITCH, WHILE) whose condition a kernel sets; host-to-host copy nodes; CUDA's errors for
+// misuse. Results are checked against values computed on the host.
 #include <cstring>
 #include <vector>
 #include "check.cuh"
@@ -22,6 +23,44 @@ __device__ int offset_value;
 __global__ void add_offset(int *v) { v[threadIdx.x] += offset_value; }
 
 static void count_call(void *data) { ++*static_cast<int *>(data); }
+
+// Conditional nodes: a kernel sets the condition, bodies change v.
+__global__ void set_condition(cudaGraphConditionalHandle handle, const int *value) {
+    cudaGraphSetConditional(handle, *value);
+}
+
+// A WHILE body: one more step of a countdown, the loop going on while steps are left.
+__global__ void count_down(cudaGraphConditionalHandle handle, int *left, int *steps) {
+    *steps += 1;
+    *left -= 1;
+    cudaGraphSetConditional(handle, *left > 0);
+}
+
+static cudaGraphNode_t add_conditional(cudaGraph_t graph, cudaGraphNode_t *after,
+                                       cudaGraphConditionalHandle handle,
+                                       cudaGraphConditionalNodeType type, unsigned size,
+                                       cudaGraph_t *bodies) {
+    cudaGraphNodeParams p = {};
+    p.type = cudaGraphNodeTypeConditional;
+    p.conditional.handle = handle;
+    p.conditional.type = type;
+    p.conditional.size = size;
+    p.conditional.phGraph_out = bodies;
+    cudaGraphNode_t node;
+    CHECK(cudaGraphAddNode(&node, graph, after, nullptr, after ? 1 : 0, &p));
+    return node;
+}
+
+static cudaGraphNode_t add_kernel(cudaGraph_t graph, void *func, void **args) {
+    cudaKernelNodeParams p = {};
+    p.func = func;
+    p.gridDim = dim3(1);
+    p.blockDim = dim3(1);
+    p.kernelParams = args;
+    cudaGraphNode_t node;
+    CHECK(cudaGraphAddKernelNode(&node, graph, nullptr, 0, &p));
+    return node;
+}
 
 static cudaKernelNodeParams add_params(void **args, int n) {
     cudaKernelNodeParams p = {};
@@ -219,6 +258,190 @@ int main() {
     CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &graph_bytes));
     EXPECT(graph_bytes == 0);
     printf("graphs: stream-ordered allocation captured\n");
+
+    // ---- conditional nodes: IF with an else branch, SWITCH, WHILE; the condition set by
+    // a kernel of the graph (cudaGraphSetConditional), bodies built node by node and by a
+    // capture into the body graph
+    {
+        int *flag, *sel, *out;
+        CHECK(cudaMalloc(&flag, sizeof(int)));
+        CHECK(cudaMalloc(&sel, sizeof(int)));
+        CHECK(cudaMalloc(&out, 3 * sizeof(int)));
+        cudaGraph_t cg;
+        CHECK(cudaGraphCreate(&cg, 0));
+        cudaGraphConditionalHandle if_handle, switch_handle;
+        CHECK(cudaGraphConditionalHandleCreate(&if_handle, cg, 0, cudaGraphCondAssignDefault));
+        CHECK(cudaGraphConditionalHandleCreate(&switch_handle, cg, 0, 0));
+        cudaMemsetParams zero = {};
+        zero.dst = out; zero.elementSize = 4; zero.width = 3; zero.height = 1;
+        cudaGraphNode_t cleared;
+        CHECK(cudaGraphAddMemsetNode(&cleared, cg, nullptr, 0, &zero));
+        void *set_if[] = {&if_handle, &flag}, *set_switch[] = {&switch_handle, &sel};
+        cudaGraphNode_t setter = add_kernel(cg, (void *)set_condition, set_if);
+        CHECK(cudaGraphAddDependencies(cg, &cleared, &setter, nullptr, 1));
+        cudaGraph_t branches[2];
+        cudaGraphNode_t if_node = add_conditional(cg, &setter, if_handle, cudaGraphCondTypeIf,
+                                                  2, branches);
+        int nn1 = 1, ten = 10;
+        void *then_args[] = {&out, &ten, &nn1};
+        add_kernel(branches[0], (void *)add_k, then_args);
+        // the else branch captured into its body graph, as CUDA's samples fill bodies
+        CHECK(cudaStreamBeginCaptureToGraph(s, branches[1], nullptr, nullptr, 0,
+                                            cudaStreamCaptureModeGlobal));
+        add_k<<<1, 1, 0, s>>>(out, 20, 1);
+        cudaGraph_t captured_body;
+        CHECK(cudaStreamEndCapture(s, &captured_body));
+        EXPECT(captured_body == branches[1]);
+        cudaGraphNode_t switch_setter = add_kernel(cg, (void *)set_condition, set_switch);
+        CHECK(cudaGraphAddDependencies(cg, &if_node, &switch_setter, nullptr, 1));
+        cudaGraph_t cases[3];
+        add_conditional(cg, &switch_setter, switch_handle, cudaGraphCondTypeSwitch, 3, cases);
+        int *slots[3] = {out, out + 1, out + 2};
+        int values[3] = {100, 200, 300};
+        void *case_args[3][3];
+        for (int c = 0; c < 3; c++) {
+            case_args[c][0] = &slots[c]; case_args[c][1] = &values[c]; case_args[c][2] = &nn1;
+            add_kernel(cases[c], (void *)add_k, case_args[c]);
+        }
+        size_t body_nodes = 0;
+        CHECK(cudaGraphGetNodes(branches[1], nullptr, &body_nodes));
+        EXPECT(body_nodes == 1);
+        CHECK(cudaGraphNodeGetType(if_node, &type));
+        EXPECT(type == cudaGraphNodeTypeConditional);
+        cudaGraphExec_t cexec;
+        CHECK(cudaGraphInstantiate(&cexec, cg, 0));
+        const int flags[4] = {1, 0, 7, 0}, selectors[4] = {0, 2, 1, 5};
+        for (int round = 0; round < 4; round++) {
+            CHECK(cudaMemcpy(flag, &flags[round], sizeof(int), cudaMemcpyHostToDevice));
+            CHECK(cudaMemcpy(sel, &selectors[round], sizeof(int), cudaMemcpyHostToDevice));
+            CHECK(cudaGraphLaunch(cexec, s));
+            int got[3];
+            CHECK(cudaMemcpyAsync(got, out, sizeof got, cudaMemcpyDeviceToHost, s));
+            CHECK(cudaStreamSynchronize(s));
+            int want[3] = {flags[round] ? 10 : 20, 0, 0};
+            if (selectors[round] < 3) want[selectors[round]] += values[selectors[round]];
+            for (int c = 0; c < 3; c++) EXPECT(got[c] == want[c]);
+        }
+        printf("graphs: IF/else and SWITCH nodes chose by the kernel's condition\n");
+
+        // WHILE, its condition 1 at each launch (cudaGraphCondAssignDefault): 5 steps down
+        int *left, *steps;
+        CHECK(cudaMalloc(&left, sizeof(int)));
+        CHECK(cudaMalloc(&steps, sizeof(int)));
+        cudaGraph_t wg, loop_body;
+        CHECK(cudaGraphCreate(&wg, 0));
+        cudaGraphConditionalHandle while_handle;
+        CHECK(cudaGraphConditionalHandleCreate(&while_handle, wg, 1, cudaGraphCondAssignDefault));
+        add_conditional(wg, nullptr, while_handle, cudaGraphCondTypeWhile, 1, &loop_body);
+        void *down_args[] = {&while_handle, &left, &steps};
+        add_kernel(loop_body, (void *)count_down, down_args);
+        cudaGraphExec_t wexec;
+        CHECK(cudaGraphInstantiate(&wexec, wg, 0));
+        for (int start = 5; start <= 6; start++) {
+            int zero_steps = 0;
+            CHECK(cudaMemcpy(left, &start, sizeof(int), cudaMemcpyHostToDevice));
+            CHECK(cudaMemcpy(steps, &zero_steps, sizeof(int), cudaMemcpyHostToDevice));
+            CHECK(cudaGraphLaunch(wexec, s));
+            CHECK(cudaStreamSynchronize(s));
+            int got_left = -1, got_steps = -1;
+            CHECK(cudaMemcpy(&got_left, left, sizeof(int), cudaMemcpyDeviceToHost));
+            CHECK(cudaMemcpy(&got_steps, steps, sizeof(int), cudaMemcpyDeviceToHost));
+            EXPECT(got_left == 0 && got_steps == start);
+        }
+        printf("graphs: WHILE node looped until the kernel cleared its condition\n");
+
+        // misuse: a WHILE has one body; a handle of another graph; a host node in a body
+        cudaGraph_t pair[2], other;
+        cudaGraphNodeParams bad_params = {};
+        bad_params.type = cudaGraphNodeTypeConditional;
+        bad_params.conditional.handle = while_handle;
+        bad_params.conditional.type = cudaGraphCondTypeWhile;
+        bad_params.conditional.size = 2;
+        bad_params.conditional.phGraph_out = pair;
+        cudaGraphNode_t refused;
+        EXPECT_ERROR(cudaErrorInvalidValue,
+                     cudaGraphAddNode(&refused, wg, nullptr, nullptr, 0, &bad_params));
+        bad_params.conditional.size = 1;
+        EXPECT_ERROR(cudaErrorInvalidValue,
+                     cudaGraphAddNode(&refused, cg, nullptr, nullptr, 0, &bad_params));
+        CHECK(cudaGraphCreate(&other, 0));
+        cudaGraph_t host_body;
+        cudaGraphConditionalHandle other_handle;
+        CHECK(cudaGraphConditionalHandleCreate(&other_handle, other, 0, 0));
+        add_conditional(other, nullptr, other_handle, cudaGraphCondTypeIf, 1, &host_body);
+        cudaHostNodeParams hp = {};
+        hp.fn = count_call;
+        hp.userData = &calls;
+        cudaGraphNode_t host_node;
+        CHECK(cudaGraphAddHostNode(&host_node, host_body, nullptr, 0, &hp));
+        cudaGraphExec_t never;
+        EXPECT_ERROR(cudaErrorInvalidValue, cudaGraphInstantiate(&never, other, 0));
+        CHECK(cudaGraphDestroy(other));
+        CHECK(cudaGraphExecDestroy(cexec));
+        CHECK(cudaGraphExecDestroy(wexec));
+        CHECK(cudaGraphDestroy(cg));
+        CHECK(cudaGraphDestroy(wg));
+        printf("graphs: conditional nodes' misuse refused\n");
+    }
+
+    // ---- host-to-host copies in a graph: device -> pinned, then pinned -> pageable, in
+    // order after the kernel before them, at each launch
+    {
+        int *d, *pinned;
+        std::vector<int> pageable(n, -1);
+        CHECK(cudaMalloc(&d, n * sizeof(int)));
+        CHECK(cudaMallocHost(&pinned, n * sizeof(int)));
+        cudaGraph_t hg;
+        CHECK(cudaGraphCreate(&hg, 0));
+        cudaGraphNode_t fill, to_pinned, to_pageable;
+        cudaMemsetParams ones = {};
+        ones.dst = d; ones.value = 1; ones.elementSize = 4; ones.width = n; ones.height = 1;
+        CHECK(cudaGraphAddMemsetNode(&fill, hg, nullptr, 0, &ones));
+        int k = 0;
+        void *hk_args[] = {&d, &k, &nn};
+        cudaKernelNodeParams hkp = add_params(hk_args, n);
+        cudaGraphNode_t bump;
+        CHECK(cudaGraphAddKernelNode(&bump, hg, &fill, 1, &hkp));
+        CHECK(cudaGraphAddMemcpyNode1D(&to_pinned, hg, &bump, 1, pinned, d, n * sizeof(int),
+                                       cudaMemcpyDeviceToHost));
+        CHECK(cudaGraphAddMemcpyNode1D(&to_pageable, hg, &to_pinned, 1, pageable.data(), pinned,
+                                       n * sizeof(int), cudaMemcpyHostToHost));
+        cudaGraphExec_t hexec;
+        CHECK(cudaGraphInstantiate(&hexec, hg, 0));
+        for (int round = 1; round <= 2; round++) {
+            k = 4 * round;
+            CHECK(cudaGraphKernelNodeSetParams(bump, &hkp));
+            CHECK(cudaGraphExecKernelNodeSetParams(hexec, bump, &hkp));
+            CHECK(cudaGraphLaunch(hexec, s));
+            CHECK(cudaStreamSynchronize(s));
+            for (int i = 0; i < n; i++) EXPECT(pageable[i] == 1 + 4 * round);
+        }
+        // captured: a host-to-host cudaMemcpyAsync becomes a memcpy node
+        std::vector<int> copied(n, 0);
+        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        CHECK(cudaMemcpyAsync(copied.data(), pinned, n * sizeof(int), cudaMemcpyHostToHost, s));
+        cudaGraph_t hcap;
+        CHECK(cudaStreamEndCapture(s, &hcap));
+        CHECK(cudaGraphGetNodes(hcap, nullptr, &count));
+        EXPECT(count == 1);
+        cudaGraphNode_t hnode;
+        CHECK(cudaGraphGetNodes(hcap, &hnode, &count));
+        CHECK(cudaGraphNodeGetType(hnode, &type));
+        EXPECT(type == cudaGraphNodeTypeMemcpy);
+        EXPECT(copied[0] == 0);  // nothing ran while capturing
+        cudaGraphExec_t hcexec;
+        CHECK(cudaGraphInstantiate(&hcexec, hcap, 0));
+        CHECK(cudaGraphLaunch(hcexec, s));
+        CHECK(cudaStreamSynchronize(s));
+        for (int i = 0; i < n; i++) EXPECT(copied[i] == 9);
+        CHECK(cudaGraphExecDestroy(hcexec));
+        CHECK(cudaGraphDestroy(hcap));
+        CHECK(cudaGraphExecDestroy(hexec));
+        CHECK(cudaGraphDestroy(hg));
+        CHECK(cudaFreeHost(pinned));
+        CHECK(cudaFree(d));
+        printf("graphs: host-to-host copy nodes ran in order\n");
+    }
 
     // ---- misuse
     cudaGraph_t none;
