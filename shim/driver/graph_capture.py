@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from . import graph_edges
 from ._state import CudaError, E, api, check_out, ffi, state
 from .graph_model import (
     EMPTY,
@@ -49,8 +50,10 @@ class Capture:
     origin: int  # the stream it began on, where it must end
     thread: int  # the thread that began it
     frontier: dict[int, list[Node]] = field(default_factory=dict)  # stream -> its frontier
+    # stream -> the data of the edges from its frontier to its next node, where not default
+    edges: dict[int, dict[Node, bytes]] = field(default_factory=dict)
     status: int = ACTIVE
-    handed_out: object = None  # the frontier array cuStreamGetCaptureInfo last gave
+    handed_out: tuple = ()  # the arrays cuStreamGetCaptureInfo last gave
 
 
 captures: dict[int, Capture] = {}  # capturing stream -> its capture
@@ -104,9 +107,20 @@ def _add_recorded(capture: Capture, stream: int, steps: list[tuple]) -> None:
         capture.status = INVALIDATED
         raise CudaError(E.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
                         "this operation cannot be captured into a graph by vgpu")
-    kind = kinds.pop() if kinds else EMPTY
-    node = graphs.add_node(capture.graph, kind, steps, capture.frontier[stream])
+    _add_after_frontier(capture, stream, kinds.pop() if kinds else EMPTY, steps, {})
+
+
+def _add_after_frontier(capture: Capture, stream: int, kind: int, steps: list,
+                        params: dict) -> None:
+    """A node after `stream`'s frontier, the edges to it carrying the data set for them."""
+    frontier = capture.frontier[stream]
+    data = capture.edges.get(stream, {})
+    for dep, edge in data.items():
+        graph_edges.check(edge, dep.kind, kind)
+    node = graphs.add_node(capture.graph, kind, steps, frontier, params)
+    node.edge_data = dict(data)
     capture.frontier[stream] = [node]
+    capture.edges.pop(stream, None)
 
 
 def add_node_to_capture(stream: int, kind: int, steps: list, params: dict) -> bool:
@@ -115,8 +129,7 @@ def add_node_to_capture(stream: int, kind: int, steps: list, params: dict) -> bo
     capture = captures.get(stream)
     if capture is None:
         return False
-    node = graphs.add_node(capture.graph, kind, steps, capture.frontier[stream], params)
-    capture.frontier[stream] = [node]
+    _add_after_frontier(capture, stream, kind, steps, params)
     return True
 
 
@@ -179,7 +192,8 @@ def _capturing_stream(stream) -> int:
     return stream_handle(stream)
 
 
-def _begin(stream, graph: Graph, frontier: list[Node], mode: int) -> None:
+def _begin(stream, graph: Graph, frontier: list[Node], mode: int,
+           edges: dict[Node, bytes] | None = None) -> None:
     handle = _capturing_stream(stream)
     if mode not in (GLOBAL, THREAD_LOCAL, RELAXED):
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown capture mode {mode}")
@@ -190,6 +204,8 @@ def _begin(stream, graph: Graph, frontier: list[Node], mode: int) -> None:
         raise CudaError(E.CUDA_ERROR_ILLEGAL_STATE, "the stream is already capturing")
     capture = Capture(next_id(), graph, mode, handle, threading.get_ident())
     capture.frontier[handle] = frontier
+    if edges:
+        capture.edges[handle] = edges
     captures[handle] = capture
 
 
@@ -208,7 +224,13 @@ def cuStreamBeginCapture(stream):
 def cuStreamBeginCaptureToGraph(stream, graph, deps, edge_data, count, mode):
     state.current_context()
     target = graphs.graph(graph)
-    _begin(stream, target, dependencies(target, deps, count), mode)
+    nodes = dependencies(target, deps, count)
+    _begin(stream, target, nodes, mode, _edge_map(nodes, edge_data, count))
+
+
+def _edge_map(nodes: list[Node], edge_data, count: int) -> dict[Node, bytes]:
+    return {node: data for node, data in zip(nodes, graph_edges.read(edge_data, count),
+                                             strict=True) if data != graph_edges.DEFAULT}
 
 
 def end_capture(stream) -> Graph:
@@ -280,7 +302,8 @@ def cuStreamIsCapturing(stream, status):
     status[0] = capture_status(stream)[0]
 
 
-def capture_info(stream, status_out, id_out, graph_out, deps_out, count_out) -> None:
+def capture_info(stream, status_out, id_out, graph_out, deps_out, count_out,
+                 edges_out=ffi.NULL) -> None:
     check_out(status_out)
     status, capture = capture_status(stream)
     status_out[0] = status
@@ -290,11 +313,21 @@ def capture_info(stream, status_out, id_out, graph_out, deps_out, count_out) -> 
         id_out[0] = capture.id
     if graph_out != ffi.NULL:
         graph_out[0] = ffi.cast("void *", capture.graph.handle)
-    frontier = capture.frontier[_capturing_stream(stream)]
+    handle = _capturing_stream(stream)
+    frontier = capture.frontier[handle]
+    datas = [capture.edges.get(handle, {}).get(n, graph_edges.DEFAULT) for n in frontier]
+    if edges_out != ffi.NULL and deps_out == ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "edge data asked for without the nodes")
     if deps_out != ffi.NULL:
-        capture.handed_out = ffi.new("void *[]", [ffi.cast("void *", n.handle)
-                                                  for n in frontier] or 1)
-        deps_out[0] = ffi.cast("void *", capture.handed_out)
+        nodes = ffi.new("void *[]", [ffi.cast("void *", n.handle) for n in frontier] or 1)
+        edges = ffi.new("CUgraphEdgeData[]", len(frontier) or 1)
+        if edges_out == ffi.NULL:
+            graph_edges.write(ffi.NULL, datas, len(datas))  # refuses a lossy query
+        else:
+            graph_edges.write(edges, datas, len(datas))
+            edges_out[0] = ffi.cast("void *", edges)
+        capture.handed_out = (nodes, edges)
+        deps_out[0] = ffi.cast("void *", nodes)
     if count_out != ffi.NULL:
         count_out[0] = len(frontier)
 
@@ -312,21 +345,22 @@ def cuStreamGetCaptureInfo_v2(stream, status_out, id_out, graph_out, deps_out, c
 @api
 def cuStreamGetCaptureInfo_v3(stream, status_out, id_out, graph_out, deps_out, edges_out,
                               count_out):
-    capture_info(stream, status_out, id_out, graph_out, deps_out, count_out)
-    if edges_out != ffi.NULL:
-        edges_out[0] = ffi.NULL  # every edge is a plain one: CUDA hands back no edge data
+    capture_info(stream, status_out, id_out, graph_out, deps_out, count_out, edges_out)
 
 
-def update_dependencies(stream, deps, count: int, flags: int) -> None:
+def update_dependencies(stream, deps, count: int, flags: int, edge_data=ffi.NULL) -> None:
     status, capture = capture_status(stream)
     if status != ACTIVE:
         raise CudaError(E.CUDA_ERROR_ILLEGAL_STATE, "the stream is not capturing")
     nodes = dependencies(capture.graph, deps, count)
+    edges = _edge_map(nodes, edge_data, count)
     handle = _capturing_stream(stream)
     if flags == CU_STREAM_SET_CAPTURE_DEPENDENCIES:
         capture.frontier[handle] = nodes
+        capture.edges[handle] = edges
     elif flags == CU_STREAM_ADD_CAPTURE_DEPENDENCIES:
         capture.frontier[handle] += [n for n in nodes if n not in capture.frontier[handle]]
+        capture.edges.setdefault(handle, {}).update(edges)
     else:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown flags {flags}")
 
@@ -338,7 +372,7 @@ def cuStreamUpdateCaptureDependencies(stream, deps, count, flags):
 
 @api
 def cuStreamUpdateCaptureDependencies_v2(stream, deps, edge_data, count, flags):
-    update_dependencies(stream, deps, count, flags)
+    update_dependencies(stream, deps, count, flags, edge_data)
 
 
 @api

@@ -61,7 +61,7 @@ def _encloses(outer: Graph, graph: Graph) -> bool:
 
 
 def add_conditional(out, graph, deps, count: int, handle: int, kind: int, size: int,
-                    bodies_out) -> Node:
+                    bodies_out, edge_data=ffi.NULL) -> Node:
     """cuGraphAddNode of a conditional node: made with `size` empty body graphs, written to
     `bodies_out`."""
     check_out(bodies_out)
@@ -79,7 +79,7 @@ def add_conditional(out, graph, deps, count: int, handle: int, kind: int, size: 
                         f"a conditional node of type {kind} cannot have {size} bodies")
     node = node_calls.add(out, graph, deps, count, CONDITIONAL,
                           lambda: ([], {"handle": condition.address, "type": kind,
-                                        "size": size}))
+                                        "size": size}), edge_data)
     node.bodies = [graphs.new_graph(owned_by=node) for _ in range(size)]
     node.allocation = condition
     condition.holders += 1

@@ -111,9 +111,10 @@ def _build(graph_exec: Exec) -> None:
 
 
 def _shape(graph: Graph) -> list[tuple]:
-    """What an update must keep: each node's kind and its dependencies' positions."""
+    """What an update must keep: each node's kind, its dependencies' positions and edge data,
+    and the shapes of the graphs it holds (a child graph, conditional bodies)."""
     index = {node: i for i, node in enumerate(graph.nodes)}
-    return [(node.kind, sorted(index[d] for d in node.deps),
+    return [(node.kind, sorted((index[d], node.edge_data.get(d, b"")) for d in node.deps),
              _shape(node.child) if node.child is not None else None,
              [_shape(body) for body in node.bodies]) for node in graph.nodes]
 

@@ -77,6 +77,8 @@ class Node:
     # CONDITIONAL: its body graphs (owned by it, as a child graph is), and its condition's
     # device memory (the node holds it, as an alloc node holds its memory)
     bodies: list[Graph] = field(default_factory=list)
+    # The data of the edges from its dependencies that are not default ones (graph_edges.py)
+    edge_data: dict[Node, bytes] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -212,6 +214,7 @@ def clone(graph: Graph, owned_by: Node | None = None) -> tuple[Graph, dict[Node,
     for node in graph.nodes:
         twin = graphs.add_node(copy, node.kind, list(node.steps),
                                [mapping[d] for d in node.deps], dict(node.params))
+        twin.edge_data = {mapping[d]: data for d, data in node.edge_data.items()}
         if node.child is not None:
             twin.child = clone(node.child, twin)[0]
         twin.bodies = [clone(body, twin)[0] for body in node.bodies]

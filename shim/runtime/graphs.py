@@ -431,12 +431,12 @@ def cudaGraphNodeGetDependentNodes(node, out, edge_data, count):
 
 @api
 def cudaGraphAddDependencies(graph, from_nodes, to_nodes, edge_data, count):
-    driver_graphs.add_dependencies(graph, from_nodes, to_nodes, count)
+    driver_graphs.add_dependencies(graph, from_nodes, to_nodes, count, edge_data)
 
 
 @api
 def cudaGraphRemoveDependencies(graph, from_nodes, to_nodes, edge_data, count):
-    driver_graphs.remove_dependencies(graph, from_nodes, to_nodes, count)
+    driver_graphs.remove_dependencies(graph, from_nodes, to_nodes, count, edge_data)
 
 
 @api
@@ -488,7 +488,7 @@ def cudaStreamGetCaptureInfo(stream, status_out, id_out, graph_out, deps_out, ed
 
 @api
 def cudaStreamUpdateCaptureDependencies(stream, deps, edge_data, count, flags):
-    graph_capture.update_dependencies(stream, deps, count, flags)
+    graph_capture.update_dependencies(stream, deps, count, flags, edge_data)
 
 
 @api
@@ -507,7 +507,7 @@ RUNTIME = graph_generic.Kinds(
 
 @api
 def cudaGraphAddNode(out, graph, deps, edge_data, count, p):
-    graph_generic.add_node(out, graph, deps, count, p, RUNTIME)
+    graph_generic.add_node(out, graph, deps, count, p, RUNTIME, edge_data)
 
 
 @api

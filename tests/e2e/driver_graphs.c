@@ -2,8 +2,8 @@
  * node, an empty join, a child graph, a copy to pinned memory, an event record), its
  * structure queried, launched twice, a kernel node updated in the executable graph and by
  * cuGraphExecUpdate; a stream capture spread over two streams by events; conditional nodes
- * (IF, WHILE) whose condition kernels set; a host-to-host copy node; CUDA's errors for
- * misuse. Every result is checked against values computed here. Usage: driver_graphs
+ * (IF, WHILE) whose condition kernels set; a host-to-host copy node; edge data; CUDA's
+ * errors for misuse. Every result is checked against values computed here. Usage: driver_graphs
  * KERNELS.ptx GRAPH_KERNELS.ptx (tests/e2e/kernels.cu: scale multiplies, add_bias adds 0.25;
  * tests/e2e/graph_kernels.cu: kernels that set conditions). */
 #include <cuda.h>
@@ -372,6 +372,51 @@ int main(int argc, char **argv) {
     CHECK(cuGraphDestroy(host_copies));
     free(pageable);
     printf("driver_graphs: host-to-host copy node ran\n");
+
+    /* edge data: a programmatic edge added between two kernel nodes, handed back by the
+     * _v2 queries (the plain query refuses to lose it), then a capture continuing from it */
+    CUgraph edged;
+    CUgraphNode first, second;
+    CHECK(cuGraphCreate(&edged, 0));
+    CUgraphNode edged_set;
+    CHECK(cuGraphAddMemsetNode(&edged_set, edged, NULL, 0, &ones, ctx)); /* x = 1.0f */
+    CUDA_KERNEL_NODE_PARAMS kp3 = kernel_params(scale, scale3);
+    CHECK(cuGraphAddKernelNode(&first, edged, &edged_set, 1, &kp3));
+    CHECK(cuGraphAddKernelNode(&second, edged, NULL, 0, &bp));
+    CUgraphEdgeData programmatic;
+    memset(&programmatic, 0, sizeof programmatic);
+    programmatic.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
+    programmatic.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+    EXPECT_CODE(CUDA_ERROR_INVALID_VALUE,  /* only kernel nodes' edges leave other ports */
+                cuGraphAddDependencies_v2(edged, &edged_set, &second, &programmatic, 1));
+    CHECK(cuGraphAddDependencies_v2(edged, &first, &second, &programmatic, 1));
+    CUgraphNode from[2], to[2];
+    CUgraphEdgeData data[2];
+    count = 2;
+    EXPECT_CODE(CUDA_ERROR_LOSSY_QUERY, cuGraphGetEdges(edged, from, to, NULL, &count));
+    count = 2;
+    CHECK(cuGraphGetEdges(edged, from, to, data, &count));
+    EXPECT(count == 2 && from[1] == first && to[1] == second &&
+           data[1].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC && data[0].type == 0);
+    CHECK(cuStreamBeginCaptureToGraph(stream, edged, NULL, NULL, 0,
+                                      CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(cuStreamUpdateCaptureDependencies_v2(stream, &second, &programmatic, 1,
+                                               CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+    CHECK(cuLaunchKernel(scale, (N + 127) / 128, 1, 1, 128, 1, 1, 0, stream, scale2, NULL));
+    CHECK(cuStreamEndCapture(stream, &edged));
+    CUgraphNode last;
+    count = 1;
+    CHECK(cuGraphNodeGetDependentNodes(second, &last, data, &count));
+    EXPECT(count == 1 && data[0].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC);
+    CUgraphExec edged_exec;
+    CHECK(cuGraphInstantiate(&edged_exec, edged, 0));
+    CHECK(cuGraphLaunch(edged_exec, stream));
+    CHECK(cuStreamSynchronize(stream));
+    CHECK(cuMemcpyDtoH(out, x, N * sizeof(float)));
+    EXPECT(all_equal(out, (1.0f * 3 + 0.25f) * 2));
+    CHECK(cuGraphExecDestroy(edged_exec));
+    CHECK(cuGraphDestroy(edged));
+    printf("driver_graphs: edge data kept\n");
 
     /* misuse */
     CUgraph none;

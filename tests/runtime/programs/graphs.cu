@@ -2,8 +2,8 @@
 // <<<>>> launches and a host function, launched three times over new inputs; a graph built
 // node by node (memset, a chain of kernels, a 1D copy) whose kernel node is updated in the
 // executable graph and through cudaGraphExecUpdate; conditional nodes (IF with else,
-// SWITCH, WHILE) whose condition a kernel sets; host-to-host copy nodes; CUDA's errors for
-// misuse. Results are checked against values computed on the host.
+// SWITCH, WHILE) whose condition a kernel sets; host-to-host copy nodes; programmatic and
+// launch-order edges (edge data); CUDA's errors for misuse. Results are checked against values computed on the host.
 #include <cstring>
 #include <vector>
 #include "check.cuh"
@@ -23,6 +23,13 @@ __device__ int offset_value;
 __global__ void add_offset(int *v) { v[threadIdx.x] += offset_value; }
 
 static void count_call(void *data) { ++*static_cast<int *>(data); }
+
+// The dependent of a programmatic edge (on a device of compute capability 8.0, which has
+// no programmatic launches, it runs after its primary as after any kernel).
+__global__ void double_after_primary(int *v, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) v[i] *= 2;
+}
 
 // Conditional nodes: a kernel sets the condition, bodies change v.
 __global__ void set_condition(cudaGraphConditionalHandle handle, const int *value) {
@@ -441,6 +448,96 @@ int main() {
         CHECK(cudaFreeHost(pinned));
         CHECK(cudaFree(d));
         printf("graphs: host-to-host copy nodes ran in order\n");
+    }
+
+    // ---- edge data: a programmatic edge between two kernel nodes is kept, handed back,
+    // checked as CUDA checks it, and the dependent sees its primary's results
+    {
+        int *e;
+        CHECK(cudaMalloc(&e, n * sizeof(int)));
+        cudaGraph_t eg;
+        CHECK(cudaGraphCreate(&eg, 0));
+        cudaMemsetParams eset = {};
+        eset.dst = e; eset.elementSize = 4; eset.width = n; eset.height = 1;
+        cudaGraphNode_t cleared_e, primary, dependent, later;
+        CHECK(cudaGraphAddMemsetNode(&cleared_e, eg, nullptr, 0, &eset));
+        int three_e = 3;
+        void *primary_args[] = {&e, &three_e, &nn};
+        cudaKernelNodeParams pp = add_params(primary_args, n);
+        CHECK(cudaGraphAddKernelNode(&primary, eg, &cleared_e, 1, &pp));
+        cudaGraphEdgeData programmatic = {};
+        programmatic.from_port = cudaGraphKernelNodePortProgrammatic;
+        programmatic.type = cudaGraphDependencyTypeProgrammatic;
+        cudaGraphNodeParams dp = {};
+        dp.type = cudaGraphNodeTypeKernel;
+        dp.kernel.func = (void *)double_after_primary;
+        dp.kernel.gridDim = pp.gridDim;
+        dp.kernel.blockDim = pp.blockDim;
+        void *dependent_args[] = {&e, &nn};
+        dp.kernel.kernelParams = dependent_args;
+        cudaGraphNode_t memset_dep = cleared_e;
+        EXPECT_ERROR(cudaErrorInvalidValue,  // a programmatic edge leaves a kernel node only
+                     cudaGraphAddNode(&dependent, eg, &memset_dep, &programmatic, 1, &dp));
+        cudaGraphEdgeData bad = programmatic;
+        bad.to_port = 1;
+        EXPECT_ERROR(cudaErrorInvalidValue,
+                     cudaGraphAddNode(&dependent, eg, &primary, &bad, 1, &dp));
+        CHECK(cudaGraphAddNode(&dependent, eg, &primary, &programmatic, 1, &dp));
+        cudaGraphNode_t froms[4], tos[4];
+        cudaGraphEdgeData datas[4];
+        size_t edge_count = 4;
+        EXPECT_ERROR(cudaErrorLossyQuery,
+                     cudaGraphGetEdges(eg, froms, tos, nullptr, &edge_count));
+        edge_count = 4;
+        CHECK(cudaGraphGetEdges(eg, froms, tos, datas, &edge_count));
+        EXPECT(edge_count == 2);
+        for (size_t i = 0; i < edge_count; i++) {
+            bool prog = froms[i] == primary && tos[i] == dependent;
+            EXPECT(datas[i].type == (prog ? cudaGraphDependencyTypeProgrammatic : 0));
+            EXPECT(datas[i].from_port == (prog ? cudaGraphKernelNodePortProgrammatic : 0));
+        }
+        cudaGraphNode_t dep_out;
+        cudaGraphEdgeData dep_data;
+        size_t one_dep = 1;
+        CHECK(cudaGraphNodeGetDependencies(dependent, &dep_out, &dep_data, &one_dep));
+        EXPECT(one_dep == 1 && dep_out == primary &&
+               dep_data.type == cudaGraphDependencyTypeProgrammatic);
+        // a stream captured into the graph after the dependent, by a launch-order edge
+        cudaGraphEdgeData launch_order = {};
+        launch_order.from_port = cudaGraphKernelNodePortLaunchCompletion;
+        CHECK(cudaStreamBeginCaptureToGraph(s, eg, &dependent, &launch_order, 1,
+                                            cudaStreamCaptureModeGlobal));
+        const cudaGraphNode_t *frontier_nodes;
+        const cudaGraphEdgeData *frontier_edges;
+        size_t frontier_size = 0;
+        EXPECT_ERROR(cudaErrorLossyQuery,
+                     cudaStreamGetCaptureInfo(s, &status, nullptr, nullptr, &frontier_nodes,
+                                              nullptr, &frontier_size));
+        CHECK(cudaStreamGetCaptureInfo(s, &status, nullptr, nullptr, &frontier_nodes,
+                                       &frontier_edges, &frontier_size));
+        EXPECT(frontier_size == 1 && frontier_nodes[0] == dependent &&
+               frontier_edges[0].from_port == cudaGraphKernelNodePortLaunchCompletion);
+        add_k<<<(n + 127) / 128, 128, 0, s>>>(e, 1, n);
+        cudaGraph_t same;
+        CHECK(cudaStreamEndCapture(s, &same));
+        EXPECT(same == eg);
+        size_t after_count = 1;
+        CHECK(cudaGraphNodeGetDependentNodes(dependent, &later, &dep_data, &after_count));
+        EXPECT(after_count == 1 && dep_data.from_port == cudaGraphKernelNodePortLaunchCompletion);
+        EXPECT_ERROR(cudaErrorInvalidValue,  // the edge has data: removing a default one fails
+                     cudaGraphRemoveDependencies(eg, &primary, &dependent, nullptr, 1));
+        cudaGraphExec_t eexec;
+        CHECK(cudaGraphInstantiate(&eexec, eg, 0));
+        CHECK(cudaGraphLaunch(eexec, s));
+        std::vector<int> got(n);
+        CHECK(cudaMemcpyAsync(got.data(), e, n * sizeof(int), cudaMemcpyDeviceToHost, s));
+        CHECK(cudaStreamSynchronize(s));
+        for (int i = 0; i < n; i++) EXPECT(got[i] == 3 * 2 + 1);
+        CHECK(cudaGraphRemoveDependencies(eg, &primary, &dependent, &programmatic, 1));
+        CHECK(cudaGraphExecDestroy(eexec));
+        CHECK(cudaGraphDestroy(eg));
+        CHECK(cudaFree(e));
+        printf("graphs: edge data kept, handed back and checked\n");
     }
 
     // ---- misuse
