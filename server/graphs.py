@@ -17,6 +17,11 @@ the body segment it selects (IF: the first when nonzero, else the second if any;
 the one the value numbers, if any), or for WHILE the body as long as the value is nonzero.
 Body segments are not launched by the client; each comes after the segment that names it,
 so no body runs itself.
+
+A graph instantiated for device launch (one segment of kernel launches) may also be launched
+by kernels once it has been uploaded (`vgpuGraphUpload`, or a launch from the host): the
+emulator's device runtime asks `device_launches` for its kernels and runs them as children
+of the launching grid (server/emu/device_runtime.py).
 """
 
 from __future__ import annotations
@@ -66,6 +71,8 @@ class GraphExec:
     context: int
     segments: list[list]  # [[op, args], ...] per segment
     size: int  # bytes charged to the session's graph allowance
+    device_launch: bool = False  # kernels may launch it (once uploaded)
+    uploaded: bool = False
 
 
 def _checked_call(call) -> tuple[list, int]:
@@ -97,10 +104,16 @@ class GraphExecs:
         self.bytes = 0
 
     @op("vgpuGraphCreate")
-    def create(self, handle: int, context: int, segments: list):
-        """The calls of an instantiated graph, per segment."""
+    def create(self, handle: int, context: int, segments: list, device_launch: bool = False):
+        """The calls of an instantiated graph, per segment; `device_launch`: kernels may
+        launch it, and it holds one segment of kernel launches."""
         self.session.contexts.get(context)
         self.execs.check_new(handle)
+        if device_launch and not (len(segments) == 1 and all(
+                isinstance(call, list | tuple) and call and call[0] == "cuLaunchKernel"
+                for call in segments[0])):
+            raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                            "a graph launched from the device holds kernel launches only")
         kept, size = [], 0
         if sum(len(segment) for segment in segments) > MAX_CALLS_PER_GRAPH:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
@@ -117,8 +130,8 @@ class GraphExecs:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
                             f"the session's graphs would hold more than {MAX_GRAPH_BYTES} bytes")
         self.bytes += size
-        self.execs.add(handle, GraphExec(context, kept, size))
-        self.session.journal.created("graph", handle, context, kept)
+        self.execs.add(handle, GraphExec(context, kept, size, bool(device_launch)))
+        self.session.journal.created("graph", handle, context, kept, bool(device_launch))
 
     def _check_conditional(self, call: list, segment: int, segments: int) -> None:
         """A conditional node's bodies are segments after the one holding it, and only a
@@ -133,6 +146,13 @@ class GraphExecs:
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
                             "a conditional node's bodies must be later segments of its graph")
 
+    def restore(self, handle: int, context: int, segments: list,
+                device_launch: bool = False) -> None:
+        """A journaled graph made again. A device graph was uploaded where it ran before (its
+        journal entry is the same whether it was or not): kernels may launch it at once."""
+        self.create(handle, context, segments, device_launch)
+        self.execs.get(handle).uploaded = bool(device_launch)
+
     @op("vgpuGraphLaunch")
     def launch(self, handle: int, segment: int, stream: int):
         """Run one segment of a graph on `stream`, call after call; the first that fails
@@ -142,6 +162,7 @@ class GraphExecs:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"the graph has no segment {segment}")
         session = self.session
         session._check_stream(stream)
+        graph.uploaded = True
         # The graph's copies and memsets wait for what is queued before them on the launch's
         # stream (its kernels run on that stream's lane), as copies issued on it would.
         issued_on, session.scope_stream = session.scope_stream, stream
@@ -214,7 +235,34 @@ class GraphExecs:
         self.bytes += cost - old_cost
         graph.size += cost - old_cost
         graph.segments[segment][index] = checked
-        self.session.journal.created("graph", handle, graph.context, graph.segments)
+        self.session.journal.created("graph", handle, graph.context, graph.segments,
+                                     graph.device_launch)
+
+    @op("vgpuGraphUpload")
+    def upload(self, handle: int, stream: int):
+        """cuGraphUpload: the graph is on the device (it always is here), so kernels may
+        launch it."""
+        graph = self.execs.get(handle)
+        self.session._check_stream(stream)
+        graph.uploaded = True
+
+    def device_launches(self, handle: int) -> list[tuple] | None:
+        """What a kernel's cudaGraphLaunch of `handle` runs: (loaded module, kernel name,
+        grid, block, shared bytes, parameters) per kernel, in order; None when no graph
+        by that handle may be launched from the device (not one, not instantiated for it,
+        not uploaded). Called from the launching kernel's thread."""
+        graph = self.execs.find(handle)
+        if graph is None or not graph.device_launch or not graph.uploaded:
+            return None
+        session, launches = self.session, []
+        for _, args in graph.segments[0]:
+            function = session.functions.find(args[0])
+            module = session.modules.find(function.module) if function else None
+            if module is None:
+                return None
+            launches.append((module.loaded, function.name, tuple(args[1:4]),
+                             tuple(args[4:7]), args[7], bytes(args[9])))
+        return launches
 
     @op("vgpuGraphDestroy")
     def destroy(self, handle: int):

@@ -198,11 +198,14 @@ class Backend(abc.ABC):
         program repeats. A `cooperative` launch keeps all its blocks resident together
         (cuLaunchCooperativeKernel), for grid-wide synchronization."""
 
-    def use_device_runtime(self, place: Callable[[str], tuple[int, int]]) -> None:
+    def use_device_runtime(self, place: Callable[[str], tuple[int, int]],
+                           device_graphs: Callable[[int], list | None] | None = None) -> None:
         """Where the next launch finds the device runtime's memory (see
         server/device_runtime.py): `place(name)` -> (address, size) of "heap",
-        "launch_buffers" or "grid_workspace", made when first asked for. Only a backend
-        whose kernel descriptions ask for them is given it."""
+        "launch_buffers" or "grid_workspace", made when first asked for; and the graphs
+        its kernels may launch (`device_graphs(handle)`: server/graphs.py's
+        device_launches). Only a backend whose kernel descriptions ask for them is given
+        it."""
         return None
 
     def set_device_runtime_limit(self, limit: int, value: int) -> None:

@@ -32,13 +32,15 @@ from .graph_model import (
 )
 from .graph_nodes import event_steps
 from .graphs import _of_kind, host_params, kernel_node, memcpy3d, memset_node
-from .memory import _check_stream, issued_on
+from .memory import _check_stream, issued_on, stream_handle
 
 CU_GRAPH_EXEC_UPDATE_SUCCESS = 0
 CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED = 2
 CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED = 3
 CU_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH = 1
-_INSTANTIATE_FLAGS = 0x1 | 0x2 | 0x8 | 0x10  # auto free, upload, device launch, priority
+CU_GRAPH_INSTANTIATE_FLAG_UPLOAD = 2
+CU_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH = 4
+_INSTANTIATE_FLAGS = 0x1 | 0x2 | 0x4 | 0x8  # auto free, upload, device launch, priority
 
 
 def _flatten(graph: Graph, top: Node | None, off: set[int],
@@ -130,25 +132,53 @@ def _copy(graph_exec: Exec, source: Graph) -> None:
     graphs.drop_graph(old)  # after the new copy holds the memory both may hold
 
 
-def instantiate(graph, flags: int) -> Exec:
+def instantiate(graph, flags: int, upload_stream=ffi.NULL) -> Exec:
     context = state.current_context()
     source = graphs.graph(graph)
     if flags & ~_INSTANTIATE_FLAGS:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown instantiate flags 0x{flags:x}")
+    if flags & CU_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH and \
+            flags & CU_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        "a graph launched from the device does not free on launch")
     topological(source)  # a cycle fails here
     copy, mapping = clone(source)
     executable = Exec(state.new_handle(GRAPH_EXEC), context, source, flags, copy,
                       {n.handle: mapping[n] for n in source.nodes}, _shape(source))
     try:
         _build(executable)
+        if _device_launch(executable):
+            _check_device_graph(executable)
         # Answered (one round trip, as instantiating is rare): a graph past the server's
         # bounds fails here, not at its first launch.
-        state.conn().call("vgpuGraphCreate", executable.handle, context, executable.segments)
+        state.conn().call("vgpuGraphCreate", *_create_args(executable))
     except CudaError:
         graphs.drop_graph(copy)
         raise
     graphs.execs[executable.handle] = executable
+    if flags & CU_GRAPH_INSTANTIATE_FLAG_UPLOAD:
+        upload(executable.handle, upload_stream)
     return executable
+
+
+def _device_launch(graph_exec: Exec) -> bool:
+    return bool(graph_exec.flags & CU_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH)
+
+
+def _create_args(graph_exec: Exec) -> tuple:
+    return (graph_exec.handle, graph_exec.context, graph_exec.segments,
+            _device_launch(graph_exec))
+
+
+def _check_device_graph(graph_exec: Exec) -> None:
+    """What a kernel may launch here: kernel nodes (empty nodes and child graphs of them
+    besides), all run by the server in one segment."""
+    if any(step[0] != "server" for step in graph_exec.plan) or len(graph_exec.segments) > 1 \
+            or any(call[0] != "cuLaunchKernel" for call in
+                   (graph_exec.segments[0] if graph_exec.segments else [])):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        "vgpu launches graphs from the device when they hold kernel nodes "
+                        "only (and empty nodes, child graphs of them)")
 
 
 @api
@@ -176,7 +206,8 @@ def cuGraphInstantiateWithParams(exec_out, graph, params):
     check_out(params)
     params.result_out = 0  # CUDA_GRAPH_INSTANTIATE_SUCCESS
     params.errNode_out = ffi.NULL
-    exec_out[0] = ffi.cast("void *", instantiate(graph, params.flags).handle)
+    exec_out[0] = ffi.cast("void *", instantiate(graph, params.flags,
+                                                 params.hUploadStream).handle)
 
 
 @api
@@ -211,10 +242,16 @@ def cuGraphLaunch(executable, stream):
     launch(executable, stream)
 
 
+def upload(executable, stream) -> None:
+    """The graph is on the server since it was instantiated; an upload lets kernels launch
+    it (a graph instantiated for device launch)."""
+    graph_exec = graphs.exec(executable)
+    state.conn().post("vgpuGraphUpload", graph_exec.handle, stream_handle(stream))
+
+
 @api
 def cuGraphUpload(executable, stream):
-    graphs.exec(executable)  # instantiating sent the graph to the server already
-    _check_stream(stream)
+    upload(executable, stream)
 
 
 @api
@@ -240,7 +277,7 @@ def resend(graph_exec: Exec) -> None:
     _build(graph_exec)
     conn = state.conn()
     conn.post("vgpuGraphDestroy", graph_exec.handle)
-    conn.post("vgpuGraphCreate", graph_exec.handle, graph_exec.context, graph_exec.segments)
+    conn.post("vgpuGraphCreate", *_create_args(graph_exec))
 
 
 def set_node(executable, node, kind: int, make) -> None:

@@ -55,7 +55,8 @@ __all__ = [
     "cudaGraphExecEventWaitNodeSetEvent", "cudaGraphNodeSetEnabled", "cudaGraphNodeGetEnabled",
     "cudaGraphAddNode", "cudaGraphNodeSetParams", "cudaGraphExecNodeSetParams",
     "cudaDeviceGetGraphMemAttribute", "cudaDeviceSetGraphMemAttribute", "cudaDeviceGraphMemTrim",
-    "cudaGraphConditionalHandleCreate",
+    "cudaGraphConditionalHandleCreate", "cudaGraphInstantiateWithParams",
+    "cudaGraphExecGetFlags",
 ]
 
 _driver = {name: getattr(driver_graphs, name).__wrapped__ for name in dir(driver_graphs)
@@ -370,6 +371,20 @@ def cudaGraphInstantiate(exec_out, graph, flags):
 @api
 def cudaGraphInstantiateWithFlags(exec_out, graph, flags):
     set_pointer(exec_out, graph_exec.instantiate(graph, flags).handle)
+
+
+@api
+def cudaGraphInstantiateWithParams(exec_out, graph, params):
+    check_out(params)
+    params.result_out = 0  # cudaGraphInstantiateSuccess
+    params.errNode_out = ffi.NULL
+    set_pointer(exec_out, graph_exec.instantiate(graph, params.flags,
+                                                 params.uploadStream).handle)
+
+
+@api
+def cudaGraphExecGetFlags(executable, flags_out):
+    graph_exec.cuGraphExecGetFlags.__wrapped__(executable, flags_out)
 
 
 @api

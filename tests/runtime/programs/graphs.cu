@@ -3,7 +3,8 @@
 // node by node (memset, a chain of kernels, a 1D copy) whose kernel node is updated in the
 // executable graph and through cudaGraphExecUpdate; conditional nodes (IF with else,
 // SWITCH, WHILE) whose condition a kernel sets; host-to-host copy nodes; programmatic and
-// launch-order edges (edge data); CUDA's errors for misuse. Results are checked against values computed on the host.
+// launch-order edges (edge data); graphs launched by kernels (fire-and-forget and tail);
+// CUDA's errors for misuse. Results are checked against values computed on the host.
 #include <cstring>
 #include <vector>
 #include "check.cuh"
@@ -29,6 +30,15 @@ static void count_call(void *data) { ++*static_cast<int *>(data); }
 __global__ void double_after_primary(int *v, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) v[i] *= 2;
+}
+
+// Device graph launches: log[0] counts entries, which follow it in the order they came.
+__global__ void stamp(int *log, int id) { log[1 + atomicAdd(log, 1)] = id; }
+
+// Launches `tail` into the tail stream, then `child` fire-and-forget; the codes they return.
+__global__ void launch_graphs(cudaGraphExec_t tail, cudaGraphExec_t child, int *codes) {
+    codes[0] = cudaGraphLaunch(tail, cudaStreamGraphTailLaunch);
+    codes[1] = cudaGraphLaunch(child, cudaStreamGraphFireAndForget);
 }
 
 // Conditional nodes: a kernel sets the condition, bodies change v.
@@ -538,6 +548,83 @@ int main() {
         CHECK(cudaGraphDestroy(eg));
         CHECK(cudaFree(e));
         printf("graphs: edge data kept, handed back and checked\n");
+    }
+
+    // ---- graphs launched by kernels: a tail launch runs after the launching grid's
+    // fire-and-forget graph; a graph not uploaded or not made for device launch is refused
+    {
+        int *log, *codes;
+        CHECK(cudaMalloc(&log, 8 * sizeof(int)));
+        CHECK(cudaMalloc(&codes, 2 * sizeof(int)));
+        cudaGraph_t tail_graph, child_graph;
+        int one_id = 1, two_id = 2, three_id = 3;
+        void *tail_args[] = {&log, &three_id}, *first_args[] = {&log, &one_id},
+             *second_args[] = {&log, &two_id};
+        CHECK(cudaGraphCreate(&tail_graph, 0));
+        add_kernel(tail_graph, (void *)stamp, tail_args);
+        CHECK(cudaGraphCreate(&child_graph, 0));  // two kernel nodes, in order
+        cudaGraphNode_t first = add_kernel(child_graph, (void *)stamp, first_args);
+        cudaGraphNode_t second = add_kernel(child_graph, (void *)stamp, second_args);
+        CHECK(cudaGraphAddDependencies(child_graph, &first, &second, nullptr, 1));
+        cudaGraphExec_t tail_exec, child_exec, host_only;
+        CHECK(cudaGraphInstantiate(&tail_exec, tail_graph, cudaGraphInstantiateFlagDeviceLaunch));
+        CHECK(cudaGraphInstantiate(&child_exec, child_graph,
+                                   cudaGraphInstantiateFlagDeviceLaunch |
+                                   cudaGraphInstantiateFlagUpload));
+        CHECK(cudaGraphInstantiate(&host_only, tail_graph, 0));
+        unsigned long long exec_flags = 0;
+        CHECK(cudaGraphExecGetFlags(tail_exec, &exec_flags));
+        EXPECT(exec_flags == cudaGraphInstantiateFlagDeviceLaunch);
+
+        // the launching kernel runs in a graph, as CUDA requires of device launches
+        auto run_launcher = [&](cudaGraphExec_t tail, cudaGraphExec_t child, int want_count,
+                                const int *want, bool refused) {
+            CHECK(cudaMemsetAsync(log, 0, 8 * sizeof(int), s));
+            cudaGraph_t lg;
+            CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+            launch_graphs<<<1, 1, 0, s>>>(tail, child, codes);
+            CHECK(cudaStreamEndCapture(s, &lg));
+            cudaGraphExec_t lexec;
+            CHECK(cudaGraphInstantiate(&lexec, lg, 0));
+            CHECK(cudaGraphLaunch(lexec, s));
+            CHECK(cudaStreamSynchronize(s));
+            int got_log[8], got_codes[2];
+            CHECK(cudaMemcpy(got_log, log, sizeof got_log, cudaMemcpyDeviceToHost));
+            CHECK(cudaMemcpy(got_codes, codes, sizeof got_codes, cudaMemcpyDeviceToHost));
+            EXPECT(got_log[0] == want_count);
+            for (int i = 0; i < want_count; i++) EXPECT(got_log[1 + i] == want[i]);
+            EXPECT(refused ? got_codes[0] != cudaSuccess : got_codes[0] == cudaSuccess);
+            EXPECT(got_codes[1] == cudaSuccess);
+            CHECK(cudaGraphExecDestroy(lexec));
+            CHECK(cudaGraphDestroy(lg));
+        };
+        const int child_only[] = {1, 2}, all_three[] = {1, 2, 3};
+        run_launcher(tail_exec, child_exec, 2, child_only, true);  // tail graph not uploaded
+        run_launcher(host_only, child_exec, 2, child_only, true);  // not for device launch
+        CHECK(cudaGraphUpload(tail_exec, s));
+        run_launcher(tail_exec, child_exec, 3, all_three, false);
+        EXPECT_ERROR(cudaErrorInvalidValue,  // device graphs do not free on launch
+                     cudaGraphInstantiate(&host_only, tail_graph,
+                                          cudaGraphInstantiateFlagDeviceLaunch |
+                                          cudaGraphInstantiateFlagAutoFreeOnLaunch));
+        cudaGraph_t with_host;
+        CHECK(cudaGraphCreate(&with_host, 0));
+        cudaHostNodeParams count_params = {};
+        count_params.fn = count_call;
+        count_params.userData = &calls;
+        cudaGraphNode_t host_step;
+        CHECK(cudaGraphAddHostNode(&host_step, with_host, nullptr, 0, &count_params));
+        cudaGraphExec_t refused_exec;
+        EXPECT_ERROR(cudaErrorInvalidValue,  // a kernel cannot run a host node
+                     cudaGraphInstantiate(&refused_exec, with_host,
+                                          cudaGraphInstantiateFlagDeviceLaunch));
+        CHECK(cudaGraphDestroy(with_host));
+        CHECK(cudaGraphExecDestroy(tail_exec));
+        CHECK(cudaGraphExecDestroy(child_exec));
+        CHECK(cudaGraphExecDestroy(host_only));
+        CHECK(cudaGraphDestroy(tail_graph));
+        CHECK(cudaGraphDestroy(child_graph));
+        printf("graphs: graphs launched by a kernel, tail after fire-and-forget\n");
     }
 
     // ---- misuse
