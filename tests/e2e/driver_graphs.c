@@ -2,10 +2,10 @@
  * node, an empty join, a child graph, a copy to pinned memory, an event record), its
  * structure queried, launched twice, a kernel node updated in the executable graph and by
  * cuGraphExecUpdate; a stream capture spread over two streams by events; conditional nodes
- * (IF, WHILE) whose condition kernels set; a host-to-host copy node; edge data; CUDA's
- * errors for misuse. Every result is checked against values computed here. Usage: driver_graphs
+ * (IF, WHILE) whose condition kernels set; a host-to-host copy node; edge data; a graph
+ * launched by a kernel; CUDA's errors for misuse. Every result is checked against values computed here. Usage: driver_graphs
  * KERNELS.ptx GRAPH_KERNELS.ptx (tests/e2e/kernels.cu: scale multiplies, add_bias adds 0.25;
- * tests/e2e/graph_kernels.cu: kernels that set conditions). */
+ * tests/e2e/graph_kernels.cu: kernels that set conditions and launch graphs). */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -417,6 +417,43 @@ int main(int argc, char **argv) {
     CHECK(cuGraphExecDestroy(edged_exec));
     CHECK(cuGraphDestroy(edged));
     printf("driver_graphs: edge data kept\n");
+
+    /* a graph launched by a kernel (of a graph): uploaded, then launched fire-and-forget */
+    CUfunction launch_graph;
+    CHECK(cuModuleGetFunction(&launch_graph, cond_mod, "launch_graph"));
+    CUgraph device_graph, launcher_graph;
+    CUgraphNode scaled, launcher;
+    CHECK(cuGraphCreate(&device_graph, 0));
+    CUDA_KERNEL_NODE_PARAMS scale3_params = kernel_params(scale, scale3);
+    CHECK(cuGraphAddKernelNode(&scaled, device_graph, NULL, 0, &scale3_params));
+    CUgraphExec device_exec, launcher_exec;
+    CHECK(cuGraphInstantiateWithFlags(&device_exec, device_graph,
+                                      CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH));
+    CHECK(cuGraphCreate(&launcher_graph, 0));
+    CUdeviceptr code;
+    CHECK(cuMemAlloc(&code, sizeof(int)));
+    void *launch_args[] = {&device_exec, &code};
+    CUDA_KERNEL_NODE_PARAMS lp = kernel_params(launch_graph, launch_args);
+    lp.gridDimX = 1; lp.blockDimX = 1;
+    CHECK(cuGraphAddKernelNode(&launcher, launcher_graph, NULL, 0, &lp));
+    CHECK(cuGraphInstantiate(&launcher_exec, launcher_graph, 0));
+    for (int round = 0; round < 2; round++) {
+        int got_code = -1;
+        CHECK(cuMemsetD32(x, 0x3f800000, N)); /* 1.0f */
+        if (round == 1) CHECK(cuGraphUpload(device_exec, stream));
+        CHECK(cuGraphLaunch(launcher_exec, stream));
+        CHECK(cuStreamSynchronize(stream));
+        CHECK(cuMemcpyDtoH(out, x, N * sizeof(float)));
+        CHECK(cuMemcpyDtoH(&got_code, code, sizeof(int)));
+        /* not uploaded yet: refused, and nothing ran */
+        EXPECT(round == 0 ? got_code != 0 && all_equal(out, 1.0f)
+                          : got_code == 0 && all_equal(out, 3.0f));
+    }
+    CHECK(cuGraphExecDestroy(launcher_exec));
+    CHECK(cuGraphExecDestroy(device_exec));
+    CHECK(cuGraphDestroy(launcher_graph));
+    CHECK(cuGraphDestroy(device_graph));
+    printf("driver_graphs: graph launched by a kernel\n");
 
     /* misuse */
     CUgraph none;

@@ -59,7 +59,8 @@ def test_cuda_graphs_and_stream_capture(driver_graphs, kernels_ptx, graph_kernel
     assert result.returncode == 0, result.stdout + result.stderr
     for line in ("structure queried", "built graph ran twice", "kernel node parameters updated",
                  "captured graph ran", "memory nodes ran", "conditional nodes ran",
-                 "host-to-host copy node ran", "edge data kept", "misuse refused",
+                 "host-to-host copy node ran", "edge data kept", "graph launched by a kernel",
+                 "misuse refused",
                  "all checks passed"):
         assert f"driver_graphs: {line}" in result.stdout, result.stdout + result.stderr
 
