@@ -109,6 +109,9 @@ class GraphExecs:
         launch it, and it holds one segment of kernel launches."""
         self.session.contexts.get(context)
         self.execs.check_new(handle)
+        if device_launch and not self.session.backend.own_device_runtime:
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"the {self.session.backend.name} "
+                                                      f"backend launches no graphs from kernels")
         if device_launch and not (len(segments) == 1 and all(
                 isinstance(call, list | tuple) and call and call[0] == "cuLaunchKernel"
                 for call in segments[0])):
@@ -139,7 +142,7 @@ class GraphExecs:
         runtime) runs them."""
         if call[0] != CONDITIONAL:
             return
-        if not self.session.backend.conditions_in_memory:
+        if not self.session.backend.own_device_runtime:
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"the {self.session.backend.name} "
                                                       f"backend has no conditional nodes")
         if not all(segment < body < segments for body in call[1][2]):

@@ -80,9 +80,10 @@ class Backend(abc.ABC):
     # Whether the sessions of one server share one device address space (a GPU's, with
     # unified addressing), so that their arenas must not overlap.
     shares_address_space = True
-    # Whether kernels' cudaGraphSetConditional stores the value at the handle's address in
-    # device memory (the emulator's device runtime), where graphs' conditional nodes read it.
-    conditions_in_memory = False
+    # Whether the device runtime kernels call is vgpu's own (the emulator's): only then do
+    # they know vgpu's graph objects (cudaGraphSetConditional storing at a conditional
+    # handle's address, which conditional nodes read; cudaGraphLaunch of a graph).
+    own_device_runtime = False
 
     @abc.abstractmethod
     def describe(self) -> DeviceDescription: ...

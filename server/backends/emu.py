@@ -59,7 +59,7 @@ class EmuBackend(Backend):
     memory_is_host_ram = True
     launches_run_inline = True
     shares_address_space = False  # each session's memory is its own DeviceMemory
-    conditions_in_memory = True  # cudaGraphSetConditional: server/emu/device_runtime.py
+    own_device_runtime = True  # server/emu/device_runtime.py
 
     def __init__(self) -> None:
         # Allocations are mapped in the arena's granules: what a GPU maps at the least.

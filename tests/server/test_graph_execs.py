@@ -129,10 +129,12 @@ def _set(cell: int, value: int) -> list:
     return ["vgpuMemset", [cell, struct.pack("<I", value), 1]]
 
 
-def test_conditional_nodes_run_the_bodies_their_condition_selects(server):
+def test_conditional_nodes_run_the_bodies_their_condition_selects(two_servers):
     """A conditional node reads its condition from device memory where it runs; its bodies
-    are later segments of the graph, which nothing else refers to."""
-    client = RawClient(server.address)
+    are later segments of the graph, which nothing else refers to; it moves with its
+    session."""
+    a, b, _ = two_servers
+    client = RawClient(a.address)
     make_session(client, sizes=(4096,))
     values = _with_kernel(client)
     code, cell, *_ = client.call(["cuMemAlloc", [CONTEXT, 4]])
@@ -152,6 +154,12 @@ def test_conditional_nodes_run_the_bodies_their_condition_selects(server):
                                    ["vgpuGraphLaunch", [GRAPH, 0, 0]], ["vgpuSynchronize", []])
     assert code == 0, result
     assert _values(client, values) == [5 + 2 + 2 + 1] * THREADS + [0]
+    code, moved = admin(a.address, "migrate", pid=os.getpid(), to=b.address)
+    assert code == 0, moved
+    client = RawClient(b.address, client.token, resume=moved["position"])
+    code, result, *_ = client.call(["vgpuGraphLaunch", [GRAPH, 0, 0]], ["vgpuSynchronize", []])
+    assert code == 0, result
+    assert _values(client, values) == [2 * 10] * THREADS + [0]
 
     refused = {
         "a body that is its own segment": [[_conditional(cell, if_, [0])]],
