@@ -22,12 +22,14 @@ from dataclasses import dataclass, field
 from . import graph_edges
 from ._state import CudaError, E, api, check_out, ffi, state
 from .graph_model import (
+    CHILD_GRAPH,
     EMPTY,
     KERNEL,
     MEMCPY,
     MEMSET,
     Graph,
     Node,
+    clone,
     dependencies,
     graphs,
     next_id,
@@ -68,6 +70,7 @@ class CaptureRecorder(Recorder):
     def __init__(self, capture: Capture) -> None:
         super().__init__("stream capture")
         self.capture = capture
+        self.child: Graph | None = None  # a graph launch captured: the graph it runs
 
     def refuse(self, what: str):
         self.capture.status = INVALIDATED
@@ -86,7 +89,7 @@ def enter_stream(handle: int) -> None:
         raise CudaError(E.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
                         "the stream's capture was invalidated by an earlier error")
     recorder = CaptureRecorder(capture)
-    state.start_recording(recorder, lambda: _add_recorded(capture, handle, recorder.steps))
+    state.start_recording(recorder, lambda: _add_recorded(capture, handle, recorder))
 
 
 def _refuse_implicit() -> None:
@@ -101,7 +104,12 @@ def _refuse_implicit() -> None:
                             "captures")
 
 
-def _add_recorded(capture: Capture, stream: int, steps: list[tuple]) -> None:
+def _add_recorded(capture: Capture, stream: int, recorder: CaptureRecorder) -> None:
+    if recorder.child is not None:  # a graph launched: a child graph node, as CUDA makes
+        node = _add_after_frontier(capture, stream, CHILD_GRAPH, [], {})
+        node.child = clone(recorder.child, node)[0]
+        return
+    steps = recorder.steps
     kinds = {_KINDS.get(step[1], -1) if step[0] == "wire" else MEMCPY for step in steps}
     if -1 in kinds or len(kinds) > 1:
         capture.status = INVALIDATED
@@ -111,7 +119,7 @@ def _add_recorded(capture: Capture, stream: int, steps: list[tuple]) -> None:
 
 
 def _add_after_frontier(capture: Capture, stream: int, kind: int, steps: list,
-                        params: dict) -> None:
+                        params: dict) -> Node:
     """A node after `stream`'s frontier, the edges to it carrying the data set for them."""
     frontier = capture.frontier[stream]
     data = capture.edges.get(stream, {})
@@ -121,6 +129,7 @@ def _add_after_frontier(capture: Capture, stream: int, kind: int, steps: list,
     node.edge_data = dict(data)
     capture.frontier[stream] = [node]
     capture.edges.pop(stream, None)
+    return node
 
 
 def add_node_to_capture(stream: int, kind: int, steps: list, params: dict) -> bool:

@@ -12,7 +12,7 @@ the whole updated graph again under the same handle.
 
 from __future__ import annotations
 
-from . import graph_capture, graph_conditional
+from . import graph_conditional
 from ._state import CudaError, E, api, check_out, ffi, state
 from .graph_model import (
     CONDITIONAL,
@@ -219,10 +219,10 @@ def cuGraphExecGetFlags(executable, flags_out):
 def launch(executable, stream) -> None:
     graph_exec = graphs.exec(executable)
     stream_handle = _check_stream(stream)
-    if state.recorder() is not None:
-        graph_capture.captures[stream_handle].status = graph_capture.INVALIDATED
-        raise CudaError(E.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
-                        "vgpu does not capture graph launches into another graph")
+    recorder = state.recorder()
+    if recorder is not None:  # captured: the graph becomes a child graph node
+        recorder.child = graph_exec.copy
+        return
     conn = state.conn()
     # The client's own steps (copies to and from pageable memory) are issued on the stream
     # too: they wait for the graph's kernels before them on that stream's lane.

@@ -216,7 +216,7 @@ def test_graphs_and_stream_capture(toolkit, emu_server):
                   "graphs: IF/else and SWITCH nodes chose by the kernel's condition",
                   "graphs: WHILE node looped until the kernel cleared its condition",
                   "graphs: conditional nodes' misuse refused",
-                  "graphs: host-to-host copy nodes ran in order",
+                  "graphs: host-to-host copy nodes ran in order, a captured graph launch too",
                   "graphs: edge data kept, handed back and checked",
                   "graphs: graphs launched by a kernel, tail after fire-and-forget",
                   "graphs: misuse refused",

@@ -2,9 +2,11 @@
 // <<<>>> launches and a host function, launched three times over new inputs; a graph built
 // node by node (memset, a chain of kernels, a 1D copy) whose kernel node is updated in the
 // executable graph and through cudaGraphExecUpdate; conditional nodes (IF with else,
-// SWITCH, WHILE) whose condition a kernel sets; host-to-host copy nodes; programmatic and
-// launch-order edges (edge data); graphs launched by kernels (fire-and-forget and tail);
-// CUDA's errors for misuse. Results are checked against values computed on the host.
+// SWITCH, WHILE) whose condition a kernel sets; host-to-host copy nodes; a graph launch
+// captured into another graph; programmatic and launch-order edges (edge data); graphs
+// launched by kernels (fire-and-forget and tail); CUDA's errors for misuse. Results are
+// checked against values computed on the host.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 #include "check.cuh"
@@ -433,6 +435,26 @@ int main() {
             CHECK(cudaStreamSynchronize(s));
             for (int i = 0; i < n; i++) EXPECT(pageable[i] == 1 + 4 * round);
         }
+        // a graph launch captured into another graph: a child graph node running the
+        // executable graph as it is now
+        std::fill(pageable.begin(), pageable.end(), -1);
+        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        CHECK(cudaGraphLaunch(hexec, s));
+        cudaGraph_t outer;
+        CHECK(cudaStreamEndCapture(s, &outer));
+        CHECK(cudaGraphGetNodes(outer, nullptr, &count));
+        EXPECT(count == 1);
+        cudaGraphNode_t launched;
+        CHECK(cudaGraphGetNodes(outer, &launched, &count));
+        CHECK(cudaGraphNodeGetType(launched, &type));
+        EXPECT(type == cudaGraphNodeTypeGraph && pageable[0] == -1);
+        cudaGraphExec_t outer_exec;
+        CHECK(cudaGraphInstantiate(&outer_exec, outer, 0));
+        CHECK(cudaGraphLaunch(outer_exec, s));
+        CHECK(cudaStreamSynchronize(s));
+        for (int i = 0; i < n; i++) EXPECT(pageable[i] == 1 + 4 * 2);
+        CHECK(cudaGraphExecDestroy(outer_exec));
+        CHECK(cudaGraphDestroy(outer));
         // captured: a host-to-host cudaMemcpyAsync becomes a memcpy node
         std::vector<int> copied(n, 0);
         CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
@@ -457,7 +479,7 @@ int main() {
         CHECK(cudaGraphDestroy(hg));
         CHECK(cudaFreeHost(pinned));
         CHECK(cudaFree(d));
-        printf("graphs: host-to-host copy nodes ran in order\n");
+        printf("graphs: host-to-host copy nodes ran in order, a captured graph launch too\n");
     }
 
     // ---- edge data: a programmatic edge between two kernel nodes is kept, handed back,
