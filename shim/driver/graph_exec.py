@@ -15,6 +15,7 @@ from __future__ import annotations
 from . import graph_conditional
 from ._state import CudaError, E, api, check_out, ffi, state
 from .graph_model import (
+    CHILD_GRAPH,
     CONDITIONAL,
     EVENT_RECORD,
     GRAPH_EXEC,
@@ -326,6 +327,26 @@ def cuGraphExecEventRecordNodeSetEvent(executable, node, event):
 @api
 def cuGraphExecEventWaitNodeSetEvent(executable, node, event):
     set_node(executable, node, WAIT_EVENT, lambda: event_steps(event, "cuStreamWaitEvent"))
+
+
+def set_child(executable, node, child) -> None:
+    """A child graph node of an executable graph runs a copy of `child` from now on, which
+    must have the shape of the graph it replaces (CUDA's rule for this update)."""
+    graph_exec = graphs.exec(executable)
+    twin = twin_of(graph_exec, node, CHILD_GRAPH)
+    replacement = graphs.graph(child)
+    if _shape(replacement) != _shape(twin.child):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        "the new child graph differs from the node's in its topology or node "
+                        "types")
+    old, twin.child = twin.child, clone(replacement, twin)[0]
+    graphs.drop_graph(old)
+    resend(graph_exec)
+
+
+@api
+def cuGraphExecChildGraphNodeSetParams(executable, node, child):
+    set_child(executable, node, child)
 
 
 def set_enabled(executable, node, enabled: bool) -> None:

@@ -28,6 +28,7 @@ from ..driver.launch import _check_config
 from ..driver.memory import CU_MEMORYTYPE_ARRAY, _is_device, copy_side
 from ._state import CudaError, E, api, check_out, current_context, ffi, ptr, set_pointer
 from .launch import function_layout
+from .memory import DEFAULT as MEMCPY_DEFAULT
 
 __all__ = [
     "cudaGraphCreate", "cudaGraphDestroy", "cudaGraphAddKernelNode",
@@ -56,7 +57,8 @@ __all__ = [
     "cudaGraphAddNode", "cudaGraphNodeSetParams", "cudaGraphExecNodeSetParams",
     "cudaDeviceGetGraphMemAttribute", "cudaDeviceSetGraphMemAttribute", "cudaDeviceGraphMemTrim",
     "cudaGraphConditionalHandleCreate", "cudaGraphInstantiateWithParams",
-    "cudaGraphExecGetFlags",
+    "cudaGraphExecGetFlags", "cudaGraphEventRecordNodeGetEvent", "cudaGraphEventWaitNodeGetEvent",
+    "cudaGraphMemcpyNodeGetParams", "cudaGraphExecChildGraphNodeSetParams",
 ]
 
 _driver = {name: getattr(driver_graphs, name).__wrapped__ for name in dir(driver_graphs)
@@ -149,7 +151,7 @@ def _memcpy3d(p):
     steps = graph_nodes.memcpy_steps(_side(p.dstArray, p.dstPos, p.dstPtr, extent),
                                      _side(p.srcArray, p.srcPos, p.srcPtr, extent),
                                      extent.width, extent.height, extent.depth)
-    return steps, {}
+    return steps, {"copy3d": ffi.new("struct cudaMemcpy3DParms *", p[0])}
 
 
 @api
@@ -208,6 +210,26 @@ def cudaGraphExecMemcpyNodeSetParams1D(executable, node, dst, src, size, kind):
 @api
 def cudaGraphExecMemsetNodeSetParams(executable, node, p):
     graph_exec.set_node(executable, node, MEMSET, lambda: _memset(p))
+
+
+@api
+def cudaGraphMemcpyNodeGetParams(node, p):
+    """The node's parameters as given; a 1D copy's as the 3D copy of one row it is."""
+    check_out(p)
+    params = driver_graphs._of_kind(node, MEMCPY).params
+    if "copy3d" in params:
+        p[0] = params["copy3d"][0]
+        return
+    ffi.memmove(p, bytes(ffi.sizeof(p[0])), ffi.sizeof(p[0]))
+    if "size" not in params:  # a driver API node: its parameters are a CUDA_MEMCPY3D
+        raise CudaError(E.cudaErrorInvalidValue,
+                        "the node was made by the driver API: ask cuGraphMemcpyNodeGetParams")
+    size = params["size"]
+    for side, address in ((p.srcPtr, params["src"]), (p.dstPtr, params["dst"])):
+        side.ptr = ffi.cast("void *", address)
+        side.pitch, side.xsize, side.ysize = size, size, 1
+    p.extent.width, p.extent.height, p.extent.depth = size, 1, 1
+    p.kind = MEMCPY_DEFAULT  # unified addressing tells the sides apart
 
 
 @api
@@ -288,6 +310,21 @@ def cudaGraphHostNodeSetParams(node, p):
 @api
 def cudaGraphExecHostNodeSetParams(executable, node, p):
     graph_exec.set_node(executable, node, HOST, _host(p))
+
+
+@api
+def cudaGraphEventRecordNodeGetEvent(node, event_out):
+    driver_graphs.cuGraphEventRecordNodeGetEvent.__wrapped__(node, event_out)
+
+
+@api
+def cudaGraphEventWaitNodeGetEvent(node, event_out):
+    driver_graphs.cuGraphEventWaitNodeGetEvent.__wrapped__(node, event_out)
+
+
+@api
+def cudaGraphExecChildGraphNodeSetParams(executable, node, child):
+    graph_exec.set_child(executable, node, child)
 
 
 @api

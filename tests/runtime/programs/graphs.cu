@@ -26,6 +26,7 @@ __device__ int offset_value;
 __global__ void add_offset(int *v) { v[threadIdx.x] += offset_value; }
 
 static void count_call(void *data) { ++*static_cast<int *>(data); }
+static int nn1_global = 1;  // one element, for one-thread kernel nodes
 
 // The dependent of a programmatic edge (on a device of compute capability 8.0, which has
 // no programmatic launches, it runs after its primary as after any kernel).
@@ -480,6 +481,66 @@ int main() {
         CHECK(cudaFreeHost(pinned));
         CHECK(cudaFree(d));
         printf("graphs: host-to-host copy nodes ran in order, a captured graph launch too\n");
+    }
+
+    // ---- copies to and from a device variable, a node's parameters asked back, an event
+    // node's event, a child graph node of an executable graph given a new graph
+    {
+        int to_symbol = 77, from_symbol = 0, other = 88;
+        cudaGraph_t sg;
+        CHECK(cudaGraphCreate(&sg, 0));
+        cudaGraphNode_t to_node, from_node, record_node, child_node, refused_node;
+        EXPECT_ERROR(cudaErrorInvalidMemcpyDirection,
+                     cudaGraphAddMemcpyNodeToSymbol(&refused_node, sg, nullptr, 0, offset_value,
+                                                    &to_symbol, sizeof(int), 0,
+                                                    cudaMemcpyDeviceToHost));
+        CHECK(cudaGraphAddMemcpyNodeToSymbol(&to_node, sg, nullptr, 0, offset_value, &to_symbol,
+                                             sizeof(int), 0, cudaMemcpyHostToDevice));
+        CHECK(cudaGraphAddMemcpyNodeFromSymbol(&from_node, sg, &to_node, 1, &from_symbol,
+                                               offset_value, sizeof(int), 0,
+                                               cudaMemcpyDeviceToHost));
+        cudaMemcpy3DParms copy_params;
+        CHECK(cudaGraphMemcpyNodeGetParams(from_node, &copy_params));
+        EXPECT(copy_params.dstPtr.ptr == &from_symbol && copy_params.extent.width == sizeof(int));
+        cudaEvent_t ev, got_ev;
+        CHECK(cudaEventCreate(&ev));
+        CHECK(cudaGraphAddEventRecordNode(&record_node, sg, &from_node, 1, ev));
+        CHECK(cudaGraphEventRecordNodeGetEvent(record_node, &got_ev));
+        EXPECT(got_ev == ev);
+        int *cv;
+        CHECK(cudaMalloc(&cv, sizeof(int)));
+        CHECK(cudaMemset(cv, 0, sizeof(int)));
+        int one_c = 1, five_c = 5;
+        void *child_one[] = {&cv, &one_c, &nn1_global}, *child_five[] = {&cv, &five_c, &nn1_global};
+        cudaGraph_t child_a, child_b;
+        CHECK(cudaGraphCreate(&child_a, 0));
+        add_kernel(child_a, (void *)add_k, child_one);
+        CHECK(cudaGraphCreate(&child_b, 0));
+        add_kernel(child_b, (void *)add_k, child_five);
+        CHECK(cudaGraphAddChildGraphNode(&child_node, sg, nullptr, 0, child_a));
+        cudaGraphExec_t sexec;
+        CHECK(cudaGraphInstantiate(&sexec, sg, 0));
+        CHECK(cudaGraphLaunch(sexec, s));
+        CHECK(cudaStreamSynchronize(s));
+        EXPECT(from_symbol == 77);
+        CHECK(cudaGraphExecMemcpyNodeSetParamsToSymbol(sexec, to_node, offset_value, &other,
+                                                       sizeof(int), 0, cudaMemcpyHostToDevice));
+        CHECK(cudaGraphExecChildGraphNodeSetParams(sexec, child_node, child_b));
+        CHECK(cudaGraphLaunch(sexec, s));
+        CHECK(cudaStreamSynchronize(s));
+        int child_sum = 0;
+        CHECK(cudaMemcpy(&child_sum, cv, sizeof(int), cudaMemcpyDeviceToHost));
+        EXPECT(from_symbol == 88 && child_sum == 1 + 5);
+        CHECK(cudaGraphAddEmptyNode(&refused_node, child_a, nullptr, 0));  // another shape
+        EXPECT_ERROR(cudaErrorInvalidValue,
+                     cudaGraphExecChildGraphNodeSetParams(sexec, child_node, child_a));
+        CHECK(cudaGraphExecDestroy(sexec));
+        CHECK(cudaGraphDestroy(sg));
+        CHECK(cudaGraphDestroy(child_a));
+        CHECK(cudaGraphDestroy(child_b));
+        CHECK(cudaEventDestroy(ev));
+        CHECK(cudaFree(cv));
+        printf("graphs: symbol copy nodes, node queries and a child graph replaced\n");
     }
 
     // ---- edge data: a programmatic edge between two kernel nodes is kept, handed back,
