@@ -42,9 +42,9 @@ CUDA_ERROR_NOT_SUPPORTED = 801
 # Calls a graph may hold -> the index of their stream argument (the launch's stream goes
 # there at each launch), or None.
 CONDITIONAL = "vgpuGraphConditional"
-GRAPH_CALLS = {"cuLaunchKernel": 8, "cuEventRecord": 1, "cuStreamWaitEvent": 0,
-               "cuMemcpyHtoD": None, "cuMemcpyDtoH": None, "cuMemcpyDtoD": None,
-               "vgpuMemset": None, CONDITIONAL: None}
+GRAPH_CALLS = {"cuLaunchKernel": 8, "cuLaunchCooperativeKernel": 8, "cuEventRecord": 1,
+               "cuStreamWaitEvent": 0, "cuMemcpyHtoD": None, "cuMemcpyDtoH": None,
+               "cuMemcpyDtoD": None, "vgpuMemset": None, CONDITIONAL: None}
 # Conditional node types
 IF, WHILE, SWITCH = 0, 1, 2
 MAX_CONDITIONAL_DEPTH = 32  # conditional nodes nested in each other's bodies

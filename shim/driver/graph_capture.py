@@ -40,8 +40,8 @@ GLOBAL, THREAD_LOCAL, RELAXED = 0, 1, 2  # CUstreamCaptureMode
 NONE, ACTIVE, INVALIDATED = 0, 1, 2  # CUstreamCaptureStatus
 LEGACY_STREAMS = (0, 1)  # the NULL stream and CU_STREAM_LEGACY
 CU_STREAM_ADD_CAPTURE_DEPENDENCIES, CU_STREAM_SET_CAPTURE_DEPENDENCIES = 0, 1
-_KINDS = {"cuLaunchKernel": KERNEL, "vgpuMemset": MEMSET, "cuMemcpyHtoD": MEMCPY,
-          "cuMemcpyDtoH": MEMCPY, "cuMemcpyDtoD": MEMCPY}
+_KINDS = {"cuLaunchKernel": KERNEL, "cuLaunchCooperativeKernel": KERNEL, "vgpuMemset": MEMSET,
+          "cuMemcpyHtoD": MEMCPY, "cuMemcpyDtoH": MEMCPY, "cuMemcpyDtoD": MEMCPY}
 
 
 @dataclass(eq=False)
@@ -115,7 +115,17 @@ def _add_recorded(capture: Capture, stream: int, recorder: CaptureRecorder) -> N
         capture.status = INVALIDATED
         raise CudaError(E.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
                         "this operation cannot be captured into a graph by vgpu")
-    _add_after_frontier(capture, stream, kinds.pop() if kinds else EMPTY, steps, {})
+    kind = kinds.pop() if kinds else EMPTY
+    _add_after_frontier(capture, stream, kind, steps,
+                        _kernel_params(steps[0]) if kind == KERNEL else {})
+
+
+def _kernel_params(step: tuple) -> dict:
+    """A captured launch's parameters, as a kernel node built from them keeps them (what
+    cuGraphKernelNodeGetParams answers)."""
+    function, gx, gy, gz, bx, by, bz, shared, _, args = step[2]
+    return {"function": function, "layout": state.functions[function], "grid": (gx, gy, gz),
+            "block": (bx, by, bz), "shared": shared, "args": bytes(args)}
 
 
 def _add_after_frontier(capture: Capture, stream: int, kind: int, steps: list,

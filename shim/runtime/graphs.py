@@ -29,6 +29,7 @@ from ..driver.memory import CU_MEMORYTYPE_ARRAY, _is_device, copy_side
 from ._state import CudaError, E, api, check_out, current_context, ffi, ptr, set_pointer
 from .launch import function_layout
 from .memory import DEFAULT as MEMCPY_DEFAULT
+from .registration import registry
 
 __all__ = [
     "cudaGraphCreate", "cudaGraphDestroy", "cudaGraphAddKernelNode",
@@ -111,12 +112,21 @@ def cudaGraphKernelNodeGetParams(node, p):
     check_out(p)
     target = driver_graphs._of_kind(node, KERNEL)
     params = target.params
-    p.func = ffi.cast("void *", params.get("host_function", params["function"]))
+    p.func = ffi.cast("void *", params.get("host_function") or _host_stub(params["function"]))
     p.gridDim.x, p.gridDim.y, p.gridDim.z = params["grid"]
     p.blockDim.x, p.blockDim.y, p.blockDim.z = params["block"]
     p.sharedMemBytes = params["shared"]
     p.kernelParams = ffi.cast("void **", graph_nodes.kernel_param_pointers(params))
     p.extra = ffi.NULL
+
+
+def _host_stub(function: int) -> int:
+    """The host stub of the registered kernel last launched as driver function `function`
+    (a captured launch's node knows only the function), else the function itself."""
+    for kernel in registry.kernels.values():
+        if kernel.last_use[1] == function:
+            return kernel.host_function
+    return function
 
 
 @api

@@ -212,6 +212,22 @@ int main(int argc, char **argv) {
     EXPECT(all_equal(out, 2.0f * 3 + 0.25f));
     CHECK(cuMemcpyDtoH(out, y, N * sizeof(float)));
     EXPECT(all_equal(out, 2.0f * 4));
+    /* a cooperative launch captured: a kernel node that launches cooperatively */
+    CUgraph cooperative;
+    CHECK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(cuLaunchCooperativeKernel(scale, (N + 127) / 128, 1, 1, 128, 1, 1, 0, stream,
+                                    scale3));
+    CHECK(cuStreamEndCapture(stream, &cooperative));
+    CHECK(cuGraphGetNodes(cooperative, NULL, &count));
+    EXPECT(count == 1);
+    CUgraphExec cooperative_exec;
+    CHECK(cuGraphInstantiate(&cooperative_exec, cooperative, 0));
+    CHECK(cuGraphLaunch(cooperative_exec, stream));
+    CHECK(cuStreamSynchronize(stream));
+    CHECK(cuMemcpyDtoH(out, x, N * sizeof(float)));
+    EXPECT(all_equal(out, (2.0f * 3 + 0.25f) * 3));
+    CHECK(cuGraphExecDestroy(cooperative_exec));
+    CHECK(cuGraphDestroy(cooperative));
     printf("driver_graphs: captured graph ran\n");
 
     /* memory nodes: alloc -> memset(1.0) -> scale(3) -> copy to pinned -> free */

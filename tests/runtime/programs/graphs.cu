@@ -156,6 +156,10 @@ int main() {
     cudaGraphNodeType type;
     CHECK(cudaGraphNodeGetType(nodes[2], &type));
     EXPECT(type == cudaGraphNodeTypeKernel);
+    cudaKernelNodeParams captured_params = {};
+    CHECK(cudaGraphKernelNodeGetParams(nodes[2], &captured_params));
+    EXPECT(captured_params.func == (void *)saxpy && captured_params.blockDim.x == 256 &&
+           *(float *)captured_params.kernelParams[0] == 2.0f);
     CHECK(cudaGraphNodeGetType(nodes[3], &type));
     EXPECT(type == cudaGraphNodeTypeHost);
     cudaGraphExec_t captured_exec;
