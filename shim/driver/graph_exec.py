@@ -12,7 +12,7 @@ the whole updated graph again under the same handle.
 
 from __future__ import annotations
 
-from . import graph_conditional
+from . import graph_conditional, graph_kernel_attributes
 from ._state import CudaError, E, api, check_out, ffi, state
 from .graph_model import (
     CHILD_GRAPH,
@@ -294,7 +294,7 @@ def set_kernel(executable, node, make) -> None:
     """A kernel node's new parameters: one call replaced on the server."""
     graph_exec = graphs.exec(executable)
     twin = twin_of(graph_exec, node, KERNEL)
-    twin.steps, twin.params = make()
+    twin.steps, twin.params = graph_kernel_attributes.keep(twin.params, make)()
     where = graph_exec.positions.get(graphs.node(node).handle)
     if not where:  # a disabled node: nothing of it is on the server
         return

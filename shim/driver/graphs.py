@@ -6,7 +6,7 @@ Instantiating and launching are in graph_exec.py.
 
 from __future__ import annotations
 
-from . import graph_edges
+from . import graph_edges, graph_kernel_attributes
 from . import graph_nodes as build
 from ._state import CudaError, E, api, check_out, ffi, state
 from .graph_model import (
@@ -203,8 +203,11 @@ def cuGraphKernelNodeSetParams(node, p):
 
 
 def set_params(node, kind: int, make) -> None:
-    """New parameters for a node of a graph (executable graphs made from it keep theirs)."""
+    """New parameters for a node of a graph (executable graphs made from it keep theirs;
+    a kernel node keeps its launch attributes)."""
     target = _of_kind(node, kind)
+    if kind == KERNEL:
+        make = graph_kernel_attributes.keep(target.params, make)
     target.steps, target.params = make()
 
 

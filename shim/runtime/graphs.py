@@ -7,8 +7,10 @@ from __future__ import annotations
 from ..driver import (
     graph_capture,
     graph_conditional,
+    graph_dot,
     graph_exec,
     graph_generic,
+    graph_kernel_attributes,
     graph_memory,
     graph_nodes,
 )
@@ -60,6 +62,8 @@ __all__ = [
     "cudaGraphConditionalHandleCreate", "cudaGraphInstantiateWithParams",
     "cudaGraphExecGetFlags", "cudaGraphEventRecordNodeGetEvent", "cudaGraphEventWaitNodeGetEvent",
     "cudaGraphMemcpyNodeGetParams", "cudaGraphExecChildGraphNodeSetParams",
+    "cudaGraphKernelNodeSetAttribute", "cudaGraphKernelNodeGetAttribute",
+    "cudaGraphKernelNodeCopyAttributes", "cudaGraphDebugDotPrint",
 ]
 
 _driver = {name: getattr(driver_graphs, name).__wrapped__ for name in dir(driver_graphs)
@@ -127,6 +131,26 @@ def _host_stub(function: int) -> int:
         if kernel.last_use[1] == function:
             return kernel.host_function
     return function
+
+
+@api
+def cudaGraphKernelNodeSetAttribute(node, attr, value):
+    graph_kernel_attributes.set_attribute(node, attr, value)
+
+
+@api
+def cudaGraphKernelNodeGetAttribute(node, attr, value_out):
+    graph_kernel_attributes.get_attribute(node, attr, value_out)
+
+
+@api
+def cudaGraphKernelNodeCopyAttributes(dst, src):
+    graph_kernel_attributes.copy_attributes(dst, src)
+
+
+@api
+def cudaGraphDebugDotPrint(graph, path, flags):
+    graph_dot.cuGraphDebugDotPrint.__wrapped__(graph, path, flags)
 
 
 @api

@@ -217,7 +217,8 @@ def test_graphs_and_stream_capture(toolkit, emu_server):
                   "graphs: WHILE node looped until the kernel cleared its condition",
                   "graphs: conditional nodes' misuse refused",
                   "graphs: host-to-host copy nodes ran in order, a captured graph launch too",
-                  "graphs: symbol copy nodes, node queries and a child graph replaced",
+                  "graphs: symbol copy nodes, node queries, attributes and a child graph "
+                  "replaced",
                   "graphs: edge data kept, handed back and checked",
                   "graphs: graphs launched by a kernel, tail after fire-and-forget",
                   "graphs: misuse refused",

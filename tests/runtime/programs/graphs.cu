@@ -8,6 +8,7 @@
 // checked against values computed on the host.
 #include <algorithm>
 #include <cstring>
+#include <unistd.h>
 #include <vector>
 #include "check.cuh"
 
@@ -488,7 +489,8 @@ int main() {
     }
 
     // ---- copies to and from a device variable, a node's parameters asked back, an event
-    // node's event, a child graph node of an executable graph given a new graph
+    // node's event, kernel node attributes, a child graph node of an executable graph given
+    // a new graph, the graph written as DOT
     {
         int to_symbol = 77, from_symbol = 0, other = 88;
         cudaGraph_t sg;
@@ -522,6 +524,43 @@ int main() {
         CHECK(cudaGraphCreate(&child_b, 0));
         add_kernel(child_b, (void *)add_k, child_five);
         CHECK(cudaGraphAddChildGraphNode(&child_node, sg, nullptr, 0, child_a));
+        // launch attributes of a kernel node: a hint kept and handed back, a cooperative
+        // launch, clusters refused; both kept when the node gets new parameters
+        cudaGraphNode_t child_kernel;
+        size_t one_node = 1;
+        cudaGraph_t child_copy;
+        CHECK(cudaGraphChildGraphNodeGetGraph(child_node, &child_copy));
+        CHECK(cudaGraphGetNodes(child_copy, &child_kernel, &one_node));
+        cudaLaunchAttributeValue window = {}, got_window = {}, coop = {}, cluster = {};
+        window.accessPolicyWindow.base_ptr = cv;
+        window.accessPolicyWindow.num_bytes = sizeof(int);
+        window.accessPolicyWindow.hitRatio = 0.5f;
+        window.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+        CHECK(cudaGraphKernelNodeSetAttribute(child_kernel,
+                                              cudaLaunchAttributeAccessPolicyWindow, &window));
+        coop.cooperative = 1;
+        CHECK(cudaGraphKernelNodeSetAttribute(child_kernel, cudaLaunchAttributeCooperative,
+                                              &coop));
+        cudaKernelNodeParams same = {};  // new parameters, the same as before...
+        same.func = (void *)add_k;
+        same.gridDim = dim3(1);
+        same.blockDim = dim3(1);
+        same.kernelParams = child_one;
+        CHECK(cudaGraphKernelNodeSetParams(child_kernel, &same));
+        cluster.clusterDim.x = 2; cluster.clusterDim.y = cluster.clusterDim.z = 1;
+        EXPECT_ERROR(cudaErrorNotSupported,
+                     cudaGraphKernelNodeSetAttribute(child_kernel,
+                                                     cudaLaunchAttributeClusterDimension,
+                                                     &cluster));
+        CHECK(cudaGraphKernelNodeGetAttribute(child_kernel,
+                                              cudaLaunchAttributeAccessPolicyWindow,
+                                              &got_window));  // ...and the attributes stay
+        EXPECT(got_window.accessPolicyWindow.base_ptr == cv &&
+               got_window.accessPolicyWindow.hitRatio == 0.5f);
+        cudaLaunchAttributeValue got_coop = {};
+        CHECK(cudaGraphKernelNodeGetAttribute(child_kernel, cudaLaunchAttributeCooperative,
+                                              &got_coop));
+        EXPECT(got_coop.cooperative == 1);
         cudaGraphExec_t sexec;
         CHECK(cudaGraphInstantiate(&sexec, sg, 0));
         CHECK(cudaGraphLaunch(sexec, s));
@@ -538,13 +577,25 @@ int main() {
         CHECK(cudaGraphAddEmptyNode(&refused_node, child_a, nullptr, 0));  // another shape
         EXPECT_ERROR(cudaErrorInvalidValue,
                      cudaGraphExecChildGraphNodeSetParams(sexec, child_node, child_a));
+        char dot_path[64];
+        snprintf(dot_path, sizeof dot_path, "/tmp/vgpu-graphs-%d.dot", (int)getpid());
+        CHECK(cudaGraphDebugDotPrint(sg, dot_path, 0));
+        FILE *dot_file = fopen(dot_path, "r");
+        EXPECT(dot_file != nullptr);
+        char dot_text[4096] = {};
+        fread(dot_text, 1, sizeof dot_text - 1, dot_file);
+        fclose(dot_file);
+        remove(dot_path);
+        EXPECT(strstr(dot_text, "digraph") && strstr(dot_text, "add_k") &&
+               strstr(dot_text, "->") && strstr(dot_text, "EVENT_RECORD"));
         CHECK(cudaGraphExecDestroy(sexec));
         CHECK(cudaGraphDestroy(sg));
         CHECK(cudaGraphDestroy(child_a));
         CHECK(cudaGraphDestroy(child_b));
         CHECK(cudaEventDestroy(ev));
         CHECK(cudaFree(cv));
-        printf("graphs: symbol copy nodes, node queries and a child graph replaced\n");
+        printf("graphs: symbol copy nodes, node queries, attributes and a child graph "
+               "replaced\n");
     }
 
     // ---- edge data: a programmatic edge between two kernel nodes is kept, handed back,
