@@ -112,9 +112,9 @@ class GraphExecs:
         if device_launch and not self.session.backend.own_device_runtime:
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"the {self.session.backend.name} "
                                                       f"backend launches no graphs from kernels")
-        if device_launch and not (len(segments) == 1 and all(
+        if device_launch and not (len(segments) <= 1 and all(
                 isinstance(call, list | tuple) and call and call[0] == "cuLaunchKernel"
-                for call in segments[0])):
+                for segment in segments for call in segment)):
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
                             "a graph launched from the device holds kernel launches only")
         kept, size = [], 0
@@ -258,13 +258,18 @@ class GraphExecs:
         if graph is None or not graph.device_launch or not graph.uploaded:
             return None
         session, launches = self.session, []
-        for _, args in graph.segments[0]:
+        for _, args in graph.segments[0] if graph.segments else ():
+            # A launch's arguments are checked when the host launches it; here, before the
+            # emulator is given them, as a client may have sent anything.
+            if len(args) != 10 or not all(isinstance(a, int) for a in args[:8]) \
+                    or not isinstance(args[9], bytes):
+                return None
             function = session.functions.find(args[0])
             module = session.modules.find(function.module) if function else None
             if module is None:
                 return None
             launches.append((module.loaded, function.name, tuple(args[1:4]),
-                             tuple(args[4:7]), args[7], bytes(args[9])))
+                             tuple(args[4:7]), args[7], args[9]))
         return launches
 
     @op("vgpuGraphDestroy")
