@@ -567,7 +567,7 @@ class Session:
             "reserve": self.vmm.restore_reservation,
             "memory": physical,
             "mapping": self.vmm.restore_mapping,
-            "graph": self.graphs.create,
+            "graph": self.graphs.restore,
         }
         for kind, *fields in state["journal"]:
             makers[kind](*fields)
@@ -1247,7 +1247,7 @@ class Session:
         kernel = module.loaded.kernels[fn.name]
         self.backend.use_device_runtime(self.device_runtime.launching(
             module.context, self._allocate, kernel.uses_heap, kernel.launches_kernels,
-            cooperative))
+            cooperative), self.graphs.device_launches)
 
     def _prepare_launch(self, fn: Function, config: tuple
                         ) -> Callable[[bytes, int], tuple[str, str]]:

@@ -80,6 +80,10 @@ class Backend(abc.ABC):
     # Whether the sessions of one server share one device address space (a GPU's, with
     # unified addressing), so that their arenas must not overlap.
     shares_address_space = True
+    # Whether the device runtime kernels call is vgpu's own (the emulator's): only then do
+    # they know vgpu's graph objects (cudaGraphSetConditional storing at a conditional
+    # handle's address, which conditional nodes read; cudaGraphLaunch of a graph).
+    own_device_runtime = False
 
     @abc.abstractmethod
     def describe(self) -> DeviceDescription: ...
@@ -195,11 +199,14 @@ class Backend(abc.ABC):
         program repeats. A `cooperative` launch keeps all its blocks resident together
         (cuLaunchCooperativeKernel), for grid-wide synchronization."""
 
-    def use_device_runtime(self, place: Callable[[str], tuple[int, int]]) -> None:
+    def use_device_runtime(self, place: Callable[[str], tuple[int, int]],
+                           device_graphs: Callable[[int], list | None] | None = None) -> None:
         """Where the next launch finds the device runtime's memory (see
         server/device_runtime.py): `place(name)` -> (address, size) of "heap",
-        "launch_buffers" or "grid_workspace", made when first asked for. Only a backend
-        whose kernel descriptions ask for them is given it."""
+        "launch_buffers" or "grid_workspace", made when first asked for; and the graphs
+        its kernels may launch (`device_graphs(handle)`: server/graphs.py's
+        device_launches). Only a backend whose kernel descriptions ask for them is given
+        it."""
         return None
 
     def set_device_runtime_limit(self, limit: int, value: int) -> None:

@@ -59,6 +59,7 @@ class EmuBackend(Backend):
     memory_is_host_ram = True
     launches_run_inline = True
     shares_address_space = False  # each session's memory is its own DeviceMemory
+    own_device_runtime = True  # server/emu/device_runtime.py
 
     def __init__(self) -> None:
         # Allocations are mapped in the arena's granules: what a GPU maps at the least.
@@ -67,6 +68,7 @@ class EmuBackend(Backend):
         self._cancelled = threading.Event()
         self._writes = WriteLog()
         self._place: Callable[[str], tuple[int, int]] | None = None
+        self._device_graphs: Callable[[int], list | None] | None = None
 
     def describe(self) -> DeviceDescription:
         return DeviceDescription(
@@ -201,19 +203,22 @@ class EmuBackend(Backend):
             _quiet_threads.quiet = True
         return _NOTHING_TO_SET_UP
 
-    def use_device_runtime(self, place: Callable[[str], tuple[int, int]]) -> None:
+    def use_device_runtime(self, place: Callable[[str], tuple[int, int]],
+                           device_graphs: Callable[[int], list | None] | None = None) -> None:
         self._place = place
+        self._device_graphs = device_graphs
 
     def _device_runtime(self, cooperative: bool) -> DeviceRuntime | None:
         """What one launch (and its children) gets of the device runtime."""
         place, self._place = self._place, None
+        device_graphs, self._device_graphs = self._device_graphs, None
         if place is None:
             return None
         workspace = 0
         if cooperative:
             workspace = place("grid_workspace")[0]
             self.memory.write(workspace, bytes(GRID_WORKSPACE_BYTES))  # a fresh barrier
-        return DeviceRuntime(self.memory, place, workspace)
+        return DeviceRuntime(self.memory, place, workspace, _graph_kernels(device_graphs))
 
     def prepare_launch(self, module: LoadedModule, kernel: str, grid, block,
                        shared_bytes: int, cooperative: bool = False
@@ -249,6 +254,19 @@ class EmuBackend(Backend):
     def close(self) -> None:
         self.memory = DeviceMemory(granule=ALLOCATION_ALIGNMENT)
         self._place = None
+
+
+def _graph_kernels(device_graphs: Callable[[int], list | None] | None):
+    """What the device runtime's cudaGraphLaunch runs of a graph: its kernels prepared, with
+    their parameters (None: no graph a kernel may launch by that handle)."""
+    def kernels(handle: int) -> list[tuple] | None:
+        found = device_graphs(handle) if device_graphs is not None else None
+        if found is None:
+            return None
+        return [(prepare(module.handle, name, grid, block, shared,
+                         {n: address for n, (address, _) in module.variables.items()}), params)
+                for module, name, grid, block, shared, params in found]
+    return kernels
 
 
 class WriteLog:

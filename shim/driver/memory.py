@@ -47,10 +47,11 @@ def _alloc(size: int) -> int:
     return allocate(size)
 
 
-def allocate(size: int) -> int:
-    """Device memory now, whatever a stream capture forbids (graph memory nodes take theirs
-    when they are made)."""
-    context = state.current_context()
+def allocate(size: int, context: int | None = None) -> int:
+    """Device memory now (in `context`, else the current one), whatever a stream capture
+    forbids (graph memory nodes and conditional handles take theirs when they are made)."""
+    if context is None:
+        context = state.current_context()
     if size == 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes")
     address, _ = state.conn().call("cuMemAlloc", context, size)
@@ -453,10 +454,18 @@ def _host_rows(dst: int, dst_pitch: int, src: int, src_pitch: int, width: int,
         return
     _check_host_range(src, (height - 1) * src_pitch + width, "source")
     _check_host_range(dst, (height - 1) * dst_pitch + width, "destination")
+
+    def copy(_=None) -> None:
+        for row in range(height):
+            ctypes.memmove(dst + row * dst_pitch, src + row * src_pitch, width)
+
+    recorder = state.recorder()
+    if recorder is not None:  # a graph's host-to-host copy: the client's, when it runs
+        recorder.host_step(copy)
+        return
     if state.find_host(src) is not None or state.find_host(dst) is not None:
         state.conn().synchronize()
-    for row in range(height):
-        ctypes.memmove(dst + row * dst_pitch, src + row * src_pitch, width)
+    copy()
 
 
 @api

@@ -54,11 +54,13 @@ def test_memory_and_context_semantics(run_on, driver_memory_semantics):
     assert "not implemented" not in result.stderr, result.stderr
 
 
-def test_cuda_graphs_and_stream_capture(driver_graphs, kernels_ptx):
-    result = vgpu_run(driver_graphs, kernels_ptx)
+def test_cuda_graphs_and_stream_capture(driver_graphs, kernels_ptx, graph_kernels_ptx):
+    result = vgpu_run(driver_graphs, kernels_ptx, graph_kernels_ptx)
     assert result.returncode == 0, result.stdout + result.stderr
     for line in ("structure queried", "built graph ran twice", "kernel node parameters updated",
-                 "captured graph ran", "memory nodes ran", "misuse refused",
+                 "captured graph ran", "memory nodes ran", "conditional nodes ran",
+                 "host-to-host copy node ran", "edge data kept", "graph launched by a kernel",
+                 "misuse refused",
                  "all checks passed"):
         assert f"driver_graphs: {line}" in result.stdout, result.stdout + result.stderr
 

@@ -212,7 +212,16 @@ def test_graphs_and_stream_capture(toolkit, emu_server):
     assert_passed(run(emu_server, build(toolkit, "graphs")),
                   "graphs: module loaded during a capture", "graphs: captured graph ran 3 times",
                   "graphs: built graph ran and was updated",
-                  "graphs: stream-ordered allocation captured", "graphs: misuse refused",
+                  "graphs: stream-ordered allocation captured",
+                  "graphs: IF/else and SWITCH nodes chose by the kernel's condition",
+                  "graphs: WHILE node looped until the kernel cleared its condition",
+                  "graphs: conditional nodes' misuse refused",
+                  "graphs: host-to-host copy nodes ran in order, a captured graph launch too",
+                  "graphs: symbol copy nodes, node queries, attributes and a child graph "
+                  "replaced",
+                  "graphs: edge data kept, handed back and checked",
+                  "graphs: graphs launched by a kernel, tail after fire-and-forget",
+                  "graphs: misuse refused",
                   "graphs: all checks passed")
 
 
