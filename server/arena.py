@@ -92,6 +92,10 @@ class VaArena:
         """Count `size` bytes more (a negative size: fewer) in use outside allocations."""
         self.bytes_in_use += size
 
+    def region_starts(self) -> list[int]:
+        """Where each device's region begins (the base alone when the arena is not split)."""
+        return [self._region(region)[0] for region in range(self.regions)]
+
     def _region(self, region: int) -> tuple[int, int]:
         """(start, end) of region `region` (the whole arena when it is not split)."""
         length = self.size // self.regions // self.alignment * self.alignment

@@ -213,7 +213,7 @@ class Session:
         self._windows_granted = 0  # ever: a grant since a mark makes changes unknown
         self._windows_changed = threading.Condition()
         self.arena = arena
-        backend.attach_arena(arena.base, arena.size)
+        backend.attach_arena(arena.base, arena.size, arena.region_starts())
         self.device = backend.describe()
         self.started_at = time.time()
         self.calls_served = 0
@@ -616,7 +616,7 @@ class Session:
         self.backend.close()
         self.backend = open_backend(self.backend.name)
         self.lanes.concurrent = self.backend.launches_run_inline
-        self.backend.attach_arena(self.arena.base, self.arena.size)
+        self.backend.attach_arena(self.arena.base, self.arena.size, self.arena.region_starts())
         self.backend.set_memcheck(self.memcheck == "strict")
 
     def mark(self) -> tuple[int, int]:

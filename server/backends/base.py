@@ -106,10 +106,11 @@ class Backend(abc.ABC):
         views of one device share all memory."""
         return device != peer
 
-    def attach_arena(self, base: int, size: int) -> None:
+    def attach_arena(self, base: int, size: int, regions: list[int] | None = None) -> None:
         """The session's address range [base, +size): every address `map` and `map_physical`
-        are given lies in it. A backend whose device hands out addresses reserves it here
-        (CudaError where it cannot); the others have nothing to do."""
+        are given lies in it; `regions`: where each device's allocations begin (VaArena). A
+        backend whose device hands out addresses reserves it here (CudaError where it
+        cannot); the others have nothing to do."""
         return None
 
     @abc.abstractmethod

@@ -287,6 +287,7 @@ class CudaBackend(Backend):
         self.granule = max(int(_call(d, d.cuMemGetAllocationGranularity(device.prop, minimum)))
                            for device in self._devices)
         self._piece_bytes = 0  # what one piece of the arena's range spans (attach_arena)
+        self._regions: list[int] = []  # where each device's region of the arena begins
         self._arena = (0, 0)
         self._open()
 
@@ -336,7 +337,7 @@ class CudaBackend(Backend):
             _let_go(d, d.cuDevicePrimaryCtxReset(device.handle))
         self._open()
         if self._piece_bytes:
-            self._reserve_piece(self._arena[0])
+            self._reserve_regions()
 
     # ----------------------------------------------------------------- plumbing
 
@@ -404,15 +405,21 @@ class CudaBackend(Backend):
 
     # ----------------------------------------------------------------- addresses
 
-    def attach_arena(self, base: int, size: int) -> None:
-        """Reserve the arena's range, in pieces: the first now, the others once addresses in
-        them are handed out. The arena places first-fit from its base, so its allocations
-        reach little beyond the device's memory, and the driver keeps the rest of the
-        address space (it places module variables, say, where it likes)."""
+    def attach_arena(self, base: int, size: int, regions: list[int] | None = None) -> None:
+        """Reserve the arena's range, in pieces: the first of each device's region now, the
+        others once addresses in them are handed out. The arena places first-fit from each
+        region's start, so its allocations reach little beyond the device's memory, and the
+        driver keeps the rest of the address space (it places module variables, say, where
+        it likes)."""
         self._arena = (base, size)
+        self._regions = regions or [base]
         piece = 1 << (self._description.total_memory - 1).bit_length()
         self._piece_bytes = min(max(piece, self.granule), size)
-        self._reserve_piece(base)
+        self._reserve_regions()
+
+    def _reserve_regions(self) -> None:
+        for start in self._regions:
+            self._cover(start, 1)
 
     def _reserve_piece(self, start: int) -> None:
         d = self._d
