@@ -65,6 +65,13 @@ def test_two_devices_hold_memory_and_run_kernels_over_each_others(kind, make_dev
     source = device.upload(as_floats(x), device=0)
     result = device.upload(bytes(4 * len(x)), device=1)
     assert result >= device.arena.region_starts()[1] > source
+    if kind == "cuda":  # each device's memory where its driver says it is
+        from cuda.bindings import driver as cu
+
+        ordinal = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+        with backend.running():
+            found = [cu.cuPointerGetAttribute(ordinal, a) for a in (source, result)]
+        assert [(int(error), value) for error, value in found] == [(0, 0), (0, 1)]
     module = device.load(kernels.ptx, device=1)
     device.launch(module, "axpb", 2, 256, ptr(result), ptr(source), f32(2.0), i32(len(x)),
                   f64(1.0))
