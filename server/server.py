@@ -392,6 +392,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
 
     @staticmethod
     def _devices_offered(probe, asked: int | None) -> int:
+        """How many devices to offer when `--devices` asked for `asked` (None: not given)."""
         driven = probe.devices_driven()
         if driven is None:
             return asked or 1

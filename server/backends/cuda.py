@@ -555,8 +555,13 @@ class CudaBackend(Backend):
                 _call(d, d.cuMemMap(address, physical.size, 0, physical.handle, 0))
                 try:
                     self._grant(address, physical.size, 3, physical.device)
+                    # Copies there run on the memory's device (_owner).
+                    self._vmm_mappings[address] = physical.size
+                    self._vmm_devices[address] = physical.device
                     yield address
                 finally:
+                    self._vmm_mappings.pop(address, None)
+                    self._vmm_devices.pop(address, None)
                     _call(d, d.cuMemUnmap(address, physical.size))
             finally:
                 _call(d, d.cuMemAddressFree(address, physical.size))

@@ -53,7 +53,8 @@ def test_the_device_is_described(device):
 def test_two_devices_hold_memory_and_run_kernels_over_each_others(kind, make_device, kernels):
     """emu's devices are views of one; cuda's are the driver's GPUs (nested: the two an emu
     server offers). Memory on each, a module on each: a kernel on device 1 reads device 0's
-    memory and writes its own, and copies go between them."""
+    memory and writes its own, copies go between them, and device 1's physical memory is
+    read and written as checkpoints and restores do."""
     device = make_device(kind, devices=2)
     backend = device.backend
     if (backend.devices_driven() or 2) < 2:
@@ -83,6 +84,13 @@ def test_two_devices_hold_memory_and_run_kernels_over_each_others(kind, make_dev
     assert device.read(result, 4) == b"\x07" * 4
     counter = module.variables["counter"][0]
     assert device.region_of(counter) == 1 and device.read(counter, 4) == i32(1000)
+    with backend.running():  # a checkpoint's and a restore's copies of device 1's memory
+        contents = bytearray(b"on device 1".ljust(2 * MIB, b"\0"))
+        physical = backend.create_physical(2 * MIB, contents, device=1)
+        out = bytearray(11)
+        backend.read_physical(physical, 0, memoryview(out))
+        backend.release_physical(physical)
+    assert out == b"on device 1"
 
 
 # ----------------------------------------------------------------- memory at fixed addresses
