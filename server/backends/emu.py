@@ -79,7 +79,8 @@ class EmuBackend(Backend):
             attributes=emu_attributes(EMU_COMPUTE_CAPABILITY),
         )
 
-    def map(self, address: int, size: int, backing: memoryview | None = None) -> None:
+    def map(self, address: int, size: int, backing: memoryview | None = None,
+            device: int = 0) -> None:
         self.memory.map(address, size, backing)
         self._writes.wrote(address, size)
 
@@ -113,7 +114,8 @@ class EmuBackend(Backend):
     def changed_since(self, mark: int) -> list[tuple[int, int]] | None:
         return self._writes.since(mark)
 
-    def create_physical(self, size: int, contents: bytearray | None = None) -> bytearray:
+    def create_physical(self, size: int, contents: bytearray | None = None,
+                        device: int = 0) -> bytearray:
         if contents is not None:
             return contents
         return bytearray(size)  # zeroed pages the host commits only when touched
@@ -146,7 +148,8 @@ class EmuBackend(Backend):
     def set_memcheck(self, strict: bool) -> None:
         self.checker = MemoryChecker(strict)
 
-    def load_module(self, image: bytes, allocate: Callable[..., int]) -> LoadedModule:
+    def load_module(self, image: bytes, allocate: Callable[..., int],
+                    device: int = 0) -> LoadedModule:
         decoded: ModuleImage = decode_image(image, _BINARY_VERSION)
         if not decoded.ptx:
             raise CudaError(CUDA_ERROR_NO_BINARY_FOR_GPU, decoded.why_no_ptx or

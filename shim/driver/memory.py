@@ -31,7 +31,7 @@ from .hostmem import (
     unshare_in_place,
 )
 from .nvidia_runtime import under_nvidia_runtime
-from .vmm import mapped_access
+from .vmm import mapped_access, mapped_device
 
 CU_MEMHOSTALLOC_DEVICEMAP = 0x02
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
@@ -680,7 +680,7 @@ def _pointer_attributes(address: int) -> dict[int, int]:
         6: 1,
         7: start,
         8: int(is_managed),
-        9: state.contexts[context]["device"] if context in state.contexts else 0,
+        9: _device_ordinal(start, context),
         10: 0,  # no IPC
         11: start,
         12: size,
@@ -694,6 +694,15 @@ def _pointer_attributes(address: int) -> dict[int, int]:
         20: start,
         21: 0,
     }
+
+
+def _device_ordinal(start: int, context: int) -> int:
+    """The device memory at `start` is on: a mapping's physical allocation's, else the
+    allocating context's."""
+    mapped = mapped_device(start)
+    if mapped is not None:
+        return mapped
+    return state.contexts[context]["device"] if context in state.contexts else 0
 
 
 def _access_flags(start: int) -> int:

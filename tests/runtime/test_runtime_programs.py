@@ -256,10 +256,14 @@ def two_devices(tmp_path_factory):
         yield address
 
 
-@pytest.mark.parametrize("cudart", ["shared", "static"])
-def test_several_devices(toolkit, two_devices, cudart):
-    """vgpu's runtime and NVIDIA's (on vgpu's driver) alike."""
-    assert_passed(run(two_devices, build(toolkit, "multi_device", cudart=cudart)),
+@pytest.mark.parametrize(("backend", "cudart"),
+                         [("emu", "shared"), ("emu", "static"), ("cuda", "shared")])
+def test_several_devices(request, toolkit, backend, cudart):
+    """vgpu's runtime and NVIDIA's (on vgpu's driver) alike, on emu; on the nested cuda
+    backend, which drives the two GPUs its driver offers."""
+    server = request.getfixturevalue("two_devices" if backend == "emu"
+                                     else "nested_cuda_two_devices")
+    assert_passed(run(server, build(toolkit, "multi_device", cudart=cudart)),
                   "multi_device: 2 devices told apart",
                   "multi_device: a kernel on device 0 read device 1's memory",
                   "multi_device: peer copies correct",

@@ -52,3 +52,21 @@ def test_a_fixed_address_beyond_the_arena_is_had_only_inside_its_fixed_window():
     assert BASE <= arena.reserve(2 * MIB, 2 * MIB, beyond, anywhere=True) < BASE + (1 << 40)
     assert arena.alloc(MIB) < BASE + (1 << 40)  # allocations stay in the arena
     arena.unreserve(far + 4 * MIB)
+
+
+def test_each_device_places_its_allocations_in_its_own_region():
+    """A session with two devices: each device's allocations first-fit in its half of the
+    arena, so no granule holds both devices' memory; a reservation and a fixed address (a
+    restore's) may lie anywhere, and a full region has no room, however free the other is."""
+    arena = VaArena(BASE, 1 << 40)
+    arena.split(2)
+    half = BASE + (1 << 39)
+    assert arena.alloc(100, region=0) == BASE
+    across = arena.reserve(4 * MIB, 2 * MIB, half - 2 * MIB)  # across the boundary
+    assert across == half - 2 * MIB
+    assert arena.alloc(100, region=1) == half + 2 * MIB  # after what reaches into it
+    assert arena.alloc(100, region=0) == BASE + 512
+    assert arena.alloc(100, half + 8 * MIB) == half + 8 * MIB
+    assert arena.alloc(100, region=1) == half + 2 * MIB + 512
+    assert arena.alloc(1 << 39, region=1) is None
+    assert arena.alloc(1 << 38, region=0) is not None
