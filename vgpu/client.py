@@ -30,6 +30,7 @@ from typing import Protocol
 
 import zmq
 
+from . import wire
 from .errors import CudaError, DeviceUnavailable
 from .host_functions import HostFunctions
 from .outbox import Outbox, relocate, replay_form, staged_ranges
@@ -259,6 +260,15 @@ class Connection:
             raise
 
     # ----------------------------------------------------------------- session
+
+    @property
+    def _socket(self) -> zmq.Socket:
+        return self._sock
+
+    @_socket.setter
+    def _socket(self, sock: zmq.Socket) -> None:
+        # Its libzmq handle too, for vgpu.wire's calls.
+        self._sock, self._handle = sock, sock.underlying
 
     def _open_socket(self, address: str) -> zmq.Socket:
         """A socket to `address`, secured as its transport needs (vgpu.transport), and its
@@ -615,7 +625,7 @@ class Connection:
         if frames:  # bulk payloads go zero-copy; the header is small and cheaper copied
             self._socket.send_multipart([self._pack([kind, seq, body]), *frames], copy=False)
         else:
-            self._socket.send(self._pack([kind, seq, body]))
+            wire.send(self._handle, self._pack([kind, seq, body]))
 
     def answer_host_function(self, gate: int) -> None:
         """The host function of `gate` ran (the lock is held): its stream goes on (not a
@@ -626,9 +636,8 @@ class Connection:
     def take_notices(self) -> None:
         """Take the messages that wait on the socket, without waiting (the lock is held,
         and nobody waits for a reply: see HostFunctions)."""
-        sock = self._socket
-        while not self._lost and sock.get(EVENTS) & POLLIN:
-            self._take(self._receive_frames(sock), None)
+        while not self._lost and self._socket.get(EVENTS) & POLLIN:
+            self._take(self._receive_frames(), None)
 
     def _release_window(self) -> None:
         """Done copying through a device window: a migration waits for that (not a CALLS
@@ -674,7 +683,9 @@ class Connection:
         """The reply to `seq` from the current server; raises _Redirect for a redirect
         notice, _ServerLost when the server is gone or silent for `timeout`."""
         deadline = time.monotonic() + timeout
-        spin_until = time.perf_counter() + self.spin_s
+        # The first receive spins (asking the socket, in C without the GIL) before it
+        # sleeps: see DEFAULT_SPIN_S.
+        spin_s = self.spin_s
         sock = self._socket
         # Host functions queued (no other can be while we hold the lock) may finish while
         # we wait: their answers cannot wait for the receive's time slice.
@@ -687,24 +698,20 @@ class Connection:
                         raise _ServerLost(f"no answer from the vgpu server at "
                                           f"{self.address} within {timeout:g} s")
                     continue
-            elif self.spin_s and time.perf_counter() < spin_until:
-                # Spinning asks the socket whether a reply is there: a receive that finds
-                # nothing raises, which costs several times more, and a spin that sees the
-                # reply later answers later.
-                if not sock.get(EVENTS) & POLLIN:
-                    continue
-            try:  # blocks at most RCVTIMEO: one call into zmq per reply, no separate poll
-                frames = self._receive_frames(sock)
-            except zmq.Again:
+                spin_s = 0.0
+            # Blocks at most RCVTIMEO: one call into zmq per reply, no separate poll.
+            frames = self._receive_frames(spin_s)
+            spin_s = 0.0
+            if frames is None:
                 if self.server_pid is not None and not pid_alive(self.server_pid):
                     raise _ServerLost(f"the vgpu server (pid {self.server_pid}) at "
-                                      f"{self.address} is gone") from None
+                                      f"{self.address} is gone")
                 if self._dropped():
                     raise _Dropped(f"the connection to the vgpu server at {self.address} "
-                                   "dropped") from None
+                                   "dropped")
                 if time.monotonic() > deadline:
                     raise _ServerLost(f"no answer from the vgpu server at {self.address} "
-                                      f"within {timeout:g} s") from None
+                                      f"within {timeout:g} s")
                 continue
             reply = self._take(frames, seq)
             if reply is not None:
@@ -713,15 +720,18 @@ class Connection:
             # mark's answer, or one to a request abandoned after a timeout.
             deadline = time.monotonic() + timeout
 
-    @staticmethod
-    def _receive_frames(sock: zmq.Socket) -> list:
-        """One message's parts. Read as frames, whose `more` costs a tenth of asking the
-        socket (pyzmq's getsockopt looks the option up in an enum first)."""
-        part = sock.recv(copy=False)
-        frames = [part.bytes]
-        while part.more:
-            part = sock.recv(copy=False)
+    def _receive_frames(self, spin_s: float = 0.0) -> list | None:
+        """One message's parts, or None if none came within the socket's RCVTIMEO. The
+        header through vgpu.wire (in C); payloads, rare in replies, through pyzmq as
+        frames, whose `more` costs a tenth of asking the socket."""
+        got = wire.recv(self._handle, 1, spin_s, None)
+        if got is None:
+            return None
+        frames, more = [got[0]], got[1]
+        while more:
+            part = self._socket.recv(copy=False)
             frames.append(part.bytes)
+            more = part.more
         return frames
 
     def _take(self, frames: list, seq: int | None) -> list | None:
