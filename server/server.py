@@ -469,13 +469,20 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         if session is None:
             self._reply(identity, seq, 46, "no session: say hello first")
             return
+        worker = self.workers[identity]
+        if type(body) is tuple and len(body) == 1 and not worker.busy() and \
+                not _is_long_call(body[0]) and not session.lanes.busy():
+            # A single short call of an idle session (a synchronizing call, most often):
+            # every check below would pass, a query's included (nothing is running), so
+            # it runs here at once.
+            self._send_outcome(identity, seq, run_batch(session, seq, body, payloads, header))
+            return
         if not isinstance(body, tuple):
             if seq:
                 self._reply(identity, seq, 1, "malformed call batch: not a list of calls")
             else:  # like any failure of queued work, it surfaces at the next synchronization
                 session.defer(1, "malformed call batch: not a list of calls")
             return
-        worker = self.workers[identity]
         if body and isinstance(body[-1], tuple) and body[-1][:1] == (QUERY,):
             # A query must not wait for the work it asks about: what came with it is queued
             # like any other work, and while the worker is busy the answer is "not ready".
