@@ -700,9 +700,9 @@ class Connection:
                     continue
                 spin_s = 0.0
             # Blocks at most RCVTIMEO: one call into zmq per reply, no separate poll.
-            frames = self._receive_frames(spin_s)
+            got = wire.recv(self._handle, 1, spin_s, None)
             spin_s = 0.0
-            if frames is None:
+            if got is None:
                 if self.server_pid is not None and not pid_alive(self.server_pid):
                     raise _ServerLost(f"the vgpu server (pid {self.server_pid}) at "
                                       f"{self.address} is gone")
@@ -713,20 +713,24 @@ class Connection:
                     raise _ServerLost(f"no answer from the vgpu server at {self.address} "
                                       f"within {timeout:g} s")
                 continue
-            reply = self._take(frames, seq)
+            reply = self._take(self._rest_of(got) if got[1] else [got[0]], seq)
             if reply is not None:
                 return reply
             # The server is alive: a keepalive (it is still running our calls), a notice, a
             # mark's answer, or one to a request abandoned after a timeout.
             deadline = time.monotonic() + timeout
 
-    def _receive_frames(self, spin_s: float = 0.0) -> list | None:
-        """One message's parts, or None if none came within the socket's RCVTIMEO. The
-        header through vgpu.wire (in C); payloads, rare in replies, through pyzmq as
-        frames, whose `more` costs a tenth of asking the socket."""
-        got = wire.recv(self._handle, 1, spin_s, None)
+    def _receive_frames(self) -> list | None:
+        """One message's parts, or None if none came within the socket's RCVTIMEO."""
+        got = wire.recv(self._handle, 1, 0.0, None)
         if got is None:
             return None
+        return self._rest_of(got) if got[1] else [got[0]]
+
+    def _rest_of(self, got: tuple) -> list:
+        """A message whose header vgpu.wire received (`got`: header, more, origin), with
+        its payloads, rare in replies, read through pyzmq as frames (whose `more` costs a
+        tenth of asking the socket)."""
         frames, more = [got[0]], got[1]
         while more:
             part = self._socket.recv(copy=False)

@@ -93,6 +93,11 @@ static PyObject *origin_of(zmq_msg_t *msg) {
     return Py_BuildValue("(si)", user_id, fd);
 }
 
+static void release_all(PyObject **objects, Py_ssize_t count) {
+    for (Py_ssize_t i = 0; i < count; i++)
+        Py_DECREF(objects[i]);
+}
+
 /* recv(sock, parts, spin_s, plain_prefix) -> None | (part, ..., more, origin)
  *
  * One message's first `parts` parts (fewer if it has fewer) as bytes, whether more parts
@@ -106,7 +111,6 @@ static PyObject *wire_recv(PyObject *self, PyObject *args) {
     unsigned long long handle;
     Py_ssize_t parts;
     double spin_s;
-    Py_buffer prefix = {0};
     PyObject *prefix_obj;
     if (!PyArg_ParseTuple(args, "KndO", &handle, &parts, &spin_s, &prefix_obj))
         return NULL;
@@ -117,7 +121,7 @@ static PyObject *wire_recv(PyObject *self, PyObject *args) {
     msg_init(&msg);
     int rc, err = 0;
     Py_BEGIN_ALLOW_THREADS
-    if (spin_s > 0) {
+    if (spin_s > 0) {  /* (see vgpu.client's DEFAULT_SPIN_S for why spin) */
         double until = now_s() + spin_s;
         while (!readable(sock) && now_s() < until)
             ;
@@ -137,34 +141,31 @@ static PyObject *wire_recv(PyObject *self, PyObject *args) {
         }
         return raise_errno(err);
     }
-    PyObject *result = PyTuple_New(parts + 2);
-    if (result == NULL) {
-        msg_close(&msg);
-        return NULL;
-    }
-    Py_ssize_t got = 0;
+    PyObject *got[8];
+    Py_ssize_t count = 0;
     int more;
     for (;;) {
-        PyObject *part = PyBytes_FromStringAndSize(msg_data(&msg), msg_size(&msg));
-        if (part == NULL)
+        got[count] = PyBytes_FromStringAndSize(msg_data(&msg), msg_size(&msg));
+        if (got[count] == NULL)
             goto fail;
-        PyTuple_SET_ITEM(result, got++, part);
+        count++;
         more = msg_more(&msg);
-        if (!more || got == parts)
+        if (!more || count == parts)
             break;
         /* The rest of a message is there once its first part is: no wait, no GIL dance. */
         if (msg_recv(&msg, sock, ZMQ_DONTWAIT) < 0) {
-            err = errno;
-            msg_close(&msg);
-            Py_DECREF(result);
-            return raise_errno(err);
+            raise_errno(errno);
+            goto fail;
         }
     }
     PyObject *origin = Py_None;
     Py_INCREF(origin);
     if (prefix_obj != Py_None) {
-        if (PyObject_GetBuffer(prefix_obj, &prefix, PyBUF_SIMPLE) < 0)
+        Py_buffer prefix;
+        if (PyObject_GetBuffer(prefix_obj, &prefix, PyBUF_SIMPLE) < 0) {
+            Py_DECREF(origin);
             goto fail;
+        }
         size_t size = msg_size(&msg);
         if (size < (size_t)prefix.len || memcmp(msg_data(&msg), prefix.buf, prefix.len)) {
             Py_DECREF(origin);
@@ -175,16 +176,20 @@ static PyObject *wire_recv(PyObject *self, PyObject *args) {
             goto fail;
     }
     msg_close(&msg);
-    if (got < parts && _PyTuple_Resize(&result, got + 2) < 0) {
+    PyObject *result = PyTuple_New(count + 2);
+    if (result == NULL) {
         Py_DECREF(origin);
+        release_all(got, count);
         return NULL;
     }
-    PyTuple_SET_ITEM(result, got, PyBool_FromLong(more));
-    PyTuple_SET_ITEM(result, got + 1, origin);
+    for (Py_ssize_t i = 0; i < count; i++)
+        PyTuple_SET_ITEM(result, i, got[i]);
+    PyTuple_SET_ITEM(result, count, PyBool_FromLong(more));
+    PyTuple_SET_ITEM(result, count + 1, origin);
     return result;
 fail:
     msg_close(&msg);
-    Py_DECREF(result);
+    release_all(got, count);
     return NULL;
 }
 
@@ -239,7 +244,8 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_zmq_wire", NULL, -1, methods};
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, .m_name = "_zmq_wire", .m_size = -1, .m_methods = methods};
 
 PyMODINIT_FUNC PyInit__zmq_wire(void) {
     PyObject *zmq = PyImport_ImportModule("zmq");
