@@ -637,7 +637,10 @@ class Connection:
         """Take the messages that wait on the socket, without waiting (the lock is held,
         and nobody waits for a reply: see HostFunctions)."""
         while not self._lost and self._socket.get(EVENTS) & POLLIN:
-            self._take(self._receive_frames(), None)
+            frames = self._receive_frames()
+            if frames is None:  # a signal came first (its handler ran)
+                return
+            self._take(frames, None)
 
     def _release_window(self) -> None:
         """Done copying through a device window: a migration waits for that (not a CALLS
