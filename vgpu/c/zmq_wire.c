@@ -16,6 +16,7 @@
 #include <Python.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 #include <time.h>
 
@@ -122,9 +123,12 @@ static PyObject *wire_recv(PyObject *self, PyObject *args) {
     int rc, err = 0;
     Py_BEGIN_ALLOW_THREADS
     if (spin_s > 0) {  /* (see vgpu.client's DEFAULT_SPIN_S for why spin) */
+        /* Yielding between looks, as CUDA's CU_CTX_SCHED_YIELD does: where the cores are
+         * busy, the threads that carry the reply (zmq's, the server's) run first; on an
+         * idle machine it returns at once. */
         double until = now_s() + spin_s;
         while (!readable(sock) && now_s() < until)
-            ;
+            sched_yield();
     }
     rc = msg_recv(&msg, sock, 0);
     if (rc < 0)
