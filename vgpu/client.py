@@ -106,7 +106,8 @@ CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_NOT_READY = 600
 # How long a synchronizing call polls for its reply before it sleeps in the kernel. Waking a
 # sleeping thread costs tens of microseconds on an idle machine, more than a round trip's
-# own work, so, like CUDA's default scheduling (spin while cores are free), we poll briefly.
+# own work, so, like CUDA's default scheduling (spin while cores are free), we poll briefly,
+# yielding the core between looks (vgpu.wire.recv).
 # A context created with CU_CTX_SCHED_BLOCKING_SYNC sets it to 0; VGPU_SPIN_US overrides.
 DEFAULT_SPIN_S = 100e-6
 
