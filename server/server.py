@@ -29,6 +29,7 @@ import traceback
 
 import zmq
 
+from vgpu import wire
 from vgpu.errors import CudaError
 from vgpu.processes import pid_alive
 from vgpu.protocol import (
@@ -41,10 +42,10 @@ from vgpu.protocol import (
     PROTOCOL_VERSION,
     RELEASE,
     ProtocolError,
+    pack,
     packer,
     unpack,
 )
-from vgpu.transport import SNDMORE
 
 from .admin import AdminMixin
 from .arena import VaArena
@@ -72,6 +73,9 @@ ARENA_SLOTS = 64
 MAX_DEVICES = 16
 LIVENESS_INTERVAL_S = 0.5
 QUERY = "vgpuQuery"
+# How every CALLS message's header starts in msgpack: an array of 3 ([kind, seq, body]),
+# then the kind.
+CALLS_PREFIX = b"\x93" + pack(CALLS)
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_DEVICE_UNAVAILABLE = 46
 CUDA_ERROR_NOT_READY = 600
@@ -184,25 +188,23 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         # is read before a hello, see _bind_connection).
         sock = self.socket
         sock.setsockopt(zmq.RCVTIMEO, int(LIVENESS_INTERVAL_S * 1000))
+        handle, recv = sock.underlying, wire.recv
         bell = self.bell.identity
         next_check = time.monotonic() + LIVENESS_INTERVAL_S
         try:
             while not self._stopping:
-                try:
-                    identity = sock.recv()  # a ROUTER delivers identity + header
-                except zmq.Again:
-                    identity = None
-                if identity is not None:
-                    # The header as a frame, whose `more` costs a tenth of asking the socket
-                    # (pyzmq's getsockopt looks the option up in an enum first), and which
-                    # says, as every part of the message does, which connection it came
-                    # through and so who sent it (peers.peer_of, _bind_connection); the
-                    # payload frames stay zero-copy, as bulk data arrives.
-                    origin = part = sock.recv(copy=False)
-                    frames = [identity, part.bytes]
-                    while part.more:
+                # A ROUTER delivers identity + header (+ payloads, read zero-copy: bulk
+                # data arrives so), with the header's origin (who sent it, through which
+                # descriptor: peers.peer_of, _bind_connection) for all but CALLS messages,
+                # the only ones that never need it.
+                got = recv(handle, 2, 0.0, CALLS_PREFIX)
+                if got is not None and len(got) == 4:
+                    identity, header, more, origin = got
+                    frames = [identity, header]
+                    while more:
                         part = sock.recv(copy=False)
                         frames.append(part.buffer)
+                        more = part.more
                     if identity == bell:
                         self._hand_back_finished()
                         self._run_soon()
@@ -248,7 +250,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
 
     # ----------------------------------------------------------------- messages
 
-    def _handle(self, frames: list, origin: zmq.Frame) -> None:
+    def _handle(self, frames: list, origin: tuple | None) -> None:
         identity = frames[0]
         try:
             header = unpack(frames[1], arrays_as_tuples=True)
@@ -320,8 +322,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         if payloads:  # bulk payloads go zero-copy; small frames are cheaper copied
             self.socket.send_multipart([identity, packed, *payloads], copy=False)
         else:
-            self.socket.send(identity, SNDMORE)
-            self.socket.send(packed)
+            wire.send(self.socket.underlying, identity, packed)
 
     def _hello(self, identity: bytes, seq, body, peer: Peer) -> None:
         if not isinstance(body, dict):
@@ -476,13 +477,20 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         if session is None:
             self._reply(identity, seq, 46, "no session: say hello first")
             return
+        worker = self.workers[identity]
+        if type(body) is tuple and len(body) == 1 and not worker.busy() and \
+                not _is_long_call(body[0]) and not session.lanes.busy():
+            # A single short call of an idle session (a synchronizing call, most often):
+            # every check below would pass, a query's included (nothing is running), so
+            # it runs here at once.
+            self._send_outcome(identity, seq, run_batch(session, seq, body, payloads, header))
+            return
         if not isinstance(body, tuple):
             if seq:
                 self._reply(identity, seq, 1, "malformed call batch: not a list of calls")
             else:  # like any failure of queued work, it surfaces at the next synchronization
                 session.defer(1, "malformed call batch: not a list of calls")
             return
-        worker = self.workers[identity]
         if body and isinstance(body[-1], tuple) and body[-1][:1] == (QUERY,):
             # A query must not wait for the work it asks about: what came with it is queued
             # like any other work, and while the worker is busy the answer is "not ready".
