@@ -12,6 +12,10 @@ session whose backend gives it an address space of its own can have any free add
 as a GPU's driver gives any free one.
 What the arena counts in use is its allocations' sizes plus memory the session holds
 outside them (`hold`: physical memory of the virtual memory API, mapped or not).
+
+First fit walks the arena's free ranges, kept beside the allocations, not the allocations
+themselves: a module loads its variables as one allocation each (CuPy's CUB kernels have over
+a thousand), and a session may hold tens of thousands, packed with few holes between them.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ class VaArena:
         self._starts: list[int] = []  # sorted starts of live allocations
         self._sizes: dict[int, int] = {}  # start -> requested size
         self._reserved: set[int] = set()  # starts that are reservations
+        # The arena's free ranges, in address order: sorted starts, and start -> end.
+        self._free: list[int] = [base]
+        self._free_end: dict[int, int] = {base: base + size}
         self.bytes_in_use = 0
 
     def _round(self, n: int) -> int:
@@ -76,7 +83,7 @@ class VaArena:
     def unreserve(self, address: int) -> None:
         """Give back the reservation starting at `address`."""
         self._reserved.remove(address)
-        del self._sizes[address]
+        self._release(address, self._sizes.pop(address))
         self._starts.pop(bisect.bisect_left(self._starts, address))
 
     def hold(self, size: int) -> None:
@@ -84,14 +91,44 @@ class VaArena:
         self.bytes_in_use += size
 
     def _first_fit(self, span: int, alignment: int) -> int | None:
-        cursor = self.base
-        for start in self._starts:
-            cursor = -(-cursor // alignment) * alignment
-            if start - cursor >= span:
-                break
-            cursor = max(cursor, start + self._round(self._sizes[start]))
-        cursor = -(-cursor // alignment) * alignment
-        return cursor if cursor + span <= self.base + self.size else None
+        for start in self._free:
+            cursor = -(-start // alignment) * alignment
+            if cursor + span <= self._free_end[start]:
+                return cursor
+        return None
+
+    def _occupy(self, address: int, span: int) -> None:
+        """Take [address, address + span) out of the free ranges (the part in the arena:
+        a fixed address may lie outside it); the caller checked that it is free."""
+        low, high = max(address, self.base), min(address + span, self.base + self.size)
+        if low >= high:
+            return
+        i = bisect.bisect_right(self._free, low) - 1
+        start = self._free[i]
+        end = self._free_end.pop(start)
+        self._free.pop(i)
+        if high < end:
+            self._free.insert(i, high)
+            self._free_end[high] = end
+        if start < low:
+            self._free.insert(i, start)
+            self._free_end[start] = low
+
+    def _release(self, address: int, size: int) -> None:
+        """Give [address, address + round(size)) back to the free ranges, joined to those
+        it touches."""
+        low = max(address, self.base)
+        high = min(address + self._round(size), self.base + self.size)
+        if low >= high:
+            return
+        i = bisect.bisect_left(self._free, low)
+        if i < len(self._free) and self._free[i] == high:  # the range after it joins
+            high = self._free_end.pop(self._free.pop(i))
+        if i > 0 and self._free_end[self._free[i - 1]] == low:  # the range before it too
+            self._free_end[self._free[i - 1]] = high
+        else:
+            self._free.insert(i, low)
+            self._free_end[low] = high
 
     def _place(self, address: int, size: int, span: int,
                window: tuple[int, int] | None = None) -> bool:
@@ -107,6 +144,7 @@ class VaArena:
             return False
         self._starts.insert(i, address)
         self._sizes[address] = size
+        self._occupy(address, span)
         self.bytes_in_use += size
         return True
 
@@ -114,6 +152,7 @@ class VaArena:
         """Release the allocation starting at `address`; returns its size. KeyError if none."""
         size = self._sizes.pop(address)
         self._starts.pop(bisect.bisect_left(self._starts, address))
+        self._release(address, size)
         self.bytes_in_use -= size
         return size
 
