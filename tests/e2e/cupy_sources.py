@@ -42,8 +42,12 @@ def _cache_dir() -> Path:
 def _sdist_on_pypi(filename: str) -> tuple[str, str]:
     """(url, sha256) of `filename` in PyPI's index of CuPy's files."""
     request = urllib.request.Request(INDEX, headers={"Accept": ACCEPT})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        files = json.load(response)["files"]
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            files = json.load(response)["files"]
+    except OSError as exc:
+        raise RuntimeError(f"CuPy's tests come from its sdist on PyPI, and {INDEX} cannot be "
+                           f"read ({exc}); or put them, unpacked, in {_cache_dir()}") from exc
     for entry in files:
         if entry["filename"] == filename:
             return entry["url"], entry["hashes"]["sha256"]
@@ -91,5 +95,9 @@ def cupy_test_sources(version: str) -> Path:
         archive.extractall(work, members=wanted, filter="data")
         Path(work, top, _DONE).write_text(_sha256(tarball) + "\n")
         shutil.rmtree(root, ignore_errors=True)
-        os.replace(Path(work, top), root)
+        try:
+            os.replace(Path(work, top), root)
+        except OSError:  # another run unpacked it meanwhile
+            if not (root / _DONE).exists():
+                raise
     return root
