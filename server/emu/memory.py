@@ -62,8 +62,11 @@ class DeviceMemory:
         self._sizes: list[int] = []          # parallel to _bases: the allocated sizes
         self._access: list[int] = []         # parallel to _bases: READ_WRITE, READ, NO_ACCESS
         # The allocations as arrays for lanes' lookups, made at the first lookup after they
-        # change (a module's load maps its variables one by one: over a thousand in CuPy's).
-        self._index: _Index | None = None
+        # change (a module's load maps its variables one by one: over a thousand in CuPy's),
+        # with the count of changes they were made at: an index made by a kernel's thread
+        # while another thread mapped memory is made again at the next lookup.
+        self._changes = 0
+        self._index: tuple[int, _Index] | None = None
         self._native_table: np.ndarray | None = None
 
     # -- allocation ---------------------------------------------------------------------
@@ -123,18 +126,19 @@ class DeviceMemory:
         self._reindex()
 
     def _reindex(self) -> None:
-        self._index = None
+        self._changes += 1
         self._native_table = None
 
     def _lookup_index(self) -> _Index:
-        index = self._index
-        if index is None:
-            index = self._index = _Index(
-                np.array(self._bases, np.uint64), np.array(self._sizes, np.uint64),
-                np.array([a.size for a in self._arrays], np.uint64),
-                np.array(self._access, np.uint8),
-                # Access is checked lane by lane only where some allocation restricts it.
-                all(a == READ_WRITE for a in self._access))
+        changes, made = self._changes, self._index
+        if made is not None and made[0] == changes:
+            return made[1]
+        index = _Index(np.array(self._bases, np.uint64), np.array(self._sizes, np.uint64),
+                       np.array([a.size for a in self._arrays], np.uint64),
+                       np.array(self._access, np.uint8),
+                       # Access is checked lane by lane only where some allocation restricts it.
+                       all(a == READ_WRITE for a in self._access))
+        self._index = (changes, index)
         return index
 
     def native_table(self) -> np.ndarray:
