@@ -12,6 +12,9 @@ session whose backend gives it an address space of its own can have any free add
 as a GPU's driver gives any free one.
 What the arena counts in use is its allocations' sizes plus memory the session holds
 outside them (`hold`: physical memory of the virtual memory API, mapped or not).
+A session with several devices splits its arena into equal regions, one per device: each
+device's allocations are placed first-fit inside its own (a restore's fixed addresses and
+reservations may lie anywhere), so that memory of two devices never shares a granule.
 
 First fit walks the arena's free ranges, kept beside the allocations, not the allocations
 themselves: a module loads its variables as one allocation each (CuPy's CUB kernels have over
@@ -44,18 +47,24 @@ class VaArena:
         self._free: list[int] = [base]
         self._free_end: dict[int, int] = {base: base + size}
         self.bytes_in_use = 0
+        self.regions = 1
+
+    def split(self, regions: int) -> None:
+        """One region per device, in order from the base (see the module's docstring)."""
+        self.regions = max(1, regions)
 
     def _round(self, n: int) -> int:
         return (max(n, 1) + self.alignment - 1) // self.alignment * self.alignment
 
     def alloc(self, size: int, address: int | None = None,
-              alignment: int | None = None) -> int | None:
-        """Reserve `size` bytes (at `address` when given, as a restore does; else aligned to
-        `alignment`, a multiple of the arena's, or the arena's own); None when full."""
+              alignment: int | None = None, region: int = 0) -> int | None:
+        """Reserve `size` bytes (at `address` when given, as a restore does; else in region
+        `region`, aligned to `alignment`, a multiple of the arena's, or the arena's own);
+        None when full."""
         span = self._round(size)
         if address is not None:
             return address if self._place(address, size, span) else None
-        cursor = self._first_fit(span, alignment or self.alignment)
+        cursor = self._first_fit(span, alignment or self.alignment, self._region(region))
         if cursor is None:
             return None
         self._place(cursor, size, span)
@@ -90,10 +99,27 @@ class VaArena:
         """Count `size` bytes more (a negative size: fewer) in use outside allocations."""
         self.bytes_in_use += size
 
-    def _first_fit(self, span: int, alignment: int) -> int | None:
-        for start in self._free:
-            cursor = -(-start // alignment) * alignment
-            if cursor + span <= self._free_end[start]:
+    def region_starts(self) -> list[int]:
+        """Where each device's region begins (the base alone when the arena is not split)."""
+        return [self._region(region)[0] for region in range(self.regions)]
+
+    def _region(self, region: int) -> tuple[int, int]:
+        """(start, end) of region `region` (the whole arena when it is not split)."""
+        length = self.size // self.regions // self.alignment * self.alignment
+        if not 0 <= region < self.regions:
+            raise ValueError(f"no region {region} in an arena of {self.regions}")
+        start = self.base + region * length
+        return start, self.base + self.size if region == self.regions - 1 else start + length
+
+    def _first_fit(self, span: int, alignment: int,
+                   within: tuple[int, int] | None = None) -> int | None:
+        low, high = within or (self.base, self.base + self.size)
+        i = max(bisect.bisect_right(self._free, low) - 1, 0)  # the range holding low, or after
+        for start in self._free[i:]:
+            if start >= high:
+                break
+            cursor = -(-max(start, low) // alignment) * alignment
+            if cursor + span <= min(self._free_end[start], high):
                 return cursor
         return None
 

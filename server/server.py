@@ -68,10 +68,8 @@ log = logging.getLogger("vgpu.server")
 ARENA_BASE = 0x1000_0000_0000
 ARENA_SPAN = 1 << 40
 ARENA_SLOTS = 64
-# The most devices an emu server offers (`--devices`): enough for any multi-GPU test.
+# The most devices a server offers (`--devices`): enough for any multi-GPU test or machine.
 MAX_DEVICES = 16
-PCI_BUS_ID = 33  # CU_DEVICE_ATTRIBUTE_PCI_BUS_ID
-ONE_GPU = "--devices is for the emu backend (the cuda backend offers one GPU for now)"
 LIVENESS_INTERVAL_S = 0.5
 QUERY = "vgpuQuery"
 CUDA_ERROR_OUT_OF_MEMORY = 2
@@ -104,10 +102,9 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                  reconnect_grace: float = DEFAULT_RECONNECT_GRACE_S,
                  access: Access | None = None,
                  mem_limit: int | None = None, server_mem_limit: int | None = None,
-                 max_message: int = MAX_MESSAGE_BYTES, devices: int = 1):
+                 max_message: int = MAX_MESSAGE_BYTES, devices: int | None = None):
         self.address = address
         self.backend_name = backend
-        self.devices = devices  # how many devices the server offers (see Session)
         self.memcheck = memcheck  # for sessions whose application does not say
         # Where sessions' images go (`<dir>/<token>.vgpu`), and how often each running
         # session is checkpointed there; a standby server reading the same folder restores
@@ -124,16 +121,16 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         self.ending: list[SessionWorker] = []
         if self.record_dir:
             os.makedirs(self.record_dir, exist_ok=True)
-        if not 1 <= devices <= MAX_DEVICES:
+        if devices is not None and not 1 <= devices <= MAX_DEVICES:
             raise ValueError(f"--devices must be between 1 and {MAX_DEVICES}")
-        if devices != 1 and backend == "cuda":
-            raise ValueError(ONE_GPU)
         probe = open_backend(backend)  # fail now, not at the first client, if it cannot start
-        if devices != 1 and probe.name != "emu":  # auto found a GPU
+        try:
+            # How many devices the server offers (see Session): on a backend that drives
+            # devices (cuda), all of them or the first N; emu's are views of one, 1 or N.
+            self.devices = self._devices_offered(probe, devices)
+            self.device_memory = probe.describe().total_memory
+        finally:
             probe.close()
-            raise ValueError(ONE_GPU)
-        self.device_memory = probe.describe().total_memory
-        probe.close()
         # Device memory: each session's limit, and what all of them may hold together (on a
         # GPU, the device; on the emulator, host memory that would otherwise have no bound).
         self.quotas = MemoryQuotas(min(server_mem_limit or self.device_memory,
@@ -394,19 +391,30 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         })
 
     @staticmethod
-    def _describe_device(session: Session, ordinal: int) -> dict:
-        """Device `ordinal` as the session sees it: the backend's device, told apart from its
-        siblings by its UUID and PCI bus (device 0 is the backend's, as it describes it)."""
-        device = session.device
-        uuid = bytes(device.uuid[:-1]) + bytes([device.uuid[-1] ^ ordinal])
+    def _devices_offered(probe, asked: int | None) -> int:
+        """How many devices to offer when `--devices` asked for `asked` (None: not given)."""
+        driven = probe.devices_driven()
+        if driven is None:
+            return asked or 1
+        if asked is not None and asked > driven:
+            raise ValueError(f"--devices {asked}: the {probe.name} backend has "
+                             f"{driven} device{'s' * (driven != 1)}")
+        return asked or min(driven, MAX_DEVICES)
+
+    def _describe_device(self, session: Session, ordinal: int) -> dict:
+        """Device `ordinal` as the session sees it, as its backend describes it; `peers`:
+        the devices whose memory its kernels can reach (cuDeviceCanAccessPeer)."""
+        backend = session.backend
+        device = backend.describe_device(ordinal)
         return {
             "name": device.name,
-            "uuid": uuid,
+            "uuid": device.uuid,
             # A session sees a device the size of its memory limit (see quotas.py).
-            "total_memory": session.memory.info()[1],
+            "total_memory": min(session.memory.info()[1], device.total_memory),
             "compute_capability": list(device.compute_capability),
-            "attributes": {**device.attributes,
-                           PCI_BUS_ID: device.attributes.get(PCI_BUS_ID, 0) + ordinal},
+            "attributes": device.attributes,
+            "peers": [peer for peer in range(self.devices)
+                      if backend.can_access_peer(ordinal, peer)],
         }
 
     def _new_session(self, hello: dict, arena_base: int | None, peer: Peer

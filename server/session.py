@@ -183,8 +183,11 @@ class Session:
         self.id = session_id
         # The devices the session's contexts may be on. On emu they are views of one
         # emulator sharing the session's memory (one address space, as unified addressing
-        # gives a process), so peer access and peer copies need nothing more.
+        # gives a process), so peer access and peer copies need nothing more; on cuda each
+        # is a GPU. Either way each device's allocations take a part of the arena of their
+        # own, so that no device granule holds another device's memory.
         self.device_count = device_count
+        arena.split(device_count)
         self.peer = peer
         # What the session's device memory is charged to (see quotas.py); alone, it may
         # take the whole device.
@@ -210,7 +213,7 @@ class Session:
         self._windows_granted = 0  # ever: a grant since a mark makes changes unknown
         self._windows_changed = threading.Condition()
         self.arena = arena
-        backend.attach_arena(arena.base, arena.size)
+        backend.attach_arena(arena.base, arena.size, arena.region_starts())
         self.device = backend.describe()
         self.started_at = time.time()
         self.calls_served = 0
@@ -567,7 +570,7 @@ class Session:
             "reserve": self.vmm.restore_reservation,
             "memory": physical,
             "mapping": self.vmm.restore_mapping,
-            "graph": self.graphs.create,
+            "graph": self.graphs.restore,
         }
         for kind, *fields in state["journal"]:
             makers[kind](*fields)
@@ -613,7 +616,7 @@ class Session:
         self.backend.close()
         self.backend = open_backend(self.backend.name)
         self.lanes.concurrent = self.backend.launches_run_inline
-        self.backend.attach_arena(self.arena.base, self.arena.size)
+        self.backend.attach_arena(self.arena.base, self.arena.size, self.arena.region_starts())
         self.backend.set_memcheck(self.memcheck == "strict")
 
     def mark(self) -> tuple[int, int]:
@@ -928,12 +931,13 @@ class Session:
         ctx = self.contexts.get(context)
         if size <= 0:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "allocation size must be positive")
-        address = self._reserve(size, at, alignment)
+        address = self._reserve(size, at, alignment, ctx.device)
         shared = (self.shared.create(address, size)
                   if self.shared is not None and size >= SHARED_BYTES and backing is None
                   else None)
         try:
-            self.backend.map(address, size, shared if backing is None else memoryview(backing))
+            self.backend.map(address, size, shared if backing is None else memoryview(backing),
+                             ctx.device)
         except BaseException:
             # What could not be placed holds no device memory.
             if shared is not None:
@@ -964,15 +968,17 @@ class Session:
         if ctx in self.contexts:
             self.contexts.get(ctx).allocations.discard(address)
 
-    def _reserve(self, size: int, at: int | None = None, alignment: int | None = None) -> int:
+    def _reserve(self, size: int, at: int | None = None, alignment: int | None = None,
+                 device: int = 0) -> int:
         """Charge `size` bytes to the session's quota and place them in its arena (at `at`:
-        a restore puts memory back where it was; else aligned to `alignment`)."""
+        a restore puts memory back where it was; else aligned to `alignment`, in the part
+        of the arena that is device `device`'s)."""
         if self.arena.count >= MAX_ALLOCATIONS:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
                             f"the session holds {self.arena.count} allocations, the most a "
                             f"session may")
         self.memory.charge(size)
-        address = self.arena.alloc(size, at, alignment)
+        address = self.arena.alloc(size, at, alignment, region=device)
         if address is None:
             self.memory.release(size)
             if at is not None:
@@ -1122,7 +1128,7 @@ class Session:
         def allocate(size: int, managed: bool = False) -> int:
             # Module variables are device memory like any allocation: the quota pays.
             address = self._reserve(size, next(wanted, None) if wanted else None,
-                                    MANAGED_ALIGNMENT if managed else None)
+                                    MANAGED_ALIGNMENT if managed else None, ctx.device)
             allocated.append(address)
             return address
 
@@ -1130,7 +1136,7 @@ class Session:
         # (and what parsing it made) as long as it is loaded: the quota pays for it too.
         self.memory.charge(len(image))
         try:
-            loaded = self.backend.load_module(image, allocate)
+            loaded = self.backend.load_module(image, allocate, ctx.device)
         except BaseException:
             for address in allocated:
                 self._unreserve(address)
@@ -1247,7 +1253,7 @@ class Session:
         kernel = module.loaded.kernels[fn.name]
         self.backend.use_device_runtime(self.device_runtime.launching(
             module.context, self._allocate, kernel.uses_heap, kernel.launches_kernels,
-            cooperative))
+            cooperative), self.graphs.device_launches)
 
     def _prepare_launch(self, fn: Function, config: tuple
                         ) -> Callable[[bytes, int], tuple[str, str]]:
@@ -1270,9 +1276,10 @@ class Session:
 
     @op("cuStreamCreate")
     def stream_create(self, handle: int, context: int, flags: int, priority: int):
-        self.contexts.get(context).streams.add(handle)
+        ctx = self.contexts.get(context)
+        ctx.streams.add(handle)
         self.streams.add(handle, context)
-        self.backend.stream_created(handle)
+        self.backend.stream_created(handle, ctx.device)
         self.lanes.created(handle, bool(flags & CU_STREAM_NON_BLOCKING))
         self.journal.created("stream", handle, context, flags, priority)
 

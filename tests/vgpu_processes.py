@@ -103,11 +103,12 @@ def start_cuda_server(address: str, *options: str, stderr=None) -> subprocess.Po
 
 
 @contextlib.contextmanager
-def nested_cuda_server(folder: Path, *options: str, stderr=None):
-    """The nested pair for the `with` block, in `folder`: an emu server (the device) and a
-    cuda-backend server run under vgpu against it; yields the cuda server's address. Both
-    are stopped at the end, the cuda server first."""
-    with emu_server(folder, stderr=stderr) as inner:
+def nested_cuda_server(folder: Path, *options: str, stderr=None, devices: int = 1):
+    """The nested pair for the `with` block, in `folder`: an emu server (the device, or
+    `devices` of them) and a cuda-backend server run under vgpu against it, which drives
+    every device the emu server offers; yields the cuda server's address. Both are stopped
+    at the end, the cuda server first."""
+    with emu_server(folder, "--devices", str(devices), stderr=stderr) as inner:
         address = f"ipc://{folder}/cuda-server.sock"
         proc = start_nested_cuda_server(inner, address, *options, stderr=stderr)
         try:

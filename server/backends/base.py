@@ -13,6 +13,7 @@ __all__ = ["Backend", "Cancelled", "DeviceDescription", "KernelDescription", "Ke
            "LoadedModule"]
 
 CUDA_ERROR_NOT_SUPPORTED = 801
+PCI_BUS_ID = 33  # CU_DEVICE_ATTRIBUTE_PCI_BUS_ID
 
 
 class KernelFault(CudaError):
@@ -80,19 +81,47 @@ class Backend(abc.ABC):
     # Whether the sessions of one server share one device address space (a GPU's, with
     # unified addressing), so that their arenas must not overlap.
     shares_address_space = True
+    # Whether the device runtime kernels call is vgpu's own (the emulator's): only then do
+    # they know vgpu's graph objects (cudaGraphSetConditional storing at a conditional
+    # handle's address, which conditional nodes read; cudaGraphLaunch of a graph).
+    own_device_runtime = False
 
     @abc.abstractmethod
     def describe(self) -> DeviceDescription: ...
 
-    def attach_arena(self, base: int, size: int) -> None:
+    def devices_driven(self) -> int | None:
+        """How many devices the backend drives (a server offers them all, or the first
+        `--devices N`); None where its devices are views of one, as many as asked for."""
+        return None
+
+    def describe_device(self, ordinal: int) -> DeviceDescription:
+        """Device `ordinal` of those the server offers. Here every device is a view of the
+        one `describe` gives (emu's `--devices N`), told apart by its UUID and PCI bus; a
+        backend that drives several devices describes each."""
+        device = self.describe()
+        uuid = bytes(device.uuid[:-1]) + bytes([device.uuid[-1] ^ ordinal])
+        attributes = dict(device.attributes)
+        attributes[PCI_BUS_ID] = attributes.get(PCI_BUS_ID, 0) + ordinal
+        return DeviceDescription(device.name, uuid, device.total_memory,
+                                 device.compute_capability, attributes)
+
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        """Whether kernels on `device` can reach `peer`'s memory (cuDeviceCanAccessPeer):
+        views of one device share all memory."""
+        return device != peer
+
+    def attach_arena(self, base: int, size: int, regions: list[int] | None = None) -> None:
         """The session's address range [base, +size): every address `map` and `map_physical`
-        are given lies in it. A backend whose device hands out addresses reserves it here
-        (CudaError where it cannot); the others have nothing to do."""
+        are given lies in it; `regions`: where each device's allocations begin (VaArena). A
+        backend whose device hands out addresses reserves it here (CudaError where it
+        cannot); the others have nothing to do."""
         return None
 
     @abc.abstractmethod
-    def map(self, address: int, size: int, backing: memoryview | None = None) -> None:
-        """Back [address, address+size) with device memory (or with a host buffer)."""
+    def map(self, address: int, size: int, backing: memoryview | None = None,
+            device: int = 0) -> None:
+        """Back [address, address+size) with memory of device `device` (the ordinal of the
+        allocating context's; or with a host buffer)."""
 
     @abc.abstractmethod
     def unmap(self, address: int) -> None: ...
@@ -100,9 +129,11 @@ class Backend(abc.ABC):
     # Physical memory apart from addresses (CUDA's virtual memory API): made, mapped at
     # addresses (one piece at several, each place showing the same bytes), given access.
     # A backend without it refuses the API.
-    def create_physical(self, size: int, contents: bytearray | None = None) -> object:
-        """Physical memory of `size` bytes, mapped nowhere: zero-filled, or holding
-        `contents` (a restore's; a backend in host RAM may keep the buffer as the memory)."""
+    def create_physical(self, size: int, contents: bytearray | None = None,
+                        device: int = 0) -> object:
+        """Physical memory of `size` bytes on device `device`, mapped nowhere: zero-filled,
+        or holding `contents` (a restore's; a backend in host RAM may keep the buffer as the
+        memory)."""
         raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                         f"the {self.name} backend has no virtual memory management")
 
@@ -160,10 +191,11 @@ class Backend(abc.ABC):
     def fill(self, address: int, pattern: bytes, count: int) -> None: ...
 
     @abc.abstractmethod
-    def load_module(self, image: bytes, allocate: Callable[..., int]) -> LoadedModule:
-        """Load a module image; `allocate(size, managed=False)` gives arena addresses for its
-        variables (a __managed__ one's on a page of its own: the client maps its host view
-        there)."""
+    def load_module(self, image: bytes, allocate: Callable[..., int],
+                    device: int = 0) -> LoadedModule:
+        """Load a module image on device `device`; `allocate(size, managed=False)` gives
+        arena addresses for its variables (a __managed__ one's on a page of its own: the
+        client maps its host view there)."""
 
     @abc.abstractmethod
     def unload_module(self, module: LoadedModule) -> None: ...
@@ -174,8 +206,9 @@ class Backend(abc.ABC):
         that thread, such as a current context."""
         return contextlib.nullcontext()
 
-    def stream_created(self, handle: int) -> None:
-        """The session made stream `handle`: launches may name it (see prepare_launch)."""
+    def stream_created(self, handle: int, device: int = 0) -> None:
+        """The session made stream `handle` on device `device`: launches may name it (see
+        prepare_launch)."""
         return None
 
     def stream_destroyed(self, handle: int) -> None:
@@ -195,11 +228,14 @@ class Backend(abc.ABC):
         program repeats. A `cooperative` launch keeps all its blocks resident together
         (cuLaunchCooperativeKernel), for grid-wide synchronization."""
 
-    def use_device_runtime(self, place: Callable[[str], tuple[int, int]]) -> None:
+    def use_device_runtime(self, place: Callable[[str], tuple[int, int]],
+                           device_graphs: Callable[[int], list | None] | None = None) -> None:
         """Where the next launch finds the device runtime's memory (see
         server/device_runtime.py): `place(name)` -> (address, size) of "heap",
-        "launch_buffers" or "grid_workspace", made when first asked for. Only a backend
-        whose kernel descriptions ask for them is given it."""
+        "launch_buffers" or "grid_workspace", made when first asked for; and the graphs
+        its kernels may launch (`device_graphs(handle)`: server/graphs.py's
+        device_launches). Only a backend whose kernel descriptions ask for them is given
+        it."""
         return None
 
     def set_device_runtime_limit(self, limit: int, value: int) -> None:

@@ -151,6 +151,8 @@ class DriverState:
         self.allocation_context: dict[int, int] = {}  # device address -> context handle
         self.module_variables: set[int] = set()  # addresses above that belong to a module
         self.mappings: dict[int, int] = {}  # cuMemMap'd addresses above -> access flags
+        self.memory_devices: dict[int, int] = {}  # cuMemCreate handle -> its location's device
+        self.mapping_devices: dict[int, int] = {}  # mapping address -> its memory's device
         self.ipc_opened: dict[int, int] = {}  # addresses above of IPC handles -> times opened
         self._allocation_starts: list[int] = []
         self.host_allocations: dict[int, HostAllocation] = {}

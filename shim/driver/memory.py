@@ -31,7 +31,7 @@ from .hostmem import (
     unshare_in_place,
 )
 from .nvidia_runtime import under_nvidia_runtime
-from .vmm import mapped_access
+from .vmm import mapped_access, mapped_device
 
 CU_MEMHOSTALLOC_DEVICEMAP = 0x02
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
@@ -47,10 +47,11 @@ def _alloc(size: int) -> int:
     return allocate(size)
 
 
-def allocate(size: int) -> int:
-    """Device memory now, whatever a stream capture forbids (graph memory nodes take theirs
-    when they are made)."""
-    context = state.current_context()
+def allocate(size: int, context: int | None = None) -> int:
+    """Device memory now (in `context`, else the current one), whatever a stream capture
+    forbids (graph memory nodes and conditional handles take theirs when they are made)."""
+    if context is None:
+        context = state.current_context()
     if size == 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes")
     address, _ = state.conn().call("cuMemAlloc", context, size)
@@ -453,10 +454,18 @@ def _host_rows(dst: int, dst_pitch: int, src: int, src_pitch: int, width: int,
         return
     _check_host_range(src, (height - 1) * src_pitch + width, "source")
     _check_host_range(dst, (height - 1) * dst_pitch + width, "destination")
+
+    def copy(_=None) -> None:
+        for row in range(height):
+            ctypes.memmove(dst + row * dst_pitch, src + row * src_pitch, width)
+
+    recorder = state.recorder()
+    if recorder is not None:  # a graph's host-to-host copy: the client's, when it runs
+        recorder.host_step(copy)
+        return
     if state.find_host(src) is not None or state.find_host(dst) is not None:
         state.conn().synchronize()
-    for row in range(height):
-        ctypes.memmove(dst + row * dst_pitch, src + row * src_pitch, width)
+    copy()
 
 
 @api
@@ -671,7 +680,7 @@ def _pointer_attributes(address: int) -> dict[int, int]:
         6: 1,
         7: start,
         8: int(is_managed),
-        9: state.contexts[context]["device"] if context in state.contexts else 0,
+        9: _device_ordinal(start, context),
         10: 0,  # no IPC
         11: start,
         12: size,
@@ -685,6 +694,15 @@ def _pointer_attributes(address: int) -> dict[int, int]:
         20: start,
         21: 0,
     }
+
+
+def _device_ordinal(start: int, context: int) -> int:
+    """The device memory at `start` is on: a mapping's physical allocation's, else the
+    allocating context's."""
+    mapped = mapped_device(start)
+    if mapped is not None:
+        return mapped
+    return state.contexts[context]["device"] if context in state.contexts else 0
 
 
 def _access_flags(start: int) -> int:

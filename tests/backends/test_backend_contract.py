@@ -50,6 +50,49 @@ def test_the_device_is_described(device):
     assert described.attributes[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT] >= 1
 
 
+def test_two_devices_hold_memory_and_run_kernels_over_each_others(kind, make_device, kernels):
+    """emu's devices are views of one; cuda's are the driver's GPUs (nested: the two an emu
+    server offers). Memory on each, a module on each: a kernel on device 1 reads device 0's
+    memory and writes its own, copies go between them, and device 1's physical memory is
+    read and written as checkpoints and restores do."""
+    device = make_device(kind, devices=2)
+    backend = device.backend
+    if (backend.devices_driven() or 2) < 2:
+        pytest.skip("the driver here offers one GPU")
+    assert backend.describe_device(0).uuid != backend.describe_device(1).uuid
+    assert backend.can_access_peer(1, 0) and backend.can_access_peer(0, 1)
+    assert not backend.can_access_peer(1, 1)
+    x = [i * 0.5 for i in range(300)]
+    source = device.upload(as_floats(x), device=0)
+    result = device.upload(bytes(4 * len(x)), device=1)
+    assert result >= device.arena.region_starts()[1] > source
+    if kind == "cuda":  # each device's memory where its driver says it is
+        from cuda.bindings import driver as cu
+
+        ordinal = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+        with backend.running():
+            found = [cu.cuPointerGetAttribute(ordinal, a) for a in (source, result)]
+        assert [(int(error), value) for error, value in found] == [(0, 0), (0, 1)]
+    module = device.load(kernels.ptx, device=1)
+    device.launch(module, "axpb", 2, 256, ptr(result), ptr(source), f32(2.0), i32(len(x)),
+                  f64(1.0))
+    assert floats(device.read(result, 4 * len(x))) == [2.0 * v + 1.0 for v in x]
+    with backend.running():
+        backend.copy(source, result + 4, 8)
+        backend.fill(result, b"\x07", 4)
+    assert floats(device.read(source, 8)) == [2.0 * v + 1.0 for v in x[1:3]]
+    assert device.read(result, 4) == b"\x07" * 4
+    counter = module.variables["counter"][0]
+    assert device.region_of(counter) == 1 and device.read(counter, 4) == i32(1000)
+    with backend.running():  # a checkpoint's and a restore's copies of device 1's memory
+        contents = bytearray(b"on device 1".ljust(2 * MIB, b"\0"))
+        physical = backend.create_physical(2 * MIB, contents, device=1)
+        out = bytearray(11)
+        backend.read_physical(physical, 0, memoryview(out))
+        backend.release_physical(physical)
+    assert out == b"on device 1"
+
+
 # ----------------------------------------------------------------- memory at fixed addresses
 
 def test_memory_at_the_arenas_addresses_keeps_what_is_written(device):

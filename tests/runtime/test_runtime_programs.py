@@ -212,7 +212,16 @@ def test_graphs_and_stream_capture(toolkit, emu_server):
     assert_passed(run(emu_server, build(toolkit, "graphs")),
                   "graphs: module loaded during a capture", "graphs: captured graph ran 3 times",
                   "graphs: built graph ran and was updated",
-                  "graphs: stream-ordered allocation captured", "graphs: misuse refused",
+                  "graphs: stream-ordered allocation captured",
+                  "graphs: IF/else and SWITCH nodes chose by the kernel's condition",
+                  "graphs: WHILE node looped until the kernel cleared its condition",
+                  "graphs: conditional nodes' misuse refused",
+                  "graphs: host-to-host copy nodes ran in order, a captured graph launch too",
+                  "graphs: symbol copy nodes, node queries, attributes and a child graph "
+                  "replaced",
+                  "graphs: edge data kept, handed back and checked",
+                  "graphs: graphs launched by a kernel, tail after fire-and-forget",
+                  "graphs: misuse refused",
                   "graphs: all checks passed")
 
 
@@ -247,10 +256,14 @@ def two_devices(tmp_path_factory):
         yield address
 
 
-@pytest.mark.parametrize("cudart", ["shared", "static"])
-def test_several_devices(toolkit, two_devices, cudart):
-    """vgpu's runtime and NVIDIA's (on vgpu's driver) alike."""
-    assert_passed(run(two_devices, build(toolkit, "multi_device", cudart=cudart)),
+@pytest.mark.parametrize(("backend", "cudart"),
+                         [("emu", "shared"), ("emu", "static"), ("cuda", "shared")])
+def test_several_devices(request, toolkit, backend, cudart):
+    """vgpu's runtime and NVIDIA's (on vgpu's driver) alike, on emu; on the nested cuda
+    backend, which drives the two GPUs its driver offers."""
+    server = request.getfixturevalue("two_devices" if backend == "emu"
+                                     else "nested_cuda_two_devices")
+    assert_passed(run(server, build(toolkit, "multi_device", cudart=cudart)),
                   "multi_device: 2 devices told apart",
                   "multi_device: a kernel on device 0 read device 1's memory",
                   "multi_device: peer copies correct",
