@@ -8,6 +8,7 @@ allocation (what the arena did before), same run, same requests; prints a table.
 
 from __future__ import annotations
 
+import bisect
 import time
 
 from vgpu.server.arena import VaArena
@@ -19,16 +20,21 @@ VARIABLES = 1327  # CuPy 14.2's CUB block reduction module
 class ScanningArena(VaArena):
     """The baseline: first fit by walking every allocation from the arena's start."""
 
-    def _first_fit(self, span: int, alignment: int) -> int | None:
-        cursor = self.base
-        for start in self._starts:
+    def _first_fit(self, span: int, alignment: int,
+                   within: tuple[int, int] | None = None) -> int | None:
+        low, high = within or (self.base, self.base + self.size)
+        first = bisect.bisect_left(self._starts, low)
+        cursor = low
+        if first:  # one placed before the region may reach into it
+            before = self._starts[first - 1]
+            cursor = max(low, before + self._round(self._sizes[before]))
+        for start in self._starts[first:]:
             cursor = -(-cursor // alignment) * alignment
             if start - cursor >= span:
                 break
             cursor = max(cursor, start + self._round(self._sizes[start]))
         cursor = -(-cursor // alignment) * alignment
-        return cursor if cursor + span <= self.base + self.size else None
-
+        return cursor if cursor + span <= high else None
 
 def load_time(arena_class, held: int) -> float:
     """Seconds to place VARIABLES small allocations in an arena already holding `held`,
