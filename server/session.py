@@ -31,7 +31,7 @@ from vgpu.replay.journal import Journal
 from .arena import VaArena
 from .backends import Backend, LoadedModule, open_backend
 from .backends.base import Cancelled, KernelFault
-from .client_files import SegmentRefused, map_client_file
+from .client_files import PlacedFile, SegmentRefused, map_client_file, mapped_bytes
 from .device_runtime import DeviceRuntimeMemory
 from .graphs import GRAPH_OPS, GraphExecs
 from .handles import HandleTable
@@ -242,7 +242,8 @@ class Session:
         self.vmm = VirtualMemory(self)
         self.graphs = GraphExecs(self)
         self.staging: mmap.mmap | None = None
-        self.segments: dict[int, tuple[mmap.mmap, int | None]] = {}  # id -> (map, device addr)
+        # id -> (its map, device address): see map_host_segment
+        self.segments: dict[int, tuple[mmap.mmap | PlacedFile, int | None]] = {}
         self.shared: SharedAllocations | None = None
         self.peer_memory = False
         # What runs the calls of `execute`: a recorder (server/recorder.py) puts its own
@@ -682,7 +683,7 @@ class Session:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "no shared-memory segment is attached")
         if offset < 0 or size < 0 or offset + size > len(buffer):
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "copy exceeds the shared-memory segment")
-        return memoryview(buffer)[offset:offset + size]
+        return mapped_bytes(buffer)[offset:offset + size]
 
     def _segment(self, seg_id: int):
         try:
@@ -992,21 +993,30 @@ class Session:
     @op("vgpuMapHostSegment")
     def map_host_segment(self, seg_id: int, fd_number: int, size: int, device_address):
         """Attach a pinned host buffer the client allocated in a memory file it holds open as
-        descriptor `fd_number` (its own, sealed against shrinking: see client_files)."""
+        descriptor `fd_number` (its own, sealed against shrinking: see client_files), shown
+        to the device at `device_address` (None: for copies only). Replies None when kernels
+        reach it there, else why they do not (copies still do)."""
         if len(self.segments) >= MAX_SEGMENTS:  # each is a mapping of the server's own
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
                             f"the session has {len(self.segments)} host buffers mapped, the "
                             f"most a session may")
+        at = device_address if self.backend.host_buffers_at_client_addresses else None
         try:
-            seg = map_client_file(fd_number, size, self.peer, self.pid)
+            seg = map_client_file(fd_number, size, self.peer, self.pid, at=at)
         except SegmentRefused as exc:
             raise CudaError(CUDA_ERROR_NOT_PERMITTED,
                             f"the server does not map that host memory: {exc}") from None
         except OSError as exc:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"cannot map host segment: {exc}") from None
+        unreached = None
         if device_address is not None:
-            self.backend.map(device_address, size, memoryview(seg))
+            try:
+                unreached = self.backend.map_host(device_address, size, mapped_bytes(seg))
+            except BaseException:
+                seg.close()
+                raise
         self.segments[int(seg_id)] = (seg, device_address)
+        return unreached
 
     @op("vgpuUnmapHostSegment")
     def unmap_host_segment(self, seg_id: int):

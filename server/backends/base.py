@@ -97,6 +97,18 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def unmap(self, address: int) -> None: ...
 
+    # Whether kernels reach host memory through the host's own addresses (a GPU's unified
+    # addressing): a client's pinned buffer is then best mapped in the server at the
+    # client's address (map_host).
+    host_buffers_at_client_addresses = False
+
+    def map_host(self, address: int, size: int, buffer: memoryview) -> str | None:
+        """Show a client's page-locked host buffer (mapped in this process as `buffer`) to
+        the device at [address, address+size): copies and memsets reach it; returns None
+        when kernels do too, else why they do not. `unmap(address)` takes it away."""
+        self.map(address, size, buffer)
+        return None
+
     # Physical memory apart from addresses (CUDA's virtual memory API): made, mapped at
     # addresses (one piece at several, each place showing the same bytes), given access.
     # A backend without it refuses the API.

@@ -60,6 +60,7 @@ CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_NOT_SUPPORTED = 801
 CUDA_ERROR_ASSERT = 710
+_HOST_REGISTER_DEVICEMAP = 0x02
 
 STAGING_BYTES = 4 << 20
 DEFAULT_SHARED_BYTES = 48 * 1024  # beyond it, a kernel must opt in to dynamic shared memory
@@ -241,6 +242,7 @@ class CudaBackend(Backend):
     name = "cuda"
     memory_is_host_ram = False
     shares_address_space = True
+    host_buffers_at_client_addresses = True
 
     def __init__(self, ordinal: int = 0) -> None:
         global _device_description
@@ -276,7 +278,8 @@ class CudaBackend(Backend):
         self._chunks: dict[int, _Chunk] = {}  # granule address -> its chunk
         self._granule_users: dict[int, int] = {}  # granule address -> allocations in it
         self._allocations: dict[int, int] = {}  # address -> size
-        self._host_only: dict[int, memoryview] = {}  # host buffers the device cannot map
+        self._host_only: dict[int, memoryview] = {}  # clients' host buffers (map_host)
+        self._registered_host: set[int] = set()  # those kernels reach (registered)
         self._vmm_mappings: dict[int, int] = {}  # address -> size
         self._access: dict[int, int] = {}  # mapping address -> the access it allows
         self._variables = _Variables()
@@ -287,6 +290,9 @@ class CudaBackend(Backend):
         """The program reset its device after a fault: the context the fault lost, and all
         the memory in it, are given up for a fresh one (CUDA's way back from a fault)."""
         d = self._d
+        # The clients' host buffers stay theirs: shown to the fresh context as to the lost.
+        hosts, self._host_only = self._host_only, {}
+        reached = set(self._registered_host)
         self._release()
         # Where the driver keeps a fault for the whole process (vgpu's own driver, as CUDA
         # documents for CUDA_ERROR_ILLEGAL_ADDRESS), resetting the device clears it.
@@ -294,6 +300,11 @@ class CudaBackend(Backend):
         self._open()
         if self._piece_bytes:
             self._reserve_piece(self._arena[0])
+        for address, view in hosts.items():
+            if address in reached:
+                self.map_host(address, len(view), view)
+            else:
+                self._host_only[address] = view
 
     # ----------------------------------------------------------------- plumbing
 
@@ -361,9 +372,6 @@ class CudaBackend(Backend):
 
     def map(self, address: int, size: int, backing: memoryview | None = None) -> None:
         if backing is not None:
-            # Page-locked host memory the client shares, at the client's address: copies and
-            # memsets reach it here (host_view), but a device maps no buffer of another
-            # process's at that process's addresses, so kernels cannot dereference it.
             self._host_only[address] = memoryview(backing).cast("B")
             return
         self._cover(address, size)
@@ -378,6 +386,31 @@ class CudaBackend(Backend):
                 self._chunks[g].live += 1
             self._granule_users[g] = users + 1
         self._allocations[address] = size
+
+    def map_host(self, address: int, size: int, buffer: memoryview) -> str | None:
+        """A client's page-locked buffer: copies and memsets reach it here (host_view). With
+        unified addressing a kernel reaches host memory at its host address, which is the
+        client's, so the buffer is registered with the driver only where the session mapped
+        it at that same address in this process (host_buffers_at_client_addresses), and the
+        driver must agree that the device sees it there."""
+        d = self._d
+        view = memoryview(buffer).cast("B")
+        self._host_only[address] = view
+        if ctypes.addressof(ctypes.c_char.from_buffer(view)) != address:
+            return (f"the client's address 0x{address:x} is taken in the server's process, "
+                    "where the device would have to see the buffer")
+        with self._current():
+            try:
+                _call(d, d.cuMemHostRegister(address, size, _HOST_REGISTER_DEVICEMAP))
+            except CudaError as exc:
+                return f"the driver does not map the buffer into the device: {exc.message}"
+            device = int(_call(d, d.cuMemHostGetDevicePointer(address, 0)))
+            if device != address:
+                _call(d, d.cuMemHostUnregister(address))
+                return (f"the device sees host memory at other addresses than the host "
+                        f"(0x{address:x} at 0x{device:x}): kernels need the host's")
+        self._registered_host.add(address)
+        return None
 
     def _floor(self, address: int) -> int:
         return address // self.granule * self.granule
@@ -410,6 +443,13 @@ class CudaBackend(Backend):
     def unmap(self, address: int) -> None:
         host = self._host_only.pop(address, None)
         if host is not None:
+            if address in self._registered_host:
+                # Kernels queued before may still use it: they finish first, as CUDA's
+                # unregistering and freeing of page-locked memory wait for the device.
+                self._registered_host.discard(address)
+                with self._current():
+                    _let_go(self._d, self._d.cuCtxSynchronize())
+                    _let_go(self._d, self._d.cuMemHostUnregister(address))
             host.release()  # the session closes its map of the buffer next
             return
         d = self._d
@@ -770,6 +810,9 @@ class CudaBackend(Backend):
             for start, span in self._pieces.items():
                 lost |= _let_go(d, d.cuMemAddressFree(start, span))
             self._pieces.clear()
+            for address in self._registered_host:
+                lost |= _let_go(d, d.cuMemHostUnregister(address))
+            self._registered_host.clear()
             lost |= _let_go(d, d.cuMemFreeHost(self._staging))
         self._stage.release()
         for host in self._host_only.values():
