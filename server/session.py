@@ -258,7 +258,8 @@ class Session:
                                  self._host_function_reached)
         self.scope_stream = 0  # the stream copies and memsets were issued on (vgpuStreamScope)
         self.ipc: IpcRegistry | None = None  # the server's exports (server/ipc.py), if any
-        self.ipc_opened: dict[int, list] = {}  # address -> [handle, times opened]
+        # address -> [handle, times opened, where its mapping starts] (server/ipc.py)
+        self.ipc_opened: dict[int, list] = {}
         self.attach_client(hello, peer)
 
     # ----------------------------------------------------------------- plumbing

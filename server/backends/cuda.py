@@ -48,6 +48,7 @@ from .base import (
     KernelDescription,
     KernelFault,
     LoadedModule,
+    SharedMemory,
 )
 from .cuda_images import cubin_variables, declared_variables, is_binary, printing_kernels
 from .device_attributes import MANAGED_CONTRACT
@@ -281,6 +282,8 @@ class CudaBackend(Backend):
         self._host_only: dict[int, memoryview] = {}  # clients' host buffers (map_host)
         self._registered_host: set[int] = set()  # those kernels reach (registered)
         self._vmm_mappings: dict[int, int] = {}  # address -> size
+        self._imports: dict[int, list[tuple[int, int]]] = {}  # IPC: address -> its mappings
+        self._lost_imports: set[int] = set()  # those a recovery gave up
         self._access: dict[int, int] = {}  # mapping address -> the access it allows
         self._variables = _Variables()
         self._streams: dict[int, object] = {}  # the session's stream handle -> the device's
@@ -293,11 +296,14 @@ class CudaBackend(Backend):
         # The clients' host buffers stay theirs: shown to the fresh context as to the lost.
         hosts, self._host_only = self._host_only, {}
         reached = set(self._registered_host)
+        # IPC mappings go with the lost context, as on CUDA; closing them later is a no-op.
+        lost_imports = self._lost_imports | set(self._imports)
         self._release()
         # Where the driver keeps a fault for the whole process (vgpu's own driver, as CUDA
         # documents for CUDA_ERROR_ILLEGAL_ADDRESS), resetting the device clears it.
         _let_go(d, d.cuDevicePrimaryCtxReset(self._device))
         self._open()
+        self._lost_imports = lost_imports
         if self._piece_bytes:
             self._reserve_piece(self._arena[0])
         for address, view in hosts.items():
@@ -453,6 +459,14 @@ class CudaBackend(Backend):
             host.release()  # the session closes its map of the buffer next
             return
         d = self._d
+        if address in self._lost_imports:
+            self._lost_imports.discard(address)
+            return
+        if address in self._imports:
+            with self._current():
+                for at, length in self._imports.pop(address):
+                    _let_go(d, d.cuMemUnmap(at, length))
+            return
         if address in self._vmm_mappings:
             with self._current():
                 _let_go(d, d.cuMemUnmap(address, self._vmm_mappings.pop(address)))
@@ -476,6 +490,46 @@ class CudaBackend(Backend):
             _let_go(d, d.cuMemRelease(chunk.handle))
         for g in range(chunk.start, chunk.start + chunk.size, self.granule):
             del self._chunks[g]
+
+    # ----------------------------------------------------------------- IPC
+
+    def export_memory(self, address: int, size: int) -> SharedMemory:
+        """The physical memory of the granules [address, +size) lies in, piece by piece
+        (handle, offset, length): another session's context maps it again. Like CUDA's, an
+        export shows the whole granules, the allocation's neighbours in them included."""
+        start = self._floor(address)
+        pieces: list[list] = []
+        for g in range(start, address + size, self.granule):
+            chunk = self._chunks[g]
+            if pieces and pieces[-1][0] is chunk.handle and \
+                    pieces[-1][1] + pieces[-1][2] == g - chunk.start:
+                pieces[-1][2] += self.granule
+            else:
+                pieces.append([chunk.handle, g - chunk.start, self.granule])
+        span = sum(length for _, _, length in pieces)
+        return SharedMemory([tuple(p) for p in pieces], size, address - start, span,
+                            self.granule)
+
+    def import_memory(self, address: int, shared: SharedMemory) -> None:
+        """Another session's physical memory mapped at `address` (granule-aligned), readable
+        and writable. The exporter may free it meanwhile: the driver keeps physical memory
+        while a mapping shows it."""
+        d = self._d
+        self._cover(address, shared.span)
+        mapped: list[tuple[int, int]] = []
+        with self._current():
+            try:
+                at = address
+                for handle, offset, length in shared.memory:
+                    _call(d, d.cuMemMap(at, length, offset, handle, 0))
+                    mapped.append((at, length))
+                    at += length
+                self._grant(address, shared.span, 3)
+            except BaseException:
+                for at, length in mapped:
+                    _let_go(d, d.cuMemUnmap(at, length))
+                raise
+        self._imports[address] = mapped
 
     # ----------------------------------------------------------------- the VMM API
 
@@ -803,6 +857,10 @@ class CudaBackend(Backend):
         with self._current():
             for address in list(self._vmm_mappings):
                 lost |= _let_go(d, d.cuMemUnmap(address, self._vmm_mappings.pop(address)))
+            for mappings in self._imports.values():
+                for at, length in mappings:
+                    lost |= _let_go(d, d.cuMemUnmap(at, length))
+            self._imports.clear()
             for chunk in {id(c): c for c in self._chunks.values()}.values():
                 lost |= _let_go(d, d.cuMemUnmap(chunk.start, chunk.size))
                 lost |= _let_go(d, d.cuMemRelease(chunk.handle))

@@ -325,10 +325,11 @@ def test_ipc_memory_between_processes(toolkit, emu_server):
                   "ipc_memory: the child process added to 5000 ints of the parent's memory")
 
 
-def test_memory_pools_created_and_shared(toolkit, emu_server):
+def test_memory_pools_created_and_shared(toolkit, server):
     """A pool of cudaMemPoolCreate: allocations, attributes, access and misuse errors; then
-    exported to a forked child, which imports a pointer of it and adds to it in place."""
-    assert_passed(run(emu_server, build(toolkit, "memory_pools")),
+    exported to a forked child, which imports a pointer of it and adds to it in place (on
+    the cuda backend, the child's context maps the parent's device memory)."""
+    assert_passed(run(server, build(toolkit, "memory_pools")),
                   "memory_pools: the child process added to 3000 ints of the parent's pool")
 
 
