@@ -127,6 +127,15 @@ def test_ipc_between_processes(driver_ipc, stream_kernels_ptx):
     assert "driver_ipc: all checks passed" in result.stdout
 
 
+def test_ipc_in_order_between_processes(run_on, driver_ipc_ordered, stream_kernels_ptx):
+    """Two processes of one server share device memory (not at the start of a device page)
+    and an event, each waiting only for what the other has done already."""
+    result = run_on(driver_ipc_ordered, stream_kernels_ptx)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "driver_ipc_ordered: the child doubled the parent's memory after its event" in \
+        result.stdout
+
+
 def test_occupancy_and_hints(driver_hints, stream_kernels_ptx):
     """The occupancy calculator's answer is the best block size; stream attributes and the
     persisting-L2 limit are accepted as hints, with CUDA's checks."""
