@@ -19,6 +19,11 @@ is the place: copies to it reach the variable, and a checkpoint holds its conten
 given a place as a pointer (cudaGetSymbolAddress passed to a kernel) does not reach the
 variable on this backend.
 
+A client's page-locked host memory is a file the session maps at the client's own address
+in this process where it can, and registers with the driver (map_host), so that kernels
+reach it through the client's pointer, as unified addressing promises. Memory another
+session exports through IPC is mapped again from its physical allocation (import_memory).
+
 Copies go through a pinned staging buffer of the session's (cuMemHostAlloc). Launches pass
 the client's parameter buffer as it is (CU_LAUNCH_PARAM_BUFFER_POINTER), on a device stream
 of the session stream's own, so that launches on different streams run concurrently; copies
