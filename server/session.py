@@ -80,6 +80,7 @@ MAX_MODULE_BYTES = MAX_ENTRY_BYTES
 # Pinned host buffers one session may have mapped: each is a mapping in the server, which
 # holds some 65,000 of them for all its sessions together (vm.max_map_count).
 MAX_SEGMENTS = 4096
+HOST_ADDRESS_LIMIT = 1 << 57  # above any process's addresses (five-level page tables)
 # Where managed memory starts: on a page boundary (of the largest page size of Linux's
 # x86-64 and arm64 base pages), since the client maps its host view at the same address.
 MANAGED_ALIGNMENT = 1 << 16
@@ -1001,6 +1002,23 @@ class Session:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
                             f"the session has {len(self.segments)} host buffers mapped, the "
                             f"most a session may")
+        if device_address is not None:
+            if type(device_address) is not int or type(size) is not int or \
+                    not 0 < device_address < device_address + size <= HOST_ADDRESS_LIMIT:
+                raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                                "a host segment's address and size are not a range of a "
+                                "process's addresses")
+            if self.arena.base < device_address + size and \
+                    device_address < self.arena.base + self.arena.size:
+                raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                                f"host memory at 0x{device_address:x}+{size} lies in the "
+                                "session's device address range")
+            for other, start in self.segments.values():
+                if start is not None and start < device_address + size and \
+                        device_address < start + len(other):
+                    raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                                    f"host memory at 0x{device_address:x}+{size} overlaps a "
+                                    "host buffer the session has mapped already")
         at = device_address if self.backend.host_buffers_at_client_addresses else None
         try:
             seg = map_client_file(fd_number, size, self.peer, self.pid, at=at)

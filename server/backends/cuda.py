@@ -408,8 +408,8 @@ class CudaBackend(Backend):
         view = memoryview(buffer).cast("B")
         self._host_only[address] = view
         if ctypes.addressof(ctypes.c_char.from_buffer(view)) != address:
-            return (f"the client's address 0x{address:x} is taken in the server's process, "
-                    "where the device would have to see the buffer")
+            return (f"the client's address 0x{address:x} is not free in the server's "
+                    "process, where the device would have to see the buffer")
         with self._current():
             try:
                 _call(d, d.cuMemHostRegister(address, size, _HOST_REGISTER_DEVICEMAP))
