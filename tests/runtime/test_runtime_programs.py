@@ -325,6 +325,15 @@ def test_ipc_memory_between_processes(toolkit, emu_server):
                   "ipc_memory: the child process added to 5000 ints of the parent's memory")
 
 
+def test_ipc_in_order_between_processes(toolkit, server):
+    """Two processes of one server share device memory and an event, each waiting only for
+    what the other has done already (on the cuda backend, the child's context maps the
+    parent's device memory)."""
+    assert_passed(run(server, build(toolkit, "ipc_ordered")),
+                  "ipc_ordered: the child doubled 4000 ints of the parent's memory after its "
+                  "event")
+
+
 def test_memory_pools_created_and_shared(toolkit, server):
     """A pool of cudaMemPoolCreate: allocations, attributes, access and misuse errors; then
     exported to a forked child, which imports a pointer of it and adds to it in place (on
