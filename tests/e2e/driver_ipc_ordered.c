@@ -8,9 +8,8 @@
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include "driver_checks.h"
+#include "forked_child.h"
 #include "test_files.h"
 
 enum { N = 3000, BLOCK = 256, BASE = 11 };
@@ -20,38 +19,30 @@ struct handles {
     CUipcEventHandle event;
 };
 
-static int transfer(int fd, void *buffer, size_t size, int writing)
-{
-    char *p = buffer;
-    while (size) {
-        ssize_t done = writing ? write(fd, p, size) : read(fd, p, size);
-        if (done <= 0) return 0;
-        p += done;
-        size -= (size_t)done;
-    }
-    return 1;
-}
-
-static int setup(const char *ptx_path, CUcontext *ctx, CUmodule *mod)
+/* A context of its own, and `name` of the PTX module at `ptx_path` loaded in it. */
+static int kernel_in_new_context(const char *ptx_path, const char *name, CUcontext *ctx,
+                                 CUfunction *kernel)
 {
     CUdevice dev;
+    CUmodule mod;
     char *ptx = read_file(ptx_path);
     EXPECT(ptx != NULL);
     CHECK(cuInit(0));
     CHECK(cuDeviceGet(&dev, 0));
     CHECK(cuCtxCreate(ctx, NULL, 0, dev));
-    CHECK(cuModuleLoadData(mod, ptx));
+    CHECK(cuModuleLoadData(&mod, ptx));
     free(ptx);
+    CHECK(cuModuleGetFunction(kernel, mod, name));
     return 0;
 }
 
 static int child(const char *ptx_path, int from_parent, int to_parent)
 {
-    CUcontext ctx; CUmodule mod; CUfunction add_into;
+    CUcontext ctx;
+    CUfunction add_into;
     struct handles h;
     EXPECT(transfer(from_parent, &h, sizeof h, 0));
-    if (setup(ptx_path, &ctx, &mod)) return 1;
-    CHECK(cuModuleGetFunction(&add_into, mod, "add_into"));
+    if (kernel_in_new_context(ptx_path, "add_into", &ctx, &add_into)) return 1;
     CUdeviceptr memory, again;
     CUevent parents;
     CHECK(cuIpcOpenMemHandle(&memory, h.memory, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
@@ -88,21 +79,14 @@ static int child(const char *ptx_path, int from_parent, int to_parent)
 int main(int argc, char **argv)
 {
     EXPECT(argc == 2);
-    int down[2], up[2];
-    EXPECT(pipe(down) == 0 && pipe(up) == 0);
-    pid_t pid = fork();
-    EXPECT(pid >= 0);
-    if (pid == 0) {
-        close(down[1]);
-        close(up[0]);
-        return child(argv[1], down[0], up[1]);
-    }
-    close(down[0]);
-    close(up[1]);
+    struct forked other;
+    EXPECT(fork_with_pipes(&other));
+    if (other.pid == 0)
+        return child(argv[1], other.in, other.out);
 
-    CUcontext ctx; CUmodule mod; CUfunction fill;
-    if (setup(argv[1], &ctx, &mod)) return 1;
-    CHECK(cuModuleGetFunction(&fill, mod, "fill"));
+    CUcontext ctx;
+    CUfunction fill;
+    if (kernel_in_new_context(argv[1], "fill", &ctx, &fill)) return 1;
     CUdeviceptr before, memory;
     CHECK(cuMemAlloc(&before, 1000));
     CHECK(cuMemAlloc(&memory, N * sizeof(int)));
@@ -119,11 +103,10 @@ int main(int argc, char **argv)
     struct handles h;
     CHECK(cuIpcGetEventHandle(&h.event, event));
     CHECK(cuIpcGetMemHandle(&h.memory, memory + 4 * 100));  /* any address inside it */
-    EXPECT(transfer(down[1], &h, sizeof h, 1));
+    EXPECT(transfer(other.out, &h, sizeof h, 1));
     char done = 0;
-    EXPECT(transfer(up[0], &done, 1, 0));
-    int status = -1;
-    EXPECT(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT(transfer(other.in, &done, 1, 0));
+    EXPECT(child_succeeded(other.pid));
     int *result = malloc(N * sizeof(int));
     unsigned char *untouched = malloc(1000);
     EXPECT(result != NULL && untouched != NULL);

@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from toolkit import C_INCLUDE
 from vgpu_processes import emu_server as emu_server_at
 from vgpu_processes import run_under_vgpu, vgpu_environment
 
@@ -59,7 +60,7 @@ def build(toolkit, name: str, fatbin: str = "compressed", flags: tuple[str, ...]
     """programs/<name>.cu (plus `extra` files of programs/) built with nvcc."""
     return toolkit.executable(
         (PROGRAMS / f"{name}.cu").read_text(),
-        ["-cudart", cudart, f"-I{PROGRAMS}", *FATBINS[fatbin], *flags],
+        ["-cudart", cudart, f"-I{PROGRAMS}", f"-I{C_INCLUDE}", *FATBINS[fatbin], *flags],
         {file: (PROGRAMS / file).read_text() for file in extra})
 
 

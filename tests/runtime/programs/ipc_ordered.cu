@@ -5,8 +5,7 @@
 // the parent wrote and doubles it in place with a kernel; the parent then reads the doubled
 // values. Neither process waits on the device for work the other has not done yet.
 #include "check.cuh"
-#include <sys/wait.h>
-#include <unistd.h>
+#include "forked_child.h"
 
 __global__ void fill(int *v, int n)
 {
@@ -27,21 +26,10 @@ struct Handles {
     cudaIpcEventHandle_t event;
 };
 
-static void transfer(int fd, void *buffer, size_t size, bool writing)
-{
-    char *p = (char *)buffer;
-    while (size) {
-        ssize_t done = writing ? write(fd, p, size) : read(fd, p, size);
-        EXPECT(done > 0);
-        p += done;
-        size -= (size_t)done;
-    }
-}
-
 static int child(int from_parent, int to_parent, int n)
 {
     Handles handles;
-    transfer(from_parent, &handles, sizeof handles, false);
+    EXPECT(transfer(from_parent, &handles, sizeof handles, 0));
     int *shared = nullptr;
     cudaEvent_t parents;
     CHECK(cudaIpcOpenMemHandle((void **)&shared, handles.memory,
@@ -64,24 +52,17 @@ static int child(int from_parent, int to_parent, int n)
     CHECK(cudaEventDestroy(parents));
     CHECK(cudaStreamDestroy(stream));
     char done = 'd';
-    transfer(to_parent, &done, 1, true);
+    EXPECT(transfer(to_parent, &done, 1, 1));
     return 0;
 }
 
 int main()
 {
     const int n = 4000;
-    int down[2], up[2];
-    EXPECT(pipe(down) == 0 && pipe(up) == 0);
-    pid_t pid = fork();
-    EXPECT(pid >= 0);
-    if (pid == 0) {
-        close(down[1]);
-        close(up[0]);
-        return child(down[0], up[1], n);
-    }
-    close(down[0]);
-    close(up[1]);
+    forked other;
+    EXPECT(fork_with_pipes(&other));
+    if (other.pid == 0)
+        return child(other.in, other.out, n);
 
     char *before;
     int *memory;
@@ -97,11 +78,10 @@ int main()
     Handles handles;
     CHECK(cudaIpcGetEventHandle(&handles.event, event));
     CHECK(cudaIpcGetMemHandle(&handles.memory, memory));
-    transfer(down[1], &handles, sizeof handles, true);
+    EXPECT(transfer(other.out, &handles, sizeof handles, 1));
     char done = 0;
-    transfer(up[0], &done, 1, false);
-    int status = -1;
-    EXPECT(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT(transfer(other.in, &done, 1, 0));
+    EXPECT(child_succeeded(other.pid));
     int *result = new int[n];
     unsigned char untouched[1000];
     CHECK(cudaMemcpy(result, memory, n * sizeof(int), cudaMemcpyDeviceToHost));
