@@ -65,11 +65,11 @@ static int child(const char *ptx_path, int from_parent, int to_parent)
     for (int i = 0; i < N; i++)
         EXPECT(seen[i] == BASE + 3 * i);
     free(seen);
+    CHECK(cuStreamDestroy(stream));
+    CHECK(cuEventDestroy(parents));
     CHECK(cuIpcCloseMemHandle(again));
     CHECK(cuIpcCloseMemHandle(memory));
     EXPECT(cuIpcCloseMemHandle(memory) == CUDA_ERROR_INVALID_VALUE);
-    CHECK(cuEventDestroy(parents));
-    CHECK(cuStreamDestroy(stream));
     CHECK(cuCtxDestroy(ctx));
     char done = 'd';
     EXPECT(transfer(to_parent, &done, 1, 1));
