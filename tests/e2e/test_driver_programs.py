@@ -127,10 +127,14 @@ def test_ipc_between_processes(driver_ipc, stream_kernels_ptx):
     assert "driver_ipc: all checks passed" in result.stdout
 
 
-def test_ipc_in_order_between_processes(run_on, driver_ipc_ordered, stream_kernels_ptx):
-    """Two processes of one server share device memory (not at the start of a device page)
-    and an event, each waiting only for what the other has done already."""
-    result = run_on(driver_ipc_ordered, stream_kernels_ptx)
+def test_ipc_in_order_between_processes_on_cuda(nested_cuda, driver_ipc_ordered,
+                                                stream_kernels_ptx):
+    """Two processes of the nested cuda server share device memory (not at the start of a
+    device page) and an event, each waiting only for what the other has done already (the
+    cuda backend records events once the session's work is done, so the processes of
+    test_ipc_between_processes, which wait for each other on the device, run on emu)."""
+    result = run_under_vgpu(nested_cuda, driver_ipc_ordered, str(stream_kernels_ptx),
+                            timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "driver_ipc_ordered: the child doubled the parent's memory after its event" in \
         result.stdout
