@@ -31,7 +31,7 @@ from vgpu.replay.journal import Journal
 from .arena import VaArena
 from .backends import Backend, LoadedModule, open_backend
 from .backends.base import Cancelled, KernelFault
-from .client_files import SegmentRefused, map_client_file
+from .client_files import PlacedFile, SegmentRefused, map_client_file, mapped_bytes
 from .device_runtime import DeviceRuntimeMemory
 from .graphs import GRAPH_OPS, GraphExecs
 from .handles import HandleTable
@@ -80,6 +80,7 @@ MAX_MODULE_BYTES = MAX_ENTRY_BYTES
 # Pinned host buffers one session may have mapped: each is a mapping in the server, which
 # holds some 65,000 of them for all its sessions together (vm.max_map_count).
 MAX_SEGMENTS = 4096
+HOST_ADDRESS_LIMIT = 1 << 57  # above any process's addresses (five-level page tables)
 # Where managed memory starts: on a page boundary (of the largest page size of Linux's
 # x86-64 and arm64 base pages), since the client maps its host view at the same address.
 MANAGED_ALIGNMENT = 1 << 16
@@ -245,7 +246,8 @@ class Session:
         self.vmm = VirtualMemory(self)
         self.graphs = GraphExecs(self)
         self.staging: mmap.mmap | None = None
-        self.segments: dict[int, tuple[mmap.mmap, int | None]] = {}  # id -> (map, device addr)
+        # id -> (its map, device address): see map_host_segment
+        self.segments: dict[int, tuple[mmap.mmap | PlacedFile, int | None]] = {}
         self.shared: SharedAllocations | None = None
         self.peer_memory = False
         # What runs the calls of `execute`: a recorder (server/recorder.py) puts its own
@@ -260,7 +262,8 @@ class Session:
                                  self._host_function_reached)
         self.scope_stream = 0  # the stream copies and memsets were issued on (vgpuStreamScope)
         self.ipc: IpcRegistry | None = None  # the server's exports (server/ipc.py), if any
-        self.ipc_opened: dict[int, list] = {}  # address -> [handle, times opened]
+        # address -> [handle, times opened, where its mapping starts] (server/ipc.py)
+        self.ipc_opened: dict[int, list] = {}
         self.attach_client(hello, peer)
 
     # ----------------------------------------------------------------- plumbing
@@ -685,7 +688,7 @@ class Session:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "no shared-memory segment is attached")
         if offset < 0 or size < 0 or offset + size > len(buffer):
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "copy exceeds the shared-memory segment")
-        return memoryview(buffer)[offset:offset + size]
+        return mapped_bytes(buffer)[offset:offset + size]
 
     def _segment(self, seg_id: int):
         try:
@@ -998,21 +1001,47 @@ class Session:
     @op("vgpuMapHostSegment")
     def map_host_segment(self, seg_id: int, fd_number: int, size: int, device_address):
         """Attach a pinned host buffer the client allocated in a memory file it holds open as
-        descriptor `fd_number` (its own, sealed against shrinking: see client_files)."""
+        descriptor `fd_number` (its own, sealed against shrinking: see client_files), shown
+        to the device at `device_address` (None: for copies only). Replies None when kernels
+        reach it there, else why they do not (copies still do)."""
         if len(self.segments) >= MAX_SEGMENTS:  # each is a mapping of the server's own
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
                             f"the session has {len(self.segments)} host buffers mapped, the "
                             f"most a session may")
+        if device_address is not None:
+            if type(device_address) is not int or type(size) is not int or \
+                    not 0 < device_address < device_address + size <= HOST_ADDRESS_LIMIT:
+                raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                                "a host segment's address and size are not a range of a "
+                                "process's addresses")
+            if self.arena.base < device_address + size and \
+                    device_address < self.arena.base + self.arena.size:
+                raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                                f"host memory at 0x{device_address:x}+{size} lies in the "
+                                "session's device address range")
+            for other, start in self.segments.values():
+                if start is not None and start < device_address + size and \
+                        device_address < start + len(other):
+                    raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                                    f"host memory at 0x{device_address:x}+{size} overlaps a "
+                                    "host buffer the session has mapped already")
+        at = device_address if self.backend.host_buffers_at_client_addresses else None
         try:
-            seg = map_client_file(fd_number, size, self.peer, self.pid)
+            seg = map_client_file(fd_number, size, self.peer, self.pid, at=at)
         except SegmentRefused as exc:
             raise CudaError(CUDA_ERROR_NOT_PERMITTED,
                             f"the server does not map that host memory: {exc}") from None
         except OSError as exc:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"cannot map host segment: {exc}") from None
+        unreached = None
         if device_address is not None:
-            self.backend.map(device_address, size, memoryview(seg))
+            try:
+                unreached = self.backend.map_host(device_address, size, mapped_bytes(seg))
+            except BaseException:
+                seg.close()
+                raise
         self.segments[int(seg_id)] = (seg, device_address)
+        return unreached
 
     @op("vgpuUnmapHostSegment")
     def unmap_host_segment(self, seg_id: int):

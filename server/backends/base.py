@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from vgpu.errors import CudaError
 
 __all__ = ["Backend", "Cancelled", "DeviceDescription", "KernelDescription", "KernelFault",
-           "LoadedModule"]
+           "LoadedModule", "SharedMemory"]
 
 CUDA_ERROR_NOT_SUPPORTED = 801
 PCI_BUS_ID = 33  # CU_DEVICE_ATTRIBUTE_PCI_BUS_ID
@@ -69,6 +69,19 @@ class LoadedModule:
     handle: object = None  # backend-private
 
 
+@dataclass
+class SharedMemory:
+    """Memory of one session that another session of the server maps (IPC): `size` bytes,
+    `lead` bytes into a range of `span` bytes that is mapped whole, at an address aligned
+    to `alignment` (a device maps memory in granules); `memory` is the backend's own."""
+
+    memory: object
+    size: int
+    lead: int = 0
+    span: int = 0  # 0: `size`
+    alignment: int | None = None
+
+
 class Backend(abc.ABC):
     """One session's view of a device. Addresses come from the session's VaArena."""
 
@@ -125,6 +138,35 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def unmap(self, address: int) -> None: ...
+
+    # IPC: memory of one session shown in another's address range, both sessions' backends
+    # being of one server. A backend whose memory is host RAM shares its buffers.
+    def export_memory(self, address: int, size: int) -> SharedMemory:
+        """What another session's backend needs to map [address, address+size) of this
+        one's memory (an allocation)."""
+        view = self.host_view(address, size, writing=False)
+        if view is None:
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                            f"the {self.name} backend does not share memory between sessions")
+        return SharedMemory(view, size)
+
+    def import_memory(self, address: int, shared: SharedMemory) -> None:
+        """Map another session's memory (its export_memory) at [address, address+span): its
+        bytes show at address+lead. `unmap(address)` takes it away; the memory stays the
+        exporter's."""
+        self.map(address, shared.size, shared.memory)
+
+    # Whether kernels reach host memory through the host's own addresses (a GPU's unified
+    # addressing): a client's pinned buffer is then best mapped in the server at the
+    # client's address (map_host).
+    host_buffers_at_client_addresses = False
+
+    def map_host(self, address: int, size: int, buffer: memoryview) -> str | None:
+        """Show a client's page-locked host buffer (mapped in this process as `buffer`) to
+        the device at [address, address+size): copies and memsets reach it; returns None
+        when kernels do too, else why they do not. `unmap(address)` takes it away."""
+        self.map(address, size, buffer)
+        return None
 
     # Physical memory apart from addresses (CUDA's virtual memory API): made, mapped at
     # addresses (one piece at several, each place showing the same bytes), given access.

@@ -25,6 +25,12 @@ is the place: copies to it reach the variable, and a checkpoint holds its conten
 given a place as a pointer (cudaGetSymbolAddress passed to a kernel) does not reach the
 variable on this backend.
 
+A client's page-locked host memory is a file the session maps at the client's own address
+in this process where it can, and registers with the driver for every context (map_host),
+so that kernels reach it through the client's pointer, as unified addressing promises.
+Memory another session exports through IPC is mapped again from its physical allocation
+(import_memory).
+
 Copies go through a pinned staging buffer of the session's (cuMemHostAlloc, portable to
 all its contexts). Launches pass the client's parameter buffer as it is
 (CU_LAUNCH_PARAM_BUFFER_POINTER), on a device stream of the session stream's own, so that
@@ -59,6 +65,7 @@ from .base import (
     KernelDescription,
     KernelFault,
     LoadedModule,
+    SharedMemory,
 )
 from .cuda_images import cubin_variables, declared_variables, is_binary, printing_kernels
 from .device_attributes import MANAGED_CONTRACT
@@ -72,6 +79,8 @@ CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_NOT_SUPPORTED = 801
 CUDA_ERROR_ASSERT = 710
+_HOST_REGISTER_PORTABLE = 0x01
+_HOST_REGISTER_DEVICEMAP = 0x02
 
 STAGING_BYTES = 4 << 20
 DEFAULT_SHARED_BYTES = 48 * 1024  # beyond it, a kernel must opt in to dynamic shared memory
@@ -266,6 +275,15 @@ class _Physical:
 
 
 @dataclass
+class _Import:
+    """Another session's memory mapped in this one's range (IPC)."""
+
+    device: int  # whose memory it is
+    span: int
+    mappings: list[tuple[int, int]]  # (address, size) of each cuMemMap
+
+
+@dataclass
 class _Module:
     module: object
     device: int  # the device it is loaded on
@@ -277,6 +295,7 @@ class CudaBackend(Backend):
     name = "cuda"
     memory_is_host_ram = False
     shares_address_space = True
+    host_buffers_at_client_addresses = True
 
     def __init__(self) -> None:
         self._d = d = _load_driver()
@@ -317,9 +336,12 @@ class CudaBackend(Backend):
         self._chunks: dict[int, _Chunk] = {}  # granule address -> its chunk
         self._granule_users: dict[int, int] = {}  # granule address -> allocations in it
         self._allocations: dict[int, int] = {}  # address -> size
-        self._host_only: dict[int, memoryview] = {}  # host buffers the device cannot map
+        self._host_only: dict[int, memoryview] = {}  # clients' host buffers (map_host)
+        self._registered_host: set[int] = set()  # those kernels reach (registered)
         self._vmm_mappings: dict[int, int] = {}  # address -> size
         self._vmm_devices: dict[int, int] = {}  # mapping address -> its memory's device
+        self._imports: dict[int, _Import] = {}  # IPC: address -> what it maps
+        self._lost_imports: set[int] = set()  # those a recovery gave up
         self._access: dict[int, int] = {}  # mapping address -> the access it allows
         self._variables = _Variables()
         # The session's stream handle -> (its device, the device's stream)
@@ -330,14 +352,25 @@ class CudaBackend(Backend):
         the memory in them, are given up for fresh ones (CUDA's way back from a fault)."""
         d = self._d
         used = [device for device in self._devices if device.context is not None]
+        # The clients' host buffers stay theirs: shown to the fresh context as to the lost.
+        hosts, self._host_only = self._host_only, {}
+        reached = set(self._registered_host)
+        # IPC mappings go with the lost context, as on CUDA; closing them later is a no-op.
+        lost_imports = self._lost_imports | set(self._imports)
         self._release()
         # Where the driver keeps a fault for the whole process (vgpu's own driver, as CUDA
         # documents for CUDA_ERROR_ILLEGAL_ADDRESS), resetting the device clears it.
         for device in used:
             _let_go(d, d.cuDevicePrimaryCtxReset(device.handle))
         self._open()
+        self._lost_imports = lost_imports
         if self._piece_bytes:
             self._reserve_regions()
+        for address, view in hosts.items():
+            if address in reached:
+                self.map_host(address, len(view), view)
+            else:
+                self._host_only[address] = view
 
     # ----------------------------------------------------------------- plumbing
 
@@ -390,6 +423,9 @@ class CudaBackend(Backend):
         for start, size in self._vmm_mappings.items():
             if start <= address < start + size:
                 return self._vmm_devices[start]
+        for start, imported in self._imports.items():
+            if start <= address < start + imported.span:
+                return imported.device
         return self._variables.owner(address)
 
     def _wait_for_others(self, ordinal: int, launches: bool = True) -> None:
@@ -451,9 +487,6 @@ class CudaBackend(Backend):
     def map(self, address: int, size: int, backing: memoryview | None = None,
             device: int = 0) -> None:
         if backing is not None:
-            # Page-locked host memory the client shares, at the client's address: copies and
-            # memsets reach it here (host_view), but a device maps no buffer of another
-            # process's at that process's addresses, so kernels cannot dereference it.
             self._host_only[address] = memoryview(backing).cast("B")
             return
         self._cover(address, size)
@@ -468,6 +501,32 @@ class CudaBackend(Backend):
                 self._chunks[g].live += 1
             self._granule_users[g] = users + 1
         self._allocations[address] = size
+
+    def map_host(self, address: int, size: int, buffer: memoryview) -> str | None:
+        """A client's page-locked buffer: copies and memsets reach it here (host_view). With
+        unified addressing a kernel reaches host memory at its host address, which is the
+        client's, so the buffer is registered with the driver only where the session mapped
+        it at that same address in this process (host_buffers_at_client_addresses), and the
+        driver must agree that the device sees it there."""
+        d = self._d
+        view = memoryview(buffer).cast("B")
+        self._host_only[address] = view
+        if ctypes.addressof(ctypes.c_char.from_buffer(view)) != address:
+            return (f"the client's address 0x{address:x} is not free in the server's "
+                    "process, where the device would have to see the buffer")
+        with self._current():
+            try:
+                _call(d, d.cuMemHostRegister(
+                    address, size, _HOST_REGISTER_PORTABLE | _HOST_REGISTER_DEVICEMAP))
+            except CudaError as exc:
+                return f"the driver does not map the buffer into the device: {exc.message}"
+            device = int(_call(d, d.cuMemHostGetDevicePointer(address, 0)))
+            if device != address:
+                _call(d, d.cuMemHostUnregister(address))
+                return (f"the device sees host memory at other addresses than the host "
+                        f"(0x{address:x} at 0x{device:x}): kernels need the host's")
+        self._registered_host.add(address)
+        return None
 
     def _floor(self, address: int) -> int:
         return address // self.granule * self.granule
@@ -504,9 +563,24 @@ class CudaBackend(Backend):
     def unmap(self, address: int) -> None:
         host = self._host_only.pop(address, None)
         if host is not None:
+            if address in self._registered_host:
+                # Kernels queued before may still use it: they finish first, as CUDA's
+                # unregistering and freeing of page-locked memory wait for the device.
+                self._registered_host.discard(address)
+                self._wait_for_all()
+                with self._current():
+                    _let_go(self._d, self._d.cuMemHostUnregister(address))
             host.release()  # the session closes its map of the buffer next
             return
         d = self._d
+        if address in self._lost_imports:
+            self._lost_imports.discard(address)
+            return
+        if address in self._imports:
+            with self._current():
+                for at, length in self._imports.pop(address).mappings:
+                    _let_go(d, d.cuMemUnmap(at, length))
+            return
         if address in self._vmm_mappings:
             with self._current():
                 _let_go(d, d.cuMemUnmap(address, self._vmm_mappings.pop(address)))
@@ -531,6 +605,49 @@ class CudaBackend(Backend):
             _let_go(d, d.cuMemRelease(chunk.handle))
         for g in range(chunk.start, chunk.start + chunk.size, self.granule):
             del self._chunks[g]
+
+    # ----------------------------------------------------------------- IPC
+
+    def export_memory(self, address: int, size: int) -> SharedMemory:
+        """The device whose memory [address, +size) is, and the physical memory of the
+        granules it lies in, piece by piece (handle, offset, length): another session's
+        context maps it again. Like CUDA's, an export shows the whole granules, the
+        allocation's neighbours in them included."""
+        start = self._floor(address)
+        pieces: list[list] = []
+        for g in range(start, address + size, self.granule):
+            chunk = self._chunks[g]
+            if pieces and pieces[-1][0] is chunk.handle and \
+                    pieces[-1][1] + pieces[-1][2] == g - chunk.start:
+                pieces[-1][2] += self.granule
+            else:
+                pieces.append([chunk.handle, g - chunk.start, self.granule])
+        span = sum(length for _, _, length in pieces)
+        device = self._chunks[start].device
+        return SharedMemory((device, [tuple(p) for p in pieces]), size, address - start,
+                            span, self.granule)
+
+    def import_memory(self, address: int, shared: SharedMemory) -> None:
+        """Another session's physical memory mapped at `address` (granule-aligned), readable
+        and writable. The exporter may free it meanwhile: the driver keeps physical memory
+        while a mapping shows it."""
+        d = self._d
+        device, pieces = shared.memory
+        self._cover(address, shared.span)
+        mapped: list[tuple[int, int]] = []
+        with self._current():
+            try:
+                at = address
+                for handle, offset, length in pieces:
+                    _call(d, d.cuMemMap(at, length, offset, handle, 0))
+                    mapped.append((at, length))
+                    at += length
+                self._grant(address, shared.span, 3, device)
+            except BaseException:
+                for at, length in mapped:
+                    _let_go(d, d.cuMemUnmap(at, length))
+                raise
+        self._imports[address] = _Import(device, shared.span, mapped)
 
     # ----------------------------------------------------------------- the VMM API
 
@@ -871,6 +988,13 @@ class CudaBackend(Backend):
         self._busy.clear()
         self._copying.clear()
 
+    def _wait_for_all(self) -> None:
+        """Wait for every device's work, whatever became of it (it is given up next)."""
+        for device in self._devices:
+            if device.context is not None:
+                with self._current(device.ordinal):
+                    _let_go(self._d, self._d.cuCtxSynchronize())
+
     def cancel(self) -> None:
         """No later launch runs; a kernel running now runs to its end (a GPU cannot be told
         to stop one), and close() then waits for it."""
@@ -893,6 +1017,10 @@ class CudaBackend(Backend):
         with self._current():
             for address in list(self._vmm_mappings):
                 lost |= _let_go(d, d.cuMemUnmap(address, self._vmm_mappings.pop(address)))
+            for imported in self._imports.values():
+                for at, length in imported.mappings:
+                    lost |= _let_go(d, d.cuMemUnmap(at, length))
+            self._imports.clear()
             for chunk in {id(c): c for c in self._chunks.values()}.values():
                 lost |= _let_go(d, d.cuMemUnmap(chunk.start, chunk.size))
                 lost |= _let_go(d, d.cuMemRelease(chunk.handle))
@@ -900,6 +1028,9 @@ class CudaBackend(Backend):
             for start, span in self._pieces.items():
                 lost |= _let_go(d, d.cuMemAddressFree(start, span))
             self._pieces.clear()
+            for address in self._registered_host:
+                lost |= _let_go(d, d.cuMemHostUnregister(address))
+            self._registered_host.clear()
             lost |= _let_go(d, d.cuMemFreeHost(self._staging))
         self._stage.release()
         for host in self._host_only.values():

@@ -101,6 +101,7 @@ class HostAllocation:
     mapping: object = None  # keeps the mmap alive
     device_pointer: int | None = None
     segment_offset: int = 0  # where the allocation starts in its segment (registered memory)
+    shared_in_place: bool = False  # registered pages vgpu made shared (hostmem.share_in_place)
 
 
 @dataclass

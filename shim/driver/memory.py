@@ -27,6 +27,7 @@ from .hostmem import (
     map_shared,
     page_range,
     share_in_place,
+    shared_file_at,
     unmap,
     unshare_in_place,
 )
@@ -128,17 +129,55 @@ def _host_alloc(size: int, flags: int) -> int:
         address = map_anonymous(size)
         state.host_allocations[address] = HostAllocation(size, flags, None)
         return address
+    # Kernels reach the memory at its address. A server whose device sees host memory at
+    # host addresses maps it at this one in its own process, which is now and then taken
+    # there: another address is tried (the refused ones kept until then, so that none
+    # comes back), and after a few, the memory serves copies only.
+    refused = []
+    try:
+        for _ in range(_HOST_ADDRESS_TRIES):
+            address, segment, unreached = _shared_host_buffer(size)
+            if unreached is None:
+                break
+            refused.append((address, segment))
+        else:
+            address, segment = refused.pop()
+            if flags & CU_MEMHOSTALLOC_DEVICEMAP:
+                _drop_host_buffer(address, segment, size)
+                raise CudaError(E.CUDA_ERROR_OUT_OF_MEMORY,
+                                f"no host memory the device can map: {unreached}")
+    finally:
+        for other, other_segment in refused:
+            _drop_host_buffer(other, other_segment, size)
+    device_pointer = address if unreached is None else None
+    state.host_allocations[address] = HostAllocation(size, flags, segment, None, device_pointer)
+    return address
+
+
+_HOST_ADDRESS_TRIES = 4
+
+
+def _shared_host_buffer(size: int) -> tuple[int, int, str | None]:
+    """A new memory file mapped here and by the server, shown to the device at its address:
+    (address, segment, why kernels do not reach it or None)."""
     try:
         address, fd = map_shared(size)
     except OSError as exc:
         raise CudaError(E.CUDA_ERROR_OUT_OF_MEMORY, f"cannot allocate host memory: {exc}") from None
     segment = state.new_segment_id()
     try:
-        conn.call("vgpuMapHostSegment", segment, fd, size, address)
+        unreached, _ = state.conn().call("vgpuMapHostSegment", segment, fd, size, address)
+    except CudaError:
+        unmap(address, size)
+        raise
     finally:
         os.close(fd)  # both ends have mapped the file (or the server never will)
-    state.host_allocations[address] = HostAllocation(size, flags, segment, None, address)
-    return address
+    return address, segment, unreached
+
+
+def _drop_host_buffer(address: int, segment: int, size: int) -> None:
+    state.conn().call("vgpuUnmapHostSegment", segment)
+    unmap(address, size)
 
 
 @api
@@ -225,8 +264,11 @@ def cuMemHostRegister_v2(p, bytesize, flags):
 def _share_registered(address: int, alloc: HostAllocation) -> bool:
     """With unified addressing, registered memory is device memory too: a kernel may use it
     through its device pointer (the same address). Its pages are shared with a server on
-    this host in place (hostmem.share_in_place); a page backs one segment, so memory sharing
-    a page with another mapped registration stays host-only, as it does for a remote server."""
+    this host in place (hostmem.share_in_place), or through the memory file they are mapped
+    from already (hostmem.shared_file_at); a page backs one segment, so memory sharing a
+    page with another mapped registration stays host-only, as it does for a remote server.
+    A server that cannot show the pages to kernels keeps them for copies only (registered
+    with CU_MEMHOSTREGISTER_DEVICEMAP: refused, saying why)."""
     conn = state.conn()
     if not conn.shares_host_memory:
         return False
@@ -236,22 +278,40 @@ def _share_registered(address: int, alloc: HostAllocation) -> bool:
             low, other_length = page_range(other_start, other.size)
             if low < start + length and start < low + other_length:
                 return False
-    try:
-        fd = share_in_place(address, alloc.size)
-    except OSError:
-        return False
-    if fd is None:
-        return False
+    found = shared_file_at(start, start + length)
+    if found is not None:  # the file is this process's already: it stays open
+        fd, length, start = found
+    else:
+        try:
+            fd = share_in_place(address, alloc.size)
+        except OSError:
+            return False
+        if fd is None:
+            return False
+        alloc.shared_in_place = True
     segment = state.new_segment_id()
     try:
-        conn.call("vgpuMapHostSegment", segment, fd, length, start)
+        unreached, _ = conn.call("vgpuMapHostSegment", segment, fd, length, start)
     except CudaError:
-        unshare_in_place(address, alloc.size)
+        _unshare(address, alloc)
         raise
     finally:
-        os.close(fd)  # both ends have mapped the file (or the server never will)
-    alloc.segment, alloc.segment_offset, alloc.device_pointer = segment, address - start, address
+        if alloc.shared_in_place:
+            os.close(fd)  # both ends have mapped the file (or the server never will)
+    if unreached is not None and alloc.flags & CU_MEMHOSTREGISTER_DEVICEMAP:
+        conn.call("vgpuUnmapHostSegment", segment)
+        _unshare(address, alloc)
+        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED,
+                        f"the server cannot map this host memory into the device: {unreached}")
+    alloc.segment, alloc.segment_offset = segment, address - start
+    alloc.device_pointer = address if unreached is None else None
     return True
+
+
+def _unshare(address: int, alloc: HostAllocation) -> None:
+    """The pages of a registration private again, where it made them shared."""
+    if alloc.shared_in_place:
+        unshare_in_place(address, alloc.size)
 
 
 @api
@@ -263,7 +323,7 @@ def cuMemHostUnregister(p):
     del state.host_allocations[address]
     if alloc.segment is not None:  # after the work queued on it, the pages are private again
         state.conn().call("vgpuUnmapHostSegment", alloc.segment)
-        unshare_in_place(address, alloc.size)
+        _unshare(address, alloc)
 
 
 # ----------------------------------------------------------------- copies

@@ -10,6 +10,9 @@ tests and the end-to-end programs cover them on every backend.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import mmap
 import os
 import struct
 import threading
@@ -18,6 +21,7 @@ import pytest
 from contract_device import KINDS, f32, f64, i32, ptr
 
 from vgpu.errors import CudaError
+from vgpu.sealed_files import sealed_file
 from vgpu.server.backends.base import Cancelled, KernelFault
 
 MIB = 1 << 20
@@ -313,6 +317,82 @@ def test_after_cancel_no_kernel_runs(device, kernels):
     canceller.join()
     with pytest.raises(Cancelled):
         device.launch(module, "store_at", 1, 1, ptr(target), i32(9))
+
+
+# ----------------------------------------------------------------- host memory (zero copy)
+
+@contextlib.contextmanager
+def host_buffer(size: int):
+    """A memory file mapped shared in this process, as a session maps a client's page-locked
+    buffer: (its bytes, their address). The descriptor stays open meanwhile, as the
+    session's does (a driver that is vgpu's own shares the file through it)."""
+    fd = sealed_file("contract-host", size)
+    mapping = mmap.mmap(fd, size)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(mapping))  # no export is kept
+    try:
+        yield mapping, address
+    finally:
+        mapping.close()
+        os.close(fd)
+
+
+def test_kernels_and_copies_reach_a_host_buffer_shown_at_its_own_address(device, kernels):
+    """Zero copy: a buffer shown to the device where it is in the process (a session maps a
+    client's there) is memory that kernels use through that address, before and after a
+    recovery from a fault, and that copies reach."""
+    module = device.load(kernels.ptx)
+    with host_buffer(8192) as (buffer, address):
+        view = memoryview(buffer)
+        try:
+            with device.backend.running():
+                assert device.backend.map_host(address, 8192, view) is None
+            device.launch(module, "store_at", 1, 1, ptr(address + 4096), i32(77))
+            assert buffer[4096:4100] == i32(77)
+            buffer[8:12] = b"abcd"
+            assert device.read(address + 8, 4) == b"abcd"
+            device.write(address + 16, b"wxyz")
+            assert buffer[16:20] == b"wxyz"
+            nowhere = device.arena.base + device.arena.size - 4 * MIB
+            with pytest.raises(CudaError):
+                device.launch(module, "store_at", 1, 1, ptr(nowhere), i32(9))
+            with device.backend.running():
+                device.backend.unload_module(module)
+            for place in module.places:
+                device.arena.free(place)
+            with device.backend.running():
+                device.backend.recover()
+            module = device.load(kernels.ptx)
+            device.launch(module, "store_at", 1, 1, ptr(address + 4100), i32(78))
+            assert buffer[4096:4104] == i32(77) + i32(78)
+            with device.backend.running():
+                device.backend.unmap(address)
+        finally:
+            view.release()
+
+
+def test_a_host_buffer_shown_elsewhere_serves_copies(device, kernels):
+    """Where the session could not map a client's buffer at the client's address, the
+    backend is shown it at an address where it is not in this process: copies reach it,
+    and kernels too unless the backend says why not (its device needs host addresses)."""
+    with host_buffer(4096) as (buffer, address):
+        elsewhere = 0x6000_0000_0000 + address % (1 << 40) // 4096 * 4096
+        view = memoryview(buffer)
+        try:
+            with device.backend.running():
+                unreached = device.backend.map_host(elsewhere, 4096, view)
+            assert (unreached is None) == (not device.backend.host_buffers_at_client_addresses)
+            device.write(elsewhere + 4, b"wxyz")
+            assert buffer[4:8] == b"wxyz"
+            if unreached is None:
+                module = device.load(kernels.ptx)
+                device.launch(module, "store_at", 1, 1, ptr(elsewhere + 8), i32(5))
+                assert buffer[8:12] == i32(5)
+            else:
+                assert "not free in the server's process" in unreached
+            with device.backend.running():
+                device.backend.unmap(elsewhere)
+        finally:
+            view.release()
 
 
 # ----------------------------------------------------------------- physical memory (VMM)

@@ -130,6 +130,11 @@ def driver_ipc(toolkit) -> Path:
 
 
 @pytest.fixture(scope="session")
+def driver_ipc_ordered(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_ipc_ordered.c").read_text())
+
+
+@pytest.fixture(scope="session")
 def driver_hints(toolkit) -> Path:
     return toolkit.c_program((HERE / "driver_hints.c").read_text())
 

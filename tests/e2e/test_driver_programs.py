@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import NESTED_TIMEOUT_S
 from e2e_support import printed_checks, vgpu_run
-from vgpu_processes import emu_server, expect_no_zero_copy, run_under_vgpu, start_emu_server
+from vgpu_processes import emu_server, run_under_vgpu, start_emu_server
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -30,8 +30,6 @@ def test_the_rest_of_the_driver_api(run_on, driver_api_tour, kernels_ptx):
 
 def test_a_kernel_uses_mapped_host_memory(run_on, driver_zero_copy, kernels_ptx):
     result = run_on(driver_zero_copy, kernels_ptx)
-    if run_on.backend == "cuda":
-        expect_no_zero_copy(result)
     assert result.returncode == 0, result.stderr
     assert "driver_zero_copy: a kernel scaled mapped host memory in place" in result.stdout
 
@@ -139,6 +137,19 @@ def test_ipc_between_processes(driver_ipc, stream_kernels_ptx):
     result = vgpu_run(driver_ipc, stream_kernels_ptx)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "driver_ipc: all checks passed" in result.stdout
+
+
+def test_ipc_in_order_between_processes_on_cuda(nested_cuda, driver_ipc_ordered,
+                                                stream_kernels_ptx):
+    """Two processes of the nested cuda server share device memory (not at the start of a
+    device page) and an event, each waiting only for what the other has done already (the
+    cuda backend records events once the session's work is done, so the processes of
+    test_ipc_between_processes, which wait for each other on the device, run on emu)."""
+    result = run_under_vgpu(nested_cuda, driver_ipc_ordered, str(stream_kernels_ptx),
+                            timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "driver_ipc_ordered: the child doubled the parent's memory after its event" in \
+        result.stdout
 
 
 def test_occupancy_and_hints(driver_hints, stream_kernels_ptx):

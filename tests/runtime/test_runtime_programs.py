@@ -17,8 +17,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from toolkit import C_INCLUDE
 from vgpu_processes import emu_server as emu_server_at
-from vgpu_processes import expect_no_zero_copy, run_under_vgpu, vgpu_environment
+from vgpu_processes import run_under_vgpu, vgpu_environment
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 E2E = Path(__file__).resolve().parents[1] / "e2e"
@@ -59,7 +60,7 @@ def build(toolkit, name: str, fatbin: str = "compressed", flags: tuple[str, ...]
     """programs/<name>.cu (plus `extra` files of programs/) built with nvcc."""
     return toolkit.executable(
         (PROGRAMS / f"{name}.cu").read_text(),
-        ["-cudart", cudart, f"-I{PROGRAMS}", *FATBINS[fatbin], *flags],
+        ["-cudart", cudart, f"-I{PROGRAMS}", f"-I{C_INCLUDE}", *FATBINS[fatbin], *flags],
         {file: (PROGRAMS / file).read_text() for file in extra})
 
 
@@ -109,10 +110,8 @@ def test_async_copies_with_pinned_memory(toolkit, server, fatbin):
                   "async_pinned: pinned and registered copies correct")
 
 
-def test_kernels_use_mapped_and_registered_host_memory(toolkit, server, backend, fatbin):
+def test_kernels_use_mapped_and_registered_host_memory(toolkit, server, fatbin):
     result = run(server, build(toolkit, "zero_copy", fatbin))
-    if backend == "cuda":
-        expect_no_zero_copy(result)
     assert_passed(result, "zero_copy: mapped and registered host memory used by kernels "
                           "correctly")
 
@@ -340,10 +339,21 @@ def test_ipc_memory_between_processes(toolkit, emu_server):
                   "ipc_memory: the child process added to 5000 ints of the parent's memory")
 
 
-def test_memory_pools_created_and_shared(toolkit, emu_server):
+def test_ipc_in_order_between_processes_on_cuda(toolkit, nested_cuda):
+    """Two processes of the nested cuda server share device memory and an event, each
+    waiting only for what the other has done already: the child's context maps the parent's
+    device memory (on emu, ipc_memory's processes wait for each other on the device, which
+    the cuda backend's events cannot yet do)."""
+    assert_passed(run(nested_cuda, build(toolkit, "ipc_ordered")),
+                  "ipc_ordered: the child doubled 4000 ints of the parent's memory after its "
+                  "event")
+
+
+def test_memory_pools_created_and_shared(toolkit, server):
     """A pool of cudaMemPoolCreate: allocations, attributes, access and misuse errors; then
-    exported to a forked child, which imports a pointer of it and adds to it in place."""
-    assert_passed(run(emu_server, build(toolkit, "memory_pools")),
+    exported to a forked child, which imports a pointer of it and adds to it in place (on
+    the cuda backend, the child's context maps the parent's device memory)."""
+    assert_passed(run(server, build(toolkit, "memory_pools")),
                   "memory_pools: the child process added to 3000 ints of the parent's pool")
 
 
