@@ -17,7 +17,7 @@ import threading
 
 __all__ = ["compiled_kernel", "configure", "enabled", "threads"]
 
-CODEGEN_VERSION = "6"   # part of the disk cache's key: bump when generated code changes
+CODEGEN_VERSION = "7"   # part of the disk cache's key: bump when generated code changes
 _log = logging.getLogger("vgpu.emu.native")
 _settings = {"enabled": os.environ.get("VGPU_EMU_COMPILE", "") in ("1", "on", "yes"),
              "threads": max(1, int(os.environ.get("VGPU_EMU_THREADS") or 1))}
@@ -62,23 +62,23 @@ def _build(module, name: str):
     from .engine import cache_key, compile_object, load_cached, load_object, store_cached
     from .runner import NativeKernel
     kernel = module.program.kernels[name]
-    registers = len(kernel.function.registers)
     key = None
     if module.source_hash is not None:
         key = cache_key(module.source_hash, name, CODEGEN_VERSION)
-        cached = load_cached(key, ("function", "symbols", "sites"))
+        cached = load_cached(key, ("function", "symbols", "sites", "spill"))
         if cached is not None:
             data, meta = cached
             return NativeKernel(load_object(data, meta["function"]), meta["symbols"],
-                                registers, meta["sites"])
+                                meta["spill"], meta["sites"])
         function = f"vgpu_{key}"
     else:
         function = f"vgpu_anonymous_{next(_names)}"
-    text, symbols, sites = kernel_ir(module.program, kernel, function)
+    text, symbols, sites, spill = kernel_ir(module.program, kernel, function)
     data = compile_object(text)
     if key is not None:
-        store_cached(key, data, {"function": function, "symbols": symbols, "sites": sites})
-    return NativeKernel(load_object(data, function), symbols, registers, sites)
+        store_cached(key, data, {"function": function, "symbols": symbols, "sites": sites,
+                                 "spill": spill})
+    return NativeKernel(load_object(data, function), symbols, spill, sites)
 
 
 def source_hash(*texts: str) -> str:

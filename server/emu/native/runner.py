@@ -10,10 +10,13 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
+from ..device_printf import DEFAULT_PRINTF_FIFO_BYTES
 from ..errors import LaunchError
 from ..memory import DENIED
 from ..spaces import STRAYS_ALLOWED, STRAYS_FAULT, out_of_bounds
+from . import control, device_io
 from .codegen import FAULTED, SPACES, STOPPED, SYMBOL_SLOT, WHY
+from .special_registers import CLOCK_SLOTS, clock_slots
 
 __all__ = ["NativeKernel"]
 
@@ -34,23 +37,39 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 
 
 class NativeKernel:
-    def __init__(self, address: int, symbols: list[str], registers: int, sites: int):
+    def __init__(self, address: int, symbols: list[str], spill: int, sites: int):
         self.function = _SIGNATURE(address)
         self.symbols = symbols
-        self.registers = max(registers, 1)
+        self.spill = spill      # int64 slots per thread in the spill buffer
         self.sites = sites
 
     def run(self, prepared, params: bytes, memory, checker, strays: str, threads: int,
-            cancelled) -> str:
-        """Run every block; returns the checker's report of a stray access ("" if none).
-        Raises LaunchError as the interpreter does, and the executor's LaunchCancelled once
-        `cancelled` is set."""
+            cancelled, printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES,
+            runtime=None) -> tuple[str, str]:
+        """Run every block; returns the printf output and the checker's report of a stray
+        access ("" if none). Raises LaunchError as the interpreter does, and the executor's
+        LaunchCancelled once `cancelled` is set."""
+        launch = np.zeros(SYMBOL_SLOT + len(self.symbols), np.int64)
+        if not device_io.uses_callback(prepared.kernel):
+            return "", self._run(launch, prepared, params, memory, checker, strays, threads,
+                                 cancelled, None)
+        launch[device_io.CALLBACK_SLOT] = device_io.callback_address()
+        with device_io.Sink(launch.ctypes.data, prepared, memory, params,
+                            printf_fifo_bytes, runtime) as sink:
+            report = self._run(launch, prepared, params, memory, checker, strays, threads,
+                               cancelled, sink)
+        failure = sink.failure(report)
+        if failure is not None:
+            raise failure
+        return sink.output(), report
+
+    def _run(self, launch, prepared, params, memory, checker, strays, threads, cancelled,
+             sink) -> str:
         grid, block = prepared.grid, prepared.block
         nthreads = block[0] * block[1] * block[2]
         nblocks = grid[0] * grid[1] * grid[2]
         parameters = np.frombuffer(params, np.uint8) if params else np.zeros(1, np.uint8)
         table = memory.native_table()
-        launch = np.zeros(SYMBOL_SLOT + len(self.symbols), np.int64)
         launch[0:6] = (*grid, *block)
         launch[6:10] = (parameters.ctypes.data, len(params), table.ctypes.data, len(table))
         launch[11] = _STRAY_MODE.get(strays, 1)
@@ -58,6 +77,7 @@ class NativeKernel:
         local_stride = prepared.local_stride if prepared.local_size else 0
         launch[20:26] = (prepared.shared_size, prepared.local_size, prepared.shared_bytes,
                          shared_stride, local_stride, nthreads)
+        launch[list(CLOCK_SLOTS)] = clock_slots()
         for k, name in enumerate(self.symbols):
             launch[SYMBOL_SLOT + k] = prepared.symbols[name]
         workers = max(1, min(threads, nblocks))
@@ -69,7 +89,7 @@ class NativeKernel:
         def worker() -> int:
             shared = np.zeros(max(shared_stride, 1), np.uint8)
             local = np.zeros(max(local_stride * nthreads, 1), np.uint8)
-            spill = np.zeros(self.registers * nthreads, np.int64)
+            spill = np.zeros(self.spill * nthreads, np.int64)
             resume = np.zeros(nthreads, np.int32)
             fault = np.zeros(16, np.int64)
             cache = np.zeros(3 * self.sites + 1, np.int64)
@@ -99,7 +119,11 @@ class NativeKernel:
                 future.result()
         if faults:
             first = min(faults, key=lambda f: (int(f[5]), int(f[6])))
+            if sink is not None and sink.error is not None and control.is_runtime(first[8]):
+                raise LaunchError(sink.error.code, sink.error.message, output=sink.output(),
+                                  diagnostics=_stray_report(launch, prepared, memory, checker))
             raise LaunchError(int(first[0]), _message(first, prepared, memory),
+                              output=sink.output() if sink is not None else "",
                               diagnostics=_stray_report(launch, prepared, memory, checker))
         if launch[10] == 1 or (cancelled is not None and cancelled.is_set()):
             from ..executor import LaunchCancelled
@@ -130,6 +154,12 @@ def _describe(prepared, memory, address, size, need, line, space, why, block, th
 
 def _message(fault: np.ndarray, prepared, memory) -> str:
     values = [int(v) for v in fault]
+    described = control.describe(values[8], values[1])
+    if described is not None:
+        from ..executor import fault_message
+        return fault_message(*described, _coordinates(values[6], prepared.block),
+                             _coordinates(values[5], prepared.grid), prepared.kernel_name,
+                             values[4])
     return _describe(prepared, memory, values[1], values[2], values[3], values[4],
                      SPACES[values[7]], WHY[values[8]], values[5], values[6], values[9])
 
