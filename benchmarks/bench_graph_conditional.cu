@@ -9,12 +9,9 @@
 // host loop of ITERATIONS launches and copies; both end to end (until the answer is on the
 // host). They alternate so that both see the same machine; the output is one line per
 // round, in microseconds per iteration.
-#include <chrono>
+#include "graph_bench.cuh"
 #include <cstdio>
 #include <cstdlib>
-#include <cuda_runtime.h>
-
-enum { THREADS = 32 };
 
 // One step: every thread adds 1 to its value; thread 0 counts down and says whether to go on.
 __global__ void step(int *values, int *left, int *more, cudaGraphConditionalHandle handle)
@@ -25,25 +22,6 @@ __global__ void step(int *values, int *left, int *more, cudaGraphConditionalHand
         *more = *left > 0;
         if (handle) cudaGraphSetConditional(handle, *more);
     }
-}
-
-static double seconds()
-{
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
-
-static bool check(int *values, int expected)
-{
-    int host[THREADS];
-    if (cudaMemcpy(host, values, sizeof host, cudaMemcpyDeviceToHost) != cudaSuccess)
-        return false;
-    for (int i = 0; i < THREADS; ++i)
-        if (host[i] != expected) {
-            fprintf(stderr, "values[%d] = %d, expected %d\n", i, host[i], expected);
-            return false;
-        }
-    return true;
 }
 
 int main(int argc, char **argv)

@@ -33,7 +33,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="vgpu-bench-conditional-") as tmp:
         program = find_toolkit(Path(tmp)).executable(
-            (HERE / "bench_graph_conditional.cu").read_text(), ["-cudart", "shared", "-O2"])
+            (HERE / "bench_graph_conditional.cu").read_text(),
+            ["-cudart", "shared", "-O2", "-I", str(HERE)])
         lines = run_lines(program, [str(args.iterations), str(args.rounds)])
     node, host = [], []
     for line in lines:

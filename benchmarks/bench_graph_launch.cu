@@ -7,33 +7,13 @@
 // each both client side (until the launch calls return) and end to end (until a
 // synchronization returns). The two alternate so that both see the same machine; the output
 // is one line per round, in microseconds per 100 kernels.
-#include <chrono>
+#include "graph_bench.cuh"
 #include <cstdio>
 #include <cstdlib>
-#include <cuda_runtime.h>
 
-enum { NODES = 100, THREADS = 32 };
+enum { NODES = 100 };
 
 __global__ void add_one(int *values) { values[threadIdx.x] += 1; }
-
-static double seconds()
-{
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
-
-static bool check(int *values, int expected)
-{
-    int host[THREADS];
-    if (cudaMemcpy(host, values, sizeof host, cudaMemcpyDeviceToHost) != cudaSuccess)
-        return false;
-    for (int i = 0; i < THREADS; ++i)
-        if (host[i] != expected) {
-            fprintf(stderr, "values[%d] = %d, expected %d\n", i, host[i], expected);
-            return false;
-        }
-    return true;
-}
 
 int main(int argc, char **argv)
 {

@@ -35,7 +35,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="vgpu-bench-graphs-") as tmp:
         program = find_toolkit(Path(tmp)).executable(
-            (HERE / "bench_graph_launch.cu").read_text(), ["-cudart", "shared", "-O2"])
+            (HERE / "bench_graph_launch.cu").read_text(),
+            ["-cudart", "shared", "-O2", "-I", str(HERE)])
         lines = run_lines(program, [str(args.repeats), str(args.rounds)])
     figures = {name: [] for name in FIELDS}
     for line in lines:

@@ -30,6 +30,25 @@ def reducer(module: ir.Module) -> ir.Function:
                        "vgpu_bar_red")
 
 
+def _marked(prefix: str, thread: str) -> str:
+    """IR lines: whether thread %`thread` waits at a barrier with a bar.red mark
+    (%`prefix`is), its exchange slot's pointer (%`prefix`rp) and value (%`prefix`r)."""
+    p = prefix
+    return f"""  %{p}sp = getelementptr i32, ptr %resume, i64 %{thread}
+  %{p}s = load i32, ptr %{p}sp
+  %{p}pos = icmp sgt i32 %{p}s, 0
+  %{p}low = icmp slt i32 %{p}s, {WAITING}
+  %{p}waits = and i1 %{p}pos, %{p}low
+  %{p}row = mul i64 %{thread}, %stride
+  %{p}at = add i64 %{p}row, %xbase
+  %{p}slot = add i64 %{p}at, {RED_SLOT}
+  %{p}rp = getelementptr i64, ptr %spill, i64 %{p}slot
+  %{p}r = load i64, ptr %{p}rp
+  %{p}marked = icmp uge i64 %{p}r, 2
+  %{p}is = and i1 %{p}waits, %{p}marked
+"""
+
+
 REDUCE_IR = f"""
 define internal void @vgpu_bar_red(ptr %resume, i64 %n, ptr %spill, i64 %stride, i64 %xbase,
                                    i1 %opens) noinline {{
@@ -39,19 +58,7 @@ count:
   %t = phi i64 [0, %entry], [%t1, %count]
   %arrived = phi i64 [0, %entry], [%arrived1, %count]
   %true = phi i64 [0, %entry], [%true1, %count]
-  %sp = getelementptr i32, ptr %resume, i64 %t
-  %s = load i32, ptr %sp
-  %pos = icmp sgt i32 %s, 0
-  %low = icmp slt i32 %s, {WAITING}
-  %waits = and i1 %pos, %low
-  %row = mul i64 %t, %stride
-  %at = add i64 %row, %xbase
-  %slot = add i64 %at, {RED_SLOT}
-  %rp = getelementptr i64, ptr %spill, i64 %slot
-  %r = load i64, ptr %rp
-  %marked = icmp uge i64 %r, 2
-  %is = and i1 %waits, %marked
-  %one = zext i1 %is to i64
+{_marked('', 't')}  %one = zext i1 %is to i64
   %arrived1 = add i64 %arrived, %one
   %bit = and i64 %r, 1
   %mine = select i1 %is, i64 %bit, i64 0
@@ -65,19 +72,7 @@ totals:
   br label %give
 give:
   %g = phi i64 [0, %totals], [%g1, %give]
-  %gsp = getelementptr i32, ptr %resume, i64 %g
-  %gs = load i32, ptr %gsp
-  %gpos = icmp sgt i32 %gs, 0
-  %glow = icmp slt i32 %gs, {WAITING}
-  %gwaits = and i1 %gpos, %glow
-  %grow = mul i64 %g, %stride
-  %gat = add i64 %grow, %xbase
-  %gslot = add i64 %gat, {RED_SLOT}
-  %grp = getelementptr i64, ptr %spill, i64 %gslot
-  %gr = load i64, ptr %grp
-  %gmarked = icmp uge i64 %gr, 2
-  %gis = and i1 %gwaits, %gmarked
-  %gnew = select i1 %gis, i64 %both, i64 %gr
+{_marked('g', 'g')}  %gnew = select i1 %gis, i64 %both, i64 %gr
   store i64 %gnew, ptr %grp
   %g1 = add i64 %g, 1
   %gmore = icmp ult i64 %g1, %n
