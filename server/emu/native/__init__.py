@@ -17,7 +17,7 @@ import threading
 
 __all__ = ["compiled_kernel", "configure", "enabled", "threads"]
 
-CODEGEN_VERSION = "5"   # part of the disk cache's key: bump when generated code changes
+CODEGEN_VERSION = "6"   # part of the disk cache's key: bump when generated code changes
 _log = logging.getLogger("vgpu.emu.native")
 _settings = {"enabled": os.environ.get("VGPU_EMU_COMPILE", "") in ("1", "on", "yes"),
              "threads": max(1, int(os.environ.get("VGPU_EMU_THREADS") or 1))}

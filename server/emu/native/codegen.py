@@ -41,14 +41,6 @@ from ..operands import immediate_value, kernel_param_layout
 from ..ops_memory import ORDERING_QUALIFIERS
 from ..ptx_types import TYPES, PtxType, lookup_type
 from .helpers import HELPERS_IR
-from .speculative import (
-    MISSED,
-    Deferred,
-    eligible,
-    loop_metadata,
-    speculative_block,
-    vectorize_hint,
-)
 
 __all__ = ["FAULTED", "SPACES", "STOPPED", "WHY", "NotCompiled", "kernel_ir"]
 
@@ -146,14 +138,6 @@ class _KernelCompiler:
         self.sites = 0                    # global access sites, 3 cache slots each
         self.invariant_node = None
         self.live: dict[int, set[int]] | None = None   # pc -> registers live on entry
-        # While the speculative variant is compiled (speculative.py): its store sites.
-        self.deferred: Deferred | None = None
-        # The speculative variant's addresses already computed in the current PTX block
-        # ((register, offset, space) -> value) and the pointers they were found at (id of
-        # the value -> (value, pointer)): a load and a store of one address then use one
-        # pointer, which LLVM must see to vectorize `y[i] = f(y[i])` without a conflict.
-        self.addresses: dict[tuple, object] = {}
-        self.pointers: dict[int, tuple] = {}
 
     # -- module ------------------------------------------------------------------------------
     def build(self) -> tuple[str, list[str], int]:
@@ -164,14 +148,10 @@ class _KernelCompiler:
         self.record = ir.Function(self.module, ir.FunctionType(
             ir.VoidType(), [P64, I64, I64, I64, I64, I64, I64, I64]), "vgpu_fault")
         thread = self._thread_function()
-        spec = None
-        if not self.barriers and not self.yields and eligible(
-                self.program, self.kernel, self.fn_ir, self.end_pc):
-            spec = self._speculative_function()
-        self._block_loop(thread, spec)
+        self._block_loop(thread)
         text = "\n".join(line for line in str(self.module).splitlines()
                          if not (line.startswith("declare") and '@"vgpu_' in line))
-        return loop_metadata(text) + HELPERS_IR, self.symbols, self.sites
+        return text + HELPERS_IR, self.symbols, self.sites
 
     def _intrinsic(self, name: str, ty: ir.Type, count: int = 1, ret: ir.Type | None = None):
         suffix = {F32: "f32", F64: "f64"}.get(ty, str(ty))
@@ -185,22 +165,10 @@ class _KernelCompiler:
         return ir.Function(self.module, ir.FunctionType(ret or ty, [ty] * count), full)
 
     # -- the per-thread function ---------------------------------------------------------------
-    def _speculative_function(self) -> ir.Function:
-        """The per-thread code again, as speculative.py's fast pass runs it."""
-        sites = self.sites
-        self.sites = 0          # the same sites, so the same caches, as the checked code
-        self.deferred = Deferred(None)   # its entry: the function's, once made
-        try:
-            fn = self._thread_function("_speculative")
-        finally:
-            self.deferred = None
-        assert self.sites == sites, "the speculative variant has other access sites"
-        return fn
-
-    def _thread_function(self, suffix: str = "_thread") -> ir.Function:
+    def _thread_function(self) -> ir.Function:
         fnty = ir.FunctionType(I32, [P64, P8, P8, P64, I64, I32, I32, I32, I32, I32, I32, I32,
                                      P64, P64])
-        fn = ir.Function(self.module, fnty, self.name + suffix)
+        fn = ir.Function(self.module, fnty, self.name + "_thread")
         fn.linkage = "internal"
         fn.attributes.add("alwaysinline")
         (self.L, self.shared, self.local, self.spill, self.t, tx, ty_, tz, cx, cy, cz,
@@ -211,9 +179,6 @@ class _KernelCompiler:
         entry = fn.append_basic_block("entry")
         self.b = ir.IRBuilder(entry)
         self.budget = self.b.alloca(I64, name="budget")
-        if self.deferred is not None:
-            self.deferred.entry = self.b
-            self.exit_block = fn.append_basic_block("exit")
         self.regs = {}
         for reg in self.fn_ir.registers:
             self.regs[reg.id] = (self.b.alloca(ltype(reg.type), name=reg.name.lstrip("%")),
@@ -231,36 +196,17 @@ class _KernelCompiler:
                 if pc != entry_pc and not self.b.block.is_terminated:
                     self.b.branch(self.blocks[pc])
                 self.b = ir.IRBuilder(self.blocks[pc])
-                self.forget_addresses()   # what was computed before need not dominate
             elif self.b.block.is_terminated:
                 continue    # unreachable code after a transfer inside a block cannot happen
             index = pc - entry_pc
             if index < len(body):
                 self._instruction(body[index], pc)
             else:
-                self.thread_exit(self.b)    # the implicit ret at a function's end
+                self.b.ret(ir.Constant(I32, 0))    # the implicit ret at a function's end
         if not self.b.block.is_terminated:
-            self.thread_exit(self.b)
+            self.b.ret(ir.Constant(I32, 0))
         self._resume_dispatch(dispatch, entry_pc)
-        if self.deferred is not None:
-            self.deferred.commit(fn, ir.IRBuilder(self.exit_block), self._memcpy())
         return fn
-
-    def _memcpy(self) -> ir.Function:
-        return self.module.globals.get("llvm.memcpy.p0.p0.i64") or ir.Function(
-            self.module, ir.FunctionType(ir.VoidType(), [P8, P8, I64, I1]),
-            "llvm.memcpy.p0.p0.i64")
-
-    def forget_addresses(self) -> None:
-        self.addresses.clear()
-        self.pointers.clear()
-
-    def thread_exit(self, b: ir.IRBuilder) -> None:
-        """End the thread (exit, ret, the end of its code)."""
-        if self.deferred is not None:
-            b.branch(self.exit_block)   # its deferred stores are made there
-        else:
-            b.ret(ir.Constant(I32, 0))
 
     def _resume_dispatch(self, builder: ir.IRBuilder, entry_pc: int) -> None:
         builder.store(ir.Constant(I64, YIELD_EVERY), self.budget)
@@ -294,7 +240,7 @@ class _KernelCompiler:
         return [(k, value) for k, (reg, value) in enumerate(self.regs.items()) if reg in live]
 
     # -- the block loop ------------------------------------------------------------------------
-    def _block_loop(self, thread: ir.Function, spec: ir.Function | None) -> None:
+    def _block_loop(self, thread: ir.Function) -> None:
         fnty = ir.FunctionType(I32, [P64, P8, P8, P64, P32, I64, I64, P64, P64])
         fn = ir.Function(self.module, fnty, self.name)
         L, shared, local, spill, resume, first, end, fault, cache = fn.args
@@ -310,8 +256,8 @@ class _KernelCompiler:
                              "llvm.memset.p0.i64")
         zero8, false = ir.Constant(I8, 0), ir.Constant(I1, 0)
         head = fn.append_basic_block("block")
-        # The block's coordinates: divided out for the first block, then counted (a
-        # division per block costs as much as a vectorized block of a light kernel).
+        # The block's coordinates: divided out for the first block, then counted (three
+        # 64-bit divisions per block weigh on kernels whose blocks are light).
         first_ctaid = (b.urem(first, gx), b.urem(b.udiv(first, gx), gy),
                        b.udiv(first, b.mul(gx, gy)))
         start = b.block
@@ -358,17 +304,6 @@ class _KernelCompiler:
             b.call(memset, [b.bitcast(resume, P8), zero8, b.mul(threads, ir.Constant(I64, 4)),
                             false])
         go_end = b.block
-        if spec is not None:
-            done = fn.append_basic_block("block_done")
-            speculative_block(fn, b, spec, thread, {
-                "L": L, "shared": shared, "local": local, "spill": spill, "resume": resume,
-                "fault": fault, "cache": cache, "bx": bx, "by": by, "bz": slot(5),
-                "ctaid": ctaid, "threads": threads, "local_stride": local_stride,
-                "nregs": ir.Constant(I64, max(len(self.regs), 1)), "sites": self.sites,
-                "memcpy": self._memcpy(), "vectorize": vectorize_hint(self.module)}, done)
-            b.position_at_end(done)
-            next_block(b)
-            return
         phase = fn.append_basic_block("phase")
         b.branch(phase)
         b.position_at_end(phase)
@@ -484,9 +419,6 @@ class _KernelCompiler:
         if (rtype.kind == "pred") != (ptype.kind == "pred"):
             raise NotCompiled(f"{instr.text}: register type", instr.line)
         self.b.store(_convert(self.b, value, ptype, rtype), slot)
-        if self.addresses:
-            for key in [k for k in self.addresses if k[0] == operand.reg.id]:
-                del self.addresses[key]
 
     def _special(self, name: str, instr):
         base, _, component = name.partition(".")
@@ -544,7 +476,6 @@ class _KernelCompiler:
         handler(self, instr)
         self.b.branch(after)
         self.b = ir.IRBuilder(after)
-        self.forget_addresses()
 
     def next_block(self, pc: int) -> ir.Block:
         return self.blocks[pc + 1]
@@ -580,9 +511,6 @@ class _KernelCompiler:
 
     def fail(self, code: int, address, size: int, need: int, line: int, space: str,
              why: str) -> None:
-        if self.deferred is not None:   # the checked code runs the thread again
-            self.b.ret(ir.Constant(I32, MISSED))
-            return
         self.b.call(self.record, [self.fault, ir.Constant(I64, code), address,
                                   ir.Constant(I64, size), ir.Constant(I64, need),
                                   ir.Constant(I64, line), ir.Constant(I64, SPACES.index(space)),
@@ -601,18 +529,10 @@ class _KernelCompiler:
             self._unless(misaligned, lambda: self.fail(716, address, size, need, line, label,
                                                        "misaligned"))
         if space in ("global", "const"):
-            pointer = self._global(address, size, need, line)
-        elif space in ("shared", "local", "kparam"):
-            pointer = self._window(space, address, size, need, line)
-        else:
-            pointer = self._generic(address, size, need, line)
-        if self.deferred is None:
-            return pointer
-        if space not in ("shared", "local", "kparam"):
-            self.pointers.setdefault(id(address), (address, pointer))
-        if write:   # stored when the thread exits
-            return self.deferred.pointer(self.b, pointer, size)
-        return pointer
+            return self._global(address, size, need, line)
+        if space in ("shared", "local", "kparam"):
+            return self._window(space, address, size, need, line)
+        return self._generic(address, size, need, line)
 
     def _unless(self, bad, on_bad) -> None:
         fault = self.fn.append_basic_block("fault")
@@ -655,12 +575,6 @@ class _KernelCompiler:
         cached_size = b.load(b.gep(cache, [ir.Constant(I64, 1)]))
         offset = b.sub(address, cached_base)
         hit = self._inside(offset, cached_size, size)
-        if self.deferred is not None:   # a miss: the checked code runs the thread again
-            self._unless(b.not_(hit), lambda: b.ret(ir.Constant(I32, MISSED)))
-            if id(address) in self.pointers:   # both allocations hold it: the same one
-                return self.pointers[id(address)][1]
-            host = b.inttoptr(b.load(b.gep(cache, [ir.Constant(I64, 2)])), P8)
-            return b.gep(host, [offset])
         start = b.block
         fast = self.fn.append_basic_block("hit")
         slow = self.fn.append_basic_block("miss")
@@ -733,19 +647,13 @@ class _KernelCompiler:
             return space, address
         if base.negate or base.reg.type.bits not in (32, 64) or base.reg.type.kind == "pred":
             raise NotCompiled(f"{instr.text}: address register", instr.line)
-        if space == "param":
-            space = "kparam"
-        key = (base.reg.id, operand.offset, space)
-        if key in self.addresses:
-            return space, self.addresses[key]
         bits = base.reg.type.bits
         value = self.read(base, TYPES[f"u{bits}"], instr)
         if bits == 32:
             value = self.b.zext(value, I64)
-        address = self.b.add(value, offset)
-        if self.deferred is not None:
-            self.addresses[key] = address
-        return space, address
+        if space == "param":
+            space = "kparam"
+        return space, self.b.add(value, offset)
 
 
 _CONTROL = {"bra", "ret", "exit", "bar", "barrier"}
@@ -1234,7 +1142,7 @@ def _bra(c: _KernelCompiler, instr, pc: int) -> None:
 
 def _exit(c: _KernelCompiler, instr, pc: int) -> None:
     done = c.fn.append_basic_block(f"exit{pc}")
-    c.thread_exit(ir.IRBuilder(done))
+    ir.IRBuilder(done).ret(ir.Constant(I32, 0))
     c.transfer(instr, pc, done)
 
 
