@@ -26,9 +26,14 @@ from vgpu.server.emu.memcheck import MemoryChecker
 
 @pytest.fixture(autouse=True)
 def _cache_dir(tmp_path_factory, monkeypatch):
+    """A cache of the run's own; blocks on one thread (bit for bit with float atomics) unless
+    a test says otherwise; the compiler's settings as they were after each test (the other
+    emulator tests run with the defaults)."""
     monkeypatch.setenv("VGPU_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "native"))
+    settings = native.enabled(), native.threads()
+    native.configure(threads=1)
     yield
-    native.configure(enabled=False, threads=1)
+    native.configure(*settings)
 
 
 class DifferentialDevice(Device):
@@ -57,6 +62,7 @@ class DifferentialDevice(Device):
         return raised
 
     def _outcome(self, compiled: bool, module, kernel, grid, block, shared, params, symbols):
+        was = native.enabled()
         native.configure(enabled=compiled)
         try:
             prepared = prepare(module, kernel, grid, block, shared, symbols)
@@ -67,7 +73,7 @@ class DifferentialDevice(Device):
         except LaunchError as exc:
             return ("failed", exc.code, exc.message, exc.output, exc.diagnostics), exc
         finally:
-            native.configure(enabled=False)
+            native.configure(enabled=was)
 
     def _snapshot(self) -> list[tuple[int, bytes]]:
         return [(base, self.memory.read(base, size)) for base, size in self.memory.allocations()]
@@ -244,3 +250,20 @@ def test_threads_spinning_on_a_later_thread_of_their_block_let_it_run(differenti
                         out)
     np.testing.assert_array_equal(differential.download(out, 32, np.uint32), np.arange(1, 33))
     assert differential.compiled == ["wait_for_last"]
+
+
+def test_the_compiler_is_on_unless_switched_off_and_uses_every_cpu():
+    """The defaults a server starts with: VGPU_EMU_COMPILE=0 (or `vgpu server
+    --no-compile`) keeps every kernel on the interpreter."""
+    import os
+    import subprocess
+    import sys
+    script = ("from vgpu.server.emu import native\n"
+              "print(native.enabled(), native.threads())")
+    cpus = len(os.sched_getaffinity(0))
+    for value, expected in (("", f"True {cpus}"), ("0", f"False {cpus}")):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("VGPU_EMU_")}
+        env["VGPU_EMU_COMPILE"] = value
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                             text=True, check=True).stdout
+        assert out.split() == expected.split()

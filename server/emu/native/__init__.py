@@ -1,10 +1,11 @@
 """Kernels compiled to native code with LLVM (llvmlite): the emulator's fast path.
 
-Off unless switched on: VGPU_EMU_COMPILE=1 in the server's environment, `vgpu server
---compile`, or `configure(enabled=True)`. Blocks then run on `threads` native threads
-(VGPU_EMU_THREADS, `--threads N`; default 1). A kernel that uses anything the compiler does
-not translate yet runs on the interpreter, with one log line per module and kernel naming
-the instruction. The execution model is in the emulator's README.
+On by default; off with VGPU_EMU_COMPILE=0 in the server's environment, `vgpu server
+--no-compile`, or `configure(enabled=False)`. Blocks run on `threads` native threads
+(VGPU_EMU_THREADS, `--threads N`; default: the CPUs this process may use). A kernel that
+uses anything the compiler does not translate yet runs on the interpreter, with one log
+line per module and kernel naming the instruction. The execution model is in the
+emulator's README.
 """
 
 from __future__ import annotations
@@ -19,8 +20,17 @@ __all__ = ["compiled_kernel", "configure", "enabled", "threads"]
 
 CODEGEN_VERSION = "6"   # part of the disk cache's key: bump when generated code changes
 _log = logging.getLogger("vgpu.emu.native")
-_settings = {"enabled": os.environ.get("VGPU_EMU_COMPILE", "") in ("1", "on", "yes"),
-             "threads": max(1, int(os.environ.get("VGPU_EMU_THREADS") or 1))}
+
+
+def _available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):   # not Linux
+        return os.cpu_count() or 1
+
+
+_settings = {"enabled": os.environ.get("VGPU_EMU_COMPILE", "").lower() not in ("0", "off", "no"),
+             "threads": max(1, int(os.environ.get("VGPU_EMU_THREADS") or _available_cpus()))}
 _lock = threading.Lock()
 _names = itertools.count()
 
