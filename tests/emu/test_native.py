@@ -267,3 +267,21 @@ def test_the_compiler_is_on_unless_switched_off_and_uses_every_cpu():
         out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                              text=True, check=True).stdout
         assert out.split() == expected.split()
+
+
+def test_the_disk_cache_keeps_under_its_limit_dropping_the_least_recently_used(
+        tmp_path, monkeypatch):
+    import os
+
+    from vgpu.server.emu.native import engine
+    monkeypatch.setenv("VGPU_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(engine, "CACHE_LIMIT", 4000)
+    for k, key in enumerate("abc"):
+        engine.store_cached(key, bytes(1000), {"function": key})
+        os.utime(tmp_path / "native" / f"{key}.json", (k, k))   # a stored before b before c
+    assert engine.load_cached("a", ("function",)) == (bytes(1000), {"function": "a"})
+    engine.store_cached("d", bytes(1000), {"function": "d"})   # over 4000: b then c go
+    kept = {key for key in "abcd" if engine.load_cached(key, ("function",)) is not None}
+    assert kept == {"a", "d"}
+    assert sorted(p.name for p in (tmp_path / "native").iterdir()) == [
+        "a.json", "a.o", "d.json", "d.o"]
