@@ -18,7 +18,7 @@ import threading
 
 __all__ = ["compiled_kernel", "configure", "enabled", "threads"]
 
-CODEGEN_VERSION = "6"   # part of the disk cache's key: bump when generated code changes
+CODEGEN_VERSION = "7"   # part of the disk cache's key: bump when generated code changes
 _log = logging.getLogger("vgpu.emu.native")
 
 

@@ -24,8 +24,9 @@ The ABI shared with `runner.py` (all slots are int64):
   table[]    5 slots an allocation: base, size, mapped span, host address, access.
   fault[]    0 code, 1 address, 2 size, 3 need (1 read, 3 write), 4 PTX line, 5 block,
              6 thread, 7 space (SPACES), 8 why (WHY), 9 the allocation's access.
-  cache[]    3 slots a global access site: the base, size and host address of the
-             allocation it last found (zeros: none).
+  cache[]    3 slots a global access site: where `vgpu_lookup` puts the base, size and
+             host address of the allocation it found (the sites' caches themselves are
+             local variables of run_blocks, so LLVM keeps them in registers).
   run_blocks(launch, shared, local, spill, resume, first, end, fault, cache) -> 0, or
              FAULTED with fault[] filled, or STOPPED when the stop flag was seen.
 """
@@ -167,12 +168,12 @@ class _KernelCompiler:
     # -- the per-thread function ---------------------------------------------------------------
     def _thread_function(self) -> ir.Function:
         fnty = ir.FunctionType(I32, [P64, P8, P8, P64, I64, I32, I32, I32, I32, I32, I32, I32,
-                                     P64, P64])
+                                     P64, P64, P64])
         fn = ir.Function(self.module, fnty, self.name + "_thread")
         fn.linkage = "internal"
         fn.attributes.add("alwaysinline")
         (self.L, self.shared, self.local, self.spill, self.t, tx, ty_, tz, cx, cy, cz,
-         self.resume, self.fault, self.cache) = fn.args
+         self.resume, self.fault, self.cache, self.site_cache) = fn.args
         self.tid = (tx, ty_, tz)
         self.ctaid = (cx, cy, cz)
         self.fn = fn
@@ -247,6 +248,12 @@ class _KernelCompiler:
         for pointer in (L, shared, local, spill, resume, fault, cache):
             pointer.add_attribute("noalias")   # separate buffers (runner.py)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
+        # Each global access site's cache (base, size, host address of the allocation it
+        # last found; zeros: none): a local array that only the (inlined) thread code reads
+        # and writes, so LLVM holds it in registers across threads and blocks.
+        sites = b.alloca(ir.ArrayType(I64, 3 * max(self.sites, 1)))
+        b.store(ir.Constant(sites.type.pointee, None), sites)
+        site_cache = b.bitcast(sites, P64)
 
         def slot(k):
             return b.load(b.gep(L, [ir.Constant(I64, k)]))
@@ -336,7 +343,7 @@ class _KernelCompiler:
         result = b.call(thread, [L, shared, b.gep(local, [b.mul(t, local_stride)]),
                                  b.gep(spill, [b.mul(t, nregs)]), t,
                                  *(b.trunc(v, I32) for v in (tx, ty, tz)), *ctaid, state,
-                                 fault, cache])
+                                 fault, cache, site_cache])
         failed = fn.append_basic_block("failed")
         ran = fn.append_basic_block("ran")
         b.cbranch(b.icmp_signed("<", result, ir.Constant(I32, 0)), failed, ran)
@@ -568,8 +575,9 @@ class _KernelCompiler:
     def _global(self, address, size: int, need: int, line: int):
         b = self.b
         # Each access site remembers the allocation it last hit: a site usually walks one
-        # array, so its next access is checked with two compares.
-        cache = b.gep(self.cache, [ir.Constant(I64, 3 * self.sites)])
+        # array, so its next access is checked with a compare.
+        cache = b.gep(self.site_cache, [ir.Constant(I64, 3 * self.sites)])
+        found = b.gep(self.cache, [ir.Constant(I64, 3 * self.sites)])
         self.sites += 1
         cached_base = b.load(cache)
         cached_size = b.load(b.gep(cache, [ir.Constant(I64, 1)]))
@@ -586,10 +594,13 @@ class _KernelCompiler:
         b.branch(join)
         b.position_at_end(slow)
         slow_pointer = b.call(self.lookup, [self.L, address, ir.Constant(I64, size),
-                                            ir.Constant(I64, need), cache, self.fault,
+                                            ir.Constant(I64, need), found, self.fault,
                                             ir.Constant(I64, line), ir.Constant(I64, 0)])
         failed = b.icmp_unsigned("==", slow_pointer, ir.Constant(P8, None))
         self._unless(failed, lambda: b.ret(ir.Constant(I32, FAULTED)))
+        for k in range(3):   # a stray access (pointer, no entry) leaves found[] as it was
+            index = ir.Constant(I64, k)
+            b.store(b.load(b.gep(found, [index])), b.gep(cache, [index]))
         slow_end = b.block
         b.branch(join)
         b.position_at_end(join)
