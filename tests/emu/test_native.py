@@ -195,7 +195,7 @@ def test_a_kernel_the_compiler_does_not_handle_runs_interpreted_with_one_log_lin
     device = Device()
     module = device.load(faults_ptx)
     out = device.zeros(32, np.uint32)
-    with caplog.at_level(logging.WARNING, logger="vgpu.emu.native"):
+    with caplog.at_level(logging.INFO, logger="vgpu.emu.native"):
         for _ in range(3):
             device.launch(module, "votes", (1,), (32,), out)
     assert [r.getMessage() for r in caplog.records] == [
@@ -285,3 +285,20 @@ def test_the_disk_cache_keeps_under_its_limit_dropping_the_least_recently_used(
     assert kept == {"a", "d"}
     assert sorted(p.name for p in (tmp_path / "native").iterdir()) == [
         "a.json", "a.o", "d.json", "d.o"]
+
+
+def test_a_kernel_over_the_size_limit_runs_interpreted_with_one_log_line(faults_ptx, caplog,
+                                                                         monkeypatch):
+    native.configure(enabled=True)
+    monkeypatch.setattr(native, "MAX_INSTRUCTIONS", 3)
+    device = Device()
+    module = device.load(faults_ptx)
+    data = device.upload(np.arange(64, dtype=np.uint32))
+    out = device.zeros(32, np.uint32)
+    with caplog.at_level(logging.INFO, logger="vgpu.emu.native"):
+        assert prepare(module, "read_at", (1,), (32,)).native is None
+        device.launch(module, "read_at", (1,), (32,), data, out, 5)
+    assert len(caplog.records) == 1
+    assert caplog.records[0].getMessage().startswith(
+        "kernel 'read_at' runs on the interpreter: the compiler does not handle a kernel of ")
+    np.testing.assert_array_equal(device.download(out, 32, np.uint32), np.arange(5, 37))

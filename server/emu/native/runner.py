@@ -11,6 +11,7 @@ by `_watcher`, which sets the record's stop flag, so nobody polls the Event per 
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -29,6 +30,8 @@ _LABEL = {"global": "__global__", "shared": "__shared__", "local": "__local__",
           "kparam": "__param__"}
 _STRAY_MODE = {STRAYS_FAULT: 0, STRAYS_ALLOWED: 2}   # anything else: report the first
 _KEPT_BYTES = 8 << 20   # a frame bigger than this is not kept for the next launch
+_RECORD = struct.Struct("<26q")   # the launch record's slots 0-25 (see codegen.py)
+_NO_PARAMETERS = np.zeros(1, np.uint8)
 _pools: dict[int, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
 
@@ -104,6 +107,7 @@ class _Frame:
         self.launch = np.zeros(SYMBOL_SLOT + symbols, np.int64)
         self.launch_pointer = self.launch.ctypes.data
         self.workers: list[_Worker] = []
+        self.nbytes = 0   # what its workers' buffers hold
 
 
 class NativeKernel:
@@ -123,7 +127,7 @@ class NativeKernel:
         return _Frame(len(self.symbols))
 
     def _keep(self, shape: tuple, frame: _Frame) -> None:
-        if sum(w.nbytes for w in frame.workers) <= _KEPT_BYTES:
+        if frame.nbytes <= _KEPT_BYTES:
             with self._frames_lock:
                 self._frames.setdefault(shape, []).append(frame)
 
@@ -147,20 +151,23 @@ class NativeKernel:
 
     def _run(self, frame: _Frame, prepared, params, memory, checker, strays, threads,
              cancelled, nblocks: int, shape: tuple) -> str:
-        parameters = np.frombuffer(params, np.uint8) if params else np.zeros(1, np.uint8)
+        if type(params) is bytes and params:   # its own buffer, no copy (the usual case)
+            parameters = ctypes.cast(ctypes.c_char_p(params), ctypes.c_void_p).value
+        else:
+            parameters = (np.frombuffer(params, np.uint8) if params else _NO_PARAMETERS
+                          ).ctypes.data   # a view of `params`, which the caller holds
         table = memory.native_table()
         launch = frame.launch
-        launch[:SYMBOL_SLOT] = 0
-        launch[0:6] = (*prepared.grid, *prepared.block)
-        launch[6:10] = (parameters.ctypes.data, len(params), table.ctypes.data, len(table))
-        launch[11] = _STRAY_MODE.get(strays, 1)
-        launch[20:26] = (prepared.shared_size, prepared.local_size, prepared.shared_bytes,
-                         shape[1], shape[2], shape[0])
+        _RECORD.pack_into(launch, 0, *prepared.grid, *prepared.block, parameters, len(params),
+                          table.ctypes.data, len(table), 0, _STRAY_MODE.get(strays, 1),
+                          0, 0, 0, 0, 0, 0, 0, 0, prepared.shared_size, prepared.local_size,
+                          prepared.shared_bytes, shape[1], shape[2], shape[0])
         for k, name in enumerate(self.symbols):
             launch[SYMBOL_SLOT + k] = prepared.symbols[name]
         count = max(1, min(threads, nblocks))
         while len(frame.workers) < count:
             frame.workers.append(_Worker(self, *shape))
+            frame.nbytes += frame.workers[-1].nbytes
         workers = frame.workers[:count]
         per_claim = max(1, nblocks // (count * 8))
         claims = iter(range(0, nblocks, per_claim))
