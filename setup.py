@@ -37,9 +37,13 @@ NVRTC_FORWARDER = Extension(
     py_limited_api=False,
 )
 
+# The round trip's socket calls in C (vgpu/wire.py says why); libzmq is the one pyzmq loaded,
+# looked up at import, so nothing links to it here.
+ZMQ_WIRE = Extension("vgpu._zmq_wire", sources=["vgpu/c/zmq_wire.c"], libraries=["dl"])
+
 setup(
     package_dir=PACKAGE_DIRS,
     packages=_packages(),
     cffi_modules=["shim/build_driver.py:ffibuilder", "shim/build_runtime.py:ffibuilder"],
-    ext_modules=[NVRTC_FORWARDER],
+    ext_modules=[NVRTC_FORWARDER, ZMQ_WIRE],
 )

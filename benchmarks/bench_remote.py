@@ -11,7 +11,9 @@ Figures (medians of alternating rounds, their range, and the ratio of each side'
   measured twice: within each round as the copies are, and in BLOCKS alternating blocks of
   BLOCK round trips each over connections held open on both sides (on a machine whose load
   changes from second to second, blocks a fraction of a second apart meet the same load,
-  rounds seconds apart may not)
+  rounds seconds apart may not); and, in the rounds, the CPU time a round trip costs the
+  server's and the client's processes together (all threads), which stays comparable on a
+  loaded machine where wall-clock time does not
 
 The transport is a parameter: TRANSPORTS names how the server is started and how a raw
 socket is set up for each: plain TCP (`--insecure` on both ends) and CurveZMQ, vgpu's
@@ -38,7 +40,7 @@ from vgpu.client import Connection
 
 MIB = 1 << 20
 COPY_BYTES = 64 * MIB
-SYNCS = 2000
+SYNCS = 5000  # (CPU times come in 10 ms ticks: 2 us a round trip)
 CONTEXT = 0x7667_0100_0000_0001
 BLOCK = 100
 BLOCKS = 60
@@ -120,14 +122,25 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _seconds_each(round_trip: Callable[[], object]) -> float:
-    """The time one of SYNCS round trips takes, after 100 to warm up."""
+def _cpu_s(pid: int) -> float:
+    """CPU seconds process `pid` has used, all its threads (zmq's I/O threads too)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _seconds_each(round_trip: Callable[[], object], server_pid: int) -> tuple[float, float]:
+    """The time one of SYNCS round trips takes, after 100 to warm up, and the CPU time it
+    costs both processes together (the server's and this one): on a loaded machine, where
+    wall-clock time is mostly waiting for a core, the CPU is what stays comparable."""
     for _ in range(100):
         round_trip()
+    cpu = _cpu_s(server_pid) + _cpu_s(os.getpid())
     t = time.perf_counter()
     for _ in range(SYNCS):
         round_trip()
-    return (time.perf_counter() - t) / SYNCS
+    wall = (time.perf_counter() - t) / SYNCS
+    return wall, (_cpu_s(server_pid) + _cpu_s(os.getpid()) - cpu) / SYNCS
 
 
 def _raw_server(transport: str, size: int) -> tuple[subprocess.Popen, zmq.Context, zmq.Socket]:
@@ -160,7 +173,7 @@ def round_trip(sock: zmq.Socket) -> None:
 
 def raw_round(transport: str) -> dict[str, float]:
     proc, context, sock = _raw_server(transport, COPY_BYTES)
-    rtt = _seconds_each(lambda: round_trip(sock))
+    rtt, rtt_cpu = _seconds_each(lambda: round_trip(sock), proc.pid)
     payload = os.urandom(COPY_BYTES)
     sock.send_multipart([b"write", payload], copy=False)  # once untimed, as vgpu's
     sock.recv()
@@ -175,7 +188,8 @@ def raw_round(transport: str) -> dict[str, float]:
     sock.recv()
     dtoh = COPY_BYTES / (time.perf_counter() - t)
     _stop_raw_server(proc, context, sock)
-    return {"rtt_s": rtt, "htod_bytes_per_s": htod, "dtoh_bytes_per_s": dtoh}
+    return {"rtt_s": rtt, "rtt_cpu_s": rtt_cpu, "htod_bytes_per_s": htod,
+            "dtoh_bytes_per_s": dtoh}
 
 
 def interleaved_round_trips(transport: str, address: str) -> tuple[list[float], list[float]]:
@@ -200,12 +214,12 @@ def interleaved_round_trips(transport: str, address: str) -> tuple[list[float], 
     return times
 
 
-def vgpu_round(address: str) -> dict[str, float]:
+def vgpu_round(address: str, server_pid: int) -> dict[str, float]:
     conn = Connection(address)
     assert conn.ring is None, "the client shares memory with the server"
     conn.post("cuDevicePrimaryCtxRetain", CONTEXT, 0)
     device, _ = conn.call("cuMemAlloc", CONTEXT, COPY_BYTES)
-    rtt = _seconds_each(lambda: conn.call("vgpuSynchronize"))
+    rtt, rtt_cpu = _seconds_each(lambda: conn.call("vgpuSynchronize"), server_pid)
     host = (ctypes.c_char * COPY_BYTES).from_buffer_copy(os.urandom(COPY_BYTES))
     back = (ctypes.c_char * COPY_BYTES)()
     # Once untimed: the first copies touch fresh pages (the device memory's, the buffer's).
@@ -221,7 +235,8 @@ def vgpu_round(address: str) -> dict[str, float]:
     assert bytes(back) == bytes(host)
     conn.call("cuMemFree", device)
     conn.close()
-    return {"rtt_s": rtt, "htod_bytes_per_s": htod, "dtoh_bytes_per_s": dtoh}
+    return {"rtt_s": rtt, "rtt_cpu_s": rtt_cpu, "htod_bytes_per_s": htod,
+            "dtoh_bytes_per_s": dtoh}
 
 
 def main() -> None:
@@ -240,7 +255,7 @@ def main() -> None:
         raws, vgpus = [], []
         for _ in range(args.rounds):
             raws.append(raw_round(args.transport))
-            vgpus.append(vgpu_round(address))
+            vgpus.append(vgpu_round(address, server.pid))
         raw_blocks, vgpu_blocks = interleaved_round_trips(args.transport, address)
     finally:
         server.terminate()
@@ -250,7 +265,8 @@ def main() -> None:
           f"{os.getloadavg()[0]:.2f}")
     for key, label, higher in (("htod_bytes_per_s", "HtoD 64 MiB", True),
                                ("dtoh_bytes_per_s", "DtoH 64 MiB", True),
-                               ("rtt_s", "synchronizing round trip", False)):
+                               ("rtt_s", "synchronizing round trip", False),
+                               ("rtt_cpu_s", "its CPU, both processes", False)):
         ratios = [v[key] / r[key] for v, r in zip(vgpus, raws, strict=True)]
         mine = statistics.median(v[key] for v in vgpus)
         raw = statistics.median(r[key] for r in raws)

@@ -22,8 +22,10 @@ Entries are plain lists of msgpack-able values, `[kind, *fields]`:
     ["memory",   handle, size, properties, references]      (cuMemCreate; 0 references:
                                                              released, still mapped)
     ["mapping",  address, size, offset, memory handle, access flags]   (cuMemMap)
-    ["graph",    handle, context, [[[op, args], ...] per segment]]   (an executable graph's
-                                                                      calls: server/graphs.py)
+    ["graph",    handle, context, [[[op, args], ...] per segment], device launch]
+                                      (an executable graph's calls, and whether kernels may
+                                       launch it: server/graphs.py; older images have no
+                                       last field)
 
 A journal is restored by `vgpu.server.session.Session.restore`, which knows how to make each
 kind; the format's version is the checkpoint image's (`vgpu.replay.image`).

@@ -3,8 +3,9 @@ installs vgpu, then runs this). Steps, each bounded in time, all within eight mi
 
 1. the GPU is there and `vgpu server --backend cuda` starts on it;
 2. the backend contract suite on the GPU (tests/backends, its `cuda` tests in process);
-3. end-to-end programs (runtime API, driver API, cuda-python, numba-cuda) natively and under
-   `vgpu run` on that server: exit status and output compared;
+3. end-to-end programs (runtime API, driver API, cuda-python, numba-cuda; on a machine with
+   two GPUs a multi-GPU one too) natively and under `vgpu run` on that server: exit status
+   and output compared;
 4. benchmarks natively and under vgpu: per-call overhead, launch rate, copy bandwidth
    (benchmarks/bench_transport.c) and a kernel-bound program (bench_kernel_bound.cu);
 5. a running program's session migrated cuda -> emu -> cuda, ending as an unmoved run does.
@@ -46,6 +47,8 @@ RUNTIME_PROGRAMS = {
     "launch_configuration": ((), ()),
     "rdc_main": (("-rdc=true",), ("rdc_combine.cu",)),
 }
+# Multi-GPU programs, run where the machine has the two GPUs they expect.
+TWO_GPU_PROGRAMS = {"multi_device": ((), ())}
 # What bench_transport.c prints, compared: name -> what it is (a time per call, or a rate).
 TRANSPORT_FIGURES = {
     "idle_sync_s": "idle cuCtxSynchronize, s per call",
@@ -182,14 +185,13 @@ def run_step(steps: list[Step], name: str, action: Callable[[Step], None]) -> No
 
 # ----------------------------------------------------------------- running programs
 
-def gpu_name() -> str | None:
-    """The first GPU's name, None without a usable NVIDIA driver."""
+def gpu_names() -> list[str]:
+    """The GPUs' names, none without a usable NVIDIA driver."""
     if shutil.which("nvidia-smi") is None:
-        return None
+        return []
     result = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
                             capture_output=True, text=True, timeout=30)
-    names = result.stdout.strip().splitlines()
-    return names[0] if result.returncode == 0 and names else None
+    return result.stdout.strip().splitlines() if result.returncode == 0 else []
 
 
 def run(command: list, timeout: float, env: dict | None = None) -> Run:
@@ -205,12 +207,12 @@ class Machine:
     """What the steps share: the toolkit, a cuda server, and how to run a program natively
     and under vgpu."""
 
-    def __init__(self, work: Path, budget: Budget):
+    def __init__(self, work: Path, budget: Budget, gpus: int):
         sys.path[:0] = [str(TESTS), str(TESTS / "e2e")]
         from toolkit import find_toolkit
         from vgpu_processes import VGPU, start_cuda_server, vgpu_environment
 
-        self.work, self.budget = work, budget
+        self.work, self.budget, self.gpus = work, budget, gpus
         self.toolkit = find_toolkit(work / "build")
         self.vgpu, self.environment = VGPU, vgpu_environment
         self.server = start_cuda_server(f"ipc://{work}/cuda.sock", stderr=subprocess.DEVNULL)
@@ -246,14 +248,15 @@ def programs(machine: Machine) -> dict[str, list]:
     """The end-to-end programs, built (nvcc runs in parallel: builds are most of the step's
     time): name -> command."""
     toolkit, runtime, e2e = machine.toolkit, TESTS / "runtime" / "programs", TESTS / "e2e"
+    chosen = {**RUNTIME_PROGRAMS, **(TWO_GPU_PROGRAMS if machine.gpus == 2 else {})}
 
     def build(name: str) -> Path:
-        flags, extra = RUNTIME_PROGRAMS[name]
+        flags, extra = chosen[name]
         return toolkit.executable(
             (runtime / f"{name}.cu").read_text(), ["-cudart", "shared", f"-I{runtime}", *flags],
             {file: (runtime / file).read_text() for file in extra})
 
-    first, *rest = RUNTIME_PROGRAMS
+    first, *rest = chosen
     commands = {first: [build(first)]}  # alone: it sets up what every build links with
     with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
         commands.update({name: [path] for name, path in zip(rest, pool.map(build, rest),
@@ -363,8 +366,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the file the figures and verdicts go to")
     args = parser.parse_args(argv)
     budget = Budget(float(os.environ.get("GPU_CHECK_STARTED", time.time())))
-    gpu = gpu_name()
-    if gpu is None:
+    gpus = gpu_names()
+    if not gpus:
         args.out.write_text(report([], "none: no NVIDIA GPU with a working driver"))
         print("gpu-check: no NVIDIA GPU with a working driver here (nvidia-smi finds none); "
               "this check needs one", file=sys.stderr)
@@ -376,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def start(step: Step) -> None:
             nonlocal machine
-            machine = Machine(Path(folder), budget)
+            machine = Machine(Path(folder), budget, len(gpus))
             step.lines.append(f"`vgpu server --backend cuda` listens at {machine.server.endpoint}")
             step.passed = True
 
@@ -390,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
                     run_step(steps, name, lambda step, action=action: action(machine, step))
             finally:
                 machine.close()
-    args.out.write_text(report(steps, gpu))
+    args.out.write_text(report(steps, ", ".join(gpus)))
     print(f"gpu-check: figures and verdicts in {args.out}")
     return 0 if steps and all(step.passed for step in steps) else 1
 

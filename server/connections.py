@@ -30,7 +30,7 @@ import time
 
 import zmq
 
-from vgpu.transport import HEARTBEAT_IVL_MS, HEARTBEAT_TIMEOUT_MS, SRCFD
+from vgpu.transport import HEARTBEAT_IVL_MS, HEARTBEAT_TIMEOUT_MS
 
 __all__ = ["ConnectionsMixin", "ReplyLog", "DEFAULT_RECONNECT_GRACE_S"]
 
@@ -90,7 +90,8 @@ class ConnectionsMixin:
         self.socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
         self.socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         self.monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        self.last_origin: zmq.Frame | None = None  # the header frame of the last message
+        # The last message's origin (vgpu.wire.recv: User-Id, descriptor), None for CALLS.
+        self.last_origin: tuple[str | None, int] | None = None
         self._identity_of_fd: dict[int, bytes] = {}
         self._fd_of_identity: dict[bytes, int] = {}
         self._dropped: dict[bytes, float] = {}  # identity -> when its connection dropped
@@ -106,7 +107,7 @@ class ConnectionsMixin:
         The monitor's news is read first: a descriptor that closed may be reused at once,
         and its old connection's end must not be taken for the new one's."""
         self._connection_events()
-        fd = self.last_origin.get(SRCFD)  # the descriptor the hello came through
+        fd = self.last_origin[1]  # the descriptor the hello came through
         if fd >= 0:
             earlier = self._identity_of_fd.get(fd)
             if earlier is not None and earlier != identity:

@@ -9,6 +9,19 @@ in a graph is a short list of calls, and only in shapes that name nothing outsid
 session: copies to or from host memory only through the session's pinned segments. A graph
 is journaled ("graph", handle, context, segments), so checkpoints, restores and migrations
 keep it; its calls are not run by a restore, only kept.
+
+A conditional node is one call, `vgpuGraphConditional` [condition address, type, body
+segments]: it reads the condition's 4 bytes of device memory (which kernels set with
+cudaGraphSetConditional) once the work before it on the launch's stream has run, and runs
+the body segment it selects (IF: the first when nonzero, else the second if any; SWITCH:
+the one the value numbers, if any), or for WHILE the body as long as the value is nonzero.
+Body segments are not launched by the client; each comes after the segment that names it,
+so no body runs itself.
+
+A graph instantiated for device launch (one segment of kernel launches) may also be launched
+by kernels once it has been uploaded (`vgpuGraphUpload`, or a launch from the host): the
+emulator's device runtime asks `device_launches` for its kernels and runs them as children
+of the launching grid (server/emu/device_runtime.py).
 """
 
 from __future__ import annotations
@@ -25,11 +38,16 @@ __all__ = ["GraphExecs", "GRAPH_OPS"]
 
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_NOT_SUPPORTED = 801
 # Calls a graph may hold -> the index of their stream argument (the launch's stream goes
 # there at each launch), or None.
-GRAPH_CALLS = {"cuLaunchKernel": 8, "cuEventRecord": 1, "cuStreamWaitEvent": 0,
-               "cuMemcpyHtoD": None, "cuMemcpyDtoH": None, "cuMemcpyDtoD": None,
-               "vgpuMemset": None}
+CONDITIONAL = "vgpuGraphConditional"
+GRAPH_CALLS = {"cuLaunchKernel": 8, "cuLaunchCooperativeKernel": 8, "cuEventRecord": 1,
+               "cuStreamWaitEvent": 0, "cuMemcpyHtoD": None, "cuMemcpyDtoH": None,
+               "cuMemcpyDtoD": None, "vgpuMemset": None, CONDITIONAL: None}
+# Conditional node types
+IF, WHILE, SWITCH = 0, 1, 2
+MAX_CONDITIONAL_DEPTH = 32  # conditional nodes nested in each other's bodies
 # Where a copy's host side is named: (op, index of its location argument).
 HOST_SIDES = {"cuMemcpyHtoD": 1, "cuMemcpyDtoH": 2}
 # Bounds on what a session's graphs may make the server keep.
@@ -53,6 +71,8 @@ class GraphExec:
     context: int
     segments: list[list]  # [[op, args], ...] per segment
     size: int  # bytes charged to the session's graph allowance
+    device_launch: bool = False  # kernels may launch it (once uploaded)
+    uploaded: bool = False
 
 
 def _checked_call(call) -> tuple[list, int]:
@@ -61,6 +81,12 @@ def _checked_call(call) -> tuple[list, int]:
     if op_name not in GRAPH_CALLS or not isinstance(args, list | tuple):
         raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{str(op_name)[:40]!r} cannot be part of a "
                                                   f"graph")
+    if op_name == CONDITIONAL:
+        address, kind, bodies = args
+        if not (isinstance(address, int) and kind in (IF, WHILE, SWITCH)
+                and isinstance(bodies, list | tuple) and bodies
+                and all(isinstance(b, int) for b in bodies)):
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, "malformed conditional node")
     side = HOST_SIDES.get(op_name)
     if side is not None:
         spec = args[side]
@@ -78,18 +104,28 @@ class GraphExecs:
         self.bytes = 0
 
     @op("vgpuGraphCreate")
-    def create(self, handle: int, context: int, segments: list):
-        """The calls of an instantiated graph, per segment."""
+    def create(self, handle: int, context: int, segments: list, device_launch: bool = False):
+        """The calls of an instantiated graph, per segment; `device_launch`: kernels may
+        launch it, and it holds one segment of kernel launches."""
         self.session.contexts.get(context)
         self.execs.check_new(handle)
+        if device_launch and not self.session.backend.own_device_runtime:
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"the {self.session.backend.name} "
+                                                      f"backend launches no graphs from kernels")
+        if device_launch and not (len(segments) <= 1 and all(
+                isinstance(call, list | tuple) and call and call[0] == "cuLaunchKernel"
+                for segment in segments for call in segment)):
+            raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                            "a graph launched from the device holds kernel launches only")
         kept, size = [], 0
         if sum(len(segment) for segment in segments) > MAX_CALLS_PER_GRAPH:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
                             f"a graph may hold {MAX_CALLS_PER_GRAPH} calls at most")
-        for segment in segments:
+        for index, segment in enumerate(segments):
             calls = []
             for call in segment:
                 checked, cost = _checked_call(call)
+                self._check_conditional(checked, index, len(segments))
                 calls.append(checked)
                 size += cost
             kept.append(calls)
@@ -97,8 +133,28 @@ class GraphExecs:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
                             f"the session's graphs would hold more than {MAX_GRAPH_BYTES} bytes")
         self.bytes += size
-        self.execs.add(handle, GraphExec(context, kept, size))
-        self.session.journal.created("graph", handle, context, kept)
+        self.execs.add(handle, GraphExec(context, kept, size, bool(device_launch)))
+        self.session.journal.created("graph", handle, context, kept, bool(device_launch))
+
+    def _check_conditional(self, call: list, segment: int, segments: int) -> None:
+        """A conditional node's bodies are segments after the one holding it, and only a
+        backend whose kernels set conditions in device memory (the emulator's device
+        runtime) runs them."""
+        if call[0] != CONDITIONAL:
+            return
+        if not self.session.backend.own_device_runtime:
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"the {self.session.backend.name} "
+                                                      f"backend has no conditional nodes")
+        if not all(segment < body < segments for body in call[1][2]):
+            raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                            "a conditional node's bodies must be later segments of its graph")
+
+    def restore(self, handle: int, context: int, segments: list,
+                device_launch: bool = False) -> None:
+        """A journaled graph made again. A device graph was uploaded where it ran before (its
+        journal entry is the same whether it was or not): kernels may launch it at once."""
+        self.create(handle, context, segments, device_launch)
+        self.execs.get(handle).uploaded = bool(device_launch)
 
     @op("vgpuGraphLaunch")
     def launch(self, handle: int, segment: int, stream: int):
@@ -109,22 +165,61 @@ class GraphExecs:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"the graph has no segment {segment}")
         session = self.session
         session._check_stream(stream)
+        graph.uploaded = True
         # The graph's copies and memsets wait for what is queued before them on the launch's
         # stream (its kernels run on that stream's lane), as copies issued on it would.
         issued_on, session.scope_stream = session.scope_stream, stream
         try:
-            for op_name, args in graph.segments[segment]:
-                if session.cancelled:  # its client is gone: stop between calls too
-                    raise Cancelled
-                place = GRAPH_CALLS[op_name]
-                if place is not None:
-                    args = list(args)
-                    args[place] = stream
-                code, _ = session._run_one((op_name, args))
-                if code:
-                    raise CudaError(code, session.last_error_message)
+            self._run(graph, segment, stream, 0)
         finally:
             session.scope_stream = issued_on
+
+    def _run(self, graph: GraphExec, segment: int, stream: int, depth: int) -> None:
+        session = self.session
+        for op_name, args in graph.segments[segment]:
+            if session.cancelled:  # its client is gone: stop between calls too
+                raise Cancelled
+            if op_name == CONDITIONAL:
+                self._conditional(graph, args, stream, depth)
+                continue
+            place = GRAPH_CALLS[op_name]
+            if place is not None:
+                args = list(args)
+                args[place] = stream
+            code, _ = session._run_one((op_name, args))
+            if code:
+                raise CudaError(code, session.last_error_message)
+
+    def _conditional(self, graph: GraphExec, args: list, stream: int, depth: int) -> None:
+        address, kind, bodies = args
+        if depth >= MAX_CONDITIONAL_DEPTH:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"conditional nodes nest "
+                                                      f"{MAX_CONDITIONAL_DEPTH} deep at most")
+        value = self._condition(address)
+        if kind == WHILE:
+            while value:
+                self._run(graph, bodies[0], stream, depth + 1)
+                value = self._condition(address)
+            return
+        if kind == IF:
+            chosen = 0 if value else 1
+        else:
+            chosen = value
+        if chosen < len(bodies):
+            self._run(graph, bodies[chosen], stream, depth + 1)
+
+    def _condition(self, address: int) -> int:
+        """A condition's value, once what was queued before on the launch's stream (the
+        kernels that set it) has run."""
+        session = self.session
+        if session.cancelled:  # a WHILE loop stops for a client that is gone
+            raise Cancelled
+        if session.lanes.concurrent:
+            session._wait_lanes(session._scope_points())
+        session._check_range(address, 4)
+        value = bytearray(4)
+        session.backend.read_into(address, memoryview(value))
+        return int.from_bytes(value, "little")
 
     @op("vgpuGraphSetCall")
     def set_call(self, handle: int, segment: int, index: int, call):
@@ -133,6 +228,7 @@ class GraphExecs:
         if not (0 <= segment < len(graph.segments) and 0 <= index < len(graph.segments[segment])):
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "the graph has no such call")
         checked, cost = _checked_call(call)
+        self._check_conditional(checked, segment, len(graph.segments))
         old = graph.segments[segment][index]
         if checked[0] != old[0]:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "a node's call keeps its kind")
@@ -142,7 +238,39 @@ class GraphExecs:
         self.bytes += cost - old_cost
         graph.size += cost - old_cost
         graph.segments[segment][index] = checked
-        self.session.journal.created("graph", handle, graph.context, graph.segments)
+        self.session.journal.created("graph", handle, graph.context, graph.segments,
+                                     graph.device_launch)
+
+    @op("vgpuGraphUpload")
+    def upload(self, handle: int, stream: int):
+        """cuGraphUpload: the graph is on the device (it always is here), so kernels may
+        launch it."""
+        graph = self.execs.get(handle)
+        self.session._check_stream(stream)
+        graph.uploaded = True
+
+    def device_launches(self, handle: int) -> list[tuple] | None:
+        """What a kernel's cudaGraphLaunch of `handle` runs: (loaded module, kernel name,
+        grid, block, shared bytes, parameters) per kernel, in order; None when no graph
+        by that handle may be launched from the device (not one, not instantiated for it,
+        not uploaded). Called from the launching kernel's thread."""
+        graph = self.execs.find(handle)
+        if graph is None or not graph.device_launch or not graph.uploaded:
+            return None
+        session, launches = self.session, []
+        for _, args in graph.segments[0] if graph.segments else ():
+            # A launch's arguments are checked when the host launches it; here, before the
+            # emulator is given them, as a client may have sent anything.
+            if len(args) != 10 or not all(isinstance(a, int) for a in args[:8]) \
+                    or not isinstance(args[9], bytes):
+                return None
+            function = session.functions.find(args[0])
+            module = session.modules.find(function.module) if function else None
+            if module is None:
+                return None
+            launches.append((module.loaded, function.name, tuple(args[1:4]),
+                             tuple(args[4:7]), args[7], args[9]))
+        return launches
 
     @op("vgpuGraphDestroy")
     def destroy(self, handle: int):

@@ -48,6 +48,10 @@ class HandleTable(Generic[T]):
             raise CudaError(self.error_code,
                             f"unknown or destroyed {self.kind} handle 0x{handle:x}") from None
 
+    def find(self, handle: int) -> T | None:
+        """The object, or None (for callers that answer a missing one their own way)."""
+        return self._objects.get(handle)
+
     def pop(self, handle: int) -> T:
         obj = self.get(handle)
         del self._objects[handle]

@@ -6,8 +6,9 @@ A handle is 64 bytes, as CUDA's: a marker, then 16 random bytes the server chose
 the export in the server's registry. Like CUDA's, having the handle is what lets a process
 open it, and only a session of the same user (or key) as the exporter's may; the random part
 cannot be guessed. The importer maps the exporter's memory itself (the emulator's sessions
-each have a memory of their own, so the buffer is shared, not copied), at an address of its
-own arena: both see each other's writes at once. An opened event shares the exporter's
+each have a memory of their own, so the buffer is shared, not copied; on a GPU the
+exporter's physical memory is mapped again), at an address of its own arena: both see each
+other's writes at once. An opened event shares the exporter's
 record of it (server/session.py EventRecord): a wait for it waits for work of the exporter's
 streams.
 
@@ -35,8 +36,8 @@ class Export:
     kind: str      # "memory" or "event"
     key: int       # the allocation's base address there, or the event's handle
     size: int      # bytes of memory (0 for an event)
-    shared: object  # what the importer gets: the memory (a memoryview, as the exporter's
-    #                 backend holds it) or the event's record (server.session.EventRecord)
+    shared: object  # what the importer gets: the memory (the exporter's backend's
+    #                 SharedMemory) or the event's record (server.session.EventRecord)
     flags: int = 0  # an event's
 
 
@@ -98,9 +99,8 @@ INTERPROCESS_EVENT = 0x2 | 0x4
 
 
 def _registry(session) -> IpcRegistry:
-    if session.ipc is None or not session.backend.memory_is_host_ram:
-        raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
-                        "device memory IPC needs sessions of one server on the emu backend")
+    if session.ipc is None:
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED, "IPC needs sessions of one server")
     return session.ipc
 
 
@@ -113,7 +113,7 @@ def get_mem_handle(session, address: int) -> bytes:
                         f"0x{address:x} is not inside an allocation of cuMemAlloc")
     base, size = found
     return registry.export(Export(session, "memory", base, size,
-                                  session.backend.host_view(base, size)))
+                                  session.backend.export_memory(base, size)))
 
 
 def open_mem_handle(session, context: int, handle) -> tuple[int, int]:
@@ -126,13 +126,16 @@ def open_mem_handle(session, context: int, handle) -> tuple[int, int]:
         if opened[0] == handle:
             opened[1] += 1
             return address, export.size
-    address = session._reserve(export.size)  # the importer's quota pays for its mapping
+    shared = export.shared
+    # The importer's quota pays for its mapping.
+    start = session._reserve(shared.span or shared.size, alignment=shared.alignment)
     try:
-        session.backend.map(address, export.size, export.shared)
+        session.backend.import_memory(start, shared)
     except BaseException:
-        session._unreserve(address)
+        session._unreserve(start)
         raise
-    session.ipc_opened[address] = [handle, 1]
+    address = start + shared.lead
+    session.ipc_opened[address] = [handle, 1, start]
     return address, export.size
 
 
@@ -145,8 +148,8 @@ def close_mem_handle(session, address: int) -> None:
     opened[1] -= 1
     if opened[1] == 0:
         del session.ipc_opened[address]
-        session.backend.unmap(address)
-        session._unreserve(address)
+        session.backend.unmap(opened[2])
+        session._unreserve(opened[2])
 
 
 def _opened(session, registry: IpcRegistry, handle, kind: str) -> Export:

@@ -79,11 +79,11 @@ class Peer:
 UNKNOWN = Peer("unknown", name="unknown peer")
 
 
-def peer_of(frame: zmq.Frame, inproc: bool) -> Peer:
-    """The verified peer that sent `frame` (a message of a ROUTER socket of ours)."""
-    try:
-        user_id = frame.get("User-Id")
-    except zmq.ZMQError:  # no ZAP on this connection: only inproc skips it
+def peer_of(origin: tuple[str | None, int], inproc: bool) -> Peer:
+    """The verified peer that sent a message of a ROUTER socket of ours, from its origin
+    (vgpu.wire.recv: the ZAP handler's User-Id, None where no ZAP ran, and a descriptor)."""
+    user_id = origin[0]
+    if user_id is None:  # no ZAP on this connection: only inproc skips it
         if inproc:
             return Peer("inproc", uid=os.getuid(), gid=os.getgid(), pid=os.getpid(),
                         name="local")

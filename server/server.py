@@ -29,6 +29,7 @@ import traceback
 
 import zmq
 
+from vgpu import wire
 from vgpu.errors import CudaError
 from vgpu.processes import pid_alive
 from vgpu.protocol import (
@@ -41,10 +42,10 @@ from vgpu.protocol import (
     PROTOCOL_VERSION,
     RELEASE,
     ProtocolError,
+    pack,
     packer,
     unpack,
 )
-from vgpu.transport import SNDMORE
 
 from .admin import AdminMixin
 from .arena import VaArena
@@ -68,12 +69,13 @@ log = logging.getLogger("vgpu.server")
 ARENA_BASE = 0x1000_0000_0000
 ARENA_SPAN = 1 << 40
 ARENA_SLOTS = 64
-# The most devices an emu server offers (`--devices`): enough for any multi-GPU test.
+# The most devices a server offers (`--devices`): enough for any multi-GPU test or machine.
 MAX_DEVICES = 16
-PCI_BUS_ID = 33  # CU_DEVICE_ATTRIBUTE_PCI_BUS_ID
-ONE_GPU = "--devices is for the emu backend (the cuda backend offers one GPU for now)"
 LIVENESS_INTERVAL_S = 0.5
 QUERY = "vgpuQuery"
+# How every CALLS message's header starts in msgpack: an array of 3 ([kind, seq, body]),
+# then the kind.
+CALLS_PREFIX = b"\x93" + pack(CALLS)
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_DEVICE_UNAVAILABLE = 46
 CUDA_ERROR_NOT_READY = 600
@@ -104,10 +106,9 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                  reconnect_grace: float = DEFAULT_RECONNECT_GRACE_S,
                  access: Access | None = None,
                  mem_limit: int | None = None, server_mem_limit: int | None = None,
-                 max_message: int = MAX_MESSAGE_BYTES, devices: int = 1):
+                 max_message: int = MAX_MESSAGE_BYTES, devices: int | None = None):
         self.address = address
         self.backend_name = backend
-        self.devices = devices  # how many devices the server offers (see Session)
         self.memcheck = memcheck  # for sessions whose application does not say
         # Where sessions' images go (`<dir>/<token>.vgpu`), and how often each running
         # session is checkpointed there; a standby server reading the same folder restores
@@ -124,16 +125,16 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         self.ending: list[SessionWorker] = []
         if self.record_dir:
             os.makedirs(self.record_dir, exist_ok=True)
-        if not 1 <= devices <= MAX_DEVICES:
+        if devices is not None and not 1 <= devices <= MAX_DEVICES:
             raise ValueError(f"--devices must be between 1 and {MAX_DEVICES}")
-        if devices != 1 and backend == "cuda":
-            raise ValueError(ONE_GPU)
         probe = open_backend(backend)  # fail now, not at the first client, if it cannot start
-        if devices != 1 and probe.name != "emu":  # auto found a GPU
+        try:
+            # How many devices the server offers (see Session): on a backend that drives
+            # devices (cuda), all of them or the first N; emu's are views of one, 1 or N.
+            self.devices = self._devices_offered(probe, devices)
+            self.device_memory = probe.describe().total_memory
+        finally:
             probe.close()
-            raise ValueError(ONE_GPU)
-        self.device_memory = probe.describe().total_memory
-        probe.close()
         # Device memory: each session's limit, and what all of them may hold together (on a
         # GPU, the device; on the emulator, host memory that would otherwise have no bound).
         self.quotas = MemoryQuotas(min(server_mem_limit or self.device_memory,
@@ -187,25 +188,23 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         # is read before a hello, see _bind_connection).
         sock = self.socket
         sock.setsockopt(zmq.RCVTIMEO, int(LIVENESS_INTERVAL_S * 1000))
+        handle, recv = sock.underlying, wire.recv
         bell = self.bell.identity
         next_check = time.monotonic() + LIVENESS_INTERVAL_S
         try:
             while not self._stopping:
-                try:
-                    identity = sock.recv()  # a ROUTER delivers identity + header
-                except zmq.Again:
-                    identity = None
-                if identity is not None:
-                    # The header as a frame, whose `more` costs a tenth of asking the socket
-                    # (pyzmq's getsockopt looks the option up in an enum first), and which
-                    # says, as every part of the message does, which connection it came
-                    # through and so who sent it (peers.peer_of, _bind_connection); the
-                    # payload frames stay zero-copy, as bulk data arrives.
-                    origin = part = sock.recv(copy=False)
-                    frames = [identity, part.bytes]
-                    while part.more:
+                # A ROUTER delivers identity + header (+ payloads, read zero-copy: bulk
+                # data arrives so), with the header's origin (who sent it, through which
+                # descriptor: peers.peer_of, _bind_connection) for all but CALLS messages,
+                # the only ones that never need it.
+                got = recv(handle, 2, 0.0, CALLS_PREFIX)
+                if got is not None and len(got) == 4:
+                    identity, header, more, origin = got
+                    frames = [identity, header]
+                    while more:
                         part = sock.recv(copy=False)
                         frames.append(part.buffer)
+                        more = part.more
                     if identity == bell:
                         self._hand_back_finished()
                         self._run_soon()
@@ -251,7 +250,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
 
     # ----------------------------------------------------------------- messages
 
-    def _handle(self, frames: list, origin: zmq.Frame) -> None:
+    def _handle(self, frames: list, origin: tuple | None) -> None:
         identity = frames[0]
         try:
             header = unpack(frames[1], arrays_as_tuples=True)
@@ -323,8 +322,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         if payloads:  # bulk payloads go zero-copy; small frames are cheaper copied
             self.socket.send_multipart([identity, packed, *payloads], copy=False)
         else:
-            self.socket.send(identity, SNDMORE)
-            self.socket.send(packed)
+            wire.send(self.socket.underlying, identity, packed)
 
     def _hello(self, identity: bytes, seq, body, peer: Peer) -> None:
         if not isinstance(body, dict):
@@ -394,19 +392,30 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         })
 
     @staticmethod
-    def _describe_device(session: Session, ordinal: int) -> dict:
-        """Device `ordinal` as the session sees it: the backend's device, told apart from its
-        siblings by its UUID and PCI bus (device 0 is the backend's, as it describes it)."""
-        device = session.device
-        uuid = bytes(device.uuid[:-1]) + bytes([device.uuid[-1] ^ ordinal])
+    def _devices_offered(probe, asked: int | None) -> int:
+        """How many devices to offer when `--devices` asked for `asked` (None: not given)."""
+        driven = probe.devices_driven()
+        if driven is None:
+            return asked or 1
+        if asked is not None and asked > driven:
+            raise ValueError(f"--devices {asked}: the {probe.name} backend has "
+                             f"{driven} device{'s' * (driven != 1)}")
+        return asked or min(driven, MAX_DEVICES)
+
+    def _describe_device(self, session: Session, ordinal: int) -> dict:
+        """Device `ordinal` as the session sees it, as its backend describes it; `peers`:
+        the devices whose memory its kernels can reach (cuDeviceCanAccessPeer)."""
+        backend = session.backend
+        device = backend.describe_device(ordinal)
         return {
             "name": device.name,
-            "uuid": uuid,
+            "uuid": device.uuid,
             # A session sees a device the size of its memory limit (see quotas.py).
-            "total_memory": session.memory.info()[1],
+            "total_memory": min(session.memory.info()[1], device.total_memory),
             "compute_capability": list(device.compute_capability),
-            "attributes": {**device.attributes,
-                           PCI_BUS_ID: device.attributes.get(PCI_BUS_ID, 0) + ordinal},
+            "attributes": device.attributes,
+            "peers": [peer for peer in range(self.devices)
+                      if backend.can_access_peer(ordinal, peer)],
         }
 
     def _new_session(self, hello: dict, arena_base: int | None, peer: Peer
@@ -468,13 +477,20 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         if session is None:
             self._reply(identity, seq, 46, "no session: say hello first")
             return
+        worker = self.workers[identity]
+        if type(body) is tuple and len(body) == 1 and not worker.busy() and \
+                not _is_long_call(body[0]) and not session.lanes.busy():
+            # A single short call of an idle session (a synchronizing call, most often):
+            # every check below would pass, a query's included (nothing is running), so
+            # it runs here at once.
+            self._send_outcome(identity, seq, run_batch(session, seq, body, payloads, header))
+            return
         if not isinstance(body, tuple):
             if seq:
                 self._reply(identity, seq, 1, "malformed call batch: not a list of calls")
             else:  # like any failure of queued work, it surfaces at the next synchronization
                 session.defer(1, "malformed call batch: not a list of calls")
             return
-        worker = self.workers[identity]
         if body and isinstance(body[-1], tuple) and body[-1][:1] == (QUERY,):
             # A query must not wait for the work it asks about: what came with it is queued
             # like any other work, and while the worker is busy the answer is "not ready".

@@ -31,7 +31,7 @@ from vgpu.replay.journal import Journal
 from .arena import VaArena
 from .backends import Backend, LoadedModule, open_backend
 from .backends.base import Cancelled, KernelFault
-from .client_files import SegmentRefused, map_client_file
+from .client_files import PlacedFile, SegmentRefused, map_client_file, mapped_bytes
 from .device_runtime import DeviceRuntimeMemory
 from .graphs import GRAPH_OPS, GraphExecs
 from .handles import HandleTable
@@ -80,6 +80,7 @@ MAX_MODULE_BYTES = MAX_ENTRY_BYTES
 # Pinned host buffers one session may have mapped: each is a mapping in the server, which
 # holds some 65,000 of them for all its sessions together (vm.max_map_count).
 MAX_SEGMENTS = 4096
+HOST_ADDRESS_LIMIT = 1 << 57  # above any process's addresses (five-level page tables)
 # Where managed memory starts: on a page boundary (of the largest page size of Linux's
 # x86-64 and arm64 base pages), since the client maps its host view at the same address.
 MANAGED_ALIGNMENT = 1 << 16
@@ -183,8 +184,11 @@ class Session:
         self.id = session_id
         # The devices the session's contexts may be on. On emu they are views of one
         # emulator sharing the session's memory (one address space, as unified addressing
-        # gives a process), so peer access and peer copies need nothing more.
+        # gives a process), so peer access and peer copies need nothing more; on cuda each
+        # is a GPU. Either way each device's allocations take a part of the arena of their
+        # own, so that no device granule holds another device's memory.
         self.device_count = device_count
+        arena.split(device_count)
         self.peer = peer
         # What the session's device memory is charged to (see quotas.py); alone, it may
         # take the whole device.
@@ -210,7 +214,7 @@ class Session:
         self._windows_granted = 0  # ever: a grant since a mark makes changes unknown
         self._windows_changed = threading.Condition()
         self.arena = arena
-        backend.attach_arena(arena.base, arena.size)
+        backend.attach_arena(arena.base, arena.size, arena.region_starts())
         self.device = backend.describe()
         self.started_at = time.time()
         self.calls_served = 0
@@ -242,7 +246,8 @@ class Session:
         self.vmm = VirtualMemory(self)
         self.graphs = GraphExecs(self)
         self.staging: mmap.mmap | None = None
-        self.segments: dict[int, tuple[mmap.mmap, int | None]] = {}  # id -> (map, device addr)
+        # id -> (its map, device address): see map_host_segment
+        self.segments: dict[int, tuple[mmap.mmap | PlacedFile, int | None]] = {}
         self.shared: SharedAllocations | None = None
         self.peer_memory = False
         # What runs the calls of `execute`: a recorder (server/recorder.py) puts its own
@@ -257,7 +262,8 @@ class Session:
                                  self._host_function_reached)
         self.scope_stream = 0  # the stream copies and memsets were issued on (vgpuStreamScope)
         self.ipc: IpcRegistry | None = None  # the server's exports (server/ipc.py), if any
-        self.ipc_opened: dict[int, list] = {}  # address -> [handle, times opened]
+        # address -> [handle, times opened, where its mapping starts] (server/ipc.py)
+        self.ipc_opened: dict[int, list] = {}
         self.attach_client(hello, peer)
 
     # ----------------------------------------------------------------- plumbing
@@ -567,7 +573,7 @@ class Session:
             "reserve": self.vmm.restore_reservation,
             "memory": physical,
             "mapping": self.vmm.restore_mapping,
-            "graph": self.graphs.create,
+            "graph": self.graphs.restore,
         }
         for kind, *fields in state["journal"]:
             makers[kind](*fields)
@@ -613,7 +619,7 @@ class Session:
         self.backend.close()
         self.backend = open_backend(self.backend.name)
         self.lanes.concurrent = self.backend.launches_run_inline
-        self.backend.attach_arena(self.arena.base, self.arena.size)
+        self.backend.attach_arena(self.arena.base, self.arena.size, self.arena.region_starts())
         self.backend.set_memcheck(self.memcheck == "strict")
 
     def mark(self) -> tuple[int, int]:
@@ -682,7 +688,7 @@ class Session:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "no shared-memory segment is attached")
         if offset < 0 or size < 0 or offset + size > len(buffer):
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "copy exceeds the shared-memory segment")
-        return memoryview(buffer)[offset:offset + size]
+        return mapped_bytes(buffer)[offset:offset + size]
 
     def _segment(self, seg_id: int):
         try:
@@ -928,12 +934,13 @@ class Session:
         ctx = self.contexts.get(context)
         if size <= 0:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "allocation size must be positive")
-        address = self._reserve(size, at, alignment)
+        address = self._reserve(size, at, alignment, ctx.device)
         shared = (self.shared.create(address, size)
                   if self.shared is not None and size >= SHARED_BYTES and backing is None
                   else None)
         try:
-            self.backend.map(address, size, shared if backing is None else memoryview(backing))
+            self.backend.map(address, size, shared if backing is None else memoryview(backing),
+                             ctx.device)
         except BaseException:
             # What could not be placed holds no device memory.
             if shared is not None:
@@ -964,15 +971,17 @@ class Session:
         if ctx in self.contexts:
             self.contexts.get(ctx).allocations.discard(address)
 
-    def _reserve(self, size: int, at: int | None = None, alignment: int | None = None) -> int:
+    def _reserve(self, size: int, at: int | None = None, alignment: int | None = None,
+                 device: int = 0) -> int:
         """Charge `size` bytes to the session's quota and place them in its arena (at `at`:
-        a restore puts memory back where it was; else aligned to `alignment`)."""
+        a restore puts memory back where it was; else aligned to `alignment`, in the part
+        of the arena that is device `device`'s)."""
         if self.arena.count >= MAX_ALLOCATIONS:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
                             f"the session holds {self.arena.count} allocations, the most a "
                             f"session may")
         self.memory.charge(size)
-        address = self.arena.alloc(size, at, alignment)
+        address = self.arena.alloc(size, at, alignment, region=device)
         if address is None:
             self.memory.release(size)
             if at is not None:
@@ -992,21 +1001,47 @@ class Session:
     @op("vgpuMapHostSegment")
     def map_host_segment(self, seg_id: int, fd_number: int, size: int, device_address):
         """Attach a pinned host buffer the client allocated in a memory file it holds open as
-        descriptor `fd_number` (its own, sealed against shrinking: see client_files)."""
+        descriptor `fd_number` (its own, sealed against shrinking: see client_files), shown
+        to the device at `device_address` (None: for copies only). Replies None when kernels
+        reach it there, else why they do not (copies still do)."""
         if len(self.segments) >= MAX_SEGMENTS:  # each is a mapping of the server's own
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
                             f"the session has {len(self.segments)} host buffers mapped, the "
                             f"most a session may")
+        if device_address is not None:
+            if type(device_address) is not int or type(size) is not int or \
+                    not 0 < device_address < device_address + size <= HOST_ADDRESS_LIMIT:
+                raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                                "a host segment's address and size are not a range of a "
+                                "process's addresses")
+            if self.arena.base < device_address + size and \
+                    device_address < self.arena.base + self.arena.size:
+                raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                                f"host memory at 0x{device_address:x}+{size} lies in the "
+                                "session's device address range")
+            for other, start in self.segments.values():
+                if start is not None and start < device_address + size and \
+                        device_address < start + len(other):
+                    raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                                    f"host memory at 0x{device_address:x}+{size} overlaps a "
+                                    "host buffer the session has mapped already")
+        at = device_address if self.backend.host_buffers_at_client_addresses else None
         try:
-            seg = map_client_file(fd_number, size, self.peer, self.pid)
+            seg = map_client_file(fd_number, size, self.peer, self.pid, at=at)
         except SegmentRefused as exc:
             raise CudaError(CUDA_ERROR_NOT_PERMITTED,
                             f"the server does not map that host memory: {exc}") from None
         except OSError as exc:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"cannot map host segment: {exc}") from None
+        unreached = None
         if device_address is not None:
-            self.backend.map(device_address, size, memoryview(seg))
+            try:
+                unreached = self.backend.map_host(device_address, size, mapped_bytes(seg))
+            except BaseException:
+                seg.close()
+                raise
         self.segments[int(seg_id)] = (seg, device_address)
+        return unreached
 
     @op("vgpuUnmapHostSegment")
     def unmap_host_segment(self, seg_id: int):
@@ -1122,7 +1157,7 @@ class Session:
         def allocate(size: int, managed: bool = False) -> int:
             # Module variables are device memory like any allocation: the quota pays.
             address = self._reserve(size, next(wanted, None) if wanted else None,
-                                    MANAGED_ALIGNMENT if managed else None)
+                                    MANAGED_ALIGNMENT if managed else None, ctx.device)
             allocated.append(address)
             return address
 
@@ -1130,7 +1165,7 @@ class Session:
         # (and what parsing it made) as long as it is loaded: the quota pays for it too.
         self.memory.charge(len(image))
         try:
-            loaded = self.backend.load_module(image, allocate)
+            loaded = self.backend.load_module(image, allocate, ctx.device)
         except BaseException:
             for address in allocated:
                 self._unreserve(address)
@@ -1247,7 +1282,7 @@ class Session:
         kernel = module.loaded.kernels[fn.name]
         self.backend.use_device_runtime(self.device_runtime.launching(
             module.context, self._allocate, kernel.uses_heap, kernel.launches_kernels,
-            cooperative))
+            cooperative), self.graphs.device_launches)
 
     def _prepare_launch(self, fn: Function, config: tuple
                         ) -> Callable[[bytes, int], tuple[str, str]]:
@@ -1270,9 +1305,10 @@ class Session:
 
     @op("cuStreamCreate")
     def stream_create(self, handle: int, context: int, flags: int, priority: int):
-        self.contexts.get(context).streams.add(handle)
+        ctx = self.contexts.get(context)
+        ctx.streams.add(handle)
         self.streams.add(handle, context)
-        self.backend.stream_created(handle)
+        self.backend.stream_created(handle, ctx.device)
         self.lanes.created(handle, bool(flags & CU_STREAM_NON_BLOCKING))
         self.journal.created("stream", handle, context, flags, priority)
 

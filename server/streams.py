@@ -184,11 +184,15 @@ class StreamLanes:
 
     def blocking_points(self) -> tuple[Point, ...]:
         """What the legacy stream waits for: every blocking lane's queued work."""
+        if not self._lanes:  # (most sessions: nothing to wait for, no lock to take)
+            return ()
         with self._cond:
             return tuple((s, lane.queued) for s, lane in self._lanes.items()
                          if not lane.nonblocking and lane.done < lane.queued)
 
     def all_points(self) -> tuple[Point, ...]:
+        if not self._lanes:  # (see blocking_points)
+            return ()
         with self._cond:
             return tuple((s, lane.queued) for s, lane in self._lanes.items()
                          if lane.done < lane.queued)

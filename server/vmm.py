@@ -181,7 +181,7 @@ class VirtualMemory:
         # Device memory like any allocation's: charged to the session's quotas (quotas.py).
         session.memory.charge(size)
         try:
-            memory = session.backend.create_physical(size, backing)
+            memory = session.backend.create_physical(size, backing, device=int(prop[3]))
         except BaseException:
             session.memory.release(size)
             raise

@@ -77,3 +77,11 @@ def nested_cuda(tmp_path_factory: pytest.TempPathFactory):
     nested pair, vgpu_processes.py), shared by the tests that run programs on `cuda`."""
     with nested_cuda_server(tmp_path_factory.mktemp("nested-cuda")) as address:
         yield address
+
+
+@pytest.fixture(scope="session")
+def nested_cuda_two_devices(tmp_path_factory: pytest.TempPathFactory):
+    """The nested pair with two devices: the emu server offers two, and the cuda-backend
+    server drives both as the GPUs its driver offers."""
+    with nested_cuda_server(tmp_path_factory.mktemp("nested-cuda-2"), devices=2) as address:
+        yield address

@@ -13,12 +13,9 @@ import sys
 import threading
 from pathlib import Path
 
-import pytest
-
 __all__ = ["VGPU", "vgpu_environment", "start_emu_server", "stop_server", "emu_server",
            "run_under_vgpu", "TcpForwarder", "free_tcp_address", "keygen", "curve_homes",
-           "start_nested_cuda_server", "nested_cuda_server", "start_cuda_server",
-           "expect_no_zero_copy"]
+           "start_nested_cuda_server", "nested_cuda_server", "start_cuda_server"]
 
 VGPU = [sys.executable, "-m", "vgpu.cli"]
 # What a user's shell may set that would change what a test sees.
@@ -70,20 +67,6 @@ def start_emu_server(address: str | None, *options: str, stderr=None,
                     stderr, env)
 
 
-def expect_no_zero_copy(result: subprocess.CompletedProcess) -> None:
-    """What the cuda backend does not do yet: map page-locked host memory into kernels'
-    address space (zero copy). A program that needs it must fail with an illegal address
-    (700, its kernel given a mapped host pointer faults) and nothing else; the test is then
-    reported as an expected failure. Any other failure, or none, fails the test."""
-    assert result.returncode != 0, "zero copy works on the cuda backend now: test it as such"
-    failures = [line for line in result.stderr.splitlines() if "failed" in line]
-    assert len(failures) == 1 and ("cudaErrorIllegalAddress (700)" in failures[0]
-                                   or failures[0].endswith("failed: 700")), \
-        f"failed otherwise than at zero copy:\n{result.stdout}\n{result.stderr}"
-    pytest.xfail("the cuda backend does not map page-locked host memory into kernels' address "
-                 "space (zero copy) yet")
-
-
 def start_nested_cuda_server(inner: str, address: str, *options: str, stderr=None
                              ) -> subprocess.Popen:
     """`vgpu run --server INNER -- vgpu server --backend cuda --listen ADDRESS`: a cuda
@@ -103,11 +86,12 @@ def start_cuda_server(address: str, *options: str, stderr=None) -> subprocess.Po
 
 
 @contextlib.contextmanager
-def nested_cuda_server(folder: Path, *options: str, stderr=None):
-    """The nested pair for the `with` block, in `folder`: an emu server (the device) and a
-    cuda-backend server run under vgpu against it; yields the cuda server's address. Both
-    are stopped at the end, the cuda server first."""
-    with emu_server(folder, stderr=stderr) as inner:
+def nested_cuda_server(folder: Path, *options: str, stderr=None, devices: int = 1):
+    """The nested pair for the `with` block, in `folder`: an emu server (the device, or
+    `devices` of them) and a cuda-backend server run under vgpu against it, which drives
+    every device the emu server offers; yields the cuda server's address. Both are stopped
+    at the end, the cuda server first."""
+    with emu_server(folder, "--devices", str(devices), stderr=stderr) as inner:
         address = f"ipc://{folder}/cuda-server.sock"
         proc = start_nested_cuda_server(inner, address, *options, stderr=stderr)
         try:

@@ -31,9 +31,10 @@ def _add_server_parser(sub) -> None:
     p.add_argument("--listen", default=None,
                    help="zmq address to listen on (default: the per-user ipc socket)")
     p.add_argument("--backend", default="auto", choices=("auto", "emu", "cuda"))
-    p.add_argument("--devices", type=int, default=1, metavar="N",
-                   help="how many devices the server offers (emu only; default 1): peers of "
-                        "one another, sharing each session's memory")
+    p.add_argument("--devices", type=int, default=None, metavar="N",
+                   help="how many devices the server offers: emu, N views of one emulated "
+                        "device sharing each session's memory (default 1); cuda, the first "
+                        "N of the GPUs the driver offers (default all)")
     p.add_argument("--verbose", "-v", action="store_true", help="log sessions as they come")
     p.add_argument("--memcheck", default="report", choices=("report", "strict"),
                    help="what a kernel's access past its allocation's end does, for clients "

@@ -30,6 +30,7 @@ from typing import Protocol
 
 import zmq
 
+from . import wire
 from .errors import CudaError, DeviceUnavailable
 from .host_functions import HostFunctions
 from .outbox import Outbox, relocate, replay_form, staged_ranges
@@ -105,7 +106,8 @@ CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_NOT_READY = 600
 # How long a synchronizing call polls for its reply before it sleeps in the kernel. Waking a
 # sleeping thread costs tens of microseconds on an idle machine, more than a round trip's
-# own work, so, like CUDA's default scheduling (spin while cores are free), we poll briefly.
+# own work, so, like CUDA's default scheduling (spin while cores are free), we poll briefly,
+# yielding the core between looks (vgpu.wire.recv).
 # A context created with CU_CTX_SCHED_BLOCKING_SYNC sets it to 0; VGPU_SPIN_US overrides.
 DEFAULT_SPIN_S = 100e-6
 
@@ -259,6 +261,15 @@ class Connection:
             raise
 
     # ----------------------------------------------------------------- session
+
+    @property
+    def _socket(self) -> zmq.Socket:
+        return self._sock
+
+    @_socket.setter
+    def _socket(self, sock: zmq.Socket) -> None:
+        # Its libzmq handle too, for vgpu.wire's calls.
+        self._sock, self._handle = sock, sock.underlying
 
     def _open_socket(self, address: str) -> zmq.Socket:
         """A socket to `address`, secured as its transport needs (vgpu.transport), and its
@@ -615,7 +626,7 @@ class Connection:
         if frames:  # bulk payloads go zero-copy; the header is small and cheaper copied
             self._socket.send_multipart([self._pack([kind, seq, body]), *frames], copy=False)
         else:
-            self._socket.send(self._pack([kind, seq, body]))
+            wire.send(self._handle, self._pack([kind, seq, body]))
 
     def answer_host_function(self, gate: int) -> None:
         """The host function of `gate` ran (the lock is held): its stream goes on (not a
@@ -626,9 +637,11 @@ class Connection:
     def take_notices(self) -> None:
         """Take the messages that wait on the socket, without waiting (the lock is held,
         and nobody waits for a reply: see HostFunctions)."""
-        sock = self._socket
-        while not self._lost and sock.get(EVENTS) & POLLIN:
-            self._take(self._receive_frames(sock), None)
+        while not self._lost and self._socket.get(EVENTS) & POLLIN:
+            frames = self._receive_frames()
+            if frames is None:  # a signal came first (its handler ran)
+                return
+            self._take(frames, None)
 
     def _release_window(self) -> None:
         """Done copying through a device window: a migration waits for that (not a CALLS
@@ -674,7 +687,9 @@ class Connection:
         """The reply to `seq` from the current server; raises _Redirect for a redirect
         notice, _ServerLost when the server is gone or silent for `timeout`."""
         deadline = time.monotonic() + timeout
-        spin_until = time.perf_counter() + self.spin_s
+        # The first receive spins (asking the socket, in C without the GIL) before it
+        # sleeps: see DEFAULT_SPIN_S.
+        spin_s = self.spin_s
         sock = self._socket
         # Host functions queued (no other can be while we hold the lock) may finish while
         # we wait: their answers cannot wait for the receive's time slice.
@@ -687,41 +702,44 @@ class Connection:
                         raise _ServerLost(f"no answer from the vgpu server at "
                                           f"{self.address} within {timeout:g} s")
                     continue
-            elif self.spin_s and time.perf_counter() < spin_until:
-                # Spinning asks the socket whether a reply is there: a receive that finds
-                # nothing raises, which costs several times more, and a spin that sees the
-                # reply later answers later.
-                if not sock.get(EVENTS) & POLLIN:
-                    continue
-            try:  # blocks at most RCVTIMEO: one call into zmq per reply, no separate poll
-                frames = self._receive_frames(sock)
-            except zmq.Again:
+                spin_s = 0.0
+            # Blocks at most RCVTIMEO: one call into zmq per reply, no separate poll.
+            got = wire.recv(self._handle, 1, spin_s, None)
+            spin_s = 0.0
+            if got is None:
                 if self.server_pid is not None and not pid_alive(self.server_pid):
                     raise _ServerLost(f"the vgpu server (pid {self.server_pid}) at "
-                                      f"{self.address} is gone") from None
+                                      f"{self.address} is gone")
                 if self._dropped():
                     raise _Dropped(f"the connection to the vgpu server at {self.address} "
-                                   "dropped") from None
+                                   "dropped")
                 if time.monotonic() > deadline:
                     raise _ServerLost(f"no answer from the vgpu server at {self.address} "
-                                      f"within {timeout:g} s") from None
+                                      f"within {timeout:g} s")
                 continue
-            reply = self._take(frames, seq)
+            reply = self._take(self._rest_of(got) if got[1] else [got[0]], seq)
             if reply is not None:
                 return reply
             # The server is alive: a keepalive (it is still running our calls), a notice, a
             # mark's answer, or one to a request abandoned after a timeout.
             deadline = time.monotonic() + timeout
 
-    @staticmethod
-    def _receive_frames(sock: zmq.Socket) -> list:
-        """One message's parts. Read as frames, whose `more` costs a tenth of asking the
-        socket (pyzmq's getsockopt looks the option up in an enum first)."""
-        part = sock.recv(copy=False)
-        frames = [part.bytes]
-        while part.more:
-            part = sock.recv(copy=False)
+    def _receive_frames(self) -> list | None:
+        """One message's parts, or None if none came within the socket's RCVTIMEO."""
+        got = wire.recv(self._handle, 1, 0.0, None)
+        if got is None:
+            return None
+        return self._rest_of(got) if got[1] else [got[0]]
+
+    def _rest_of(self, got: tuple) -> list:
+        """A message whose header vgpu.wire received (`got`: header, more, origin), with
+        its payloads, rare in replies, read through pyzmq as frames (whose `more` costs a
+        tenth of asking the socket)."""
+        frames, more = [got[0]], got[1]
+        while more:
+            part = self._socket.recv(copy=False)
             frames.append(part.bytes)
+            more = part.more
         return frames
 
     def _take(self, frames: list, seq: int | None) -> list | None:

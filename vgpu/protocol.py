@@ -27,7 +27,9 @@ kind is one of:
             "pid", through /proc/PID/fd/FD of that pid, and only files owned by it, of that
             size and sealed against shrinking (see vgpu.sealed_files,
             vgpu.server.client_files); "probe" is read from that pid only. Otherwise the
-            reply says "shm" false and data travels in payload frames.
+            reply says "shm" false and data travels in payload frames. vgpuMapHostSegment
+            answers None when kernels reach the segment at device_address, else why they
+            do not (copies still do).
     CALLS   body = [[op, args], ...]: driver calls in order; the server replies only when the
             header's seq is non-zero (the last call then is the synchronizing one)
     RELEASE body = None: the client finished copying through the device window the server

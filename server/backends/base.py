@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from vgpu.errors import CudaError
 
 __all__ = ["Backend", "Cancelled", "DeviceDescription", "KernelDescription", "KernelFault",
-           "LoadedModule"]
+           "LoadedModule", "SharedMemory"]
 
 CUDA_ERROR_NOT_SUPPORTED = 801
+PCI_BUS_ID = 33  # CU_DEVICE_ATTRIBUTE_PCI_BUS_ID
 
 
 class KernelFault(CudaError):
@@ -68,6 +69,19 @@ class LoadedModule:
     handle: object = None  # backend-private
 
 
+@dataclass
+class SharedMemory:
+    """Memory of one session that another session of the server maps (IPC): `size` bytes,
+    `lead` bytes into a range of `span` bytes that is mapped whole, at an address aligned
+    to `alignment` (a device maps memory in granules); `memory` is the backend's own."""
+
+    memory: object
+    size: int
+    lead: int = 0
+    span: int = 0  # 0: `size`
+    alignment: int | None = None
+
+
 class Backend(abc.ABC):
     """One session's view of a device. Addresses come from the session's VaArena."""
 
@@ -80,29 +94,88 @@ class Backend(abc.ABC):
     # Whether the sessions of one server share one device address space (a GPU's, with
     # unified addressing), so that their arenas must not overlap.
     shares_address_space = True
+    # Whether the device runtime kernels call is vgpu's own (the emulator's): only then do
+    # they know vgpu's graph objects (cudaGraphSetConditional storing at a conditional
+    # handle's address, which conditional nodes read; cudaGraphLaunch of a graph).
+    own_device_runtime = False
 
     @abc.abstractmethod
     def describe(self) -> DeviceDescription: ...
 
-    def attach_arena(self, base: int, size: int) -> None:
+    def devices_driven(self) -> int | None:
+        """How many devices the backend drives (a server offers them all, or the first
+        `--devices N`); None where its devices are views of one, as many as asked for."""
+        return None
+
+    def describe_device(self, ordinal: int) -> DeviceDescription:
+        """Device `ordinal` of those the server offers. Here every device is a view of the
+        one `describe` gives (emu's `--devices N`), told apart by its UUID and PCI bus; a
+        backend that drives several devices describes each."""
+        device = self.describe()
+        uuid = bytes(device.uuid[:-1]) + bytes([device.uuid[-1] ^ ordinal])
+        attributes = dict(device.attributes)
+        attributes[PCI_BUS_ID] = attributes.get(PCI_BUS_ID, 0) + ordinal
+        return DeviceDescription(device.name, uuid, device.total_memory,
+                                 device.compute_capability, attributes)
+
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        """Whether kernels on `device` can reach `peer`'s memory (cuDeviceCanAccessPeer):
+        views of one device share all memory."""
+        return device != peer
+
+    def attach_arena(self, base: int, size: int, regions: list[int] | None = None) -> None:
         """The session's address range [base, +size): every address `map` and `map_physical`
-        are given lies in it. A backend whose device hands out addresses reserves it here
-        (CudaError where it cannot); the others have nothing to do."""
+        are given lies in it; `regions`: where each device's allocations begin (VaArena). A
+        backend whose device hands out addresses reserves it here (CudaError where it
+        cannot); the others have nothing to do."""
         return None
 
     @abc.abstractmethod
-    def map(self, address: int, size: int, backing: memoryview | None = None) -> None:
-        """Back [address, address+size) with device memory (or with a host buffer)."""
+    def map(self, address: int, size: int, backing: memoryview | None = None,
+            device: int = 0) -> None:
+        """Back [address, address+size) with memory of device `device` (the ordinal of the
+        allocating context's; or with a host buffer)."""
 
     @abc.abstractmethod
     def unmap(self, address: int) -> None: ...
 
+    # IPC: memory of one session shown in another's address range, both sessions' backends
+    # being of one server. A backend whose memory is host RAM shares its buffers.
+    def export_memory(self, address: int, size: int) -> SharedMemory:
+        """What another session's backend needs to map [address, address+size) of this
+        one's memory (an allocation)."""
+        view = self.host_view(address, size, writing=False)
+        if view is None:
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                            f"the {self.name} backend does not share memory between sessions")
+        return SharedMemory(view, size)
+
+    def import_memory(self, address: int, shared: SharedMemory) -> None:
+        """Map another session's memory (its export_memory) at [address, address+span): its
+        bytes show at address+lead. `unmap(address)` takes it away; the memory stays the
+        exporter's."""
+        self.map(address, shared.size, shared.memory)
+
+    # Whether kernels reach host memory through the host's own addresses (a GPU's unified
+    # addressing): a client's pinned buffer is then best mapped in the server at the
+    # client's address (map_host).
+    host_buffers_at_client_addresses = False
+
+    def map_host(self, address: int, size: int, buffer: memoryview) -> str | None:
+        """Show a client's page-locked host buffer (mapped in this process as `buffer`) to
+        the device at [address, address+size): copies and memsets reach it; returns None
+        when kernels do too, else why they do not. `unmap(address)` takes it away."""
+        self.map(address, size, buffer)
+        return None
+
     # Physical memory apart from addresses (CUDA's virtual memory API): made, mapped at
     # addresses (one piece at several, each place showing the same bytes), given access.
     # A backend without it refuses the API.
-    def create_physical(self, size: int, contents: bytearray | None = None) -> object:
-        """Physical memory of `size` bytes, mapped nowhere: zero-filled, or holding
-        `contents` (a restore's; a backend in host RAM may keep the buffer as the memory)."""
+    def create_physical(self, size: int, contents: bytearray | None = None,
+                        device: int = 0) -> object:
+        """Physical memory of `size` bytes on device `device`, mapped nowhere: zero-filled,
+        or holding `contents` (a restore's; a backend in host RAM may keep the buffer as the
+        memory)."""
         raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                         f"the {self.name} backend has no virtual memory management")
 
@@ -160,10 +233,11 @@ class Backend(abc.ABC):
     def fill(self, address: int, pattern: bytes, count: int) -> None: ...
 
     @abc.abstractmethod
-    def load_module(self, image: bytes, allocate: Callable[..., int]) -> LoadedModule:
-        """Load a module image; `allocate(size, managed=False)` gives arena addresses for its
-        variables (a __managed__ one's on a page of its own: the client maps its host view
-        there)."""
+    def load_module(self, image: bytes, allocate: Callable[..., int],
+                    device: int = 0) -> LoadedModule:
+        """Load a module image on device `device`; `allocate(size, managed=False)` gives
+        arena addresses for its variables (a __managed__ one's on a page of its own: the
+        client maps its host view there)."""
 
     @abc.abstractmethod
     def unload_module(self, module: LoadedModule) -> None: ...
@@ -174,8 +248,9 @@ class Backend(abc.ABC):
         that thread, such as a current context."""
         return contextlib.nullcontext()
 
-    def stream_created(self, handle: int) -> None:
-        """The session made stream `handle`: launches may name it (see prepare_launch)."""
+    def stream_created(self, handle: int, device: int = 0) -> None:
+        """The session made stream `handle` on device `device`: launches may name it (see
+        prepare_launch)."""
         return None
 
     def stream_destroyed(self, handle: int) -> None:
@@ -195,11 +270,14 @@ class Backend(abc.ABC):
         program repeats. A `cooperative` launch keeps all its blocks resident together
         (cuLaunchCooperativeKernel), for grid-wide synchronization."""
 
-    def use_device_runtime(self, place: Callable[[str], tuple[int, int]]) -> None:
+    def use_device_runtime(self, place: Callable[[str], tuple[int, int]],
+                           device_graphs: Callable[[int], list | None] | None = None) -> None:
         """Where the next launch finds the device runtime's memory (see
         server/device_runtime.py): `place(name)` -> (address, size) of "heap",
-        "launch_buffers" or "grid_workspace", made when first asked for. Only a backend
-        whose kernel descriptions ask for them is given it."""
+        "launch_buffers" or "grid_workspace", made when first asked for; and the graphs
+        its kernels may launch (`device_graphs(handle)`: server/graphs.py's
+        device_launches). Only a backend whose kernel descriptions ask for them is given
+        it."""
         return None
 
     def set_device_runtime_limit(self, limit: int, value: int) -> None:

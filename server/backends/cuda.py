@@ -1,9 +1,15 @@
-"""CudaBackend: a session's device work on a GPU, through CUDA's driver API (cuda-python).
+"""CudaBackend: a session's device work on GPUs, through CUDA's driver API (cuda-python).
 
-Each session gets a context of its own on the device. Its addresses are those its arena
-hands out, on every backend alike, so that a restored or migrated session finds its memory
-where it was: the backend reserves the arena's range with cuMemAddressReserve at its base and
-backs allocations with cuMemCreate + cuMemMap + cuMemSetAccess at the arena's addresses.
+The backend drives every GPU the driver offers (the server offers them all, or the first N).
+Each session gets a context of its own on each device it uses, made at its first use (device
+0's at once: the session's copies and reservations go through it). Its addresses are those
+its arena hands out, on every backend alike, so that a restored or migrated session finds its
+memory where it was: the backend reserves the arena's range with cuMemAddressReserve at its
+base and backs allocations with cuMemCreate + cuMemMap + cuMemSetAccess at the arena's
+addresses, on the device of the allocating context, accessible to it and to every device the
+driver says can reach it (cuDeviceCanAccessPeer): with the virtual memory API, access is
+granted per allocation, so a kernel on a peer reaches the memory as CUDA's peer access lets
+it, and a peer copy is a device-to-device copy in the one address space.
 
 The arena places allocations 512-byte aligned; the device maps memory in granules (2 MiB).
 Allocations are backed granule by granule: a granule lives while an allocation lies in it,
@@ -19,10 +25,21 @@ is the place: copies to it reach the variable, and a checkpoint holds its conten
 given a place as a pointer (cudaGetSymbolAddress passed to a kernel) does not reach the
 variable on this backend.
 
-Copies go through a pinned staging buffer of the session's (cuMemHostAlloc). Launches pass
-the client's parameter buffer as it is (CU_LAUNCH_PARAM_BUFFER_POINTER), on a device stream
-of the session stream's own, so that launches on different streams run concurrently; copies
-and memsets run on the context's default stream, which waits for the work before them.
+A client's page-locked host memory is a file the session maps at the client's own address
+in this process where it can, and registers with the driver for every context (map_host),
+so that kernels reach it through the client's pointer, as unified addressing promises.
+Memory another session exports through IPC is mapped again from its physical allocation
+(import_memory).
+
+Copies go through a pinned staging buffer of the session's (cuMemHostAlloc, portable to
+all its contexts). Launches pass the client's parameter buffer as it is
+(CU_LAUNCH_PARAM_BUFFER_POINTER), on a device stream of the session stream's own, so that
+launches on different streams run concurrently; copies and memsets run on the default stream
+of the context of the device that holds the memory, which waits for the work before them
+there. Work on the other devices is waited for first where it may touch the same memory: a
+copy waits for every other device's launches and copies not yet waited for (a kernel may
+write a peer's memory), a launch for other devices' copies (one the program made on this
+device may have run in the memory's device's context).
 Device printf is written by the driver to the process's stdout when the context
 synchronizes: a kernel that may print (or assert) is waited for with stdout captured, so the
 text goes back to its client as on emu.
@@ -48,6 +65,7 @@ from .base import (
     KernelDescription,
     KernelFault,
     LoadedModule,
+    SharedMemory,
 )
 from .cuda_images import cubin_variables, declared_variables, is_binary, printing_kernels
 from .device_attributes import MANAGED_CONTRACT
@@ -56,10 +74,13 @@ from .images import decode_image
 __all__ = ["CudaBackend", "cuda_usable"]
 
 CUDA_SUCCESS = 0
+CU_MEMHOSTALLOC_PORTABLE = 0x01
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_NOT_SUPPORTED = 801
 CUDA_ERROR_ASSERT = 710
+_HOST_REGISTER_PORTABLE = 0x01
+_HOST_REGISTER_DEVICEMAP = 0x02
 
 STAGING_BYTES = 4 << 20
 DEFAULT_SHARED_BYTES = 48 * 1024  # beyond it, a kernel must opt in to dynamic shared memory
@@ -76,13 +97,14 @@ _KERNEL_FAULTS = frozenset({700, 701, 702, 710, 714, 715, 716, 717, 718, 719, 72
 
 _driver_lock = threading.Lock()
 _driver = None  # cuda.bindings.driver, once cuInit has succeeded
-_device_description: DeviceDescription | None = None
+_device_count = 0  # the GPUs it offers
+_descriptions: dict[int, DeviceDescription] = {}  # ordinal -> as its attributes say
 
 
 def _load_driver():
     """cuda.bindings.driver with cuInit done and a device present, or RuntimeError in one
     line saying why not (no driver library, no device, cuInit's error)."""
-    global _driver
+    global _driver, _device_count
     with _driver_lock:
         if _driver is not None:
             return _driver
@@ -106,8 +128,16 @@ def _load_driver():
             raise RuntimeError(f"the CUDA driver cannot be used: {exc}") from None
         if count < 1:
             raise RuntimeError("the CUDA driver sees no GPU")
-        _driver = driver
+        _driver, _device_count = driver, int(count)
         return driver
+
+
+def _description(d, ordinal: int) -> DeviceDescription:
+    """Device `ordinal` described (once per process: its attributes do not change)."""
+    with _driver_lock:
+        if ordinal not in _descriptions:
+            _descriptions[ordinal] = _describe(d, _call(d, d.cuDeviceGet(ordinal)))
+        return _descriptions[ordinal]
 
 
 def cuda_usable() -> bool:
@@ -213,12 +243,25 @@ class _StdoutCapture:
 
 
 @dataclass
+class _Device:
+    """A GPU as one session uses it."""
+
+    ordinal: int
+    handle: object  # its CUdevice
+    prop: object  # CUmemAllocationProp: memory on it
+    accessors: list[int]  # the devices whose kernels reach its memory: itself and its peers
+    context: object = None  # the session's, once it used the device
+    printf_fifo: int = 0  # the printf FIFO size set in that context
+
+
+@dataclass
 class _Chunk:
     """Physical memory mapped at [start, start+size): granules brought to life together."""
 
     start: int
     size: int
     handle: object
+    device: int  # whose memory it is
     live: int = 0  # granules in it that allocations use
 
 
@@ -228,11 +271,22 @@ class _Physical:
 
     handle: object
     size: int
+    device: int
+
+
+@dataclass
+class _Import:
+    """Another session's memory mapped in this one's range (IPC)."""
+
+    device: int  # whose memory it is
+    span: int
+    mappings: list[tuple[int, int]]  # (address, size) of each cuMemMap
 
 
 @dataclass
 class _Module:
     module: object
+    device: int  # the device it is loaded on
     functions: dict[str, object] = field(default_factory=dict)
     printing: set[str] = field(default_factory=set)  # kernels that may printf or assert
 
@@ -241,68 +295,100 @@ class CudaBackend(Backend):
     name = "cuda"
     memory_is_host_ram = False
     shares_address_space = True
+    host_buffers_at_client_addresses = True
 
-    def __init__(self, ordinal: int = 0) -> None:
-        global _device_description
+    def __init__(self) -> None:
         self._d = d = _load_driver()
-        self._device = _call(d, d.cuDeviceGet(ordinal))
-        self._ordinal = ordinal
-        with _driver_lock:
-            if _device_description is None:
-                _device_description = _describe(d, self._device)
-        self._description = _device_description
+        self._devices = [self._gpu(ordinal) for ordinal in range(_device_count)]
+        self._description = _description(d, 0)
         self._cancelled = threading.Event()
-        self._prop = d.CUmemAllocationProp()
-        self._prop.type = d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
-        self._prop.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-        self._prop.location.id = ordinal
-        self.granule = int(_call(d, d.cuMemGetAllocationGranularity(
-            self._prop, d.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM)))
+        minimum = d.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM
+        self.granule = max(int(_call(d, d.cuMemGetAllocationGranularity(device.prop, minimum)))
+                           for device in self._devices)
         self._piece_bytes = 0  # what one piece of the arena's range spans (attach_arena)
+        self._regions: list[int] = []  # where each device's region of the arena begins
         self._arena = (0, 0)
-        self._ctx = None
         self._open()
 
-    def _open(self) -> None:
-        """A context of the session's own on the device, and its pinned staging buffer."""
+    def _gpu(self, ordinal: int) -> _Device:
         d = self._d
-        self._ctx = _call(d, d.cuCtxCreate(None, 0, self._device))
-        _call(d, d.cuCtxPopCurrent())
+        handle = _call(d, d.cuDeviceGet(ordinal))
+        prop = d.CUmemAllocationProp()
+        prop.type = d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        prop.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        prop.location.id = ordinal
+        accessors = [ordinal] + [
+            other for other in range(_device_count) if other != ordinal and
+            _call(d, d.cuDeviceCanAccessPeer(_call(d, d.cuDeviceGet(other)), handle))]
+        return _Device(ordinal, handle, prop, accessors)
+
+    def _open(self) -> None:
+        """A context of the session's own on device 0, and its pinned staging buffer."""
+        d = self._d
+        self._busy: set[int] = set()  # devices with launches not waited for
+        self._copying: set[int] = set()  # devices with copies or memsets not waited for
         with self._current():
-            self._staging = int(_call(d, d.cuMemHostAlloc(STAGING_BYTES, 0)))
+            self._staging = int(_call(d, d.cuMemHostAlloc(STAGING_BYTES,
+                                                          CU_MEMHOSTALLOC_PORTABLE)))
         self._stage = memoryview((ctypes.c_char * STAGING_BYTES).from_address(self._staging)
                                  ).cast("B")
         self._pieces: dict[int, int] = {}  # reserved start -> size
         self._chunks: dict[int, _Chunk] = {}  # granule address -> its chunk
         self._granule_users: dict[int, int] = {}  # granule address -> allocations in it
         self._allocations: dict[int, int] = {}  # address -> size
-        self._host_only: dict[int, memoryview] = {}  # host buffers the device cannot map
+        self._host_only: dict[int, memoryview] = {}  # clients' host buffers (map_host)
+        self._registered_host: set[int] = set()  # those kernels reach (registered)
         self._vmm_mappings: dict[int, int] = {}  # address -> size
+        self._vmm_devices: dict[int, int] = {}  # mapping address -> its memory's device
+        self._imports: dict[int, _Import] = {}  # IPC: address -> what it maps
+        self._lost_imports: set[int] = set()  # those a recovery gave up
         self._access: dict[int, int] = {}  # mapping address -> the access it allows
         self._variables = _Variables()
-        self._streams: dict[int, object] = {}  # the session's stream handle -> the device's
-        self._printf_fifo = 0
+        # The session's stream handle -> (its device, the device's stream)
+        self._streams: dict[int, tuple[int, object]] = {}
 
     def recover(self) -> None:
-        """The program reset its device after a fault: the context the fault lost, and all
-        the memory in it, are given up for a fresh one (CUDA's way back from a fault)."""
+        """The program reset its device after a fault: the contexts the fault lost, and all
+        the memory in them, are given up for fresh ones (CUDA's way back from a fault)."""
         d = self._d
+        used = [device for device in self._devices if device.context is not None]
+        # The clients' host buffers stay theirs: shown to the fresh context as to the lost.
+        hosts, self._host_only = self._host_only, {}
+        reached = set(self._registered_host)
+        # IPC mappings go with the lost context, as on CUDA; closing them later is a no-op.
+        lost_imports = self._lost_imports | set(self._imports)
         self._release()
         # Where the driver keeps a fault for the whole process (vgpu's own driver, as CUDA
         # documents for CUDA_ERROR_ILLEGAL_ADDRESS), resetting the device clears it.
-        _let_go(d, d.cuDevicePrimaryCtxReset(self._device))
+        for device in used:
+            _let_go(d, d.cuDevicePrimaryCtxReset(device.handle))
         self._open()
+        self._lost_imports = lost_imports
         if self._piece_bytes:
-            self._reserve_piece(self._arena[0])
+            self._reserve_regions()
+        for address, view in hosts.items():
+            if address in reached:
+                self.map_host(address, len(view), view)
+            else:
+                self._host_only[address] = view
 
     # ----------------------------------------------------------------- plumbing
 
+    def _context(self, ordinal: int):
+        """The session's context on device `ordinal`, made at its first use."""
+        device = self._devices[ordinal]
+        if device.context is None:
+            d = self._d
+            device.context = _call(d, d.cuCtxCreate(None, 0, device.handle))
+            _call(d, d.cuCtxPopCurrent())
+        return device.context
+
     @contextlib.contextmanager
-    def _current(self):
-        """The session's context current on this thread for the block (it may be already:
-        inside `running`)."""
+    def _current(self, ordinal: int = 0):
+        """The session's context on device `ordinal` current on this thread for the block
+        (it may be already: inside `running`, device 0's)."""
         d = self._d
-        context = self._ctx
+        context = self._context(ordinal)
         if int(_call(d, d.cuCtxGetCurrent())) == int(context):
             yield
             return
@@ -320,17 +406,56 @@ class CudaBackend(Backend):
     def describe(self) -> DeviceDescription:
         return self._description
 
+    def devices_driven(self) -> int:
+        return len(self._devices)
+
+    def describe_device(self, ordinal: int) -> DeviceDescription:
+        return _description(self._d, ordinal)
+
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        return device != peer and device in self._devices[peer].accessors
+
+    def _owner(self, address: int) -> int:
+        """The device whose memory `address` is (device 0 for what is no device's)."""
+        chunk = self._chunks.get(self._floor(address))
+        if chunk is not None:
+            return chunk.device
+        for start, size in self._vmm_mappings.items():
+            if start <= address < start + size:
+                return self._vmm_devices[start]
+        for start, imported in self._imports.items():
+            if start <= address < start + imported.span:
+                return imported.device
+        return self._variables.owner(address)
+
+    def _wait_for_others(self, ordinal: int, launches: bool = True) -> None:
+        """Wait for the work of devices other than `ordinal` that may touch what work on it
+        touches next: their copies and memsets, and (`launches`) their kernels."""
+        d = self._d
+        others = (self._copying | (self._busy if launches else set())) - {ordinal}
+        for other in sorted(others):
+            with self._current(other):
+                _call(d, d.cuCtxSynchronize())
+            self._busy.discard(other)
+            self._copying.discard(other)
+
     # ----------------------------------------------------------------- addresses
 
-    def attach_arena(self, base: int, size: int) -> None:
-        """Reserve the arena's range, in pieces: the first now, the others once addresses in
-        them are handed out. The arena places first-fit from its base, so its allocations
-        reach little beyond the device's memory, and the driver keeps the rest of the
-        address space (it places module variables, say, where it likes)."""
+    def attach_arena(self, base: int, size: int, regions: list[int] | None = None) -> None:
+        """Reserve the arena's range, in pieces: the first of each device's region now, the
+        others once addresses in them are handed out. The arena places first-fit from each
+        region's start, so its allocations reach little beyond the device's memory, and the
+        driver keeps the rest of the address space (it places module variables, say, where
+        it likes)."""
         self._arena = (base, size)
+        self._regions = regions or [base]
         piece = 1 << (self._description.total_memory - 1).bit_length()
         self._piece_bytes = min(max(piece, self.granule), size)
-        self._reserve_piece(base)
+        self._reserve_regions()
+
+    def _reserve_regions(self) -> None:
+        for start in self._regions:
+            self._cover(start, 1)
 
     def _reserve_piece(self, start: int) -> None:
         d = self._d
@@ -359,11 +484,9 @@ class CudaBackend(Backend):
 
     # ----------------------------------------------------------------- allocations
 
-    def map(self, address: int, size: int, backing: memoryview | None = None) -> None:
+    def map(self, address: int, size: int, backing: memoryview | None = None,
+            device: int = 0) -> None:
         if backing is not None:
-            # Page-locked host memory the client shares, at the client's address: copies and
-            # memsets reach it here (host_view), but a device maps no buffer of another
-            # process's at that process's addresses, so kernels cannot dereference it.
             self._host_only[address] = memoryview(backing).cast("B")
             return
         self._cover(address, size)
@@ -371,7 +494,7 @@ class CudaBackend(Backend):
         fresh = [g for g in granules if g not in self._chunks]
         with self._current():
             for start, length in _runs(fresh, self.granule):
-                self._new_chunk(start, length)
+                self._new_chunk(start, length, device)
         for g in granules:
             users = self._granule_users.get(g, 0)
             if users == 0:
@@ -379,43 +502,89 @@ class CudaBackend(Backend):
             self._granule_users[g] = users + 1
         self._allocations[address] = size
 
+    def map_host(self, address: int, size: int, buffer: memoryview) -> str | None:
+        """A client's page-locked buffer: copies and memsets reach it here (host_view). With
+        unified addressing a kernel reaches host memory at its host address, which is the
+        client's, so the buffer is registered with the driver only where the session mapped
+        it at that same address in this process (host_buffers_at_client_addresses), and the
+        driver must agree that the device sees it there."""
+        d = self._d
+        view = memoryview(buffer).cast("B")
+        self._host_only[address] = view
+        if ctypes.addressof(ctypes.c_char.from_buffer(view)) != address:
+            return (f"the client's address 0x{address:x} is not free in the server's "
+                    "process, where the device would have to see the buffer")
+        with self._current():
+            try:
+                _call(d, d.cuMemHostRegister(
+                    address, size, _HOST_REGISTER_PORTABLE | _HOST_REGISTER_DEVICEMAP))
+            except CudaError as exc:
+                return f"the driver does not map the buffer into the device: {exc.message}"
+            device = int(_call(d, d.cuMemHostGetDevicePointer(address, 0)))
+            if device != address:
+                _call(d, d.cuMemHostUnregister(address))
+                return (f"the device sees host memory at other addresses than the host "
+                        f"(0x{address:x} at 0x{device:x}): kernels need the host's")
+        self._registered_host.add(address)
+        return None
+
     def _floor(self, address: int) -> int:
         return address // self.granule * self.granule
 
-    def _new_chunk(self, start: int, size: int) -> None:
+    def _new_chunk(self, start: int, size: int, device: int) -> None:
         d = self._d
-        handle = _call(d, d.cuMemCreate(size, self._prop, 0))
+        handle = _call(d, d.cuMemCreate(size, self._devices[device].prop, 0))
         try:
             _call(d, d.cuMemMap(start, size, 0, handle, 0))
             try:
-                self._grant(start, size, 3)
+                self._grant(start, size, 3, device)
             except BaseException:
                 _call(d, d.cuMemUnmap(start, size))
                 raise
         except BaseException:
             _call(d, d.cuMemRelease(handle))
             raise
-        chunk = _Chunk(start, size, handle)
+        chunk = _Chunk(start, size, handle, device)
         for g in range(start, start + size, self.granule):
             self._chunks[g] = chunk
 
-    def _grant(self, address: int, size: int, access: int) -> None:
+    def _grant(self, address: int, size: int, access: int, device: int) -> None:
+        """`access` to [address, +size), memory of `device`, for the devices that reach it."""
         d = self._d
-        desc = d.CUmemAccessDesc()
-        desc.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-        desc.location.id = self._ordinal
-        desc.flags = d.CUmemAccess_flags(access)
-        _call(d, d.cuMemSetAccess(address, size, [desc], 1))
+        descriptions = []
+        for ordinal in self._devices[device].accessors:
+            desc = d.CUmemAccessDesc()
+            desc.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+            desc.location.id = ordinal
+            desc.flags = d.CUmemAccess_flags(access)
+            descriptions.append(desc)
+        _call(d, d.cuMemSetAccess(address, size, descriptions, len(descriptions)))
 
     def unmap(self, address: int) -> None:
         host = self._host_only.pop(address, None)
         if host is not None:
+            if address in self._registered_host:
+                # Kernels queued before may still use it: they finish first, as CUDA's
+                # unregistering and freeing of page-locked memory wait for the device.
+                self._registered_host.discard(address)
+                self._wait_for_all()
+                with self._current():
+                    _let_go(self._d, self._d.cuMemHostUnregister(address))
             host.release()  # the session closes its map of the buffer next
             return
         d = self._d
+        if address in self._lost_imports:
+            self._lost_imports.discard(address)
+            return
+        if address in self._imports:
+            with self._current():
+                for at, length in self._imports.pop(address).mappings:
+                    _let_go(d, d.cuMemUnmap(at, length))
+            return
         if address in self._vmm_mappings:
             with self._current():
                 _let_go(d, d.cuMemUnmap(address, self._vmm_mappings.pop(address)))
+            self._vmm_devices.pop(address)
             self._access.pop(address, None)
             return
         size = self._allocations.pop(address)
@@ -437,12 +606,57 @@ class CudaBackend(Backend):
         for g in range(chunk.start, chunk.start + chunk.size, self.granule):
             del self._chunks[g]
 
+    # ----------------------------------------------------------------- IPC
+
+    def export_memory(self, address: int, size: int) -> SharedMemory:
+        """The device whose memory [address, +size) is, and the physical memory of the
+        granules it lies in, piece by piece (handle, offset, length): another session's
+        context maps it again. Like CUDA's, an export shows the whole granules, the
+        allocation's neighbours in them included."""
+        start = self._floor(address)
+        pieces: list[list] = []
+        for g in range(start, address + size, self.granule):
+            chunk = self._chunks[g]
+            if pieces and pieces[-1][0] is chunk.handle and \
+                    pieces[-1][1] + pieces[-1][2] == g - chunk.start:
+                pieces[-1][2] += self.granule
+            else:
+                pieces.append([chunk.handle, g - chunk.start, self.granule])
+        span = sum(length for _, _, length in pieces)
+        device = self._chunks[start].device
+        return SharedMemory((device, [tuple(p) for p in pieces]), size, address - start,
+                            span, self.granule)
+
+    def import_memory(self, address: int, shared: SharedMemory) -> None:
+        """Another session's physical memory mapped at `address` (granule-aligned), readable
+        and writable. The exporter may free it meanwhile: the driver keeps physical memory
+        while a mapping shows it."""
+        d = self._d
+        device, pieces = shared.memory
+        self._cover(address, shared.span)
+        mapped: list[tuple[int, int]] = []
+        with self._current():
+            try:
+                at = address
+                for handle, offset, length in pieces:
+                    _call(d, d.cuMemMap(at, length, offset, handle, 0))
+                    mapped.append((at, length))
+                    at += length
+                self._grant(address, shared.span, 3, device)
+            except BaseException:
+                for at, length in mapped:
+                    _let_go(d, d.cuMemUnmap(at, length))
+                raise
+        self._imports[address] = _Import(device, shared.span, mapped)
+
     # ----------------------------------------------------------------- the VMM API
 
-    def create_physical(self, size: int, contents: bytearray | None = None) -> _Physical:
+    def create_physical(self, size: int, contents: bytearray | None = None,
+                        device: int = 0) -> _Physical:
         d = self._d
         with self._current():
-            physical = _Physical(_call(d, d.cuMemCreate(size, self._prop, 0)), size)
+            physical = _Physical(_call(d, d.cuMemCreate(size, self._devices[device].prop, 0)),
+                                 size, device)
         if contents is not None:
             self.write_physical(physical, 0, memoryview(contents))
         return physical
@@ -457,9 +671,14 @@ class CudaBackend(Backend):
             try:
                 _call(d, d.cuMemMap(address, physical.size, 0, physical.handle, 0))
                 try:
-                    self._grant(address, physical.size, 3)
+                    self._grant(address, physical.size, 3, physical.device)
+                    # Copies there run on the memory's device (_owner).
+                    self._vmm_mappings[address] = physical.size
+                    self._vmm_devices[address] = physical.device
                     yield address
                 finally:
+                    self._vmm_mappings.pop(address, None)
+                    self._vmm_devices.pop(address, None)
                     _call(d, d.cuMemUnmap(address, physical.size))
             finally:
                 _call(d, d.cuMemAddressFree(address, physical.size))
@@ -478,12 +697,13 @@ class CudaBackend(Backend):
         with self._current():
             _call(d, d.cuMemMap(address, size, offset, physical.handle, 0))
         self._vmm_mappings[address] = size
+        self._vmm_devices[address] = physical.device
 
     def set_access(self, address: int, access: int) -> None:
         if access == self._access.get(address, 0):
             return  # a fresh mapping allows no access already: nothing to ask the driver
         with self._current():
-            self._grant(address, self._vmm_mappings[address], access)
+            self._grant(address, self._vmm_mappings[address], access, self._vmm_devices[address])
         self._access[address] = access
 
     def release_physical(self, physical: _Physical) -> None:
@@ -507,8 +727,10 @@ class CudaBackend(Backend):
         if host is not None:
             host[:] = data
             return
+        owner = self._owner(address)
+        self._wait_for_others(owner)
         address = self._variables.device_address(address)
-        with self._current():
+        with self._current(owner):
             for offset in range(0, len(data), STAGING_BYTES):
                 piece = data[offset:offset + STAGING_BYTES]
                 self._stage[:len(piece)] = piece
@@ -521,8 +743,10 @@ class CudaBackend(Backend):
         if host is not None:
             out[:] = host
             return
+        owner = self._owner(address)
+        self._wait_for_others(owner)
         address = self._variables.device_address(address)
-        with self._current():
+        with self._current(owner):
             for offset in range(0, len(out), STAGING_BYTES):
                 n = min(STAGING_BYTES, len(out) - offset)
                 _call(d, d.cuMemcpyDtoH(self._staging, address + offset, n))
@@ -536,9 +760,15 @@ class CudaBackend(Backend):
         elif to is not None:
             self.read_into(src, to)
         else:
+            owner, source_owner = self._owner(dst), self._owner(src)
+            self._wait_for_others(owner)
             dst, src = self._variables.device_address(dst), self._variables.device_address(src)
-            with self._current():
+            with self._current(owner):
                 _call(d, d.cuMemcpyDtoD(dst, src, size))
+                if source_owner != owner:  # a peer copy: done before the peer's next work
+                    _call(d, d.cuCtxSynchronize())
+                else:
+                    self._copying.add(owner)
 
     def fill(self, address: int, pattern: bytes, count: int) -> None:
         d = self._d
@@ -546,14 +776,18 @@ class CudaBackend(Backend):
         if host is not None:
             host[:] = pattern * count
             return
+        owner = self._owner(address)
+        self._wait_for_others(owner)
         address = self._variables.device_address(address)
         setter = {1: d.cuMemsetD8, 2: d.cuMemsetD16, 4: d.cuMemsetD32}[len(pattern)]
-        with self._current():
+        with self._current(owner):
             _call(d, setter(address, int.from_bytes(pattern, "little"), count))
+        self._copying.add(owner)
 
     # ----------------------------------------------------------------- modules
 
-    def load_module(self, image: bytes, allocate: Callable[[int], int]) -> LoadedModule:
+    def load_module(self, image: bytes, allocate: Callable[[int], int],
+                    device: int = 0) -> LoadedModule:
         """The whole image to the driver (a fatbin's SASS for this GPU, or its PTX JIT
         compiled). Each module variable gets an arena address too (`allocate`, in the order
         and sizes emu's would), which copies reach it by (see _variable_at)."""
@@ -561,12 +795,12 @@ class CudaBackend(Backend):
         decoded = decode_image(image)
         if decoded.ptx and not is_binary(image):  # PTX text: the driver wants it ended
             image = image.rstrip(b"\0") + b"\0"
-        with self._current():
+        with self._current(device):
             if image[:8] == LINKED_PTX_MAGIC:
                 image = self._linked(decoded.ptx)
             module = _call(d, d.cuModuleLoadData(image))
             try:
-                loaded = self._describe_module(module, decoded.ptx, image, allocate)
+                loaded = self._describe_module(module, decoded.ptx, image, allocate, device)
             except BaseException:
                 _call(d, d.cuModuleUnload(module))
                 raise
@@ -588,11 +822,11 @@ class CudaBackend(Backend):
             _call(d, d.cuLinkDestroy(state))
 
     def _describe_module(self, module, ptx: list[str], image: bytes,
-                         allocate: Callable[[int], int]) -> LoadedModule:
+                         allocate: Callable[[int], int], device: int) -> LoadedModule:
         d = self._d
         count = int(_call(d, d.cuModuleGetFunctionCount(module)))
         printing = printing_kernels(image, ptx)
-        handle = _Module(module)
+        handle = _Module(module, device)
         kernels = {}
         for function in _call(d, d.cuModuleEnumerateFunctions(count, module)) or ():
             name = _call(d, d.cuFuncGetName(function)).decode()
@@ -617,7 +851,7 @@ class CudaBackend(Backend):
             variables[name] = (place, size)
             if is_managed:
                 managed.add(name)
-            self._variables.add(place, size, address)
+            self._variables.add(place, size, address, device)
         return LoadedModule(kernels=kernels, variables=variables, handle=handle,
                             managed=managed)
 
@@ -646,7 +880,7 @@ class CudaBackend(Backend):
         d = self._d
         for place, _ in module.variables.values():
             self._variables.remove(place)
-        with self._current():
+        with self._current(module.handle.device):
             _let_go(d, d.cuModuleUnload(module.handle.module))
 
     # ----------------------------------------------------------------- launches
@@ -656,9 +890,10 @@ class CudaBackend(Backend):
                        ) -> Callable[..., tuple[str, str]]:
         d = self._d
         function = module.handle.functions[kernel]
+        device = module.handle.device
         static = module.kernels[kernel].attributes.get("shared_size_bytes", 0)
         if shared_bytes + static > DEFAULT_SHARED_BYTES:
-            with self._current():
+            with self._current(device):
                 _call(d, d.cuFuncSetAttribute(
                     function,
                     d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -674,20 +909,23 @@ class CudaBackend(Backend):
             size = ctypes.c_size_t(len(params))
             extra = (ctypes.c_void_p * 5)(1, ctypes.addressof(buffer), 2,
                                           ctypes.addressof(size), 0)
-            with self._current():
-                if may_print and printf_fifo_bytes != self._printf_fifo:
-                    self._set_printf_fifo(printf_fifo_bytes)
+            self._wait_for_others(device, launches=False)
+            # A stream of another device's: the driver refuses the launch, as CUDA does.
+            on = self._streams[stream][1] if stream in self._streams else 0
+            with self._current(device):
+                if may_print and printf_fifo_bytes != self._devices[device].printf_fifo:
+                    self._set_printf_fifo(device, printf_fifo_bytes)
                 if cooperative:  # the driver takes no parameter buffer here: pointers
                     pointers = (ctypes.c_void_p * max(len(offsets), 1))(
                         *(ctypes.addressof(buffer) + o for o in offsets))
                     _call(d, d.cuLaunchCooperativeKernel(
-                        function, *grid, *block, shared_bytes, self._streams.get(stream, 0),
+                        function, *grid, *block, shared_bytes, on,
                         ctypes.addressof(pointers)))
                 else:
-                    _call(d, d.cuLaunchKernel(function, *grid, *block, shared_bytes,
-                                              self._streams.get(stream, 0), 0,
+                    _call(d, d.cuLaunchKernel(function, *grid, *block, shared_bytes, on, 0,
                                               ctypes.addressof(extra)))
                 if not may_print:
+                    self._busy.add(device)
                     return "", ""
                 with _StdoutCapture() as captured:
                     result = d.cuCtxSynchronize()
@@ -702,36 +940,39 @@ class CudaBackend(Backend):
 
         return run
 
-    def stream_created(self, handle: int) -> None:
+    def stream_created(self, handle: int, device: int = 0) -> None:
         """A stream of the device's own, so that launches on different streams overlap. It
         is a blocking stream whatever the program asked for: copies and memsets run on the
         context's default stream after all the work before them, as `prepare_launch` says
         every backend's do."""
         d = self._d
-        with self._current():
-            self._streams[handle] = _call(d, d.cuStreamCreate(0))
+        with self._current(device):
+            self._streams[handle] = (device, _call(d, d.cuStreamCreate(0)))
 
     def stream_destroyed(self, handle: int) -> None:
         d = self._d
-        stream = self._streams.pop(handle, None)
+        device, stream = self._streams.pop(handle, (0, None))
         if stream is not None:  # else one the context lost to a fault took with it
-            with self._current():
+            with self._current(device):
                 _let_go(d, d.cuStreamDestroy(stream))
 
-    def _set_printf_fifo(self, size: int) -> None:
+    def _set_printf_fifo(self, device: int, size: int) -> None:
         d = self._d
         try:
             _call(d, d.cuCtxSetLimit(d.CUlimit.CU_LIMIT_PRINTF_FIFO_SIZE, size))
         except CudaError:  # fixed once a kernel that prints has run: CUDA keeps the first
             pass
-        self._printf_fifo = size
+        self._devices[device].printf_fifo = size
 
     def set_device_runtime_limit(self, limit: int, value: int) -> None:
-        """The device's own heap and pending-launch limits (its driver refuses them once a
-        kernel using them has run, as the emulator's session does)."""
+        """The devices' own heap and pending-launch limits (their driver refuses them once a
+        kernel using them has run, as the emulator's session does), in each context the
+        session has."""
         d = self._d
-        with self._current():
-            _call(d, d.cuCtxSetLimit(d.CUlimit(limit), value))
+        for device in self._devices:
+            if device.context is not None:
+                with self._current(device.ordinal):
+                    _call(d, d.cuCtxSetLimit(d.CUlimit(limit), value))
 
     def set_memcheck(self, strict: bool) -> None:
         """A GPU checks nothing beyond its own faults: nothing to set."""
@@ -740,8 +981,19 @@ class CudaBackend(Backend):
         d = self._d
         if self._cancelled.is_set():
             raise Cancelled
-        with self._current():
-            _call(d, d.cuCtxSynchronize())
+        for device in self._devices:
+            if device.context is not None:
+                with self._current(device.ordinal):
+                    _call(d, d.cuCtxSynchronize())
+        self._busy.clear()
+        self._copying.clear()
+
+    def _wait_for_all(self) -> None:
+        """Wait for every device's work, whatever became of it (it is given up next)."""
+        for device in self._devices:
+            if device.context is not None:
+                with self._current(device.ordinal):
+                    _let_go(self._d, self._d.cuCtxSynchronize())
 
     def cancel(self) -> None:
         """No later launch runs; a kernel running now runs to its end (a GPU cannot be told
@@ -749,10 +1001,12 @@ class CudaBackend(Backend):
         self._cancelled.set()
 
     def close(self) -> None:
-        if self._ctx is not None and self._release():
+        used = [device for device in self._devices if device.context is not None]
+        if used and self._release():
             # Where the driver keeps a fault for the whole process (vgpu's own driver, as
             # CUDA documents for CUDA_ERROR_ILLEGAL_ADDRESS), the other sessions need it gone.
-            _let_go(self._d, self._d.cuDevicePrimaryCtxReset(self._device))
+            for device in used:
+                _let_go(self._d, self._d.cuDevicePrimaryCtxReset(device.handle))
 
     def _release(self) -> bool:
         """Give everything back; whether the context was lost to a fault."""
@@ -763,6 +1017,10 @@ class CudaBackend(Backend):
         with self._current():
             for address in list(self._vmm_mappings):
                 lost |= _let_go(d, d.cuMemUnmap(address, self._vmm_mappings.pop(address)))
+            for imported in self._imports.values():
+                for at, length in imported.mappings:
+                    lost |= _let_go(d, d.cuMemUnmap(at, length))
+            self._imports.clear()
             for chunk in {id(c): c for c in self._chunks.values()}.values():
                 lost |= _let_go(d, d.cuMemUnmap(chunk.start, chunk.size))
                 lost |= _let_go(d, d.cuMemRelease(chunk.handle))
@@ -770,13 +1028,18 @@ class CudaBackend(Backend):
             for start, span in self._pieces.items():
                 lost |= _let_go(d, d.cuMemAddressFree(start, span))
             self._pieces.clear()
+            for address in self._registered_host:
+                lost |= _let_go(d, d.cuMemHostUnregister(address))
+            self._registered_host.clear()
             lost |= _let_go(d, d.cuMemFreeHost(self._staging))
         self._stage.release()
         for host in self._host_only.values():
             host.release()
-        self._streams.clear()  # the context takes them with it
-        lost |= _let_go(d, d.cuCtxDestroy(self._ctx))
-        self._ctx = None
+        self._streams.clear()  # the contexts take them with them
+        for device in self._devices:
+            if device.context is not None:
+                lost |= _let_go(d, d.cuCtxDestroy(device.context))
+                device.context, device.printf_fifo = None, 0
         return lost
 
 
@@ -799,11 +1062,24 @@ class _Variables:
 
     def __init__(self) -> None:
         self._starts: list[int] = []
-        self._found: dict[int, tuple[int, int]] = {}  # place -> (size, device address)
+        # place -> (size, device address, the device's ordinal)
+        self._found: dict[int, tuple[int, int, int]] = {}
 
-    def add(self, place: int, size: int, device: int) -> None:
+    def add(self, place: int, size: int, device: int, ordinal: int) -> None:
         bisect.insort(self._starts, place)
-        self._found[place] = (size, device)
+        self._found[place] = (size, device, ordinal)
+
+    def _holding(self, address: int) -> int | None:
+        """The place of the variable holding `address`, if one does."""
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i >= 0 and address < self._starts[i] + self._found[self._starts[i]][0]:
+            return self._starts[i]
+        return None
+
+    def owner(self, address: int) -> int:
+        """The device of the variable holding `address` (0 where none does)."""
+        place = self._holding(address)
+        return 0 if place is None else self._found[place][2]
 
     def remove(self, place: int) -> None:
         if self._found.pop(place, None) is not None:
@@ -812,10 +1088,7 @@ class _Variables:
     def device_address(self, address: int) -> int:
         """Where a copy to `address` goes: into the variable whose place holds it, else
         there."""
-        i = bisect.bisect_right(self._starts, address) - 1
-        if i >= 0:
-            place = self._starts[i]
-            size, device = self._found[place]
-            if address < place + size:
-                return device + address - place
-        return address
+        place = self._holding(address)
+        if place is None:
+            return address
+        return self._found[place][1] + address - place

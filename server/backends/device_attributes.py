@@ -69,6 +69,9 @@ EMU_LIMITS = {
     "HOST_REGISTER_SUPPORTED": 1,
     **MANAGED_CONTRACT,
     "MEMORY_POOLS_SUPPORTED": 1,
+    # Pools export to a file descriptor (shim/driver/memory.py: export_pool), so programs
+    # that check for it before sharing a pool between processes do not waive themselves.
+    "MEMPOOL_SUPPORTED_HANDLE_TYPES": 1,  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
     "IPC_EVENT_SUPPORTED": 1,  # between processes of one server (server/ipc.py)
     "COMPUTE_PREEMPTION_SUPPORTED": 1,
     "SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO": 2,

@@ -59,6 +59,7 @@ class EmuBackend(Backend):
     memory_is_host_ram = True
     launches_run_inline = True
     shares_address_space = False  # each session's memory is its own DeviceMemory
+    own_device_runtime = True  # server/emu/device_runtime.py
 
     def __init__(self) -> None:
         # Allocations are mapped in the arena's granules: what a GPU maps at the least.
@@ -67,6 +68,7 @@ class EmuBackend(Backend):
         self._cancelled = threading.Event()
         self._writes = WriteLog()
         self._place: Callable[[str], tuple[int, int]] | None = None
+        self._device_graphs: Callable[[int], list | None] | None = None
 
     def describe(self) -> DeviceDescription:
         return DeviceDescription(
@@ -77,7 +79,8 @@ class EmuBackend(Backend):
             attributes=emu_attributes(EMU_COMPUTE_CAPABILITY),
         )
 
-    def map(self, address: int, size: int, backing: memoryview | None = None) -> None:
+    def map(self, address: int, size: int, backing: memoryview | None = None,
+            device: int = 0) -> None:
         self.memory.map(address, size, backing)
         self._writes.wrote(address, size)
 
@@ -111,7 +114,8 @@ class EmuBackend(Backend):
     def changed_since(self, mark: int) -> list[tuple[int, int]] | None:
         return self._writes.since(mark)
 
-    def create_physical(self, size: int, contents: bytearray | None = None) -> bytearray:
+    def create_physical(self, size: int, contents: bytearray | None = None,
+                        device: int = 0) -> bytearray:
         if contents is not None:
             return contents
         return bytearray(size)  # zeroed pages the host commits only when touched
@@ -144,7 +148,8 @@ class EmuBackend(Backend):
     def set_memcheck(self, strict: bool) -> None:
         self.checker = MemoryChecker(strict)
 
-    def load_module(self, image: bytes, allocate: Callable[..., int]) -> LoadedModule:
+    def load_module(self, image: bytes, allocate: Callable[..., int],
+                    device: int = 0) -> LoadedModule:
         decoded: ModuleImage = decode_image(image, _BINARY_VERSION)
         if not decoded.ptx:
             raise CudaError(CUDA_ERROR_NO_BINARY_FOR_GPU, decoded.why_no_ptx or
@@ -201,19 +206,22 @@ class EmuBackend(Backend):
             _quiet_threads.quiet = True
         return _NOTHING_TO_SET_UP
 
-    def use_device_runtime(self, place: Callable[[str], tuple[int, int]]) -> None:
+    def use_device_runtime(self, place: Callable[[str], tuple[int, int]],
+                           device_graphs: Callable[[int], list | None] | None = None) -> None:
         self._place = place
+        self._device_graphs = device_graphs
 
     def _device_runtime(self, cooperative: bool) -> DeviceRuntime | None:
         """What one launch (and its children) gets of the device runtime."""
         place, self._place = self._place, None
+        device_graphs, self._device_graphs = self._device_graphs, None
         if place is None:
             return None
         workspace = 0
         if cooperative:
             workspace = place("grid_workspace")[0]
             self.memory.write(workspace, bytes(GRID_WORKSPACE_BYTES))  # a fresh barrier
-        return DeviceRuntime(self.memory, place, workspace)
+        return DeviceRuntime(self.memory, place, workspace, _graph_kernels(device_graphs))
 
     def prepare_launch(self, module: LoadedModule, kernel: str, grid, block,
                        shared_bytes: int, cooperative: bool = False
@@ -249,6 +257,19 @@ class EmuBackend(Backend):
     def close(self) -> None:
         self.memory = DeviceMemory(granule=ALLOCATION_ALIGNMENT)
         self._place = None
+
+
+def _graph_kernels(device_graphs: Callable[[int], list | None] | None):
+    """What the device runtime's cudaGraphLaunch runs of a graph: its kernels prepared, with
+    their parameters (None: no graph a kernel may launch by that handle)."""
+    def kernels(handle: int) -> list[tuple] | None:
+        found = device_graphs(handle) if device_graphs is not None else None
+        if found is None:
+            return None
+        return [(prepare(module.handle, name, grid, block, shared,
+                         {n: address for n, (address, _) in module.variables.items()}), params)
+                for module, name, grid, block, shared, params in found]
+    return kernels
 
 
 class WriteLog:

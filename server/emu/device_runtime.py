@@ -1,6 +1,7 @@
 """The device runtime that kernels call (what libcudadevrt provides on a GPU): malloc and
 free on the device heap (C++ new and delete compile to them), device-side kernel launches
-(dynamic parallelism) and the device API around them.
+(dynamic parallelism), the device API around them, and the condition of graphs'
+conditional nodes.
 
 A launch gets a `DeviceRuntime` from its backend: the heap allocation, the allocation that
 holds device-side launches' parameter buffers (cudaLimitDevRuntimePendingLaunchCount slots
@@ -52,6 +53,9 @@ _LAUNCH_PENDING_COUNT_EXCEEDED = 69
 _INVALID_DEVICE_FUNCTION = 98
 
 TAIL_LAUNCH_STREAM = 0x3  # cudaStreamTailLaunch
+# The streams a kernel launches graphs into: cudaStreamGraphTailLaunch,
+# cudaStreamGraphFireAndForget, cudaStreamGraphFireAndForgetAsSibling
+GRAPH_TAIL_LAUNCH, GRAPH_FIRE_AND_FORGET, GRAPH_SIBLING = (k << 56 for k in (1, 2, 3))
 _FIRST_DEVICE_STREAM = 0x100
 
 _U64 = np.dtype(np.uint64)
@@ -65,10 +69,14 @@ class DeviceRuntime:
     `grid_workspace` is a cooperative launch's grid barrier (0 in other launches)."""
 
     def __init__(self, memory, place: Callable[[str], tuple[int, int]],
-                 grid_workspace: int = 0):
+                 grid_workspace: int = 0,
+                 graph_kernels: Callable[[int], list | None] | None = None):
         self.memory = memory
         self.place = place
         self.grid_workspace = grid_workspace
+        # cudaGraphLaunch: a graph's (prepared launch, parameters), or None for a handle
+        # that names no graph a kernel may launch
+        self.graph_kernels = graph_kernels
         self._heap: DeviceHeap | None = None
         self._buffers: tuple[int, int] | None = None  # base address, slots
         self.next_slot = 0
@@ -106,7 +114,7 @@ _LAUNCH_FUNCTIONS = {"__cudaCDP2GetParameterBuffer", "__cudaCDP2GetParameterBuff
                      "__cudaCDP2LaunchDevice", "__cudaCDP2LaunchDeviceV2",
                      "__cudaCDP2LaunchDevice_ptsz", "__cudaCDP2LaunchDeviceV2_ptsz",
                      "cudaGetParameterBuffer", "cudaGetParameterBufferV2", "cudaLaunchDevice",
-                     "cudaLaunchDeviceV2"}
+                     "cudaLaunchDeviceV2", "cudaGraphLaunch"}
 
 
 def uses_heap(called: set[str]) -> bool:
@@ -392,6 +400,57 @@ def _get_device(ctx, arguments, results):
     return run
 
 
+# -- graphs --------------------------------------------------------------------------------
+
+@_takes(2)
+def _graph_launch(ctx, arguments, results):
+    """cudaGraphLaunch(graph, stream) in device code: the graph's kernels become children
+    of the launching grid, in the graph's order; into cudaStreamGraphTailLaunch they run
+    after its other children (the launching grid's tail, as the graph's is on a GPU: so a
+    tail launch made by one kernel of a graph of several runs before the graph's later
+    kernels here), fire-and-forget ones in the order they were made."""
+    def run(state, lanes):
+        graph_at, stream_at = _frame(state, arguments)
+        graphs = _arg(state, graph_at, _U64, lanes)
+        streams = _arg(state, stream_at, _U64, lanes)
+        codes = np.zeros(len(graphs), np.uint32)
+        for k, lane in enumerate(state.lane_ids(lanes)):
+            codes[k] = _set_error(state, int(lane),
+                                  _launch_graph(state, int(graphs[k]), int(streams[k])))
+        _result(state, results, codes, _U32, lanes)
+    return run
+
+
+def _launch_graph(state: State, graph: int, stream: int) -> int:
+    ctx, runtime = state.ctx, state.ctx.runtime
+    if stream not in (GRAPH_TAIL_LAUNCH, GRAPH_FIRE_AND_FORGET, GRAPH_SIBLING):
+        return _INVALID_VALUE
+    if ctx.depth + 1 >= MAX_NESTING_DEPTH:
+        return _LAUNCH_MAX_DEPTH_EXCEEDED
+    try:
+        kernels = runtime.graph_kernels(graph) if runtime and runtime.graph_kernels else None
+    except LaunchError:
+        return _INVALID_CONFIGURATION
+    if kernels is None:  # no graph, not instantiated for device launch, or not uploaded
+        return _INVALID_VALUE
+    for prepared, params in kernels:
+        ctx.children.append(ChildLaunch(prepared, params, stream == GRAPH_TAIL_LAUNCH))
+    return _SUCCESS
+
+
+@_takes(2)
+def _set_conditional(ctx, arguments, results):
+    """cudaGraphSetConditional(handle, value): vgpu's conditional handle is the address of
+    the condition's 4 bytes of device memory (shim/driver/graph_conditional.py), which the
+    server reads where the conditional node runs."""
+    def run(state, lanes):
+        handle_at, value_at = _frame(state, arguments)
+        handles = _arg(state, handle_at, _U64, lanes)
+        values = _arg(state, value_at, _U32, lanes)
+        store(state, "generic", handles, values, lanes)
+    return run
+
+
 # -- cooperative groups' grid (libcudadevrt's cudaCG*, which numba-cuda calls) -----------
 
 _GRID_SCOPE = 1  # cudaCGScopeGrid
@@ -480,4 +539,6 @@ RUNTIME_FUNCTIONS = {
     "__cudaCDP2StreamCreateWithFlags": _stream_create,
     "__cudaCDP2StreamDestroy": _succeeds(1),
     "__cudaCDP2GetDevice": _get_device,
+    "cudaGraphSetConditional": _set_conditional,
+    "cudaGraphLaunch": _graph_launch,
 }

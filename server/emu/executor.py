@@ -204,9 +204,10 @@ class PreparedLaunch:
         else:
             strays = STRAYS_ALLOWED
         if self.native is not None:
-            report = self.native.run(self, params, memory, checker, strays, native.threads(),
-                                     cancelled)
-            return LaunchResult("", 0, report)
+            printf, report = self.native.run(self, params, memory, checker, strays,
+                                             native.threads(), cancelled, printf_fifo_bytes,
+                                             runtime)
+            return LaunchResult(printf, 0, report)
         # Parameter space is read-only to kernels (spaces.locate refuses stores), so the
         # caller's bytes are used as they are.
         ctx = LaunchContext(self, memory, np.frombuffer(params, np.uint8), strays,

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -42,6 +43,15 @@ DENIED = {NO_ACCESS: "the address is mapped without access for the device",
            READ: "the address is mapped read-only"}
 
 
+class _Index(NamedTuple):
+    """DeviceMemory's allocations as arrays, in address order."""
+    bases: np.ndarray
+    sizes: np.ndarray
+    spans: np.ndarray    # each one's mapped span
+    access: np.ndarray
+    all_read_write: bool
+
+
 class DeviceMemory:
     """Allocations keyed by base address, found by binary search."""
 
@@ -51,11 +61,12 @@ class DeviceMemory:
         self._arrays: list[np.ndarray] = []  # parallel to _bases: each one's mapped span
         self._sizes: list[int] = []          # parallel to _bases: the allocated sizes
         self._access: list[int] = []         # parallel to _bases: READ_WRITE, READ, NO_ACCESS
-        self._np_bases = np.empty(0, np.uint64)
-        self._np_sizes = np.empty(0, np.uint64)
-        self._np_spans = np.empty(0, np.uint64)
-        self._np_access = np.empty(0, np.uint8)
-        self._all_read_write = True
+        # The allocations as arrays for lanes' lookups, made at the first lookup after they
+        # change (a module's load maps its variables one by one: over a thousand in CuPy's),
+        # with the count of changes they were made at: an index made by a kernel's thread
+        # while another thread mapped memory is made again at the next lookup.
+        self._changes = 0
+        self._index: tuple[int, _Index] | None = None
         self._native_table: np.ndarray | None = None
 
     # -- allocation ---------------------------------------------------------------------
@@ -115,13 +126,20 @@ class DeviceMemory:
         self._reindex()
 
     def _reindex(self) -> None:
-        self._np_bases = np.array(self._bases, np.uint64)
-        self._np_sizes = np.array(self._sizes, np.uint64)
-        self._np_spans = np.array([a.size for a in self._arrays], np.uint64)
-        self._np_access = np.array(self._access, np.uint8)
-        # Access is checked lane by lane only where some allocation restricts it.
-        self._all_read_write = all(a == READ_WRITE for a in self._access)
+        self._changes += 1
         self._native_table = None
+
+    def _lookup_index(self) -> _Index:
+        changes, made = self._changes, self._index
+        if made is not None and made[0] == changes:
+            return made[1]
+        index = _Index(np.array(self._bases, np.uint64), np.array(self._sizes, np.uint64),
+                       np.array([a.size for a in self._arrays], np.uint64),
+                       np.array(self._access, np.uint8),
+                       # Access is checked lane by lane only where some allocation restricts it.
+                       all(a == READ_WRITE for a in self._access))
+        self._index = (changes, index)
+        return index
 
     def native_table(self) -> np.ndarray:
         """The allocations for compiled kernels (see native/codegen.py): one int64 row each,
@@ -217,19 +235,19 @@ class DeviceMemory:
                 and (self._access[pos] & need) == need:
             yield self._arrays[pos], addrs - np.uint64(self._bases[pos]), None
             return
-        idx = np.searchsorted(self._np_bases, addrs, side="right").astype(np.int64) - 1
+        index = self._lookup_index()
+        idx = np.searchsorted(index.bases, addrs, side="right").astype(np.int64) - 1
         safe = np.maximum(idx, 0)
-        offsets = addrs - (self._np_bases[safe] if self._np_bases.size else 0)
-        valid = _inside(idx, safe, offsets, self._np_sizes, size)
+        offsets = addrs - (index.bases[safe] if index.bases.size else 0)
+        valid = _inside(idx, safe, offsets, index.sizes, size)
         if not valid.all():
-            mapped = valid if stray is None else _inside(idx, safe, offsets, self._np_spans,
-                                                         size)
+            mapped = valid if stray is None else _inside(idx, safe, offsets, index.spans, size)
             if not mapped.all():
                 bad = int(np.flatnonzero(~mapped)[0])
                 raise IllegalAddress(int(addrs[bad]), size, index=bad)
             stray(int(np.flatnonzero(~valid)[0]))
-        if not self._all_read_write:
-            allowed = self._np_access[safe]
+        if not index.all_read_write:
+            allowed = index.access[safe]
             denied = (idx >= 0) & ((allowed & np.uint8(need)) != np.uint8(need))
             if denied.any():
                 bad = int(np.flatnonzero(denied)[0])

@@ -17,8 +17,11 @@ from . import (
     context,
     device,
     graph_capture,
+    graph_conditional,
+    graph_dot,
     graph_exec,
     graph_generic,
+    graph_kernel_attributes,
     graph_memory,
     graphs,
     hints,
@@ -36,7 +39,7 @@ from . import (
 
 _MODULES = (device, context, memory, managed, peers, arrays, textures, module, launch, stream,
             vmm, occupancy, graphs, graph_exec, graph_capture, graph_memory, graph_generic,
-            ipc, hints)
+            graph_conditional, graph_kernel_attributes, graph_dot, ipc, hints)
 
 
 def _implemented() -> dict:

@@ -101,6 +101,7 @@ class HostAllocation:
     mapping: object = None  # keeps the mmap alive
     device_pointer: int | None = None
     segment_offset: int = 0  # where the allocation starts in its segment (registered memory)
+    shared_in_place: bool = False  # registered pages vgpu made shared (hostmem.share_in_place)
 
 
 @dataclass
@@ -151,6 +152,8 @@ class DriverState:
         self.allocation_context: dict[int, int] = {}  # device address -> context handle
         self.module_variables: set[int] = set()  # addresses above that belong to a module
         self.mappings: dict[int, int] = {}  # cuMemMap'd addresses above -> access flags
+        self.memory_devices: dict[int, int] = {}  # cuMemCreate handle -> its location's device
+        self.mapping_devices: dict[int, int] = {}  # mapping address -> its memory's device
         self.ipc_opened: dict[int, int] = {}  # addresses above of IPC handles -> times opened
         self._allocation_starts: list[int] = []
         self.host_allocations: dict[int, HostAllocation] = {}

@@ -92,14 +92,21 @@ def cuDeviceGetAttribute(value, attrib, dev):
     value[0] = attributes[attrib]
 
 
+def can_access_peer(dev: int, peer_dev: int) -> bool:
+    """Whether kernels on `dev` can reach `peer_dev`'s memory, as the server says (`peers`
+    of its description: on emu every other device, on a GPU those the driver says); a device
+    is never its own peer."""
+    peers = _device(dev).get("peers")
+    _device(peer_dev)
+    if peers is None:  # a server older than peers in descriptions: views of one device
+        return dev != peer_dev
+    return dev != peer_dev and peer_dev in peers
+
+
 @api
 def cuDeviceCanAccessPeer(can_access, dev, peer_dev):
-    """Every device of a server is a peer of every other (they share the session's
-    memory); a device is never its own peer."""
     check_out(can_access)
-    _device(dev)
-    _device(peer_dev)
-    can_access[0] = int(dev != peer_dev)
+    can_access[0] = int(can_access_peer(dev, peer_dev))
 
 
 @api

@@ -19,14 +19,17 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from . import graph_edges
 from ._state import CudaError, E, api, check_out, ffi, state
 from .graph_model import (
+    CHILD_GRAPH,
     EMPTY,
     KERNEL,
     MEMCPY,
     MEMSET,
     Graph,
     Node,
+    clone,
     dependencies,
     graphs,
     next_id,
@@ -37,8 +40,8 @@ GLOBAL, THREAD_LOCAL, RELAXED = 0, 1, 2  # CUstreamCaptureMode
 NONE, ACTIVE, INVALIDATED = 0, 1, 2  # CUstreamCaptureStatus
 LEGACY_STREAMS = (0, 1)  # the NULL stream and CU_STREAM_LEGACY
 CU_STREAM_ADD_CAPTURE_DEPENDENCIES, CU_STREAM_SET_CAPTURE_DEPENDENCIES = 0, 1
-_KINDS = {"cuLaunchKernel": KERNEL, "vgpuMemset": MEMSET, "cuMemcpyHtoD": MEMCPY,
-          "cuMemcpyDtoH": MEMCPY, "cuMemcpyDtoD": MEMCPY}
+_KINDS = {"cuLaunchKernel": KERNEL, "cuLaunchCooperativeKernel": KERNEL, "vgpuMemset": MEMSET,
+          "cuMemcpyHtoD": MEMCPY, "cuMemcpyDtoH": MEMCPY, "cuMemcpyDtoD": MEMCPY}
 
 
 @dataclass(eq=False)
@@ -49,8 +52,10 @@ class Capture:
     origin: int  # the stream it began on, where it must end
     thread: int  # the thread that began it
     frontier: dict[int, list[Node]] = field(default_factory=dict)  # stream -> its frontier
+    # stream -> the data of the edges from its frontier to its next node, where not default
+    edges: dict[int, dict[Node, bytes]] = field(default_factory=dict)
     status: int = ACTIVE
-    handed_out: object = None  # the frontier array cuStreamGetCaptureInfo last gave
+    handed_out: tuple = ()  # the arrays cuStreamGetCaptureInfo last gave
 
 
 captures: dict[int, Capture] = {}  # capturing stream -> its capture
@@ -65,6 +70,7 @@ class CaptureRecorder(Recorder):
     def __init__(self, capture: Capture) -> None:
         super().__init__("stream capture")
         self.capture = capture
+        self.child: Graph | None = None  # a graph launch captured: the graph it runs
 
     def refuse(self, what: str):
         self.capture.status = INVALIDATED
@@ -83,7 +89,7 @@ def enter_stream(handle: int) -> None:
         raise CudaError(E.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
                         "the stream's capture was invalidated by an earlier error")
     recorder = CaptureRecorder(capture)
-    state.start_recording(recorder, lambda: _add_recorded(capture, handle, recorder.steps))
+    state.start_recording(recorder, lambda: _add_recorded(capture, handle, recorder))
 
 
 def _refuse_implicit() -> None:
@@ -98,15 +104,42 @@ def _refuse_implicit() -> None:
                             "captures")
 
 
-def _add_recorded(capture: Capture, stream: int, steps: list[tuple]) -> None:
+def _add_recorded(capture: Capture, stream: int, recorder: CaptureRecorder) -> None:
+    if recorder.child is not None:  # a graph launched: a child graph node, as CUDA makes
+        node = _add_after_frontier(capture, stream, CHILD_GRAPH, [], {})
+        node.child = clone(recorder.child, node)[0]
+        return
+    steps = recorder.steps
     kinds = {_KINDS.get(step[1], -1) if step[0] == "wire" else MEMCPY for step in steps}
     if -1 in kinds or len(kinds) > 1:
         capture.status = INVALIDATED
         raise CudaError(E.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
                         "this operation cannot be captured into a graph by vgpu")
     kind = kinds.pop() if kinds else EMPTY
-    node = graphs.add_node(capture.graph, kind, steps, capture.frontier[stream])
+    _add_after_frontier(capture, stream, kind, steps,
+                        _kernel_params(steps[0]) if kind == KERNEL else {})
+
+
+def _kernel_params(step: tuple) -> dict:
+    """A captured launch's parameters, as a kernel node built from them keeps them (what
+    cuGraphKernelNodeGetParams answers)."""
+    function, gx, gy, gz, bx, by, bz, shared, _, args = step[2]
+    return {"function": function, "layout": state.functions[function], "grid": (gx, gy, gz),
+            "block": (bx, by, bz), "shared": shared, "args": bytes(args)}
+
+
+def _add_after_frontier(capture: Capture, stream: int, kind: int, steps: list,
+                        params: dict) -> Node:
+    """A node after `stream`'s frontier, the edges to it carrying the data set for them."""
+    frontier = capture.frontier[stream]
+    data = capture.edges.get(stream, {})
+    for dep, edge in data.items():
+        graph_edges.check(edge, dep.kind, kind)
+    node = graphs.add_node(capture.graph, kind, steps, frontier, params)
+    node.edge_data = dict(data)
     capture.frontier[stream] = [node]
+    capture.edges.pop(stream, None)
+    return node
 
 
 def add_node_to_capture(stream: int, kind: int, steps: list, params: dict) -> bool:
@@ -115,8 +148,7 @@ def add_node_to_capture(stream: int, kind: int, steps: list, params: dict) -> bo
     capture = captures.get(stream)
     if capture is None:
         return False
-    node = graphs.add_node(capture.graph, kind, steps, capture.frontier[stream], params)
-    capture.frontier[stream] = [node]
+    _add_after_frontier(capture, stream, kind, steps, params)
     return True
 
 
@@ -179,7 +211,8 @@ def _capturing_stream(stream) -> int:
     return stream_handle(stream)
 
 
-def _begin(stream, graph: Graph, frontier: list[Node], mode: int) -> None:
+def _begin(stream, graph: Graph, frontier: list[Node], mode: int,
+           edges: dict[Node, bytes] | None = None) -> None:
     handle = _capturing_stream(stream)
     if mode not in (GLOBAL, THREAD_LOCAL, RELAXED):
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown capture mode {mode}")
@@ -190,6 +223,8 @@ def _begin(stream, graph: Graph, frontier: list[Node], mode: int) -> None:
         raise CudaError(E.CUDA_ERROR_ILLEGAL_STATE, "the stream is already capturing")
     capture = Capture(next_id(), graph, mode, handle, threading.get_ident())
     capture.frontier[handle] = frontier
+    if edges:
+        capture.edges[handle] = edges
     captures[handle] = capture
 
 
@@ -208,7 +243,13 @@ def cuStreamBeginCapture(stream):
 def cuStreamBeginCaptureToGraph(stream, graph, deps, edge_data, count, mode):
     state.current_context()
     target = graphs.graph(graph)
-    _begin(stream, target, dependencies(target, deps, count), mode)
+    nodes = dependencies(target, deps, count)
+    _begin(stream, target, nodes, mode, _edge_map(nodes, edge_data, count))
+
+
+def _edge_map(nodes: list[Node], edge_data, count: int) -> dict[Node, bytes]:
+    return {node: data for node, data in zip(nodes, graph_edges.read(edge_data, count),
+                                             strict=True) if data != graph_edges.DEFAULT}
 
 
 def end_capture(stream) -> Graph:
@@ -280,7 +321,8 @@ def cuStreamIsCapturing(stream, status):
     status[0] = capture_status(stream)[0]
 
 
-def capture_info(stream, status_out, id_out, graph_out, deps_out, count_out) -> None:
+def capture_info(stream, status_out, id_out, graph_out, deps_out, count_out,
+                 edges_out=ffi.NULL) -> None:
     check_out(status_out)
     status, capture = capture_status(stream)
     status_out[0] = status
@@ -290,11 +332,21 @@ def capture_info(stream, status_out, id_out, graph_out, deps_out, count_out) -> 
         id_out[0] = capture.id
     if graph_out != ffi.NULL:
         graph_out[0] = ffi.cast("void *", capture.graph.handle)
-    frontier = capture.frontier[_capturing_stream(stream)]
+    handle = _capturing_stream(stream)
+    frontier = capture.frontier[handle]
+    datas = [capture.edges.get(handle, {}).get(n, graph_edges.DEFAULT) for n in frontier]
+    if edges_out != ffi.NULL and deps_out == ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "edge data asked for without the nodes")
     if deps_out != ffi.NULL:
-        capture.handed_out = ffi.new("void *[]", [ffi.cast("void *", n.handle)
-                                                  for n in frontier] or 1)
-        deps_out[0] = ffi.cast("void *", capture.handed_out)
+        nodes = ffi.new("void *[]", [ffi.cast("void *", n.handle) for n in frontier] or 1)
+        edges = ffi.new("CUgraphEdgeData[]", len(frontier) or 1)
+        if edges_out == ffi.NULL:
+            graph_edges.write(ffi.NULL, datas, len(datas))  # refuses a lossy query
+        else:
+            graph_edges.write(edges, datas, len(datas))
+            edges_out[0] = ffi.cast("void *", edges)
+        capture.handed_out = (nodes, edges)
+        deps_out[0] = ffi.cast("void *", nodes)
     if count_out != ffi.NULL:
         count_out[0] = len(frontier)
 
@@ -312,21 +364,22 @@ def cuStreamGetCaptureInfo_v2(stream, status_out, id_out, graph_out, deps_out, c
 @api
 def cuStreamGetCaptureInfo_v3(stream, status_out, id_out, graph_out, deps_out, edges_out,
                               count_out):
-    capture_info(stream, status_out, id_out, graph_out, deps_out, count_out)
-    if edges_out != ffi.NULL:
-        edges_out[0] = ffi.NULL  # every edge is a plain one: CUDA hands back no edge data
+    capture_info(stream, status_out, id_out, graph_out, deps_out, count_out, edges_out)
 
 
-def update_dependencies(stream, deps, count: int, flags: int) -> None:
+def update_dependencies(stream, deps, count: int, flags: int, edge_data=ffi.NULL) -> None:
     status, capture = capture_status(stream)
     if status != ACTIVE:
         raise CudaError(E.CUDA_ERROR_ILLEGAL_STATE, "the stream is not capturing")
     nodes = dependencies(capture.graph, deps, count)
+    edges = _edge_map(nodes, edge_data, count)
     handle = _capturing_stream(stream)
     if flags == CU_STREAM_SET_CAPTURE_DEPENDENCIES:
         capture.frontier[handle] = nodes
+        capture.edges[handle] = edges
     elif flags == CU_STREAM_ADD_CAPTURE_DEPENDENCIES:
         capture.frontier[handle] += [n for n in nodes if n not in capture.frontier[handle]]
+        capture.edges.setdefault(handle, {}).update(edges)
     else:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown flags {flags}")
 
@@ -338,7 +391,7 @@ def cuStreamUpdateCaptureDependencies(stream, deps, count, flags):
 
 @api
 def cuStreamUpdateCaptureDependencies_v2(stream, deps, edge_data, count, flags):
-    update_dependencies(stream, deps, count, flags)
+    update_dependencies(stream, deps, count, flags, edge_data)
 
 
 @api

@@ -12,9 +12,11 @@ the whole updated graph again under the same handle.
 
 from __future__ import annotations
 
-from . import graph_capture
+from . import graph_conditional, graph_kernel_attributes
 from ._state import CudaError, E, api, check_out, ffi, state
 from .graph_model import (
+    CHILD_GRAPH,
+    CONDITIONAL,
     EVENT_RECORD,
     GRAPH_EXEC,
     HOST,
@@ -31,56 +33,93 @@ from .graph_model import (
 )
 from .graph_nodes import event_steps
 from .graphs import _of_kind, host_params, kernel_node, memcpy3d, memset_node
-from .memory import _check_stream, issued_on
+from .memory import _check_stream, issued_on, stream_handle
 
 CU_GRAPH_EXEC_UPDATE_SUCCESS = 0
 CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED = 2
 CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED = 3
 CU_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH = 1
-_INSTANTIATE_FLAGS = 0x1 | 0x2 | 0x8 | 0x10  # auto free, upload, device launch, priority
+CU_GRAPH_INSTANTIATE_FLAG_UPLOAD = 2
+CU_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH = 4
+_INSTANTIATE_FLAGS = 0x1 | 0x2 | 0x4 | 0x8  # auto free, upload, device launch, priority
 
 
 def _flatten(graph: Graph, top: Node | None, off: set[int],
              out: list[tuple[Node, tuple]]) -> None:
     """(top-level node, step) of every step, in an order that respects every edge; a child
-    graph's steps stand where its node does; nodes in `off` do nothing."""
+    graph's steps stand where its node does, a conditional node is one ("cond", node) step;
+    nodes in `off` do nothing."""
     for node in topological(graph):
         owner = top or node
         if node.handle in off:
             continue
         if node.child is not None:
             _flatten(node.child, owner, off, out)
+        if node.kind == CONDITIONAL:
+            out.append((owner, ("cond", node)))
         out.extend((owner, step) for step in node.steps)
 
 
-def _build(graph_exec: Exec) -> None:
-    """The executable's launch plan, server segments and node positions, from its copy."""
+def _server_call(step: tuple, bodies: list[list]) -> list:
+    """A step for the server as [op, args]; a conditional node's bodies go to `bodies`."""
+    if step[0] == "wire":
+        return [step[1], list(step[2])]
+    return graph_conditional.server_call(step[1], [_body(b, bodies) for b in step[1].bodies])
+
+
+def _body(graph: Graph, bodies: list[list]) -> int:
+    """A conditional node's body graph as a list of server calls in `bodies`; its index
+    there (after any body of its own nodes: a body refers only to later ones)."""
+    index = len(bodies)
+    bodies.append([])
     steps: list[tuple[Node, tuple]] = []
+    _flatten(graph, None, set(), steps)
+    calls = []
+    for _, step in steps:
+        if step[0] not in ("wire", "cond"):
+            graph_conditional.refuse_host_work()
+        calls.append(_server_call(step, bodies))
+    bodies[index] = calls
+    return index
+
+
+def _build(graph_exec: Exec) -> None:
+    """The executable's launch plan, server segments and node positions, from its copy.
+    Conditional nodes' bodies are segments after those the plan launches."""
+    steps: list[tuple[Node | None, tuple]] = [
+        (None, step) for step in graph_conditional.defaults(graph_exec.copy)]
     off = {graph_exec.twins[h].handle for h in graph_exec.disabled}
     _flatten(graph_exec.copy, None, off, steps)
     launch_plan: list[tuple] = []
     segments: list[list] = []
+    bodies: list[list] = []
     found: dict[int, list[tuple[int, int]]] = {}
     for node, step in steps:
-        if step[0] != "wire":
+        if step[0] not in ("wire", "cond"):
             launch_plan.append(step)
             continue
         if not launch_plan or launch_plan[-1][0] != "server":
             launch_plan.append(("server", len(segments)))
             segments.append([])
-        found.setdefault(node.handle, []).append((len(segments) - 1, len(segments[-1])))
-        segments[-1].append([step[1], list(step[2])])
-    graph_exec.plan, graph_exec.segments = launch_plan, segments
+        if node is not None:
+            found.setdefault(node.handle, []).append((len(segments) - 1, len(segments[-1])))
+        segments[-1].append(_server_call(step, bodies))
+    for call in (call for segment in segments + bodies for call in segment):
+        if call[0] == "vgpuGraphConditional":
+            call[1][2] = [len(segments) + i for i in call[1][2]]
+    graph_exec.plan, graph_exec.segments = launch_plan, segments + bodies
     graph_exec.positions = {original: found[twin.handle]
                             for original, twin in graph_exec.twins.items()
                             if twin.handle in found}
 
 
 def _shape(graph: Graph) -> list[tuple]:
-    """What an update must keep: each node's kind and its dependencies' positions."""
+    """What an update must keep: each node's kind, its dependencies' positions and edge data,
+    and the shapes of the graphs it holds (a child graph, conditional bodies)."""
     index = {node: i for i, node in enumerate(graph.nodes)}
-    return [(node.kind, sorted(index[d] for d in node.deps),
-             _shape(node.child) if node.child is not None else None) for node in graph.nodes]
+    return [(node.kind, sorted((index[d], node.edge_data.get(d, b"")) for d in node.deps),
+             _shape(node.child) if node.child is not None else None,
+             [_shape(body) for body in node.bodies]) for node in graph.nodes]
 
 
 def _copy(graph_exec: Exec, source: Graph) -> None:
@@ -94,25 +133,53 @@ def _copy(graph_exec: Exec, source: Graph) -> None:
     graphs.drop_graph(old)  # after the new copy holds the memory both may hold
 
 
-def instantiate(graph, flags: int) -> Exec:
+def instantiate(graph, flags: int, upload_stream=ffi.NULL) -> Exec:
     context = state.current_context()
     source = graphs.graph(graph)
     if flags & ~_INSTANTIATE_FLAGS:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown instantiate flags 0x{flags:x}")
+    if flags & CU_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH and \
+            flags & CU_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        "a graph launched from the device does not free on launch")
     topological(source)  # a cycle fails here
     copy, mapping = clone(source)
     executable = Exec(state.new_handle(GRAPH_EXEC), context, source, flags, copy,
                       {n.handle: mapping[n] for n in source.nodes}, _shape(source))
     try:
         _build(executable)
+        if _device_launch(executable):
+            _check_device_graph(executable)
         # Answered (one round trip, as instantiating is rare): a graph past the server's
         # bounds fails here, not at its first launch.
-        state.conn().call("vgpuGraphCreate", executable.handle, context, executable.segments)
+        state.conn().call("vgpuGraphCreate", *_create_args(executable))
     except CudaError:
         graphs.drop_graph(copy)
         raise
     graphs.execs[executable.handle] = executable
+    if flags & CU_GRAPH_INSTANTIATE_FLAG_UPLOAD:
+        upload(executable.handle, upload_stream)
     return executable
+
+
+def _device_launch(graph_exec: Exec) -> bool:
+    return bool(graph_exec.flags & CU_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH)
+
+
+def _create_args(graph_exec: Exec) -> tuple:
+    return (graph_exec.handle, graph_exec.context, graph_exec.segments,
+            _device_launch(graph_exec))
+
+
+def _check_device_graph(graph_exec: Exec) -> None:
+    """What a kernel may launch here: kernel nodes (empty nodes and child graphs of them
+    besides), all run by the server in one segment."""
+    if any(step[0] != "server" for step in graph_exec.plan) or len(graph_exec.segments) > 1 \
+            or any(call[0] != "cuLaunchKernel" for call in
+                   (graph_exec.segments[0] if graph_exec.segments else [])):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        "vgpu launches graphs from the device when they hold kernel nodes "
+                        "only (and empty nodes, child graphs of them)")
 
 
 @api
@@ -140,7 +207,8 @@ def cuGraphInstantiateWithParams(exec_out, graph, params):
     check_out(params)
     params.result_out = 0  # CUDA_GRAPH_INSTANTIATE_SUCCESS
     params.errNode_out = ffi.NULL
-    exec_out[0] = ffi.cast("void *", instantiate(graph, params.flags).handle)
+    exec_out[0] = ffi.cast("void *", instantiate(graph, params.flags,
+                                                 params.hUploadStream).handle)
 
 
 @api
@@ -152,10 +220,10 @@ def cuGraphExecGetFlags(executable, flags_out):
 def launch(executable, stream) -> None:
     graph_exec = graphs.exec(executable)
     stream_handle = _check_stream(stream)
-    if state.recorder() is not None:
-        graph_capture.captures[stream_handle].status = graph_capture.INVALIDATED
-        raise CudaError(E.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
-                        "vgpu does not capture graph launches into another graph")
+    recorder = state.recorder()
+    if recorder is not None:  # captured: the graph becomes a child graph node
+        recorder.child = graph_exec.copy
+        return
     conn = state.conn()
     # The client's own steps (copies to and from pageable memory) are issued on the stream
     # too: they wait for the graph's kernels before them on that stream's lane.
@@ -175,10 +243,16 @@ def cuGraphLaunch(executable, stream):
     launch(executable, stream)
 
 
+def upload(executable, stream) -> None:
+    """The graph is on the server since it was instantiated; an upload lets kernels launch
+    it (a graph instantiated for device launch)."""
+    graph_exec = graphs.exec(executable)
+    state.conn().post("vgpuGraphUpload", graph_exec.handle, stream_handle(stream))
+
+
 @api
 def cuGraphUpload(executable, stream):
-    graphs.exec(executable)  # instantiating sent the graph to the server already
-    _check_stream(stream)
+    upload(executable, stream)
 
 
 @api
@@ -204,7 +278,7 @@ def resend(graph_exec: Exec) -> None:
     _build(graph_exec)
     conn = state.conn()
     conn.post("vgpuGraphDestroy", graph_exec.handle)
-    conn.post("vgpuGraphCreate", graph_exec.handle, graph_exec.context, graph_exec.segments)
+    conn.post("vgpuGraphCreate", *_create_args(graph_exec))
 
 
 def set_node(executable, node, kind: int, make) -> None:
@@ -220,7 +294,7 @@ def set_kernel(executable, node, make) -> None:
     """A kernel node's new parameters: one call replaced on the server."""
     graph_exec = graphs.exec(executable)
     twin = twin_of(graph_exec, node, KERNEL)
-    twin.steps, twin.params = make()
+    twin.steps, twin.params = graph_kernel_attributes.keep(twin.params, make)()
     where = graph_exec.positions.get(graphs.node(node).handle)
     if not where:  # a disabled node: nothing of it is on the server
         return
@@ -253,6 +327,26 @@ def cuGraphExecEventRecordNodeSetEvent(executable, node, event):
 @api
 def cuGraphExecEventWaitNodeSetEvent(executable, node, event):
     set_node(executable, node, WAIT_EVENT, lambda: event_steps(event, "cuStreamWaitEvent"))
+
+
+def set_child(executable, node, child) -> None:
+    """A child graph node of an executable graph runs a copy of `child` from now on, which
+    must have the shape of the graph it replaces (CUDA's rule for this update)."""
+    graph_exec = graphs.exec(executable)
+    twin = twin_of(graph_exec, node, CHILD_GRAPH)
+    replacement = graphs.graph(child)
+    if _shape(replacement) != _shape(twin.child):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        "the new child graph differs from the node's in its topology or node "
+                        "types")
+    old, twin.child = twin.child, clone(replacement, twin)[0]
+    graphs.drop_graph(old)
+    resend(graph_exec)
+
+
+@api
+def cuGraphExecChildGraphNodeSetParams(executable, node, child):
+    set_child(executable, node, child)
 
 
 def set_enabled(executable, node, enabled: bool) -> None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import graph_exec, graph_memory
+from . import graph_conditional, graph_edges, graph_exec, graph_memory
 from . import graph_nodes as build
 from . import graphs as node_calls
 from ._state import CudaError, E, api, check_out, ffi
 from .graph_model import (
     CHILD_GRAPH,
+    CONDITIONAL,
     EMPTY,
     EVENT_RECORD,
     HOST,
@@ -59,29 +60,38 @@ def _make(p, kinds: Kinds) -> tuple[int, Callable]:
     if maker is None:
         raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED,
                         f"vgpu does not set parameters of graph nodes of type {p.type} this "
-                        f"way (conditional nodes are not supported)")
+                        f"way")
     return p.type, maker(p)
 
 
-def add_node(out, graph, deps, count: int, p, kinds: Kinds) -> None:
+def add_node(out, graph, deps, count: int, p, kinds: Kinds, edge_data=ffi.NULL) -> None:
     check_out(p)
     if p.type == EMPTY:
-        node_calls.add(out, graph, deps, count, EMPTY, lambda: ([], {}))
+        node_calls.add(out, graph, deps, count, EMPTY, lambda: ([], {}), edge_data)
     elif p.type == CHILD_GRAPH:
-        node_calls.add_child(out, graph, deps, count, p.graph.graph)
+        node_calls.add_child(out, graph, deps, count, p.graph.graph, edge_data)
         if p.graph.ownership == CHILD_GRAPH_OWNERSHIP_MOVE:  # the node's copy is the graph
             graphs.drop_graph(graphs.graph(p.graph.graph))
-    elif p.type == MEM_ALLOC:
-        graph_memory.check_pool_props(p.alloc.poolProps)
-        address = graph_memory.add_alloc(out, graph, deps, count, p.alloc.bytesize)
-        # CUdeviceptr in the driver's struct, void * in the runtime's
-        p.alloc.dptr = address if isinstance(p.alloc.dptr, int) else ffi.cast("void *", address)
-    elif p.type == MEM_FREE:
-        graph_memory.add_free(out, graph, deps, count, int(ffi.cast("uintptr_t",
-                                                                    p.free.dptr)))
+    elif p.type == CONDITIONAL:
+        c = p.conditional
+        graph_conditional.add_conditional(out, graph, deps, count, c.handle, c.type, c.size,
+                                          c.phGraph_out, edge_data)
+    elif p.type in (MEM_ALLOC, MEM_FREE):
+        if any(data != graph_edges.DEFAULT for data in graph_edges.read(edge_data, count)):
+            raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                            "edges into memory nodes are default edges")
+        if p.type == MEM_ALLOC:
+            graph_memory.check_pool_props(p.alloc.poolProps)
+            address = graph_memory.add_alloc(out, graph, deps, count, p.alloc.bytesize)
+            # CUdeviceptr in the driver's struct, void * in the runtime's
+            p.alloc.dptr = address if isinstance(p.alloc.dptr, int) else \
+                ffi.cast("void *", address)
+        else:
+            graph_memory.add_free(out, graph, deps, count,
+                                  int(ffi.cast("uintptr_t", p.free.dptr)))
     else:
         kind, make = _make(p, kinds)
-        node_calls.add(out, graph, deps, count, kind, make)
+        node_calls.add(out, graph, deps, count, kind, make, edge_data)
 
 
 def set_node(node, p, kinds: Kinds) -> None:
@@ -101,7 +111,7 @@ def set_exec_node(executable, node, p, kinds: Kinds) -> None:
 
 @api
 def cuGraphAddNode_v2(out, graph, deps, edge_data, count, p):
-    add_node(out, graph, deps, count, p, DRIVER)
+    add_node(out, graph, deps, count, p, DRIVER, edge_data)
 
 
 @api

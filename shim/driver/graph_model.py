@@ -21,6 +21,7 @@ GRAPH, GRAPH_NODE, GRAPH_EXEC = 0x40, 0x41, 0x42
 # CUgraphNodeType (cudaGraphNodeType has the same numbers).
 KERNEL, MEMCPY, MEMSET, HOST, CHILD_GRAPH, EMPTY, WAIT_EVENT, EVENT_RECORD = range(8)
 MEM_ALLOC, MEM_FREE = 10, 11
+CONDITIONAL = 13
 
 
 @dataclass(eq=False)
@@ -43,11 +44,29 @@ class GraphAllocation:
 
 
 @dataclass(eq=False)
+class Condition(GraphAllocation):
+    """A conditional handle (graph_conditional.py): its value is these 4 bytes of device
+    memory, which kernels set (cudaGraphSetConditional) and the server reads where a
+    conditional node runs; the handle is their address. Held by the graph it was made for
+    and by the conditional nodes (and their copies) that use it."""
+
+    graph: Graph | None = None
+    default: int = 0
+    flags: int = 0
+
+    def release(self) -> None:
+        super().release()
+        if self.holders == 0:
+            graphs.conditions.pop(self.address, None)
+
+
+@dataclass(eq=False)
 class Node:
     handle: int
     graph: Graph
     kind: int
-    # ("wire", op, args) for the server; ("host", fn, user_data); ("local", conn method, args)
+    # ("wire", op, args) for the server; ("host", fn, user_data) (fn a C function, or a
+    # Python one for host-to-host copies); ("local", conn method, args)
     steps: list[tuple]
     # What the node's Get*Params calls answer: its parameters as given, plus what keeps
     # pointers handed back alive.
@@ -55,6 +74,11 @@ class Node:
     deps: list[Node] = field(default_factory=list)
     child: Graph | None = None  # CHILD_GRAPH: its own copy of the graph it embeds
     allocation: GraphAllocation | None = None  # MEM_ALLOC: the memory it stands for
+    # CONDITIONAL: its body graphs (owned by it, as a child graph is), and its condition's
+    # device memory (the node holds it, as an alloc node holds its memory)
+    bodies: list[Graph] = field(default_factory=list)
+    # The data of the edges from its dependencies that are not default ones (graph_edges.py)
+    edge_data: dict[Node, bytes] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -63,6 +87,7 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)  # in creation order
     # A graph another embeds as a child: owned by that node, not destroyable on its own.
     owned_by: Node | None = None
+    conditions: list[Condition] = field(default_factory=list)  # handles made for it
 
 
 @dataclass(eq=False)
@@ -92,6 +117,7 @@ class GraphState:
         self.graphs: dict[int, Graph] = {}
         self.nodes: dict[int, Node] = {}
         self.execs: dict[int, Exec] = {}
+        self.conditions: dict[int, Condition] = {}  # by handle (its address)
         self.lock = state.lock
 
     def new_graph(self, owned_by: Node | None = None) -> Graph:
@@ -120,12 +146,16 @@ class GraphState:
         """Forget a graph, its nodes and the graphs its child nodes own."""
         for node in graph.nodes:
             self.drop_node(node)
+        for condition in graph.conditions:
+            condition.release()
         self.graphs.pop(graph.handle, None)
 
     def drop_node(self, node: Node) -> None:
         self.nodes.pop(node.handle, None)
         if node.child is not None:
             self.drop_graph(node.child)
+        for body in node.bodies:
+            self.drop_graph(body)
         if node.allocation is not None:
             node.allocation.release()
 
@@ -184,8 +214,10 @@ def clone(graph: Graph, owned_by: Node | None = None) -> tuple[Graph, dict[Node,
     for node in graph.nodes:
         twin = graphs.add_node(copy, node.kind, list(node.steps),
                                [mapping[d] for d in node.deps], dict(node.params))
+        twin.edge_data = {mapping[d]: data for d, data in node.edge_data.items()}
         if node.child is not None:
             twin.child = clone(node.child, twin)[0]
+        twin.bodies = [clone(body, twin)[0] for body in node.bodies]
         if node.allocation is not None:
             twin.allocation = node.allocation
             node.allocation.holders += 1

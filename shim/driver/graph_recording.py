@@ -46,6 +46,11 @@ class Recorder:
     def read_device(self, op: str, src: int, dst: int, size: int, *extra) -> None:
         self.steps.append(("local", "read_device", (op, src, dst, size, *extra)))
 
+    def host_step(self, run) -> None:
+        # A copy between two host buffers: the client's, after the graph's work before it
+        # (the launch runs it as it runs a host node's function).
+        self.steps.append(("host", run, None))
+
     def flush(self) -> None:
         pass  # nothing is sent while recording
 

@@ -6,6 +6,7 @@ Instantiating and launching are in graph_exec.py.
 
 from __future__ import annotations
 
+from . import graph_edges, graph_kernel_attributes
 from . import graph_nodes as build
 from ._state import CudaError, E, api, check_out, ffi, state
 from .graph_model import (
@@ -32,13 +33,19 @@ def _out_node(out, node: Node) -> None:
     out[0] = ffi.cast("void *", node.handle)
 
 
-def add(out, graph, deps, count: int, kind: int, make) -> Node:
-    """Add a node of `kind` whose (steps, params) `make()` builds, after `deps`."""
+def add(out, graph, deps, count: int, kind: int, make, edge_data=ffi.NULL) -> Node:
+    """Add a node of `kind` whose (steps, params) `make()` builds, after `deps` (the edges
+    from them carrying `edge_data`, a CUgraphEdgeData array or NULL)."""
     check_out(out)
     target = graphs.graph(graph)
     after = dependencies(target, deps, count)
+    datas = graph_edges.read(edge_data, count)
+    for dep, data in zip(after, datas, strict=True):
+        graph_edges.check(data, dep.kind, kind)
     steps, params = make()
     node = graphs.add_node(target, kind, steps, after, params)
+    for dep, data in zip(after, datas, strict=True):
+        graph_edges.set_edge(dep, node, data)
     _out_node(out, node)
     return node
 
@@ -134,9 +141,9 @@ def cuGraphAddEventWaitNode(out, graph, deps, count, event):
         lambda: build.event_steps(event, "cuStreamWaitEvent"))
 
 
-def add_child(out, graph, deps, count, child) -> None:
+def add_child(out, graph, deps, count, child, edge_data=ffi.NULL) -> None:
     embedded = graphs.graph(child)
-    node = add(out, graph, deps, count, CHILD_GRAPH, lambda: ([], {}))
+    node = add(out, graph, deps, count, CHILD_GRAPH, lambda: ([], {}), edge_data)
     node.child = clone(embedded, node)[0]  # the node embeds a copy, as CUDA's does
 
 
@@ -196,8 +203,11 @@ def cuGraphKernelNodeSetParams(node, p):
 
 
 def set_params(node, kind: int, make) -> None:
-    """New parameters for a node of a graph (executable graphs made from it keep theirs)."""
+    """New parameters for a node of a graph (executable graphs made from it keep theirs;
+    a kernel node keeps its launch attributes)."""
     target = _of_kind(node, kind)
+    if kind == KERNEL:
+        make = graph_kernel_attributes.keep(target.params, make)
     target.steps, target.params = make()
 
 
@@ -271,10 +281,10 @@ def cuGraphGetRootNodes(graph, nodes, count):
     write_nodes([n for n in graphs.graph(graph).nodes if not n.deps], nodes, count)
 
 
-def write_edges(graph: Graph, from_out, to_out, count) -> None:
+def write_edges(graph: Graph, from_out, to_out, edge_data, count) -> None:
     check_out(count)
     pairs = edges(graph)
-    if from_out == ffi.NULL and to_out == ffi.NULL:
+    if from_out == ffi.NULL and to_out == ffi.NULL and edge_data == ffi.NULL:
         count[0] = len(pairs)
         return
     if from_out == ffi.NULL or to_out == ffi.NULL:
@@ -286,24 +296,38 @@ def write_edges(graph: Graph, from_out, to_out, count) -> None:
         to_out[i] = ffi.cast("void *", b.handle) if b else ffi.NULL
     if len(pairs) < room:
         count[0] = len(pairs)
+    graph_edges.write(edge_data, [graph_edges.of(a, b) for a, b in pairs], room)
 
 
 @api
 def cuGraphGetEdges(graph, from_out, to_out, count):
-    write_edges(graphs.graph(graph), from_out, to_out, count)
+    write_edges(graphs.graph(graph), from_out, to_out, ffi.NULL, count)
 
 
 @api
 def cuGraphGetEdges_v2(graph, from_out, to_out, edge_data, count):
-    write_edges(graphs.graph(graph), from_out, to_out, count)
-    _no_edge_data(edge_data, count)
+    write_edges(graphs.graph(graph), from_out, to_out, edge_data, count)
 
 
-def _no_edge_data(edge_data, count) -> None:
-    """Every vgpu edge is a default edge: its CUgraphEdgeData is all zeros."""
-    if edge_data != ffi.NULL:
-        ffi.memmove(edge_data, bytes(ffi.sizeof("CUgraphEdgeData") * count[0]),
-                    ffi.sizeof("CUgraphEdgeData") * count[0])
+def write_neighbours(nodes: list[Node], datas: list[bytes], out, edge_data, count) -> None:
+    """A node's dependencies or dependents, and the data of the edges to them."""
+    if edge_data != ffi.NULL and out == ffi.NULL:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "edge data asked for without the nodes")
+    write_nodes(nodes, out, count)
+    if out != ffi.NULL:
+        graph_edges.write(edge_data, datas, count[0])
+
+
+def dependencies_of(node, out, edge_data, count) -> None:
+    target = graphs.node(node)
+    write_neighbours(target.deps, [graph_edges.of(d, target) for d in target.deps], out,
+                     edge_data, count)
+
+
+def dependents_of(node, out, edge_data, count) -> None:
+    target = graphs.node(node)
+    later = dependents(target)
+    write_neighbours(later, [graph_edges.of(target, n) for n in later], out, edge_data, count)
 
 
 @api
@@ -314,24 +338,22 @@ def cuGraphNodeGetType(node, type_out):
 
 @api
 def cuGraphNodeGetDependencies(node, out, count):
-    write_nodes(graphs.node(node).deps, out, count)
+    dependencies_of(node, out, ffi.NULL, count)
 
 
 @api
 def cuGraphNodeGetDependencies_v2(node, out, edge_data, count):
-    write_nodes(graphs.node(node).deps, out, count)
-    _no_edge_data(edge_data, count)
+    dependencies_of(node, out, edge_data, count)
 
 
 @api
 def cuGraphNodeGetDependentNodes(node, out, count):
-    write_nodes(dependents(graphs.node(node)), out, count)
+    dependents_of(node, out, ffi.NULL, count)
 
 
 @api
 def cuGraphNodeGetDependentNodes_v2(node, out, edge_data, count):
-    write_nodes(dependents(graphs.node(node)), out, count)
-    _no_edge_data(edge_data, count)
+    dependents_of(node, out, edge_data, count)
 
 
 def _pairs(graph, from_nodes, to_nodes, count: int) -> list[tuple[Node, Node]]:
@@ -348,22 +370,28 @@ def _pairs(graph, from_nodes, to_nodes, count: int) -> list[tuple[Node, Node]]:
     return pairs
 
 
-def add_dependencies(graph, from_nodes, to_nodes, count: int) -> None:
+def add_dependencies(graph, from_nodes, to_nodes, count: int, edge_data=ffi.NULL) -> None:
     pairs = _pairs(graph, from_nodes, to_nodes, count)
-    for a, b in pairs:
+    datas = graph_edges.read(edge_data, count)
+    for (a, b), data in zip(pairs, datas, strict=True):
         if a in b.deps:
             raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the edge exists already")
-    for a, b in pairs:
+        graph_edges.check(data, a.kind, b.kind)
+    for (a, b), data in zip(pairs, datas, strict=True):
         b.deps.append(a)
+        graph_edges.set_edge(a, b, data)
 
 
-def remove_dependencies(graph, from_nodes, to_nodes, count: int) -> None:
+def remove_dependencies(graph, from_nodes, to_nodes, count: int, edge_data=ffi.NULL) -> None:
+    """Edges removed, each only with the data given (NULL: default edges)."""
     pairs = _pairs(graph, from_nodes, to_nodes, count)
-    for a, b in pairs:
-        if a not in b.deps:
+    datas = graph_edges.read(edge_data, count)
+    for (a, b), data in zip(pairs, datas, strict=True):
+        if a not in b.deps or graph_edges.of(a, b) != data:
             raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "no such edge")
     for a, b in pairs:
         b.deps.remove(a)
+        b.edge_data.pop(a, None)
 
 
 @api
@@ -373,7 +401,7 @@ def cuGraphAddDependencies(graph, from_nodes, to_nodes, count):
 
 @api
 def cuGraphAddDependencies_v2(graph, from_nodes, to_nodes, edge_data, count):
-    add_dependencies(graph, from_nodes, to_nodes, count)
+    add_dependencies(graph, from_nodes, to_nodes, count, edge_data)
 
 
 @api
@@ -383,7 +411,7 @@ def cuGraphRemoveDependencies(graph, from_nodes, to_nodes, count):
 
 @api
 def cuGraphRemoveDependencies_v2(graph, from_nodes, to_nodes, edge_data, count):
-    remove_dependencies(graph, from_nodes, to_nodes, count)
+    remove_dependencies(graph, from_nodes, to_nodes, count, edge_data)
 
 
 @api
@@ -391,6 +419,7 @@ def cuGraphDestroyNode(node):
     target = graphs.node(node)
     for later in dependents(target):
         later.deps.remove(target)
+        later.edge_data.pop(target, None)
     target.graph.nodes.remove(target)
     graphs.drop_node(target)
 

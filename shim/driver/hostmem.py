@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import stat
 
 from vgpu.sealed_files import sealed_file
 
 __all__ = ["map_shared", "map_anonymous", "unmap", "is_mapped", "page_range", "share_in_place",
-           "unshare_in_place"]
+           "unshare_in_place", "shared_file_at"]
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -94,6 +95,37 @@ def share_in_place(address: int, size: int) -> int | None:
     if not _plain_anonymous(start, start + length):
         return None
     return map_shared(length, at=start)[1]
+
+
+def shared_file_at(start: int, end: int) -> tuple[int, int, int] | None:
+    """Where [start, end) lies in a memory file this process maps shared, whole and from its
+    first byte, and holds open: (its descriptor, its size, where it is mapped); else None.
+    Such pages are shared with another process already (a vgpu server maps its clients'
+    pinned buffers so, at the clients' addresses, and registers them with its driver, which
+    may be vgpu's again): registering them shares that same file rather than a new one."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            low, high = (int(x, 16) for x in fields[0].split("-"))
+            if low <= start < high:
+                break
+        else:
+            return None
+    if (end > high or fields[1] != "rw-s" or int(fields[2], 16) != 0
+            or len(fields) < 6 or not fields[5].startswith("/memfd:")):
+        return None
+    inode = int(fields[4])
+    major, minor = (int(x, 16) for x in fields[3].split(":"))
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            info = os.stat(f"/proc/self/fd/{name}")
+        except OSError:  # the listing's own descriptor, or one closed meanwhile
+            continue
+        if (info.st_ino == inode and os.major(info.st_dev) == major
+                and os.minor(info.st_dev) == minor and stat.S_ISREG(info.st_mode)
+                and page_range(low, info.st_size) == (low, high - low)):
+            return int(name), info.st_size, low
+    return None
 
 
 def unshare_in_place(address: int, size: int) -> None:

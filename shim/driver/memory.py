@@ -27,11 +27,12 @@ from .hostmem import (
     map_shared,
     page_range,
     share_in_place,
+    shared_file_at,
     unmap,
     unshare_in_place,
 )
 from .nvidia_runtime import under_nvidia_runtime
-from .vmm import mapped_access
+from .vmm import mapped_access, mapped_device
 
 CU_MEMHOSTALLOC_DEVICEMAP = 0x02
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
@@ -47,10 +48,11 @@ def _alloc(size: int) -> int:
     return allocate(size)
 
 
-def allocate(size: int) -> int:
-    """Device memory now, whatever a stream capture forbids (graph memory nodes take theirs
-    when they are made)."""
-    context = state.current_context()
+def allocate(size: int, context: int | None = None) -> int:
+    """Device memory now (in `context`, else the current one), whatever a stream capture
+    forbids (graph memory nodes and conditional handles take theirs when they are made)."""
+    if context is None:
+        context = state.current_context()
     if size == 0:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes")
     address, _ = state.conn().call("cuMemAlloc", context, size)
@@ -127,17 +129,55 @@ def _host_alloc(size: int, flags: int) -> int:
         address = map_anonymous(size)
         state.host_allocations[address] = HostAllocation(size, flags, None)
         return address
+    # Kernels reach the memory at its address. A server whose device sees host memory at
+    # host addresses maps it at this one in its own process, which is now and then taken
+    # there: another address is tried (the refused ones kept until then, so that none
+    # comes back), and after a few, the memory serves copies only.
+    refused = []
+    try:
+        for _ in range(_HOST_ADDRESS_TRIES):
+            address, segment, unreached = _shared_host_buffer(size)
+            if unreached is None:
+                break
+            refused.append((address, segment))
+        else:
+            address, segment = refused.pop()
+            if flags & CU_MEMHOSTALLOC_DEVICEMAP:
+                _drop_host_buffer(address, segment, size)
+                raise CudaError(E.CUDA_ERROR_OUT_OF_MEMORY,
+                                f"no host memory the device can map: {unreached}")
+    finally:
+        for other, other_segment in refused:
+            _drop_host_buffer(other, other_segment, size)
+    device_pointer = address if unreached is None else None
+    state.host_allocations[address] = HostAllocation(size, flags, segment, None, device_pointer)
+    return address
+
+
+_HOST_ADDRESS_TRIES = 4
+
+
+def _shared_host_buffer(size: int) -> tuple[int, int, str | None]:
+    """A new memory file mapped here and by the server, shown to the device at its address:
+    (address, segment, why kernels do not reach it or None)."""
     try:
         address, fd = map_shared(size)
     except OSError as exc:
         raise CudaError(E.CUDA_ERROR_OUT_OF_MEMORY, f"cannot allocate host memory: {exc}") from None
     segment = state.new_segment_id()
     try:
-        conn.call("vgpuMapHostSegment", segment, fd, size, address)
+        unreached, _ = state.conn().call("vgpuMapHostSegment", segment, fd, size, address)
+    except CudaError:
+        unmap(address, size)
+        raise
     finally:
         os.close(fd)  # both ends have mapped the file (or the server never will)
-    state.host_allocations[address] = HostAllocation(size, flags, segment, None, address)
-    return address
+    return address, segment, unreached
+
+
+def _drop_host_buffer(address: int, segment: int, size: int) -> None:
+    state.conn().call("vgpuUnmapHostSegment", segment)
+    unmap(address, size)
 
 
 @api
@@ -224,8 +264,11 @@ def cuMemHostRegister_v2(p, bytesize, flags):
 def _share_registered(address: int, alloc: HostAllocation) -> bool:
     """With unified addressing, registered memory is device memory too: a kernel may use it
     through its device pointer (the same address). Its pages are shared with a server on
-    this host in place (hostmem.share_in_place); a page backs one segment, so memory sharing
-    a page with another mapped registration stays host-only, as it does for a remote server."""
+    this host in place (hostmem.share_in_place), or through the memory file they are mapped
+    from already (hostmem.shared_file_at); a page backs one segment, so memory sharing a
+    page with another mapped registration stays host-only, as it does for a remote server.
+    A server that cannot show the pages to kernels keeps them for copies only (registered
+    with CU_MEMHOSTREGISTER_DEVICEMAP: refused, saying why)."""
     conn = state.conn()
     if not conn.shares_host_memory:
         return False
@@ -235,22 +278,40 @@ def _share_registered(address: int, alloc: HostAllocation) -> bool:
             low, other_length = page_range(other_start, other.size)
             if low < start + length and start < low + other_length:
                 return False
-    try:
-        fd = share_in_place(address, alloc.size)
-    except OSError:
-        return False
-    if fd is None:
-        return False
+    found = shared_file_at(start, start + length)
+    if found is not None:  # the file is this process's already: it stays open
+        fd, length, start = found
+    else:
+        try:
+            fd = share_in_place(address, alloc.size)
+        except OSError:
+            return False
+        if fd is None:
+            return False
+        alloc.shared_in_place = True
     segment = state.new_segment_id()
     try:
-        conn.call("vgpuMapHostSegment", segment, fd, length, start)
+        unreached, _ = conn.call("vgpuMapHostSegment", segment, fd, length, start)
     except CudaError:
-        unshare_in_place(address, alloc.size)
+        _unshare(address, alloc)
         raise
     finally:
-        os.close(fd)  # both ends have mapped the file (or the server never will)
-    alloc.segment, alloc.segment_offset, alloc.device_pointer = segment, address - start, address
+        if alloc.shared_in_place:
+            os.close(fd)  # both ends have mapped the file (or the server never will)
+    if unreached is not None and alloc.flags & CU_MEMHOSTREGISTER_DEVICEMAP:
+        conn.call("vgpuUnmapHostSegment", segment)
+        _unshare(address, alloc)
+        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED,
+                        f"the server cannot map this host memory into the device: {unreached}")
+    alloc.segment, alloc.segment_offset = segment, address - start
+    alloc.device_pointer = address if unreached is None else None
     return True
+
+
+def _unshare(address: int, alloc: HostAllocation) -> None:
+    """The pages of a registration private again, where it made them shared."""
+    if alloc.shared_in_place:
+        unshare_in_place(address, alloc.size)
 
 
 @api
@@ -262,7 +323,7 @@ def cuMemHostUnregister(p):
     del state.host_allocations[address]
     if alloc.segment is not None:  # after the work queued on it, the pages are private again
         state.conn().call("vgpuUnmapHostSegment", alloc.segment)
-        unshare_in_place(address, alloc.size)
+        _unshare(address, alloc)
 
 
 # ----------------------------------------------------------------- copies
@@ -453,10 +514,18 @@ def _host_rows(dst: int, dst_pitch: int, src: int, src_pitch: int, width: int,
         return
     _check_host_range(src, (height - 1) * src_pitch + width, "source")
     _check_host_range(dst, (height - 1) * dst_pitch + width, "destination")
+
+    def copy(_=None) -> None:
+        for row in range(height):
+            ctypes.memmove(dst + row * dst_pitch, src + row * src_pitch, width)
+
+    recorder = state.recorder()
+    if recorder is not None:  # a graph's host-to-host copy: the client's, when it runs
+        recorder.host_step(copy)
+        return
     if state.find_host(src) is not None or state.find_host(dst) is not None:
         state.conn().synchronize()
-    for row in range(height):
-        ctypes.memmove(dst + row * dst_pitch, src + row * src_pitch, width)
+    copy()
 
 
 @api
@@ -671,7 +740,7 @@ def _pointer_attributes(address: int) -> dict[int, int]:
         6: 1,
         7: start,
         8: int(is_managed),
-        9: state.contexts[context]["device"] if context in state.contexts else 0,
+        9: _device_ordinal(start, context),
         10: 0,  # no IPC
         11: start,
         12: size,
@@ -685,6 +754,15 @@ def _pointer_attributes(address: int) -> dict[int, int]:
         20: start,
         21: 0,
     }
+
+
+def _device_ordinal(start: int, context: int) -> int:
+    """The device memory at `start` is on: a mapping's physical allocation's, else the
+    allocating context's."""
+    mapped = mapped_device(start)
+    if mapped is not None:
+        return mapped
+    return state.contexts[context]["device"] if context in state.contexts else 0
 
 
 def _access_flags(start: int) -> int:

@@ -1,14 +1,17 @@
 """Several devices of one server as peers: peer access between contexts and peer copies.
 
-The devices of a server share each session's memory (see server/session.py), so a kernel
-reaches another device's memory whether or not access was enabled, and a peer copy is a
-device-to-device copy; what CUDA checks about enabling and disabling access is checked here.
+A session's devices share one address space (its arena, see server/session.py), so a peer
+copy is a device-to-device copy, and a kernel reaches a peer's memory where the server says
+the devices are peers (on emu always; on a GPU where its driver says, whose backend grants
+each allocation to the devices that can reach it), whether or not access was enabled. What
+CUDA checks about enabling and disabling access is checked here.
 """
 
 from __future__ import annotations
 
 from . import managed
 from ._state import CudaError, E, Kind, api, check_out, handle_of, state
+from .device import can_access_peer
 from .memory import _check_stream, _dtod
 
 P2P_PERFORMANCE_RANK, P2P_ACCESS_SUPPORTED, P2P_NATIVE_ATOMIC_SUPPORTED = 1, 2, 3
@@ -22,9 +25,13 @@ def _context(ctx) -> int:
 def _peer_pair(peer_context) -> tuple[int, int]:
     current = state.current_context()
     peer = _context(peer_context)
-    if state.contexts[current]["device"] == state.contexts[peer]["device"]:
+    device, peer_device = state.contexts[current]["device"], state.contexts[peer]["device"]
+    if device == peer_device:
         raise CudaError(E.CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
                         "a context's device is not a peer of itself")
+    if not can_access_peer(device, peer_device):
+        raise CudaError(E.CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
+                        f"device {device} cannot access device {peer_device}'s memory")
     return current, peer
 
 
@@ -60,8 +67,10 @@ def cuDeviceGetP2PAttribute(value, attrib, src_device, dst_device):
     state.device_description(dst_device)
     if src_device == dst_device:
         raise CudaError(E.CUDA_ERROR_INVALID_DEVICE, "a device is not a peer of itself")
-    answers = {P2P_PERFORMANCE_RANK: 0, P2P_ACCESS_SUPPORTED: 1, P2P_NATIVE_ATOMIC_SUPPORTED: 1,
-               P2P_CUDA_ARRAY_ACCESS_SUPPORTED: 1, P2P_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED: 0}
+    can = int(can_access_peer(src_device, dst_device))
+    answers = {P2P_PERFORMANCE_RANK: 0, P2P_ACCESS_SUPPORTED: can,
+               P2P_NATIVE_ATOMIC_SUPPORTED: can, P2P_CUDA_ARRAY_ACCESS_SUPPORTED: can,
+               P2P_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED: 0}
     if attrib not in answers:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown peer attribute {attrib}")
     value[0] = answers[attrib]

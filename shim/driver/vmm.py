@@ -27,6 +27,12 @@ def mapped_access(address: int) -> int | None:
     return state.mappings.get(address)
 
 
+def mapped_device(address: int) -> int | None:
+    """The device whose memory the mapping at `address` (its start) shows, or None: not a
+    mapping (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: where the physical allocation is)."""
+    return state.mapping_devices.get(address)
+
+
 def _check_location(location) -> None:
     """Where memory can be, or be reached from: a device."""
     if location.type != CU_MEM_LOCATION_TYPE_DEVICE:
@@ -89,6 +95,7 @@ def cuMemCreate(handle, size, prop, flags):
     properties = _properties(prop)
     new = state.new_handle(Kind.MEMORY)
     state.conn().call("cuMemCreate", new, size, properties)
+    state.memory_devices[new] = prop.location.id
     handle[0] = new
 
 
@@ -122,6 +129,7 @@ def cuMemMap(address, size, offset, handle, flags):
     state.conn().call("cuMemMap", address, size, offset, handle)
     state.add_allocation(address, size, 0)
     state.mappings[address] = 0  # no access until cuMemSetAccess
+    state.mapping_devices[address] = state.memory_devices.get(handle, 0)
 
 
 @api
@@ -130,6 +138,7 @@ def cuMemUnmap(address, size):
     for start in unmapped:
         state.remove_allocation(start)
         del state.mappings[start]
+        state.mapping_devices.pop(start, None)
 
 
 @api
@@ -138,7 +147,8 @@ def cuMemSetAccess(address, size, desc, count):
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "no access descriptors")
     for i in range(count):
         _check_location(desc[i].location)
-    access = desc[count - 1].flags  # each names device 0: the last one counts
+    # The devices of a server share the session's memory: the last descriptor counts.
+    access = desc[count - 1].flags
     changed, _ = state.conn().call("cuMemSetAccess", address, size, access)
     for start in changed:
         state.mappings[start] = access

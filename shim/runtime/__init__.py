@@ -24,6 +24,7 @@ from . import (
     channels,
     device,
     errors,
+    graph_symbol_copies,
     graphs,
     hints,
     ipc,
@@ -39,7 +40,7 @@ from . import (
 )
 
 _MODULES = (registration, launch, device, errors, memory, managed, peers, stream, occupancy,
-            channels, textures, graphs, ipc, hints, libraries)
+            channels, textures, graphs, graph_symbol_copies, ipc, hints, libraries)
 
 
 def _implemented() -> dict:

@@ -4,7 +4,16 @@ pointers and cudaMemcpyKind, memsets by cudaMemsetParams)."""
 
 from __future__ import annotations
 
-from ..driver import graph_capture, graph_exec, graph_generic, graph_memory, graph_nodes
+from ..driver import (
+    graph_capture,
+    graph_conditional,
+    graph_dot,
+    graph_exec,
+    graph_generic,
+    graph_kernel_attributes,
+    graph_memory,
+    graph_nodes,
+)
 from ..driver import graphs as driver_graphs
 from ..driver.graph_model import (
     CHILD_GRAPH,
@@ -19,8 +28,10 @@ from ..driver.graph_model import (
 )
 from ..driver.launch import _check_config
 from ..driver.memory import CU_MEMORYTYPE_ARRAY, _is_device, copy_side
-from ._state import CudaError, E, api, check_out, ffi, ptr, set_pointer
+from ._state import CudaError, E, api, check_out, current_context, ffi, ptr, set_pointer
 from .launch import function_layout
+from .memory import DEFAULT as MEMCPY_DEFAULT
+from .registration import registry
 
 __all__ = [
     "cudaGraphCreate", "cudaGraphDestroy", "cudaGraphAddKernelNode",
@@ -48,6 +59,11 @@ __all__ = [
     "cudaGraphExecEventWaitNodeSetEvent", "cudaGraphNodeSetEnabled", "cudaGraphNodeGetEnabled",
     "cudaGraphAddNode", "cudaGraphNodeSetParams", "cudaGraphExecNodeSetParams",
     "cudaDeviceGetGraphMemAttribute", "cudaDeviceSetGraphMemAttribute", "cudaDeviceGraphMemTrim",
+    "cudaGraphConditionalHandleCreate", "cudaGraphInstantiateWithParams",
+    "cudaGraphExecGetFlags", "cudaGraphEventRecordNodeGetEvent", "cudaGraphEventWaitNodeGetEvent",
+    "cudaGraphMemcpyNodeGetParams", "cudaGraphExecChildGraphNodeSetParams",
+    "cudaGraphKernelNodeSetAttribute", "cudaGraphKernelNodeGetAttribute",
+    "cudaGraphKernelNodeCopyAttributes", "cudaGraphDebugDotPrint",
 ]
 
 _driver = {name: getattr(driver_graphs, name).__wrapped__ for name in dir(driver_graphs)
@@ -100,12 +116,41 @@ def cudaGraphKernelNodeGetParams(node, p):
     check_out(p)
     target = driver_graphs._of_kind(node, KERNEL)
     params = target.params
-    p.func = ffi.cast("void *", params.get("host_function", params["function"]))
+    p.func = ffi.cast("void *", params.get("host_function") or _host_stub(params["function"]))
     p.gridDim.x, p.gridDim.y, p.gridDim.z = params["grid"]
     p.blockDim.x, p.blockDim.y, p.blockDim.z = params["block"]
     p.sharedMemBytes = params["shared"]
     p.kernelParams = ffi.cast("void **", graph_nodes.kernel_param_pointers(params))
     p.extra = ffi.NULL
+
+
+def _host_stub(function: int) -> int:
+    """The host stub of the registered kernel last launched as driver function `function`
+    (a captured launch's node knows only the function), else the function itself."""
+    for kernel in registry.kernels.values():
+        if kernel.last_use[1] == function:
+            return kernel.host_function
+    return function
+
+
+@api
+def cudaGraphKernelNodeSetAttribute(node, attr, value):
+    graph_kernel_attributes.set_attribute(node, attr, value)
+
+
+@api
+def cudaGraphKernelNodeGetAttribute(node, attr, value_out):
+    graph_kernel_attributes.get_attribute(node, attr, value_out)
+
+
+@api
+def cudaGraphKernelNodeCopyAttributes(dst, src):
+    graph_kernel_attributes.copy_attributes(dst, src)
+
+
+@api
+def cudaGraphDebugDotPrint(graph, path, flags):
+    graph_dot.cuGraphDebugDotPrint.__wrapped__(graph, path, flags)
 
 
 @api
@@ -140,7 +185,7 @@ def _memcpy3d(p):
     steps = graph_nodes.memcpy_steps(_side(p.dstArray, p.dstPos, p.dstPtr, extent),
                                      _side(p.srcArray, p.srcPos, p.srcPtr, extent),
                                      extent.width, extent.height, extent.depth)
-    return steps, {}
+    return steps, {"copy3d": ffi.new("struct cudaMemcpy3DParms *", p[0])}
 
 
 @api
@@ -199,6 +244,26 @@ def cudaGraphExecMemcpyNodeSetParams1D(executable, node, dst, src, size, kind):
 @api
 def cudaGraphExecMemsetNodeSetParams(executable, node, p):
     graph_exec.set_node(executable, node, MEMSET, lambda: _memset(p))
+
+
+@api
+def cudaGraphMemcpyNodeGetParams(node, p):
+    """The node's parameters as given; a 1D copy's as the 3D copy of one row it is."""
+    check_out(p)
+    params = driver_graphs._of_kind(node, MEMCPY).params
+    if "copy3d" in params:
+        p[0] = params["copy3d"][0]
+        return
+    ffi.memmove(p, bytes(ffi.sizeof(p[0])), ffi.sizeof(p[0]))
+    if "size" not in params:  # a driver API node: its parameters are a CUDA_MEMCPY3D
+        raise CudaError(E.cudaErrorInvalidValue,
+                        "the node was made by the driver API: ask cuGraphMemcpyNodeGetParams")
+    size = params["size"]
+    for side, address in ((p.srcPtr, params["src"]), (p.dstPtr, params["dst"])):
+        side.ptr = ffi.cast("void *", address)
+        side.pitch, side.xsize, side.ysize = size, size, 1
+    p.extent.width, p.extent.height, p.extent.depth = size, 1, 1
+    p.kind = MEMCPY_DEFAULT  # unified addressing tells the sides apart
 
 
 @api
@@ -282,6 +347,21 @@ def cudaGraphExecHostNodeSetParams(executable, node, p):
 
 
 @api
+def cudaGraphEventRecordNodeGetEvent(node, event_out):
+    driver_graphs.cuGraphEventRecordNodeGetEvent.__wrapped__(node, event_out)
+
+
+@api
+def cudaGraphEventWaitNodeGetEvent(node, event_out):
+    driver_graphs.cuGraphEventWaitNodeGetEvent.__wrapped__(node, event_out)
+
+
+@api
+def cudaGraphExecChildGraphNodeSetParams(executable, node, child):
+    graph_exec.set_child(executable, node, child)
+
+
+@api
 def cudaGraphEventRecordNodeSetEvent(node, event):
     driver_graphs.cuGraphEventRecordNodeSetEvent.__wrapped__(node, event)
 
@@ -346,6 +426,12 @@ def cudaGraphAddEventWaitNode(out, graph, deps, count, event):
                       lambda: graph_nodes.event_steps(event, "cuStreamWaitEvent"))
 
 
+@api
+def cudaGraphConditionalHandleCreate(handle_out, graph, default, flags):
+    check_out(handle_out)
+    handle_out[0] = graph_conditional.create_handle(graph, current_context(), default, flags)
+
+
 # ----------------------------------------------------------------- executable graphs
 
 @api
@@ -356,6 +442,20 @@ def cudaGraphInstantiate(exec_out, graph, flags):
 @api
 def cudaGraphInstantiateWithFlags(exec_out, graph, flags):
     set_pointer(exec_out, graph_exec.instantiate(graph, flags).handle)
+
+
+@api
+def cudaGraphInstantiateWithParams(exec_out, graph, params):
+    check_out(params)
+    params.result_out = 0  # cudaGraphInstantiateSuccess
+    params.errNode_out = ffi.NULL
+    set_pointer(exec_out, graph_exec.instantiate(graph, params.flags,
+                                                 params.uploadStream).handle)
+
+
+@api
+def cudaGraphExecGetFlags(executable, flags_out):
+    graph_exec.cuGraphExecGetFlags.__wrapped__(executable, flags_out)
 
 
 @api
@@ -417,12 +517,12 @@ def cudaGraphNodeGetDependentNodes(node, out, edge_data, count):
 
 @api
 def cudaGraphAddDependencies(graph, from_nodes, to_nodes, edge_data, count):
-    driver_graphs.add_dependencies(graph, from_nodes, to_nodes, count)
+    driver_graphs.add_dependencies(graph, from_nodes, to_nodes, count, edge_data)
 
 
 @api
 def cudaGraphRemoveDependencies(graph, from_nodes, to_nodes, edge_data, count):
-    driver_graphs.remove_dependencies(graph, from_nodes, to_nodes, count)
+    driver_graphs.remove_dependencies(graph, from_nodes, to_nodes, count, edge_data)
 
 
 @api
@@ -474,7 +574,7 @@ def cudaStreamGetCaptureInfo(stream, status_out, id_out, graph_out, deps_out, ed
 
 @api
 def cudaStreamUpdateCaptureDependencies(stream, deps, edge_data, count, flags):
-    graph_capture.update_dependencies(stream, deps, count, flags)
+    graph_capture.update_dependencies(stream, deps, count, flags, edge_data)
 
 
 @api
@@ -493,7 +593,7 @@ RUNTIME = graph_generic.Kinds(
 
 @api
 def cudaGraphAddNode(out, graph, deps, edge_data, count, p):
-    graph_generic.add_node(out, graph, deps, count, p, RUNTIME)
+    graph_generic.add_node(out, graph, deps, count, p, RUNTIME, edge_data)
 
 
 @api

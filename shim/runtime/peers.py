@@ -4,6 +4,7 @@ what they are there)."""
 from __future__ import annotations
 
 from ..driver import peers as driver_peers
+from ..driver.device import can_access_peer
 from ..driver.memory import _check_stream
 from ._state import CudaError, E, api, check_out, driver_state, primary_context, ptr
 from .device import current_device
@@ -18,6 +19,9 @@ def _pair(peer_device: int) -> tuple[int, int]:
     device = current_device()
     if peer_device == device:  # cudaDeviceCanAccessPeer says 0: unsupported, as CUDA says
         raise CudaError(E.cudaErrorPeerAccessUnsupported, "a device is not a peer of itself")
+    if not can_access_peer(device, peer_device):
+        raise CudaError(E.cudaErrorPeerAccessUnsupported,
+                        f"device {device} cannot access device {peer_device}'s memory")
     return primary_context(device), primary_context(peer_device)
 
 

@@ -4,9 +4,10 @@ Every test of the suite takes `device` (or `make_device` for several backends) a
 per backend: `emu` in this process, and `cuda`, which needs a CUDA driver. Where this machine
 has none (no GPU), the `cuda` tests run nested, as the `cuda`-backend server does in the other
 tests: the suite runs once more, in a subprocess under `vgpu run --server INNER` (INNER an emu
-server), so that cuda-python's driver calls go to vgpu's driver; each `cuda` test here then
-reports the result of its twin there. `VGPU_CONTRACT_CUDA=direct` runs the `cuda` tests in
-this process instead: on a machine with a GPU, and inside the nested run.
+server offering two devices), so that cuda-python's driver calls go to vgpu's driver; each
+`cuda` test here then reports the result of its twin there. `VGPU_CONTRACT_CUDA=direct`
+runs the `cuda` tests in this process instead: on a machine with a GPU, and inside the
+nested run.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def nested_results(contract_build, tmp_path_factory) -> tuple[dict[str, tuple[st
     (verdict, text) by its name, and the run's output."""
     folder = tmp_path_factory.mktemp("nested-contract")
     report = folder / "report.xml"
-    with emu_server(folder) as address:
+    with emu_server(folder, "--devices", "2") as address:
         result = run_under_vgpu(
             address, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
             "-k", "cuda", f"--junitxml={report}", str(HERE / "test_backend_contract.py"),
@@ -118,11 +119,12 @@ def nested_twin(request) -> NestedResult | None:
 
 @pytest.fixture
 def make_device(request):
-    """make_device(kind): a Device, closed at the test's end."""
+    """make_device(kind, devices=1): a Device (with `devices` regions), closed at the test's
+    end."""
     made: list[Device] = []
 
-    def make(kind: str) -> Device:
-        made.append(Device(kind))
+    def make(kind: str, devices: int = 1) -> Device:
+        made.append(Device(kind, devices))
         return made[-1]
 
     yield make

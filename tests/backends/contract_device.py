@@ -37,30 +37,35 @@ def ptr(address: int) -> bytes:
 # ----------------------------------------------------------------- a backend and its arena
 
 class Device:
-    """A backend as a session drives it: addresses from an arena (the first session slot's),
-    memory mapped there, modules loaded with their variables in the arena where the backend
-    asks for places."""
+    """A backend as a session drives it: addresses from an arena (the first session slot's,
+    split in a region per device), memory mapped there, modules loaded with their variables
+    in the arena where the backend asks for places."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, devices: int = 1):
         self.backend: Backend = open_backend(kind)
         self.arena = VaArena(ARENA_BASE, ARENA_SPAN)
+        self.arena.split(devices)
         self.closed = False
-        self.backend.attach_arena(self.arena.base, self.arena.size)
+        self.backend.attach_arena(self.arena.base, self.arena.size, self.arena.region_starts())
 
-    def alloc(self, size: int, at: int | None = None) -> int:
-        address = self.arena.alloc(size, at)
+    def alloc(self, size: int, at: int | None = None, device: int = 0) -> int:
+        address = self.arena.alloc(size, at, region=device)
         assert address is not None, f"the arena has no room for {size} bytes at {at}"
         with self.backend.running():
-            self.backend.map(address, size)
+            self.backend.map(address, size, device=device)
         return address
+
+    def region_of(self, address: int) -> int:
+        """The device whose region of the arena holds `address`."""
+        return sum(start <= address for start in self.arena.region_starts()) - 1
 
     def free(self, address: int) -> None:
         with self.backend.running():
             self.backend.unmap(address)
         self.arena.free(address)
 
-    def upload(self, data: bytes, at: int | None = None) -> int:
-        address = self.alloc(len(data), at)
+    def upload(self, data: bytes, at: int | None = None, device: int = 0) -> int:
+        address = self.alloc(len(data), at, device)
         self.write(address, data)
         return address
 
@@ -74,7 +79,8 @@ class Device:
             self.backend.read_into(address, memoryview(out))
         return bytes(out)
 
-    def load(self, image: bytes, places: list[int] | None = None) -> LoadedModule:
+    def load(self, image: bytes, places: list[int] | None = None,
+             device: int = 0) -> LoadedModule:
         """Load a module; its variables at the arena's next free places, or at `places`
         (where a restore puts them back). The module's `places` say where they went."""
         wanted = iter(places) if places is not None else None
@@ -82,13 +88,13 @@ class Device:
 
         def allocate(size: int, managed: bool = False) -> int:
             address = self.arena.alloc(size, next(wanted) if wanted else None,
-                                       MANAGED_ALIGNMENT if managed else None)
+                                       MANAGED_ALIGNMENT if managed else None, device)
             assert address is not None, f"no room for a {size}-byte module variable"
             allocated.append(address)
             return address
 
         with self.backend.running():
-            module = self.backend.load_module(image, allocate)
+            module = self.backend.load_module(image, allocate, device)
         module.places = allocated
         return module
 

@@ -10,6 +10,9 @@ tests and the end-to-end programs cover them on every backend.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import mmap
 import os
 import struct
 import threading
@@ -18,6 +21,7 @@ import pytest
 from contract_device import KINDS, f32, f64, i32, ptr
 
 from vgpu.errors import CudaError
+from vgpu.sealed_files import sealed_file
 from vgpu.server.backends.base import Cancelled, KernelFault
 
 MIB = 1 << 20
@@ -48,6 +52,49 @@ def test_the_device_is_described(device):
     assert described.attributes[CU_DEVICE_ATTRIBUTE_WARP_SIZE] == 32
     assert described.attributes[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK] >= 512
     assert described.attributes[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT] >= 1
+
+
+def test_two_devices_hold_memory_and_run_kernels_over_each_others(kind, make_device, kernels):
+    """emu's devices are views of one; cuda's are the driver's GPUs (nested: the two an emu
+    server offers). Memory on each, a module on each: a kernel on device 1 reads device 0's
+    memory and writes its own, copies go between them, and device 1's physical memory is
+    read and written as checkpoints and restores do."""
+    device = make_device(kind, devices=2)
+    backend = device.backend
+    if (backend.devices_driven() or 2) < 2:
+        pytest.skip("the driver here offers one GPU")
+    assert backend.describe_device(0).uuid != backend.describe_device(1).uuid
+    assert backend.can_access_peer(1, 0) and backend.can_access_peer(0, 1)
+    assert not backend.can_access_peer(1, 1)
+    x = [i * 0.5 for i in range(300)]
+    source = device.upload(as_floats(x), device=0)
+    result = device.upload(bytes(4 * len(x)), device=1)
+    assert result >= device.arena.region_starts()[1] > source
+    if kind == "cuda":  # each device's memory where its driver says it is
+        from cuda.bindings import driver as cu
+
+        ordinal = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+        with backend.running():
+            found = [cu.cuPointerGetAttribute(ordinal, a) for a in (source, result)]
+        assert [(int(error), value) for error, value in found] == [(0, 0), (0, 1)]
+    module = device.load(kernels.ptx, device=1)
+    device.launch(module, "axpb", 2, 256, ptr(result), ptr(source), f32(2.0), i32(len(x)),
+                  f64(1.0))
+    assert floats(device.read(result, 4 * len(x))) == [2.0 * v + 1.0 for v in x]
+    with backend.running():
+        backend.copy(source, result + 4, 8)
+        backend.fill(result, b"\x07", 4)
+    assert floats(device.read(source, 8)) == [2.0 * v + 1.0 for v in x[1:3]]
+    assert device.read(result, 4) == b"\x07" * 4
+    counter = module.variables["counter"][0]
+    assert device.region_of(counter) == 1 and device.read(counter, 4) == i32(1000)
+    with backend.running():  # a checkpoint's and a restore's copies of device 1's memory
+        contents = bytearray(b"on device 1".ljust(2 * MIB, b"\0"))
+        physical = backend.create_physical(2 * MIB, contents, device=1)
+        out = bytearray(11)
+        backend.read_physical(physical, 0, memoryview(out))
+        backend.release_physical(physical)
+    assert out == b"on device 1"
 
 
 # ----------------------------------------------------------------- memory at fixed addresses
@@ -270,6 +317,82 @@ def test_after_cancel_no_kernel_runs(device, kernels):
     canceller.join()
     with pytest.raises(Cancelled):
         device.launch(module, "store_at", 1, 1, ptr(target), i32(9))
+
+
+# ----------------------------------------------------------------- host memory (zero copy)
+
+@contextlib.contextmanager
+def host_buffer(size: int):
+    """A memory file mapped shared in this process, as a session maps a client's page-locked
+    buffer: (its bytes, their address). The descriptor stays open meanwhile, as the
+    session's does (a driver that is vgpu's own shares the file through it)."""
+    fd = sealed_file("contract-host", size)
+    mapping = mmap.mmap(fd, size)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(mapping))  # no export is kept
+    try:
+        yield mapping, address
+    finally:
+        mapping.close()
+        os.close(fd)
+
+
+def test_kernels_and_copies_reach_a_host_buffer_shown_at_its_own_address(device, kernels):
+    """Zero copy: a buffer shown to the device where it is in the process (a session maps a
+    client's there) is memory that kernels use through that address, before and after a
+    recovery from a fault, and that copies reach."""
+    module = device.load(kernels.ptx)
+    with host_buffer(8192) as (buffer, address):
+        view = memoryview(buffer)
+        try:
+            with device.backend.running():
+                assert device.backend.map_host(address, 8192, view) is None
+            device.launch(module, "store_at", 1, 1, ptr(address + 4096), i32(77))
+            assert buffer[4096:4100] == i32(77)
+            buffer[8:12] = b"abcd"
+            assert device.read(address + 8, 4) == b"abcd"
+            device.write(address + 16, b"wxyz")
+            assert buffer[16:20] == b"wxyz"
+            nowhere = device.arena.base + device.arena.size - 4 * MIB
+            with pytest.raises(CudaError):
+                device.launch(module, "store_at", 1, 1, ptr(nowhere), i32(9))
+            with device.backend.running():
+                device.backend.unload_module(module)
+            for place in module.places:
+                device.arena.free(place)
+            with device.backend.running():
+                device.backend.recover()
+            module = device.load(kernels.ptx)
+            device.launch(module, "store_at", 1, 1, ptr(address + 4100), i32(78))
+            assert buffer[4096:4104] == i32(77) + i32(78)
+            with device.backend.running():
+                device.backend.unmap(address)
+        finally:
+            view.release()
+
+
+def test_a_host_buffer_shown_elsewhere_serves_copies(device, kernels):
+    """Where the session could not map a client's buffer at the client's address, the
+    backend is shown it at an address where it is not in this process: copies reach it,
+    and kernels too unless the backend says why not (its device needs host addresses)."""
+    with host_buffer(4096) as (buffer, address):
+        elsewhere = 0x6000_0000_0000 + address % (1 << 40) // 4096 * 4096
+        view = memoryview(buffer)
+        try:
+            with device.backend.running():
+                unreached = device.backend.map_host(elsewhere, 4096, view)
+            assert (unreached is None) == (not device.backend.host_buffers_at_client_addresses)
+            device.write(elsewhere + 4, b"wxyz")
+            assert buffer[4:8] == b"wxyz"
+            if unreached is None:
+                module = device.load(kernels.ptx)
+                device.launch(module, "store_at", 1, 1, ptr(elsewhere + 8), i32(5))
+                assert buffer[8:12] == i32(5)
+            else:
+                assert "not free in the server's process" in unreached
+            with device.backend.running():
+                device.backend.unmap(elsewhere)
+        finally:
+            view.release()
 
 
 # ----------------------------------------------------------------- physical memory (VMM)

@@ -44,6 +44,11 @@ def kernels_ptx(toolkit, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def graph_kernels_ptx(toolkit, tmp_path_factory) -> Path:
+    return _ptx_file(toolkit, tmp_path_factory, HERE / "graph_kernels.cu")
+
+
+@pytest.fixture(scope="session")
 def driver_app(toolkit) -> Path:
     return toolkit.c_program((HERE / "driver_app.c").read_text())
 
@@ -122,6 +127,11 @@ def driver_streams(toolkit) -> Path:
 @pytest.fixture(scope="session")
 def driver_ipc(toolkit) -> Path:
     return toolkit.c_program((HERE / "driver_ipc.c").read_text())
+
+
+@pytest.fixture(scope="session")
+def driver_ipc_ordered(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_ipc_ordered.c").read_text())
 
 
 @pytest.fixture(scope="session")

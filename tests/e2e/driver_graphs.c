@@ -1,9 +1,11 @@
 /* CUDA graphs through the driver API: a graph built node by node (memset, kernels, a host
  * node, an empty join, a child graph, a copy to pinned memory, an event record), its
  * structure queried, launched twice, a kernel node updated in the executable graph and by
- * cuGraphExecUpdate; a stream capture spread over two streams by events; CUDA's errors for
- * misuse. Every result is checked against values computed here. Usage: driver_graphs
- * KERNELS.ptx (tests/e2e/kernels.cu: scale multiplies, add_bias adds 0.25). */
+ * cuGraphExecUpdate; a stream capture spread over two streams by events; conditional nodes
+ * (IF, WHILE) whose condition kernels set; a host-to-host copy node; edge data; a graph
+ * launched by a kernel; CUDA's errors for misuse. Every result is checked against values computed here. Usage: driver_graphs
+ * KERNELS.ptx GRAPH_KERNELS.ptx (tests/e2e/kernels.cu: scale multiplies, add_bias adds 0.25;
+ * tests/e2e/graph_kernels.cu: kernels that set conditions and launch graphs). */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,6 +212,22 @@ int main(int argc, char **argv) {
     EXPECT(all_equal(out, 2.0f * 3 + 0.25f));
     CHECK(cuMemcpyDtoH(out, y, N * sizeof(float)));
     EXPECT(all_equal(out, 2.0f * 4));
+    /* a cooperative launch captured: a kernel node that launches cooperatively */
+    CUgraph cooperative;
+    CHECK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(cuLaunchCooperativeKernel(scale, (N + 127) / 128, 1, 1, 128, 1, 1, 0, stream,
+                                    scale3));
+    CHECK(cuStreamEndCapture(stream, &cooperative));
+    CHECK(cuGraphGetNodes(cooperative, NULL, &count));
+    EXPECT(count == 1);
+    CUgraphExec cooperative_exec;
+    CHECK(cuGraphInstantiate(&cooperative_exec, cooperative, 0));
+    CHECK(cuGraphLaunch(cooperative_exec, stream));
+    CHECK(cuStreamSynchronize(stream));
+    CHECK(cuMemcpyDtoH(out, x, N * sizeof(float)));
+    EXPECT(all_equal(out, (2.0f * 3 + 0.25f) * 3));
+    CHECK(cuGraphExecDestroy(cooperative_exec));
+    CHECK(cuGraphDestroy(cooperative));
     printf("driver_graphs: captured graph ran\n");
 
     /* memory nodes: alloc -> memset(1.0) -> scale(3) -> copy to pinned -> free */
@@ -270,6 +288,188 @@ int main(int argc, char **argv) {
     EXPECT(used == N * sizeof(float));
     CHECK(cuDeviceGraphMemTrim(dev));
     printf("driver_graphs: memory nodes ran\n");
+
+    /* conditional nodes: IF runs its body when the kernel before it sets the condition;
+     * WHILE (condition 1 at each launch) counts down until its kernel clears it */
+    CUmodule cond_mod;
+    CUfunction set_condition, count_down;
+    char *cond_ptx = read_file(argc > 2 ? argv[2] : "graph_kernels.ptx");
+    EXPECT(cond_ptx != NULL);
+    CHECK(cuModuleLoadData(&cond_mod, cond_ptx));
+    CHECK(cuModuleGetFunction(&set_condition, cond_mod, "set_condition"));
+    CHECK(cuModuleGetFunction(&count_down, cond_mod, "count_down"));
+    CUdeviceptr flag, left, steps;
+    CHECK(cuMemAlloc(&flag, sizeof(int)));
+    CHECK(cuMemAlloc(&left, sizeof(int)));
+    CHECK(cuMemAlloc(&steps, sizeof(int)));
+    CUgraph cond_graph, if_body, while_body;
+    CHECK(cuGraphCreate(&cond_graph, 0));
+    CUgraphConditionalHandle if_handle, while_handle;
+    CHECK(cuGraphConditionalHandleCreate(&if_handle, cond_graph, ctx, 0, 0));
+    CHECK(cuGraphConditionalHandleCreate(&while_handle, cond_graph, ctx, 1,
+                                         CU_GRAPH_COND_ASSIGN_DEFAULT));
+    CUDA_MEMSET_NODE_PARAMS ones = ms; /* x = 1.0f */
+    CUgraphNode reset, setter, if_node, while_node, body_node;
+    CHECK(cuGraphAddMemsetNode(&reset, cond_graph, NULL, 0, &ones, ctx));
+    void *set_args[] = {&if_handle, &flag};
+    CUDA_KERNEL_NODE_PARAMS sp = kernel_params(set_condition, set_args);
+    sp.gridDimX = 1; sp.blockDimX = 1;
+    CHECK(cuGraphAddKernelNode(&setter, cond_graph, &reset, 1, &sp));
+    CUgraphNodeParams cond;
+    memset(&cond, 0, sizeof cond);
+    cond.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    cond.conditional.handle = if_handle;
+    cond.conditional.type = CU_GRAPH_COND_TYPE_IF;
+    cond.conditional.size = 1;
+    cond.conditional.phGraph_out = &if_body;
+    cond.conditional.ctx = ctx;
+    CHECK(cuGraphAddNode(&if_node, cond_graph, &setter, NULL, 1, &cond));
+    CUDA_KERNEL_NODE_PARAMS body_scale = kernel_params(scale, scale3); /* x *= 3 */
+    CHECK(cuGraphAddKernelNode(&body_node, if_body, NULL, 0, &body_scale));
+    cond.conditional.handle = while_handle;
+    cond.conditional.type = CU_GRAPH_COND_TYPE_WHILE;
+    cond.conditional.phGraph_out = &while_body;
+    CHECK(cuGraphAddNode(&while_node, cond_graph, &if_node, NULL, 1, &cond));
+    void *down_args[] = {&while_handle, &left, &steps};
+    CUDA_KERNEL_NODE_PARAMS dp = kernel_params(count_down, down_args);
+    dp.gridDimX = 1; dp.blockDimX = 1;
+    CHECK(cuGraphAddKernelNode(&body_node, while_body, NULL, 0, &dp));
+    CHECK(cuGraphNodeGetType(while_node, &type));
+    EXPECT(type == CU_GRAPH_NODE_TYPE_CONDITIONAL);
+    CUgraphExec cond_exec;
+    CHECK(cuGraphInstantiate(&cond_exec, cond_graph, 0));
+    for (int round = 0; round < 2; round++) {
+        int flag_value = round == 0 ? 3 : 0, start = 4 + round, zero = 0, got_left, got_steps;
+        CHECK(cuMemcpyHtoD(flag, &flag_value, sizeof(int)));
+        CHECK(cuMemcpyHtoD(left, &start, sizeof(int)));
+        CHECK(cuMemcpyHtoD(steps, &zero, sizeof(int)));
+        CHECK(cuGraphLaunch(cond_exec, stream));
+        CHECK(cuStreamSynchronize(stream));
+        CHECK(cuMemcpyDtoH(out, x, N * sizeof(float)));
+        EXPECT(all_equal(out, flag_value ? 3.0f : 1.0f));
+        CHECK(cuMemcpyDtoH(&got_left, left, sizeof(int)));
+        CHECK(cuMemcpyDtoH(&got_steps, steps, sizeof(int)));
+        EXPECT(got_left == 0 && got_steps == start);
+    }
+    cond.conditional.type = CU_GRAPH_COND_TYPE_SWITCH;
+    cond.conditional.size = 0;
+    EXPECT_CODE(CUDA_ERROR_INVALID_VALUE, cuGraphAddNode(&extra, cond_graph, NULL, NULL, 0,
+                                                         &cond));
+    cond.conditional.size = 1;
+    cond.conditional.handle = 0;
+    EXPECT_CODE(CUDA_ERROR_INVALID_VALUE, cuGraphAddNode(&extra, cond_graph, NULL, NULL, 0,
+                                                         &cond));
+    EXPECT_CODE(CUDA_ERROR_INVALID_VALUE, cuGraphDestroy(if_body)); /* the node owns it */
+    CHECK(cuGraphExecDestroy(cond_exec));
+    CHECK(cuGraphDestroy(cond_graph));
+    printf("driver_graphs: conditional nodes ran\n");
+
+    /* a host-to-host copy node, after a copy to pinned memory, at each launch */
+    CUgraph host_copies;
+    CUgraphNode to_pinned, to_pageable;
+    CHECK(cuGraphCreate(&host_copies, 0));
+    CUDA_MEMCPY3D d2h = m;
+    d2h.srcDevice = y;
+    CHECK(cuGraphAddMemcpyNode(&to_pinned, host_copies, NULL, 0, &d2h, ctx));
+    float *pageable = calloc(N, sizeof(float));
+    CUDA_MEMCPY3D h2h = m;
+    h2h.srcMemoryType = CU_MEMORYTYPE_HOST; h2h.srcHost = out;
+    h2h.dstMemoryType = CU_MEMORYTYPE_HOST; h2h.dstHost = pageable;
+    CHECK(cuGraphAddMemcpyNode(&to_pageable, host_copies, &to_pinned, 1, &h2h, ctx));
+    CUgraphExec host_copies_exec;
+    CHECK(cuGraphInstantiate(&host_copies_exec, host_copies, 0));
+    for (int round = 1; round <= 2; round++) {
+        CHECK(cuMemsetD32(y, round == 1 ? 0x41000000 : 0x41100000, N)); /* 8.0f, 9.0f */
+        CHECK(cuGraphLaunch(host_copies_exec, stream));
+        CHECK(cuStreamSynchronize(stream));
+        EXPECT(all_equal(pageable, round == 1 ? 8.0f : 9.0f));
+    }
+    CHECK(cuGraphExecDestroy(host_copies_exec));
+    CHECK(cuGraphDestroy(host_copies));
+    free(pageable);
+    printf("driver_graphs: host-to-host copy node ran\n");
+
+    /* edge data: a programmatic edge added between two kernel nodes, handed back by the
+     * _v2 queries (the plain query refuses to lose it), then a capture continuing from it */
+    CUgraph edged;
+    CUgraphNode first, second;
+    CHECK(cuGraphCreate(&edged, 0));
+    CUgraphNode edged_set;
+    CHECK(cuGraphAddMemsetNode(&edged_set, edged, NULL, 0, &ones, ctx)); /* x = 1.0f */
+    CUDA_KERNEL_NODE_PARAMS kp3 = kernel_params(scale, scale3);
+    CHECK(cuGraphAddKernelNode(&first, edged, &edged_set, 1, &kp3));
+    CHECK(cuGraphAddKernelNode(&second, edged, NULL, 0, &bp));
+    CUgraphEdgeData programmatic;
+    memset(&programmatic, 0, sizeof programmatic);
+    programmatic.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
+    programmatic.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+    EXPECT_CODE(CUDA_ERROR_INVALID_VALUE,  /* only kernel nodes' edges leave other ports */
+                cuGraphAddDependencies_v2(edged, &edged_set, &second, &programmatic, 1));
+    CHECK(cuGraphAddDependencies_v2(edged, &first, &second, &programmatic, 1));
+    CUgraphNode from[2], to[2];
+    CUgraphEdgeData data[2];
+    count = 2;
+    EXPECT_CODE(CUDA_ERROR_LOSSY_QUERY, cuGraphGetEdges(edged, from, to, NULL, &count));
+    count = 2;
+    CHECK(cuGraphGetEdges(edged, from, to, data, &count));
+    EXPECT(count == 2 && from[1] == first && to[1] == second &&
+           data[1].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC && data[0].type == 0);
+    CHECK(cuStreamBeginCaptureToGraph(stream, edged, NULL, NULL, 0,
+                                      CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(cuStreamUpdateCaptureDependencies_v2(stream, &second, &programmatic, 1,
+                                               CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+    CHECK(cuLaunchKernel(scale, (N + 127) / 128, 1, 1, 128, 1, 1, 0, stream, scale2, NULL));
+    CHECK(cuStreamEndCapture(stream, &edged));
+    CUgraphNode last;
+    count = 1;
+    CHECK(cuGraphNodeGetDependentNodes(second, &last, data, &count));
+    EXPECT(count == 1 && data[0].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC);
+    CUgraphExec edged_exec;
+    CHECK(cuGraphInstantiate(&edged_exec, edged, 0));
+    CHECK(cuGraphLaunch(edged_exec, stream));
+    CHECK(cuStreamSynchronize(stream));
+    CHECK(cuMemcpyDtoH(out, x, N * sizeof(float)));
+    EXPECT(all_equal(out, (1.0f * 3 + 0.25f) * 2));
+    CHECK(cuGraphExecDestroy(edged_exec));
+    CHECK(cuGraphDestroy(edged));
+    printf("driver_graphs: edge data kept\n");
+
+    /* a graph launched by a kernel (of a graph): uploaded, then launched fire-and-forget */
+    CUfunction launch_graph;
+    CHECK(cuModuleGetFunction(&launch_graph, cond_mod, "launch_graph"));
+    CUgraph device_graph, launcher_graph;
+    CUgraphNode scaled, launcher;
+    CHECK(cuGraphCreate(&device_graph, 0));
+    CUDA_KERNEL_NODE_PARAMS scale3_params = kernel_params(scale, scale3);
+    CHECK(cuGraphAddKernelNode(&scaled, device_graph, NULL, 0, &scale3_params));
+    CUgraphExec device_exec, launcher_exec;
+    CHECK(cuGraphInstantiateWithFlags(&device_exec, device_graph,
+                                      CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH));
+    CHECK(cuGraphCreate(&launcher_graph, 0));
+    CUdeviceptr code;
+    CHECK(cuMemAlloc(&code, sizeof(int)));
+    void *launch_args[] = {&device_exec, &code};
+    CUDA_KERNEL_NODE_PARAMS lp = kernel_params(launch_graph, launch_args);
+    lp.gridDimX = 1; lp.blockDimX = 1;
+    CHECK(cuGraphAddKernelNode(&launcher, launcher_graph, NULL, 0, &lp));
+    CHECK(cuGraphInstantiate(&launcher_exec, launcher_graph, 0));
+    for (int round = 0; round < 2; round++) {
+        int got_code = -1;
+        CHECK(cuMemsetD32(x, 0x3f800000, N)); /* 1.0f */
+        if (round == 1) CHECK(cuGraphUpload(device_exec, stream));
+        CHECK(cuGraphLaunch(launcher_exec, stream));
+        CHECK(cuStreamSynchronize(stream));
+        CHECK(cuMemcpyDtoH(out, x, N * sizeof(float)));
+        CHECK(cuMemcpyDtoH(&got_code, code, sizeof(int)));
+        /* not uploaded yet: refused, and nothing ran */
+        EXPECT(round == 0 ? got_code != 0 && all_equal(out, 1.0f)
+                          : got_code == 0 && all_equal(out, 3.0f));
+    }
+    CHECK(cuGraphExecDestroy(launcher_exec));
+    CHECK(cuGraphExecDestroy(device_exec));
+    CHECK(cuGraphDestroy(launcher_graph));
+    CHECK(cuGraphDestroy(device_graph));
+    printf("driver_graphs: graph launched by a kernel\n");
 
     /* misuse */
     CUgraph none;

@@ -7,9 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include "driver_checks.h"
+#include "forked_child.h"
 #include "test_files.h"
 
 enum { N = 3000, BLOCK = 256 };
@@ -18,18 +17,6 @@ struct handles {
     CUipcMemHandle memory, flag;
     CUipcEventHandle event;
 };
-
-static int read_all(int fd, void *buffer, size_t size)
-{
-    char *p = buffer;
-    while (size) {
-        ssize_t got = read(fd, p, size);
-        if (got <= 0) return 0;
-        p += got;
-        size -= (size_t)got;
-    }
-    return 1;
-}
 
 static int setup(const char *ptx_path, CUcontext *ctx, CUmodule *mod)
 {
@@ -51,7 +38,7 @@ static int child(const char *ptx_path, int from_parent, int to_parent)
 {
     CUcontext ctx; CUmodule mod; CUfunction set_flag, add_into;
     struct handles h;
-    EXPECT(read_all(from_parent, &h, sizeof h));
+    EXPECT(transfer(from_parent, &h, sizeof h, 0));
     if (setup(ptx_path, &ctx, &mod)) return 1;
     CHECK(cuModuleGetFunction(&set_flag, mod, "set_flag"));
     CHECK(cuModuleGetFunction(&add_into, mod, "add_into"));
@@ -91,24 +78,17 @@ static int child(const char *ptx_path, int from_parent, int to_parent)
     CHECK(cuStreamDestroy(stream));
     CHECK(cuCtxDestroy(ctx));
     char done = 'd';
-    EXPECT(write(to_parent, &done, 1) == 1);
+    EXPECT(transfer(to_parent, &done, 1, 1));
     return 0;
 }
 
 int main(int argc, char **argv)
 {
     const char *ptx_path = argc > 1 ? argv[1] : "stream_kernels.ptx";
-    int down[2], up[2];
-    EXPECT(pipe(down) == 0 && pipe(up) == 0);
-    pid_t pid = fork();
-    EXPECT(pid >= 0);
-    if (pid == 0) {
-        close(down[1]);
-        close(up[0]);
-        return child(ptx_path, down[0], up[1]);
-    }
-    close(down[0]);
-    close(up[1]);
+    struct forked other;
+    EXPECT(fork_with_pipes(&other));
+    if (other.pid == 0)
+        return child(ptx_path, other.in, other.out);
 
     CUcontext ctx; CUmodule mod; CUfunction wait_for_flag, fill;
     if (setup(ptx_path, &ctx, &mod)) return 1;
@@ -144,11 +124,10 @@ int main(int argc, char **argv)
     int on_host = 0;
     EXPECT(cuIpcGetMemHandle(&h.flag, (CUdeviceptr)&on_host) == CUDA_ERROR_INVALID_VALUE);
     CHECK(cuIpcGetMemHandle(&h.flag, flag));
-    EXPECT(write(down[1], &h, sizeof h) == (ssize_t)sizeof h);
+    EXPECT(transfer(other.out, &h, sizeof h, 1));
     char done = 0;
-    EXPECT(read_all(up[0], &done, 1));
-    int status = -1;
-    EXPECT(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT(transfer(other.in, &done, 1, 0));
+    EXPECT(child_succeeded(other.pid));
     int *result = malloc(N * sizeof(int));
     int seen_value = 0;
     CHECK(cuMemcpyDtoH(result, memory, N * sizeof(int)));

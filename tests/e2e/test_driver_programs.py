@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import NESTED_TIMEOUT_S
 from e2e_support import printed_checks, vgpu_run
-from vgpu_processes import emu_server, expect_no_zero_copy, run_under_vgpu, start_emu_server
+from vgpu_processes import emu_server, run_under_vgpu, start_emu_server
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -29,8 +30,6 @@ def test_the_rest_of_the_driver_api(run_on, driver_api_tour, kernels_ptx):
 
 def test_a_kernel_uses_mapped_host_memory(run_on, driver_zero_copy, kernels_ptx):
     result = run_on(driver_zero_copy, kernels_ptx)
-    if run_on.backend == "cuda":
-        expect_no_zero_copy(result)
     assert result.returncode == 0, result.stderr
     assert "driver_zero_copy: a kernel scaled mapped host memory in place" in result.stdout
 
@@ -54,11 +53,13 @@ def test_memory_and_context_semantics(run_on, driver_memory_semantics):
     assert "not implemented" not in result.stderr, result.stderr
 
 
-def test_cuda_graphs_and_stream_capture(driver_graphs, kernels_ptx):
-    result = vgpu_run(driver_graphs, kernels_ptx)
+def test_cuda_graphs_and_stream_capture(driver_graphs, kernels_ptx, graph_kernels_ptx):
+    result = vgpu_run(driver_graphs, kernels_ptx, graph_kernels_ptx)
     assert result.returncode == 0, result.stdout + result.stderr
     for line in ("structure queried", "built graph ran twice", "kernel node parameters updated",
-                 "captured graph ran", "memory nodes ran", "misuse refused",
+                 "captured graph ran", "memory nodes ran", "conditional nodes ran",
+                 "host-to-host copy node ran", "edge data kept", "graph launched by a kernel",
+                 "misuse refused",
                  "all checks passed"):
         assert f"driver_graphs: {line}" in result.stdout, result.stdout + result.stderr
 
@@ -103,9 +104,18 @@ def test_managed_memory(driver_managed, managed_kernels_ptx):
         assert f"driver_managed: {line}" in result.stdout, result.stdout + result.stderr
 
 
-def test_several_devices(tmp_path, driver_devices, managed_kernels_ptx):
-    with emu_server(tmp_path, "--devices", "2") as address:
-        result = run_under_vgpu(address, driver_devices, str(managed_kernels_ptx), timeout=120)
+@pytest.mark.parametrize("backend", ["emu", "cuda"])
+def test_several_devices(request, tmp_path, driver_devices, managed_kernels_ptx, backend):
+    """On emu (`--devices 2`) and on the nested cuda backend driving the two GPUs its
+    driver offers (contexts, memory, modules and launches on each)."""
+    if backend == "cuda":
+        address = request.getfixturevalue("nested_cuda_two_devices")
+        result = run_under_vgpu(address, driver_devices, str(managed_kernels_ptx),
+                                timeout=NESTED_TIMEOUT_S)
+    else:
+        with emu_server(tmp_path, "--devices", "2") as address:
+            result = run_under_vgpu(address, driver_devices, str(managed_kernels_ptx),
+                                    timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     for line in ("2 devices with a context each",
                  "a kernel updated the peer's memory, peer copies correct",
@@ -127,6 +137,19 @@ def test_ipc_between_processes(driver_ipc, stream_kernels_ptx):
     result = vgpu_run(driver_ipc, stream_kernels_ptx)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "driver_ipc: all checks passed" in result.stdout
+
+
+def test_ipc_in_order_between_processes_on_cuda(nested_cuda, driver_ipc_ordered,
+                                                stream_kernels_ptx):
+    """Two processes of the nested cuda server share device memory (not at the start of a
+    device page) and an event, each waiting only for what the other has done already (the
+    cuda backend records events once the session's work is done, so the processes of
+    test_ipc_between_processes, which wait for each other on the device, run on emu)."""
+    result = run_under_vgpu(nested_cuda, driver_ipc_ordered, str(stream_kernels_ptx),
+                            timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "driver_ipc_ordered: the child doubled the parent's memory after its event" in \
+        result.stdout
 
 
 def test_occupancy_and_hints(driver_hints, stream_kernels_ptx):

@@ -15,7 +15,13 @@ from pathlib import Path
 
 import pytest
 from e2e_support import printed_checks
-from vgpu_processes import VGPU, nested_cuda_server, run_under_vgpu, vgpu_environment
+from vgpu_processes import (
+    VGPU,
+    emu_server,
+    nested_cuda_server,
+    run_under_vgpu,
+    vgpu_environment,
+)
 
 TIMEOUT_S = 120
 
@@ -50,6 +56,16 @@ def test_without_a_driver_auto_picks_emu(tmp_path):
          "from vgpu.server.backends import open_backend; print(open_backend('auto').name)"],
         capture_output=True, text=True, timeout=60, env=_without_a_driver(tmp_path))
     assert result.returncode == 0 and result.stdout == "emu\n", result.stderr
+
+
+def test_a_cuda_server_offers_no_more_devices_than_its_driver(tmp_path):
+    """Under vgpu's driver offering one device, `--devices 2` fails in one line."""
+    with emu_server(tmp_path) as inner:
+        result = run_under_vgpu(inner, *VGPU, "server", "--listen",
+                                f"ipc://{tmp_path}/cuda.sock", "--backend", "cuda",
+                                "--devices", "2", timeout=TIMEOUT_S)
+    assert result.returncode == 1 and result.stdout == "", result.stdout + result.stderr
+    assert result.stderr == "vgpu server: --devices 2: the cuda backend has 1 device\n"
 
 
 # ----------------------------------------------------------------- programs on nested cuda

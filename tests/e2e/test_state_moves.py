@@ -46,24 +46,26 @@ class Server:
 
 @pytest.fixture
 def servers(tmp_path):
-    """start(name, *options, backend="emu"): a server listening in tmp_path, stopped at the
-    test's end (its stderr in tmp_path/NAME.log). A `cuda` one is the nested pair: a
-    cuda-backend server run under vgpu against an emu server of its own."""
+    """start(name, *options, backend="emu", devices=1): a server listening in tmp_path,
+    offering `devices`, stopped at the test's end (its stderr in tmp_path/NAME.log). A `cuda`
+    one is the nested pair: a cuda-backend server run under vgpu against an emu server of
+    its own, which offers the devices."""
     started: list[Server] = []
-    devices: list[subprocess.Popen] = []  # the emu servers under cuda-backend ones
+    inner: list[subprocess.Popen] = []  # the emu servers under cuda-backend ones
 
-    def start(name: str, *options, backend: str = "emu") -> Server:
+    def start(name: str, *options, backend: str = "emu", devices: int = 1) -> Server:
         log = tmp_path / f"{name}.log"
         address = f"ipc://{tmp_path}/{name}.sock"
         try:
             with log.open("w") as stderr:
                 if backend == "cuda":
-                    devices.append(start_emu_server(f"ipc://{tmp_path}/{name}-device.sock",
-                                                    stderr=stderr))
-                    proc = start_nested_cuda_server(devices[-1].endpoint, address,
+                    inner.append(start_emu_server(f"ipc://{tmp_path}/{name}-device.sock",
+                                                  "--devices", str(devices), stderr=stderr))
+                    proc = start_nested_cuda_server(inner[-1].endpoint, address,
                                                     *map(str, options), stderr=stderr)
                 else:
-                    proc = start_emu_server(address, *map(str, options), stderr=stderr)
+                    proc = start_emu_server(address, *map(str, options), "--devices",
+                                            str(devices), stderr=stderr)
         except AssertionError as exc:
             raise AssertionError(f"{exc}{log.read_text()}") from None
         started.append(Server(address, proc, log))
@@ -71,7 +73,7 @@ def servers(tmp_path):
 
     yield start
     hung = []
-    for proc in [server.proc for server in started] + devices:  # every one, even after a hung one
+    for proc in [server.proc for server in started] + inner:  # every one, even after a hung one
         try:
             stop_server(proc)
         except subprocess.TimeoutExpired:
@@ -258,6 +260,33 @@ def test_a_session_migrates_there_and_back_while_its_program_runs(
     assert ps_row(first, program.pid) is not None
     pause.unlink()
     assert_finished_like_an_uninterrupted_run(program, *shape)
+
+
+def test_a_session_on_two_devices_migrates_to_cuda_and_back(tmp_path, servers, programs,
+                                                            managed_kernels_ptx):
+    """A program using two devices (memory, modules, contexts and a stream on each, peer
+    copies) moves from an emu server offering two to the nested cuda backend driving two
+    GPUs, and back: its results are the host's, its memory stays at its addresses and on
+    its devices."""
+    first, second = servers("first", devices=2), servers("second", backend="cuda", devices=2)
+    pause = tmp_path / "pause"
+    pause_at(pause, 2)
+    program = programs([sys.executable, PROGRAMS / "two_device_loop.py", managed_kernels_ptx,
+                        3000, 6, "--pause-file", pause], VGPU_SERVER=str(first))
+    program.wait_for("paused 2")
+    succeeded(vgpu("migrate", program.pid, "--to", second, "--server", first))
+    pause_at(pause, 4)
+    program.wait_for("paused 4")
+    assert ps_row(first, program.pid) is None and ps_row(second, program.pid) is not None
+    succeeded(vgpu("migrate", program.pid, "--to", first, "--server", second))
+    pause.unlink()
+    assert program.finish() == 0, program.transcript()
+    assert ps_row(second, program.pid) is None
+    assert [line for line in program.lines if line.startswith("device ")] == [
+        "device 0 matches the host: True", "device 1 matches the host: True"]
+    pointers = [line for line in program.lines if line.startswith("pointers ")]
+    assert len(pointers) == 2 and pointers[0] == pointers[1], program.transcript()
+    assert pointers[0].endswith("on devices 0 1"), program.transcript()
 
 
 @pytest.mark.parametrize("how", [(), ("--stop-and-copy",)], ids=["pre-copy", "stop-and-copy"])

@@ -2,10 +2,13 @@
 
 A DifferentialDevice runs every launch twice from the same memory, on the interpreter and
 compiled, and requires the same outcome: the same bytes in every allocation, or the same
-error (code, message, output). The instruction and conformance tests run on it with their
-own inputs and assertions; each must have run at least one kernel compiled, so the
-comparison is never between two interpreter runs. The rest: fallback with one log line,
-the disk cache, faults, cancelling, blocks on several threads, `vgpu server --threads`.
+error (code, message, output). The instruction, conformance, printf/assert and program
+tests (CUB, cooperative groups, a spin lock between lanes) run on it with their own inputs
+and assertions; each must have run at least one kernel compiled, so the comparison is never
+between two interpreter runs. native_control.ptx adds what those do not reach (calls
+through registers, jump tables, traps, bar.red, __syncwarp, warp reductions and matches),
+each checked against host values too. The rest: fallback with one log line, the disk
+cache, faults, cancelling, blocks on several threads, `vgpu server --threads`.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import threading
 import numpy as np
 import pytest
 import test_conformance as conformance
+import test_device_runtime as device_runtime
 import test_instructions as instructions
+import test_printf_assert as printf_assert
 from conftest import Device
 
 from vgpu.server.emu import LaunchError, native, prepare
@@ -88,10 +93,13 @@ def differential() -> DifferentialDevice:
     return DifferentialDevice()
 
 
-def test_instruction_tests_agree(differential):
+@pytest.mark.parametrize("name", [
+    "test_integer_comparisons", "test_warp_operations",
+    "test_votes_count_only_lanes_executing_together", "test_calls_jump_tables_exit_and_loops"])
+def test_instruction_tests_agree(differential, name):
     """The instruction tests whose kernels the compiler translates whole (the others use
     instructions it leaves to the interpreter; native_slice.ptx covers what it translates)."""
-    instructions.test_integer_comparisons(differential)
+    getattr(instructions, name)(differential)
     assert differential.compiled, "no kernel of the test ran compiled"
 
 
@@ -102,6 +110,11 @@ CONFORMANCE_TESTS = [
     ("test_3d_indices", ()), ("test_constant_and_global_variables", ()),
     ("test_local_array_dynamic_index", ()), ("test_struct_by_value", ()),
     ("test_exited_threads_do_not_block_barriers", ()), ("test_many_blocks_run_in_chunks", ()),
+    ("test_warp_reduction", ()), ("test_shuffles", ()), ("test_votes_and_ballot", ()),
+    ("test_block_wide_votes", ()), ("test_histogram_shared_and_global_atomics", ()),
+    ("test_prefix_scan", ()),
+    ("test_templated_kernels", ("scale_shift<float>", np.float32, 1.5, -0.25)),
+    ("test_templated_kernels", ("scale_shift<long long>", np.int64, 1 << 35, 11)),
 ]
 
 
@@ -110,6 +123,168 @@ def test_conformance_kernels_agree(differential, toolkit, name, arguments):
     mod = differential.load(toolkit.ptx(conformance.SOURCE))
     getattr(conformance, name)(differential, mod, *arguments)
     assert differential.compiled, "no kernel of the test ran compiled"
+
+
+def test_special_registers_compiled():
+    """Lane masks, shared sizes, fixed registers and the clocks (real time: they cannot agree
+    bit for bit with another run), compiled, against the instruction test's host values."""
+    native.configure(enabled=True)
+    device = Device()
+    instructions.test_special_registers(device)
+    module = device.load((instructions.PTX / "special.ptx").read_text())
+    assert prepare(module, "special", (2,), (4, 3), 96).native is not None
+
+
+def test_malloc_and_free_compiled():
+    """The device heap's tests (NULL once full, lane order, freed blocks reused, bad and
+    double frees fault with the heap's message) on compiled kernels."""
+    native.configure(enabled=True)
+    device = Device()
+    device_runtime.test_malloc_returns_null_once_the_heap_is_full_and_reuses_freed_blocks(
+        device)
+    device_runtime.test_freeing_what_malloc_did_not_return_or_twice_faults(device)
+    module = device.load(device_runtime.HEAP_PTX)
+    assert prepare(module, "grab", 1, 16).native is not None
+    assert prepare(module, "release", 1, 1).native is not None
+
+
+def test_device_function_calls_agree(differential, toolkit):
+    ptx = toolkit.ptx(conformance.SOURCE)
+    conformance.test_device_function_calls(differential, differential.load(ptx), ptx)
+    assert "calls" in differential.compiled
+
+
+@pytest.mark.parametrize("name,arguments", [
+    ("test_spin_lock_between_threads_of_one_warp", ()), ("test_cub_block_primitives", ()),
+    ("test_cooperative_groups_tiles", ("compute_75",))])
+def test_programs_with_warps_and_calls_agree(differential, toolkit, name, arguments):
+    getattr(conformance, name)(differential, toolkit, *arguments)
+    assert differential.compiled, "no kernel of the test ran compiled"
+
+
+@pytest.mark.parametrize("name", [
+    "test_printf_matches_c_printf", "test_printf_order_is_block_then_thread",
+    "test_assert_fails_launch_with_code_710",
+    "test_every_failing_thread_gets_its_assert_line_in_order",
+    "test_passing_asserts_do_not_fail"])
+def test_printf_and_assert_agree(differential, toolkit, tmp_path, name):
+    """Output, order, assert lines and the failed launch's message, as the interpreter's."""
+    test = getattr(printf_assert, name)
+    test(differential, toolkit, *([tmp_path] if "c_printf" in name else []))
+    assert differential.compiled, "no kernel of the test ran compiled"
+
+
+@pytest.fixture(scope="module")
+def control_ptx() -> str:
+    return (instructions.PTX / "native_control.ptx").read_text()
+
+
+def test_calls_through_registers_agree(differential, control_ptx):
+    module = differential.load(control_ptx)
+    out = differential.zeros(64, np.uint32)
+    differential.launch(module, "indirect", (1,), (64,), out, 1000, 0)
+    t = np.arange(64)
+    np.testing.assert_array_equal(differential.download(out, 64, np.uint32),
+                                  np.where(t % 2 == 0, 2 * t, t * t))
+    with pytest.raises(LaunchError) as caught:
+        differential.launch(module, "indirect", (1,), (64,), out, 5, 0x1234)
+    assert caught.value.code == 718
+    assert caught.value.message.startswith("call through 0x1234 by thread (5,0,0)")
+    assert differential.compiled == ["indirect", "indirect"]
+
+
+@pytest.mark.parametrize("kernel,args,code", [("jump", (4,), 801), ("trapping", (3,), 719)])
+def test_jump_tables_and_traps_fail_as_on_the_interpreter(differential, control_ptx, kernel,
+                                                          args, code):
+    module = differential.load(control_ptx)
+    out = differential.zeros(64, np.uint32)
+    if kernel == "jump":
+        differential.launch(module, "jump", (1,), (64,), out, 1000)
+        np.testing.assert_array_equal(differential.download(out, 64, np.uint32),
+                                      10 * (np.arange(64) % 3))
+        args = (out, *args)
+    with pytest.raises(LaunchError) as caught:
+        differential.launch(module, kernel, (1,), (64,), *args)
+    assert caught.value.code == code
+    assert "by thread (4,0,0)" in caught.value.message or kernel == "trapping"
+    assert differential.compiled[-1] == kernel
+
+
+@pytest.mark.parametrize("exited", [96, 80])
+def test_block_reductions_and_warp_syncs_agree(differential, control_ptx, exited):
+    module = differential.load(control_ptx)
+    values = np.random.default_rng(3).integers(1, 60, 96).astype(np.uint32)
+    values[40] = 0
+    out = differential.zeros(96 * 6, np.uint32)
+    differential.launch(module, "reductions", (1,), (96,), differential.upload(values), out,
+                        exited)
+    assert differential.compiled == ["reductions"]
+    got = differential.download(out, 96 * 6, np.uint32).reshape(96, 6)[:exited]
+    alive = values[:exited]
+    np.testing.assert_array_equal(got[:, 0], np.count_nonzero(alive & 1))
+    np.testing.assert_array_equal(got[:, 1], int((alive < 50).all()))
+    np.testing.assert_array_equal(got[:, 2], int((alive == 0).any()))
+    np.testing.assert_array_equal(got[:, 3], np.roll(alive, -1))
+    t = np.arange(exited)
+    lanes = np.zeros(96, np.uint32)
+    lanes[:exited] = alive * 3
+    np.testing.assert_array_equal(got[:, 4], lanes[(t & ~31) + (t + 5) % 32])
+    for w in range(3):
+        mine = t[(t // 32 == w)]
+        even = [k for k in mine if k % 2 == 0]
+        ballot = sum(1 << (k % 32) for k in even if alive[k] < 50)
+        np.testing.assert_array_equal(got[mine, 5], np.where(mine % 2 == 0, ballot, 0))
+
+
+@pytest.mark.parametrize("uniform", [False, True])
+def test_warp_reductions_matches_and_masks_agree(differential, control_ptx, uniform):
+    module = differential.load(control_ptx)
+    values = np.random.default_rng(4).integers(-100, 100, 64).astype(np.int32)
+    if uniform:
+        values[16:32] = 2 * values[16:32]     # even: match.all holds in that half-warp
+    out = differential.zeros(64 * 8, np.uint32)
+    differential.launch(module, "warp_forms", (1,), (64,), differential.upload(values), out)
+    assert differential.compiled == ["warp_forms"]
+    got = differential.download(out, 64 * 8, np.uint32).reshape(64, 8)
+    odd = values & 1
+    for half in range(4):
+        rows = slice(16 * half, 16 * half + 16)
+        part = values[rows]
+        np.testing.assert_array_equal(got[rows, 0].view(np.int32), part.min())
+        np.testing.assert_array_equal(got[rows, 1], part.view(np.uint32).max())
+        np.testing.assert_array_equal(got[rows, 2].view(np.int32), part.sum())
+        same = len(set(odd[rows])) == 1
+        mask = 0xFFFF << (16 * (half % 2))
+        np.testing.assert_array_equal(got[rows, 3], mask if same else 0)
+        np.testing.assert_array_equal(got[rows, 4], int(same))
+    for warp in range(2):
+        rows = slice(32 * warp, 32 * warp + 32)
+        active = sum(1 << k for k in range(32) if odd[32 * warp + k])
+        np.testing.assert_array_equal(got[rows, 5], np.where(odd[rows] == 1, active, 0))
+
+
+def test_half_precision_atomics_agree(differential, control_ptx):
+    module = differential.load(control_ptx)
+    rng = np.random.default_rng(5)
+    halves = rng.standard_normal(128).astype(np.float16)
+    halves[:4] = [6e-8, -6e-8, 65504, 1e-3]       # subnormals, the largest, one rounding
+    brains = (rng.standard_normal(64).astype(np.float32).view(np.uint32) >> 16).astype(
+        np.uint16)
+    inputs = np.zeros((64, 4), np.uint16)
+    inputs[:, 0] = halves[:64].view(np.uint16)
+    inputs[:, 1] = brains
+    inputs[:, 2:] = halves[64:].view(np.uint16).reshape(32, 2).repeat(2, 0)
+    cells = differential.zeros(8, np.uint16)
+    out = differential.zeros(64 * 4, np.uint32)
+    differential.launch(module, "half_sums", (1,), (64,), cells, differential.upload(inputs),
+                        out)
+    assert differential.compiled == ["half_sums"]
+    got = differential.download(out, 64 * 4, np.uint32).reshape(64, 4)
+    running = np.float16(0)
+    for t in range(64):                         # the old value each thread saw
+        assert got[t, 0] == np.array(running).view(np.uint16)
+        running = np.float16(np.float32(running) + np.float32(halves[t]))
+    np.testing.assert_array_equal(got[:, 2], np.arange(64))   # each swap finds its index
 
 
 EDGE_WORDS = [0, 1, 2, 31, 32, 33, 64, 0xFFFFFFFF, 0x80000000, 0x7FFFFFFF, 0x7FC00000,
@@ -197,11 +372,12 @@ def test_a_kernel_the_compiler_does_not_handle_runs_interpreted_with_one_log_lin
     out = device.zeros(32, np.uint32)
     with caplog.at_level(logging.INFO, logger="vgpu.emu.native"):
         for _ in range(3):
-            device.launch(module, "votes", (1,), (32,), out)
+            device.launch(module, "recursive", (1,), (32,), out)
     assert [r.getMessage() for r in caplog.records] == [
-        "kernel 'votes' runs on the interpreter: the compiler does not handle "
-        "vote.sync.ballot.b32 (PTX line 65)"]
-    assert set(device.download(out, 32, np.uint32)) == {0b11111}
+        "kernel 'recursive' runs on the interpreter: the compiler does not handle "
+        "call.uni: recursion (twice) (PTX line 67)"]
+    np.testing.assert_array_equal(device.download(out, 32, np.uint32),
+                                  2 * (np.arange(32) % 8))
 
 
 def test_a_second_load_of_the_same_ptx_compiles_nothing(faults_ptx, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import mmap
 import os
 import secrets
 import socket
@@ -274,3 +275,69 @@ def test_a_hello_naming_another_process_gets_none_of_its_memory(server, raw, fil
         out, _ = victim.communicate("", timeout=10)
     expected = ctypes.create_string_buffer(b"victim's own bytes, not to be read", 64)
     assert out.strip() == expected.raw.hex()  # and nothing went out to it
+
+
+@pytest.fixture(params=["emu", "cuda"])
+def any_backend(request):
+    """The address of an emu server of the test's own, or of the shared nested cuda one."""
+    if request.param == "emu":
+        return request.getfixturevalue("server").address
+    return request.getfixturevalue("nested_cuda")
+
+
+def test_host_segments_serve_copies_and_kernels_at_the_clients_addresses(any_backend, files):
+    """Pinned memory shown at the client's address: copies reach it, and kernels too (the
+    reply says so: None); a second one overlapping it is refused; one at an address the
+    server's process cannot take still serves copies, and a backend whose kernels need the
+    host's addresses says why they do not reach it."""
+    client = RawClient(any_backend)
+    assert client.hello(shm={"fd": files.ring(), "size": RING_BYTES})["shm"]
+    fd = files.keep(sealed_file("vgpu-host", 8192))
+    mapping = mmap.mmap(fd, 8192)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(mapping))  # no export is kept
+    try:
+        code, unreached, _ = client.call("vgpuMapHostSegment", 1, fd, 8192, address)
+        assert (code, unreached) == (0, None)
+        code, device, _ = client.call("cuMemAlloc", CONTEXT, 4096)
+        data = secrets.token_bytes(4096)
+        mapping[:4096] = data
+        assert client.call("cuMemcpyDtoD", device, address, 4096)[0] == 0
+        assert client.call("cuMemcpyDtoD", address + 4096, device, 4096)[0] == 0
+        assert mapping[4096:] == data
+        code, message, _ = client.call("vgpuMapHostSegment", 2, fd, 8192, address + 4096)
+        assert code == 1 and "overlaps" in message
+
+        code, message, _ = client.call("vgpuMapHostSegment", 4, fd, 8192, 1 << 60)
+        assert code == 1 and "not a range" in message
+        nowhere = _first_mapping(_server_pid(any_backend))  # what the server's process holds
+        code, unreached, _ = client.call("vgpuMapHostSegment", 3, fd, 8192, nowhere)
+        assert code == 0
+        assert (unreached is None) == (any_backend.endswith("/server.sock"))
+        if unreached is not None:
+            assert "not free in the server's process" in unreached
+        assert client.call("cuMemcpyDtoD", device, nowhere + 100, 8)[0] == 0
+        code, _, frames = client.call("cuMemcpyDtoH", device, 8, ["frame"])
+        assert frames == [data[100:108]]
+        for segment in (1, 3):
+            assert client.call("vgpuUnmapHostSegment", segment)[0] == 0
+    finally:
+        client.close()
+        mapping.close()
+
+
+def _server_pid(address: str) -> int:
+    """The pid of the `vgpu server` listening at `address`."""
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().decode(errors="replace").split("\0")
+        except OSError:  # not a process, or one gone meanwhile
+            continue
+        if args[1:4] == ["-m", "vgpu.cli", "server"] and address in args:
+            return int(entry)
+    raise AssertionError(f"no vgpu server listens at {address}")
+
+
+def _first_mapping(pid: int) -> int:
+    with open(f"/proc/{pid}/maps") as maps:
+        return int(maps.readline().split("-")[0], 16)

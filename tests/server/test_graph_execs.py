@@ -119,3 +119,61 @@ def test_what_a_graph_may_hold_is_checked(server):
                            (["vgpuGraphCreate", [GRAPH, CONTEXT, []]], 400)):
         code, result, *_ = client.call(call)
         assert code == expected, (call[0], result)
+
+
+def _conditional(cell: int, kind: int, bodies: list[int]) -> list:
+    return ["vgpuGraphConditional", [cell, kind, bodies]]
+
+
+def _set(cell: int, value: int) -> list:
+    return ["vgpuMemset", [cell, struct.pack("<I", value), 1]]
+
+
+def test_conditional_nodes_run_the_bodies_their_condition_selects(two_servers):
+    """A conditional node reads its condition from device memory where it runs; its bodies
+    are later segments of the graph, which nothing else refers to; it moves with its
+    session."""
+    a, b, _ = two_servers
+    client = RawClient(a.address)
+    make_session(client, sizes=(4096,))
+    values = _with_kernel(client)
+    code, cell, *_ = client.call(["cuMemAlloc", [CONTEXT, 4]])
+    assert code == 0, cell
+    if_, while_, switch = 0, 1, 2
+    segments = [
+        [_set(cell, 2), _conditional(cell, switch, [1, 2, 3]),   # case 2: five adds
+         _conditional(cell, if_, [2, 1]),                        # still 2: then, two adds
+         _set(cell, 0), _conditional(cell, if_, [1, 2]),         # 0: else, two adds
+         _set(cell, 1), _conditional(cell, while_, [4])],        # once: the body clears it
+        [_add_one(values)],
+        [_add_one(values), _add_one(values)],
+        [_add_one(values)] * 5,
+        [_add_one(values), _set(cell, 0)],
+    ]
+    code, result, *_ = client.call(["vgpuGraphCreate", [GRAPH, CONTEXT, segments]],
+                                   ["vgpuGraphLaunch", [GRAPH, 0, 0]], ["vgpuSynchronize", []])
+    assert code == 0, result
+    assert _values(client, values) == [5 + 2 + 2 + 1] * THREADS + [0]
+    code, moved = admin(a.address, "migrate", pid=os.getpid(), to=b.address)
+    assert code == 0, moved
+    client = RawClient(b.address, client.token, resume=moved["position"])
+    code, result, *_ = client.call(["vgpuGraphLaunch", [GRAPH, 0, 0]], ["vgpuSynchronize", []])
+    assert code == 0, result
+    assert _values(client, values) == [2 * 10] * THREADS + [0]
+
+    refused = {
+        "a body that is its own segment": [[_conditional(cell, if_, [0])]],
+        "a body before its node": [[], [_conditional(cell, if_, [0])]],
+        "a body past the graph": [[_conditional(cell, if_, [1])]],
+        "no bodies": [[_conditional(cell, if_, [])], []],
+        "an unknown type": [[_conditional(cell, 3, [1])], []],
+        "a malformed node": [[["vgpuGraphConditional", [cell, if_]]], []],
+    }
+    for what, graph in refused.items():
+        code, result, *_ = client.call(["vgpuGraphCreate", [GRAPH + 1, CONTEXT, graph]])
+        assert code == 1, what
+    # The condition's address is checked as any copy's is, where the node runs.
+    code, result, *_ = client.call(
+        ["vgpuGraphCreate", [GRAPH + 1, CONTEXT, [[_conditional(1 << 20, if_, [1])], []]]],
+        ["vgpuGraphLaunch", [GRAPH + 1, 0, 0]])
+    assert code == 1, result

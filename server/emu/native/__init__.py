@@ -20,7 +20,7 @@ import time
 
 __all__ = ["compiled_kernel", "configure", "enabled", "threads"]
 
-CODEGEN_VERSION = "7"   # part of the disk cache's key: bump when generated code changes
+CODEGEN_VERSION = "8"   # part of the disk cache's key: bump when generated code changes
 # The largest kernel (PTX instructions) compiled: LLVM's optimizer takes minutes on the
 # biggest library kernels (CUB's sorts, some thousands of instructions); they run
 # interpreted, as anything else the compiler does not take.
@@ -78,30 +78,31 @@ def _build(module, name: str):
     from .engine import cache_key, compile_object, load_cached, load_object, store_cached
     from .runner import NativeKernel
     kernel = module.program.kernels[name]
-    size = len(kernel.function.body)
+    # Device functions are inlined: their instructions count too.
+    size = sum(len(module.program.module.functions[f].body) for f in kernel.functions)
     if size > MAX_INSTRUCTIONS:
         raise NotCompiled(f"a kernel of {size} instructions (up to {MAX_INSTRUCTIONS} are "
                           f"compiled)", kernel.function.line)
-    registers = len(kernel.function.registers)
     key = None
     if module.source_hash is not None:
         key = cache_key(module.source_hash, name, CODEGEN_VERSION)
-        cached = load_cached(key, ("function", "symbols", "sites"))
+        cached = load_cached(key, ("function", "symbols", "sites", "spill"))
         if cached is not None:
             data, meta = cached
             return NativeKernel(load_object(data, meta["function"]), meta["symbols"],
-                                registers, meta["sites"])
+                                meta["spill"], meta["sites"])
         function = f"vgpu_{key}"
     else:
         function = f"vgpu_anonymous_{next(_names)}"
     start = time.perf_counter()
-    text, symbols, sites = kernel_ir(module.program, kernel, function)
+    text, symbols, sites, spill = kernel_ir(module.program, kernel, function)
     data = compile_object(text)
     _log.info("kernel %r (%d instructions) compiled in %.0f ms", name, size,
               (time.perf_counter() - start) * 1e3)
     if key is not None:
-        store_cached(key, data, {"function": function, "symbols": symbols, "sites": sites})
-    return NativeKernel(load_object(data, function), symbols, registers, sites)
+        store_cached(key, data, {"function": function, "symbols": symbols, "sites": sites,
+                                 "spill": spill})
+    return NativeKernel(load_object(data, function), symbols, spill, sites)
 
 
 def source_hash(*texts: str) -> str:

@@ -19,7 +19,8 @@ The ABI shared with `runner.py` (all slots are int64):
              reported flag, 13-19 the stray (address, size, need, line, space, block,
              thread), 20 shared size, 21 local size, 22 dynamic shared bytes,
              23 shared bytes per block (0: none), 24 local bytes per thread (0: none),
-             25 threads per block, 32+k the device address of the k-th module variable
+             25 threads per block, 30-31 the clocks' origins (special_registers.py),
+             32+k the device address of the k-th module variable
              in `symbols`.
   table[]    5 slots an allocation: base, size, mapped span, host address, access.
   fault[]    0 code, 1 address, 2 size, 3 need (1 read, 3 write), 4 PTX line, 5 block,
@@ -86,9 +87,10 @@ def ltype(ptype: PtxType) -> ir.Type:
     return ir.IntType(ptype.bits)
 
 
-def kernel_ir(program, kernel, name: str) -> tuple[str, list[str], int]:
+def kernel_ir(program, kernel, name: str) -> tuple[str, list[str], int, int]:
     """(LLVM IR text defining `name` as run_blocks, the module variables in slot order, the
-    number of global access sites: the cache run_blocks takes holds 3 slots for each)."""
+    number of global access sites: the cache run_blocks takes holds 3 slots for each, the
+    spill buffer's int64 slots per thread)."""
     return _KernelCompiler(program, kernel, name).build()
 
 
@@ -132,18 +134,23 @@ class _KernelCompiler:
         self.param_offsets = {id(p): o for p, o in kernel_param_layout(self.fn_ir.params)}
         self.module = ir.Module(name=name)
         self.module.triple = ""
-        # Where a thread resumes: the pc after each barrier (resume number k + 1) and the
-        # loop head of each yield (YIELDED + k).
-        self.barriers: list[int] = []
-        self.yields: list[int] = []
+        self.barriers = 0   # a thread waiting at the k-th barrier returns k (from 1)
+        self.yields = 0     # one yielding at the k-th loop check returns YIELDED + k
+        # (resume number, block it continues in, registers it restores) of every place a
+        # thread's turn can end and resume
+        self.resumes: list[tuple[int, ir.Block, list]] = []
+        self.calls = len(kernel.functions) > 1   # device functions are inlined (calls.py)
+        self.returns: ir.Block | None = None     # where `ret` goes in an inlined function
+        self.inlining = [kernel.function.name]   # the functions being inlined, outermost first
+        self.inlined = 0                         # instructions inlined so far
+        self.warp_sites = 0                      # warp instructions (warps.py)
+        self.red_sites = 0                       # bar.red (barriers.py)
         self.sites = 0                    # global access sites, 3 cache slots each
         self.invariant_node = None
         self.live: dict[int, set[int]] | None = None   # pc -> registers live on entry
 
     # -- module ------------------------------------------------------------------------------
-    def build(self) -> tuple[str, list[str], int]:
-        if len(self.kernel.functions) > 1:
-            raise NotCompiled("call (device functions)", self.fn_ir.line)
+    def build(self) -> tuple[str, list[str], int, int]:
         self.lookup = ir.Function(self.module, ir.FunctionType(
             P8, [P64, I64, I64, I64, P64, P64, I64, I64]), "vgpu_lookup")
         self.record = ir.Function(self.module, ir.FunctionType(
@@ -152,7 +159,14 @@ class _KernelCompiler:
         self._block_loop(thread)
         text = "\n".join(line for line in str(self.module).splitlines()
                          if not (line.startswith("declare") and '@"vgpu_' in line))
-        return text + HELPERS_IR, self.symbols, self.sites
+        text += HELPERS_IR + warps.RESOLVE_IR + barriers.REDUCE_IR
+        return text, self.symbols, self.sites, self.spill_stride()
+
+    def spill_stride(self) -> int:
+        """int64 slots a thread has in the spill buffer: its registers, then what it hands
+        its warp at a warp instruction (warps.py)."""
+        exchanges = self.warp_sites or self.red_sites
+        return max(len(self.regs), 1) + (warps.EXCHANGE_SLOTS if exchanges else 0)
 
     def _intrinsic(self, name: str, ty: ir.Type, count: int = 1, ret: ir.Type | None = None):
         suffix = {F32: "f32", F64: "f64"}.get(ty, str(ty))
@@ -181,17 +195,30 @@ class _KernelCompiler:
         self.b = ir.IRBuilder(entry)
         self.budget = self.b.alloca(I64, name="budget")
         self.regs = {}
-        for reg in self.fn_ir.registers:
-            self.regs[reg.id] = (self.b.alloca(ltype(reg.type), name=reg.name.lstrip("%")),
-                                 reg.type)
+        # Every function the kernel reaches has its own registers (calls are inlined and
+        # never recursive, so one slot each serves every call).
+        for function in self.kernel.functions:
+            for reg in self.program.module.functions[function].registers:
+                self.regs[reg.id] = (self.b.alloca(ltype(reg.type),
+                                                   name=reg.name.lstrip("%")), reg.type)
         self.launch_values = {}
-        body = self.fn_ir.body
         entry_pc = self.kernel.entry_pc
-        end_pc = self.program.ends[self.fn_ir.name]
-        leaders = sorted(pc for pc in self.program.blocks if entry_pc <= pc < end_pc)
-        self.blocks = {pc: fn.append_basic_block(f"pc{pc}") for pc in leaders}
-        self.end_pc = end_pc
+        self.end_pc = self.program.ends[self.fn_ir.name]
         dispatch = self.b
+        start = fn.append_basic_block("start")
+        self.b = ir.IRBuilder(start)
+        self.emit_function(self.fn_ir, entry_pc, self.end_pc)
+        self._resume_dispatch(dispatch, start)
+        return fn
+
+    def emit_function(self, function, entry_pc: int, end_pc: int) -> None:
+        """The code of `function` (pcs entry_pc..end_pc), entered from where self.b is; a
+        `ret` goes to self.returns (None: the thread's end). Leaves self.blocks mapping
+        the function's block leaders."""
+        body = function.body
+        leaders = sorted(pc for pc in self.program.blocks if entry_pc <= pc < end_pc)
+        self.blocks = {pc: self.fn.append_basic_block(f"pc{pc}") for pc in leaders}
+        self.b.branch(self.blocks[entry_pc])
         for pc in range(entry_pc, end_pc):
             if pc in self.blocks:
                 if pc != entry_pc and not self.b.block.is_terminated:
@@ -203,38 +230,49 @@ class _KernelCompiler:
             if index < len(body):
                 self._instruction(body[index], pc)
             else:
-                self.b.ret(ir.Constant(I32, 0))    # the implicit ret at a function's end
+                self.leave()    # the implicit ret at a function's end
         if not self.b.block.is_terminated:
-            self.b.ret(ir.Constant(I32, 0))
-        self._resume_dispatch(dispatch, entry_pc)
-        return fn
+            self.leave()
 
-    def _resume_dispatch(self, builder: ir.IRBuilder, entry_pc: int) -> None:
+    def leave(self) -> None:
+        """`ret`: back to the inlined call's continuation, or the thread's end."""
+        if self.returns is None:
+            self.b.ret(ir.Constant(I32, 0))
+        else:
+            self.b.branch(self.returns)
+
+    def _resume_dispatch(self, builder: ir.IRBuilder, start: ir.Block) -> None:
+        builder.position_at_end(builder.block)   # after allocas added since (goto_entry_block)
         builder.store(ir.Constant(I64, YIELD_EVERY), self.budget)
-        if not self.barriers and not self.yields:
-            builder.branch(self.blocks[entry_pc])
+        if not self.resumes:
+            builder.branch(start)
             return
-        switch = builder.switch(self.resume, self.blocks[entry_pc])
-        points = [(k + 1, pc) for k, pc in enumerate(self.barriers)]
-        points += [(YIELDED + k, pc) for k, pc in enumerate(self.yields)]
-        for number, after in points:
+        switch = builder.switch(self.resume, start)
+        for number, block, saved in self.resumes:
             restore = self.fn.append_basic_block(f"resume{number}")
             switch.add_case(ir.Constant(I32, number), restore)
             b = ir.IRBuilder(restore)
-            for k, (slot, ptype) in self._saved(after):
+            for k, (slot, ptype) in saved:
                 bits = b.load(b.gep(self.spill, [ir.Constant(I64, k)]))
                 b.store(_from_i64(b, bits, ptype), slot)
-            b.branch(self.blocks[after])
+            b.branch(block)
 
-    def suspend(self, b: ir.IRBuilder, number: int, resume_pc: int) -> None:
-        """End the thread's turn: save the registers live at `resume_pc`, return where it
-        resumes."""
-        for k, (slot, ptype) in self._saved(resume_pc):
+    def suspend(self, b: ir.IRBuilder, number: int, block: ir.Block, saved: list,
+                resumes_as: int | None = None) -> None:
+        """End the thread's turn: save the registers `saved` (see `saved_at`), return
+        `number`; called again with it (or with `resumes_as`: the block loop changes a
+        waiting thread's number when it lets it go on), the thread restores them and goes
+        on in `block`."""
+        for k, (slot, ptype) in saved:
             b.store(_to_i64(b, b.load(slot), ptype), b.gep(self.spill, [ir.Constant(I64, k)]))
+        self.resumes.append((number if resumes_as is None else resumes_as, block, saved))
         b.ret(ir.Constant(I32, number))
 
-    def _saved(self, pc: int):
-        """(spill slot, (stack slot, type)) of the registers live on entry to `pc`."""
+    def saved_at(self, pc: int):
+        """(spill slot, (stack slot, type)) of the registers live on entry to `pc`: all of
+        them inside inlined functions (liveness covers the kernel's own code)."""
+        if self.calls:
+            return list(enumerate(self.regs.values()))
         if self.live is None:
             self.live = _live_registers(self.program, self.kernel, self.fn_ir, self.end_pc)
         live = self.live[pc]
@@ -306,7 +344,7 @@ class _KernelCompiler:
         b.call(memset, [shared, zero8, shared_stride, false])
         b.call(memset, [local, zero8, b.mul(threads, local_stride), false])
         b.store(blk, b.gep(fault, [ir.Constant(I64, 5)]))
-        phased = bool(self.barriers or self.yields)
+        phased = bool(self.resumes)
         if phased:
             b.call(memset, [b.bitcast(resume, P8), zero8, b.mul(threads, ir.Constant(I64, 4)),
                             false])
@@ -314,9 +352,10 @@ class _KernelCompiler:
         phase = fn.append_basic_block("phase")
         b.branch(phase)
         b.position_at_end(phase)
-        # One pass over the block's threads: each runs to its exit, its next barrier or its
-        # next yield. Threads at a barrier run again only after a pass in which no thread
-        # yielded: then every thread has exited or reached a barrier.
+        # One pass over the block's threads: each runs to its exit, its next barrier, warp
+        # instruction or yield. Threads at a barrier run again only after a pass in which no
+        # thread yielded and no warp instruction was pending: then every thread has exited
+        # or reached a barrier. Warp instructions are resolved after each pass (warps.py).
         release = b.phi(I1)
         release.add_incoming(ir.Constant(I1, 0), go_end)
         loop = fn.append_basic_block("thread")
@@ -329,17 +368,20 @@ class _KernelCompiler:
         status = b.gep(resume, [t])
         state = b.load(status) if phased else ir.Constant(I32, 0)
         at_barrier = b.and_(b.icmp_signed(">", state, ir.Constant(I32, 0)),
-                            b.icmp_signed("<", state, ir.Constant(I32, YIELDED)))
+                            b.icmp_signed("<", state, ir.Constant(I32, warps.WAITING)))
+        at_warp = b.and_(b.icmp_signed(">=", state, ir.Constant(I32, warps.WAITING)),
+                         b.icmp_signed("<", state, ir.Constant(I32, warps.READY)))
         runnable = b.or_(b.and_(b.icmp_signed(">=", state, ir.Constant(I32, 0)),
-                                b.not_(at_barrier)), b.and_(at_barrier, release))
-        still_waiting = b.or_(waiting, at_barrier)
+                                b.not_(b.or_(at_barrier, at_warp))),
+                         b.and_(at_barrier, release))
+        still_waiting = b.or_(waiting, b.or_(at_barrier, at_warp))
         run = fn.append_basic_block("run")
         step = fn.append_basic_block("next_thread")
         skip = b.block
         b.cbranch(runnable, run, step)
         b.position_at_end(run)
         b.store(t, b.gep(fault, [ir.Constant(I64, 6)]))
-        nregs = ir.Constant(I64, max(len(self.regs), 1))
+        nregs = ir.Constant(I64, self.spill_stride())
         result = b.call(thread, [L, shared, b.gep(local, [b.mul(t, local_stride)]),
                                  b.gep(spill, [b.mul(t, nregs)]), t,
                                  *(b.trunc(v, I32) for v in (tx, ty, tz)), *ctaid, state,
@@ -376,7 +418,13 @@ class _KernelCompiler:
         after = fn.append_basic_block("phase_end")
         b.cbranch(b.icmp_unsigned("<", b.add(t, one), threads), loop, after)
         b.position_at_end(after)
-        release.add_incoming(b.not_(now_yielding), after)
+        exchange = [resume, threads, spill, nregs, ir.Constant(I64, warps.exchange_base(self))]
+        opens = b.not_(now_yielding)
+        if self.warp_sites:
+            opens = b.and_(opens, b.not_(b.call(warps.resolver(self.module), exchange)))
+        if self.red_sites:   # the block's bar.red totals, for the threads it releases
+            b.call(barriers.reducer(self.module), [*exchange, opens])
+        release.add_incoming(opens, after)
         block_done = fn.append_basic_block("next_block")
         b.cbranch(now_waiting, phase, block_done)
         b.position_at_end(block_done)
@@ -445,11 +493,15 @@ class _KernelCompiler:
         fixed = {"%nwarpid": 32, "%smid": 0, "%nsmid": 1}
         if name in fixed:
             return ir.Constant(I32, fixed[name]), _U32
-        raise NotCompiled(f"{instr.text}: special register {name}", instr.line)
+        return special_registers.read(self, name, instr)
 
     def _symbol(self, symbol: Symbol, instr):
         """(space, i64 address in that space) of a variable named as a value."""
         var = symbol.variable or self.program.module.variables.get(symbol.name)
+        if var is None and symbol.name in self.program.function_addresses:
+            # a device function's address (function pointers, calls through registers)
+            address = self.program.function_addresses[symbol.name] + symbol.offset
+            return "global", ir.Constant(I64, address)
         if var is None:
             raise NotCompiled(f"{instr.text}: symbol {symbol.name}", instr.line)
         offset = symbol.offset
@@ -463,6 +515,9 @@ class _KernelCompiler:
             return "local", ir.Constant(I64, self.kernel.local_offsets[id(var)] + offset)
         if var.space == "param" and id(var) in self.param_offsets:
             return "kparam", ir.Constant(I64, self.param_offsets[id(var)] + offset)
+        if var.space == "param" and id(var) in self.kernel.local_offsets:
+            # call arguments and results, device functions' parameters: local memory
+            return "local", ir.Constant(I64, self.kernel.local_offsets[id(var)] + offset)
         raise NotCompiled(f"{instr.text}: symbol in .{var.space}", instr.line)
 
     # -- instructions ------------------------------------------------------------------------
@@ -512,8 +567,9 @@ class _KernelCompiler:
         suspend = self.fn.append_basic_block(f"yield{pc}")
         b.cbranch(b.icmp_unsigned("!=", flag, ir.Constant(I64, 0)), stop, suspend)
         ir.IRBuilder(stop).ret(ir.Constant(I32, STOPPED))
-        self.yields.append(target_pc)
-        self.suspend(ir.IRBuilder(suspend), YIELDED + len(self.yields) - 1, target_pc)
+        self.suspend(ir.IRBuilder(suspend), YIELDED + self.yields, target,
+                     self.saved_at(target_pc))
+        self.yields += 1
         return check
 
     def fail(self, code: int, address, size: int, need: int, line: int, space: str,
@@ -667,7 +723,7 @@ class _KernelCompiler:
         return space, self.b.add(value, offset)
 
 
-_CONTROL = {"bra", "ret", "exit", "bar", "barrier"}
+_CONTROL = {"bra", "ret", "exit", "bar", "barrier"}   # handlers that take the pc too
 
 
 def _elements(operand) -> list:
@@ -1153,7 +1209,10 @@ def _bra(c: _KernelCompiler, instr, pc: int) -> None:
 
 def _exit(c: _KernelCompiler, instr, pc: int) -> None:
     done = c.fn.append_basic_block(f"exit{pc}")
-    ir.IRBuilder(done).ret(ir.Constant(I32, 0))
+    if instr.opcode == "ret" and c.returns is not None:
+        ir.IRBuilder(done).branch(c.returns)
+    else:
+        ir.IRBuilder(done).ret(ir.Constant(I32, 0))
     c.transfer(instr, pc, done)
 
 
@@ -1165,9 +1224,9 @@ def _barrier(c: _KernelCompiler, instr, pc: int) -> None:
     mods.done()
     if len(instr.operands) not in (1, 2) or pc + 1 not in c.blocks:
         raise NotCompiled(instr.text, instr.line)
-    c.barriers.append(pc + 1)
+    c.barriers += 1
     wait = c.fn.append_basic_block(f"barrier{pc}")
-    c.suspend(ir.IRBuilder(wait), len(c.barriers), pc + 1)
+    c.suspend(ir.IRBuilder(wait), c.barriers, c.blocks[pc + 1], c.saved_at(pc + 1))
     c.transfer(instr, pc, wait)
 
 
@@ -1286,3 +1345,16 @@ def _from_i64(b, bits, ptype: PtxType):
     value = bits if ptype.bits == 64 else b.trunc(bits, ltype(ptype) if ptype.kind == "pred"
                                                   else ir.IntType(ptype.bits))
     return b.bitcast(value, ltype(ptype)) if ptype.name in ("f32", "f64") else value
+
+
+# Calls, warp instructions, barriers, branches, fences and special registers add their
+# handlers (they use the helpers above).
+from . import (  # noqa: E402, F401
+    barriers,
+    calls,
+    control,
+    fences,
+    half_atomics,
+    special_registers,
+    warps,
+)

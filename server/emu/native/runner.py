@@ -17,10 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..device_printf import DEFAULT_PRINTF_FIFO_BYTES
 from ..errors import LaunchError
 from ..memory import DENIED
 from ..spaces import STRAYS_ALLOWED, STRAYS_FAULT, out_of_bounds
+from . import control, device_io
 from .codegen import FAULTED, SPACES, STOPPED, SYMBOL_SLOT, WHY
+from .special_registers import CLOCK_SLOTS, clock_slots
 
 __all__ = ["NativeKernel"]
 
@@ -89,7 +92,7 @@ class _Worker:
                  local_stride: int):
         self.arrays = (np.zeros(max(shared_stride, 1), np.uint8),
                        np.zeros(max(local_stride * nthreads, 1), np.uint8),
-                       np.zeros(kernel.registers * nthreads, np.int64),
+                       np.zeros(kernel.spill * nthreads, np.int64),
                        np.zeros(nthreads, np.int32))
         self.fault = np.zeros(16, np.int64)
         self.cache = np.zeros(3 * kernel.sites + 1, np.int64)
@@ -111,10 +114,10 @@ class _Frame:
 
 
 class NativeKernel:
-    def __init__(self, address: int, symbols: list[str], registers: int, sites: int):
+    def __init__(self, address: int, symbols: list[str], spill: int, sites: int):
         self.function = _SIGNATURE(address)
         self.symbols = symbols
-        self.registers = max(registers, 1)
+        self.spill = spill      # int64 slots per thread in the spill buffer
         self.sites = sites
         self._frames: dict[tuple, list[_Frame]] = {}   # shape -> frames not in use
         self._frames_lock = threading.Lock()
@@ -132,25 +135,36 @@ class NativeKernel:
                 self._frames.setdefault(shape, []).append(frame)
 
     def run(self, prepared, params: bytes, memory, checker, strays: str, threads: int,
-            cancelled) -> str:
-        """Run every block; returns the checker's report of a stray access ("" if none).
-        Raises LaunchError as the interpreter does, and the executor's LaunchCancelled once
-        `cancelled` is set."""
-        grid, block = prepared.grid, prepared.block
-        nthreads = block[0] * block[1] * block[2]
-        nblocks = grid[0] * grid[1] * grid[2]
+            cancelled, printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES,
+            runtime=None) -> tuple[str, str]:
+        """Run every block; returns the printf output and the checker's report of a stray
+        access ("" if none). Raises LaunchError as the interpreter does, and the executor's
+        LaunchCancelled once `cancelled` is set."""
+        block = prepared.block
         shared_stride = prepared.shared_stride if prepared.shared_size else 0
         local_stride = prepared.local_stride if prepared.local_size else 0
-        shape = (nthreads, shared_stride, local_stride)
+        shape = (block[0] * block[1] * block[2], shared_stride, local_stride)
         frame = self._frame(shape)
         try:
-            return self._run(frame, prepared, params, memory, checker, strays, threads,
-                             cancelled, nblocks, shape)
+            if not device_io.uses_callback(prepared.kernel):
+                return "", self._run(frame, prepared, params, memory, checker, strays,
+                                     threads, cancelled, shape, None)
+            frame.launch[device_io.CALLBACK_SLOT] = device_io.callback_address()
+            with device_io.Sink(frame.launch_pointer, prepared, memory, params,
+                                printf_fifo_bytes, runtime) as sink:
+                report = self._run(frame, prepared, params, memory, checker, strays,
+                                   threads, cancelled, shape, sink)
         finally:
             self._keep(shape, frame)
+        failure = sink.failure(report)
+        if failure is not None:
+            raise failure
+        return sink.output(), report
 
     def _run(self, frame: _Frame, prepared, params, memory, checker, strays, threads,
-             cancelled, nblocks: int, shape: tuple) -> str:
+             cancelled, shape: tuple, sink) -> str:
+        grid = prepared.grid
+        nblocks = grid[0] * grid[1] * grid[2]
         if type(params) is bytes and params:   # its own buffer, no copy (the usual case)
             parameters = ctypes.cast(ctypes.c_char_p(params), ctypes.c_void_p).value
         else:
@@ -162,6 +176,7 @@ class NativeKernel:
                           table.ctypes.data, len(table), 0, _STRAY_MODE.get(strays, 1),
                           0, 0, 0, 0, 0, 0, 0, 0, prepared.shared_size, prepared.local_size,
                           prepared.shared_bytes, shape[1], shape[2], shape[0])
+        launch[list(CLOCK_SLOTS)] = clock_slots()
         for k, name in enumerate(self.symbols):
             launch[SYMBOL_SLOT + k] = prepared.symbols[name]
         count = max(1, min(threads, nblocks))
@@ -205,7 +220,11 @@ class NativeKernel:
                 _watcher.remove(launch)
         if faults:
             first = min(faults, key=lambda f: (int(f[5]), int(f[6])))
+            if sink is not None and sink.error is not None and control.is_runtime(first[8]):
+                raise LaunchError(sink.error.code, sink.error.message, output=sink.output(),
+                                  diagnostics=_stray_report(launch, prepared, memory, checker))
             raise LaunchError(int(first[0]), _message(first, prepared, memory),
+                              output=sink.output() if sink is not None else "",
                               diagnostics=_stray_report(launch, prepared, memory, checker))
         if launch[10] == 1 or (cancelled is not None and cancelled.is_set()):
             from ..executor import LaunchCancelled
@@ -236,6 +255,12 @@ def _describe(prepared, memory, address, size, need, line, space, why, block, th
 
 def _message(fault: np.ndarray, prepared, memory) -> str:
     values = [int(v) for v in fault]
+    described = control.describe(values[8], values[1])
+    if described is not None:
+        from ..executor import fault_message
+        return fault_message(*described, _coordinates(values[6], prepared.block),
+                             _coordinates(values[5], prepared.grid), prepared.kernel_name,
+                             values[4])
     return _describe(prepared, memory, values[1], values[2], values[3], values[4],
                      SPACES[values[7]], WHY[values[8]], values[5], values[6], values[9])
 

@@ -5,9 +5,8 @@
 // shared memory, and the child's stream waits for the parent's event before reading what that
 // kernel wrote. Results are checked against the host; misuse gets CUDA's errors.
 #include "check.cuh"
+#include "forked_child.h"
 #include <cstring>
-#include <sys/wait.h>
-#include <unistd.h>
 
 __global__ void fill(int *v, int n)
 {
@@ -44,21 +43,10 @@ struct Handles {
     cudaIpcEventHandle_t event;
 };
 
-static void read_all(int fd, void *buffer, size_t size)
-{
-    char *p = (char *)buffer;
-    while (size) {
-        ssize_t got = read(fd, p, size);
-        EXPECT(got > 0);
-        p += got;
-        size -= (size_t)got;
-    }
-}
-
 static int child(int from_parent, int to_parent, int n)
 {
     Handles handles;
-    read_all(from_parent, &handles, sizeof handles);
+    EXPECT(transfer(from_parent, &handles, sizeof handles, 0));
     cudaIpcMemHandle_t handle = handles.memory;
     // The parent's kernel waits for our flag; its event, recorded behind it, is not done.
     int *control;
@@ -108,24 +96,17 @@ static int child(int from_parent, int to_parent, int n)
     EXPECT_ERROR(cudaErrorInvalidValue, cudaIpcCloseMemHandle(wrong));
     CHECK(cudaFree(wrong));
     char done = 'd';
-    EXPECT(write(to_parent, &done, 1) == 1);
+    EXPECT(transfer(to_parent, &done, 1, 1));
     return 0;
 }
 
 int main()
 {
     const int n = 5000;
-    int down[2], up[2];
-    EXPECT(pipe(down) == 0 && pipe(up) == 0);
-    pid_t pid = fork();
-    EXPECT(pid >= 0);
-    if (pid == 0) {
-        close(down[1]);
-        close(up[0]);
-        return child(down[0], up[1], n);
-    }
-    close(down[0]);
-    close(up[1]);
+    forked other;
+    EXPECT(fork_with_pipes(&other));
+    if (other.pid == 0)
+        return child(other.in, other.out, n);
 
     int *memory;
     CHECK(cudaMalloc(&memory, n * sizeof(int)));
@@ -156,11 +137,10 @@ int main()
                  cudaIpcOpenMemHandle((void **)&own, handle, cudaIpcMemLazyEnablePeerAccess));
     int on_host = 0;
     EXPECT_ERROR(cudaErrorInvalidValue, cudaIpcGetMemHandle(&same, &on_host));
-    EXPECT(write(down[1], &handles, sizeof handles) == (ssize_t)sizeof handles);
+    EXPECT(transfer(other.out, &handles, sizeof handles, 1));
     char done = 0;
-    read_all(up[0], &done, 1);
-    int status = -1;
-    EXPECT(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT(transfer(other.in, &done, 1, 0));
+    EXPECT(child_succeeded(other.pid));
     int *result = new int[n];
     CHECK(cudaMemcpy(result, memory, n * sizeof(int), cudaMemcpyDeviceToHost));
     for (int i = 0; i < n; i++)

@@ -114,6 +114,14 @@ int main()
     }
     close(socks[1]);
 
+    // The device says pools export to file descriptors, as programs check before they do.
+    int handle_types = 0;
+    CHECK(cudaDeviceGetAttribute(&handle_types, cudaDevAttrMemoryPoolSupportedHandleTypes, 0));
+    EXPECT(handle_types & cudaMemHandleTypePosixFileDescriptor);
+    cudaDeviceProp device_props;
+    CHECK(cudaGetDeviceProperties(&device_props, 0));
+    EXPECT(device_props.memoryPoolSupportedHandleTypes == (unsigned)handle_types);
+
     // Misuse of the pool's properties.
     cudaMemPoolProps props = {};
     props.allocType = cudaMemAllocationTypePinned;
