@@ -85,12 +85,15 @@ def half_op(ptype: PtxType, mode: str, exact_fn):
     return packed
 
 
-def _exact(ptype: PtxType, mode: str, exact_fn, native_fn=None, zero_sum=None):
+def _exact(ptype: PtxType, mode: str, exact_fn, native_fn=None, zero_sum=None,
+           divisor: int | None = None):
     """An op on f32/f64 in `mode`: numpy's own arithmetic when it is exact enough.
 
     `zero_sum(*args)`, for sums (add, sub, fma), gives the result's sign when the exact sum
     is zero while rounding down: IEEE 754 makes it -0 unless both terms are +0, which is
-    the negated round-to-nearest sum of the negated terms."""
+    the negated round-to-nearest sum of the negated terms. `divisor` (div, rcp) is the
+    argument whose zero makes the result an exact infinity, which no directed mode turns
+    into the largest finite number as it does an overflow."""
     if mode == "rn" and native_fn is not None:
         return native_fn
     dtype = ptype.dtype
@@ -102,6 +105,8 @@ def _exact(ptype: PtxType, mode: str, exact_fn, native_fn=None, zero_sum=None):
         finite = True
         for a in args:
             finite = finite & np.isfinite(a)
+        if divisor is not None:
+            finite = finite & (np.asarray(args[divisor]) != 0)
         result = fr.finish(value, err, dtype, mode, finite).astype(dtype)
         if zero_sum is not None:
             exact_zero = (value == 0) & (err == 0)
@@ -226,7 +231,7 @@ def _div(instr, ctx: CompileContext):
         raise ctx.error(".approx/.full apply to f32 without a rounding modifier")
     if not approx and mode is None:
         raise ctx.error("a rounding modifier is required")
-    fn = _exact(ptype, mode or "rn", fr.exact_div, lambda a, b: np.divide(a, b))
+    fn = _exact(ptype, mode or "rn", fr.exact_div, lambda a, b: np.divide(a, b), divisor=1)
     return elementwise(ctx, ptype, [ptype, ptype], _finish_f32(fn, ftz, False))
 
 
@@ -242,7 +247,7 @@ def _rcp(instr, ctx: CompileContext):
         raise ctx.error("rcp needs either .approx or a rounding modifier")
     one = ptype.dtype.type(1)
     fn = _exact(ptype, mode or "rn", lambda a: fr.exact_div(1.0, a),
-                lambda a: np.divide(one, a))
+                lambda a: np.divide(one, a), divisor=0)
     return elementwise(ctx, ptype, [ptype], _finish_f32(fn, ftz and ptype.name == "f32", False))
 
 

@@ -13,6 +13,8 @@ cache, faults, cancelling, blocks on several threads, `vgpu server --threads`.
 
 from __future__ import annotations
 
+import inspect
+import itertools
 import logging
 import threading
 
@@ -22,7 +24,9 @@ import test_conformance as conformance
 import test_device_runtime as device_runtime
 import test_instructions as instructions
 import test_printf_assert as printf_assert
+import test_properties as properties
 from conftest import Device
+from hypothesis import settings
 
 from vgpu.server.emu import LaunchError, native, prepare
 from vgpu.server.emu.executor import LaunchCancelled
@@ -93,14 +97,58 @@ def differential() -> DifferentialDevice:
     return DifferentialDevice()
 
 
-@pytest.mark.parametrize("name", [
-    "test_integer_comparisons", "test_warp_operations",
-    "test_votes_count_only_lanes_executing_together", "test_calls_jump_tables_exit_and_loops"])
+# The instruction tests whose kernels the compiler translates whole (the others use
+# instructions it leaves to the interpreter, such as isspacep; and test_special_registers
+# reads %globaltimer, which differs between two runs).
+INSTRUCTION_TESTS = [
+    "test_integer_arithmetic", "test_packed_16bit_pairs",
+    "test_carry_chains_and_64bit_high_multiply", "test_bit_manipulation",
+    "test_float_arithmetic_and_rounding", "test_float_approximate_functions",
+    "test_double_fma_and_directed_rounding", "test_comparisons", "test_integer_comparisons",
+    "test_float_to_int_conversions", "test_int_to_float_conversions",
+    "test_half_conversions", "test_bit_masks_and_extensions", "test_warp_operations",
+    "test_votes_count_only_lanes_executing_together", "test_calls_jump_tables_exit_and_loops",
+]
+
+
+@pytest.mark.parametrize("name", INSTRUCTION_TESTS)
 def test_instruction_tests_agree(differential, name):
-    """The instruction tests whose kernels the compiler translates whole (the others use
-    instructions it leaves to the interpreter; native_slice.ptx covers what it translates)."""
     getattr(instructions, name)(differential)
     assert differential.compiled, "no kernel of the test ran compiled"
+
+
+def _parametrizations(test) -> list[dict]:
+    """Every combination of a test's @pytest.mark.parametrize arguments."""
+    axes = []
+    for mark in getattr(test, "pytestmark", []):
+        if mark.name != "parametrize":
+            continue
+        names = [n.strip() for n in mark.args[0].split(",")] if isinstance(
+            mark.args[0], str) else list(mark.args[0])
+        axes.append([dict(zip(names, v if len(names) > 1 else (v,), strict=True))
+                     for v in mark.args[1]])
+    return [dict(itertools.chain.from_iterable(d.items() for d in combo))
+            for combo in itertools.product(*axes)]
+
+
+PROPERTY_TESTS = [name for name, fn in inspect.getmembers(properties, inspect.isfunction)
+                  if name.startswith("test_")]
+
+
+@pytest.mark.parametrize("name", PROPERTY_TESTS)
+def test_property_tests_agree(monkeypatch, name):
+    """Every property, in every parametrization, on both (a few examples each: the
+    interpreter runs them in full in test_properties.py)."""
+    test = getattr(properties, name)
+    device = DifferentialDevice()
+    if hasattr(test, "hypothesis"):
+        # the test's own settings, with fewer examples (hypothesis reads them at call time)
+        current = test._hypothesis_internal_use_settings
+        monkeypatch.setattr(test, "_hypothesis_internal_use_settings",
+                            settings(current, max_examples=3, derandomize=True))
+    for arguments in _parametrizations(test):
+        test(module_device=device, **arguments)
+    assert device.compiled, "no kernel of the test ran compiled"
 
 
 CONFORMANCE_TESTS = [
@@ -311,13 +359,20 @@ def slice_inputs(threads: int) -> np.ndarray:
     return words
 
 
-def test_every_translated_instruction_form_agrees(differential):
-    module = differential.load((instructions.PTX / "native_slice.ptx").read_text())
+@pytest.mark.parametrize("ptx,kernel,words", [
+    ("native_slice.ptx", "slice", 64),
+    # rounding modes, .ftz/.sat, approximate functions, f16/bf16, conversions, carries,
+    # bit fields, packed integers and comparisons
+    ("native_arith.ptx", "arith", 128)])
+def test_every_translated_instruction_form_agrees(differential, ptx, kernel, words):
+    """On edge values (NaNs, infinities, subnormals, signed zeros, extreme integers) and
+    random bits."""
+    module = differential.load((instructions.PTX / ptx).read_text())
     threads = 512
-    out = differential.zeros(threads * 64, np.uint64)
-    differential.launch(module, "slice", (2,), (256,), differential.upload(slice_inputs(
+    out = differential.zeros(threads * words, np.uint64)
+    differential.launch(module, kernel, (2,), (256,), differential.upload(slice_inputs(
         threads)), out)
-    assert differential.compiled == ["slice"]
+    assert differential.compiled == [kernel]
 
 
 @pytest.fixture(scope="module")

@@ -358,3 +358,16 @@ def test_int64_to_float_rounding(module_device, a):
         for x, g, gd in zip(a, got, gotd, strict=True):
             assert g == round_exactly(Fraction(x), mode, np.float32)
             assert gd == round_exactly(Fraction(x), mode, np.float64)
+
+
+@pytest.mark.parametrize("mode", ["rz", "rm", "rp"])
+def test_division_by_zero_is_an_exact_infinity(module_device, mode):
+    """x / 0 is an exact infinity, which no directed mode rounds to the largest finite number
+    as it does an overflow."""
+    a = [1.5, -2.0, 3e38]
+    b = [0.0, 0.0, -0.0]
+    for ptype in ("f32", "f64"):
+        quotient = run_op(module_device, f"div.{mode}.{ptype} %d, %a, %b", (ptype,) * 4, a, b)
+        reciprocal = run_op(module_device, f"rcp.{mode}.{ptype} %d, %a", (ptype,) * 4, b)
+        assert list(quotient) == [math.inf, -math.inf, -math.inf]
+        assert list(reciprocal) == [math.inf, math.inf, -math.inf]

@@ -60,11 +60,6 @@ P8, P32, P64 = I8.as_pointer(), I32.as_pointer(), I64.as_pointer()
 _U32, _U64 = TYPES["u32"], TYPES["u64"]
 _WINDOWS = {"shared": GENERIC_SHARED_BASE, "local": GENERIC_LOCAL_BASE,
             "param": GENERIC_PARAM_BASE, "global": 0, "const": 0}
-_FLOAT_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-_UNORDERED = {"equ": "==", "neu": "!=", "ltu": "<", "leu": "<=", "gtu": ">", "geu": ">="}
-_UNSIGNED_CMP = {"lo": "<", "ls": "<=", "hi": ">", "hs": ">="}
-_ROUND_TO_INT = {"rni": "llvm.roundeven", "rzi": "llvm.trunc", "rmi": "llvm.floor",
-                 "rpi": "llvm.ceil"}
 _SPACE_NAMES = ("global", "shared", "local", "const", "param", "shared::cta")
 
 
@@ -148,6 +143,7 @@ class _KernelCompiler:
         self.sites = 0                    # global access sites, 3 cache slots each
         self.invariant_node = None
         self.live: dict[int, set[int]] | None = None   # pc -> registers live on entry
+        self.extra_ir: dict[str, str] = {}    # helpers lowerings add (rounding.py), by name
 
     # -- module ------------------------------------------------------------------------------
     def build(self) -> tuple[str, list[str], int, int]:
@@ -159,7 +155,7 @@ class _KernelCompiler:
         self._block_loop(thread)
         text = "\n".join(line for line in str(self.module).splitlines()
                          if not (line.startswith("declare") and '@"vgpu_' in line))
-        text += HELPERS_IR + warps.RESOLVE_IR + barriers.REDUCE_IR
+        text += HELPERS_IR + warps.RESOLVE_IR + barriers.REDUCE_IR + "".join(self.extra_ir.values())
         return text, self.symbols, self.sites, self.spill_stride()
 
     def spill_stride(self) -> int:
@@ -194,6 +190,8 @@ class _KernelCompiler:
         entry = fn.append_basic_block("entry")
         self.b = ir.IRBuilder(entry)
         self.budget = self.b.alloca(I64, name="budget")
+        self.carry = self.b.alloca(I1, name="carry")   # the carry flag (lower_integer.py)
+        self.b.store(ir.Constant(I1, 0), self.carry)
         self.regs = {}
         # Every function the kernel reaches has its own registers (calls are inlined and
         # never recursive, so one slot each serves every call).
@@ -877,106 +875,31 @@ def _cvta(c: _KernelCompiler, instr) -> None:
     c.write(instr.operands[0], ptype, value, instr)
 
 
-def _binary(c: _KernelCompiler, instr, compute, kinds="subf", flags=()) -> None:
+def _binary(c: _KernelCompiler, instr, compute, kinds: str) -> None:
     mods = _Mods(instr)
-    taken = [mods.take(f) for f in flags]
     ptype = mods.type(kinds)
     mods.done()
     if len(instr.operands) != 3:
         raise NotCompiled(f"{instr.text}: operands", instr.line)
     a, b_ = (c.read(op, ptype, instr) for op in instr.operands[1:])
-    c.write(instr.operands[0], ptype, compute(c.b, a, b_, ptype, taken), instr)
+    c.write(instr.operands[0], ptype, compute(c.b, a, b_, ptype), instr)
 
 
 def _arith(opcode_name: str):
-    integer = {"add": "add", "sub": "sub"}[opcode_name]
-    floating = {"add": "fadd", "sub": "fsub"}[opcode_name]
-
+    """Integer add/sub (their float forms and flags: lower_float.py, lower_integer.py)."""
     def handler(c, instr):
-        def compute(b, x, y, ptype, taken):
-            if ptype.is_float:
-                return getattr(b, floating)(x, y)
-            return getattr(b, integer)(x, y)
-        _rounding_only(instr)
-        _binary(c, instr, compute, flags=("rn",))
+        def compute(b, x, y, ptype):
+            return getattr(b, opcode_name)(x, y)
+        _binary(c, instr, compute, kinds="bsu")
     return handler
-
-
-def _rounding_only(instr) -> None:
-    """Float arithmetic compiles in round-to-nearest only (.rn, or no mode)."""
-    if any(m in ("rz", "rm", "rp", "ftz", "sat", "cc") for m in instr.modifiers):
-        raise NotCompiled(instr.text, instr.line)
 
 
 def _widen(b, value, ptype: PtxType, bits: int):
     return (b.sext if ptype.is_signed else b.zext)(value, ir.IntType(bits))
 
 
-def _product(b, x, y, ptype: PtxType, mode: str):
-    """mul's .lo/.hi/.wide on integers: (value, result type)."""
-    if mode == "lo":
-        return b.mul(x, y), ptype
-    bits = ptype.bits
-    wide = b.mul(_widen(b, x, ptype, 2 * bits), _widen(b, y, ptype, 2 * bits))
-    if mode == "wide":
-        return wide, TYPES[f"{ptype.kind if ptype.kind != 'b' else 'u'}{2 * bits}"]
-    return b.trunc(b.lshr(wide, ir.Constant(wide.type, bits)), ltype(ptype)), ptype
-
-
-def _mul_mad(is_mad: bool):
-    """mul and mad: integer .lo/.hi/.wide, float in round-to-nearest (mad.rn is fused)."""
-    def handler(c, instr):
-        mods = _Mods(instr)
-        mode = mods.take("lo", "hi", "wide")
-        rn = mods.take("rn")
-        ptype = mods.type()
-        mods.done()
-        if ptype.is_float:
-            if mode or (is_mad and not rn):
-                raise NotCompiled(instr.text, instr.line)
-            if is_mad:
-                _fma_values(c, instr, ptype)
-            else:
-                a, b_ = (c.read(op, ptype, instr) for op in instr.operands[1:3])
-                c.write(instr.operands[0], ptype, c.b.fmul(a, b_), instr)
-            return
-        if mode is None or rn or (mode == "wide" and ptype.bits == 64):
-            raise NotCompiled(instr.text, instr.line)
-        a, b_ = (c.read(op, ptype, instr) for op in instr.operands[1:3])
-        value, rtype = _product(c.b, a, b_, ptype, mode)
-        if is_mad:
-            value = c.b.add(value, c.read(instr.operands[3], rtype, instr))
-        c.write(instr.operands[0], rtype, value, instr)
-    return handler
-
-
-def _fma(c: _KernelCompiler, instr) -> None:
-    _fma_values(c, instr, _rn_float_type(instr))
-
-
-def _rn_float_type(instr) -> PtxType:
-    """The f32/f64 type of an instruction whose only modifier must be .rn."""
-    mods = _Mods(instr)
-    rn = mods.take("rn")
-    ptype = mods.type("f")
-    mods.done()
-    if not rn:
-        raise NotCompiled(instr.text, instr.line)
-    return ptype
-
-
-def _fma_values(c, instr, ptype) -> None:
-    x, y, z = (c.read(op, ptype, instr) for op in instr.operands[1:4])
-    fma = c._intrinsic("llvm.fma", ltype(ptype), 3)
-    c.write(instr.operands[0], ptype, c.b.call(fma, [x, y, z]), instr)
-
-
 def _div_rem(is_div: bool):
-    def compute(b, x, y, ptype, taken):
-        if ptype.is_float:
-            if not is_div or taken[0] is None:
-                raise NotCompiled("div/rem on floats without .rn", 0)
-            return b.fdiv(x, y)
+    def compute(b, x, y, ptype):
         zero = ir.Constant(x.type, 0)
         by_zero = b.icmp_unsigned("==", y, zero)
         one = ir.Constant(x.type, 1)
@@ -996,39 +919,23 @@ def _div_rem(is_div: bool):
         return b.select(by_zero, x, b.urem(x, safe))
 
     def handler(c, instr):
-        if "full" in instr.modifiers or "approx" in instr.modifiers:
-            raise NotCompiled(instr.text, instr.line)
-        _rounding_only(instr)
-        try:
-            _binary(c, instr, compute, flags=("rn",))
-        except NotCompiled as exc:
-            raise NotCompiled(instr.text, instr.line) from exc
+        _binary(c, instr, compute, kinds="su")
     return handler
 
 
 def _min_max(is_min: bool):
-    def compute(b, x, y, ptype, taken):
-        if not ptype.is_float:
-            cmp = b.icmp_signed if ptype.is_signed else b.icmp_unsigned
-            return b.select(cmp("<" if is_min else ">", x, y), x, y)
-        # The non-NaN operand (x when both are NaN, as numpy's fmin), -0 below +0.
-        ordered = b.select(b.fcmp_ordered("<=" if is_min else ">=", x, y), x, y)
-        width = ir.IntType(ptype.bits)
-        xi, yi = b.bitcast(x, width), b.bitcast(y, width)
-        zeros = b.and_(b.fcmp_ordered("==", x, ir.Constant(x.type, 0.0)),
-                       b.fcmp_ordered("==", y, ir.Constant(x.type, 0.0)))
-        signed_zero = b.bitcast(b.or_(xi, yi) if is_min else b.and_(xi, yi), x.type)
-        value = b.select(zeros, signed_zero, ordered)
-        value = b.select(b.fcmp_unordered("uno", x, x), y, value)
-        return b.select(b.fcmp_unordered("uno", y, y), x, value)
+    """Integer min/max (float forms: lower_float.py)."""
+    def compute(b, x, y, ptype):
+        cmp = b.icmp_signed if ptype.is_signed else b.icmp_unsigned
+        return b.select(cmp("<" if is_min else ">", x, y), x, y)
 
     def handler(c, instr):
-        _binary(c, instr, compute)
+        _binary(c, instr, compute, kinds="su")
     return handler
 
 
 def _logic(name: str):
-    def compute(b, x, y, ptype, taken):
+    def compute(b, x, y, ptype):
         return getattr(b, name)(x, y)
 
     def handler(c, instr):
@@ -1037,7 +944,7 @@ def _logic(name: str):
         if ptype is not None and ptype.kind == "pred":
             mods.done()
             x, y = (c.read(op, ptype, instr) for op in instr.operands[1:])
-            c.write(instr.operands[0], ptype, compute(c.b, x, y, ptype, ()), instr)
+            c.write(instr.operands[0], ptype, compute(c.b, x, y, ptype), instr)
             return
         _binary(c, instr, compute, kinds="bsu")
     return handler
@@ -1063,16 +970,11 @@ def _typed_source(c: _KernelCompiler, instr, kinds: str):
 
 
 def _neg_abs(is_neg: bool):
+    """Integer neg/abs (float forms: lower_float.py)."""
     def handler(c, instr):
-        ptype, x = _typed_source(c, instr, "subf")
+        ptype, x = _typed_source(c, instr, "s")
         b = c.b
-        if ptype.is_float:   # the sign bit, as the interpreter (NaN payloads kept)
-            width = ir.IntType(ptype.bits)
-            sign = ir.Constant(width, 1 << (ptype.bits - 1))
-            bits = b.bitcast(x, width)
-            bits = b.xor(bits, sign) if is_neg else b.and_(bits, b.not_(sign))
-            value = b.bitcast(bits, x.type)
-        elif is_neg:
+        if is_neg:
             value = b.neg(x)
         else:
             value = b.select(b.icmp_signed("<", x, ir.Constant(x.type, 0)), b.neg(x), x)
@@ -1100,44 +1002,6 @@ def _shift(left: bool):
     return handler
 
 
-def _setp(c: _KernelCompiler, instr) -> None:
-    mods = _Mods(instr)
-    op = mods.take(*_FLOAT_CMP, *_UNORDERED, *_UNSIGNED_CMP, "num", "nan")
-    combine = mods.take("and", "or", "xor")
-    ptype = mods.type()
-    mods.done()
-    if op is None:
-        raise NotCompiled(instr.text, instr.line)
-    x, y = (c.read(o, ptype, instr) for o in instr.operands[1:3])
-    b = c.b
-    if ptype.is_float:
-        if op in _FLOAT_CMP:
-            result = b.fcmp_ordered(_FLOAT_CMP[op], x, y)
-        elif op in _UNORDERED:
-            result = b.fcmp_unordered(_UNORDERED[op], x, y)
-        else:
-            result = b.fcmp_ordered("ord", x, y) if op == "num" else b.fcmp_unordered(
-                "uno", x, y)
-    elif op in _UNSIGNED_CMP:
-        result = b.icmp_unsigned(_UNSIGNED_CMP[op], x, y)
-    elif op in _FLOAT_CMP:
-        cmp = b.icmp_signed if ptype.is_signed else b.icmp_unsigned
-        result = cmp(_FLOAT_CMP[op], x, y)
-    else:
-        raise NotCompiled(instr.text, instr.line)
-    pred = TYPES["pred"]
-    negated = b.not_(result)
-    if combine:
-        if len(instr.operands) != 4:
-            raise NotCompiled(f"{instr.text}: operands", instr.line)
-        other = c.read(instr.operands[3], pred, instr)
-        fn = {"and": b.and_, "or": b.or_, "xor": b.xor}[combine]
-        result, negated = fn(result, other), fn(negated, other)
-    c.write(instr.operands[0], pred, result, instr)
-    if instr.pair is not None:
-        c.write(instr.pair, pred, negated, instr)
-
-
 def _selp(c: _KernelCompiler, instr) -> None:
     mods = _Mods(instr)
     ptype = mods.type()
@@ -1145,56 +1009,6 @@ def _selp(c: _KernelCompiler, instr) -> None:
     x, y = (c.read(o, ptype, instr) for o in instr.operands[1:3])
     chosen = c.b.select(c.read(instr.operands[3], TYPES["pred"], instr), x, y)
     c.write(instr.operands[0], ptype, chosen, instr)
-
-
-def _cvt(c: _KernelCompiler, instr) -> None:
-    mods = _Mods(instr)
-    rounding = mods.take("rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi")
-    dst, src = mods.type(count=2), mods.types[1]
-    mods.done()
-    value = c.read(instr.operands[1], src, instr)
-    b = c.b
-    if not dst.is_float and not src.is_float:
-        if rounding:
-            raise NotCompiled(instr.text, instr.line)
-        if dst.bits > src.bits:
-            value = _widen(b, value, src, dst.bits)
-        elif dst.bits < src.bits:
-            value = b.trunc(value, ltype(dst))
-    elif dst.is_float and src.is_float:
-        if rounding in _ROUND_TO_INT and dst == src:
-            value = b.call(c._intrinsic(_ROUND_TO_INT[rounding], value.type), [value])
-        elif dst.bits > src.bits and rounding is None:
-            value = b.fpext(value, ltype(dst))
-        elif dst.bits < src.bits and rounding == "rn":
-            value = b.fptrunc(value, ltype(dst))
-        elif dst == src and rounding is None:
-            pass
-        else:
-            raise NotCompiled(instr.text, instr.line)
-    elif src.is_float:   # float -> integer: round, then saturate (NaN -> 0)
-        if rounding not in _ROUND_TO_INT:
-            raise NotCompiled(instr.text, instr.line)
-        value = b.call(c._intrinsic(_ROUND_TO_INT[rounding], value.type), [value])
-        name = "llvm.fptosi.sat" if dst.is_signed else "llvm.fptoui.sat"
-        value = b.call(c._intrinsic(name, value.type, ret=ltype(dst)), [value])
-    else:                # integer -> float, round to nearest
-        if rounding != "rn":
-            raise NotCompiled(instr.text, instr.line)
-        value = (b.sitofp if src.is_signed else b.uitofp)(value, ltype(dst))
-    c.write(instr.operands[0], dst, value, instr)
-
-
-def _unary_float(intrinsic: str | None):
-    def handler(c, instr):
-        ptype = _rn_float_type(instr)
-        x = c.read(instr.operands[1], ptype, instr)
-        if intrinsic is None:    # rcp
-            value = c.b.fdiv(ir.Constant(x.type, 1.0), x)
-        else:
-            value = c.b.call(c._intrinsic(intrinsic, x.type), [x])
-        c.write(instr.operands[0], ptype, value, instr)
-    return handler
 
 
 def _bra(c: _KernelCompiler, instr, pc: int) -> None:
@@ -1232,13 +1046,11 @@ def _barrier(c: _KernelCompiler, instr, pc: int) -> None:
 
 _HANDLERS = {
     "ld": _ld, "st": _st, "mov": _mov, "cvta": _cvta,
-    "add": _arith("add"), "sub": _arith("sub"), "mul": _mul_mad(False),
-    "mad": _mul_mad(True), "fma": _fma,
+    "add": _arith("add"), "sub": _arith("sub"),
     "div": _div_rem(True), "rem": _div_rem(False), "min": _min_max(True),
     "max": _min_max(False), "and": _logic("and_"), "or": _logic("or_"),
     "xor": _logic("xor"), "not": _not, "neg": _neg_abs(True), "abs": _neg_abs(False),
-    "shl": _shift(True), "shr": _shift(False), "setp": _setp, "selp": _selp, "cvt": _cvt,
-    "sqrt": _unary_float("llvm.sqrt"), "rcp": _unary_float(None),
+    "shl": _shift(True), "shr": _shift(False), "selp": _selp,
     "atom": _atom, "red": _atom, "popc": _bit_count("popc"), "clz": _bit_count("clz"),
     "brev": _bit_count("brev"),
     "bra": _bra, "ret": _exit, "exit": _exit, "bar": _barrier, "barrier": _barrier,
@@ -1358,3 +1170,16 @@ from . import (  # noqa: E402, F401
     special_registers,
     warps,
 )
+
+
+def _extend_handlers() -> None:
+    """Instruction families lowered in modules of their own (they import this one)."""
+    from .lower_compare import compare_handlers
+    from .lower_convert import convert_handlers
+    from .lower_float import float_handlers
+    from .lower_integer import integer_handlers
+    for extend in (float_handlers, integer_handlers, convert_handlers, compare_handlers):
+        _HANDLERS.update(extend(dict(_HANDLERS)))
+
+
+_extend_handlers()
