@@ -101,6 +101,8 @@ LANE_WAITS = {
 }
 # How long taking a session's state waits for its streams' queued work.
 LANES_DRAIN_S = 5.0
+# How often a wait for another session's event (IPC) looks whether it completed.
+SHARED_EVENT_POLL_S = 0.002
 
 OPS: dict[str, Callable] = {}
 # Who a session built without a connection (in tests) belongs to: nobody the server verified,
@@ -159,14 +161,22 @@ class Function:
 
 @dataclass
 class EventRecord:
-    """An event's last record: where it completes (a point of `lanes`; None: it has) and
-    when it did. Sessions that opened the event through IPC share it with the exporter."""
+    """An event's last record: the backend's event it went to (`device`, of the session that
+    made the event) and, on a backend whose streams are the session's lanes, the point of
+    `lanes` where it is made (None: it was, or it is not a lane's). Sessions that opened
+    the event through IPC share it with the exporter."""
+    device: object
     lanes: StreamLanes | None = None
     point: Point | None = None
-    recorded_at: float | None = None
+    recorded: bool = False
     shared: bool = False  # exported (server/ipc.py): the session cannot move
+    # Whether its session destroyed it (the backend's event is gone: a wait for it is
+    # over), guarded for the sessions that opened it, whose threads use it too.
+    gone: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def done(self) -> bool:
+    def reached(self) -> bool:
+        """Has the session's thread or lane made the record (with lanes, at its turn)?"""
         return self.point is None or self.lanes.reached((self.point,))
 
 
@@ -174,7 +184,8 @@ class EventRecord:
 class Event:
     context: int
     flags: int
-    record: EventRecord = field(default_factory=EventRecord)
+    record: EventRecord
+    imported: bool = False  # opened through IPC: the record is its exporter's
 
 
 class Session:
@@ -457,6 +468,7 @@ class Session:
                             f"the session's streams still run queued work after "
                             f"{LANES_DRAIN_S:g} s (a kernel or host function waiting for "
                             "what the program has not done yet); try again")
+        self.backend.synchronize()  # a GPU's queued work: events are then complete
 
     def check_movable(self) -> None:
         """Refuse what a checkpoint cannot carry yet: host memory the client shares, device
@@ -513,7 +525,6 @@ class Session:
     def describe(self, position: int) -> dict:
         """Everything but memory contents, as plain values: the journal and the session's
         own state (errors waiting to be reported, limits, recorded events)."""
-        now = time.perf_counter()
         return {
             "token": self.token,
             "position": position,
@@ -530,10 +541,10 @@ class Session:
             "printf_fifo_bytes": self.printf_fifo_bytes,
             "printf_launched": self.printf_launched,
             "device_runtime": self.device_runtime.describe(),
-            # Seconds since each recorded event: elapsed times stay right on another host.
-            "events_recorded": [[h, now - e.record.recorded_at]
-                                for h, e in self.events.items()
-                                if e.record.recorded_at is not None],
+            # Seconds since each recorded event completed (the session is drained): elapsed
+            # times stay right on another host or backend.
+            "events_recorded": [[h, self.backend.event_age(e.record.device)]
+                                for h, e in self.events.items() if e.record.recorded],
         }
 
     def restore(self, state: dict, regions: list[tuple[int, int]],
@@ -593,9 +604,10 @@ class Session:
                 self.backend.write(address, staged)
             else:
                 fill(i, view)
-        now = time.perf_counter()
         for handle, age in state["events_recorded"]:
-            self.events.get(handle).record.recorded_at = now - age
+            record = self.events.get(handle).record
+            self.backend.backdate_event(record.device, float(age))
+            record.recorded = True
         self.sticky_error = int(state["sticky_error"])
         self.deferred_error, self.deferred_message = state["deferred"]
         self.last_error_message = state["last_error_message"]
@@ -788,7 +800,7 @@ class Session:
             self.lanes.destroyed(s)
             self.journal.destroyed("stream", s)
         for e in list(ctx.events):
-            self.events.pop(e)
+            self._retire_event(self.events.pop(e))
             self.journal.destroyed("event", e)
         ctx.streams.clear()
         ctx.events.clear()
@@ -802,11 +814,27 @@ class Session:
         """cuCtxSynchronize, cuStreamSynchronize, cuEventSynchronize: what they wait for
         (`kind` "context", "stream" or "event", and its handle)."""
         if kind == "event":
-            record = self.events.get(handle).record
-            self._wait_record(record.lanes, record.point)
-        else:
-            self._wait_lanes(self._points_of(kind, handle))
+            self._synchronize_event(self.events.get(handle))
+            return
+        self._wait_lanes(self._points_of(kind, handle))
         self.backend.synchronize()
+
+    def _synchronize_event(self, event: Event) -> None:
+        """Wait until the event's record is made and the device completed it. Another
+        session's (IPC) is polled, so that the wait ends with either session."""
+        record = event.record
+        self._wait_record(record.lanes, record.point)
+        if not event.imported:
+            self.backend.synchronize_event(record.device)
+            return
+        while not self._event_done(record):
+            if self.cancelled:
+                raise Cancelled
+            time.sleep(SHARED_EVENT_POLL_S)
+
+    def _event_done(self, record: EventRecord) -> bool:
+        with record.lock:
+            return record.gone or record.reached() and self.backend.event_done(record.device)
 
     @op("vgpuDiscardReported")
     def discard_reported(self):
@@ -822,9 +850,11 @@ class Session:
         server answers CUDA_ERROR_NOT_READY without coming here; here, all is done once the
         streams' lanes have finished the work asked about and the device what the backend
         queued (a GPU's launches return at once)."""
-        done = self.events.get(handle).record.done() if kind == "event" \
-            else self.lanes.reached(self._points_of(kind, handle))
-        if not done:
+        if kind == "event":
+            if not self._event_done(self.events.get(handle).record):
+                raise CudaError(CUDA_ERROR_NOT_READY, "work is still running")
+            return
+        if not self.lanes.reached(self._points_of(kind, handle)):
             raise CudaError(CUDA_ERROR_NOT_READY, "work is still running")
         self.backend.synchronize()
 
@@ -1328,20 +1358,26 @@ class Session:
         self._check_stream(stream)
         record = self.events.get(event).record
         lanes, point = record.lanes, record.point
-        if point is None:
-            return
-        if not self.lanes.is_lane(stream):
-            self._wait_record(lanes, point)
-        elif lanes is self.lanes:
-            self.lanes.submit(stream, None, after=(point,))
-        else:
-            self.lanes.submit(stream, lambda: self._wait_record(lanes, point))
+        if point is not None:
+            if not self.lanes.is_lane(stream):
+                self._wait_record(lanes, point)
+            elif lanes is self.lanes:
+                self.lanes.submit(stream, None, after=(point,))
+            else:
+                self.lanes.submit(stream, lambda: self._wait_record(lanes, point))
+        with record.lock:  # on the device, for a backend whose streams are its own
+            if not record.gone:
+                self.backend.wait_event(stream, record.device)
 
     @op("cuEventCreate")
     def event_create(self, handle: int, context: int, flags: int,
                      record: EventRecord | None = None):
         ctx = self.contexts.get(context)
-        self.events.add(handle, Event(context, flags, record or EventRecord()))
+        imported = record is not None
+        if record is None:
+            record = EventRecord(self.backend.create_event(
+                ctx.device, not flags & CU_EVENT_DISABLE_TIMING))
+        self.events.add(handle, Event(context, flags, record, imported))
         ctx.events.add(handle)
         self.journal.created("event", handle, context, flags)
 
@@ -1351,10 +1387,10 @@ class Session:
         record = self.events.get(handle).record
 
         def recorded() -> None:
-            self.backend.synchronize()
-            record.recorded_at = time.perf_counter()
+            self.backend.record_event(record.device, stream)
 
         record.lanes = self.lanes
+        record.recorded = True
         record.point = self._on_stream(stream, recorded)
 
     @op("cuEventDestroy")
@@ -1365,17 +1401,28 @@ class Session:
             self.ipc.withdraw(self, "event", handle)
         if event.context in self.contexts:
             self.contexts.get(event.context).events.discard(handle)
+        self._retire_event(event)
+
+    def _retire_event(self, event: Event) -> None:
+        """An event of the session's is gone: the backend's goes too if it is the session's
+        own (one opened through IPC stays its exporter's)."""
+        record = event.record
+        if event.imported:
+            return
+        with record.lock:
+            record.gone = True
+            self.backend.destroy_event(record.device)
 
     @op("cuEventElapsedTime")
     def event_elapsed_time(self, start: int, end: int):
         a, b = self.events.get(start), self.events.get(end)
         if (a.flags | b.flags) & CU_EVENT_DISABLE_TIMING:
             raise CudaError(CUDA_ERROR_INVALID_HANDLE, "event created with DISABLE_TIMING")
-        if not (a.record.done() and b.record.done()):
-            raise CudaError(CUDA_ERROR_NOT_READY, "an event has not completed yet")
-        if a.record.recorded_at is None or b.record.recorded_at is None:
+        if not (a.record.recorded and b.record.recorded):
             raise CudaError(CUDA_ERROR_INVALID_HANDLE, "event has not been recorded")
-        return (b.record.recorded_at - a.record.recorded_at) * 1000.0
+        if not (self._event_done(a.record) and self._event_done(b.record)):
+            raise CudaError(CUDA_ERROR_NOT_READY, "an event has not completed yet")
+        return self.backend.elapsed_ms(a.record.device, b.record.device)
 
 
 # Calls that still work after a sticky error: the ones that tear state down.

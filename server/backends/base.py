@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vgpu.errors import CudaError
 
-__all__ = ["Backend", "Cancelled", "DeviceDescription", "KernelDescription", "KernelFault",
-           "LoadedModule", "SharedMemory"]
+__all__ = ["Backend", "Cancelled", "DeviceDescription", "HostEvent", "KernelDescription",
+           "KernelFault", "LoadedModule", "SharedMemory"]
 
+CUDA_ERROR_INVALID_HANDLE = 400
 CUDA_ERROR_NOT_SUPPORTED = 801
 PCI_BUS_ID = 33  # CU_DEVICE_ATTRIBUTE_PCI_BUS_ID
 
@@ -80,6 +82,13 @@ class SharedMemory:
     lead: int = 0
     span: int = 0  # 0: `size`
     alignment: int | None = None
+
+
+@dataclass
+class HostEvent:
+    """An event of a backend whose launches run inline: when its last record was made."""
+
+    at: float | None = None
 
 
 class Backend(abc.ABC):
@@ -264,11 +273,12 @@ class Backend(abc.ABC):
         with a parameter buffer, the printf FIFO's size and (optionally) the session's
         stream to run on, it runs the kernel to completion (or queues it) and returns
         (device printf output, text for stderr such as a memory checker's report); a kernel
-        that fails raises KernelFault. Every other call (copies, memsets, synchronizations,
-        event records) comes after the work launched before it, on whatever stream: only
-        launches on different streams may overlap. Sessions keep launchers for the shapes a
-        program repeats. A `cooperative` launch keeps all its blocks resident together
-        (cuLaunchCooperativeKernel), for grid-wide synchronization."""
+        that fails raises KernelFault. Every other call but the event methods (copies,
+        memsets, synchronizations) comes after the work launched before it, on whatever
+        stream: only launches on different streams, and their events, may overlap.
+        Sessions keep launchers for the shapes a program repeats. A `cooperative` launch
+        keeps all its blocks resident together (cuLaunchCooperativeKernel), for grid-wide
+        synchronization."""
 
     def use_device_runtime(self, place: Callable[[str], tuple[int, int]],
                            device_graphs: Callable[[int], list | None] | None = None) -> None:
@@ -278,6 +288,53 @@ class Backend(abc.ABC):
         its kernels may launch (`device_graphs(handle)`: server/graphs.py's
         device_launches). Only a backend whose kernel descriptions ask for them is given
         it."""
+        return None
+
+    # Events. A session's event is the backend's, recorded on the session stream's device
+    # stream, so a wait for it or its timing is the device's (a GPU's events). Here, for a
+    # backend whose launches run inline: the work before a record is done when it is made
+    # (the session runs each stream's work in order on its lane, server/streams.py), so an
+    # event is the host clock's time of its record and waits have nothing left to wait for.
+    # An event given to these methods may be another session's of this server (IPC).
+    def create_event(self, device: int, timing: bool) -> object:
+        """An event in device `device`'s context; `timing`: it may be timed."""
+        return HostEvent()
+
+    def record_event(self, event: object, stream: int) -> None:
+        """Record `event` on session stream `stream` (the legacy stream: the event's
+        device's): it completes once the stream's work queued before it has."""
+        event.at = time.perf_counter()
+
+    def wait_event(self, stream: int, event: object) -> None:
+        """Work queued on `stream` from now on starts after `event`'s last record completed
+        (the legacy stream: on every device of the session)."""
+        return None
+
+    def event_done(self, event: object) -> bool:
+        """Has `event`'s last record completed (one never recorded has)?"""
+        return True
+
+    def synchronize_event(self, event: object) -> None:
+        """Wait until `event`'s last record completed."""
+        return None
+
+    def elapsed_ms(self, start: object, end: object) -> float:
+        """Milliseconds from `start`'s record to `end`'s, both completed; CudaError
+        CUDA_ERROR_INVALID_HANDLE if one was never recorded."""
+        if start.at is None or end.at is None:
+            raise CudaError(CUDA_ERROR_INVALID_HANDLE, "event has not been recorded")
+        return (end.at - start.at) * 1000.0
+
+    def event_age(self, event: object) -> float:
+        """Seconds since `event`'s record completed (a checkpoint's; the session is
+        drained). 0 for an event that is not timed or never recorded."""
+        return 0.0 if event.at is None else time.perf_counter() - event.at
+
+    def backdate_event(self, event: object, age: float) -> None:
+        """A restore's: `event` was recorded and completed `age` seconds ago."""
+        event.at = time.perf_counter() - age
+
+    def destroy_event(self, event: object) -> None:
         return None
 
     def set_device_runtime_limit(self, limit: int, value: int) -> None:

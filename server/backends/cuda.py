@@ -79,6 +79,9 @@ CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_NOT_SUPPORTED = 801
 CUDA_ERROR_ASSERT = 710
+_NOT_READY = 600
+_EVENT_BLOCKING_SYNC = 0x1
+_EVENT_DISABLE_TIMING = 0x2
 _HOST_REGISTER_PORTABLE = 0x01
 _HOST_REGISTER_DEVICEMAP = 0x02
 
@@ -283,6 +286,17 @@ class _Import:
     mappings: list[tuple[int, int]]  # (address, size) of each cuMemMap
 
 
+@dataclass(eq=False)
+class _Event:
+    """A session's event: a CUDA event in the session's context on `device`."""
+
+    handle: object  # its CUevent
+    device: int
+    timing: bool
+    # A restored event is recorded at its restore, having completed `lag_ms` earlier.
+    lag_ms: float = 0.0
+
+
 @dataclass
 class _Module:
     module: object
@@ -346,6 +360,7 @@ class CudaBackend(Backend):
         self._variables = _Variables()
         # The session's stream handle -> (its device, the device's stream)
         self._streams: dict[int, tuple[int, object]] = {}
+        self._events: set[_Event] = set()  # those alive (a lost context takes its own)
 
     def recover(self) -> None:
         """The program reset its device after a fault: the contexts the fault lost, and all
@@ -911,7 +926,7 @@ class CudaBackend(Backend):
                                           ctypes.addressof(size), 0)
             self._wait_for_others(device, launches=False)
             # A stream of another device's: the driver refuses the launch, as CUDA does.
-            on = self._streams[stream][1] if stream in self._streams else 0
+            on = self._device_stream(stream)
             with self._current(device):
                 if may_print and printf_fifo_bytes != self._devices[device].printf_fifo:
                     self._set_printf_fifo(device, printf_fifo_bytes)
@@ -955,6 +970,91 @@ class CudaBackend(Backend):
         if stream is not None:  # else one the context lost to a fault took with it
             with self._current(device):
                 _let_go(d, d.cuStreamDestroy(stream))
+
+    def _device_stream(self, stream: int):
+        """The device stream of session stream `stream` (0: its context's legacy stream)."""
+        return self._streams[stream][1] if stream in self._streams else 0
+
+    # ----------------------------------------------------------------- events
+
+    def create_event(self, device: int, timing: bool) -> _Event:
+        """A CUDA event that blocks the waiting thread (a server's threads must not spin)."""
+        d = self._d
+        flags = _EVENT_BLOCKING_SYNC | (0 if timing else _EVENT_DISABLE_TIMING)
+        with self._current(device):
+            event = _Event(_call(d, d.cuEventCreate(flags)), device, timing)
+        self._events.add(event)
+        return event
+
+    def record_event(self, event: _Event, stream: int) -> None:
+        """On the stream's device stream; one of another device's is refused by the driver,
+        as CUDA refuses it."""
+        d = self._d
+        with self._current(event.device):
+            _call(d, d.cuEventRecord(event.handle, self._device_stream(stream)))
+        event.lag_ms = 0.0
+
+    def wait_event(self, stream: int, event: _Event) -> None:
+        d = self._d
+        if stream in self._streams:
+            device, on = self._streams[stream]
+            with self._current(device):
+                _call(d, d.cuStreamWaitEvent(on, event.handle, 0))
+            return
+        # The legacy stream of the context the program has current, which the session does
+        # not know: every context's (blocking streams wait for it in turn).
+        for device in self._devices:
+            if device.context is not None:
+                with self._current(device.ordinal):
+                    _call(d, d.cuStreamWaitEvent(0, event.handle, 0))
+
+    def event_done(self, event: _Event) -> bool:
+        d = self._d
+        result = d.cuEventQuery(event.handle)
+        if int(result[0] if isinstance(result, tuple) else result) == _NOT_READY:
+            return False
+        _call(d, result)
+        return True
+
+    def synchronize_event(self, event: _Event) -> None:
+        if self._cancelled.is_set():
+            raise Cancelled
+        _call(self._d, self._d.cuEventSynchronize(event.handle))
+
+    def elapsed_ms(self, start: _Event, end: _Event) -> float:
+        """The device's time between the records (a restored event's from its restore,
+        less how long before that it completed)."""
+        d = self._d
+        ms = _call(d, d.cuEventElapsedTime(start.handle, end.handle))
+        return float(ms) + start.lag_ms - end.lag_ms
+
+    def event_age(self, event: _Event) -> float:
+        """Timed against an event recorded now on the event's device."""
+        if not event.timing:
+            return 0.0
+        d = self._d
+        with self._current(event.device):
+            now = _call(d, d.cuEventCreate(_EVENT_BLOCKING_SYNC))
+            try:
+                _call(d, d.cuEventRecord(now, 0))
+                _call(d, d.cuEventSynchronize(now))
+                result = d.cuEventElapsedTime(event.handle, now)
+            finally:
+                _let_go(d, d.cuEventDestroy(now))
+        if int(result[0]) != CUDA_SUCCESS:  # never recorded
+            return 0.0
+        return (float(result[1]) + event.lag_ms) / 1000.0
+
+    def backdate_event(self, event: _Event, age: float) -> None:
+        self.record_event(event, 0)
+        event.lag_ms = age * 1000.0
+
+    def destroy_event(self, event: _Event) -> None:
+        """A record not yet completed still completes (CUDA's rule); the event goes then."""
+        if event in self._events:
+            self._events.discard(event)
+            with self._current(event.device):
+                _let_go(self._d, self._d.cuEventDestroy(event.handle))
 
     def _set_printf_fifo(self, device: int, size: int) -> None:
         d = self._d
@@ -1036,6 +1136,7 @@ class CudaBackend(Backend):
         for host in self._host_only.values():
             host.release()
         self._streams.clear()  # the contexts take them with them
+        self._events.clear()
         for device in self._devices:
             if device.context is not None:
                 lost |= _let_go(d, d.cuCtxDestroy(device.context))

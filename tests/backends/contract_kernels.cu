@@ -37,3 +37,12 @@ extern "C" __global__ void insist(int value) {
     printf("before the assert %d\n", value);
     assert(value == 0);
 }
+
+// Spins until the host sets *flag (a host buffer the device reaches), then stores behind it.
+extern "C" __global__ void store_after_flag(volatile int *flag, int *where, int value) {
+    while (*flag == 0) {
+    }
+    *where = value + *flag;
+}
+
+extern "C" __global__ void copy_int(const int *from, int *to) { *to = *from; }

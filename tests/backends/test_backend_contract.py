@@ -1,11 +1,14 @@
 """What every backend does, checked the same way on each (conftest.py says how `cuda` runs
 without a GPU): memory at the arena's addresses, copies and fills, modules and their
 variables, launches with a parameter buffer, device printf and assert, faults, cancelling,
-the virtual memory API's physical memory, and memory contents taken from one backend and put
-back on a fresh one (of either kind) at the same addresses, as checkpoints and migrations do.
+the virtual memory API's physical memory, events, and memory contents taken from one backend
+and put back on a fresh one (of either kind) at the same addresses, as checkpoints and
+migrations do.
 
-Streams and events are the session's (server/session.py), not the interface's: the session
-tests and the end-to-end programs cover them on every backend.
+Streams are the session's lanes on a backend whose launches run inline (server/streams.py),
+the device's on one that runs them itself: a kernel held on one stream while the device's
+events order another is checked where the backend runs streams (`cuda`); the session tests
+and the end-to-end programs cover the lanes.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import struct
 import threading
 
 import pytest
-from contract_device import KINDS, f32, f64, i32, ptr
+from contract_device import KINDS, f32, f64, i32, pack, ptr
 
 from vgpu.errors import CudaError
 from vgpu.sealed_files import sealed_file
@@ -26,12 +29,14 @@ from vgpu.server.backends.base import Cancelled, KernelFault
 
 MIB = 1 << 20
 CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_INVALID_HANDLE = 400
 CUDA_ERROR_ILLEGAL_ADDRESS = 700
 CUDA_ERROR_ASSERT = 710
 CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1
 CU_DEVICE_ATTRIBUTE_WARP_SIZE = 10
 CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 READ, READ_WRITE = 1, 3
+QUERIES = 200  # how many times a test asks whether work that must wait is done yet
 
 
 def floats(data: bytes) -> list[float]:
@@ -493,3 +498,99 @@ def test_contents_taken_from_one_backend_run_on_a_fresh_one_at_the_same_addresse
     assert after.read(big, 3 * MIB) == taken[big]
     after.launch(module, "count_up", 1, 1, i32(1))
     assert after.read(module.variables["counter"][0], 4) == i32(1012)
+
+
+# ----------------------------------------------------------------- events
+
+def test_an_event_completes_after_the_work_before_it_and_times_it(device, kernels):
+    module = device.load(kernels.ptx)
+    target = device.upload(bytes(4))
+    backend = device.backend
+    with backend.running():
+        start, end, never = (backend.create_event(0, True) for _ in range(3))
+        backend.record_event(start, 0)
+    device.launch(module, "store_at", 1, 1, ptr(target), i32(31))
+    with backend.running():
+        backend.record_event(end, 0)
+        backend.synchronize_event(end)
+        assert backend.event_done(start) and backend.event_done(end)
+        assert backend.event_done(never)  # never recorded: complete, as on CUDA
+        assert 0.0 <= backend.elapsed_ms(start, end) < 60_000.0
+        with pytest.raises(CudaError) as caught:
+            backend.elapsed_ms(start, never)
+        assert caught.value.code == CUDA_ERROR_INVALID_HANDLE
+        for event in (start, end, never):
+            backend.destroy_event(event)
+    assert device.read(target, 4) == i32(31)
+
+
+@pytest.mark.parametrize("source,target", PAIRS, ids=[f"{a}-{b}" for a, b in PAIRS])
+def test_a_restored_event_times_from_when_its_record_completed(make_device, source, target):
+    """What a checkpoint keeps of an event (its age), given back by a restore on a fresh
+    backend: elapsed times count from the first record (here 2 s further back)."""
+    before = make_device(source)
+    taken = before.backend
+    with taken.running():
+        event = taken.create_event(0, True)
+        taken.record_event(event, 0)
+        taken.synchronize_event(event)
+        age = taken.event_age(event)
+    before.close()  # its addresses given back
+    assert 0.0 <= age < 60.0
+    backend = make_device(target).backend
+    with backend.running():
+        restored, later = backend.create_event(0, True), backend.create_event(0, True)
+        backend.backdate_event(restored, age + 2.0)
+        backend.record_event(later, 0)
+        backend.synchronize_event(later)
+        assert backend.event_done(restored)
+        assert 2000.0 <= backend.elapsed_ms(restored, later) < 2000.0 + 60_000.0
+        assert backend.event_age(restored) >= age + 2.0
+
+
+@pytest.mark.parametrize("kind", ["cuda"])
+def test_a_stream_waits_on_the_device_for_an_event_of_another(device, kernels):
+    """Backends that run streams themselves: an event recorded behind a kernel that is
+    held (spinning on a host flag) is not complete, and a kernel on another stream queued
+    after a wait for it runs only once the held one finished; neither call waits."""
+    module = device.load(kernels.ptx)
+    target = device.upload(bytes(8))
+    backend = device.backend
+    with host_buffer(4096) as (buffer, flag):
+        view = memoryview(buffer)
+        try:
+            with backend.running():
+                assert backend.map_host(flag, 4096, view) is None
+                held, behind = 7001, 7002
+                backend.stream_created(held)
+                backend.stream_created(behind)
+                event = backend.create_event(0, False)
+                copy = backend.prepare_launch(module, "copy_int", (1, 1, 1), (1, 1, 1), 0)
+                copy(pack(module, "copy_int", (ptr(target), ptr(target + 4))), 0, behind)
+                backend.synchronize()  # (the copy's first launch, which may be slower)
+                spin = backend.prepare_launch(module, "store_after_flag", (1, 1, 1),
+                                              (1, 1, 1), 0)
+                spin(pack(module, "store_after_flag", (ptr(flag), ptr(target), i32(5))),
+                     0, held)
+                backend.record_event(event, held)
+                assert not backend.event_done(event)
+                backend.wait_event(behind, event)
+                copied = backend.create_event(0, False)
+                copy(pack(module, "copy_int", (ptr(target), ptr(target + 4))), 0, behind)
+                backend.record_event(copied, behind)
+                # Queries reach the device (a driver that queues calls, as vgpu's does,
+                # sends them): a copy that did not wait would have run by the last.
+                for _ in range(QUERIES):
+                    assert not backend.event_done(copied)
+                buffer[0:4] = i32(2)  # the held kernel may finish now
+                backend.synchronize_event(copied)
+                assert backend.event_done(event)
+                backend.synchronize()
+                backend.destroy_event(event)
+                backend.destroy_event(copied)
+                backend.stream_destroyed(held)
+                backend.stream_destroyed(behind)
+                backend.unmap(flag)
+        finally:
+            view.release()
+    assert device.read(target, 8) == i32(7) + i32(7)
