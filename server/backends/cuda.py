@@ -80,6 +80,7 @@ CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_NOT_SUPPORTED = 801
 CUDA_ERROR_ASSERT = 710
 _NOT_READY = 600
+_STREAM_NON_BLOCKING = 0x1
 _EVENT_BLOCKING_SYNC = 0x1
 _EVENT_DISABLE_TIMING = 0x2
 _HOST_REGISTER_PORTABLE = 0x01
@@ -255,6 +256,7 @@ class _Device:
     accessors: list[int]  # the devices whose kernels reach its memory: itself and its peers
     context: object = None  # the session's, once it used the device
     printf_fifo: int = 0  # the printf FIFO size set in that context
+    legacy_mark: object = None  # an event the session's streams wait for the legacy stream by
 
 
 @dataclass
@@ -284,6 +286,17 @@ class _Import:
     device: int  # whose memory it is
     span: int
     mappings: list[tuple[int, int]]  # (address, size) of each cuMemMap
+
+
+@dataclass(eq=False)
+class _Stream:
+    """A session stream's device stream (see stream_created)."""
+
+    device: int
+    handle: object
+    mark: object  # an event the legacy stream waits for it by
+    queued: bool = False  # work queued on it since the legacy stream last waited for it
+    behind: bool = False  # legacy-stream work queued since it last waited for that
 
 
 @dataclass(eq=False)
@@ -358,8 +371,7 @@ class CudaBackend(Backend):
         self._lost_imports: set[int] = set()  # those a recovery gave up
         self._access: dict[int, int] = {}  # mapping address -> the access it allows
         self._variables = _Variables()
-        # The session's stream handle -> (its device, the device's stream)
-        self._streams: dict[int, tuple[int, object]] = {}
+        self._streams: dict[int, _Stream] = {}  # by the session's stream handle
         self._events: set[_Event] = set()  # those alive (a lost context takes its own)
 
     def recover(self) -> None:
@@ -746,6 +758,7 @@ class CudaBackend(Backend):
         self._wait_for_others(owner)
         address = self._variables.device_address(address)
         with self._current(owner):
+            self._enter(0, owner)
             for offset in range(0, len(data), STAGING_BYTES):
                 piece = data[offset:offset + STAGING_BYTES]
                 self._stage[:len(piece)] = piece
@@ -762,6 +775,7 @@ class CudaBackend(Backend):
         self._wait_for_others(owner)
         address = self._variables.device_address(address)
         with self._current(owner):
+            self._enter(0, owner)
             for offset in range(0, len(out), STAGING_BYTES):
                 n = min(STAGING_BYTES, len(out) - offset)
                 _call(d, d.cuMemcpyDtoH(self._staging, address + offset, n))
@@ -779,11 +793,13 @@ class CudaBackend(Backend):
             self._wait_for_others(owner)
             dst, src = self._variables.device_address(dst), self._variables.device_address(src)
             with self._current(owner):
+                self._enter(0, owner)
                 _call(d, d.cuMemcpyDtoD(dst, src, size))
                 if source_owner != owner:  # a peer copy: done before the peer's next work
                     _call(d, d.cuCtxSynchronize())
                 else:
                     self._copying.add(owner)
+                    self._legacy_queued(owner)
 
     def fill(self, address: int, pattern: bytes, count: int) -> None:
         d = self._d
@@ -796,8 +812,10 @@ class CudaBackend(Backend):
         address = self._variables.device_address(address)
         setter = {1: d.cuMemsetD8, 2: d.cuMemsetD16, 4: d.cuMemsetD32}[len(pattern)]
         with self._current(owner):
+            self._enter(0, owner)
             _call(d, setter(address, int.from_bytes(pattern, "little"), count))
         self._copying.add(owner)
+        self._legacy_queued(owner)
 
     # ----------------------------------------------------------------- modules
 
@@ -925,9 +943,11 @@ class CudaBackend(Backend):
             extra = (ctypes.c_void_p * 5)(1, ctypes.addressof(buffer), 2,
                                           ctypes.addressof(size), 0)
             self._wait_for_others(device, launches=False)
-            # A stream of another device's: the driver refuses the launch, as CUDA does.
-            on = self._device_stream(stream)
             with self._current(device):
+                # A stream of another device's: the driver refuses the launch, as CUDA does.
+                on = self._enter(stream, device)
+                if on == 0:
+                    self._legacy_queued(device)
                 if may_print and printf_fifo_bytes != self._devices[device].printf_fifo:
                     self._set_printf_fifo(device, printf_fifo_bytes)
                 if cooperative:  # the driver takes no parameter buffer here: pointers
@@ -956,24 +976,66 @@ class CudaBackend(Backend):
         return run
 
     def stream_created(self, handle: int, device: int = 0) -> None:
-        """A stream of the device's own, so that launches on different streams overlap. It
-        is a blocking stream whatever the program asked for: copies and memsets run on the
-        context's default stream after all the work before them, as `prepare_launch` says
-        every backend's do."""
+        """A stream of the device's own, so that launches on different streams overlap.
+        It behaves as a blocking stream whatever the program asked for (copies and memsets
+        run on the context's legacy stream after all the work before them, as
+        `prepare_launch` says every backend's do), but the backend orders it with the
+        legacy stream itself, through events (`_enter`): a driver may let one context's
+        legacy stream wait for other contexts' blocking streams (vgpu's own does, for all of
+        a process's), which would hold one session's copies behind another's kernels."""
         d = self._d
         with self._current(device):
-            self._streams[handle] = (device, _call(d, d.cuStreamCreate(0)))
+            stream = _call(d, d.cuStreamCreate(_STREAM_NON_BLOCKING))
+            mark = _call(d, d.cuEventCreate(_EVENT_DISABLE_TIMING))
+        self._streams[handle] = _Stream(device, stream, mark)
 
     def stream_destroyed(self, handle: int) -> None:
+        """Its queued work still runs (CUDA's rule), before the legacy stream's next."""
         d = self._d
-        device, stream = self._streams.pop(handle, (0, None))
+        stream = self._streams.pop(handle, None)
         if stream is not None:  # else one the context lost to a fault took with it
-            with self._current(device):
-                _let_go(d, d.cuStreamDestroy(stream))
+            with self._current(stream.device):
+                self._legacy_after(stream)
+                _let_go(d, d.cuEventDestroy(stream.mark))
+                _let_go(d, d.cuStreamDestroy(stream.handle))
 
-    def _device_stream(self, stream: int):
-        """The device stream of session stream `stream` (0: its context's legacy stream)."""
-        return self._streams[stream][1] if stream in self._streams else 0
+    def _enter(self, stream: int, device: int):
+        """The device stream for work on session stream `stream` (0: the legacy stream of
+        `device`'s context, current), ordered as blocking streams are: the legacy stream's
+        work after what the streams queued before, a stream's after the legacy stream's."""
+        d = self._d
+        entered = self._streams.get(stream)
+        if entered is None:
+            for other in self._streams.values():
+                if other.device == device:
+                    self._legacy_after(other)
+            return 0
+        if entered.behind:
+            gpu = self._devices[entered.device]
+            if gpu.legacy_mark is None:
+                with self._current(entered.device):
+                    gpu.legacy_mark = _call(d, d.cuEventCreate(_EVENT_DISABLE_TIMING))
+            with self._current(entered.device):
+                _call(d, d.cuEventRecord(gpu.legacy_mark, 0))
+            _call(d, d.cuStreamWaitEvent(entered.handle, gpu.legacy_mark, 0))
+            entered.behind = False
+        entered.queued = True
+        return entered.handle
+
+    def _legacy_after(self, stream: _Stream) -> None:
+        """The legacy stream of the stream's context waits for what it queued (that context
+        current)."""
+        if stream.queued:
+            d = self._d
+            _call(d, d.cuEventRecord(stream.mark, stream.handle))
+            _call(d, d.cuStreamWaitEvent(0, stream.mark, 0))
+            stream.queued = False
+
+    def _legacy_queued(self, device: int) -> None:
+        """Work was queued on `device`'s legacy stream: the streams' next waits for it."""
+        for stream in self._streams.values():
+            if stream.device == device:
+                stream.behind = True
 
     # ----------------------------------------------------------------- events
 
@@ -991,22 +1053,24 @@ class CudaBackend(Backend):
         as CUDA refuses it."""
         d = self._d
         with self._current(event.device):
-            _call(d, d.cuEventRecord(event.handle, self._device_stream(stream)))
+            _call(d, d.cuEventRecord(event.handle, self._enter(stream, event.device)))
         event.lag_ms = 0.0
 
     def wait_event(self, stream: int, event: _Event) -> None:
         d = self._d
         if stream in self._streams:
-            device, on = self._streams[stream]
+            device = self._streams[stream].device
             with self._current(device):
-                _call(d, d.cuStreamWaitEvent(on, event.handle, 0))
+                _call(d, d.cuStreamWaitEvent(self._enter(stream, device), event.handle, 0))
             return
         # The legacy stream of the context the program has current, which the session does
-        # not know: every context's (blocking streams wait for it in turn).
+        # not know: every context's (the streams wait for it in turn).
         for device in self._devices:
             if device.context is not None:
                 with self._current(device.ordinal):
-                    _call(d, d.cuStreamWaitEvent(0, event.handle, 0))
+                    _call(d, d.cuStreamWaitEvent(self._enter(0, device.ordinal),
+                                                 event.handle, 0))
+                self._legacy_queued(device.ordinal)
 
     def event_done(self, event: _Event) -> bool:
         d = self._d
@@ -1087,6 +1151,8 @@ class CudaBackend(Backend):
                     _call(d, d.cuCtxSynchronize())
         self._busy.clear()
         self._copying.clear()
+        for stream in self._streams.values():
+            stream.queued = stream.behind = False
 
     def _wait_for_all(self) -> None:
         """Wait for every device's work, whatever became of it (it is given up next)."""
@@ -1141,6 +1207,7 @@ class CudaBackend(Backend):
             if device.context is not None:
                 lost |= _let_go(d, d.cuCtxDestroy(device.context))
                 device.context, device.printf_fifo = None, 0
+                device.legacy_mark = None
         return lost
 
 

@@ -132,9 +132,11 @@ def test_streams_run_concurrently(driver_streams, stream_kernels_ptx):
     assert "driver_streams: all checks passed" in result.stdout
 
 
-def test_ipc_between_processes(driver_ipc, stream_kernels_ptx):
-    """Two processes of one emu server share device memory and an event."""
-    result = vgpu_run(driver_ipc, stream_kernels_ptx)
+def test_ipc_between_processes(run_on, driver_ipc, stream_kernels_ptx):
+    """Two processes of one server share device memory and an event: the parent's kernel
+    waits on the device for the child's flag, and the child's stream for the parent's
+    event (on cuda, the exporter's CUDA event waited for by the importer's stream)."""
+    result = run_on(driver_ipc, stream_kernels_ptx)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "driver_ipc: all checks passed" in result.stdout
 
@@ -142,9 +144,7 @@ def test_ipc_between_processes(driver_ipc, stream_kernels_ptx):
 def test_ipc_in_order_between_processes_on_cuda(nested_cuda, driver_ipc_ordered,
                                                 stream_kernels_ptx):
     """Two processes of the nested cuda server share device memory (not at the start of a
-    device page) and an event, each waiting only for what the other has done already (the
-    cuda backend records events once the session's work is done, so the processes of
-    test_ipc_between_processes, which wait for each other on the device, run on emu)."""
+    device page) and an event, each waiting only for what the other has done already."""
     result = run_under_vgpu(nested_cuda, driver_ipc_ordered, str(stream_kernels_ptx),
                             timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

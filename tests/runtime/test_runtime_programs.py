@@ -333,17 +333,17 @@ def test_streams_run_concurrently(toolkit, emu_server):
                   "host functions in order")
 
 
-def test_ipc_memory_between_processes(toolkit, emu_server):
-    """Two processes of one emu server: the child maps the parent's exported memory."""
-    assert_passed(run(emu_server, build(toolkit, "ipc_memory")),
+def test_ipc_memory_between_processes(toolkit, server):
+    """Two processes of one server: the child maps the parent's exported memory, and they
+    wait for each other on the device (a kernel for a flag, a stream for an IPC event)."""
+    assert_passed(run(server, build(toolkit, "ipc_memory")),
                   "ipc_memory: the child process added to 5000 ints of the parent's memory")
 
 
 def test_ipc_in_order_between_processes_on_cuda(toolkit, nested_cuda):
     """Two processes of the nested cuda server share device memory and an event, each
     waiting only for what the other has done already: the child's context maps the parent's
-    device memory (on emu, ipc_memory's processes wait for each other on the device, which
-    the cuda backend's events cannot yet do)."""
+    device memory."""
     assert_passed(run(nested_cuda, build(toolkit, "ipc_ordered")),
                   "ipc_ordered: the child doubled 4000 ints of the parent's memory after its "
                   "event")
