@@ -123,11 +123,12 @@ def test_several_devices(request, tmp_path, driver_devices, managed_kernels_ptx,
         assert f"driver_devices: {line}" in result.stdout, result.stdout + result.stderr
 
 
-def test_streams_run_concurrently(driver_streams, stream_kernels_ptx):
-    """On emu, where each stream has a thread of its own on the server: a kernel waiting
-    for one launched after it on another stream finishes (it would hang with streams run in
-    arrival order), and host functions run on vgpu's thread in stream order."""
-    result = vgpu_run(driver_streams, stream_kernels_ptx)
+def test_streams_run_concurrently(run_on, driver_streams, stream_kernels_ptx):
+    """Streams run beside each other (on emu each has a thread of its own on the server, on
+    cuda a device stream): a kernel waiting for one launched after it on another stream
+    finishes (it would hang with streams run in arrival order), and host functions run on
+    vgpu's thread in stream order."""
+    result = run_on(driver_streams, stream_kernels_ptx)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "driver_streams: all checks passed" in result.stdout
 

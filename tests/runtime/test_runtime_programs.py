@@ -324,11 +324,12 @@ def test_default_build_runs_without_the_cli(toolkit, emu_server):
     assert_passed(result, "vector_add: 1000 sums correct")
 
 
-def test_streams_run_concurrently(toolkit, emu_server):
-    """On emu, where each stream has a thread of its own on the server: a kernel waiting
-    for one launched after it on another stream finishes (it would hang with streams run in
-    arrival order), and host functions run on vgpu's thread in stream order."""
-    assert_passed(run(emu_server, build(toolkit, "concurrent_streams")),
+def test_streams_run_concurrently(toolkit, server):
+    """Streams run beside each other (on emu each has a thread of its own on the server, on
+    cuda a device stream): a kernel waiting for one launched after it on another stream
+    finishes (it would hang with streams run in arrival order), and host functions run on
+    vgpu's thread in stream order."""
+    assert_passed(run(server, build(toolkit, "concurrent_streams")),
                   "concurrent_streams: waiting kernel released, events joined 1000 sums, "
                   "host functions in order")
 
