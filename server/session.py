@@ -161,11 +161,11 @@ class Function:
 
 @dataclass
 class EventRecord:
-    """An event's last record: the backend's event it went to (`device`, of the session that
-    made the event) and, on a backend whose streams are the session's lanes, the point of
-    `lanes` where it is made (None: it was, or it is not a lane's). Sessions that opened
+    """An event's last record: the backend's event it goes to (the backend of the session
+    that made the event) and, on a backend whose streams are the session's lanes, the point
+    of `lanes` where it is made (None: it was, or it is not a lane's). Sessions that opened
     the event through IPC share it with the exporter."""
-    device: object
+    backend_event: object
     lanes: StreamLanes | None = None
     point: Point | None = None
     recorded: bool = False
@@ -543,7 +543,7 @@ class Session:
             "device_runtime": self.device_runtime.describe(),
             # Seconds since each recorded event completed (the session is drained): elapsed
             # times stay right on another host or backend.
-            "events_recorded": [[h, self.backend.event_age(e.record.device)]
+            "events_recorded": [[h, self.backend.event_age(e.record.backend_event)]
                                 for h, e in self.events.items() if e.record.recorded],
         }
 
@@ -606,7 +606,7 @@ class Session:
                 fill(i, view)
         for handle, age in state["events_recorded"]:
             record = self.events.get(handle).record
-            self.backend.backdate_event(record.device, float(age))
+            self.backend.backdate_event(record.backend_event, float(age))
             record.recorded = True
         self.sticky_error = int(state["sticky_error"])
         self.deferred_error, self.deferred_message = state["deferred"]
@@ -825,7 +825,7 @@ class Session:
         record = event.record
         self._wait_record(record.lanes, record.point)
         if not event.imported:
-            self.backend.synchronize_event(record.device)
+            self.backend.synchronize_event(record.backend_event)
             return
         while not self._event_done(record):
             if self.cancelled:
@@ -834,7 +834,7 @@ class Session:
 
     def _event_done(self, record: EventRecord) -> bool:
         with record.lock:
-            return record.gone or record.reached() and self.backend.event_done(record.device)
+            return record.gone or record.reached() and self.backend.event_done(record.backend_event)
 
     @op("vgpuDiscardReported")
     def discard_reported(self):
@@ -1367,7 +1367,7 @@ class Session:
                 self.lanes.submit(stream, lambda: self._wait_record(lanes, point))
         with record.lock:  # on the device, for a backend whose streams are its own
             if not record.gone:
-                self.backend.wait_event(stream, record.device)
+                self.backend.wait_event(stream, record.backend_event)
 
     @op("cuEventCreate")
     def event_create(self, handle: int, context: int, flags: int,
@@ -1387,7 +1387,9 @@ class Session:
         record = self.events.get(handle).record
 
         def recorded() -> None:
-            self.backend.record_event(record.device, stream)
+            with record.lock:  # (the exporter's, if opened through IPC, may be gone)
+                if not record.gone:
+                    self.backend.record_event(record.backend_event, stream)
 
         record.lanes = self.lanes
         record.recorded = True
@@ -1411,7 +1413,7 @@ class Session:
             return
         with record.lock:
             record.gone = True
-            self.backend.destroy_event(record.device)
+            self.backend.destroy_event(record.backend_event)
 
     @op("cuEventElapsedTime")
     def event_elapsed_time(self, start: int, end: int):
@@ -1422,7 +1424,7 @@ class Session:
             raise CudaError(CUDA_ERROR_INVALID_HANDLE, "event has not been recorded")
         if not (self._event_done(a.record) and self._event_done(b.record)):
             raise CudaError(CUDA_ERROR_NOT_READY, "an event has not completed yet")
-        return self.backend.elapsed_ms(a.record.device, b.record.device)
+        return self.backend.elapsed_ms(a.record.backend_event, b.record.backend_event)
 
 
 # Calls that still work after a sticky error: the ones that tear state down.

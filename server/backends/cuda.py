@@ -37,7 +37,8 @@ all its contexts). Launches pass the client's parameter buffer as it is
 launches on different streams run concurrently; copies and memsets run on the default stream
 of the context of the device that holds the memory, which waits for the work before them
 there (the streams are non-blocking, ordered with it through events: see stream_created).
-The session's events are CUDA events recorded on those streams: a record waits for nothing. Work on the other devices is waited for first where it may touch the same memory: a
+The session's events are CUDA events recorded on those streams: a record waits for nothing.
+Work on the other devices is waited for first where it may touch the same memory: a
 copy waits for every other device's launches and copies not yet waited for (a kernel may
 write a peer's memory), a launch for other devices' copies (one the program made on this
 device may have run in the memory's device's context).
