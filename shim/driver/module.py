@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from vgpu.image_kernels import kernel_names
-from vgpu.module_image import FATBIN_CONTAINER_MAGIC, ImageError, pack_linked_ptx, read_image
+from vgpu.module_image import (
+    FATBIN_CONTAINER_MAGIC,
+    ImageError,
+    mapped_file,
+    pack_linked_ptx,
+    read_image,
+)
 
 from . import managed
 from ._state import (
@@ -183,8 +190,9 @@ def _function_for(module_handle: int, name: str, kind: int = Kind.FUNCTION,
     """The function handle of kernel `name` (a new one, or `wanted`, at its first use)."""
     info = state.modules[module_handle]
     if info.no_binary and (name in info.kernel_names or not info.kernel_names):
+        origin = f" of {info.origin}" if info.origin else ""
         raise CudaError(E.CUDA_ERROR_NO_BINARY_FOR_GPU,
-                        f"kernel {name!r} cannot run: {info.no_binary}")
+                        f"kernel {name!r}{origin} cannot run: {info.no_binary}")
     if name not in info.kernels:
         raise CudaError(E.CUDA_ERROR_NOT_FOUND, f"no kernel named {name!r} in the module")
     with state.lock:  # two threads asking at once must get (and announce) one handle
@@ -256,11 +264,12 @@ def _library_context() -> int:
     return _primary(0)[0]
 
 
-def _load_library(image: bytes) -> int:
+def _load_library(image: bytes, origin: Callable[[], str | None]) -> int:
     """A library; one without code the device runs (cubins only, say) is taken all the same,
-    as CUDA's driver takes it, and each of its kernels is refused when asked for: NVIDIA's
-    static runtime loads every image of a program at its first call (unless it loads them
-    lazily), those whose kernels the program never launches too."""
+    as CUDA's driver takes it, and each of its kernels is refused when asked for, naming the
+    file the image came from (`origin`), where known: NVIDIA's static runtime loads every
+    image of a program at its first call (unless it loads them lazily), those whose kernels
+    the program never launches too."""
     context = _library_context()
     try:
         return _load(image, context, library=True)
@@ -270,7 +279,8 @@ def _load_library(image: bytes) -> int:
         why = exc.message or "the library holds no code the device runs"
     handle = state.new_handle(Kind.MODULE)
     state.modules[handle] = ModuleInfo(context, {}, {}, library_image=image, no_binary=why,
-                                       kernel_names=tuple(kernel_names(image)))
+                                       kernel_names=tuple(kernel_names(image)),
+                                       origin=Path(origin() or "").name)
     return handle
 
 
@@ -284,7 +294,7 @@ def cuLibraryLoadData(library, code, jit_options, jit_values, num_jit_options,
         image = read_image(ptr(code))
     except ImageError as exc:
         raise CudaError(E.CUDA_ERROR_INVALID_IMAGE, str(exc)) from None
-    library[0] = ffi.cast("CUlibrary", _load_library(image))
+    library[0] = ffi.cast("CUlibrary", _load_library(image, lambda: mapped_file(ptr(code))))
 
 
 @api
@@ -297,7 +307,7 @@ def cuLibraryLoadFromFile(library, filename, jit_options, jit_values, num_jit_op
         image = path.read_bytes()
     except OSError as exc:
         raise CudaError(E.CUDA_ERROR_FILE_NOT_FOUND, f"cannot read {path}: {exc}") from None
-    library[0] = ffi.cast("CUlibrary", _load_library(image))
+    library[0] = ffi.cast("CUlibrary", _load_library(image, lambda: str(path)))
 
 
 def _library_arg(library) -> int:

@@ -2,12 +2,30 @@
  * NVIDIA's runtime loads a program's images) and asks for its kernel `k` both ways, printing
  * "<file> <load> <kernel count> <cuLibraryGetKernel> <cuModuleGetFunction> <cuLibraryGetGlobal>
  * <cuLibraryUnload>" (CUresults; -1 where the load failed). A library holding no code the
- * device runs loads, as on CUDA, and its kernel is refused when asked for. */
+ * device runs loads, as on CUDA, and its kernel is refused when asked for. Each image is
+ * handed over where the file is mapped, as a library (cuRAND's) hands over images it carries:
+ * the refusal names the file. */
 #include <cuda.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include "test_files.h"
+/* The file mapped whole; PTX text ends in the zeros that fill its last page (a file of a
+ * whole number of pages is refused, having none). NULL if it cannot be mapped. */
+static void *map_file(const char *path, size_t *size)
+{
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size % sysconf(_SC_PAGESIZE) == 0)
+        return NULL;
+    void *image = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    *size = st.st_size;
+    return image == MAP_FAILED ? NULL : image;
+}
 
 int main(int argc, char **argv) {
     CUdevice dev;
@@ -19,9 +37,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     for (int i = 1; i < argc; ++i) {
-        char *image = read_file(argv[i]);
+        size_t size;
+        void *image = map_file(argv[i], &size);
         if (image == NULL) {
-            fprintf(stderr, "library_refusals: cannot read %s\n", argv[i]);
+            fprintf(stderr, "library_refusals: cannot map %s\n", argv[i]);
             return 1;
         }
         CUlibrary library;
@@ -43,7 +62,7 @@ int main(int argc, char **argv) {
         }
         printf("%s %d %d %d %d %d %d\n", argv[i], (int)load, count, kernel, function, global,
                unload);
-        free(image);
+        munmap(image, size);
     }
     return 0;
 }

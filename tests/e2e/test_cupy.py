@@ -5,7 +5,8 @@ PTX) and loads CUB's and curand's big modules (20-30 MB of PTX, loaded lazily).
 examples/cupy_tour.py checks each feature a user starts with against numpy: elementwise and
 reduction kernels, ElementwiseKernel, ReductionKernel, RawKernel and RawModule, indexing,
 sorting, cupy.random, streams and events, pinned memory, the memory pool; matrix multiply
-needs cuBLAS, which vgpu does not serve, and must be refused naming it. A slice of CuPy's
+needs cuBLAS, which vgpu does not serve, and must be refused naming it; so must the legacy
+RandomState, whose cuRAND host library hands the driver cubins only. A slice of CuPy's
 own tests (fetched from its sdist for the installed version: cupy_sources.py) must pass
 under vgpu as on a GPU.
 """
@@ -63,6 +64,12 @@ def test_cupy_tour_runs_on_emu(cupy_cache):
     matmul = next(line for line in result.stdout.splitlines()
                   if line.startswith("cupy: matrix multiply"))
     assert matmul.startswith("cupy: matrix multiply refused") and "libcublas" in matmul, matmul
+    legacy = next(line for line in result.stdout.splitlines()
+                  if line.startswith("cupy: legacy random"))
+    assert legacy.startswith("cupy: legacy random refused: CURANDError"), legacy
+    # cuRAND's host library hands vgpu a cubin of its own, which vgpu names
+    refusal = [line for line in result.stderr.splitlines() if "of libcurand.so.10" in line]
+    assert refusal and "NO_BINARY_FOR_GPU" in refusal[0], result.stderr
 
 
 
