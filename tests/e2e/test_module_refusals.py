@@ -92,20 +92,15 @@ def test_refusals_say_why_on_stderr(loader, modules):
     assert len(lines) == 5, result.stderr  # nothing for the module that loads
 
 
-@pytest.fixture(scope="module")
-def library_loader(toolkit) -> Path:
-    return toolkit.c_program((HERE / "library_refusals.c").read_text())
-
-
 def test_libraries_without_code_the_device_runs_load_and_refuse_their_kernels(
-        library_loader, modules):
+        loader, modules):
     """As CUDA's driver loads libraries (NVIDIA's runtime loads every image of a program at
     its first call): one holding only cubins, or only PTX newer than the device, loads; its
     kernel counts, and is refused with CUDA_ERROR_NO_BINARY_FOR_GPU, naming it, when asked
     for (so are its variables). What can never load (a texture reference) is still refused
     at load."""
     names = ["k.cubin", "k.fatbin", "k90.fatbin", "k.ptx", "texture.ptx"]
-    result = vgpu_run(library_loader, *(modules[name] for name in names))
+    result = vgpu_run(loader, "--libraries", *(modules[name] for name in names))
     assert result.returncode == 0, result.stderr
     codes = {Path(path).name: [int(c) for c in rest]
              for path, *rest in (line.split() for line in result.stdout.splitlines())}
