@@ -551,6 +551,10 @@ class Connection:
             except CudaError as exc:
                 if exc.code != CUDA_ERROR_NOT_READY:
                     raise
+                # The work sent with the query is still to run: the next query asks the
+                # server again (CuPy reuses a pinned staging buffer once its copy's event
+                # is done; an early "done" let the copy read the buffer's next contents).
+                self._unconfirmed = True
                 return False
             if self.managed is not None:
                 self.managed.settled()

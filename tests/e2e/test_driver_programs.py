@@ -132,6 +132,14 @@ def test_streams_run_concurrently(driver_streams, stream_kernels_ptx):
     assert "driver_streams: all checks passed" in result.stdout
 
 
+def test_queries_of_running_work_stay_not_ready(driver_event_queries, stream_kernels_ptx):
+    """On the NULL stream alone: each query of an event and the stream behind a kernel that
+    waits for the host says not ready until the host lets it finish."""
+    result = vgpu_run(driver_event_queries, stream_kernels_ptx)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "driver_event_queries: all checks passed" in result.stdout
+
+
 def test_ipc_between_processes(driver_ipc, stream_kernels_ptx):
     """Two processes of one emu server share device memory and an event."""
     result = vgpu_run(driver_ipc, stream_kernels_ptx)
