@@ -269,6 +269,13 @@ def test_several_devices(request, toolkit, backend, cudart):
                   "multi_device: misuse refused with CUDA's errors")
 
 
+def test_queries_of_running_work_stay_not_ready(toolkit, emu_server):
+    """On the default stream alone: each query of an event and of the stream behind a kernel
+    that waits for the host says not ready until the host lets it finish."""
+    assert_passed(run(emu_server, build(toolkit, "event_queries")),
+                  "event_queries: running work not ready at each query, done after")
+
+
 # ----------------------------------------------------------------- what vgpu refuses
 
 def test_binary_without_ptx_names_the_kernel_when_launched(toolkit, emu_server):
