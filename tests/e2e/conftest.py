@@ -125,11 +125,6 @@ def driver_streams(toolkit) -> Path:
 
 
 @pytest.fixture(scope="session")
-def driver_event_queries(toolkit) -> Path:
-    return toolkit.c_program((HERE / "driver_event_queries.c").read_text())
-
-
-@pytest.fixture(scope="session")
 def driver_ipc(toolkit) -> Path:
     return toolkit.c_program((HERE / "driver_ipc.c").read_text())
 
