@@ -608,6 +608,8 @@ class Connection:
             raise
         if got is not None and not got[1]:
             reply = unpack(got[0])
+            # ("No session" may come from a connection zmq opened again by itself: _take
+            # looks into that.)
             if reply[0] == seq and reply[1] != CUDA_ERROR_DEVICE_UNAVAILABLE:
                 self._outbox.sent_answered(seq, calls, reply[1])
                 return [*reply[1:], []]
