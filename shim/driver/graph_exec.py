@@ -12,7 +12,7 @@ the whole updated graph again under the same handle.
 
 from __future__ import annotations
 
-from . import graph_conditional, graph_kernel_attributes
+from . import graph_conditional, graph_kernel_attributes, graph_user_objects
 from ._state import CudaError, E, api, check_out, ffi, state
 from .graph_model import (
     CHILD_GRAPH,
@@ -108,6 +108,7 @@ def _build(graph_exec: Exec) -> None:
         if call[0] == "vgpuGraphConditional":
             call[1][2] = [len(segments) + i for i in call[1][2]]
     graph_exec.plan, graph_exec.segments = launch_plan, segments + bodies
+    graph_exec.user_objects = graph_user_objects.held_by(graph_exec.copy)
     graph_exec.positions = {original: found[twin.handle]
                             for original, twin in graph_exec.twins.items()
                             if twin.handle in found}
@@ -225,6 +226,8 @@ def launch(executable, stream) -> None:
         recorder.child = graph_exec.copy
         return
     conn = state.conn()
+    for user_object in graph_exec.user_objects:
+        user_object.launched_on.add(stream_handle)
     # The client's own steps (copies to and from pageable memory) are issued on the stream
     # too: they wait for the graph's kernels before them on that stream's lane.
     with issued_on(stream):
