@@ -21,7 +21,10 @@ so no body runs itself.
 A graph instantiated for device launch (one segment of kernel launches) may also be launched
 by kernels once it has been uploaded (`vgpuGraphUpload`, or a launch from the host): the
 emulator's device runtime asks `device_launches` for its kernels and runs them as children
-of the launching grid (server/emu/device_runtime.py).
+of the launching grid (server/emu/device_runtime.py). The kernels of one launch from the host
+share the backend's graph environment, from the first segment to the last: the graphs they
+launch into the tail stream run on the launch's stream after the last segment, and a device
+graph's kernels read its handle (cudaGetCurrentGraphExec).
 """
 
 from __future__ import annotations
@@ -73,6 +76,10 @@ class GraphExec:
     size: int  # bytes charged to the session's graph allowance
     device_launch: bool = False  # kernels may launch it (once uploaded)
     uploaded: bool = False
+    last_segment: int = -1  # the last segment a launch runs (the rest are bodies)
+    # The environment of the launch under way (Backend.graph_environment), from its first
+    # segment to its last
+    environment: object = None
 
 
 def _checked_call(call) -> tuple[list, int]:
@@ -133,7 +140,11 @@ class GraphExecs:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
                             f"the session's graphs would hold more than {MAX_GRAPH_BYTES} bytes")
         self.bytes += size
-        self.execs.add(handle, GraphExec(context, kept, size, bool(device_launch)))
+        bodies = {body for segment in kept for op_name, args in segment
+                  if op_name == CONDITIONAL for body in args[2]}
+        launched = [index for index in range(len(kept)) if index not in bodies]
+        self.execs.add(handle, GraphExec(context, kept, size, bool(device_launch),
+                                         last_segment=max(launched, default=-1)))
         self.session.journal.created("graph", handle, context, kept, bool(device_launch))
 
     def _check_conditional(self, call: list, segment: int, segments: int) -> None:
@@ -166,6 +177,13 @@ class GraphExecs:
         session = self.session
         session._check_stream(stream)
         graph.uploaded = True
+        # The kernels of one launch share an environment: their tail launches run after
+        # the graph's last node, and a device graph's kernels know their graph.
+        if graph.environment is None:
+            graph.environment = session.backend.graph_environment(
+                handle if graph.device_launch else 0)
+        environment = session.graph_environment = graph.environment
+        last = segment == graph.last_segment
         # The graph's copies and memsets wait for what is queued before them on the launch's
         # stream (its kernels run on that stream's lane), as copies issued on it would.
         issued_on, session.scope_stream = session.scope_stream, stream
@@ -173,6 +191,11 @@ class GraphExecs:
             self._run(graph, segment, stream, 0)
         finally:
             session.scope_stream = issued_on
+            session.graph_environment = None
+            if last:
+                graph.environment = None
+        if last and environment is not None:
+            session.run_graph_tails(environment, stream)
 
     def _run(self, graph: GraphExec, segment: int, stream: int, depth: int) -> None:
         session = self.session

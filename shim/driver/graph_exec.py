@@ -215,7 +215,8 @@ def cuGraphInstantiateWithParams(exec_out, graph, params):
 @api
 def cuGraphExecGetFlags(executable, flags_out):
     check_out(flags_out)
-    flags_out[0] = graphs.exec(executable).flags
+    # CUDA leaves out the upload flag, which does not change the executable graph
+    flags_out[0] = graphs.exec(executable).flags & ~CU_GRAPH_INSTANTIATE_FLAG_UPLOAD
 
 
 def launch(executable, stream) -> None:

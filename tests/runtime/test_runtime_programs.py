@@ -371,4 +371,6 @@ def test_hints_occupancy_and_libraries(toolkit, emu_server, tmp_path):
 def test_graph_user_objects_and_device_graph_order(toolkit, emu_server):
     assert_passed(run(emu_server, build(toolkit, "graph_lifetimes")),
                   "graph_lifetimes: user objects destroyed after the last reference and launch",
+                  "graph_lifetimes: tail launches ran after their graph, in CUDA's order",
+                  "graph_lifetimes: a device graph found itself and relaunched itself",
                   "graph_lifetimes: all checks passed")

@@ -11,6 +11,35 @@
 
 __global__ void add_k(int *v, int k) { *v += k; }
 
+// Device graphs: log[0] counts entries, which follow it in the order they came; a launch
+// that fails logs -1.
+__device__ void log_id(int *log, int id) { log[1 + atomicAdd(log, 1)] = id; }
+__device__ void launch_or_log(int *log, cudaGraphExec_t graph, cudaStream_t mode) {
+    if (graph && cudaGraphLaunch(graph, mode) != cudaSuccess) log_id(log, -1);
+}
+
+__global__ void stamp(int *log, int id) { log_id(log, id); }
+
+__global__ void stamp_then_tail(int *log, int id, cudaGraphExec_t first,
+                                cudaGraphExec_t second) {
+    log_id(log, id);
+    launch_or_log(log, first, cudaStreamGraphTailLaunch);
+    launch_or_log(log, second, cudaStreamGraphTailLaunch);
+}
+
+__global__ void stamp_then_fire(int *log, int id, cudaGraphExec_t graph) {
+    log_id(log, id);
+    launch_or_log(log, graph, cudaStreamGraphFireAndForget);
+}
+
+// Records the graph it runs in, and relaunches it as its own tail until it ran 3 times.
+__global__ void relaunch_self(unsigned long long *seen, int *runs) {
+    cudaGraphExec_t current = cudaGetCurrentGraphExec();
+    seen[*runs] = (unsigned long long)current;
+    if (++*runs < 3 && cudaGraphLaunch(current, cudaStreamGraphTailLaunch) != cudaSuccess)
+        *runs = -100;
+}
+
 // ---------------------------------------------------------------- user objects
 
 struct Resource {
@@ -117,10 +146,124 @@ static void user_objects(cudaStream_t s) {
     printf("graph_lifetimes: user objects destroyed after the last reference and launch\n");
 }
 
+// ---------------------------------------------------------------- device graphs
+
+static cudaGraph_t one_kernel_graph(void *func, void **args) {
+    cudaGraph_t graph;
+    CHECK(cudaGraphCreate(&graph, 0));
+    cudaKernelNodeParams p = {};
+    p.func = func;
+    p.gridDim = p.blockDim = dim3(1);
+    p.kernelParams = args;
+    cudaGraphNode_t node;
+    CHECK(cudaGraphAddKernelNode(&node, graph, nullptr, 0, &p));
+    return graph;
+}
+
+static cudaGraphExec_t for_device(cudaGraph_t graph) {
+    cudaGraphExec_t exec;
+    CHECK(cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagDeviceLaunch |
+                                              cudaGraphInstantiateFlagUpload));
+    CHECK(cudaGraphDestroy(graph));
+    return exec;
+}
+
+static void expect_log(int *log, const int *want, int count) {
+    int got[16];
+    CHECK(cudaMemcpy(got, log, sizeof got, cudaMemcpyDeviceToHost));
+    EXPECT(got[0] == count);
+    for (int i = 0; i < count; i++) {
+        if (got[1 + i] != want[i]) fprintf(stderr, "entry %d: %d, not %d\n", i, got[1 + i], want[i]);
+        EXPECT(got[1 + i] == want[i]);
+    }
+}
+
+static void device_graphs(cudaStream_t s) {
+    int *log;
+    CHECK(cudaMalloc(&log, 16 * sizeof(int)));
+    cudaGraphExec_t none = nullptr;
+    int id_x = 11, id_t1 = 10, id_t2 = 20, id_f = 5, id_a = 1, id_b = 2;
+    void *x_args[] = {&log, &id_x}, *t2_args[] = {&log, &id_t2}, *f_args[] = {&log, &id_f};
+    cudaGraphExec_t x = for_device(one_kernel_graph((void *)stamp, x_args));
+    void *t1_args[] = {&log, &id_t1, &x, &none};
+    cudaGraphExec_t t1 = for_device(one_kernel_graph((void *)stamp_then_tail, t1_args));
+    cudaGraphExec_t t2 = for_device(one_kernel_graph((void *)stamp, t2_args));
+    cudaGraphExec_t f = for_device(one_kernel_graph((void *)stamp, f_args));
+    // D: A (tail-launches T1, then T2) -> B (launches F fire-and-forget)
+    void *a_args[] = {&log, &id_a, &t1, &t2}, *b_args[] = {&log, &id_b, &f};
+    cudaGraph_t dg = one_kernel_graph((void *)stamp_then_tail, a_args);
+    cudaGraphNode_t a_node, b_node;
+    size_t one = 1;
+    CHECK(cudaGraphGetNodes(dg, &a_node, &one));
+    cudaKernelNodeParams bp = {};
+    bp.func = (void *)stamp_then_fire;
+    bp.gridDim = bp.blockDim = dim3(1);
+    bp.kernelParams = b_args;
+    CHECK(cudaGraphAddKernelNode(&b_node, dg, &a_node, 1, &bp));
+    cudaGraphExec_t d = for_device(dg);
+
+    // D launched from the host: its tail launches run once A, B and F are done, T1's own
+    // tail launch (X) before T2, which was enqueued earlier.
+    const int from_host[] = {1, 2, 5, 10, 11, 20};
+    CHECK(cudaMemsetAsync(log, 0, 16 * sizeof(int), s));
+    CHECK(cudaGraphLaunch(d, s));
+    CHECK(cudaStreamSynchronize(s));
+    expect_log(log, from_host, 6);
+
+    // D tail-launched by a kernel of a host graph: after that whole graph (its later node
+    // logs 99 first).
+    const int from_graph[] = {98, 99, 1, 2, 5, 10, 11, 20};
+    cudaGraph_t hg;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    stamp_then_tail<<<1, 1, 0, s>>>(log, 98, d, nullptr);
+    stamp<<<1, 1, 0, s>>>(log, 99);
+    CHECK(cudaStreamEndCapture(s, &hg));
+    cudaGraphExec_t h;
+    CHECK(cudaGraphInstantiate(&h, hg, 0));
+    for (int round = 0; round < 2; round++) {  // each launch has its own tail launches
+        CHECK(cudaMemsetAsync(log, 0, 16 * sizeof(int), s));
+        CHECK(cudaGraphLaunch(h, s));
+        CHECK(cudaStreamSynchronize(s));
+        expect_log(log, from_graph, 8);
+    }
+    CHECK(cudaGraphExecDestroy(h));
+    CHECK(cudaGraphDestroy(hg));
+    for (cudaGraphExec_t e : {x, t1, t2, f, d}) CHECK(cudaGraphExecDestroy(e));
+    CHECK(cudaFree(log));
+    printf("graph_lifetimes: tail launches ran after their graph, in CUDA's order\n");
+
+    // cudaGetCurrentGraphExec: the running device graph, which relaunches itself; 0 in a
+    // kernel that is no node of a device graph.
+    unsigned long long *seen;
+    int *runs;
+    CHECK(cudaMallocManaged(&seen, 4 * sizeof(unsigned long long)));
+    CHECK(cudaMallocManaged(&runs, sizeof(int)));
+    *runs = 0;
+    void *r_args[] = {&seen, &runs};
+    cudaGraphExec_t r = for_device(one_kernel_graph((void *)relaunch_self, r_args));
+    CHECK(cudaGraphLaunch(r, s));
+    CHECK(cudaStreamSynchronize(s));
+    EXPECT(*runs == 3);
+    for (int i = 0; i < 3; i++) EXPECT(seen[i] == (unsigned long long)r);
+    unsigned long long flags = 0;
+    CHECK(cudaGraphExecGetFlags((cudaGraphExec_t)seen[0], &flags));
+    EXPECT(flags == cudaGraphInstantiateFlagDeviceLaunch);
+    *runs = 2;
+    seen[2] = 1;
+    relaunch_self<<<1, 1, 0, s>>>(seen, runs);  // a plain launch: no current graph
+    CHECK(cudaStreamSynchronize(s));
+    EXPECT(seen[2] == 0 && *runs == 3);
+    CHECK(cudaGraphExecDestroy(r));
+    CHECK(cudaFree(seen));
+    CHECK(cudaFree(runs));
+    printf("graph_lifetimes: a device graph found itself and relaunched itself\n");
+}
+
 int main() {
     cudaStream_t s;
     CHECK(cudaStreamCreate(&s));
     user_objects(s);
+    device_graphs(s);
     CHECK(cudaStreamDestroy(s));
     printf("graph_lifetimes: all checks passed\n");
     return 0;
