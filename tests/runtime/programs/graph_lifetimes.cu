@@ -60,6 +60,8 @@ static bool destroyed_within(Resource &r, int times) {
     return r.destroyed.load() == times;
 }
 
+static void count_run(void *data) { ++*static_cast<int *>(data); }
+
 static std::atomic<int> go{0};
 static void wait_for_go(void *) {
     while (!go.load()) usleep(200);
@@ -210,12 +212,14 @@ static void device_graphs(cudaStream_t s) {
     CHECK(cudaStreamSynchronize(s));
     expect_log(log, from_host, 6);
 
-    // D tail-launched by a kernel of a host graph: after that whole graph (its later node
-    // logs 99 first).
+    // D tail-launched by a kernel of a host graph: after that whole graph (a host node,
+    // then a kernel that logs 99 first).
     const int from_graph[] = {98, 99, 1, 2, 5, 10, 11, 20};
     cudaGraph_t hg;
+    int host_runs = 0;
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     stamp_then_tail<<<1, 1, 0, s>>>(log, 98, d, nullptr);
+    CHECK(cudaLaunchHostFunc(s, count_run, &host_runs));
     stamp<<<1, 1, 0, s>>>(log, 99);
     CHECK(cudaStreamEndCapture(s, &hg));
     cudaGraphExec_t h;
@@ -226,6 +230,7 @@ static void device_graphs(cudaStream_t s) {
         CHECK(cudaStreamSynchronize(s));
         expect_log(log, from_graph, 8);
     }
+    EXPECT(host_runs == 2);
     CHECK(cudaGraphExecDestroy(h));
     CHECK(cudaGraphDestroy(hg));
     for (cudaGraphExec_t e : {x, t1, t2, f, d}) CHECK(cudaGraphExecDestroy(e));
