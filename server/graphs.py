@@ -295,6 +295,12 @@ class GraphExecs:
                              tuple(args[4:7]), args[7], args[9]))
         return launches
 
+    def tails_pending(self) -> bool:
+        """Whether a launch from the host is between its segments (a host node runs in the
+        client) with tail launches waiting for its end, which are not journaled."""
+        return any(getattr(graph.environment, "tails", None)
+                   for _, graph in self.execs.items())
+
     @op("vgpuGraphDestroy")
     def destroy(self, handle: int):
         graph = self.execs.pop(handle)

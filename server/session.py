@@ -475,6 +475,11 @@ class Session:
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                             "the session has pinned host memory mapped (cuMemHostAlloc or "
                             "cuMemHostRegister), which cannot be checkpointed or moved yet")
+        if self.graphs.tails_pending():
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                            "a graph launch is between its segments (a host node runs) with "
+                            "graphs its kernels tail-launched still to run, which cannot be "
+                            "checkpointed or moved; try again once it has ended")
 
     def capture(self, position: int, buffers: dict | None = None) -> Capture:
         """The session's state after its first `position` messages, with every region's

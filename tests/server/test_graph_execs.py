@@ -177,3 +177,61 @@ def test_conditional_nodes_run_the_bodies_their_condition_selects(two_servers):
         ["vgpuGraphCreate", [GRAPH + 1, CONTEXT, [[_conditional(1 << 20, if_, [1])], []]]],
         ["vgpuGraphLaunch", [GRAPH + 1, 0, 0]])
     assert code == 1, result
+
+
+# tail_launch(graph): cudaGraphLaunch(graph, cudaStreamGraphTailLaunch), as nvcc calls it
+TAIL_LAUNCH_PTX = b"""
+.version 9.0
+.target sm_75
+.address_size 64
+.extern .func (.param .b32 func_retval0) cudaGraphLaunch(.param .b64 p0, .param .b64 p1);
+.visible .entry tail_launch(.param .u64 graph)
+{
+    .reg .b32 %r<2>;
+    .reg .b64 %rd<3>;
+    ld.param.u64 %rd1, [graph];
+    mov.u64 %rd2, 72057594037927936;
+    {
+    .param .b64 p0;
+    st.param.b64 [p0], %rd1;
+    .param .b64 p1;
+    st.param.b64 [p1], %rd2;
+    .param .b32 rv;
+    call.uni (rv), cudaGraphLaunch, (p0, p1);
+    ld.param.b32 %r1, [rv];
+    }
+    ret;
+}
+"""
+
+
+def test_tail_launches_wait_for_the_graphs_last_segment(server, tmp_path):
+    """A kernel of a graph launched from the host tail-launches a device graph: it runs
+    after the graph's last segment (a host node of the client's may come between), and a
+    checkpoint between the segments, which could not carry it, is refused."""
+    client = RawClient(server.address)
+    make_session(client, sizes=(4096,))
+    values = _with_kernel(client)
+    launcher, device_graph = FUNCTION + 10, GRAPH + 1
+    code, result, *_ = client.call(
+        ["cuModuleLoadData", [MODULE + 10, CONTEXT, ["inline", TAIL_LAUNCH_PTX],
+                              len(TAIL_LAUNCH_PTX)]],
+        ["cuModuleGetFunction", [launcher, MODULE + 10, "tail_launch"]],
+        ["vgpuGraphCreate", [device_graph, CONTEXT, [[_add_one(values)]], True]],
+        ["vgpuGraphUpload", [device_graph, 0]],
+        ["vgpuGraphCreate", [GRAPH, CONTEXT, [
+            [["cuLaunchKernel", [launcher, 1, 1, 1, 1, 1, 1, 0, 0,
+                                 device_graph.to_bytes(8, "little")]]],
+            [_add_one(values)]]]])
+    assert code == 0, result
+    code, result, *_ = client.call(["vgpuGraphLaunch", [GRAPH, 0, 0]], ["vgpuSynchronize", []])
+    assert code == 0, result
+    assert _values(client, values) == [0] * SLOTS  # the tail waits for the second segment
+    image = str(tmp_path / "session.vgpu")
+    code, refused = admin(server.address, "checkpoint", pid=os.getpid(), path=image)
+    assert code == 1 and "tail-launched" in refused, refused
+    code, result, *_ = client.call(["vgpuGraphLaunch", [GRAPH, 1, 0]], ["vgpuSynchronize", []])
+    assert code == 0, result
+    assert _values(client, values) == [2] * THREADS + [0]
+    code, written = admin(server.address, "checkpoint", pid=os.getpid(), path=image)
+    assert code == 0, written
