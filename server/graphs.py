@@ -18,7 +18,8 @@ the one the value numbers, if any), or for WHILE the body as long as the value i
 Body segments are not launched by the client; each comes after the segment that names it,
 so no body runs itself.
 
-A graph instantiated for device launch (one segment of kernel launches) may also be launched
+A graph instantiated for device launch (one segment of kernel launches, device copies and
+memsets) may also be launched
 by kernels once it has been uploaded (`vgpuGraphUpload`, or a launch from the host): the
 emulator's device runtime asks `device_launches` for its kernels and runs them as children
 of the launching grid (server/emu/device_runtime.py). The kernels of one launch from the host
@@ -48,6 +49,10 @@ CONDITIONAL = "vgpuGraphConditional"
 GRAPH_CALLS = {"cuLaunchKernel": 8, "cuLaunchCooperativeKernel": 8, "cuEventRecord": 1,
                "cuStreamWaitEvent": 0, "cuMemcpyHtoD": None, "cuMemcpyDtoH": None,
                "cuMemcpyDtoD": None, "vgpuMemset": None, CONDITIONAL: None}
+# What a graph launched from the device may hold: kernels, copies between device addresses,
+# memsets (CUDA's device graphs also copy pinned host memory, which the server's graphs
+# reach through pinned segments instead, not from a kernel)
+DEVICE_GRAPH_CALLS = ("cuLaunchKernel", "cuMemcpyDtoD", "vgpuMemset")
 # Conditional node types
 IF, WHILE, SWITCH = 0, 1, 2
 MAX_CONDITIONAL_DEPTH = 32  # conditional nodes nested in each other's bodies
@@ -120,10 +125,11 @@ class GraphExecs:
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"the {self.session.backend.name} "
                                                       f"backend launches no graphs from kernels")
         if device_launch and not (len(segments) <= 1 and all(
-                isinstance(call, list | tuple) and call and call[0] == "cuLaunchKernel"
+                isinstance(call, list | tuple) and call and call[0] in DEVICE_GRAPH_CALLS
                 for segment in segments for call in segment)):
-            raise CudaError(CUDA_ERROR_INVALID_VALUE,
-                            "a graph launched from the device holds kernel launches only")
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, "a graph launched from the device holds "
+                                                      "kernel launches, device copies and "
+                                                      "memsets only")
         kept, size = [], 0
         if sum(len(segment) for segment in segments) > MAX_CALLS_PER_GRAPH:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
@@ -273,27 +279,43 @@ class GraphExecs:
         graph.uploaded = True
 
     def device_launches(self, handle: int) -> list[tuple] | None:
-        """What a kernel's cudaGraphLaunch of `handle` runs: (loaded module, kernel name,
-        grid, block, shared bytes, parameters) per kernel, in order; None when no graph
-        by that handle may be launched from the device (not one, not instantiated for it,
-        not uploaded). Called from the launching kernel's thread."""
+        """What a kernel's cudaGraphLaunch of `handle` runs, in order: ("kernel", loaded
+        module, kernel name, grid, block, shared bytes, parameters), ("copy", dst, src,
+        size) and ("fill", dst, pattern, count); None when no graph by that handle may be
+        launched from the device (not one, not instantiated for it, not uploaded) or one of
+        its calls names what the session does not hold. Called from the launching kernel's
+        thread."""
         graph = self.execs.find(handle)
         if graph is None or not graph.device_launch or not graph.uploaded:
             return None
-        session, launches = self.session, []
-        for _, args in graph.segments[0] if graph.segments else ():
-            # A launch's arguments are checked when the host launches it; here, before the
-            # emulator is given them, as a client may have sent anything.
+        try:
+            return [self._device_step(op_name, args)
+                    for op_name, args in (graph.segments[0] if graph.segments else ())]
+        except (CudaError, TypeError, ValueError):
+            return None
+
+    def _device_step(self, op_name: str, args: list) -> tuple:
+        """A call's arguments are checked when the host launches its graph; here, before
+        the emulator is given them, as a client may have sent anything."""
+        session = self.session
+        if op_name == "cuLaunchKernel":
             if len(args) != 10 or not all(isinstance(a, int) for a in args[:8]) \
                     or not isinstance(args[9], bytes):
-                return None
-            function = session.functions.find(args[0])
-            module = session.modules.find(function.module) if function else None
-            if module is None:
-                return None
-            launches.append((module.loaded, function.name, tuple(args[1:4]),
-                             tuple(args[4:7]), args[7], args[9]))
-        return launches
+                raise ValueError("malformed launch")
+            function = session.functions.get(args[0])
+            module = session.modules.get(function.module)
+            return ("kernel", module.loaded, function.name, tuple(args[1:4]),
+                    tuple(args[4:7]), args[7], args[9])
+        if op_name == "cuMemcpyDtoD":
+            dst, src, size = (int(a) for a in args)
+            session._check_range(dst, size)
+            session._check_range(src, size)
+            return ("copy", dst, src, size)
+        dst, pattern, count = int(args[0]), args[1], int(args[2])
+        if not isinstance(pattern, bytes) or len(pattern) not in (1, 2, 4):
+            raise ValueError("memset element must be 1, 2 or 4 bytes")
+        session._check_range(dst, len(pattern) * count)
+        return ("fill", dst, pattern, count)
 
     def tails_pending(self) -> bool:
         """Whether a launch from the host is between its segments (a host node runs in the

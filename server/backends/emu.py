@@ -225,7 +225,7 @@ class EmuBackend(Backend):
         if cooperative:
             workspace = place("grid_workspace")[0]
             self.memory.write(workspace, bytes(GRID_WORKSPACE_BYTES))  # a fresh barrier
-        return DeviceRuntime(self.memory, place, workspace, _graph_kernels(device_graphs))
+        return DeviceRuntime(self.memory, place, workspace, self._graph_nodes(device_graphs))
 
     def prepare_launch(self, module: LoadedModule, kernel: str, grid, block,
                        shared_bytes: int, cooperative: bool = False
@@ -254,6 +254,33 @@ class EmuBackend(Backend):
 
         return run
 
+    def _graph_nodes(self, device_graphs: Callable[[int], list | None] | None):
+        """What the device runtime's cudaGraphLaunch runs of a graph: its kernels prepared,
+        with their parameters, and its copies and memsets as calls (None: no graph a
+        kernel may launch by that handle)."""
+        def nodes(handle: int) -> list | None:
+            found = device_graphs(handle) if device_graphs is not None else None
+            if found is None:
+                return None
+            return [self._graph_node(step) for step in found]
+        return nodes
+
+    def _graph_node(self, step: tuple):
+        kind, *args = step
+        if kind in ("copy", "fill"):
+            operation = self.copy if kind == "copy" else self.fill
+
+            def run() -> None:  # fails the launching grid as its kernels' faults do
+                try:
+                    operation(*args)
+                except CudaError as exc:
+                    raise LaunchError(exc.code, f"a {kind} node of a graph launched from "
+                                                f"the device: {exc.message}") from None
+            return run
+        module, name, grid, block, shared, params = args
+        return (prepare(module.handle, name, grid, block, shared,
+                        {n: address for n, (address, _) in module.variables.items()}), params)
+
     def graph_environment(self, graph: int) -> GraphEnvironment:
         return GraphEnvironment(graph)
 
@@ -281,19 +308,6 @@ class EmuBackend(Backend):
     def close(self) -> None:
         self.memory = DeviceMemory(granule=ALLOCATION_ALIGNMENT)
         self._next_launch = threading.local()
-
-
-def _graph_kernels(device_graphs: Callable[[int], list | None] | None):
-    """What the device runtime's cudaGraphLaunch runs of a graph: its kernels prepared, with
-    their parameters (None: no graph a kernel may launch by that handle)."""
-    def kernels(handle: int) -> list[tuple] | None:
-        found = device_graphs(handle) if device_graphs is not None else None
-        if found is None:
-            return None
-        return [(prepare(module.handle, name, grid, block, shared,
-                         {n: address for n, (address, _) in module.variables.items()}), params)
-                for module, name, grid, block, shared, params in found]
-    return kernels
 
 
 class WriteLog:

@@ -87,8 +87,8 @@ class DeviceRuntime:
         self.memory = memory
         self.place = place
         self.grid_workspace = grid_workspace
-        # cudaGraphLaunch: a graph's (prepared launch, parameters), or None for a handle
-        # that names no graph a kernel may launch
+        # cudaGraphLaunch: a graph's nodes (GraphLaunch.nodes), or None for a handle that
+        # names no graph a kernel may launch
         self.graph_kernels = graph_kernels
         self._heap: DeviceHeap | None = None
         self._buffers: tuple[int, int] | None = None  # base address, slots
@@ -137,12 +137,12 @@ class GraphEnvironment:
 
 @dataclass(slots=True)
 class GraphLaunch:
-    """A graph launched by a kernel: its kernels, (prepared launch, parameters) in order,
-    run in `environment` with the launching kernel's device runtime. `tail`: launched into
-    the tail stream by a kernel that is no node of a graph (it runs last of that grid's
-    children)."""
+    """A graph launched by a kernel: its nodes in order, kernels as (prepared launch,
+    parameters), copies and memsets as calls, run in `environment` with the launching
+    kernel's device runtime. `tail`: launched into the tail stream by a kernel that is no
+    node of a graph (it runs last of that grid's children)."""
     environment: GraphEnvironment
-    kernels: list
+    nodes: list
     runtime: object         # DeviceRuntime
     tail: bool = False
 
@@ -465,12 +465,12 @@ def _launch_graph(state: State, graph: int, stream: int) -> int:
     if ctx.depth + 1 >= MAX_NESTING_DEPTH:
         return _LAUNCH_MAX_DEPTH_EXCEEDED
     try:
-        kernels = runtime.graph_kernels(graph) if runtime and runtime.graph_kernels else None
+        nodes = runtime.graph_kernels(graph) if runtime and runtime.graph_kernels else None
     except LaunchError:
         return _INVALID_CONFIGURATION
-    if kernels is None:  # no graph, not instantiated for device launch, or not uploaded
+    if nodes is None:  # no graph, not instantiated for device launch, or not uploaded
         return _INVALID_VALUE
-    launch = GraphLaunch(GraphEnvironment(graph), kernels, runtime)
+    launch = GraphLaunch(GraphEnvironment(graph), nodes, runtime)
     environment = ctx.environment
     if stream == GRAPH_TAIL_LAUNCH and environment is not None:
         if len(environment.tails) >= MAX_PENDING_TAIL_LAUNCHES:

@@ -245,15 +245,23 @@ def run_graphs(launches: list[GraphLaunch], memory: DeviceMemory,
                checker: MemoryChecker | None, printf_fifo_bytes: int, cancelled, depth: int
                ) -> LaunchResult:
     """Graphs launched by kernels, one after the other, each in its environment: its
-    kernels in order (each with its own children), then the graphs they launched into the
-    tail stream, one at a time in launch order, a tail graph's own tail launches before the
-    rest of the list (CUDA's order). A graph that relaunches itself as its tail loops here,
-    at the same depth, as long as it does."""
+    nodes in order (kernels with their own children; copies and memsets), then the graphs
+    its kernels launched into the tail stream, one at a time in launch order, a tail
+    graph's own tail launches before the rest of the list (CUDA's order). A graph that
+    relaunches itself as its tail loops here, at the same depth, as long as it does."""
     result = LaunchResult("", 0, "")
     pending = list(reversed(launches))  # the next one last
     while pending:
         graph = pending.pop()
-        for prepared, params in graph.kernels:
+        for node in graph.nodes:
+            if callable(node):  # a copy or memset
+                try:
+                    node()
+                except LaunchError as exc:
+                    raise LaunchError(exc.code, exc.message, result.printf,
+                                      result.report) from None
+                continue
+            prepared, params = node
             try:
                 done = prepared.execute(params, memory, checker, printf_fifo_bytes, cancelled,
                                         graph.runtime, depth, graph.environment)

@@ -172,15 +172,21 @@ def _create_args(graph_exec: Exec) -> tuple:
             _device_launch(graph_exec))
 
 
+# What a graph launched from the device may hold (server/graphs.py DEVICE_GRAPH_CALLS)
+_DEVICE_GRAPH_CALLS = ("cuLaunchKernel", "cuMemcpyDtoD", "vgpuMemset")
+
+
 def _check_device_graph(graph_exec: Exec) -> None:
-    """What a kernel may launch here: kernel nodes (empty nodes and child graphs of them
-    besides), all run by the server in one segment."""
+    """What a kernel may launch here: kernel nodes, copies between device addresses and
+    memsets (empty nodes and child graphs of them besides), all run by the server in one
+    segment."""
     if any(step[0] != "server" for step in graph_exec.plan) or len(graph_exec.segments) > 1 \
-            or any(call[0] != "cuLaunchKernel" for call in
+            or any(call[0] not in _DEVICE_GRAPH_CALLS for call in
                    (graph_exec.segments[0] if graph_exec.segments else [])):
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
-                        "vgpu launches graphs from the device when they hold kernel nodes "
-                        "only (and empty nodes, child graphs of them)")
+                        "vgpu launches graphs from the device when they hold kernel nodes, "
+                        "copies between device memory and memsets only (and empty nodes, "
+                        "child graphs of them)")
 
 
 @api

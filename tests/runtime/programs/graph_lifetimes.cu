@@ -237,6 +237,54 @@ static void device_graphs(cudaStream_t s) {
     CHECK(cudaFree(log));
     printf("graph_lifetimes: tail launches ran after their graph, in CUDA's order\n");
 
+    // A device graph of a memset, a kernel and a copy between device buffers, launched by
+    // a kernel of a host graph.
+    int *buf;
+    CHECK(cudaMalloc(&buf, 8 * sizeof(int)));
+    CHECK(cudaMemset(buf, 0, 8 * sizeof(int)));
+    cudaGraph_t mg;
+    CHECK(cudaGraphCreate(&mg, 0));
+    cudaMemsetParams ms = {};
+    ms.dst = buf;
+    ms.value = 7;
+    ms.elementSize = sizeof(int);
+    ms.width = 4;
+    ms.height = 1;
+    cudaGraphNode_t set_node, add_node, copy_node;
+    CHECK(cudaGraphAddMemsetNode(&set_node, mg, nullptr, 0, &ms));
+    int five = 5;
+    void *add_args[] = {&buf, &five};
+    cudaKernelNodeParams kp = {};
+    kp.func = (void *)add_k;
+    kp.gridDim = kp.blockDim = dim3(1);
+    kp.kernelParams = add_args;
+    CHECK(cudaGraphAddKernelNode(&add_node, mg, &set_node, 1, &kp));
+    CHECK(cudaGraphAddMemcpyNode1D(&copy_node, mg, &add_node, 1, buf + 4, buf, 4 * sizeof(int),
+                                   cudaMemcpyDeviceToDevice));
+    cudaGraphExec_t m = for_device(mg);
+    int *none_log;
+    CHECK(cudaMalloc(&none_log, 16 * sizeof(int)));
+    CHECK(cudaMemset(none_log, 0, 16 * sizeof(int)));
+    cudaGraph_t lg;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    stamp_then_fire<<<1, 1, 0, s>>>(none_log, 97, m);
+    CHECK(cudaStreamEndCapture(s, &lg));
+    cudaGraphExec_t l;
+    CHECK(cudaGraphInstantiate(&l, lg, 0));
+    CHECK(cudaGraphLaunch(l, s));
+    CHECK(cudaStreamSynchronize(s));
+    const int launcher_only[] = {97};
+    expect_log(none_log, launcher_only, 1);  // the launch succeeded
+    int got_buf[8];
+    CHECK(cudaMemcpy(got_buf, buf, sizeof got_buf, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 8; i++) EXPECT(got_buf[i] == (i % 4 == 0 ? 12 : 7));
+    CHECK(cudaGraphExecDestroy(l));
+    CHECK(cudaGraphDestroy(lg));
+    CHECK(cudaGraphExecDestroy(m));
+    CHECK(cudaFree(buf));
+    CHECK(cudaFree(none_log));
+    printf("graph_lifetimes: a device graph's memset, kernel and copy ran from the device\n");
+
     // cudaGetCurrentGraphExec: the running device graph, which relaunches itself; 0 in a
     // kernel that is no node of a device graph.
     unsigned long long *seen;
