@@ -21,10 +21,10 @@ so no body runs itself.
 A graph instantiated for device launch (one segment of kernel launches, device copies and
 memsets) may also be launched by kernels once it has been uploaded (`vgpuGraphUpload`, or a
 launch from the host): the emulator's device runtime asks `device_launches` for its nodes
-and runs them as the launch mode says (server/emu/device_runtime.py). The kernels of one launch from the host
-share the backend's graph environment, from the first segment to the last: the graphs they
-launch into the tail stream run on the launch's stream after the last segment, and a device
-graph's kernels read its handle (cudaGetCurrentGraphExec).
+and runs them as the launch mode says (server/emu/device_runtime.py). The kernels of one
+launch from the host share the backend's graph environment, from the first segment to the
+last: the graphs they launch into the tail stream run on the launch's stream after the last
+segment, and a device graph's kernels read its handle (cudaGetCurrentGraphExec).
 """
 
 from __future__ import annotations

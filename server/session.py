@@ -1254,18 +1254,10 @@ class Session:
         def run() -> None:
             if place is not None:
                 self.backend.use_device_runtime(place, self.graphs.device_launches)
-            try:
-                if environment is None:
-                    printed, report = launcher(params, fifo_bytes, stream)
-                else:
-                    printed, report = launcher(params, fifo_bytes, stream, environment)
-            except KernelFault as fault:
-                self._report_fault(fault)
-                raise
-            if printed:
-                self._print(printed)
-            if report:
-                self.diagnostics.append(report)
+            if environment is None:
+                self._run_kernels(launcher, params, fifo_bytes, stream)
+            else:
+                self._run_kernels(launcher, params, fifo_bytes, stream, environment)
 
         self._on_stream(stream, run)
 
@@ -1273,19 +1265,21 @@ class Session:
         """The graphs a graph's kernels launched into the tail stream, run on `stream` after
         the graph (server/graphs.py calls this after its last node)."""
         fifo_bytes = self.printf_fifo_bytes
+        self._on_stream(stream, lambda: self._run_kernels(self.backend.run_graph_tails,
+                                                          environment, fifo_bytes))
 
-        def run() -> None:
-            try:
-                printed, report = self.backend.run_graph_tails(environment, fifo_bytes)
-            except KernelFault as fault:
-                self._report_fault(fault)
-                raise
-            if printed:
-                self._print(printed)
-            if report:
-                self.diagnostics.append(report)
-
-        self._on_stream(stream, run)
+    def _run_kernels(self, run: Callable[..., tuple[str, str]], *args) -> None:
+        """Run kernels (`run(*args)`, a launcher) and pass on what they said: their printf
+        output for the client, the memory checker's report for its stderr, or their fault."""
+        try:
+            printed, report = run(*args)
+        except KernelFault as fault:
+            self._report_fault(fault)
+            raise
+        if printed:
+            self._print(printed)
+        if report:
+            self.diagnostics.append(report)
 
     def _on_stream(self, stream: int, work: Callable[[], None]) -> Point | None:
         """Run `work` in `stream`'s order: queued on its lane (returning where it ends), or
