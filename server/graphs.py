@@ -80,7 +80,9 @@ class GraphExec:
     size: int  # bytes charged to the session's graph allowance
     device_launch: bool = False  # kernels may launch it (once uploaded)
     uploaded: bool = False
-    last_segment: int = -1  # the last segment a launch runs (the rest are bodies)
+    # The first and last segments a launch runs (the rest are conditional bodies)
+    first_segment: int = 0
+    last_segment: int = -1
     # The environment of the launch under way (Backend.graph_environment), from its first
     # segment to its last
     environment: object = None
@@ -149,6 +151,7 @@ class GraphExecs:
                   if op_name == CONDITIONAL for body in args[2]}
         launched = [index for index in range(len(kept)) if index not in bodies]
         self.execs.add(handle, GraphExec(context, kept, size, bool(device_launch),
+                                         first_segment=min(launched, default=0),
                                          last_segment=max(launched, default=-1)))
         self.session.journal.created("graph", handle, context, kept, bool(device_launch))
 
@@ -184,7 +187,7 @@ class GraphExecs:
         graph.uploaded = True
         # The kernels of one launch share an environment: their tail launches run after
         # the graph's last node, and a device graph's kernels know their graph.
-        if graph.environment is None:
+        if segment == graph.first_segment or graph.environment is None:  # a launch begins
             graph.environment = session.backend.graph_environment(
                 handle if graph.device_launch else 0)
         environment = session.graph_environment = graph.environment
@@ -194,6 +197,9 @@ class GraphExecs:
         issued_on, session.scope_stream = session.scope_stream, stream
         try:
             self._run(graph, segment, stream, 0)
+        except BaseException:  # the launch ends here: its tail launches never run
+            last, environment = True, None
+            raise
         finally:
             session.scope_stream = issued_on
             session.graph_environment = None
