@@ -2,9 +2,10 @@
 // reference goes, never before the launches of a graph holding it have finished; references
 // moved, cloned, held by child graph nodes and executable graphs), and device graphs: the
 // order of tail launches (after the whole launching graph and its fire-and-forget work, one
-// at a time, a tail graph's own tail launches first) and cudaGetCurrentGraphExec, which a
-// kernel of a device graph uses to launch its graph again. Results are checked against
-// orders and values worked out on the host.
+// at a time, a tail graph's own tail launches first), a device graph of a memset, a kernel
+// and a copy launched by a kernel, and cudaGetCurrentGraphExec, which a kernel of a device
+// graph uses to launch its graph again. Results are checked against orders and values
+// worked out on the host.
 #include <atomic>
 #include <unistd.h>
 #include "check.cuh"
