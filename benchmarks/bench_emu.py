@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vgpu.server.emu import DeviceMemory, PtxModule, launch
+from vgpu.server.emu import DeviceMemory, PtxModule, launch, native
 
 SOURCE = r"""
 extern "C" {
@@ -124,6 +124,7 @@ def numpy_baseline() -> float:
 
 
 def main() -> None:
+    native.configure(enabled=False)   # the interpreter's figures (bench_native: compiled)
     module = PtxModule.parse(compile_ptx(SOURCE))
     baseline = numpy_baseline()
     rows: list[tuple[str, str, str]] = [

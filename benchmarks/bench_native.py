@@ -4,8 +4,10 @@
 
 Every figure is a ratio against a baseline measured in the same run: the same loop compiled
 by the host's C compiler (cc -O2) for the one-thread Collatz walk and the matrix multiply,
-numpy's `a * x + y` on the same arrays for the 1M-thread saxpy. The interpreter's figures
-are in the table too (Collatz on a shorter range: the full one takes it most of a minute).
+numpy's `a * x + y` on the same arrays for the 1M-thread saxpy, the interpreter's launch of
+the same kernel for the small launch (bench_emu's `straight`: 1 block of 256 threads, 110
+instructions each, `launch()` to completion). The interpreter's figures are in the table
+too (Collatz on a shorter range: the full one takes it most of a minute).
 Kernels are compiled with nvcc (PATH, or the nvidia-cuda-nvcc wheel).
 """
 
@@ -25,7 +27,7 @@ import numpy as np
 from bench_emu import SOURCE as EMU_SOURCE
 from bench_emu import Device, compile_ptx
 
-from vgpu.server.emu import PtxModule, native, prepare
+from vgpu.server.emu import PtxModule, launch, native, prepare
 
 SOURCE = r"""
 extern "C" {
@@ -109,7 +111,8 @@ def main() -> None:
     ptx = compile_ptx(SOURCE + EMU_SOURCE)   # bench_emu's matmul
     rows: list[tuple[str, str, str]] = []
 
-    # Collatz, one thread
+    # Collatz, one thread; the interpreter first (the compiler is on by default)
+    native.configure(enabled=False)
     device = Device()
     out = device.upload(np.zeros(1, np.uint64))
     interpreted = PtxModule.parse(ptx)
@@ -153,6 +156,23 @@ def main() -> None:
     rows.append(row("  interpreter", run(interpreted, device, "saxpy", (n // 256,), (256,),
                                          params), baseline))
     native.configure(enabled=True)
+
+    # a small launch, launch to completion (prepare included, as the server's first launch
+    # of a shape; later launches reuse the prepared shape)
+    data = device.upload(np.arange(256, dtype=np.uint32))
+    floats = device.upload(np.ones(256, np.float32))
+    params = data.to_bytes(8, "little") + floats.to_bytes(8, "little")
+
+    def small(which):
+        return lambda: launch(which, "straight", (1,), (256,), params=params,
+                              memory=device.memory)
+    native.configure(enabled=False)
+    interpreted_small = timed(small(interpreted), 50)
+    native.configure(enabled=True, threads=1)
+    small(module)()
+    rows.append(row("1 block x 256 threads, 110 instructions, launch to completion: "
+                    "interpreter", interpreted_small, None, 1e6, "us"))
+    rows.append(row("  compiled", timed(small(module), 200), interpreted_small, 1e6, "us"))
 
     # matmul 256x256
     size = 256

@@ -40,11 +40,13 @@ def _add_server_parser(sub) -> None:
                    help="what a kernel's access past its allocation's end does, for clients "
                         "whose VGPU_MEMCHECK does not say: reported once per kernel (report, "
                         "as a GPU does not fault) or CUDA_ERROR_ILLEGAL_ADDRESS (strict)")
-    p.add_argument("--compile", action="store_true",
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="emu: run kernels compiled to native code (LLVM) where the compiler "
-                        "handles them, else on the interpreter (VGPU_EMU_COMPILE=1 likewise)")
+                        "handles them, else on the interpreter (the default; --no-compile "
+                        "or VGPU_EMU_COMPILE=0: every kernel on the interpreter)")
     p.add_argument("--threads", type=_positive, default=None, metavar="N",
-                   help="emu, compiled kernels: run blocks on N native threads (default 1)")
+                   help="emu, compiled kernels: run blocks on N native threads (default: "
+                        "the CPUs the server may use)")
     p.add_argument("--checkpoint-dir", default=None, metavar="DIR",
                    help="where sessions' checkpoint images go (DIR/TOKEN.vgpu); a server "
                         "reading the same folder restores a client whose server died")
@@ -229,9 +231,9 @@ def _server(args) -> int:
     socket_file = ipc_path(address)
     from vgpu.server.server import ProxyServer
 
-    if args.compile or args.threads:
+    if args.compile is not None or args.threads:
         from vgpu.server.emu import native
-        native.configure(enabled=args.compile or None, threads=args.threads)
+        native.configure(enabled=args.compile, threads=args.threads)
     with contextlib.ExitStack() as turn:
         try:
             check_address(address, listen=True)

@@ -166,8 +166,9 @@ class PreparedLaunch:
             (self.shared_stride if self.shared_size else 0)
         self._per_chunk = self._nblocks if cooperative else \
             max(1, min(LANES_PER_CHUNK // threads, CHUNK_STATE_BYTES // max(block_bytes, 1)))
-        self._small_chunks = (list(self._chunks()) if threads * self._nblocks <= SMALL_LAYOUT_LANES
-                              else None)
+        # Made at the first interpreted run (a compiled kernel never needs them).
+        self._small = threads * self._nblocks <= SMALL_LAYOUT_LANES
+        self._small_chunks: list[Chunk] | None = None
 
     def _chunks(self):
         for first in range(0, self._nblocks, self._per_chunk):
@@ -176,6 +177,8 @@ class PreparedLaunch:
     def run(self, params: bytes, memory: DeviceMemory, checker: MemoryChecker | None = None,
             printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES) -> LaunchResult:
         """Run the kernel once with this parameter buffer."""
+        if self.native is not None:   # no numpy arithmetic to quiet
+            return self.execute(params, memory, checker, printf_fifo_bytes)
         with quiet_floating_point():
             return self.execute(params, memory, checker, printf_fifo_bytes)
 
@@ -213,6 +216,8 @@ class PreparedLaunch:
         # caller's bytes are used as they are.
         ctx = LaunchContext(self, memory, np.frombuffer(params, np.uint8), strays,
                             printf_fifo_bytes, runtime, depth, environment)
+        if self._small and self._small_chunks is None:
+            self._small_chunks = list(self._chunks())
         for chunk in self._small_chunks or self._chunks():
             state = State(ctx, chunk, program.register_dtypes)
             try:

@@ -70,6 +70,9 @@ def _rename_private(module: Module, merged: Module, index: int) -> None:
     for var in module.variables.values():
         var.relocations = [(o, renames.get(n, n), a, g) for o, n, a, g in var.relocations]
     for fn in module.functions.values():
+        # What layouts and the compiler look names up by must name them as the code does.
+        fn.callees = {renames.get(n, n) for n in fn.callees}
+        fn.symbols = {renames.get(n, n) for n in fn.symbols}
         for instr in fn.body or ():
             for operand in instr.operands:
                 _rename_operand(operand, renames)

@@ -19,6 +19,9 @@ extern "C" __global__ void launch_squares(int *out)
 extern "C" __global__ void heap_copies(const int *in, long long *sums, int n)
 {
     int *copy = (int *)malloc(n * sizeof(int));
+    // Every thread holds its copy at once (a GPU's threads run together; an emulator may run
+    // them one after the other), so a heap too small for all of them refuses some.
+    __syncthreads();
     long long sum = 0;
     if (copy) {
         for (int i = 0; i < n; i++) copy[i] = in[i] * (int)(threadIdx.x + 1);

@@ -36,7 +36,10 @@ class Remote:
 
     def __init__(self, root):
         server_home, self.client_home = curve_homes(root)
+        # Kernels interpreted (--no-compile): the programs must run long enough for the
+        # connection to be cut under them several times.
         self.proc = start_emu_server(free_tcp_address(), "--reconnect-grace", "3",
+                                     "--no-compile",
                                      env=vgpu_environment(VGPU_HOME=str(server_home)))
         self.address = self.proc.endpoint  # tcp://127.0.0.1:PORT#serverkey=KEY
         where, _, self.fragment = self.address.partition("#")

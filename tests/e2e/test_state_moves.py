@@ -215,7 +215,9 @@ def test_a_standby_takes_over_while_kernels_run(tmp_path, servers, programs, sta
     """The primary dies in the middle of the loop, with launches queued and running."""
     images = tmp_path / "checkpoints"
     images.mkdir()
-    primary = servers("primary", "--checkpoint-dir", images, "--checkpoint-every", 0.3)
+    # The primary interprets its kernels, so that it is still running them when it dies.
+    primary = servers("primary", "--checkpoint-dir", images, "--checkpoint-every", 0.3,
+                      "--no-compile")
     standby = servers("standby", "--checkpoint-dir", images)
     shape = (4, 4096, 40, 1)
     pause = tmp_path / "pause"

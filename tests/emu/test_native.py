@@ -35,9 +35,14 @@ from vgpu.server.emu.memcheck import MemoryChecker
 
 @pytest.fixture(autouse=True)
 def _cache_dir(tmp_path_factory, monkeypatch):
+    """A cache of the run's own; blocks on one thread (bit for bit with float atomics) unless
+    a test says otherwise; the compiler's settings as they were after each test (the other
+    emulator tests run with the defaults)."""
     monkeypatch.setenv("VGPU_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "native"))
+    settings = native.enabled(), native.threads()
+    native.configure(threads=1)
     yield
-    native.configure(enabled=False, threads=1)
+    native.configure(*settings)
 
 
 class DifferentialDevice(Device):
@@ -66,6 +71,7 @@ class DifferentialDevice(Device):
         return raised
 
     def _outcome(self, compiled: bool, module, kernel, grid, block, shared, params, symbols):
+        was = native.enabled()
         native.configure(enabled=compiled)
         try:
             prepared = prepare(module, kernel, grid, block, shared, symbols)
@@ -76,7 +82,7 @@ class DifferentialDevice(Device):
         except LaunchError as exc:
             return ("failed", exc.code, exc.message, exc.output, exc.diagnostics), exc
         finally:
-            native.configure(enabled=False)
+            native.configure(enabled=was)
 
     def _snapshot(self) -> list[tuple[int, bytes]]:
         return [(base, self.memory.read(base, size)) for base, size in self.memory.allocations()]
@@ -419,7 +425,7 @@ def test_a_kernel_the_compiler_does_not_handle_runs_interpreted_with_one_log_lin
     device = Device()
     module = device.load(faults_ptx)
     out = device.zeros(32, np.uint32)
-    with caplog.at_level(logging.WARNING, logger="vgpu.emu.native"):
+    with caplog.at_level(logging.INFO, logger="vgpu.emu.native"):
         for _ in range(3):
             device.launch(module, "recursive", (1,), (32,), out)
     assert [r.getMessage() for r in caplog.records] == [
@@ -475,3 +481,55 @@ def test_threads_spinning_on_a_later_thread_of_their_block_let_it_run(differenti
                         out)
     np.testing.assert_array_equal(differential.download(out, 32, np.uint32), np.arange(1, 33))
     assert differential.compiled == ["wait_for_last"]
+
+
+def test_the_compiler_is_on_unless_switched_off_and_uses_every_cpu():
+    """The defaults a server starts with: VGPU_EMU_COMPILE=0 (or `vgpu server
+    --no-compile`) keeps every kernel on the interpreter."""
+    import os
+    import subprocess
+    import sys
+    script = ("from vgpu.server.emu import native\n"
+              "print(native.enabled(), native.threads())")
+    cpus = len(os.sched_getaffinity(0))
+    for value, expected in (("", f"True {cpus}"), ("0", f"False {cpus}")):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("VGPU_EMU_")}
+        env["VGPU_EMU_COMPILE"] = value
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                             text=True, check=True).stdout
+        assert out.split() == expected.split()
+
+
+def test_the_disk_cache_keeps_under_its_limit_dropping_the_least_recently_used(
+        tmp_path, monkeypatch):
+    import os
+
+    from vgpu.server.emu.native import engine
+    monkeypatch.setenv("VGPU_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(engine, "CACHE_LIMIT", 4000)
+    for k, key in enumerate("abc"):
+        engine.store_cached(key, bytes(1000), {"function": key})
+        os.utime(tmp_path / "native" / f"{key}.json", (k, k))   # a stored before b before c
+    assert engine.load_cached("a", ("function",)) == (bytes(1000), {"function": "a"})
+    engine.store_cached("d", bytes(1000), {"function": "d"})   # over 4000: b then c go
+    kept = {key for key in "abcd" if engine.load_cached(key, ("function",)) is not None}
+    assert kept == {"a", "d"}
+    assert sorted(p.name for p in (tmp_path / "native").iterdir()) == [
+        "a.json", "a.o", "d.json", "d.o"]
+
+
+def test_a_kernel_over_the_size_limit_runs_interpreted_with_one_log_line(faults_ptx, caplog,
+                                                                         monkeypatch):
+    native.configure(enabled=True)
+    monkeypatch.setattr(native, "MAX_INSTRUCTIONS", 3)
+    device = Device()
+    module = device.load(faults_ptx)
+    data = device.upload(np.arange(64, dtype=np.uint32))
+    out = device.zeros(32, np.uint32)
+    with caplog.at_level(logging.INFO, logger="vgpu.emu.native"):
+        assert prepare(module, "read_at", (1,), (32,)).native is None
+        device.launch(module, "read_at", (1,), (32,), data, out, 5)
+    assert len(caplog.records) == 1
+    assert caplog.records[0].getMessage().startswith(
+        "kernel 'read_at' runs on the interpreter: the compiler does not handle a kernel of ")
+    np.testing.assert_array_equal(device.download(out, 32, np.uint32), np.arange(5, 37))

@@ -19,7 +19,7 @@ def server(tmp_path_factory):
     work = tmp_path_factory.mktemp("native-server")
     env = vgpu_environment(VGPU_CACHE_DIR=str(work / "cache"))
     with open(work / "server.log", "w") as log:
-        proc = start_emu_server(f"ipc://{work}/server.sock", "--compile", "--threads", "2",
+        proc = start_emu_server(f"ipc://{work}/server.sock", "--compile", "--threads", "2", "-v",
                                 stderr=log, env=env)
         try:
             yield f"ipc://{work}/server.sock", work / "server.log"

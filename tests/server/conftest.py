@@ -10,7 +10,9 @@ from vgpu_processes import ServerProcess
 
 @pytest.fixture
 def server(tmp_path):
-    srv = ServerProcess(f"ipc://{tmp_path}/server.sock")
+    # Kernels run on the interpreter: tests here make long kernels by counting (the spin
+    # kernel of programs/spin.ptx), which compiled code does a thousand times faster.
+    srv = ServerProcess(f"ipc://{tmp_path}/server.sock", "--no-compile")
     yield srv
     srv.stop()
 

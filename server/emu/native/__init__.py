@@ -1,10 +1,12 @@
 """Kernels compiled to native code with LLVM (llvmlite): the emulator's fast path.
 
-Off unless switched on: VGPU_EMU_COMPILE=1 in the server's environment, `vgpu server
---compile`, or `configure(enabled=True)`. Blocks then run on `threads` native threads
-(VGPU_EMU_THREADS, `--threads N`; default 1). A kernel that uses anything the compiler does
-not translate yet runs on the interpreter, with one log line per module and kernel naming
-the instruction. The execution model is in the emulator's README.
+On by default; off with VGPU_EMU_COMPILE=0 in the server's environment, `vgpu server
+--no-compile`, or `configure(enabled=False)`. Blocks run on `threads` native threads
+(VGPU_EMU_THREADS, `--threads N`; default: the CPUs this process may use). A kernel that
+uses anything the compiler does not translate yet runs on the interpreter, with one log
+line per module and kernel naming the instruction (INFO: a normal event now that the
+compiler is on by default; `vgpu server -v` shows it). The execution model is in the
+emulator's README.
 """
 
 from __future__ import annotations
@@ -14,13 +16,27 @@ import itertools
 import logging
 import os
 import threading
+import time
 
 __all__ = ["compiled_kernel", "configure", "enabled", "threads"]
 
-CODEGEN_VERSION = "7"   # part of the disk cache's key: bump when generated code changes
+CODEGEN_VERSION = "8"   # part of the disk cache's key: bump when generated code changes
+# The largest kernel (PTX instructions) compiled: LLVM's optimizer takes minutes on the
+# biggest library kernels (CUB's sorts, some thousands of instructions); they run
+# interpreted, as anything else the compiler does not take.
+MAX_INSTRUCTIONS = 1000
 _log = logging.getLogger("vgpu.emu.native")
-_settings = {"enabled": os.environ.get("VGPU_EMU_COMPILE", "") in ("1", "on", "yes"),
-             "threads": max(1, int(os.environ.get("VGPU_EMU_THREADS") or 1))}
+
+
+def _available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):   # not Linux
+        return os.cpu_count() or 1
+
+
+_settings = {"enabled": os.environ.get("VGPU_EMU_COMPILE", "").lower() not in ("0", "off", "no"),
+             "threads": max(1, int(os.environ.get("VGPU_EMU_THREADS") or _available_cpus()))}
 _lock = threading.Lock()
 _names = itertools.count()
 
@@ -51,17 +67,22 @@ def compiled_kernel(module, name: str):
             try:
                 module.native_kernels[name] = _build(module, name)
             except NotCompiled as exc:
-                _log.warning("kernel %r runs on the interpreter: the compiler does not handle "
+                _log.info("kernel %r runs on the interpreter: the compiler does not handle "
                              "%s", name, exc)
                 module.native_kernels[name] = None
         return module.native_kernels[name]
 
 
 def _build(module, name: str):
-    from .codegen import kernel_ir
+    from .codegen import NotCompiled, kernel_ir
     from .engine import cache_key, compile_object, load_cached, load_object, store_cached
     from .runner import NativeKernel
     kernel = module.program.kernels[name]
+    # Device functions are inlined: their instructions count too.
+    size = sum(len(module.program.module.functions[f].body) for f in kernel.functions)
+    if size > MAX_INSTRUCTIONS:
+        raise NotCompiled(f"a kernel of {size} instructions (up to {MAX_INSTRUCTIONS} are "
+                          f"compiled)", kernel.function.line)
     key = None
     if module.source_hash is not None:
         key = cache_key(module.source_hash, name, CODEGEN_VERSION)
@@ -73,8 +94,11 @@ def _build(module, name: str):
         function = f"vgpu_{key}"
     else:
         function = f"vgpu_anonymous_{next(_names)}"
+    start = time.perf_counter()
     text, symbols, sites, spill = kernel_ir(module.program, kernel, function)
     data = compile_object(text)
+    _log.info("kernel %r (%d instructions) compiled in %.0f ms", name, size,
+              (time.perf_counter() - start) * 1e3)
     if key is not None:
         store_cached(key, data, {"function": function, "symbols": symbols, "sites": sites,
                                  "spill": spill})

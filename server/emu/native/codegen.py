@@ -25,8 +25,9 @@ The ABI shared with `runner.py` (all slots are int64):
   table[]    5 slots an allocation: base, size, mapped span, host address, access.
   fault[]    0 code, 1 address, 2 size, 3 need (1 read, 3 write), 4 PTX line, 5 block,
              6 thread, 7 space (SPACES), 8 why (WHY), 9 the allocation's access.
-  cache[]    3 slots a global access site: the base, size and host address of the
-             allocation it last found (zeros: none).
+  cache[]    3 slots a global access site: where `vgpu_lookup` puts the base, size and
+             host address of the allocation it found (the sites' caches themselves are
+             local variables of run_blocks, so LLVM keeps them in registers).
   run_blocks(launch, shared, local, spill, resume, first, end, fault, cache) -> 0, or
              FAULTED with fault[] filled, or STOPPED when the stop flag was seen.
 """
@@ -177,12 +178,12 @@ class _KernelCompiler:
     # -- the per-thread function ---------------------------------------------------------------
     def _thread_function(self) -> ir.Function:
         fnty = ir.FunctionType(I32, [P64, P8, P8, P64, I64, I32, I32, I32, I32, I32, I32, I32,
-                                     P64, P64])
+                                     P64, P64, P64])
         fn = ir.Function(self.module, fnty, self.name + "_thread")
         fn.linkage = "internal"
         fn.attributes.add("alwaysinline")
         (self.L, self.shared, self.local, self.spill, self.t, tx, ty_, tz, cx, cy, cz,
-         self.resume, self.fault, self.cache) = fn.args
+         self.resume, self.fault, self.cache, self.site_cache) = fn.args
         self.tid = (tx, ty_, tz)
         self.ctaid = (cx, cy, cz)
         self.fn = fn
@@ -283,6 +284,12 @@ class _KernelCompiler:
         for pointer in (L, shared, local, spill, resume, fault, cache):
             pointer.add_attribute("noalias")   # separate buffers (runner.py)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
+        # Each global access site's cache (base, size, host address of the allocation it
+        # last found; zeros: none): a local array that only the (inlined) thread code reads
+        # and writes, so LLVM holds it in registers across threads and blocks.
+        sites = b.alloca(ir.ArrayType(I64, 3 * max(self.sites, 1)))
+        b.store(ir.Constant(sites.type.pointee, None), sites)
+        site_cache = b.bitcast(sites, P64)
 
         def slot(k):
             return b.load(b.gep(L, [ir.Constant(I64, k)]))
@@ -292,11 +299,34 @@ class _KernelCompiler:
                              "llvm.memset.p0.i64")
         zero8, false = ir.Constant(I8, 0), ir.Constant(I1, 0)
         head = fn.append_basic_block("block")
+        # The block's coordinates: divided out for the first block, then counted (three
+        # 64-bit divisions per block weigh on kernels whose blocks are light).
+        first_ctaid = (b.urem(first, gx), b.urem(b.udiv(first, gx), gy),
+                       b.udiv(first, b.mul(gx, gy)))
         start = b.block
         b.branch(head)
         b.position_at_end(head)
         blk = b.phi(I64)
         blk.add_incoming(first, start)
+        coordinates = [b.phi(I64) for _ in range(3)]
+        for phi, value in zip(coordinates, first_ctaid, strict=True):
+            phi.add_incoming(value, start)
+
+        def next_block(b):
+            """From the end of a block to the loop's head with the next one."""
+            one = ir.Constant(I64, 1)
+            cx, cy, cz = coordinates
+            x1 = b.add(cx, one)
+            wrap_x = b.icmp_unsigned("==", x1, gx)
+            y1 = b.add(cy, b.zext(wrap_x, I64))
+            wrap_y = b.icmp_unsigned("==", y1, gy)
+            following = (b.select(wrap_x, ir.Constant(I64, 0), x1),
+                         b.select(wrap_y, ir.Constant(I64, 0), y1),
+                         b.add(cz, b.zext(wrap_y, I64)))
+            for phi, value in zip(coordinates, following, strict=True):
+                phi.add_incoming(value, b.block)
+            blk.add_incoming(b.add(blk, one), b.block)
+            b.branch(head)
         body = fn.append_basic_block("block_body")
         finished = fn.append_basic_block("finished")
         b.cbranch(b.icmp_unsigned("<", blk, end), body, finished)
@@ -308,8 +338,7 @@ class _KernelCompiler:
         b.cbranch(b.icmp_unsigned("!=", flag, ir.Constant(I64, 0)), stop, go)
         ir.IRBuilder(stop).ret(ir.Constant(I32, STOPPED))
         b.position_at_end(go)
-        ctaid = [b.trunc(v, I32) for v in (b.urem(blk, gx), b.urem(b.udiv(blk, gx), gy),
-                                           b.udiv(blk, b.mul(gx, gy)))]
+        ctaid = [b.trunc(v, I32) for v in coordinates]
         b.call(memset, [shared, zero8, shared_stride, false])
         b.call(memset, [local, zero8, b.mul(threads, local_stride), false])
         b.store(blk, b.gep(fault, [ir.Constant(I64, 5)]))
@@ -354,7 +383,7 @@ class _KernelCompiler:
         result = b.call(thread, [L, shared, b.gep(local, [b.mul(t, local_stride)]),
                                  b.gep(spill, [b.mul(t, nregs)]), t,
                                  *(b.trunc(v, I32) for v in (tx, ty, tz)), *ctaid, state,
-                                 fault, cache])
+                                 fault, cache, site_cache])
         failed = fn.append_basic_block("failed")
         ran = fn.append_basic_block("ran")
         b.cbranch(b.icmp_signed("<", result, ir.Constant(I32, 0)), failed, ran)
@@ -394,11 +423,10 @@ class _KernelCompiler:
         if self.red_sites:   # the block's bar.red totals, for the threads it releases
             b.call(barriers.reducer(self.module), [*exchange, opens])
         release.add_incoming(opens, after)
-        next_block = fn.append_basic_block("next_block")
-        b.cbranch(now_waiting, phase, next_block)
-        b.position_at_end(next_block)
-        blk.add_incoming(b.add(blk, one), next_block)
-        b.branch(head)
+        block_done = fn.append_basic_block("next_block")
+        b.cbranch(now_waiting, phase, block_done)
+        b.position_at_end(block_done)
+        next_block(b)
 
     # -- operands ----------------------------------------------------------------------------
     def launch_slot(self, slot: int):
@@ -576,10 +604,13 @@ class _KernelCompiler:
         self.b.position_at_end(ok)
 
     def _inside(self, offset, limit, size: int):
+        """offset + size <= limit without overflow: one compare with `limit - size` per
+        access (the limit is usually the same for the whole launch, so LLVM hoists the
+        rest out of loops)."""
         b = self.b
-        below = b.icmp_unsigned("<", offset, limit)
-        room = b.icmp_unsigned(">=", b.sub(limit, offset), ir.Constant(I64, size))
-        return b.and_(below, room)
+        width = ir.Constant(I64, size)
+        fits = b.icmp_unsigned(">=", limit, width)
+        return b.and_(fits, b.icmp_unsigned("<=", offset, b.sub(limit, width)))
 
     def _window(self, space: str, offset, size: int, need: int, line: int):
         b = self.b
@@ -598,8 +629,9 @@ class _KernelCompiler:
     def _global(self, address, size: int, need: int, line: int):
         b = self.b
         # Each access site remembers the allocation it last hit: a site usually walks one
-        # array, so its next access is checked with two compares.
-        cache = b.gep(self.cache, [ir.Constant(I64, 3 * self.sites)])
+        # array, so its next access is checked with a compare.
+        cache = b.gep(self.site_cache, [ir.Constant(I64, 3 * self.sites)])
+        found = b.gep(self.cache, [ir.Constant(I64, 3 * self.sites)])
         self.sites += 1
         cached_base = b.load(cache)
         cached_size = b.load(b.gep(cache, [ir.Constant(I64, 1)]))
@@ -616,10 +648,13 @@ class _KernelCompiler:
         b.branch(join)
         b.position_at_end(slow)
         slow_pointer = b.call(self.lookup, [self.L, address, ir.Constant(I64, size),
-                                            ir.Constant(I64, need), cache, self.fault,
+                                            ir.Constant(I64, need), found, self.fault,
                                             ir.Constant(I64, line), ir.Constant(I64, 0)])
         failed = b.icmp_unsigned("==", slow_pointer, ir.Constant(P8, None))
         self._unless(failed, lambda: b.ret(ir.Constant(I32, FAULTED)))
+        for k in range(3):   # a stray access (pointer, no entry) leaves found[] as it was
+            index = ir.Constant(I64, k)
+            b.store(b.load(b.gep(found, [index])), b.gep(cache, [index]))
         slow_end = b.block
         b.branch(join)
         b.position_at_end(join)

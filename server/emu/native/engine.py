@@ -5,7 +5,10 @@ One MCJIT engine per process holds every loaded object; compiling and loading ta
 (LLVM's context is not thread-safe), running the functions does not. The disk cache lives in
 $VGPU_CACHE_DIR/native (default ~/.cache/vgpu/native): `<key>.o` is the object and
 `<key>.json` what the runner needs besides it; the key (see `cache_key`) covers the PTX, the
-kernel, vgpu's and LLVM's versions and the host CPU, so a stale entry is never used.
+kernel, vgpu's and LLVM's versions and the host CPU, so a stale entry is never used. Every
+kernel a server runs is compiled, so the folder is kept under CACHE_LIMIT bytes: storing
+an entry that takes it over removes the least recently used entries (a read marks an entry
+used) down to three quarters of the limit.
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ from pathlib import Path
 import llvmlite
 import llvmlite.binding as llvm
 
-__all__ = ["cache_key", "compile_object", "load_cached", "load_object", "store_cached"]
+__all__ = ["CACHE_LIMIT", "cache_key", "compile_object", "load_cached", "load_object",
+           "store_cached"]
+
+CACHE_LIMIT = 256 << 20
 
 _lock = threading.Lock()
 _state: dict = {}
@@ -94,10 +100,13 @@ def load_cached(key: str, fields: tuple[str, ...]) -> tuple[bytes, dict] | None:
     has `fields`."""
     directory = _directory()
     try:
-        meta = json.loads((directory / f"{key}.json").read_text())
+        description = directory / f"{key}.json"
+        meta = json.loads(description.read_text())
         if not isinstance(meta, dict) or not all(f in meta for f in fields):
             return None
-        return (directory / f"{key}.o").read_bytes(), meta
+        data = (directory / f"{key}.o").read_bytes()
+        os.utime(description)   # used now: the last to be removed
+        return data, meta
     except (OSError, ValueError):
         return None
 
@@ -113,5 +122,33 @@ def store_cached(key: str, data: bytes, meta: dict) -> None:
             with os.fdopen(handle, "wb") as file:
                 file.write(payload)
             os.replace(temporary, directory / f"{key}{suffix}")
+        _trim(directory)
     except OSError:
         pass
+
+
+def _trim(directory: Path) -> None:
+    """Remove the least recently used entries while the folder holds over CACHE_LIMIT."""
+    entries: dict[str, list] = {}   # key -> [last use, bytes]
+    total = 0
+    for item in os.scandir(directory):
+        stem, suffix = os.path.splitext(item.name)
+        if suffix not in (".o", ".json"):
+            continue
+        status = item.stat()
+        entry = entries.setdefault(stem, [0.0, 0])
+        entry[1] += status.st_size
+        if suffix == ".json":
+            entry[0] = status.st_mtime
+        total += status.st_size
+    if total <= CACHE_LIMIT:
+        return
+    for stem, (_, size) in sorted(entries.items(), key=lambda e: e[1][0]):
+        for suffix in (".json", ".o"):   # the description first: no entry without object
+            try:
+                os.unlink(directory / f"{stem}{suffix}")
+            except FileNotFoundError:
+                pass
+        total -= size
+        if total <= CACHE_LIMIT * 3 // 4:
+            return

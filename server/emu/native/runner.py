@@ -1,12 +1,19 @@
 """Runs a compiled kernel: the launch record, per-worker buffers, blocks spread over a pool of
 native threads (the compiled code holds no GIL: ctypes releases it), and faults turned into
-the interpreter's LaunchError and memory-checker report, word for word."""
+the interpreter's LaunchError and memory-checker report, word for word.
+
+A launch costs little besides its blocks: the launch record and each worker's buffers are
+kept between launches of the same shape (`_Frame`), the calling thread runs blocks itself
+(other workers join only when there are blocks for them), and a cancelled launch is stopped
+by `_watcher`, which sets the record's stop flag, so nobody polls the Event per launch.
+"""
 
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -25,6 +32,9 @@ _SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 5, ctypes.c_i
 _LABEL = {"global": "__global__", "shared": "__shared__", "local": "__local__",
           "kparam": "__param__"}
 _STRAY_MODE = {STRAYS_FAULT: 0, STRAYS_ALLOWED: 2}   # anything else: report the first
+_KEPT_BYTES = 8 << 20   # a frame bigger than this is not kept for the next launch
+_RECORD = struct.Struct("<26q")   # the launch record's slots 0-25 (see codegen.py)
+_NO_PARAMETERS = np.zeros(1, np.uint8)
 _pools: dict[int, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
 
@@ -36,12 +46,94 @@ def _pool(threads: int) -> ThreadPoolExecutor:
         return _pools[threads]
 
 
+class _Watcher:
+    """One thread for every running launch that can be cancelled: every 10 ms it sets the
+    stop flag of those whose `cancelled` Event is set (the compiled code reads the flag at
+    each block and every 65,536 backward branches). It sleeps while no such launch runs."""
+
+    def __init__(self):
+        self._running: dict[int, tuple] = {}
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def add(self, launch: np.ndarray, cancelled) -> None:
+        with self._changed:
+            self._running[id(launch)] = (launch, cancelled)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, daemon=True,
+                                                name="vgpu-native-cancel")
+                self._thread.start()
+            self._changed.notify()
+
+    def remove(self, launch: np.ndarray) -> None:
+        with self._changed:
+            self._running.pop(id(launch), None)
+
+    def _watch(self) -> None:
+        with self._changed:
+            while True:
+                if not self._running:
+                    self._changed.wait()
+                    continue
+                for launch, cancelled in self._running.values():
+                    if cancelled.is_set():
+                        launch[10] = 1
+                self._changed.wait(0.01)
+
+
+_watcher = _Watcher()
+
+
+class _Worker:
+    """One worker's buffers: block-local memory, registers saved at barriers, thread states,
+    its fault record and its global access sites' caches."""
+
+    def __init__(self, kernel: NativeKernel, nthreads: int, shared_stride: int,
+                 local_stride: int):
+        self.arrays = (np.zeros(max(shared_stride, 1), np.uint8),
+                       np.zeros(max(local_stride * nthreads, 1), np.uint8),
+                       np.zeros(kernel.spill * nthreads, np.int64),
+                       np.zeros(nthreads, np.int32))
+        self.fault = np.zeros(16, np.int64)
+        self.cache = np.zeros(3 * kernel.sites + 1, np.int64)
+        self.nbytes = sum(a.nbytes for a in self.arrays) + self.cache.nbytes
+        self.pointers = [a.ctypes.data for a in self.arrays]
+        self.fault_pointer = self.fault.ctypes.data
+        self.cache_pointer = self.cache.ctypes.data
+
+
+class _Frame:
+    """What one launch of a given shape uses: the launch record and a worker per thread that
+    runs blocks (made as launches need them)."""
+
+    def __init__(self, symbols: int):
+        self.launch = np.zeros(SYMBOL_SLOT + symbols, np.int64)
+        self.launch[list(CLOCK_SLOTS)] = clock_slots()   # the process's, fixed
+        self.launch_pointer = self.launch.ctypes.data
+        self.workers: list[_Worker] = []
+        self.nbytes = 0   # what its workers' buffers hold
+
+
 class NativeKernel:
     def __init__(self, address: int, symbols: list[str], spill: int, sites: int):
         self.function = _SIGNATURE(address)
         self.symbols = symbols
         self.spill = spill      # int64 slots per thread in the spill buffer
         self.sites = sites
+        self._frames: dict[tuple, list[_Frame]] = {}   # shape -> frames not in use
+        self._frames_lock = threading.Lock()
+
+    def _frame(self, shape: tuple) -> _Frame:
+        with self._frames_lock:
+            free = self._frames.get(shape)
+            if free:
+                return free.pop()
+        return _Frame(len(self.symbols))
+
+    def _keep(self, shape: tuple, frame: _Frame) -> None:
+        if frame.nbytes <= _KEPT_BYTES:
+            with self._frames_lock:
+                self._frames.setdefault(shape, []).append(frame)
 
     def run(self, prepared, params: bytes, memory, checker, strays: str, threads: int,
             cancelled, printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES,
@@ -49,74 +141,83 @@ class NativeKernel:
         """Run every block; returns the printf output and the checker's report of a stray
         access ("" if none). Raises LaunchError as the interpreter does, and the executor's
         LaunchCancelled once `cancelled` is set."""
-        launch = np.zeros(SYMBOL_SLOT + len(self.symbols), np.int64)
-        if not device_io.uses_callback(prepared.kernel):
-            return "", self._run(launch, prepared, params, memory, checker, strays, threads,
-                                 cancelled, None)
-        launch[device_io.CALLBACK_SLOT] = device_io.callback_address()
-        with device_io.Sink(launch.ctypes.data, prepared, memory, params,
-                            printf_fifo_bytes, runtime) as sink:
-            report = self._run(launch, prepared, params, memory, checker, strays, threads,
-                               cancelled, sink)
+        block = prepared.block
+        shared_stride = prepared.shared_stride if prepared.shared_size else 0
+        local_stride = prepared.local_stride if prepared.local_size else 0
+        shape = (block[0] * block[1] * block[2], shared_stride, local_stride)
+        frame = self._frame(shape)
+        try:
+            if not device_io.uses_callback(prepared.kernel):
+                return "", self._run(frame, prepared, params, memory, checker, strays,
+                                     threads, cancelled, shape, None)
+            frame.launch[device_io.CALLBACK_SLOT] = device_io.callback_address()
+            with device_io.Sink(frame.launch_pointer, prepared, memory, params,
+                                printf_fifo_bytes, runtime) as sink:
+                report = self._run(frame, prepared, params, memory, checker, strays,
+                                   threads, cancelled, shape, sink)
+        finally:
+            self._keep(shape, frame)
         failure = sink.failure(report)
         if failure is not None:
             raise failure
         return sink.output(), report
 
-    def _run(self, launch, prepared, params, memory, checker, strays, threads, cancelled,
-             sink) -> str:
-        grid, block = prepared.grid, prepared.block
-        nthreads = block[0] * block[1] * block[2]
+    def _run(self, frame: _Frame, prepared, params, memory, checker, strays, threads,
+             cancelled, shape: tuple, sink) -> str:
+        grid = prepared.grid
         nblocks = grid[0] * grid[1] * grid[2]
-        parameters = np.frombuffer(params, np.uint8) if params else np.zeros(1, np.uint8)
+        if type(params) is bytes and params:   # its own buffer, no copy (the usual case)
+            parameters = ctypes.cast(ctypes.c_char_p(params), ctypes.c_void_p).value
+        else:
+            parameters = (np.frombuffer(params, np.uint8) if params else _NO_PARAMETERS
+                          ).ctypes.data   # a view of `params`, which the caller holds
         table = memory.native_table()
-        launch[0:6] = (*grid, *block)
-        launch[6:10] = (parameters.ctypes.data, len(params), table.ctypes.data, len(table))
-        launch[11] = _STRAY_MODE.get(strays, 1)
-        shared_stride = prepared.shared_stride if prepared.shared_size else 0
-        local_stride = prepared.local_stride if prepared.local_size else 0
-        launch[20:26] = (prepared.shared_size, prepared.local_size, prepared.shared_bytes,
-                         shared_stride, local_stride, nthreads)
-        launch[list(CLOCK_SLOTS)] = clock_slots()
+        launch = frame.launch
+        _RECORD.pack_into(launch, 0, *prepared.grid, *prepared.block, parameters, len(params),
+                          table.ctypes.data, len(table), 0, _STRAY_MODE.get(strays, 1),
+                          0, 0, 0, 0, 0, 0, 0, 0, prepared.shared_size, prepared.local_size,
+                          prepared.shared_bytes, shape[1], shape[2], shape[0])
         for k, name in enumerate(self.symbols):
             launch[SYMBOL_SLOT + k] = prepared.symbols[name]
-        workers = max(1, min(threads, nblocks))
-        per_claim = max(1, nblocks // (workers * 8))
+        count = max(1, min(threads, nblocks))
+        while len(frame.workers) < count:
+            frame.workers.append(_Worker(self, *shape))
+            frame.nbytes += frame.workers[-1].nbytes
+        workers = frame.workers[:count]
+        per_claim = max(1, nblocks // (count * 8))
         claims = iter(range(0, nblocks, per_claim))
         claim_lock = threading.Lock()
         faults: list[np.ndarray] = []
+        function, launch_pointer = self.function, frame.launch_pointer
 
-        def worker() -> int:
-            shared = np.zeros(max(shared_stride, 1), np.uint8)
-            local = np.zeros(max(local_stride * nthreads, 1), np.uint8)
-            spill = np.zeros(self.spill * nthreads, np.int64)
-            resume = np.zeros(nthreads, np.int32)
-            fault = np.zeros(16, np.int64)
-            cache = np.zeros(3 * self.sites + 1, np.int64)
-            pointers = [a.ctypes.data for a in (launch, shared, local, spill, resume)]
+        def work(worker: _Worker) -> None:
+            worker.cache[:] = 0     # allocations may have changed since the last launch
+            shared, local, spill, resume = worker.pointers
             while True:
                 with claim_lock:
                     first = next(claims, None)
                 if first is None:
-                    return 0
-                status = self.function(*pointers, first, min(first + per_claim, nblocks),
-                                       fault.ctypes.data, cache.ctypes.data)
+                    return
+                status = function(launch_pointer, shared, local, spill, resume, first,
+                                  min(first + per_claim, nblocks), worker.fault_pointer,
+                                  worker.cache_pointer)
                 if status == FAULTED:
                     launch[10] = 2            # the other workers stop
-                    faults.append(fault)
-                    return status
+                    faults.append(worker.fault.copy())
+                    return
                 if status == STOPPED:
-                    return status
+                    return
 
-        if workers == 1 and cancelled is None:
-            worker()
-        else:
-            futures = [_pool(threads).submit(worker) for _ in range(workers)]
-            while wait(futures, timeout=0.05).not_done:
-                if cancelled is not None and cancelled.is_set():
-                    launch[10] = 1
-            for future in futures:
-                future.result()
+        if cancelled is not None:
+            _watcher.add(launch, cancelled)
+        try:
+            helpers = [_pool(threads).submit(work, w) for w in workers[1:]]
+            work(workers[0])
+            for helper in helpers:
+                helper.result()
+        finally:
+            if cancelled is not None:
+                _watcher.remove(launch)
         if faults:
             first = min(faults, key=lambda f: (int(f[5]), int(f[6])))
             if sink is not None and sink.error is not None and control.is_runtime(first[8]):
