@@ -59,7 +59,8 @@ def test_cuda_graphs_and_stream_capture(driver_graphs, kernels_ptx, graph_kernel
     for line in ("structure queried", "built graph ran twice", "kernel node parameters updated",
                  "captured graph ran", "memory nodes ran", "conditional nodes ran",
                  "host-to-host copy node ran", "edge data kept", "graph launched by a kernel",
-                 "misuse refused",
+                 "a device graph found its own handle",
+                 "user object destroyed after its graph's launch", "misuse refused",
                  "all checks passed"):
         assert f"driver_graphs: {line}" in result.stdout, result.stdout + result.stderr
 

@@ -387,3 +387,13 @@ def test_hints_occupancy_and_libraries(toolkit, emu_server, tmp_path):
                             timeout=TIMEOUT_S)
     assert_passed(result, "hints_and_libraries: hints accepted, library kernel and occupancy "
                           "correct")
+
+
+def test_graph_user_objects_and_device_graph_order(toolkit, emu_server):
+    assert_passed(run(emu_server, build(toolkit, "graph_lifetimes")),
+                  "graph_lifetimes: user objects destroyed after the last reference and launch",
+                  "graph_lifetimes: tail launches ran after their graph, in CUDA's order",
+                  "graph_lifetimes: a device graph's memset, kernel and copy ran from the "
+                  "device",
+                  "graph_lifetimes: a device graph found itself and relaunched itself",
+                  "graph_lifetimes: all checks passed")
