@@ -13,7 +13,8 @@ Figures (medians of alternating rounds, their range, and the ratio of each side'
   changes from second to second, blocks a fraction of a second apart meet the same load,
   rounds seconds apart may not); and, in the rounds, the CPU time a round trip costs the
   server's and the client's processes together (all threads), which stays comparable on a
-  loaded machine where wall-clock time does not
+  loaded machine where wall-clock time does not, and the CPU time of the calling thread
+  alone (what the client's own code costs, measured without the clock ticks' coarseness)
 
 The transport is a parameter: TRANSPORTS names how the server is started and how a raw
 socket is set up for each: plain TCP (`--insecure` on both ends) and CurveZMQ, vgpu's
@@ -129,18 +130,22 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _seconds_each(round_trip: Callable[[], object], server_pid: int) -> tuple[float, float]:
-    """The time one of SYNCS round trips takes, after 100 to warm up, and the CPU time it
+def _seconds_each(round_trip: Callable[[], object],
+                  server_pid: int) -> tuple[float, float, float]:
+    """The time one of SYNCS round trips takes, after 100 to warm up, the CPU time it
     costs both processes together (the server's and this one): on a loaded machine, where
-    wall-clock time is mostly waiting for a core, the CPU is what stays comparable."""
+    wall-clock time is mostly waiting for a core, the CPU is what stays comparable; and the
+    CPU time of this thread, which makes the calls."""
     for _ in range(100):
         round_trip()
     cpu = _cpu_s(server_pid) + _cpu_s(os.getpid())
+    thread = time.thread_time()
     t = time.perf_counter()
     for _ in range(SYNCS):
         round_trip()
     wall = (time.perf_counter() - t) / SYNCS
-    return wall, (_cpu_s(server_pid) + _cpu_s(os.getpid()) - cpu) / SYNCS
+    return (wall, (_cpu_s(server_pid) + _cpu_s(os.getpid()) - cpu) / SYNCS,
+            (time.thread_time() - thread) / SYNCS)
 
 
 def _raw_server(transport: str, size: int) -> tuple[subprocess.Popen, zmq.Context, zmq.Socket]:
@@ -173,7 +178,7 @@ def round_trip(sock: zmq.Socket) -> None:
 
 def raw_round(transport: str) -> dict[str, float]:
     proc, context, sock = _raw_server(transport, COPY_BYTES)
-    rtt, rtt_cpu = _seconds_each(lambda: round_trip(sock), proc.pid)
+    rtt, rtt_cpu, rtt_thread = _seconds_each(lambda: round_trip(sock), proc.pid)
     payload = os.urandom(COPY_BYTES)
     sock.send_multipart([b"write", payload], copy=False)  # once untimed, as vgpu's
     sock.recv()
@@ -188,8 +193,8 @@ def raw_round(transport: str) -> dict[str, float]:
     sock.recv()
     dtoh = COPY_BYTES / (time.perf_counter() - t)
     _stop_raw_server(proc, context, sock)
-    return {"rtt_s": rtt, "rtt_cpu_s": rtt_cpu, "htod_bytes_per_s": htod,
-            "dtoh_bytes_per_s": dtoh}
+    return {"rtt_s": rtt, "rtt_cpu_s": rtt_cpu, "rtt_thread_s": rtt_thread,
+            "htod_bytes_per_s": htod, "dtoh_bytes_per_s": dtoh}
 
 
 def interleaved_round_trips(transport: str, address: str) -> tuple[list[float], list[float]]:
@@ -219,7 +224,8 @@ def vgpu_round(address: str, server_pid: int) -> dict[str, float]:
     assert conn.ring is None, "the client shares memory with the server"
     conn.post("cuDevicePrimaryCtxRetain", CONTEXT, 0)
     device, _ = conn.call("cuMemAlloc", CONTEXT, COPY_BYTES)
-    rtt, rtt_cpu = _seconds_each(lambda: conn.call("vgpuSynchronize"), server_pid)
+    rtt, rtt_cpu, rtt_thread = _seconds_each(lambda: conn.call("vgpuSynchronize"),
+                                             server_pid)
     host = (ctypes.c_char * COPY_BYTES).from_buffer_copy(os.urandom(COPY_BYTES))
     back = (ctypes.c_char * COPY_BYTES)()
     # Once untimed: the first copies touch fresh pages (the device memory's, the buffer's).
@@ -235,8 +241,8 @@ def vgpu_round(address: str, server_pid: int) -> dict[str, float]:
     assert bytes(back) == bytes(host)
     conn.call("cuMemFree", device)
     conn.close()
-    return {"rtt_s": rtt, "rtt_cpu_s": rtt_cpu, "htod_bytes_per_s": htod,
-            "dtoh_bytes_per_s": dtoh}
+    return {"rtt_s": rtt, "rtt_cpu_s": rtt_cpu, "rtt_thread_s": rtt_thread,
+            "htod_bytes_per_s": htod, "dtoh_bytes_per_s": dtoh}
 
 
 def main() -> None:
@@ -266,7 +272,8 @@ def main() -> None:
     for key, label, higher in (("htod_bytes_per_s", "HtoD 64 MiB", True),
                                ("dtoh_bytes_per_s", "DtoH 64 MiB", True),
                                ("rtt_s", "synchronizing round trip", False),
-                               ("rtt_cpu_s", "its CPU, both processes", False)):
+                               ("rtt_cpu_s", "its CPU, both processes", False),
+                               ("rtt_thread_s", "its CPU, calling thread", False)):
         ratios = [v[key] / r[key] for v, r in zip(vgpus, raws, strict=True)]
         mine = statistics.median(v[key] for v in vgpus)
         raw = statistics.median(r[key] for r in raws)

@@ -1,7 +1,10 @@
 """CuPy (whose wheel links NVIDIA's runtime statically) on vgpu: elementwise and reduction
-kernels, user kernels of each kind, indexing, sorting, random numbers, streams and events,
-pinned memory and the memory pool. Prints one line per feature; exits 0 when all are right.
-What needs NVIDIA's math libraries (cuBLAS here) fails naming the library.
+kernels, user kernels of each kind, indexing, sorting, random numbers (the Generator API:
+CuPy's own kernels), streams and events, pinned memory and the memory pool. Prints one line
+per feature; exits 0 when all are right. What needs NVIDIA's math libraries fails naming the
+library: cuBLAS here, and cuRAND's host library, behind the legacy RandomState, which hands
+the driver only the cubin for the device's compute capability (its PTX is for GPUs it has
+no cubin for), which the emulator cannot run.
 
 On the emu backend, with cupy-cuda13x installed:
 
@@ -70,6 +73,11 @@ def main() -> None:
         print("cupy: matrix multiply ran")
     except Exception as exc:  # cuBLAS: absent, or its kernels without PTX
         print(f"cupy: matrix multiply refused: {str(exc).splitlines()[0]}")
+    try:
+        float(cp.random.RandomState(1).random_sample(16).sum())
+        print("cupy: legacy random ran")
+    except Exception as exc:  # cuRAND's host library: absent, or its kernels without PTX
+        print(f"cupy: legacy random refused: {type(exc).__name__}: {str(exc).splitlines()[0]}")
     raise SystemExit(1 if failed else 0)
 
 

@@ -18,10 +18,13 @@ the one the value numbers, if any), or for WHILE the body as long as the value i
 Body segments are not launched by the client; each comes after the segment that names it,
 so no body runs itself.
 
-A graph instantiated for device launch (one segment of kernel launches) may also be launched
-by kernels once it has been uploaded (`vgpuGraphUpload`, or a launch from the host): the
-emulator's device runtime asks `device_launches` for its kernels and runs them as children
-of the launching grid (server/emu/device_runtime.py).
+A graph instantiated for device launch (one segment of kernel launches, device copies and
+memsets) may also be launched by kernels once it has been uploaded (`vgpuGraphUpload`, or a
+launch from the host): the emulator's device runtime asks `device_launches` for its nodes
+and runs them as the launch mode says (server/emu/device_runtime.py). The kernels of one
+launch from the host share the backend's graph environment, from the first segment to the
+last: the graphs they launch into the tail stream run on the launch's stream after the last
+segment, and a device graph's kernels read its handle (cudaGetCurrentGraphExec).
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ CONDITIONAL = "vgpuGraphConditional"
 GRAPH_CALLS = {"cuLaunchKernel": 8, "cuLaunchCooperativeKernel": 8, "cuEventRecord": 1,
                "cuStreamWaitEvent": 0, "cuMemcpyHtoD": None, "cuMemcpyDtoH": None,
                "cuMemcpyDtoD": None, "vgpuMemset": None, CONDITIONAL: None}
+# What a graph launched from the device may hold: kernels, copies between device addresses,
+# memsets (CUDA's device graphs also copy pinned host memory, which the server's graphs
+# reach through pinned segments instead, not from a kernel)
+DEVICE_GRAPH_CALLS = ("cuLaunchKernel", "cuMemcpyDtoD", "vgpuMemset")
 # Conditional node types
 IF, WHILE, SWITCH = 0, 1, 2
 MAX_CONDITIONAL_DEPTH = 32  # conditional nodes nested in each other's bodies
@@ -73,6 +80,12 @@ class GraphExec:
     size: int  # bytes charged to the session's graph allowance
     device_launch: bool = False  # kernels may launch it (once uploaded)
     uploaded: bool = False
+    # The first and last segments a launch runs (the rest are conditional bodies)
+    first_segment: int = 0
+    last_segment: int = -1
+    # The environment of the launch under way (Backend.graph_environment), from its first
+    # segment to its last
+    environment: object = None
 
 
 def _checked_call(call) -> tuple[list, int]:
@@ -113,10 +126,11 @@ class GraphExecs:
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED, f"the {self.session.backend.name} "
                                                       f"backend launches no graphs from kernels")
         if device_launch and not (len(segments) <= 1 and all(
-                isinstance(call, list | tuple) and call and call[0] == "cuLaunchKernel"
+                isinstance(call, list | tuple) and call and call[0] in DEVICE_GRAPH_CALLS
                 for segment in segments for call in segment)):
-            raise CudaError(CUDA_ERROR_INVALID_VALUE,
-                            "a graph launched from the device holds kernel launches only")
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, "a graph launched from the device holds "
+                                                      "kernel launches, device copies and "
+                                                      "memsets only")
         kept, size = [], 0
         if sum(len(segment) for segment in segments) > MAX_CALLS_PER_GRAPH:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
@@ -133,7 +147,12 @@ class GraphExecs:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
                             f"the session's graphs would hold more than {MAX_GRAPH_BYTES} bytes")
         self.bytes += size
-        self.execs.add(handle, GraphExec(context, kept, size, bool(device_launch)))
+        bodies = {body for segment in kept for op_name, args in segment
+                  if op_name == CONDITIONAL for body in args[2]}
+        launched = [index for index in range(len(kept)) if index not in bodies]
+        self.execs.add(handle, GraphExec(context, kept, size, bool(device_launch),
+                                         first_segment=min(launched, default=0),
+                                         last_segment=max(launched, default=-1)))
         self.session.journal.created("graph", handle, context, kept, bool(device_launch))
 
     def _check_conditional(self, call: list, segment: int, segments: int) -> None:
@@ -166,13 +185,28 @@ class GraphExecs:
         session = self.session
         session._check_stream(stream)
         graph.uploaded = True
+        # The kernels of one launch share an environment: their tail launches run after
+        # the graph's last node, and a device graph's kernels know their graph.
+        if segment == graph.first_segment or graph.environment is None:  # a launch begins
+            graph.environment = session.backend.graph_environment(
+                handle if graph.device_launch else 0)
+        environment = session.graph_environment = graph.environment
+        last = segment == graph.last_segment
         # The graph's copies and memsets wait for what is queued before them on the launch's
         # stream (its kernels run on that stream's lane), as copies issued on it would.
         issued_on, session.scope_stream = session.scope_stream, stream
         try:
             self._run(graph, segment, stream, 0)
+        except BaseException:  # the launch ends here: its tail launches never run
+            last, environment = True, None
+            raise
         finally:
             session.scope_stream = issued_on
+            session.graph_environment = None
+            if last:
+                graph.environment = None
+        if last and environment is not None:
+            session.run_graph_tails(environment, stream)
 
     def _run(self, graph: GraphExec, segment: int, stream: int, depth: int) -> None:
         session = self.session
@@ -250,27 +284,49 @@ class GraphExecs:
         graph.uploaded = True
 
     def device_launches(self, handle: int) -> list[tuple] | None:
-        """What a kernel's cudaGraphLaunch of `handle` runs: (loaded module, kernel name,
-        grid, block, shared bytes, parameters) per kernel, in order; None when no graph
-        by that handle may be launched from the device (not one, not instantiated for it,
-        not uploaded). Called from the launching kernel's thread."""
+        """What a kernel's cudaGraphLaunch of `handle` runs, in order: ("kernel", loaded
+        module, kernel name, grid, block, shared bytes, parameters), ("copy", dst, src,
+        size) and ("fill", dst, pattern, count); None when no graph by that handle may be
+        launched from the device (not one, not instantiated for it, not uploaded) or one of
+        its calls names what the session does not hold. Called from the launching kernel's
+        thread."""
         graph = self.execs.find(handle)
         if graph is None or not graph.device_launch or not graph.uploaded:
             return None
-        session, launches = self.session, []
-        for _, args in graph.segments[0] if graph.segments else ():
-            # A launch's arguments are checked when the host launches it; here, before the
-            # emulator is given them, as a client may have sent anything.
+        try:
+            return [self._device_step(op_name, args)
+                    for op_name, args in (graph.segments[0] if graph.segments else ())]
+        except (CudaError, TypeError, ValueError):
+            return None
+
+    def _device_step(self, op_name: str, args: list) -> tuple:
+        """A call's arguments are checked when the host launches its graph; here, before
+        the emulator is given them, as a client may have sent anything."""
+        session = self.session
+        if op_name == "cuLaunchKernel":
             if len(args) != 10 or not all(isinstance(a, int) for a in args[:8]) \
                     or not isinstance(args[9], bytes):
-                return None
-            function = session.functions.find(args[0])
-            module = session.modules.find(function.module) if function else None
-            if module is None:
-                return None
-            launches.append((module.loaded, function.name, tuple(args[1:4]),
-                             tuple(args[4:7]), args[7], args[9]))
-        return launches
+                raise ValueError("malformed launch")
+            function = session.functions.get(args[0])
+            module = session.modules.get(function.module)
+            return ("kernel", module.loaded, function.name, tuple(args[1:4]),
+                    tuple(args[4:7]), args[7], args[9])
+        if op_name == "cuMemcpyDtoD":
+            dst, src, size = (int(a) for a in args)
+            session._check_range(dst, size)
+            session._check_range(src, size)
+            return ("copy", dst, src, size)
+        dst, pattern, count = int(args[0]), args[1], int(args[2])
+        if not isinstance(pattern, bytes) or len(pattern) not in (1, 2, 4):
+            raise ValueError("memset element must be 1, 2 or 4 bytes")
+        session._check_range(dst, len(pattern) * count)
+        return ("fill", dst, pattern, count)
+
+    def tails_pending(self) -> bool:
+        """Whether a launch from the host is between its segments (a host node runs in the
+        client) with tail launches waiting for its end, which are not journaled."""
+        return any(getattr(graph.environment, "tails", None)
+                   for _, graph in self.execs.items())
 
     @op("vgpuGraphDestroy")
     def destroy(self, handle: int):

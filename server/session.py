@@ -272,6 +272,9 @@ class Session:
         self.lanes = StreamLanes(backend.launches_run_inline, self._run_on_lane,
                                  self._host_function_reached)
         self.scope_stream = 0  # the stream copies and memsets were issued on (vgpuStreamScope)
+        # The environment of the graph launch running now (Backend.graph_environment): the
+        # kernels it launches get it
+        self.graph_environment = None
         self.ipc: IpcRegistry | None = None  # the server's exports (server/ipc.py), if any
         # address -> [handle, times opened, where its mapping starts] (server/ipc.py)
         self.ipc_opened: dict[int, list] = {}
@@ -484,6 +487,11 @@ class Session:
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                             "the session has pinned host memory mapped (cuMemHostAlloc or "
                             "cuMemHostRegister), which cannot be checkpointed or moved yet")
+        if self.graphs.tails_pending():
+            raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                            "a graph launch is between its segments (a host node runs) with "
+                            "graphs its kernels tail-launched still to run, which cannot be "
+                            "checkpointed or moved; try again once it has ended")
 
     def capture(self, position: int, buffers: dict | None = None) -> Capture:
         """The session's state after its first `position` messages, with every region's
@@ -854,9 +862,10 @@ class Session:
             if not self._event_done(self.events.get(handle).record):
                 raise CudaError(CUDA_ERROR_NOT_READY, "work is still running")
             return
-        if not self.lanes.reached(self._points_of(kind, handle)):
+        if not (self.lanes.reached(self._points_of(kind, handle)) and
+                self.backend.work_done()):
             raise CudaError(CUDA_ERROR_NOT_READY, "work is still running")
-        self.backend.synchronize()
+        self.backend.synchronize()  # done: its errors, if any, are reported now
 
     def _points_of(self, kind: str, handle: int) -> tuple[Point, ...]:
         """What synchronizing with a context or a stream waits for."""
@@ -1265,23 +1274,43 @@ class Session:
         launcher = fn.launchers.get(config)
         if launcher is None:
             launcher = self._prepare_launch(fn, config)
-        if fn.uses_device_runtime or config[7]:
-            self._provide_device_runtime(fn, config[7])
+        # The device runtime's memory is placed for the launch now, in call order; the
+        # backend is told where just before the kernel runs, on the thread running it.
+        place = (self._device_runtime_place(fn, config[7])
+                 if fn.uses_device_runtime or config[7] else None)
         self.printf_launched |= fn.uses_printf
         fifo_bytes = self.printf_fifo_bytes
+        environment = self.graph_environment
 
         def run() -> None:
-            try:
-                printed, report = launcher(params, fifo_bytes, stream)
-            except KernelFault as fault:
-                self._report_fault(fault)
-                raise
-            if printed:
-                self._print(printed)
-            if report:
-                self.diagnostics.append(report)
+            if place is not None:
+                self.backend.use_device_runtime(place, self.graphs.device_launches)
+            if environment is None:
+                self._run_kernels(launcher, params, fifo_bytes, stream)
+            else:
+                self._run_kernels(launcher, params, fifo_bytes, stream, environment)
 
         self._on_stream(stream, run)
+
+    def run_graph_tails(self, environment, stream: int) -> None:
+        """The graphs a graph's kernels launched into the tail stream, run on `stream` after
+        the graph (server/graphs.py calls this after its last node)."""
+        fifo_bytes = self.printf_fifo_bytes
+        self._on_stream(stream, lambda: self._run_kernels(self.backend.run_graph_tails,
+                                                          environment, fifo_bytes))
+
+    def _run_kernels(self, run: Callable[..., tuple[str, str]], *args) -> None:
+        """Run kernels (`run(*args)`, a launcher) and pass on what they said: their printf
+        output for the client, the memory checker's report for its stderr, or their fault."""
+        try:
+            printed, report = run(*args)
+        except KernelFault as fault:
+            self._report_fault(fault)
+            raise
+        if printed:
+            self._print(printed)
+        if report:
+            self.diagnostics.append(report)
 
     def _on_stream(self, stream: int, work: Callable[[], None]) -> Point | None:
         """Run `work` in `stream`'s order: queued on its lane (returning where it ends), or
@@ -1306,13 +1335,12 @@ class Session:
             self.diagnostics.append(f"vgpu: {name}: {fault.message}\n")
         log.info("session %d: kernel failed with %d: %s", self.id, fault.code, fault.message)
 
-    def _provide_device_runtime(self, fn: Function, cooperative: bool) -> None:
+    def _device_runtime_place(self, fn: Function, cooperative: bool):
         """Where the launch finds the device runtime's memory (made when first needed)."""
         module = self.modules.get(fn.module)
         kernel = module.loaded.kernels[fn.name]
-        self.backend.use_device_runtime(self.device_runtime.launching(
-            module.context, self._allocate, kernel.uses_heap, kernel.launches_kernels,
-            cooperative), self.graphs.device_launches)
+        return self.device_runtime.launching(module.context, self._allocate, kernel.uses_heap,
+                                             kernel.launches_kernels, cooperative)
 
     def _prepare_launch(self, fn: Function, config: tuple
                         ) -> Callable[[bytes, int], tuple[str, str]]:

@@ -85,6 +85,24 @@ class Toolkit:
             self._run([str(self.nvcc), *flags, *self._libdirs(), *files, "-o", str(out)], work)
         return out
 
+    def linked_executable(self, units: dict[str, tuple[str, list[str]]],
+                          flags: list[str]) -> Path:
+        """Named CUDA C++ files, each compiled on its own with its flags (`nvcc -c`: one
+        built cubin-only, say), linked into an executable with `flags`."""
+        out, hit = self._cached("linked", repr(sorted(units.items())), flags, "")
+        if not hit:
+            work = out.with_name(out.name + ".d")
+            work.mkdir(exist_ok=True)
+            objects = []
+            for name, (source, unit_flags) in units.items():
+                (work / name).write_text(source)
+                objects.append(f"{name}.o")
+                self._run([str(self.nvcc), "-c", *flags, *unit_flags, name, "-o", objects[-1]],
+                          work)
+            self._run([str(self.nvcc), *flags, *self._libdirs(), *objects, "-o", str(out)],
+                      work)
+        return out
+
     def c_program(self, source: str, flags: list[str] | None = None) -> Path:
         """C source using cuda.h -> executable that needs libcuda.so.1, as any driver-API
         program does. It is linked against vgpu's libcuda (this machine has no other); the

@@ -61,6 +61,7 @@ class ElfSymbol:
     binding: int  # 0 local, 1 global, 2 weak
     type: int  # 0 none, 1 object, 2 function, ...
     version: str | None = None  # GNU symbol version ("GLIBC_2.2.5", "libcudart.so.13")
+    other: int = 0  # st_other: visibility, and in a cubin whether a function is a kernel
 
 
 @dataclass(frozen=True)
@@ -206,14 +207,14 @@ class ElfFile:
         for i in range(section.size // st.size):
             fields = self._unpack(st, section.offset + i * st.size, table)
             if st.size == 24:  # ELF64 order: name, info, other, shndx, value, size
-                name, info, shndx = fields[0], fields[1], fields[3]
+                name, info, other, shndx = fields[0], fields[1], fields[2], fields[3]
             else:  # ELF32 order: name, value, size, info, other, shndx
-                name, info, shndx = fields[0], fields[3], fields[5]
+                name, info, other, shndx = fields[0], fields[3], fields[4], fields[5]
             index = versym[i] & ~_VERSYM_HIDDEN if i < len(versym) else 0
             out.append(ElfSymbol(
                 name=self._string(strings.offset, strings.size, name),
                 defined=shndx != _SHN_UNDEF, binding=info >> 4, type=info & 0xF,
-                version=versions.get(index)))
+                version=versions.get(index), other=other))
         return out
 
     def _linked(self, section: ElfSection) -> ElfSection:

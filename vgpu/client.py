@@ -504,10 +504,9 @@ class Connection:
             if self.managed is not None:
                 self.managed.before(op)
             self._queue.append((op, args))
-            seq = self._flush(want_reply=True)
             if op == "vgpuUnmapHostSegment":
                 self._segments.discard(args[0])
-            reply = self._finish(self._wait(seq, self.timeout))
+            reply = self._finish(self._round_trip())
             if op == "vgpuMapHostSegment":
                 self._segments.add(args[0])
             return reply
@@ -545,12 +544,16 @@ class Connection:
                     self.managed.settled()
                 return True
             self._queue.append(("vgpuQuery", () if kind == "context" else (kind, handle)))
-            reply = self._wait(self._flush(want_reply=True), self.timeout)
+            reply = self._round_trip()
             try:  # "not ready" is answered ahead of the work it is about: it confirms nothing
                 self._finish(reply, confirms=reply[0] != CUDA_ERROR_NOT_READY)
             except CudaError as exc:
                 if exc.code != CUDA_ERROR_NOT_READY:
                     raise
+                # The work sent with the query is still to run: the next query asks the
+                # server again (CuPy reuses a pinned staging buffer once its copy's event
+                # is done; an early "done" let the copy read the buffer's next contents).
+                self._unconfirmed = True
                 return False
             if self.managed is not None:
                 self.managed.settled()
@@ -586,6 +589,37 @@ class Connection:
         self._unconfirmed = True
         return 0
 
+    def _round_trip(self) -> list:
+        """Send the queued calls as one message and return its reply (see _wait).
+
+        Every synchronous call comes here, and on loaded cores each step of Python costs it
+        microseconds (caches go cold while the thread waits), so the usual case takes few
+        steps: a message without payloads whose reply is the next message to arrive. The
+        outbox takes it only if something else came first (at the position it had: nothing
+        else went out meanwhile, the lock being held), or else as answered at once."""
+        if self._lost:
+            raise DeviceUnavailable(self._lost)
+        calls, frames = self._queue, self._frames
+        self._queue, self._frames = [], []
+        if frames or self.failover or self.host_functions.outstanding:
+            return self._wait(self._send(CALLS, calls, frames), self.timeout)
+        self._seq = seq = self._seq + 1
+        wire.send(self._handle, self._pack([CALLS, seq, calls]))
+        try:
+            got = wire.recv(self._handle, 1, self.spin_s, None)
+        except BaseException:  # (a signal handler's exception): the message went out
+            self._outbox.sent(seq, calls, frames)
+            raise
+        if got is not None and not got[1]:
+            reply = unpack(got[0])
+            # ("No session" may come from a connection zmq opened again by itself: _take
+            # looks into that.)
+            if reply[0] == seq and reply[1] != CUDA_ERROR_DEVICE_UNAVAILABLE:
+                self._outbox.sent_answered(seq, calls, reply[1])
+                return [*reply[1:], []]
+        self._outbox.sent(seq, calls, frames)
+        return self._wait(seq, self.timeout, got)
+
     def _take_mark(self, reply: list) -> None:
         """An answered mark: its batch and everything before it has run."""
         self._marks.popleft()
@@ -602,11 +636,13 @@ class Connection:
             raise DeviceUnavailable(self._lost)
         seq = 0
         if want_reply:
-            self._seq += 1
-            seq = self._seq
+            self._seq = seq = self._seq + 1
         else:
             self._unconfirmed = True
-        self._transmit(kind, seq, body, frames)
+        if frames:
+            self._transmit(kind, seq, body, frames)
+        else:  # (_transmit's common case, inline: every synchronous call passes here)
+            wire.send(self._handle, self._pack([kind, seq, body]))
         if kind == CALLS:
             self._outbox.sent(seq, body, frames, self.ring.map if self.ring else None)
             if self.failover and self._outbox.retained_bytes > RETAIN_LIMIT_BYTES:
@@ -649,11 +685,13 @@ class Connection:
         if not self._lost:
             self._transmit(RELEASE, 0, None, [])
 
-    def _wait(self, seq: int, timeout: float) -> list:
-        """The reply to `seq`, wherever the session goes meanwhile."""
+    def _wait(self, seq: int, timeout: float, got: tuple | None = None) -> list:
+        """The reply to `seq`, wherever the session goes meanwhile (`got`: a message already
+        received, as vgpu.wire.recv returns it, to take first)."""
         while True:
             try:
-                return self._receive(seq, timeout)
+                first, got = got, None
+                return self._receive(seq, timeout, first)
             except _Redirect as redirect:
                 address, position = redirect.args
                 try:
@@ -683,9 +721,14 @@ class Connection:
                     return
                 time.sleep(RECONNECT_PAUSE_S)
 
-    def _receive(self, seq: int, timeout: float) -> list:
-        """The reply to `seq` from the current server; raises _Redirect for a redirect
-        notice, _ServerLost when the server is gone or silent for `timeout`."""
+    def _receive(self, seq: int, timeout: float, got: tuple | None = None) -> list:
+        """The reply to `seq` from the current server (`got`: a message already received,
+        taken first); raises _Redirect for a redirect notice, _ServerLost when the server is
+        gone or silent for `timeout`."""
+        if got is not None:
+            reply = self._take(self._frames_of(got), seq)
+            if reply is not None:
+                return reply
         deadline = time.monotonic() + timeout
         # The first receive spins (asking the socket, in C without the GIL) before it
         # sleeps: see DEFAULT_SPIN_S.
@@ -717,7 +760,7 @@ class Connection:
                     raise _ServerLost(f"no answer from the vgpu server at {self.address} "
                                       f"within {timeout:g} s")
                 continue
-            reply = self._take(self._rest_of(got) if got[1] else [got[0]], seq)
+            reply = self._take(self._frames_of(got), seq)
             if reply is not None:
                 return reply
             # The server is alive: a keepalive (it is still running our calls), a notice, a
@@ -727,14 +770,14 @@ class Connection:
     def _receive_frames(self) -> list | None:
         """One message's parts, or None if none came within the socket's RCVTIMEO."""
         got = wire.recv(self._handle, 1, 0.0, None)
-        if got is None:
-            return None
-        return self._rest_of(got) if got[1] else [got[0]]
+        return None if got is None else self._frames_of(got)
 
-    def _rest_of(self, got: tuple) -> list:
+    def _frames_of(self, got: tuple) -> list:
         """A message whose header vgpu.wire received (`got`: header, more, origin), with
         its payloads, rare in replies, read through pyzmq as frames (whose `more` costs a
         tenth of asking the socket)."""
+        if not got[1]:
+            return [got[0]]
         frames, more = [got[0]], got[1]
         while more:
             part = self._socket.recv(copy=False)
@@ -830,7 +873,7 @@ class Connection:
                     return
                 if self.peer_memory:  # still: the session may have moved meanwhile
                     self._queue.append([op, (dst, ["peer", src], size, *extra)])
-                    self._finish(self._wait(self._flush(want_reply=True), self.timeout))
+                    self._finish(self._round_trip())
                     return
             for offset in range(0, size, CHUNK_BYTES):
                 n = min(CHUNK_BYTES, size - offset)
@@ -859,7 +902,7 @@ class Connection:
             self._queue.append([op, (dst + offset, self.frame(data), n, *extra)])
             if offset + n < size:
                 self._flush()
-        self._finish(self._wait(self._flush(want_reply=True), self.timeout))
+        self._finish(self._round_trip())
 
     def _stream_from_device(self, op: str, src: int, dst: int, size: int, extra) -> None:
         """A large copy from a server without shared memory: chunks asked for a few at a
@@ -896,7 +939,7 @@ class Connection:
             ring.position = 0
         if ring.pending + n > ring.size:
             self._queue.append(["vgpuSynchronize", ()])
-            self._finish(self._wait(self._flush(want_reply=True), self.timeout))
+            self._finish(self._round_trip())
             ring = self.ring  # the session may have moved meanwhile
             if ring is None:
                 return None
@@ -918,7 +961,7 @@ class Connection:
                 return
             if self.ring is None or size <= INLINE_BYTES:
                 self._queue.append([op, (src, size, ["frame"], *extra)])
-                _, frames = self._finish(self._wait(self._flush(True), self.timeout))
+                _, frames = self._finish(self._round_trip())
                 ctypes.memmove(dst, frames[0] if frames else b"", size)
                 return
             if self.peer_memory and size >= PEER_COPY_BYTES:
@@ -931,8 +974,7 @@ class Connection:
                     return
                 spec = ["peer", dst] if self.peer_memory else ["frame"]
                 self._queue.append([op, (src, size, spec, *extra)])
-                _, frames = self._finish(self._wait(self._flush(want_reply=True),
-                                                    self.timeout))
+                _, frames = self._finish(self._round_trip())
                 if frames:
                     ctypes.memmove(dst, frames[0], size)
                 return
@@ -959,7 +1001,7 @@ class Connection:
         if not self._windows_work:
             return None
         self._queue.append(["vgpuDeviceWindow", (address, size)])
-        reply = self._wait(self._flush(want_reply=True), self.timeout)
+        reply = self._round_trip()
         try:
             window, _ = self._finish(reply)
         except CudaError:

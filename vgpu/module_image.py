@@ -11,8 +11,8 @@ from __future__ import annotations
 import ctypes
 import struct
 
-__all__ = ["read_image", "pack_linked_ptx", "unpack_linked_ptx", "LINKED_PTX_MAGIC",
-           "FATBIN_WRAPPER_MAGIC", "FATBIN_CONTAINER_MAGIC", "ImageError"]
+__all__ = ["read_image", "mapped_file", "pack_linked_ptx", "unpack_linked_ptx",
+           "LINKED_PTX_MAGIC", "FATBIN_WRAPPER_MAGIC", "FATBIN_CONTAINER_MAGIC", "ImageError"]
 
 FATBIN_WRAPPER_MAGIC = 0x466243B1
 FATBIN_CONTAINER_MAGIC = 0xBA55ED50
@@ -46,6 +46,22 @@ def read_image(address: int) -> bytes:
     if len(text) > MAX_PTX_BYTES or b".version" not in text[:4096] and b".target" not in text:
         raise ImageError("the module image is neither PTX, a fatbin nor a cubin")
     return text
+
+
+def mapped_file(address: int) -> str | None:
+    """The file whose mapping in this process holds `address` (a library handing over an
+    image it carries, as cuRAND's does), or None (the heap, say): what a refusal names."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                start, end = (int(bound, 16) for bound in fields[0].split("-"))
+                if start <= address < end:
+                    path = fields[5].strip() if len(fields) == 6 else ""
+                    return path if path.startswith("/") else None
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def _read_containers(address: int) -> bytes:

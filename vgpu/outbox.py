@@ -93,6 +93,20 @@ class Outbox:
         if not self.retain_all:
             self._drop_through(entry.position)
 
+    def sent_answered(self, seq: int, calls: list, code: int) -> None:
+        """sent() and answered() at once: a message without payloads went out and its reply
+        (`code`) was the next message to arrive. Unless it must be held all the same (to
+        wait for a checkpoint, or as a query's "not ready", which confirms nothing), it
+        confirms everything up to it and is never held: a round trip's bookkeeping in few
+        steps (see vgpu.client's _round_trip)."""
+        if self.retain_all or (code == CUDA_ERROR_NOT_READY and calls and calls[-1][0] == QUERY):
+            self.sent(seq, calls, [])
+            self.answered(seq, code)
+            return
+        self.position = self.confirmed = self.position + 1
+        if self.held:
+            self._drop_through(self.position)
+
     def checkpointed(self, position: int) -> None:
         """A checkpoint a standby can restore covers the messages up to `position`."""
         if self.retain_all:

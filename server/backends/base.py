@@ -270,8 +270,10 @@ class Backend(abc.ABC):
                        block: tuple[int, int, int], shared_bytes: int,
                        cooperative: bool = False) -> Callable[..., tuple[str, str]]:
         """Check a launch configuration (raising CudaError) and return a launcher: called
-        with a parameter buffer, the printf FIFO's size and (optionally) the session's
-        stream to run on, it runs the kernel to completion (or queues it) and returns
+        with a parameter buffer, the printf FIFO's size, (optionally) the session's
+        stream to run on and the graph environment the kernel runs in (graph_environment;
+        given only by a backend that has them), it runs the kernel to completion (or
+        queues it) and returns
         (device printf output, text for stderr such as a memory checker's report); a kernel
         that fails raises KernelFault. Every other call but the event methods (copies,
         memsets, synchronizations) comes after the work launched before it, on whatever
@@ -336,6 +338,23 @@ class Backend(abc.ABC):
 
     def destroy_event(self, event: object) -> None:
         return None
+
+    def work_done(self) -> bool:
+        """Has all the work the backend queued completed (a query's answer, which must not
+        wait)? A backend whose launches run inline has none outstanding."""
+        return True
+
+    def graph_environment(self, graph: int):
+        """What the kernels of one launch of a graph from the host share, given to their
+        launchers: the graphs they launch into the tail stream, and the graph that
+        cudaGetCurrentGraphExec names (`graph`, 0 for one not made for device launch). Only
+        a backend that runs the device runtime itself has one; None elsewhere."""
+        return None
+
+    def run_graph_tails(self, environment, printf_fifo_bytes: int) -> tuple[str, str]:
+        """Run the graphs a graph's kernels launched into the tail stream, after the
+        graph's last node (`environment` from graph_environment); what a launcher returns."""
+        return "", ""
 
     def set_device_runtime_limit(self, limit: int, value: int) -> None:
         """cuCtxSetLimit of the malloc heap or the pending launch count: for a backend whose

@@ -1122,6 +1122,22 @@ class CudaBackend(Backend):
             with self._current(event.device):
                 _let_go(self._d, self._d.cuEventDestroy(event.handle))
 
+    def work_done(self) -> bool:
+        """Every device stream of the session, and each context's legacy stream, idle."""
+        d = self._d
+        for device in self._devices:
+            if device.context is None:
+                continue
+            with self._current(device.ordinal):
+                streams = [s.handle for s in self._streams.values()
+                           if s.device == device.ordinal]
+                for stream in [0, *streams]:
+                    result = d.cuStreamQuery(stream)
+                    if int(result[0] if isinstance(result, tuple) else result) == _NOT_READY:
+                        return False
+                    _call(d, result)
+        return True
+
     def _set_printf_fifo(self, device: int, size: int) -> None:
         d = self._d
         try:

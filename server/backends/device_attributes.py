@@ -67,6 +67,9 @@ EMU_LIMITS = {
     "GLOBAL_L1_CACHE_SUPPORTED": 1,
     "LOCAL_L1_CACHE_SUPPORTED": 1,
     "HOST_REGISTER_SUPPORTED": 1,
+    # cuMemHostGetDevicePointer of registered memory is its host address (unified
+    # addressing; kernels reach it there), as a program that checks this expects.
+    "CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM": 1,
     **MANAGED_CONTRACT,
     "MEMORY_POOLS_SUPPORTED": 1,
     # Pools export to a file descriptor (shim/driver/memory.py: export_pool), so programs

@@ -24,8 +24,9 @@ from ..emu import (
     link,
     prepare,
 )
-from ..emu.device_runtime import DeviceRuntime, uses_heap, uses_launches
+from ..emu.device_runtime import DeviceRuntime, GraphEnvironment, uses_heap, uses_launches
 from ..emu.errors import IllegalAddress
+from ..emu.executor import run_graphs
 from ..emu.memory import NO_ACCESS
 from .base import (
     Backend,
@@ -67,8 +68,9 @@ class EmuBackend(Backend):
         self.checker = MemoryChecker(strict=False)
         self._cancelled = threading.Event()
         self._writes = WriteLog()
-        self._place: Callable[[str], tuple[int, int]] | None = None
-        self._device_graphs: Callable[[int], list | None] | None = None
+        # What use_device_runtime gave the next launch of each thread (lanes run launches
+        # on threads of their own): .place, .device_graphs
+        self._next_launch = threading.local()
 
     def describe(self) -> DeviceDescription:
         return DeviceDescription(
@@ -208,20 +210,22 @@ class EmuBackend(Backend):
 
     def use_device_runtime(self, place: Callable[[str], tuple[int, int]],
                            device_graphs: Callable[[int], list | None] | None = None) -> None:
-        self._place = place
-        self._device_graphs = device_graphs
+        self._next_launch.place = place
+        self._next_launch.device_graphs = device_graphs
 
     def _device_runtime(self, cooperative: bool) -> DeviceRuntime | None:
         """What one launch (and its children) gets of the device runtime."""
-        place, self._place = self._place, None
-        device_graphs, self._device_graphs = self._device_graphs, None
+        given = self._next_launch
+        place, device_graphs = getattr(given, "place", None), getattr(given, "device_graphs",
+                                                                      None)
+        given.place = given.device_graphs = None
         if place is None:
             return None
         workspace = 0
         if cooperative:
             workspace = place("grid_workspace")[0]
             self.memory.write(workspace, bytes(GRID_WORKSPACE_BYTES))  # a fresh barrier
-        return DeviceRuntime(self.memory, place, workspace, _graph_kernels(device_graphs))
+        return DeviceRuntime(self.memory, place, workspace, self._graph_nodes(device_graphs))
 
     def prepare_launch(self, module: LoadedModule, kernel: str, grid, block,
                        shared_bytes: int, cooperative: bool = False
@@ -233,13 +237,15 @@ class EmuBackend(Backend):
         except LaunchError as exc:
             raise CudaError(exc.code, str(exc)) from None
 
-        def run(params: bytes, printf_fifo_bytes: int, stream: int = 0) -> tuple[str, str]:
+        def run(params: bytes, printf_fifo_bytes: int, stream: int = 0,
+                environment: GraphEnvironment | None = None) -> tuple[str, str]:
             """Runs to completion (streams run concurrently on threads of their own: see
             server/streams.py)."""
             self._writes.wrote_anywhere()  # a kernel may store through any pointer
             try:
                 result = prepared.execute(params, self.memory, self.checker, printf_fifo_bytes,
-                                          self._cancelled, self._device_runtime(cooperative))
+                                          self._cancelled, self._device_runtime(cooperative),
+                                          environment=environment)
             except LaunchError as exc:
                 raise KernelFault(exc.code, exc.message, exc.output, exc.diagnostics) from None
             except LaunchCancelled:
@@ -247,6 +253,51 @@ class EmuBackend(Backend):
             return result.printf, result.report
 
         return run
+
+    def _graph_nodes(self, device_graphs: Callable[[int], list | None] | None):
+        """What the device runtime's cudaGraphLaunch runs of a graph: its kernels prepared,
+        with their parameters, and its copies and memsets as calls (None: no graph a
+        kernel may launch by that handle)."""
+        def nodes(handle: int) -> list | None:
+            found = device_graphs(handle) if device_graphs is not None else None
+            if found is None:
+                return None
+            return [self._graph_node(step) for step in found]
+        return nodes
+
+    def _graph_node(self, step: tuple):
+        kind, *args = step
+        if kind in ("copy", "fill"):
+            operation = self.copy if kind == "copy" else self.fill
+
+            def run() -> None:  # fails the launching grid as its kernels' faults do
+                try:
+                    operation(*args)
+                except CudaError as exc:
+                    raise LaunchError(exc.code, f"a {kind} node of a graph launched from "
+                                                f"the device: {exc.message}") from None
+            return run
+        module, name, grid, block, shared, params = args
+        return (prepare(module.handle, name, grid, block, shared,
+                        {n: address for n, (address, _) in module.variables.items()}), params)
+
+    def graph_environment(self, graph: int) -> GraphEnvironment:
+        return GraphEnvironment(graph)
+
+    def run_graph_tails(self, environment: GraphEnvironment,
+                        printf_fifo_bytes: int) -> tuple[str, str]:
+        tails, environment.tails = environment.tails, []
+        if not tails:
+            return "", ""
+        self._writes.wrote_anywhere()
+        try:
+            result = run_graphs(tails, self.memory, self.checker, printf_fifo_bytes,
+                                self._cancelled, 1)
+        except LaunchError as exc:
+            raise KernelFault(exc.code, exc.message, exc.output, exc.diagnostics) from None
+        except LaunchCancelled:
+            raise Cancelled from None
+        return result.printf, result.report
 
     def synchronize(self) -> None:
         """Kernels run to completion inside their launcher; nothing is ever outstanding."""
@@ -256,20 +307,7 @@ class EmuBackend(Backend):
 
     def close(self) -> None:
         self.memory = DeviceMemory(granule=ALLOCATION_ALIGNMENT)
-        self._place = None
-
-
-def _graph_kernels(device_graphs: Callable[[int], list | None] | None):
-    """What the device runtime's cudaGraphLaunch runs of a graph: its kernels prepared, with
-    their parameters (None: no graph a kernel may launch by that handle)."""
-    def kernels(handle: int) -> list[tuple] | None:
-        found = device_graphs(handle) if device_graphs is not None else None
-        if found is None:
-            return None
-        return [(prepare(module.handle, name, grid, block, shared,
-                         {n: address for n, (address, _) in module.variables.items()}), params)
-                for module, name, grid, block, shared, params in found]
-    return kernels
+        self._next_launch = threading.local()
 
 
 class WriteLog:

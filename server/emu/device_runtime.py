@@ -18,6 +18,15 @@ stream run after the parent's other children; the others run in the order they w
 each with its own children before the next. A child's fault fails the whole launch, as it
 fails the parent's stream on a GPU.
 
+Graphs launched by kernels (cudaGraphLaunch) follow CUDA's execution environments: a graph
+runs in an environment of its own (`GraphEnvironment`), which its kernels' fire-and-forget
+launches join; the graphs they launch into the tail stream run once the graph and that work
+are done, one at a time in the order they were launched, a tail graph's own tail launches
+before the rest of the list. A kernel that is a node of a graph launched from the host
+enqueues its tail launches in that graph's environment, which the server finishes after the
+graph's last node; %current_graph_exec (cudaGetCurrentGraphExec) reads the environment's
+graph when it was instantiated for device launch, else 0.
+
 The PTX names these functions as nvcc 12+ emits them (`__cudaCDP2*`), and as the PTX ISA
 documents the ABI (`cudaGetParameterBuffer`, `cudaLaunchDevice`, and the V2 forms).
 Cooperative groups' grid functions (`cudaCG*`, which numba-cuda calls; nvcc's headers use
@@ -36,12 +45,16 @@ from .errors import CUDA_ERROR_LAUNCH_FAILED, LaunchError
 from .spaces import load, store
 from .state import Fault, State, lane_count
 
-__all__ = ["DeviceRuntime", "PARAMETER_BUFFER_BYTES", "RUNTIME_FUNCTIONS", "uses_heap",
-           "uses_launches"]
+__all__ = ["DeviceRuntime", "GraphEnvironment", "GraphLaunch", "PARAMETER_BUFFER_BYTES",
+           "RUNTIME_FUNCTIONS", "uses_heap", "uses_launches"]
 
 # The most parameter bytes a device-side launch takes (CUDA's limit for them).
 PARAMETER_BUFFER_BYTES = 4096
 MAX_NESTING_DEPTH = 24  # a grid and 23 generations of children, as on CUDA
+# What one graph's environment may hold, as on CUDA: graphs pending in its tail launch
+# list, and fire-and-forget graphs launched in one run of it.
+MAX_PENDING_TAIL_LAUNCHES = 255
+MAX_FIRE_AND_FORGET = 120
 
 # cudaError_t values the device runtime returns
 _SUCCESS = 0
@@ -74,8 +87,8 @@ class DeviceRuntime:
         self.memory = memory
         self.place = place
         self.grid_workspace = grid_workspace
-        # cudaGraphLaunch: a graph's (prepared launch, parameters), or None for a handle
-        # that names no graph a kernel may launch
+        # cudaGraphLaunch: a graph's nodes (GraphLaunch.nodes), or None for a handle that
+        # names no graph a kernel may launch
         self.graph_kernels = graph_kernels
         self._heap: DeviceHeap | None = None
         self._buffers: tuple[int, int] | None = None  # base address, slots
@@ -107,6 +120,31 @@ class ChildLaunch:
     prepared: object        # executor.PreparedLaunch
     params: bytes
     tail: bool
+
+
+class GraphEnvironment:
+    """One run of a graph (CUDA's execution environment): `graph` is what its kernels read
+    as %current_graph_exec (the executable graph's handle if it was instantiated for device
+    launch, else 0); `tails` the graphs its kernels launched into the tail stream, in order."""
+
+    __slots__ = ("graph", "tails", "fire_and_forget")
+
+    def __init__(self, graph: int = 0):
+        self.graph = graph
+        self.tails: list[GraphLaunch] = []
+        self.fire_and_forget = 0
+
+
+@dataclass(slots=True)
+class GraphLaunch:
+    """A graph launched by a kernel: its nodes in order, kernels as (prepared launch,
+    parameters), copies and memsets as calls, run in `environment` with the launching
+    kernel's device runtime. `tail`: launched into the tail stream by a kernel that is no
+    node of a graph (it runs last of that grid's children)."""
+    environment: GraphEnvironment
+    nodes: list
+    runtime: object         # DeviceRuntime
+    tail: bool = False
 
 
 _HEAP_FUNCTIONS = {"malloc", "free", "__cudaCDP2Malloc", "__cudaCDP2Free"}
@@ -404,11 +442,10 @@ def _get_device(ctx, arguments, results):
 
 @_takes(2)
 def _graph_launch(ctx, arguments, results):
-    """cudaGraphLaunch(graph, stream) in device code: the graph's kernels become children
-    of the launching grid, in the graph's order; into cudaStreamGraphTailLaunch they run
-    after its other children (the launching grid's tail, as the graph's is on a GPU: so a
-    tail launch made by one kernel of a graph of several runs before the graph's later
-    kernels here), fire-and-forget ones in the order they were made."""
+    """cudaGraphLaunch(graph, stream) in device code: into cudaStreamGraphTailLaunch the
+    graph joins the tail launch list of the launching kernel's graph (or, for a kernel that
+    is no node of a graph, runs last of its grid's children); fire-and-forget (and sibling)
+    launches run as children of the launching grid, in the order they were made."""
     def run(state, lanes):
         graph_at, stream_at = _frame(state, arguments)
         graphs = _arg(state, graph_at, _U64, lanes)
@@ -428,13 +465,24 @@ def _launch_graph(state: State, graph: int, stream: int) -> int:
     if ctx.depth + 1 >= MAX_NESTING_DEPTH:
         return _LAUNCH_MAX_DEPTH_EXCEEDED
     try:
-        kernels = runtime.graph_kernels(graph) if runtime and runtime.graph_kernels else None
+        nodes = runtime.graph_kernels(graph) if runtime and runtime.graph_kernels else None
     except LaunchError:
         return _INVALID_CONFIGURATION
-    if kernels is None:  # no graph, not instantiated for device launch, or not uploaded
+    if nodes is None:  # no graph, not instantiated for device launch, or not uploaded
         return _INVALID_VALUE
-    for prepared, params in kernels:
-        ctx.children.append(ChildLaunch(prepared, params, stream == GRAPH_TAIL_LAUNCH))
+    launch = GraphLaunch(GraphEnvironment(graph), nodes, runtime)
+    environment = ctx.environment
+    if stream == GRAPH_TAIL_LAUNCH and environment is not None:
+        if len(environment.tails) >= MAX_PENDING_TAIL_LAUNCHES:
+            return _LAUNCH_PENDING_COUNT_EXCEEDED
+        environment.tails.append(launch)
+        return _SUCCESS
+    if stream != GRAPH_TAIL_LAUNCH and environment is not None:
+        if environment.fire_and_forget >= MAX_FIRE_AND_FORGET:
+            return _LAUNCH_PENDING_COUNT_EXCEEDED
+        environment.fire_and_forget += 1
+    launch.tail = stream == GRAPH_TAIL_LAUNCH
+    ctx.children.append(launch)
     return _SUCCESS
 
 

@@ -34,6 +34,7 @@ import numpy as np
 
 from . import native
 from .device_printf import DEFAULT_PRINTF_FIFO_BYTES, within_fifo
+from .device_runtime import GraphLaunch
 from .errors import (
     CUDA_ERROR_ILLEGAL_ADDRESS,
     CUDA_ERROR_INVALID_PC,
@@ -50,7 +51,7 @@ from .spaces import STRAYS_ALLOWED, STRAYS_FAULT, STRAYS_REPORTED, StrayAccess
 from .state import Chunk, Fault, LaunchContext, State
 
 __all__ = ["CHUNK_STATE_BYTES", "LANES_PER_CHUNK", "LaunchCancelled", "LaunchResult",
-           "PreparedLaunch", "launch", "prepare", "quiet_floating_point"]
+           "PreparedLaunch", "launch", "prepare", "quiet_floating_point", "run_graphs"]
 
 LANES_PER_CHUNK = 1 << 16
 # Bytes of state (registers at 8 bytes each and local memory per lane, shared memory per
@@ -183,7 +184,8 @@ class PreparedLaunch:
 
     def execute(self, params: bytes, memory: DeviceMemory, checker: MemoryChecker | None = None,
                 printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES,
-                cancelled=None, runtime=None, depth: int = 0) -> LaunchResult:
+                cancelled=None, runtime=None, depth: int = 0,
+                environment=None) -> LaunchResult:
         """`run`, for callers that run many launches inside one `quiet_floating_point()`.
 
         Without a `checker`, stray global accesses (past an allocation's end, inside its
@@ -191,7 +193,9 @@ class PreparedLaunch:
         Device printf output beyond `printf_fifo_bytes` of FIFO records is dropped.
         Raises LaunchCancelled soon after `cancelled` (a threading.Event) is set.
         `runtime` (a device_runtime.DeviceRuntime) serves the kernel's malloc, device-side
-        launches and grid barrier; the grids it launches run before this returns."""
+        launches and grid barrier; the grids it launches run before this returns.
+        `environment` (a device_runtime.GraphEnvironment): the graph run the kernel is a
+        node of, which its graph launches into the tail stream join."""
         program, kernel = self.program, self.kernel
         if len(params) != kernel.param_size:
             raise LaunchError(CUDA_ERROR_INVALID_VALUE,
@@ -211,7 +215,7 @@ class PreparedLaunch:
         # Parameter space is read-only to kernels (spaces.locate refuses stores), so the
         # caller's bytes are used as they are.
         ctx = LaunchContext(self, memory, np.frombuffer(params, np.uint8), strays,
-                            printf_fifo_bytes, runtime, depth)
+                            printf_fifo_bytes, runtime, depth, environment)
         if self._small and self._small_chunks is None:
             self._small_chunks = list(self._chunks())
         for chunk in self._small_chunks or self._chunks():
@@ -226,8 +230,13 @@ class PreparedLaunch:
         # The grid's children: the tail launches last (a stable sort keeps launch order).
         for child in sorted(ctx.children, key=lambda c: c.tail):
             try:
-                done = child.prepared.execute(child.params, memory, checker, printf_fifo_bytes,
-                                              cancelled, runtime, depth + 1)
+                if isinstance(child, GraphLaunch):
+                    done = run_graphs([child], memory, checker, printf_fifo_bytes, cancelled,
+                                      depth + 1)
+                else:
+                    done = child.prepared.execute(child.params, memory, checker,
+                                                  printf_fifo_bytes, cancelled, runtime,
+                                                  depth + 1)
             except LaunchError as exc:
                 raise LaunchError(exc.code, exc.message, result.printf + exc.output,
                                   result.report + exc.diagnostics) from None
@@ -235,6 +244,41 @@ class PreparedLaunch:
             result.lane_instructions += done.lane_instructions
             result.report += done.report
         return result
+
+
+def run_graphs(launches: list[GraphLaunch], memory: DeviceMemory,
+               checker: MemoryChecker | None, printf_fifo_bytes: int, cancelled, depth: int
+               ) -> LaunchResult:
+    """Graphs launched by kernels, one after the other, each in its environment: its
+    nodes in order (kernels with their own children; copies and memsets), then the graphs
+    its kernels launched into the tail stream, one at a time in launch order, a tail
+    graph's own tail launches before the rest of the list (CUDA's order). A graph that
+    relaunches itself as its tail loops here, at the same depth, as long as it does."""
+    result = LaunchResult("", 0, "")
+    pending = list(reversed(launches))  # the next one last
+    while pending:
+        graph = pending.pop()
+        for node in graph.nodes:
+            if callable(node):  # a copy or memset
+                try:
+                    node()
+                except LaunchError as exc:
+                    raise LaunchError(exc.code, exc.message, result.printf,
+                                      result.report) from None
+                continue
+            prepared, params = node
+            try:
+                done = prepared.execute(params, memory, checker, printf_fifo_bytes, cancelled,
+                                        graph.runtime, depth, graph.environment)
+            except LaunchError as exc:  # with what the graphs before printed
+                raise LaunchError(exc.code, exc.message, result.printf + exc.output,
+                                  result.report + exc.diagnostics) from None
+            result.printf += done.printf
+            result.lane_instructions += done.lane_instructions
+            result.report += done.report
+        tails, graph.environment.tails = graph.environment.tails, []
+        pending.extend(reversed(tails))
+    return result
 
 
 def quiet_floating_point():

@@ -233,6 +233,9 @@ def _special_source(name: str, ctx: CompileContext) -> tuple[Callable, PtxType]:
         "%laneid": (lambda s: s.layout.laneid, _U32),
         "%warpid": (lambda s: s.layout.warpid, _U32),
         "%gridid": (lambda s: np.uint64(1), _U64),
+        # cudaGetCurrentGraphExec: the device graph whose node the kernel is, else 0
+        "%current_graph_exec": (lambda s: np.uint64(s.ctx.environment.graph
+                                                    if s.ctx.environment else 0), _U64),
         "%clock": (lambda s: u32(clock_cycles() & 0xFFFFFFFF), _U32),
         "%clock_hi": (lambda s: u32(clock_cycles() >> 32), _U32),
         "%clock64": (lambda s: np.uint64(clock_cycles()), _U64),

@@ -47,7 +47,7 @@ SPECIAL_REGISTERS = frozenset(
        "%clock_hi", "%clock64", "%globaltimer", "%globaltimer_lo", "%globaltimer_hi",
        "%lanemask_eq", "%lanemask_lt", "%lanemask_le", "%lanemask_gt", "%lanemask_ge",
        "%dynamic_smem_size", "%total_smem_size", "%aggr_smem_size", "%reserved_smem_offset_begin",
-       "%is_explicit_cluster", "%cluster_nctarank", "%cluster_ctarank"]
+       "%is_explicit_cluster", "%cluster_nctarank", "%cluster_ctarank", "%current_graph_exec"]
     + [f"%envreg{i}" for i in range(32)]
     + [f"%pm{i}" for i in range(8)] + [f"%pm{i}_64" for i in range(8)]
     + [f"%{base}.{c}" for base in ("clusterid", "nclusterid", "cluster_ctaid",

@@ -89,11 +89,11 @@ class LaunchContext:
 
     __slots__ = ("launch", "memory", "params", "strays", "printf", "printf_room", "assertions",
                  "reports", "lane_instructions", "runtime", "grid_workspace", "depth",
-                 "children", "last_errors")
+                 "children", "last_errors", "environment")
 
     def __init__(self, launch, memory, params: np.ndarray, strays: str,
                  printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES, runtime=None,
-                 depth: int = 0):
+                 depth: int = 0, environment=None):
         self.launch = launch
         self.memory = memory             # memory.DeviceMemory
         self.params = params             # the parameter buffer, uint8
@@ -116,6 +116,8 @@ class LaunchContext:
         self.children: list = []         # device-side launches, run once this grid is done
         # (block, thread) -> the last error of its device runtime calls (cudaGetLastError)
         self.last_errors: dict[tuple[int, int], int] = {}
+        # The graph run this grid is a node of (device_runtime.GraphEnvironment), or None
+        self.environment = environment
 
 
 class Chunk:

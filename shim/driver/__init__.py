@@ -23,6 +23,7 @@ from . import (
     graph_generic,
     graph_kernel_attributes,
     graph_memory,
+    graph_user_objects,
     graphs,
     hints,
     ipc,
@@ -39,7 +40,8 @@ from . import (
 
 _MODULES = (device, context, memory, managed, peers, arrays, textures, module, launch, stream,
             vmm, occupancy, graphs, graph_exec, graph_capture, graph_memory, graph_generic,
-            graph_conditional, graph_kernel_attributes, graph_dot, ipc, hints)
+            graph_conditional, graph_kernel_attributes, graph_dot, graph_user_objects, ipc,
+            hints)
 
 
 def _implemented() -> dict:

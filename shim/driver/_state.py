@@ -64,6 +64,11 @@ class ModuleInfo:
     # A library's image (None for a module): a library outlives its context, so a reset
     # primary context loads it again (context._reset_primary).
     library_image: bytes | None = None
+    # A library holding no code the device runs: why, its kernels' names. It exists
+    # only here (the server never loaded it), and each kernel asked for is refused.
+    no_binary: str = ""
+    kernel_names: tuple[str, ...] = ()
+    origin: str = ""  # the file its image came from, where known (libcurand.so.10, say)
 
 
 @dataclass

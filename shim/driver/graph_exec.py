@@ -12,7 +12,7 @@ the whole updated graph again under the same handle.
 
 from __future__ import annotations
 
-from . import graph_conditional, graph_kernel_attributes
+from . import graph_conditional, graph_kernel_attributes, graph_user_objects
 from ._state import CudaError, E, api, check_out, ffi, state
 from .graph_model import (
     CHILD_GRAPH,
@@ -108,6 +108,7 @@ def _build(graph_exec: Exec) -> None:
         if call[0] == "vgpuGraphConditional":
             call[1][2] = [len(segments) + i for i in call[1][2]]
     graph_exec.plan, graph_exec.segments = launch_plan, segments + bodies
+    graph_exec.user_objects = graph_user_objects.held_by(graph_exec.copy)
     graph_exec.positions = {original: found[twin.handle]
                             for original, twin in graph_exec.twins.items()
                             if twin.handle in found}
@@ -171,15 +172,21 @@ def _create_args(graph_exec: Exec) -> tuple:
             _device_launch(graph_exec))
 
 
+# What a graph launched from the device may hold (server/graphs.py DEVICE_GRAPH_CALLS)
+_DEVICE_GRAPH_CALLS = ("cuLaunchKernel", "cuMemcpyDtoD", "vgpuMemset")
+
+
 def _check_device_graph(graph_exec: Exec) -> None:
-    """What a kernel may launch here: kernel nodes (empty nodes and child graphs of them
-    besides), all run by the server in one segment."""
+    """What a kernel may launch here: kernel nodes, copies between device addresses and
+    memsets (empty nodes and child graphs of them besides), all run by the server in one
+    segment."""
     if any(step[0] != "server" for step in graph_exec.plan) or len(graph_exec.segments) > 1 \
-            or any(call[0] != "cuLaunchKernel" for call in
+            or any(call[0] not in _DEVICE_GRAPH_CALLS for call in
                    (graph_exec.segments[0] if graph_exec.segments else [])):
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
-                        "vgpu launches graphs from the device when they hold kernel nodes "
-                        "only (and empty nodes, child graphs of them)")
+                        "vgpu launches graphs from the device when they hold kernel nodes, "
+                        "copies between device memory and memsets only (and empty nodes, "
+                        "child graphs of them)")
 
 
 @api
@@ -214,7 +221,8 @@ def cuGraphInstantiateWithParams(exec_out, graph, params):
 @api
 def cuGraphExecGetFlags(executable, flags_out):
     check_out(flags_out)
-    flags_out[0] = graphs.exec(executable).flags
+    # CUDA leaves out the upload flag, which does not change the executable graph
+    flags_out[0] = graphs.exec(executable).flags & ~CU_GRAPH_INSTANTIATE_FLAG_UPLOAD
 
 
 def launch(executable, stream) -> None:
@@ -225,6 +233,8 @@ def launch(executable, stream) -> None:
         recorder.child = graph_exec.copy
         return
     conn = state.conn()
+    for user_object in graph_exec.user_objects:
+        user_object.launched_on.add(stream_handle)
     # The client's own steps (copies to and from pageable memory) are issued on the stream
     # too: they wait for the graph's kernels before them on that stream's lane.
     with issued_on(stream):

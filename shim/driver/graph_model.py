@@ -88,6 +88,8 @@ class Graph:
     # A graph another embeds as a child: owned by that node, not destroyable on its own.
     owned_by: Node | None = None
     conditions: list[Condition] = field(default_factory=list)  # handles made for it
+    # User objects it holds references to -> how many (graph_user_objects.py)
+    user_objects: dict = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -108,6 +110,8 @@ class Exec:
     # Node handle of `graph` -> [(segment, index of its call)], for the per-node updates.
     positions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     segments: list[list] = field(default_factory=list)  # the server's calls, as sent
+    # The user objects its copy holds, whose destructors wait for its launches
+    user_objects: set = field(default_factory=set)
 
 
 class GraphState:
@@ -148,6 +152,9 @@ class GraphState:
             self.drop_node(node)
         for condition in graph.conditions:
             condition.release()
+        held, graph.user_objects = graph.user_objects, {}
+        for user_object, count in held.items():
+            user_object.given_back(count)
         self.graphs.pop(graph.handle, None)
 
     def drop_node(self, node: Node) -> None:
@@ -210,6 +217,9 @@ def topological(graph: Graph) -> list[Node]:
 def clone(graph: Graph, owned_by: Node | None = None) -> tuple[Graph, dict[Node, Node]]:
     """A copy of `graph` with new handles; returns it and the map original -> copy."""
     copy = graphs.new_graph(owned_by)
+    for user_object, count in graph.user_objects.items():  # the same references again
+        copy.user_objects[user_object] = count
+        user_object.held(count)
     mapping: dict[Node, Node] = {}
     for node in graph.nodes:
         twin = graphs.add_node(copy, node.kind, list(node.steps),

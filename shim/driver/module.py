@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from vgpu.module_image import FATBIN_CONTAINER_MAGIC, ImageError, pack_linked_ptx, read_image
+from vgpu.image_kernels import kernel_names
+from vgpu.module_image import (
+    FATBIN_CONTAINER_MAGIC,
+    ImageError,
+    mapped_file,
+    pack_linked_ptx,
+    read_image,
+)
 
 from . import managed
 from ._state import (
@@ -82,6 +90,9 @@ def reload_library(handle: int, info: ModuleInfo, context: int) -> None:
     """A library of a reset primary context, loaded into it afresh under the same handles
     (its own and its kernels'): CUDA's libraries are independent of contexts, and NVIDIA's
     runtime keeps using its kernel handles after cudaDeviceReset."""
+    if info.no_binary:  # nothing of it is on the server
+        state.modules[handle] = info
+        return
     _load(info.library_image, context, library=True, handle=handle)
     for name, function in info.functions.items():
         _function_for(handle, name, Kind.FUNCTION, function)
@@ -166,13 +177,22 @@ def cuModuleUnload(module):
     for address, _ in info.variables.values():
         state.remove_allocation(address)
         managed.release(address)
-    state.conn().post("cuModuleUnload", handle)
+    if not info.no_binary:
+        state.conn().post("cuModuleUnload", handle)
+
+
+def _kernel_names(info: ModuleInfo) -> list[str]:
+    return list(info.kernels) if not info.no_binary else list(info.kernel_names)
 
 
 def _function_for(module_handle: int, name: str, kind: int = Kind.FUNCTION,
                   wanted: int | None = None) -> int:
     """The function handle of kernel `name` (a new one, or `wanted`, at its first use)."""
     info = state.modules[module_handle]
+    if info.no_binary and (name in info.kernel_names or not info.kernel_names):
+        origin = f" of {info.origin}" if info.origin else ""
+        raise CudaError(E.CUDA_ERROR_NO_BINARY_FOR_GPU,
+                        f"kernel {name!r}{origin} cannot run: {info.no_binary}")
     if name not in info.kernels:
         raise CudaError(E.CUDA_ERROR_NOT_FOUND, f"no kernel named {name!r} in the module")
     with state.lock:  # two threads asking at once must get (and announce) one handle
@@ -190,6 +210,7 @@ def _function_for(module_handle: int, name: str, kind: int = Kind.FUNCTION,
 
 
 @api
+@says_refusals
 def cuModuleGetFunction(hfunc, module, name):
     check_out(hfunc)
     check_out(name)
@@ -200,7 +221,7 @@ def cuModuleGetFunction(hfunc, module, name):
 @api
 def cuModuleGetFunctionCount(count, mod):
     check_out(count)
-    count[0] = len(state.modules[_module_arg(mod)].kernels)
+    count[0] = len(_kernel_names(state.modules[_module_arg(mod)]))
 
 
 @api
@@ -208,12 +229,16 @@ def cuModuleEnumerateFunctions(functions, num_functions, mod):
     """The module's kernels (in the image's order), as many as `functions` has room for."""
     check_out(functions)
     handle = _module_arg(mod)
-    for i, name in enumerate(list(state.modules[handle].kernels)[:num_functions]):
+    for i, name in enumerate(_kernel_names(state.modules[handle])[:num_functions]):
         functions[i] = ffi.cast("CUfunction", _function_for(handle, name))
 
 
 def _global(module_handle: int, name: str) -> list:
-    variables = state.modules[module_handle].variables
+    info = state.modules[module_handle]
+    if info.no_binary:
+        raise CudaError(E.CUDA_ERROR_NO_BINARY_FOR_GPU,
+                        f"variable {name!r} cannot be had: {info.no_binary}")
+    variables = info.variables
     if name not in variables:
         raise CudaError(E.CUDA_ERROR_NOT_FOUND, f"no global named {name!r} in the module")
     return variables[name]
@@ -239,6 +264,26 @@ def _library_context() -> int:
     return _primary(0)[0]
 
 
+def _load_library(image: bytes, origin: Callable[[], str | None]) -> int:
+    """A library; one without code the device runs (cubins only, say) is taken all the same,
+    as CUDA's driver takes it, and each of its kernels is refused when asked for, naming the
+    file the image came from (`origin`), where known: NVIDIA's static runtime loads every
+    image of a program at its first call (unless it loads them lazily), those whose kernels
+    the program never launches too."""
+    context = _library_context()
+    try:
+        return _load(image, context, library=True)
+    except CudaError as exc:
+        if exc.code != E.CUDA_ERROR_NO_BINARY_FOR_GPU:
+            raise
+        why = exc.message or "the library holds no code the device runs"
+    handle = state.new_handle(Kind.MODULE)
+    state.modules[handle] = ModuleInfo(context, {}, {}, library_image=image, no_binary=why,
+                                       kernel_names=tuple(kernel_names(image)),
+                                       origin=Path(origin() or "").name)
+    return handle
+
+
 @api
 @says_refusals
 def cuLibraryLoadData(library, code, jit_options, jit_values, num_jit_options,
@@ -249,7 +294,7 @@ def cuLibraryLoadData(library, code, jit_options, jit_values, num_jit_options,
         image = read_image(ptr(code))
     except ImageError as exc:
         raise CudaError(E.CUDA_ERROR_INVALID_IMAGE, str(exc)) from None
-    library[0] = ffi.cast("CUlibrary", _load(image, _library_context(), library=True))
+    library[0] = ffi.cast("CUlibrary", _load_library(image, lambda: mapped_file(ptr(code))))
 
 
 @api
@@ -262,7 +307,7 @@ def cuLibraryLoadFromFile(library, filename, jit_options, jit_values, num_jit_op
         image = path.read_bytes()
     except OSError as exc:
         raise CudaError(E.CUDA_ERROR_FILE_NOT_FOUND, f"cannot read {path}: {exc}") from None
-    library[0] = ffi.cast("CUlibrary", _load(image, _library_context(), library=True))
+    library[0] = ffi.cast("CUlibrary", _load_library(image, lambda: str(path)))
 
 
 def _library_arg(library) -> int:
@@ -276,6 +321,7 @@ def cuLibraryUnload(library):
 
 
 @api
+@says_refusals
 def cuLibraryGetKernel(pkernel, library, name):
     check_out(pkernel)
     check_out(name)
@@ -294,7 +340,7 @@ def cuLibraryEnumerateKernels(kernels, num_kernels, library):
     handles are those cuLibraryGetKernel gives."""
     check_out(kernels)
     handle = _library_arg(library)
-    for i, name in enumerate(list(state.modules[handle].kernels)[:num_kernels]):
+    for i, name in enumerate(_kernel_names(state.modules[handle])[:num_kernels]):
         kernels[i] = ffi.cast("CUkernel", _function_for(handle, name))
 
 

@@ -37,10 +37,12 @@ from . import (
     registration,
     stream,
     textures,
+    user_objects,
 )
 
 _MODULES = (registration, launch, device, errors, memory, managed, peers, stream, occupancy,
-            channels, textures, graphs, graph_symbol_copies, ipc, hints, libraries)
+            channels, textures, graphs, graph_symbol_copies, user_objects, ipc, hints,
+            libraries)
 
 
 def _implemented() -> dict:

@@ -66,10 +66,13 @@ class RuntimeState:
         self.thread.last_error = code
 
     def fail(self, exc: CudaError, where: str) -> int:
-        """The cudaError_t a failed call returns, recorded as the thread's last error."""
+        """The cudaError_t a failed call returns, recorded as the thread's last error; not
+        cudaErrorNotReady, which a query returns for work still running (no error: NVIDIA's
+        runtime keeps it out of the last error too)."""
         code = report_failure(exc, where)
         code = DRIVER_TO_RUNTIME.get(code, code)
-        self.thread.last_error = code
+        if code != cudaError.cudaErrorNotReady:
+            self.thread.last_error = code
         if code in STICKY_ERRORS:
             self.sticky_error = code
         return code

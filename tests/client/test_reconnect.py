@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -447,3 +448,72 @@ def test_a_session_whose_server_never_checkpoints_stops_retaining(
         conn.call("cuMemGetInfo")
     assert lost.value.message == f"{SHUTTING_DOWN} ({old.address})"
     assert not standby.hellos
+
+
+def _redirect_or_answer(redirect_op: str, address: str, position: int, delays: dict,
+                        keepalive: bool = True):
+    """An on_calls that redirects the message ending in `redirect_op` to `address` (where the
+    session covers `position` messages) and answers the others, those ending in an op of
+    `delays` after that many seconds (and, with `keepalive`, a keepalive notice at once)."""
+
+    def on_calls(server: FakeServer, seq: int, calls: list, frames: list) -> None:
+        op = calls[-1][0] if calls else None
+        if op == redirect_op:
+            server.notice({"redirect": address, "position": position})
+        elif op in delays:
+            if keepalive:
+                server.notice()
+            threading.Timer(delays[op], server.answer, (seq, calls, frames)).start()
+        else:
+            server.answer(seq, calls, frames)
+
+    return on_calls
+
+
+def test_replies_at_once_or_after_a_notice_keep_the_messages_positions(servers, connections):
+    # Messages 1-2 answered at once, 3 after a keepalive, 4 never (queued work), 5
+    # redirected: the new server covers 4, so message 5 alone goes again.
+    old, new = servers("old"), servers("new", position=4)
+    old.on_calls = _redirect_or_answer("cuCtxSynchronize", new.address, 4,
+                                       {"cuMemGetInfo": 0.05})
+    conn = connections(old.address)
+    conn.call("vgpuSynchronize")
+    conn.call("vgpuSynchronize")
+    assert conn.call("cuMemGetInfo")[0] == FREE_TOTAL
+    conn.post("cuMemAlloc", BASE, 1 << 20)
+    conn.flush()
+    conn.call("cuCtxSynchronize")
+    assert [calls for _, calls, _ in new.calls] == [[["cuCtxSynchronize", []]]]
+    assert new.calls[0][0] == old.calls[-1][0] != 0  # under its seq
+    assert conn.moves[-1]["resent"] == 1
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def test_a_call_interrupted_while_it_waits_keeps_its_message_s_position(
+        servers, connections):
+    # A signal handler raises while message 1 waits for its reply: the application gets
+    # the exception, the reply comes later and is passed over, and a redirect at message 2
+    # resends message 3 alone (positions as the server counts them).
+    old, new = servers("old"), servers("new", position=2)
+    old.on_calls = _redirect_or_answer("cuCtxSynchronize", new.address, 2,
+                                       {"cuMemGetInfo": 0.3}, keepalive=False)
+    conn = connections(old.address)
+
+    def interrupt(signum, frame):
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.02)  # within the first receive
+        with pytest.raises(_Interrupted):
+            conn.call("cuMemGetInfo")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert conn.call("vgpuSynchronize")[0] is None  # after message 1's late reply
+    conn.call("cuCtxSynchronize")
+    assert [calls for _, calls, _ in new.calls] == [[["cuCtxSynchronize", []]]]
+    assert conn.moves[-1]["resent"] == 1

@@ -3,20 +3,37 @@
  * structure queried, launched twice, a kernel node updated in the executable graph and by
  * cuGraphExecUpdate; a stream capture spread over two streams by events; conditional nodes
  * (IF, WHILE) whose condition kernels set; a host-to-host copy node; edge data; a graph
- * launched by a kernel; CUDA's errors for misuse. Every result is checked against values computed here. Usage: driver_graphs
+ * launched by a kernel, one that finds its own handle (cuGraphExecGetFlags on it); a user
+ * object whose destructor waits for the last launch holding it; CUDA's errors for misuse.
+ * Every result is checked against values computed here. Usage: driver_graphs
  * KERNELS.ptx GRAPH_KERNELS.ptx (tests/e2e/kernels.cu: scale multiplies, add_bias adds 0.25;
  * tests/e2e/graph_kernels.cu: kernels that set conditions and launch graphs). */
 #include <cuda.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "driver_checks.h"
 #include "test_files.h"
+#include <unistd.h>
 
 enum { N = 1000 };
 static int host_runs, other_runs;
 
 static void CUDA_CB count_run(void *data) { (*(int *)data)++; }
+
+/* A user object's destructor notes what the graph copied to pinned memory by then. */
+static atomic_int destroyed, go;
+static float seen_at_destroy = -1.0f;
+static void CUDA_CB destroy_object(void *data) {
+    seen_at_destroy = *(volatile float *)data;
+    atomic_fetch_add(&destroyed, 1);
+}
+static void CUDA_CB wait_for_go(void *data) {
+    (void)data;
+    while (!atomic_load(&go)) usleep(200);
+}
 
 #define EXPECT_CODE(expected, call) do { CUresult r_ = (call); if (r_ != (expected)) { \
     fprintf(stderr, "%s:%d: %s returned %d, expected %d\n", __FILE__, __LINE__, #call, \
@@ -470,6 +487,71 @@ int main(int argc, char **argv) {
     CHECK(cuGraphDestroy(launcher_graph));
     CHECK(cuGraphDestroy(device_graph));
     printf("driver_graphs: graph launched by a kernel\n");
+
+    /* a device graph's kernel finds its graph (cudaGetCurrentGraphExec), a plain launch
+     * of it finds none */
+    CUfunction record_current;
+    CHECK(cuModuleGetFunction(&record_current, cond_mod, "record_current_graph"));
+    CUdeviceptr current;
+    CHECK(cuMemAlloc(&current, sizeof(unsigned long long)));
+    void *current_args[] = {&current};
+    CUDA_KERNEL_NODE_PARAMS rp = kernel_params(record_current, current_args);
+    rp.gridDimX = 1; rp.blockDimX = 1;
+    CUgraph finder;
+    CUgraphNode finder_node;
+    CUgraphExec finder_exec;
+    CHECK(cuGraphCreate(&finder, 0));
+    CHECK(cuGraphAddKernelNode(&finder_node, finder, NULL, 0, &rp));
+    CHECK(cuGraphInstantiateWithFlags(&finder_exec, finder,
+                                      CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH));
+    CHECK(cuGraphLaunch(finder_exec, stream));
+    CHECK(cuStreamSynchronize(stream));
+    unsigned long long found = 0;
+    CHECK(cuMemcpyDtoH(&found, current, sizeof found));
+    EXPECT(found == (unsigned long long)(uintptr_t)finder_exec);
+    cuuint64_t found_flags = 0;
+    CHECK(cuGraphExecGetFlags((CUgraphExec)(uintptr_t)found, &found_flags));
+    EXPECT(found_flags == CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH);
+    CHECK(cuLaunchKernel(record_current, 1, 1, 1, 1, 1, 1, 0, stream, current_args, NULL));
+    CHECK(cuStreamSynchronize(stream));
+    CHECK(cuMemcpyDtoH(&found, current, sizeof found));
+    EXPECT(found == 0);
+    CHECK(cuGraphExecDestroy(finder_exec));
+    CHECK(cuGraphDestroy(finder));
+    CHECK(cuMemFree(current));
+    printf("driver_graphs: a device graph found its own handle\n");
+
+    /* a user object moved into a graph: destroyed once its executable graph is, and only
+     * after that graph's launch (held back by a host function) has run */
+    CUuserObject object;
+    EXPECT_CODE(CUDA_ERROR_INVALID_VALUE, cuUserObjectCreate(&object, out, destroy_object, 1, 0));
+    CHECK(cuUserObjectCreate(&object, out, destroy_object, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+    EXPECT_CODE(CUDA_ERROR_INVALID_VALUE, cuUserObjectRelease(object, 0));
+    CUgraph owner;
+    CUgraphNode owner_set, owner_scale, owner_copy;
+    CHECK(cuGraphCreate(&owner, 0));
+    CHECK(cuGraphAddMemsetNode(&owner_set, owner, NULL, 0, &ms, ctx)); /* x = 1.0f */
+    CHECK(cuGraphAddKernelNode(&owner_scale, owner, &owner_set, 1, &kp)); /* x *= 3 */
+    CUDA_MEMCPY3D to_out = m;
+    to_out.srcDevice = x;
+    CHECK(cuGraphAddMemcpyNode(&owner_copy, owner, &owner_scale, 1, &to_out, ctx));
+    CHECK(cuGraphRetainUserObject(owner, object, 1, CU_GRAPH_USER_OBJECT_MOVE));
+    EXPECT_CODE(CUDA_ERROR_INVALID_VALUE, cuGraphReleaseUserObject(owner, object, 2));
+    EXPECT_CODE(CUDA_ERROR_INVALID_VALUE, cuUserObjectRelease(object, 1)); /* the graph's */
+    CUgraphExec owner_exec;
+    CHECK(cuGraphInstantiate(&owner_exec, owner, 0));
+    CHECK(cuGraphDestroy(owner));
+    out[0] = 0.0f;
+    CHECK(cuLaunchHostFunc(stream, wait_for_go, NULL));
+    CHECK(cuGraphLaunch(owner_exec, stream));
+    CHECK(cuGraphExecDestroy(owner_exec));
+    usleep(20000);
+    EXPECT(atomic_load(&destroyed) == 0); /* its launch is still held back */
+    atomic_store(&go, 1);
+    CHECK(cuStreamSynchronize(stream));
+    for (int i = 0; i < 5000 && atomic_load(&destroyed) == 0; i++) usleep(1000);
+    EXPECT(atomic_load(&destroyed) == 1 && seen_at_destroy == 3.0f);
+    printf("driver_graphs: user object destroyed after its graph's launch\n");
 
     /* misuse */
     CUgraph none;

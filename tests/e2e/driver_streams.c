@@ -1,4 +1,6 @@
-/* Streams that are streams, through the driver API: a kernel waiting for a flag that a kernel
+/* Streams that are streams, through the driver API: on the NULL stream alone (before any
+ * other stream has work), an event behind a kernel that waits for the host, and the stream,
+ * stay not ready however often they are queried; a kernel waiting for a flag that a kernel
  * launched after it on another stream sets finishes; events order streams (and an event whose
  * work is still running is not ready); host functions run in stream order on a thread of
  * their own, one waiting for what main() does after queuing it; registered host memory is
@@ -68,6 +70,30 @@ int main(int argc, char **argv)
     CHECK(cuModuleGetFunction(&set_flag, mod, "set_flag"));
     CHECK(cuModuleGetFunction(&fill, mod, "fill"));
     CHECK(cuModuleGetFunction(&add_into, mod, "add_into"));
+
+    /* 0. Each query of running work asks the device again, not the first one's answer. */
+    volatile int *host_flag;
+    CUdeviceptr mapped_flag, host_seen;
+    CHECK(cuMemHostAlloc((void **)&host_flag, sizeof(int), CU_MEMHOSTALLOC_DEVICEMAP));
+    *host_flag = 0;
+    CHECK(cuMemHostGetDevicePointer(&mapped_flag, (void *)host_flag, 0));
+    CHECK(cuMemAlloc(&host_seen, sizeof(int)));
+    CUevent behind_host;
+    CHECK(cuEventCreate(&behind_host, CU_EVENT_DISABLE_TIMING));
+    void *host_wait_params[] = {&mapped_flag, &host_seen};
+    CHECK(launch(wait_for_flag, 1, NULL, host_wait_params));
+    CHECK(cuEventRecord(behind_host, NULL));
+    for (int i = 0; i < 3; i++) {
+        EXPECT(cuEventQuery(behind_host) == CUDA_ERROR_NOT_READY);
+        EXPECT(cuStreamQuery(NULL) == CUDA_ERROR_NOT_READY);
+    }
+    *host_flag = 6;
+    CHECK(cuEventSynchronize(behind_host));
+    CHECK(cuEventQuery(behind_host));
+    CHECK(cuStreamQuery(NULL));
+    int host_got = 0;
+    CHECK(cuMemcpyDtoH(&host_got, host_seen, sizeof host_got));
+    EXPECT(host_got == 7);
 
     CUstream waiter, setter, consumer;
     CHECK(cuStreamCreate(&waiter, CU_STREAM_NON_BLOCKING));

@@ -18,3 +18,8 @@ extern "C" __global__ void count_down(cudaGraphConditionalHandle handle, int *le
 extern "C" __global__ void launch_graph(cudaGraphExec_t graph, int *code) {
     *code = cudaGraphLaunch(graph, cudaStreamGraphFireAndForget);
 }
+
+// Where a kernel of a device graph finds its graph: 0 outside one.
+extern "C" __global__ void record_current_graph(unsigned long long *out) {
+    *out = (unsigned long long)cudaGetCurrentGraphExec();
+}

@@ -1,7 +1,69 @@
 /* Loads each module file named on the command line with cuModuleLoad and prints
- * "<file> <CUresult>" per file; what vgpu says about a refusal goes to stderr. */
+ * "<file> <CUresult>" per file; what vgpu says about a refusal goes to stderr.
+ *
+ * With --libraries first, loads each as a library instead (cuLibraryLoadData, as NVIDIA's
+ * runtime loads a program's images) and asks for its kernel `k` both ways, printing
+ * "<file> <load> <kernel count> <cuLibraryGetKernel> <cuModuleGetFunction>
+ * <cuLibraryGetGlobal> <cuLibraryUnload>" (CUresults; -1 where the load failed). Each image
+ * is handed over where the file is mapped, as a library (cuRAND's) hands over images it
+ * carries, so a refusal can name the file. */
 #include <cuda.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void load_module(const char *path) {
+    CUmodule mod;
+    CUresult result = cuModuleLoad(&mod, path);
+    printf("%s %d\n", path, (int)result);
+    if (result == CUDA_SUCCESS)
+        cuModuleUnload(mod);
+}
+
+/* The file mapped whole; PTX text ends in the zeros that fill its last page (a file of a
+ * whole number of pages is refused, having none). NULL if it cannot be mapped. */
+static void *map_file(const char *path, size_t *size) {
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size % sysconf(_SC_PAGESIZE) == 0)
+        return NULL;
+    void *image = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    *size = st.st_size;
+    return image == MAP_FAILED ? NULL : image;
+}
+
+static int load_library(const char *path) {
+    size_t size;
+    void *image = map_file(path, &size);
+    if (image == NULL) {
+        fprintf(stderr, "module_refusals: cannot map %s\n", path);
+        return 1;
+    }
+    CUlibrary library;
+    CUresult load = cuLibraryLoadData(&library, image, NULL, NULL, 0, NULL, NULL, 0);
+    int count = -1, kernel = -1, function = -1, global = -1, unload = -1;
+    if (load == CUDA_SUCCESS) {
+        unsigned int n = 0;
+        CUkernel k;
+        CUmodule module;
+        CUfunction f;
+        CUdeviceptr address;
+        size_t bytes;
+        count = cuLibraryGetKernelCount(&n, library) == CUDA_SUCCESS ? (int)n : -2;
+        kernel = cuLibraryGetKernel(&k, library, "k");
+        function = cuLibraryGetModule(&module, library) == CUDA_SUCCESS
+            ? (int)cuModuleGetFunction(&f, module, "k") : -2;
+        global = cuLibraryGetGlobal(&address, &bytes, library, "k_calls");
+        unload = cuLibraryUnload(library);
+    }
+    printf("%s %d %d %d %d %d %d\n", path, (int)load, count, kernel, function, global, unload);
+    munmap(image, size);
+    return 0;
+}
 
 int main(int argc, char **argv) {
     CUdevice dev;
@@ -12,12 +74,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "module_refusals: no device\n");
         return 1;
     }
-    for (int i = 1; i < argc; ++i) {
-        CUmodule mod;
-        CUresult result = cuModuleLoad(&mod, argv[i]);
-        printf("%s %d\n", argv[i], (int)result);
-        if (result == CUDA_SUCCESS)
-            cuModuleUnload(mod);
+    int libraries = argc > 1 && strcmp(argv[1], "--libraries") == 0;
+    for (int i = 1 + libraries; i < argc; ++i) {
+        if (!libraries)
+            load_module(argv[i]);
+        else if (load_library(argv[i]) != 0)
+            return 1;
     }
     return 0;
 }

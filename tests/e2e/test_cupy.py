@@ -5,7 +5,8 @@ PTX) and loads CUB's and curand's big modules (20-30 MB of PTX, loaded lazily).
 examples/cupy_tour.py checks each feature a user starts with against numpy: elementwise and
 reduction kernels, ElementwiseKernel, ReductionKernel, RawKernel and RawModule, indexing,
 sorting, cupy.random, streams and events, pinned memory, the memory pool; matrix multiply
-needs cuBLAS, which vgpu does not serve, and must be refused naming it. A slice of CuPy's
+needs cuBLAS, which vgpu does not serve, and must be refused naming it; so must the legacy
+RandomState, whose cuRAND host library hands the driver cubins only. A slice of CuPy's
 own tests (fetched from its sdist for the installed version: cupy_sources.py) must pass
 under vgpu as on a GPU.
 """
@@ -22,17 +23,28 @@ from e2e_support import vgpu_run
 
 HERE = Path(__file__).resolve().parent
 TOUR = HERE.parents[1] / "examples" / "cupy_tour.py"
-# CuPy's tests of core elementwise and reduction kernels, indexing, creation (arange) and
-# manipulation (transpose, reshape); run with CuPy's own pytest settings (its pyproject.toml:
-# strict xfails, warnings as errors).
+# CuPy's tests of core elementwise and reduction kernels, indexing, creation (arange),
+# manipulation (transpose, reshape) and random; run with CuPy's own pytest settings (its
+# pyproject.toml: strict xfails, warnings as errors).
+RANDOM = "tests/cupy_tests/random_tests/"
 SLICE = ["tests/cupy_tests/core_tests/test_elementwise.py",
          "tests/cupy_tests/core_tests/test_reduction.py",
          "tests/cupy_tests/core_tests/test_ndarray_indexing.py",
          "tests/cupy_tests/creation_tests/test_ranges.py",
          "tests/cupy_tests/manipulation_tests/test_transpose.py",
-         "tests/cupy_tests/manipulation_tests/test_shape.py"]
-# What the slice leaves out of those files (a pytest -k expression), and why. CuPy's random
-# tests are not in the slice: they need cuRAND's host library, which vgpu does not serve.
+         "tests/cupy_tests/manipulation_tests/test_shape.py",
+         # Of the random tests, those that need no cuRAND host library: CuPy's test harness
+         # seeds the legacy RandomState (cuRAND's, whose cubin-only kernels vgpu refuses)
+         # before almost every random test.
+         f"{RANDOM}test_generator_api.py::TestRandomStateThreadSafe",
+         f"{RANDOM}test_generator_api.py::TestHypergeometricValidation",
+         f"{RANDOM}test_generator.py::TestCheckAndGetDtype",
+         f"{RANDOM}test_generator.py::TestResetStates",
+         f"{RANDOM}test_sample.py::TestChoice",
+         f"{RANDOM}test_sample.py::TestRandomIntegers",
+         f"{RANDOM}test_sample.py::TestRandomSample",
+         f"{RANDOM}test_init.py"]
+# What the slice leaves out of those files (a pytest -k expression), and why.
 SELECTION = ("not multigpu"                  # two devices; vgpu's emu server has one
              " and not test_shape1"          # reductions compiled for 27 shapes each: a
              " and not test_shape3"          #   minute of NVRTC with CUB's headers;
@@ -43,7 +55,7 @@ SELECTION = ("not multigpu"                  # two devices; vgpu's emu server ha
              " and not (test_ranges and not arange)")  # test_ranges.py: its arange tests
 # What the slice passes, for the CuPy it was counted with: all it runs. Another CuPy version
 # has other tests; none may fail there either.
-COUNTED = ("14.2.0", 232)
+COUNTED = ("14.2.0", 263)
 FEATURES = ("elementwise", "reductions", "user kernels", "indexing", "sorting", "random",
             "streams, events and pinned memory", "memory pool")
 
@@ -63,6 +75,12 @@ def test_cupy_tour_runs_on_emu(cupy_cache):
     matmul = next(line for line in result.stdout.splitlines()
                   if line.startswith("cupy: matrix multiply"))
     assert matmul.startswith("cupy: matrix multiply refused") and "libcublas" in matmul, matmul
+    legacy = next(line for line in result.stdout.splitlines()
+                  if line.startswith("cupy: legacy random"))
+    assert legacy.startswith("cupy: legacy random refused: CURANDError"), legacy
+    # cuRAND's host library hands vgpu a cubin of its own, which vgpu names
+    refusal = [line for line in result.stderr.splitlines() if "of libcurand.so.10" in line]
+    assert refusal and "NO_BINARY_FOR_GPU" in refusal[0], result.stderr
 
 
 

@@ -59,7 +59,8 @@ def test_cuda_graphs_and_stream_capture(driver_graphs, kernels_ptx, graph_kernel
     for line in ("structure queried", "built graph ran twice", "kernel node parameters updated",
                  "captured graph ran", "memory nodes ran", "conditional nodes ran",
                  "host-to-host copy node ran", "edge data kept", "graph launched by a kernel",
-                 "misuse refused",
+                 "a device graph found its own handle",
+                 "user object destroyed after its graph's launch", "misuse refused",
                  "all checks passed"):
         assert f"driver_graphs: {line}" in result.stdout, result.stdout + result.stderr
 
@@ -127,7 +128,8 @@ def test_streams_run_concurrently(run_on, driver_streams, stream_kernels_ptx):
     """Streams run beside each other (on emu each has a thread of its own on the server, on
     cuda a device stream): a kernel waiting for one launched after it on another stream
     finishes (it would hang with streams run in arrival order), and host functions run on
-    vgpu's thread in stream order."""
+    vgpu's thread in stream order. First, on the NULL stream alone, each query of running
+    work says not ready."""
     result = run_on(driver_streams, stream_kernels_ptx)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "driver_streams: all checks passed" in result.stdout

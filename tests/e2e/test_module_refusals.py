@@ -90,3 +90,26 @@ def test_refusals_say_why_on_stderr(loader, modules):
     assert "the PTX targets sm_90, newer than the device (compute capability 8.0)" in newer[1]
     assert newer[1].endswith("(CUDA_ERROR_INVALID_PTX)")
     assert len(lines) == 5, result.stderr  # nothing for the module that loads
+
+
+def test_libraries_without_code_the_device_runs_load_and_refuse_their_kernels(
+        loader, modules):
+    """As CUDA's driver loads libraries (NVIDIA's runtime loads every image of a program at
+    its first call): one holding only cubins, or only PTX newer than the device, loads; its
+    kernel counts, and is refused with CUDA_ERROR_NO_BINARY_FOR_GPU, naming it, when asked
+    for (so are its variables). What can never load (a texture reference) is still refused
+    at load."""
+    names = ["k.cubin", "k.fatbin", "k90.fatbin", "k.ptx", "texture.ptx"]
+    result = vgpu_run(loader, "--libraries", *(modules[name] for name in names))
+    assert result.returncode == 0, result.stderr
+    codes = {Path(path).name: [int(c) for c in rest]
+             for path, *rest in (line.split() for line in result.stdout.splitlines())}
+    without_code = [0, 1, 209, 209, 209, 0]
+    assert codes == {"k.cubin": without_code, "k.fatbin": without_code,
+                     "k90.fatbin": without_code, "k.ptx": [0, 1, 0, 0, 500, 0],
+                     "texture.ptx": [218, -1, -1, -1, -1, -1]}, result.stdout
+    refused = [line for line in result.stderr.splitlines() if "kernel 'k' of " in line]
+    assert len(refused) == 6, result.stderr  # cuLibraryGetKernel and cuModuleGetFunction
+    assert "'k' of k.cubin cannot run: this module holds only SASS for sm_80" in refused[0]
+    assert "'k' of k90.fatbin cannot run" in refused[-1] and "compute_90" in refused[-1]
+    assert all(line.endswith("(CUDA_ERROR_NO_BINARY_FOR_GPU)") for line in refused)

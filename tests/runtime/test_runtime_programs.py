@@ -279,15 +279,35 @@ def test_binary_without_ptx_names_the_kernel_when_launched(toolkit, emu_server):
     assert "compute_80" in result.stderr, "the message says what to rebuild with"
 
 
+@pytest.mark.parametrize("cudart", ["shared", "static"])
+def test_cubin_only_kernels_are_refused_at_their_launch_only(toolkit, emu_server, tmp_path,
+                                                             cudart):
+    """A program one of whose files was built cubin-only runs its other kernels, vgpu's
+    runtime and NVIDIA's (which loads each of the program's images at its first call) alike;
+    a library of cubins loads, and its kernel is refused naming it."""
+    sass_only = ["-gencode", "arch=compute_80,code=sm_80"]
+    program = toolkit.linked_executable(
+        {"partly_cubin.cu": ((PROGRAMS / "partly_cubin.cu").read_text(), []),
+         "partly_cubin_sass.cu": ((PROGRAMS / "partly_cubin_sass.cu").read_text(), sass_only)},
+        ["-cudart", cudart, f"-I{PROGRAMS}"])
+    library = tmp_path / "k.fatbin"
+    library.write_bytes(toolkit.fatbin('extern "C" __global__ void k(int *v) { *v = 1; }',
+                                       sass_only))
+    result = run_under_vgpu(emu_server, program, library, timeout=TIMEOUT_S)
+    assert_passed(result, "partly_cubin: PTX kernels ran beside cubin-only ones, which were "
+                          "refused")
+    refusals = [line for line in result.stderr.splitlines() if line.startswith("vgpu:")]
+    assert len(refusals) == 2 and "sass_only" in refusals[0] and "'k'" in refusals[1], \
+        result.stderr
+    assert all("no PTX" in line and "compute_80" in line for line in refusals), result.stderr
+
+
 # ----------------------------------------------------------------- NVIDIA's own runtime
 
 # nvcc's default build links NVIDIA's runtime statically; it runs on vgpu's libcuda through
 # the driver's private tables (shim/c/driver_export_slots.c), and each program must print what
 # its -cudart shared build prints. Left out, with the reason:
 NOT_COMPARED = {
-    # NVIDIA's runtime loads every module at its first call, so a cubin-only program fails
-    # there (saying which -gencode to add), where vgpu's runtime refuses only the launch.
-    "no_ptx",
     # the device-linked image NVIDIA's runtime loads holds only a cubin (the PTX stays in
     # each file's image), which the emulator cannot run: -rdc=true needs -cudart shared.
     "rdc_main", "rdc_combine",
@@ -328,7 +348,8 @@ def test_streams_run_concurrently(toolkit, server):
     """Streams run beside each other (on emu each has a thread of its own on the server, on
     cuda a device stream): a kernel waiting for one launched after it on another stream
     finishes (it would hang with streams run in arrival order), and host functions run on
-    vgpu's thread in stream order."""
+    vgpu's thread in stream order. First, on the default stream alone, each query of running
+    work says not ready."""
     assert_passed(run(server, build(toolkit, "concurrent_streams")),
                   "concurrent_streams: waiting kernel released, events joined 1000 sums, "
                   "host functions in order")
@@ -367,3 +388,13 @@ def test_hints_occupancy_and_libraries(toolkit, emu_server, tmp_path):
                             timeout=TIMEOUT_S)
     assert_passed(result, "hints_and_libraries: hints accepted, library kernel and occupancy "
                           "correct")
+
+
+def test_graph_user_objects_and_device_graph_order(toolkit, emu_server):
+    assert_passed(run(emu_server, build(toolkit, "graph_lifetimes")),
+                  "graph_lifetimes: user objects destroyed after the last reference and launch",
+                  "graph_lifetimes: tail launches ran after their graph, in CUDA's order",
+                  "graph_lifetimes: a device graph's memset, kernel and copy ran from the "
+                  "device",
+                  "graph_lifetimes: a device graph found itself and relaunched itself",
+                  "graph_lifetimes: all checks passed")

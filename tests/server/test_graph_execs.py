@@ -177,3 +177,80 @@ def test_conditional_nodes_run_the_bodies_their_condition_selects(two_servers):
         ["vgpuGraphCreate", [GRAPH + 1, CONTEXT, [[_conditional(1 << 20, if_, [1])], []]]],
         ["vgpuGraphLaunch", [GRAPH + 1, 0, 0]])
     assert code == 1, result
+
+
+# tail_launch(graph, code): *code = cudaGraphLaunch(graph, cudaStreamGraphTailLaunch), as
+# nvcc calls it
+TAIL_LAUNCH_PTX = b"""
+.version 9.0
+.target sm_75
+.address_size 64
+.extern .func (.param .b32 func_retval0) cudaGraphLaunch(.param .b64 p0, .param .b64 p1);
+.visible .entry tail_launch(.param .u64 graph, .param .u64 code)
+{
+    .reg .b32 %r<2>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [graph];
+    ld.param.u64 %rd3, [code];
+    mov.u64 %rd2, 72057594037927936;
+    {
+    .param .b64 p0;
+    st.param.b64 [p0], %rd1;
+    .param .b64 p1;
+    st.param.b64 [p1], %rd2;
+    .param .b32 rv;
+    call.uni (rv), cudaGraphLaunch, (p0, p1);
+    ld.param.b32 %r1, [rv];
+    }
+    st.global.u32 [%rd3], %r1;
+    ret;
+}
+"""
+
+
+def _tail_launch(launcher: int, graph: int, code_at: int) -> list:
+    return ["cuLaunchKernel", [launcher, 1, 1, 1, 1, 1, 1, 0, 0,
+                               graph.to_bytes(8, "little") + code_at.to_bytes(8, "little")]]
+
+
+def test_tail_launches_wait_for_the_graphs_last_segment(server, tmp_path):
+    """A kernel of a graph launched from the host tail-launches a device graph: it runs
+    after the graph's last segment (a host node of the client's may come between), and a
+    checkpoint between the segments, which could not carry it, is refused. A device graph
+    naming memory the session does not hold is refused where a kernel launches it."""
+    client = RawClient(server.address)
+    make_session(client, sizes=(4096,))
+    values = _with_kernel(client)
+    launcher, device_graph, stray_graph = FUNCTION + 10, GRAPH + 1, GRAPH + 2
+    code_at = values + 4 * THREADS  # the slot past the values
+    code, result, *_ = client.call(
+        ["cuModuleLoadData", [MODULE + 10, CONTEXT, ["inline", TAIL_LAUNCH_PTX],
+                              len(TAIL_LAUNCH_PTX)]],
+        ["cuModuleGetFunction", [launcher, MODULE + 10, "tail_launch"]],
+        # a memset, a kernel and a copy, as a device graph may hold
+        ["vgpuGraphCreate", [device_graph, CONTEXT, [[
+            ["vgpuMemset", [values, struct.pack("<I", 5), 1]], _add_one(values),
+            ["cuMemcpyDtoD", [values + 4, values, 4]]]], True]],
+        ["vgpuGraphCreate", [stray_graph, CONTEXT, [[
+            ["cuMemcpyDtoD", [values, 0x10, 4]]]], True]],
+        ["vgpuGraphUpload", [device_graph, 0]], ["vgpuGraphUpload", [stray_graph, 0]],
+        ["vgpuGraphCreate", [GRAPH, CONTEXT, [
+            [_tail_launch(launcher, device_graph, code_at)], [_add_one(values)]]]])
+    assert code == 0, result
+    code, result, *_ = client.call(["vgpuGraphLaunch", [GRAPH, 0, 0]], ["vgpuSynchronize", []])
+    assert code == 0, result
+    assert _values(client, values) == [0] * SLOTS  # the tail waits for the second segment
+    image = str(tmp_path / "session.vgpu")
+    code, refused = admin(server.address, "checkpoint", pid=os.getpid(), path=image)
+    assert code == 1 and "tail-launched" in refused, refused
+    code, result, *_ = client.call(["vgpuGraphLaunch", [GRAPH, 1, 0]], ["vgpuSynchronize", []])
+    assert code == 0, result
+    assert _values(client, values) == [6, 6] + [2] * (THREADS - 2) + [0]
+    code, written = admin(server.address, "checkpoint", pid=os.getpid(), path=image)
+    assert code == 0, written
+    code, result, *_ = client.call(["cuLaunchKernel", _tail_launch(launcher, stray_graph,
+                                                                   code_at)[1]],
+                                   ["vgpuSynchronize", []])
+    assert code == 0, result
+    assert _values(client, values)[:2] == [6, 6]  # nothing ran
+    assert _values(client, values)[THREADS] == 1  # cudaErrorInvalidValue

@@ -108,6 +108,7 @@ class _Frame:
 
     def __init__(self, symbols: int):
         self.launch = np.zeros(SYMBOL_SLOT + symbols, np.int64)
+        self.launch[list(CLOCK_SLOTS)] = clock_slots()   # the process's, fixed
         self.launch_pointer = self.launch.ctypes.data
         self.workers: list[_Worker] = []
         self.nbytes = 0   # what its workers' buffers hold
@@ -176,7 +177,6 @@ class NativeKernel:
                           table.ctypes.data, len(table), 0, _STRAY_MODE.get(strays, 1),
                           0, 0, 0, 0, 0, 0, 0, 0, prepared.shared_size, prepared.local_size,
                           prepared.shared_bytes, shape[1], shape[2], shape[0])
-        launch[list(CLOCK_SLOTS)] = clock_slots()
         for k, name in enumerate(self.symbols):
             launch[SYMBOL_SLOT + k] = prepared.symbols[name]
         count = max(1, min(threads, nblocks))

@@ -1,8 +1,11 @@
-// Streams that are streams: a kernel that waits for a flag another stream's kernel sets,
-// launched first, finishes; events order work across streams; host functions run in stream
-// order on a thread of their own (one waits for what main() does after queuing it, and the
-// kernel after it on the stream sees what it wrote); registered host memory is mapped for
-// kernels; the device says it runs kernels concurrently. Results are checked against the host.
+// Streams that are streams: on the default stream alone (before other streams have work), an
+// event behind a kernel that waits for the host, and the stream, stay not ready however often
+// they are queried (and "not ready" is not the last error); a kernel that waits for a flag
+// another stream's kernel sets, launched first, finishes; events order work across streams;
+// host functions run in stream order on a thread of their own (one waits for what main() does
+// after queuing it, and the kernel after it on the stream sees what it wrote); registered host
+// memory is mapped for kernels; the device says it runs kernels concurrently. Results are
+// checked against the host.
 // With --unmapped (a recorded run, whose server maps no host memory) the parts that need host
 // memory mapped for kernels are left out.
 #include "check.cuh"
@@ -85,6 +88,34 @@ int main(int argc, char **argv)
     EXPECT(concurrent == 1 && prop.concurrentKernels == 1);
     EXPECT(engines >= 1 && prop.asyncEngineCount == engines);
     EXPECT(map_host == 1 && prop.canMapHostMemory == 1);
+
+    // 0. Each query of running work asks the device again, not the first one's answer.
+    if (mapped) {
+        volatile int *host_flag;
+        int *mapped_flag, *host_seen, host_got = 0;
+        CHECK(cudaHostAlloc((void **)&host_flag, sizeof(int), cudaHostAllocMapped));
+        *host_flag = 0;
+        CHECK(cudaHostGetDevicePointer((void **)&mapped_flag, (void *)host_flag, 0));
+        CHECK(cudaMalloc(&host_seen, sizeof(int)));
+        cudaEvent_t behind_host;
+        CHECK(cudaEventCreateWithFlags(&behind_host, cudaEventDisableTiming));
+        wait_for_flag<<<1, 1>>>(mapped_flag, host_seen);
+        CHECK(cudaEventRecord(behind_host));
+        for (int i = 0; i < 3; ++i) {
+            EXPECT_ERROR(cudaErrorNotReady, cudaEventQuery(behind_host));
+            EXPECT_ERROR(cudaErrorNotReady, cudaStreamQuery(0));
+        }
+        CHECK(cudaGetLastError());  // "not ready" is no error: it is not the last error
+        *host_flag = 6;
+        CHECK(cudaEventSynchronize(behind_host));
+        CHECK(cudaEventQuery(behind_host));
+        CHECK(cudaStreamQuery(0));
+        CHECK(cudaMemcpy(&host_got, host_seen, sizeof host_got, cudaMemcpyDeviceToHost));
+        EXPECT(host_got == 7);
+        CHECK(cudaEventDestroy(behind_host));
+        CHECK(cudaFree(host_seen));
+        CHECK(cudaFreeHost((void *)host_flag));
+    }
 
     cudaStream_t waiter, setter, consumer;
     CHECK(cudaStreamCreateWithFlags(&waiter, cudaStreamNonBlocking));

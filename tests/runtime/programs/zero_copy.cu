@@ -40,6 +40,11 @@ int main()
     CHECK(cudaHostRegister(registered.data(), n * sizeof(int), cudaHostRegisterDefault));
     int *registered_device;
     CHECK(cudaHostGetDevicePointer((void **)&registered_device, registered.data(), 0));
+    // A device that says it can use the host pointer gives it back as the device's.
+    int same_pointer = 0;
+    CHECK(cudaDeviceGetAttribute(&same_pointer, cudaDevAttrCanUseHostPointerForRegisteredMem,
+                                 0));
+    EXPECT(same_pointer == (registered_device == registered.data()));
     increment<<<(n + 255) / 256, 256, 0, stream>>>(registered_device, n);
     CHECK(cudaStreamSynchronize(stream));
     for (int i = 0; i < n; ++i)
