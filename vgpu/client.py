@@ -18,6 +18,7 @@ and msgpack only.
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import mmap
 import os
@@ -211,6 +212,10 @@ class Connection:
         # synchronization: the server runs such streams beside its answers, so an answer
         # no longer says that work is done.
         self.streams_used = False
+        # The stream each thread's copies and memsets are issued on (`issued_on`), and the
+        # one the calls queued so far leave the server's session in (vgpuStreamScope).
+        self._scopes = threading.local()
+        self._queued_scope = 0
         self._zmq = zmq.Context()
         # Each socket's watch (vgpu.transport.Watch): why a handshake failed, and for a TCP
         # socket whether its connection dropped.
@@ -489,6 +494,7 @@ class Connection:
         with self._lock:
             if self.managed is not None:
                 self.managed.before(op)
+            self._rescope()
             self._queue.append((op, args))
             if op in RELEASING_CALLS and self._windows:
                 self._forget_windows(args[0] if op == "cuMemFree" else None)
@@ -503,6 +509,7 @@ class Connection:
         with self._lock:
             if self.managed is not None:
                 self.managed.before(op)
+            self._rescope()
             self._queue.append((op, args))
             if op == "vgpuUnmapHostSegment":
                 self._segments.discard(args[0])
@@ -510,6 +517,37 @@ class Connection:
             if op == "vgpuMapHostSegment":
                 self._segments.add(args[0])
             return reply
+
+    @contextlib.contextmanager
+    def issued_on(self, stream: int):
+        """The copies and memsets this thread makes inside are issued on `stream`: the
+        server runs each after the work queued before it on that stream (and on no other).
+
+        The server's session has one scope (vgpuStreamScope) for every thread of the
+        program, which share this connection. A scope, its copy and the scope's end posted
+        one by one let another thread's scope in between, and the copy then waited for
+        the other stream's work, reading memory the kernels on its own stream had not
+        written yet. So the scope is the thread's, and every call is queued after a
+        vgpuStreamScope naming its thread's scope wherever the calls before it leave the
+        session in another."""
+        outer = getattr(self._scopes, "stream", 0)
+        self._scopes.stream = stream
+        try:
+            with self._lock:
+                self._rescope()
+            yield
+        finally:
+            self._scopes.stream = outer
+            with self._lock:
+                self._rescope()
+
+    def _rescope(self) -> None:
+        """Queue vgpuStreamScope for the calling thread's scope if the calls queued so far
+        leave the session in another (the lock is held)."""
+        stream = getattr(self._scopes, "stream", 0)
+        if stream != self._queued_scope:
+            self._queue.append(("vgpuStreamScope", (stream,)))
+            self._queued_scope = stream
 
     def synchronize(self, kind: str = "context", handle: int = 0, ask: bool = False) -> None:
         """Wait for the work sent so far: all of it (cuCtxSynchronize and kin), or a
@@ -855,6 +893,7 @@ class Connection:
         with self._lock:
             if self.managed is not None:
                 self.managed.before(op)
+            self._rescope()
             if self.ring is None and size > self._stream_chunk_bytes():
                 self._stream_to_device(op, dst, src, size, extra)
                 return
@@ -956,6 +995,7 @@ class Connection:
         with self._lock:
             if self.managed is not None:
                 self.managed.before(op)
+            self._rescope()
             if self.ring is None and size > self._stream_chunk_bytes():
                 self._stream_from_device(op, src, dst, size, extra)
                 return

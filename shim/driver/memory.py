@@ -369,11 +369,8 @@ def issued_on(stream):
         return
     conn = state.conn()
     conn.streams_used = True
-    conn.post("vgpuStreamScope", handle)
-    try:
+    with conn.issued_on(handle):  # the scope is this thread's: see Connection.issued_on
         yield handle
-    finally:
-        conn.post("vgpuStreamScope", 0)
 
 
 def _check_host_range(address: int, size: int, side: str) -> None:
