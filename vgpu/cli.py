@@ -45,7 +45,8 @@ def _add_server_parser(sub) -> None:
                         "handles them, else on the interpreter (the default; --no-compile "
                         "or VGPU_EMU_COMPILE=0: every kernel on the interpreter)")
     p.add_argument("--threads", type=_positive, default=None, metavar="N",
-                   help="emu, compiled kernels: run blocks on N native threads (default 1)")
+                   help="emu, compiled kernels: run blocks on N native threads (default: "
+                        "the CPUs the server may use)")
     p.add_argument("--checkpoint-dir", default=None, metavar="DIR",
                    help="where sessions' checkpoint images go (DIR/TOKEN.vgpu); a server "
                         "reading the same folder restores a client whose server died")

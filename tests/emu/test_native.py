@@ -483,17 +483,18 @@ def test_threads_spinning_on_a_later_thread_of_their_block_let_it_run(differenti
     assert differential.compiled == ["wait_for_last"]
 
 
-def test_the_compiler_is_on_unless_switched_off():
+def test_the_compiler_is_on_unless_switched_off_and_uses_every_cpu():
     """The defaults a server starts with: VGPU_EMU_COMPILE=0 (or `vgpu server
-    --no-compile`) keeps every kernel on the interpreter; blocks on one thread unless
-    VGPU_EMU_THREADS (or `--threads`) says more."""
+    --no-compile`) keeps every kernel on the interpreter; blocks run on every CPU the
+    process may use unless VGPU_EMU_THREADS (or `--threads`) says how many."""
     import os
     import subprocess
     import sys
     script = ("from vgpu.server.emu import native\n"
               "print(native.enabled(), native.threads())")
-    for compile_, threads, expected in (("", "", "True 1"), ("0", "", "False 1"),
-                                        ("", "2", "True 2")):
+    cpus = len(os.sched_getaffinity(0))
+    for compile_, threads, expected in (("", "", f"True {cpus}"), ("0", "", f"False {cpus}"),
+                                        ("", "3", "True 3")):
         env = {k: v for k, v in os.environ.items() if not k.startswith("VGPU_EMU_")}
         env["VGPU_EMU_COMPILE"], env["VGPU_EMU_THREADS"] = compile_, threads
         out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,

@@ -319,13 +319,7 @@ NOT_COMPARED = {
 # several threads. Every program outside NOT_COMPARED matches.
 COMPARED = ("vector_add", "constant_memory", "device_printf", "printf_fifo", "error_checks",
             "memory_api", "occupancy", "streams_events", "device_management",
-            "managed_variable", "kernel_assert",
-            # A known bug, not yet found: in full-suite runs the static build's four host
-            # threads (each launching on its own stream) read a wrong result now and then
-            # (2 of the last 2 CI runs; 0 of 8 runs alone).
-            pytest.param("launch_configuration", marks=pytest.mark.xfail(
-                strict=False, reason="intermittent wrong result with several host threads "
-                "launching through NVIDIA's static runtime, under the suite's load")))
+            "managed_variable", "kernel_assert", "launch_configuration")
 
 
 @pytest.mark.parametrize("name", COMPARED)

@@ -2,9 +2,7 @@
 
 On by default; off with VGPU_EMU_COMPILE=0 in the server's environment, `vgpu server
 --no-compile`, or `configure(enabled=False)`. Blocks run on `threads` native threads
-(VGPU_EMU_THREADS, `--threads N`; default 1: with more, a launch's blocks spread over a
-shared pool, and concurrent launches from several streams were seen to lose writes
-intermittently, which is not understood yet). A kernel that
+(VGPU_EMU_THREADS, `--threads N`; default: the CPUs this process may use). A kernel that
 uses anything the compiler does not translate yet runs on the interpreter, with one log
 line per module and kernel naming the instruction (INFO: a normal event now that the
 compiler is on by default; `vgpu server -v` shows it). The execution model is in the
@@ -30,8 +28,15 @@ MAX_INSTRUCTIONS = 1000
 _log = logging.getLogger("vgpu.emu.native")
 
 
+def _available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):   # not Linux
+        return os.cpu_count() or 1
+
+
 _settings = {"enabled": os.environ.get("VGPU_EMU_COMPILE", "").lower() not in ("0", "off", "no"),
-             "threads": max(1, int(os.environ.get("VGPU_EMU_THREADS") or 1))}
+             "threads": max(1, int(os.environ.get("VGPU_EMU_THREADS") or _available_cpus()))}
 _lock = threading.Lock()
 _names = itertools.count()
 
