@@ -26,6 +26,7 @@ when all lanes fall into the same allocation (the usual case: a kernel walking o
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
@@ -43,6 +44,19 @@ DENIED = {NO_ACCESS: "the address is mapped without access for the device",
            READ: "the address is mapped read-only"}
 
 
+class _Allocations(NamedTuple):
+    """DeviceMemory's allocations at one moment: parallel lists in address order, never
+    changed once made (a change makes new ones), so a reader that takes them once sees one
+    consistent set while another thread maps or unmaps memory."""
+    bases: list[int]
+    arrays: list[np.ndarray]  # each one's mapped span
+    sizes: list[int]          # the allocated sizes
+    access: list[int]         # READ_WRITE, READ, NO_ACCESS
+
+
+_NONE = _Allocations([], [], [], [])
+
+
 class _Index(NamedTuple):
     """DeviceMemory's allocations as arrays, in address order."""
     bases: np.ndarray
@@ -50,6 +64,7 @@ class _Index(NamedTuple):
     spans: np.ndarray    # each one's mapped span
     access: np.ndarray
     all_read_write: bool
+    arrays: list[np.ndarray]  # the allocations' own, at the same positions
 
 
 class DeviceMemory:
@@ -57,17 +72,17 @@ class DeviceMemory:
 
     def __init__(self, granule: int = 1) -> None:
         self.granule = granule
-        self._bases: list[int] = []          # sorted
-        self._arrays: list[np.ndarray] = []  # parallel to _bases: each one's mapped span
-        self._sizes: list[int] = []          # parallel to _bases: the allocated sizes
-        self._access: list[int] = []         # parallel to _bases: READ_WRITE, READ, NO_ACCESS
-        # The allocations as arrays for lanes' lookups, made at the first lookup after they
-        # change (a module's load maps its variables one by one: over a thousand in CuPy's),
-        # with the count of changes they were made at: an index made by a kernel's thread
-        # while another thread mapped memory is made again at the next lookup.
-        self._changes = 0
-        self._index: tuple[int, _Index] | None = None
-        self._native_table: np.ndarray | None = None
+        # Kernels on the streams' threads read the allocations while the session's thread
+        # maps memory: each change publishes a new _Allocations in one assignment.
+        self._allocations = _NONE
+        self._changing = threading.Lock()  # one change at a time
+        # The allocations as arrays for lanes' lookups, and as the compiled kernels' table,
+        # made at the first use after they change (a module's load maps its variables one
+        # by one: over a thousand in CuPy's), each with the _Allocations it was made from:
+        # one made by a kernel's thread while another thread mapped memory describes the
+        # allocations before the change, and is made again at the next use.
+        self._index: tuple[_Allocations, _Index] | None = None
+        self._native_table: tuple[_Allocations, np.ndarray] | None = None
 
     # -- allocation ---------------------------------------------------------------------
     def map(self, address: int, size: int, backing: memoryview | None = None,
@@ -80,106 +95,113 @@ class DeviceMemory:
             raise ValueError(
                 f"allocation [0x{address:x}, +{size}) is outside the device address range "
                 f"(below 0x{DEVICE_ADDRESS_LIMIT:x})")
-        pos = bisect.bisect_right(self._bases, address)
-        if pos > 0 and self._bases[pos - 1] + self._sizes[pos - 1] > address:
-            raise ValueError(f"allocation at 0x{address:x} overlaps 0x{self._bases[pos - 1]:x}")
-        if pos < len(self._bases) and address + size > self._bases[pos]:
-            raise ValueError(f"allocation at 0x{address:x} overlaps 0x{self._bases[pos]:x}")
-        if backing is None:
-            span = -(-size // self.granule) * self.granule
-            if pos < len(self._bases):  # never reach into the next allocation
-                span = min(span, self._bases[pos] - address)
-            array = np.zeros(span, np.uint8)
-        else:
-            view = memoryview(backing).cast("B")
-            if view.readonly:
-                raise ValueError("backing buffer must be writable")
-            if view.nbytes < size:
-                raise ValueError(f"backing buffer holds {view.nbytes} bytes, {size} needed")
-            array = np.frombuffer(view, np.uint8, count=size)
-        if pos > 0 and self._bases[pos - 1] + self._arrays[pos - 1].size > address:
-            # The previous allocation's granule padding reached this far: it ends here now.
-            self._arrays[pos - 1] = self._arrays[pos - 1][:address - self._bases[pos - 1]]
-        self._bases.insert(pos, address)
-        self._arrays.insert(pos, array)
-        self._sizes.insert(pos, size)
-        self._access.insert(pos, access)
-        self._reindex()
+        with self._changing:
+            bases, arrays, sizes, accesses = (list(a) for a in self._allocations)
+            pos = bisect.bisect_right(bases, address)
+            if pos > 0 and bases[pos - 1] + sizes[pos - 1] > address:
+                raise ValueError(f"allocation at 0x{address:x} overlaps 0x{bases[pos - 1]:x}")
+            if pos < len(bases) and address + size > bases[pos]:
+                raise ValueError(f"allocation at 0x{address:x} overlaps 0x{bases[pos]:x}")
+            if backing is None:
+                span = -(-size // self.granule) * self.granule
+                if pos < len(bases):  # never reach into the next allocation
+                    span = min(span, bases[pos] - address)
+                array = np.zeros(span, np.uint8)
+            else:
+                view = memoryview(backing).cast("B")
+                if view.readonly:
+                    raise ValueError("backing buffer must be writable")
+                if view.nbytes < size:
+                    raise ValueError(f"backing buffer holds {view.nbytes} bytes, {size} needed")
+                array = np.frombuffer(view, np.uint8, count=size)
+            if pos > 0 and bases[pos - 1] + arrays[pos - 1].size > address:
+                # The previous allocation's granule padding reached this far: it ends here now.
+                arrays[pos - 1] = arrays[pos - 1][:address - bases[pos - 1]]
+            bases.insert(pos, address)
+            arrays.insert(pos, array)
+            sizes.insert(pos, size)
+            accesses.insert(pos, access)
+            self._allocations = _Allocations(bases, arrays, sizes, accesses)
 
     def unmap(self, address: int) -> None:
         """Remove the allocation whose base is `address`."""
-        pos = bisect.bisect_left(self._bases, address)
-        if pos == len(self._bases) or self._bases[pos] != address:
-            raise IllegalAddress(address, 0)
-        del self._bases[pos]
-        del self._arrays[pos]
-        del self._sizes[pos]
-        del self._access[pos]
-        self._reindex()
+        with self._changing:
+            bases, arrays, sizes, accesses = (list(a) for a in self._allocations)
+            pos = bisect.bisect_left(bases, address)
+            if pos == len(bases) or bases[pos] != address:
+                raise IllegalAddress(address, 0)
+            for parallel in (bases, arrays, sizes, accesses):
+                del parallel[pos]
+            self._allocations = _Allocations(bases, arrays, sizes, accesses)
 
     def set_access(self, address: int, access: int) -> None:
         """What the allocation whose base is `address` allows from now on."""
-        pos = bisect.bisect_left(self._bases, address)
-        if pos == len(self._bases) or self._bases[pos] != address:
-            raise IllegalAddress(address, 0)
-        self._access[pos] = access
-        self._reindex()
-
-    def _reindex(self) -> None:
-        self._changes += 1
-        self._native_table = None
+        with self._changing:
+            now = self._allocations
+            pos = bisect.bisect_left(now.bases, address)
+            if pos == len(now.bases) or now.bases[pos] != address:
+                raise IllegalAddress(address, 0)
+            accesses = list(now.access)
+            accesses[pos] = access
+            self._allocations = now._replace(access=accesses)
 
     def _lookup_index(self) -> _Index:
-        changes, made = self._changes, self._index
-        if made is not None and made[0] == changes:
+        now, made = self._allocations, self._index
+        if made is not None and made[0] is now:
             return made[1]
-        index = _Index(np.array(self._bases, np.uint64), np.array(self._sizes, np.uint64),
-                       np.array([a.size for a in self._arrays], np.uint64),
-                       np.array(self._access, np.uint8),
+        index = _Index(np.array(now.bases, np.uint64), np.array(now.sizes, np.uint64),
+                       np.array([a.size for a in now.arrays], np.uint64),
+                       np.array(now.access, np.uint8),
                        # Access is checked lane by lane only where some allocation restricts it.
-                       all(a == READ_WRITE for a in self._access))
-        self._index = (changes, index)
+                       all(a == READ_WRITE for a in now.access), now.arrays)
+        self._index = (now, index)
         return index
 
     def native_table(self) -> np.ndarray:
         """The allocations for compiled kernels (see native/codegen.py): one int64 row each,
         (base, size, mapped span, host address, access), in address order. Made again only
         after the allocations change."""
-        if self._native_table is None:
-            rows = [(base, size, array.size, array.ctypes.data, access) for base, size, array,
-                    access in zip(self._bases, self._sizes, self._arrays, self._access,
-                                  strict=True)]
-            table = np.array(rows, np.uint64).view(np.int64) if rows else np.zeros((0, 5),
-                                                                                    np.int64)
-            self._native_table = np.ascontiguousarray(table.reshape(-1, 5))
-        return self._native_table
+        now, made = self._allocations, self._native_table
+        if made is not None and made[0] is now:
+            return made[1]
+        rows = [(base, size, array.size, array.ctypes.data, access) for base, size, array,
+                access in zip(now.bases, now.sizes, now.arrays, now.access, strict=True)]
+        table = np.array(rows, np.uint64).view(np.int64) if rows else np.zeros((0, 5),
+                                                                                np.int64)
+        table = np.ascontiguousarray(table.reshape(-1, 5))
+        self._native_table = (now, table)
+        return table
 
     def find(self, address: int) -> tuple[int, int] | None:
         """(base, size) of the allocation containing `address`, or None."""
-        pos = bisect.bisect_right(self._bases, address) - 1
-        if pos >= 0 and address < self._bases[pos] + self._sizes[pos]:
-            return self._bases[pos], self._sizes[pos]
+        now = self._allocations
+        pos = bisect.bisect_right(now.bases, address) - 1
+        if pos >= 0 and address < now.bases[pos] + now.sizes[pos]:
+            return now.bases[pos], now.sizes[pos]
         return None
 
     def nearest(self, address: int) -> tuple[int, int] | None:
         """(base, size) of the allocation that starts at or below `address`, or None: what
         a memory checker names for an access past an allocation's end."""
-        pos = bisect.bisect_right(self._bases, address) - 1
-        return (self._bases[pos], self._sizes[pos]) if pos >= 0 else None
+        now = self._allocations
+        pos = bisect.bisect_right(now.bases, address) - 1
+        return (now.bases[pos], now.sizes[pos]) if pos >= 0 else None
 
     def allocations(self) -> list[tuple[int, int]]:
         """(base, size) of every live allocation, in address order."""
-        return list(zip(self._bases, self._sizes, strict=True))
+        now = self._allocations
+        return list(zip(now.bases, now.sizes, strict=True))
 
     # -- scalar access ------------------------------------------------------------------
     def _locate(self, address: int, size: int, need: int) -> tuple[np.ndarray, int]:
-        pos = bisect.bisect_right(self._bases, address) - 1
+        now = self._allocations
+        pos = bisect.bisect_right(now.bases, address) - 1
         if pos >= 0:
-            offset = address - self._bases[pos]
-            if size >= 0 and offset + size <= self._sizes[pos]:
-                if (self._access[pos] & need) != need:
-                    raise IllegalAddress(address, size, denied=DENIED[self._access[pos]])
-                return self._arrays[pos], offset
+            offset = address - now.bases[pos]
+            if size >= 0 and offset + size <= now.sizes[pos]:
+                if (now.access[pos] & need) != need:
+                    raise IllegalAddress(address, size, denied=DENIED[now.access[pos]])
+                return now.arrays[pos], offset
         raise IllegalAddress(address, size)
 
     def read(self, address: int, size: int) -> bytes:
@@ -230,10 +252,11 @@ class DeviceMemory:
             return
         lo = int(addrs.min())
         hi = int(addrs.max())
-        pos = bisect.bisect_right(self._bases, lo) - 1
-        if pos >= 0 and hi + size <= self._bases[pos] + self._sizes[pos] \
-                and (self._access[pos] & need) == need:
-            yield self._arrays[pos], addrs - np.uint64(self._bases[pos]), None
+        now = self._allocations
+        pos = bisect.bisect_right(now.bases, lo) - 1
+        if pos >= 0 and hi + size <= now.bases[pos] + now.sizes[pos] \
+                and (now.access[pos] & need) == need:
+            yield now.arrays[pos], addrs - np.uint64(now.bases[pos]), None
             return
         index = self._lookup_index()
         idx = np.searchsorted(index.bases, addrs, side="right").astype(np.int64) - 1
@@ -257,7 +280,7 @@ class DeviceMemory:
         sorted_idx = idx[order]
         starts = np.flatnonzero(np.diff(sorted_idx)) + 1
         for lanes in np.split(order, starts):
-            yield self._arrays[int(idx[lanes[0]])], offsets[lanes], lanes
+            yield index.arrays[int(idx[lanes[0]])], offsets[lanes], lanes
 
     def gather(self, addrs: np.ndarray, dtype, count: int = 1) -> np.ndarray:
         """Per-lane loads of `count` consecutive `dtype` elements: shape (n,) or (n, count)."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import mmap
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -232,3 +234,38 @@ def test_a_chunk_of_blocks_holds_a_bounded_amount_of_shared_memory():
     sizes = {chunk.nblocks for chunk in prepared._chunks()}
     assert max(sizes) * shared <= CHUNK_STATE_BYTES
     assert sum(chunk.nblocks for chunk in prepared._chunks()) == 65536
+
+
+def _kernels_until(memory: DeviceMemory, done: threading.Event) -> None:
+    """What kernels on a stream's thread ask of the memory, until `done`."""
+    while not done.is_set():
+        memory.native_table()
+        memory.gather(np.array([0x10000, 0x20000], np.uint64), np.uint8)
+
+
+def test_tables_made_while_another_thread_maps_memory_show_every_allocation_after():
+    """Kernels on the streams' threads make the allocation table (and the lanes' index) while
+    the session's thread maps memory: whatever they made meanwhile, the next kernel's table
+    has every allocation, each at its own host memory."""
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns between a few bytecodes
+    try:
+        for _ in range(20):
+            memory = DeviceMemory(granule=512)
+            for k in range(40):
+                memory.map(0x10000 + k * 0x1000, 256)
+            done = threading.Event()
+            reader = threading.Thread(target=_kernels_until, args=(memory, done))
+            reader.start()
+            try:
+                for k in range(40, 50):
+                    memory.map(0x10000 + k * 0x1000, 256)
+            finally:
+                done.set()
+                reader.join()
+            table = memory.native_table()
+            assert [tuple(row[:2]) for row in table] == memory.allocations()
+            for (base, size), row in zip(memory.allocations(), table, strict=True):
+                assert row[3] == np.frombuffer(memory.view(base, size), np.uint8).ctypes.data
+    finally:
+        sys.setswitchinterval(switch)
