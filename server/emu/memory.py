@@ -121,7 +121,7 @@ class DeviceMemory:
             arrays.insert(pos, array)
             sizes.insert(pos, size)
             accesses.insert(pos, access)
-            self._allocations = _Allocations(bases, arrays, sizes, accesses)
+            self._publish(_Allocations(bases, arrays, sizes, accesses))
 
     def unmap(self, address: int) -> None:
         """Remove the allocation whose base is `address`."""
@@ -132,7 +132,7 @@ class DeviceMemory:
                 raise IllegalAddress(address, 0)
             for parallel in (bases, arrays, sizes, accesses):
                 del parallel[pos]
-            self._allocations = _Allocations(bases, arrays, sizes, accesses)
+            self._publish(_Allocations(bases, arrays, sizes, accesses))
 
     def set_access(self, address: int, access: int) -> None:
         """What the allocation whose base is `address` allows from now on."""
@@ -143,7 +143,13 @@ class DeviceMemory:
                 raise IllegalAddress(address, 0)
             accesses = list(now.access)
             accesses[pos] = access
-            self._allocations = now._replace(access=accesses)
+            self._publish(now._replace(access=accesses))
+
+    def _publish(self, allocations: _Allocations) -> None:
+        self._allocations = allocations
+        # The index and table made from the old set hold its arrays: an unmapped buffer
+        # (a host segment's mmap) could not be closed while they do.
+        self._index = self._native_table = None
 
     def _lookup_index(self) -> _Index:
         now, made = self._allocations, self._index
