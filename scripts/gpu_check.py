@@ -53,14 +53,16 @@ RUNTIME_PROGRAMS = {
     "rdc_main": (("-rdc=true",), ("rdc_combine.cu",)),
 }
 # On NVIDIA's driver a device-side fault (an assert, an illegal address) is sticky for the
-# whole process: every context of it fails from then on (seen on an H200: a trap in one
-# context, then cuMemAlloc in another returned CUDA_ERROR_LAUNCH_FAILED). A cuda server is
-# one process, so programs and contract tests that fault run on a server or in a process of
-# their own, after the others.
+# whole process, for good: every context of it fails from then on, and no new one can be
+# made (seen on an H200: after a trap in one context, cuMemAlloc in another returned
+# CUDA_ERROR_LAUNCH_FAILED, and cuCtxCreate still did 20 s after every context was destroyed
+# and the primary context reset). A cuda server is one process, so programs and contract
+# tests that fault run on a server or in a process of their own, after the others.
 FAULTING_PROGRAMS = {"kernel_assert"}
 FAULTING_CONTRACT_TESTS = ("test_a_failed_assert_is_a_fault",
                            "test_a_kernel_storing_where_nothing_is_mapped",
-                           "test_after_a_fault_and_a_recovery")
+                           "test_after_a_fault_and_a_recovery",
+                           "test_kernels_and_copies_reach_a_host_buffer_shown_at_its_own")
 # Multi-GPU programs, run where the machine has the two GPUs they expect.
 TWO_GPU_PROGRAMS = {"multi_device": ((), ())}
 # What bench_transport.c prints, compared: name -> what it is (a time per call, or a rate).

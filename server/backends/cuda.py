@@ -387,8 +387,10 @@ class CudaBackend(Backend):
         # IPC mappings go with the lost context, as on CUDA; closing them later is a no-op.
         lost_imports = self._lost_imports | set(self._imports)
         self._release()
-        # Where the driver keeps a fault for the whole process (vgpu's own driver, as CUDA
-        # documents for CUDA_ERROR_ILLEGAL_ADDRESS), resetting the device clears it.
+        # vgpu's own driver clears a fault at the device's reset. NVIDIA's never does: a
+        # device-side fault is sticky for the whole process (every context, and every one
+        # made after it, fails; seen on an H200), so there this recovery cannot succeed and
+        # only a fresh process can use the GPU again.
         for device in used:
             _let_go(d, d.cuDevicePrimaryCtxReset(device.handle))
         self._open()
