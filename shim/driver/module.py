@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from vgpu.fatbin import FatbinError, prelinked_ptx
 from vgpu.image_kernels import kernel_names
 from vgpu.module_image import (
     FATBIN_CONTAINER_MAGIC,
@@ -98,12 +99,44 @@ def reload_library(handle: int, info: ModuleInfo, context: int) -> None:
         _function_for(handle, name, Kind.FUNCTION, function)
 
 
-def _load_from_pointer(image_ptr, max_registers: int = 0) -> int:
-    context = state.current_context()
+def linked_image(wrapper_address: int, emu: bool, device_arch: int) -> bytes | None:
+    """For the device-link image of an -rdc program (a version-2 fatbin wrapper, which
+    vgpu's runtime registers and NVIDIA's static runtime hands to cuLibraryLoadData), the
+    objects' PTX, to be linked at load (by the emulator, or by a GPU's driver: cuLink*);
+    None for any other image.
+
+    The image itself is an nvlink-ed cubin, which runs only on a GPU of the architecture it
+    was built for; the server may hold another one, or be an emulator underneath (a cuda
+    backend that is itself a vgpu client). The PTX links and runs on all of them. So the
+    cubin is kept only where the objects have no PTX (an SASS-only build): on a GPU backend,
+    the one place it may run. On the emulator that is an error saying how to rebuild."""
     try:
-        image = read_image(ptr(image_ptr))
+        ptx = prelinked_ptx(wrapper_address, device_arch if emu else None)
+    except FatbinError:
+        if emu:
+            raise
+        return None
+    return pack_linked_ptx([p.encode() for p in ptx]) if ptx else None
+
+
+def _image_at(address: int) -> bytes:
+    """The module image a load call is handed a pointer to."""
+    try:
+        image = read_image(address)
     except ImageError as exc:
         raise CudaError(E.CUDA_ERROR_INVALID_IMAGE, str(exc)) from None
+    major, minor = state.device["compute_capability"]
+    try:
+        linked = linked_image(address, state.conn().info.get("backend") == "emu",
+                              major * 10 + minor)
+    except FatbinError:  # objects without PTX: the cubin, whose kernels emu refuses by name
+        linked = None
+    return image if linked is None else linked
+
+
+def _load_from_pointer(image_ptr, max_registers: int = 0) -> int:
+    context = state.current_context()
+    image = _image_at(ptr(image_ptr))
     check_ptx_target(image, state.device["compute_capability"])
     return _load(image, context, max_registers)
 
@@ -290,10 +323,7 @@ def cuLibraryLoadData(library, code, jit_options, jit_values, num_jit_options,
                       library_options, library_values, num_library_options):
     check_out(library)
     _clear_jit_logs(num_jit_options, jit_options, jit_values)
-    try:
-        image = read_image(ptr(code))
-    except ImageError as exc:
-        raise CudaError(E.CUDA_ERROR_INVALID_IMAGE, str(exc)) from None
+    image = _image_at(ptr(code))
     library[0] = ffi.cast("CUlibrary", _load_library(image, lambda: mapped_file(ptr(code))))
 
 

@@ -306,35 +306,36 @@ def test_cubin_only_kernels_are_refused_at_their_launch_only(toolkit, emu_server
 
 # nvcc's default build links NVIDIA's runtime statically; it runs on vgpu's libcuda through
 # the driver's private tables (shim/c/driver_export_slots.c), and each program must print what
-# its -cudart shared build prints. Left out, with the reason:
-NOT_COMPARED = {
-    # the device-linked image NVIDIA's runtime loads holds only a cubin (the PTX stays in
-    # each file's image), which the emulator cannot run: -rdc=true needs -cudart shared.
-    "rdc_main", "rdc_combine",
-}
-# A sample, to keep the suite fast: module registration and symbols, printf, a reset that
-# reloads the runtime's libraries, the runtime's own error codes, freeing NULL, pitches,
-# occupancy, streams and events, device queries, managed variables (cuLibraryGetManaged),
-# a sticky error and the last error that reports it, launch configurations nested and from
-# several threads. Every program outside NOT_COMPARED matches.
+# its -cudart shared build prints. A sample, to keep the suite fast: module registration and
+# symbols, printf, a reset that reloads the runtime's libraries, the runtime's own error codes,
+# freeing NULL, pitches, occupancy, streams and events, device queries, managed variables
+# (cuLibraryGetManaged), a sticky error and the last error that reports it, launch
+# configurations nested and from several threads, and relocatable device code (the device-link
+# image NVIDIA's runtime loads holds only a cubin; vgpu's libcuda links the objects' PTX
+# instead), with device-side launches.
 COMPARED = ("vector_add", "constant_memory", "device_printf", "printf_fifo", "error_checks",
             "memory_api", "occupancy", "streams_events", "device_management",
-            "managed_variable", "kernel_assert",
+            "managed_variable", "kernel_assert", "rdc_main", "device_side",
             # A known bug, not yet found: in full-suite runs the static build's four host
             # threads (each launching on its own stream) read a wrong result now and then
             # (2 of the last 2 CI runs; 0 of 8 runs alone).
             pytest.param("launch_configuration", marks=pytest.mark.xfail(
                 strict=False, reason="intermittent wrong result with several host threads "
                 "launching through NVIDIA's static runtime, under the suite's load")))
+# How the programs above that need more than nvcc's defaults are built.
+BUILT_WITH = {"rdc_main": {"flags": ("-rdc=true",), "extra": ("rdc_combine.cu",)},
+              "device_side": {"flags": ("-rdc=true", "-lcudadevrt")}}
 
 
 @pytest.mark.parametrize("name", COMPARED)
 def test_default_build_with_nvidias_runtime_matches_the_shared_build(toolkit, emu_server,
                                                                      name):
-    shared = run(emu_server, build(toolkit, name))
-    static = run(emu_server, build(toolkit, name, cudart="static"))
+    options = BUILT_WITH.get(name, {})
+    shared = run(emu_server, build(toolkit, name, **options))
+    static = run(emu_server, build(toolkit, name, cudart="static", **options))
     assert (static.returncode, static.stdout) == (shared.returncode, shared.stdout), \
         static.stderr
+    assert shared.returncode == 0, shared.stderr
     assert "private table" not in static.stderr, static.stderr  # no table or slot refused
 
 
