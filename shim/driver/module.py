@@ -7,6 +7,7 @@ cuModuleGetGlobal and launches are answered and validated here without a round t
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import sys
 from collections.abc import Callable
@@ -40,7 +41,7 @@ from .ptx_target import check_ptx_target
 
 CU_JIT_INPUT_CUBIN, CU_JIT_INPUT_PTX, CU_JIT_INPUT_FATBINARY = 0, 1, 2
 CU_JIT_INPUT_OBJECT, CU_JIT_INPUT_LIBRARY = 3, 4
-CU_MODULE_EAGER_LOADING = 1
+CU_MODULE_EAGER_LOADING, CU_MODULE_LAZY_LOADING = 1, 2
 CU_JIT_MAX_REGISTERS = 0
 CU_JIT_INFO_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER = 3, 5
 CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 4, 6
@@ -134,11 +135,33 @@ def _image_at(address: int) -> bytes:
     return image if linked is None else linked
 
 
+def _load_module(image: bytes, context: int, origin: str | None, max_registers: int = 0) -> int:
+    """A module (cuModuleLoad*). One without code the device runs is refused at load, as
+    CUDA's driver refuses it; the refusal names the file the image came from (`origin`),
+    where known, and its kernels, which the program never gets to ask for."""
+    check_ptx_target(image, state.device["compute_capability"])
+    try:
+        return _load(image, context, max_registers)
+    except CudaError as exc:
+        if exc.code != E.CUDA_ERROR_NO_BINARY_FOR_GPU:
+            raise
+        raise CudaError(exc.code, f"{_describe(image, origin)}: {exc.message}") from None
+
+
+def _describe(image: bytes, origin: str | None, shown: int = 3) -> str:
+    """'k.cubin (kernels 'a', 'b')': what a refusal is about."""
+    names = kernel_names(image)
+    listed = ", ".join(repr(name) for name in names[:shown])
+    if len(names) > shown:
+        listed += f" and {len(names) - shown} more"
+    kernels = f"kernel{'s' if len(names) > 1 else ''} {listed}" if names else "no kernels"
+    return f"{origin or 'the image'} ({kernels})"
+
+
 def _load_from_pointer(image_ptr, max_registers: int = 0) -> int:
     context = state.current_context()
-    image = _image_at(ptr(image_ptr))
-    check_ptx_target(image, state.device["compute_capability"])
-    return _load(image, context, max_registers)
+    address = ptr(image_ptr)
+    return _load_module(_image_at(address), context, mapped_file(address), max_registers)
 
 
 def _jit_max_registers(num_options: int, options, values) -> int:
@@ -178,9 +201,22 @@ cuModuleLoadFatBinary = cuModuleLoadData
 
 @api
 def cuModuleGetLoadingMode(mode):
-    """The server loads a module's every kernel with it (what CUDA calls eager loading)."""
+    """CUDA_MODULE_LOADING's mode, read as CUDA's driver reads it: EAGER, or else LAZY (the
+    default since CUDA 12.2). vgpu's driver loads a module whole at cuModuleLoad* in both;
+    what the mode changes is NVIDIA's runtime, which asks for it: eager, it loads every image
+    of a program at its first call; lazy, each at the first use of one of its kernels or
+    variables, as vgpu's own runtime always does."""
     check_out(mode)
-    mode[0] = CU_MODULE_EAGER_LOADING
+    mode[0] = CU_MODULE_EAGER_LOADING if _environment("CUDA_MODULE_LOADING") == b"EAGER" \
+        else CU_MODULE_LAZY_LOADING
+
+
+def _environment(name: str) -> bytes | None:
+    """The process's variable as it is now: a program may set it (setenv) after the embedded
+    Python took its copy of the environment."""
+    getenv = ctypes.CDLL(None).getenv
+    getenv.restype = ctypes.c_char_p
+    return getenv(name.encode())
 
 
 @api
@@ -193,8 +229,7 @@ def cuModuleLoad(module, fname):
         image = path.read_bytes()
     except OSError as exc:
         raise CudaError(E.CUDA_ERROR_FILE_NOT_FOUND, f"cannot read {path}: {exc}") from None
-    check_ptx_target(image, state.device["compute_capability"])
-    module[0] = ffi.cast("CUmodule", _load(image, context))
+    module[0] = ffi.cast("CUmodule", _load_module(image, context, str(path)))
 
 
 def _module_arg(module) -> int:

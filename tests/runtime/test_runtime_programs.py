@@ -279,12 +279,14 @@ def test_binary_without_ptx_names_the_kernel_when_launched(toolkit, emu_server):
     assert "compute_80" in result.stderr, "the message says what to rebuild with"
 
 
-@pytest.mark.parametrize("cudart", ["shared", "static"])
+@pytest.mark.parametrize(("cudart", "loading"), [("shared", "LAZY"), ("static", "LAZY"),
+                                                 ("static", "EAGER")])
 def test_cubin_only_kernels_are_refused_at_their_launch_only(toolkit, emu_server, tmp_path,
-                                                             cudart):
+                                                             cudart, loading):
     """A program one of whose files was built cubin-only runs its other kernels, vgpu's
-    runtime and NVIDIA's (which loads each of the program's images at its first call) alike;
-    a library of cubins loads, and its kernel is refused naming it."""
+    runtime and NVIDIA's alike (NVIDIA's loads each image at the first use of one of its
+    kernels, or, with CUDA_MODULE_LOADING=EAGER, every image at its first call); a library
+    of cubins loads, and its kernel is refused naming it."""
     sass_only = ["-gencode", "arch=compute_80,code=sm_80"]
     program = toolkit.linked_executable(
         {"partly_cubin.cu": ((PROGRAMS / "partly_cubin.cu").read_text(), []),
@@ -293,7 +295,8 @@ def test_cubin_only_kernels_are_refused_at_their_launch_only(toolkit, emu_server
     library = tmp_path / "k.fatbin"
     library.write_bytes(toolkit.fatbin('extern "C" __global__ void k(int *v) { *v = 1; }',
                                        sass_only))
-    result = run_under_vgpu(emu_server, program, library, timeout=TIMEOUT_S)
+    result = run_under_vgpu(emu_server, program, library, timeout=TIMEOUT_S,
+                            CUDA_MODULE_LOADING=loading)
     assert_passed(result, "partly_cubin: PTX kernels ran beside cubin-only ones, which were "
                           "refused")
     refusals = [line for line in result.stderr.splitlines() if line.startswith("vgpu:")]
