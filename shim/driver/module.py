@@ -37,6 +37,7 @@ from ._state import (
     ptr,
     state,
 )
+from .launch import _launched_function
 from .ptx_target import check_ptx_target
 
 CU_JIT_INPUT_CUBIN, CU_JIT_INPUT_PTX, CU_JIT_INPUT_FATBINARY = 0, 1, 2
@@ -437,9 +438,13 @@ def cuLibraryGetGlobal(dptr, nbytes, library, name):
 
 @api
 def cuKernelGetFunction(pfunc, kernel):
+    """A kernel handle is also a valid function handle (CUDA lets CUkernel stand for
+    CUfunction). NVIDIA's CUDA 12 runtime asks for the function of any pointer its program
+    passed to cudaLaunchKernel that is no registered kernel, as its CUDA 13 runtime launches
+    it: the same refusal."""
     check_out(pfunc)
-    # A kernel handle is also a valid function handle (CUDA lets CUkernel stand for CUfunction).
-    pfunc[0] = ffi.cast("CUfunction", handle_of(kernel, Kind.FUNCTION, state.functions))
+    _, handle = _launched_function(kernel)
+    pfunc[0] = ffi.cast("CUfunction", handle)
 
 
 @api
