@@ -336,9 +336,9 @@ def _library_context() -> int:
 def _load_library(image: bytes, origin: Callable[[], str | None]) -> int:
     """A library; one without code the device runs (cubins only, say) is taken all the same,
     as CUDA's driver takes it, and each of its kernels is refused when asked for, naming the
-    file the image came from (`origin`), where known: NVIDIA's static runtime loads every
-    image of a program at its first call (unless it loads them lazily), those whose kernels
-    the program never launches too."""
+    file the image came from (`origin`), where known: NVIDIA's static runtime, loading
+    eagerly (cuModuleGetLoadingMode), loads every image of a program at its first call, those
+    whose kernels the program never launches too."""
     context = _library_context()
     try:
         return _load(image, context, library=True)

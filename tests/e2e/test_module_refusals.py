@@ -95,11 +95,11 @@ def test_refusals_say_why_on_stderr(loader, modules):
 
 def test_libraries_without_code_the_device_runs_load_and_refuse_their_kernels(
         loader, modules):
-    """As CUDA's driver loads libraries (NVIDIA's runtime loads every image of a program at
-    its first call): one holding only cubins, or only PTX newer than the device, loads; its
-    kernel counts, and is refused with CUDA_ERROR_NO_BINARY_FOR_GPU, naming it, when asked
-    for (so are its variables). What can never load (a texture reference) is still refused
-    at load."""
+    """As CUDA's driver loads libraries (NVIDIA's runtime, loading eagerly, loads every
+    image of a program at its first call): one holding only cubins, or only PTX newer than
+    the device, loads; its kernel counts, and is refused with CUDA_ERROR_NO_BINARY_FOR_GPU,
+    naming it, when asked for (so are its variables). What can never load (a texture
+    reference) is still refused at load."""
     names = ["k.cubin", "k.fatbin", "k90.fatbin", "k.ptx", "texture.ptx"]
     result = vgpu_run(loader, "--libraries", *(modules[name] for name in names))
     assert result.returncode == 0, result.stderr
