@@ -864,6 +864,9 @@ class CudaBackend(Backend):
         handle = _Module(module, device)
         kernels = {}
         for function in _call(d, d.cuModuleEnumerateFunctions(count, module)) or ():
+            # Under CUDA's lazy loading (the default) a function is loaded at first use, and
+            # its name and attributes are refused until then: describing it is that use.
+            _call(d, d.cuFuncLoad(function))
             name = _call(d, d.cuFuncGetName(function)).decode()
             handle.functions[name] = function
             kernels[name] = self._describe_kernel(name, function, name in printing)
