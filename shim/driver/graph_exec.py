@@ -104,6 +104,11 @@ def _build(graph_exec: Exec) -> None:
         if node is not None:
             found.setdefault(node.handle, []).append((len(segments) - 1, len(segments[-1])))
         segments[-1].append(_server_call(step, bodies))
+    if segments and launch_plan[-1][0] != "server":
+        # The launch ends on the server, after the client's last steps: the graphs its
+        # kernels launched into the tail stream run once the whole graph has.
+        launch_plan.append(("server", len(segments)))
+        segments.append([])
     for call in (call for segment in segments + bodies for call in segment):
         if call[0] == "vgpuGraphConditional":
             call[1][2] = [len(segments) + i for i in call[1][2]]
