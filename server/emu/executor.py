@@ -210,7 +210,7 @@ class PreparedLaunch:
         if self.native is not None:
             printf, report = self.native.run(self, params, memory, checker, strays,
                                              native.threads(), cancelled, printf_fifo_bytes,
-                                             runtime)
+                                             runtime, environment)
             return LaunchResult(printf, 0, report)
         # Parameter space is read-only to kernels (spaces.locate refuses stores), so the
         # caller's bytes are used as they are.
