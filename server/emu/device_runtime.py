@@ -25,7 +25,9 @@ are done, one at a time in the order they were launched, a tail graph's own tail
 before the rest of the list. A kernel that is a node of a graph launched from the host
 enqueues its tail launches in that graph's environment, which the server finishes after the
 graph's last node; %current_graph_exec (cudaGetCurrentGraphExec) reads the environment's
-graph when it was instantiated for device launch, else 0.
+graph when it was instantiated for device launch, else 0. A graph launched from the device
+is not launched from the device again before it completes (cudaErrorInvalidValue, as on
+CUDA), but for one tail launch of itself at a time (`RunningGraphs`).
 
 The PTX names these functions as nvcc 12+ emits them (`__cudaCDP2*`), and as the PTX ISA
 documents the ABI (`cudaGetParameterBuffer`, `cudaLaunchDevice`, and the V2 forms).
