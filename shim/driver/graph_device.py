@@ -70,7 +70,7 @@ def _refused(node: Node) -> str | None:
     for step in node.steps:
         if step[0] != "wire" or step[1] not in DEVICE_GRAPH_CALLS:
             return ("a cooperative kernel" if step[1:2] == ("cuLaunchCooperativeKernel",)
-                    else "a copy to or from host memory" if node.kind == MEMCPY
+                    else "a copy other than between device addresses" if node.kind == MEMCPY
                     else "what this node does")
     if node.child is not None:
         return next((reason for reason in map(_refused, node.child.nodes) if reason), None)

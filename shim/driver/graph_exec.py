@@ -6,9 +6,10 @@ that a graph the server refuses fails to instantiate), separated by
 the steps only the client can take (host functions, copies to or from pageable memory).
 A launch sends one `vgpuGraphLaunch` per server segment, in order with the client's own
 steps: a graph without host steps is one message. A graph whose last steps are the client's
-ends with an empty segment, so the server runs its kernels' tail launches after them. Updating a kernel node of an executable
-graph replaces that one call on the server (`vgpuGraphSetCall`); cuGraphExecUpdate sends
-the whole updated graph again under the same handle.
+ends with an empty segment, so the server runs its kernels' tail launches after them.
+Updating a kernel node of an executable graph replaces that one call on the server
+(`vgpuGraphSetCall`); cuGraphExecUpdate sends the whole updated graph again under the same
+handle.
 """
 
 from __future__ import annotations
