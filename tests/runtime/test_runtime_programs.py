@@ -434,6 +434,18 @@ def test_hints_occupancy_and_libraries(toolkit, emu_server, tmp_path):
                           "correct")
 
 
+def test_device_graph_misuse_errors(toolkit, emu_server):
+    """Graphs a device may not launch fail to instantiate for device launch, with the
+    result and node at fault; kernels' launches of graphs not made or not uploaded for it,
+    into regular streams or while the graph still runs are refused, and the rest run."""
+    program = build(toolkit, "device_graph_errors", flags=("-rdc=true", "-lcudadevrt"))
+    assert_passed(run(emu_server, program),
+                  "device_graph_errors: graphs a device may not launch failed to instantiate",
+                  "device_graph_errors: kernels' misplaced graph launches were refused, the "
+                  "rest ran",
+                  "device_graph_errors: all checks passed")
+
+
 def test_graph_user_objects_and_device_graph_order(toolkit, emu_server):
     assert_passed(run(emu_server, build(toolkit, "graph_lifetimes")),
                   "graph_lifetimes: user objects destroyed after the last reference and launch",
