@@ -174,8 +174,8 @@ def _sides(kind: int, dst: int, src: int) -> tuple[bool, bool]:
 
 def _copy_2d(dst: int, dst_pitch: int, src: int, src_pitch: int, width: int, height: int,
              kind: int, queued: bool) -> None:
-    if width > dst_pitch or width > src_pitch:
-        raise CudaError(E.cudaErrorInvalidPitchValue,
+    if width > dst_pitch or width > src_pitch:  # cudaErrorInvalidValue on NVIDIA's runtime
+        raise CudaError(E.cudaErrorInvalidValue,
                         f"row width {width} exceeds a pitch ({dst_pitch}, {src_pitch})")
     if width == 0 or height == 0:
         return
