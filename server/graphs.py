@@ -131,6 +131,10 @@ class GraphExecs:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "a graph launched from the device holds "
                                                       "kernel launches, device copies and "
                                                       "memsets only")
+        if device_launch:
+            for segment in segments:
+                for call in segment:
+                    self._check_device_kernel(call)
         kept, size = [], 0
         if sum(len(segment) for segment in segments) > MAX_CALLS_PER_GRAPH:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
@@ -154,6 +158,18 @@ class GraphExecs:
                                          first_segment=min(launched, default=0),
                                          last_segment=max(launched, default=-1)))
         self.session.journal.created("graph", handle, context, kept, bool(device_launch))
+
+    def _check_device_kernel(self, call: list) -> None:
+        """A device graph's kernels may launch graphs but not kernels (CUDA forbids them
+        dynamic parallelism)."""
+        if call[0] != "cuLaunchKernel" or not call[1]:
+            return
+        function = self.session.functions.get(call[1][0])
+        kernel = self.session.modules.get(function.module).loaded.kernels[function.name]
+        if kernel.launches_grids:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                            f"kernel {function.name!r} launches kernels (dynamic parallelism), "
+                            f"which a graph launched from the device may not")
 
     def _check_conditional(self, call: list, segment: int, segments: int) -> None:
         """A conditional node's bodies are segments after the one holding it, and only a
@@ -263,6 +279,8 @@ class GraphExecs:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "the graph has no such call")
         checked, cost = _checked_call(call)
         self._check_conditional(checked, segment, len(graph.segments))
+        if graph.device_launch:
+            self._check_device_kernel(checked)
         old = graph.segments[segment][index]
         if checked[0] != old[0]:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "a node's call keeps its kind")

@@ -20,7 +20,7 @@ __all__ = ["VGPU", "vgpu_environment", "start_emu_server", "stop_server", "emu_s
 VGPU = [sys.executable, "-m", "vgpu.cli"]
 # What a user's shell may set that would change what a test sees.
 _USER_SETTINGS = ("VGPU_SERVER", "VGPU_TRACE", "VGPU_MEMCHECK", "VGPU_HOME", "VGPU_INSECURE",
-                  "VGPU_CLIENT_KEY", "VGPU_NVRTC_LIBRARY")
+                  "VGPU_CLIENT_KEY", "VGPU_NVRTC_LIBRARY", "CUDA_MODULE_LOADING")
 
 
 def vgpu_environment(**extra: str) -> dict[str, str]:

@@ -59,6 +59,8 @@ class KernelDescription:
     # on a backend that runs the device runtime itself
     uses_heap: bool = False         # malloc/free (and new/delete)
     launches_kernels: bool = False  # device-side launches
+    # Launches kernels, not only graphs (dynamic parallelism, which device graphs may not use)
+    launches_grids: bool = False
 
 
 @dataclass

@@ -387,8 +387,10 @@ class CudaBackend(Backend):
         # IPC mappings go with the lost context, as on CUDA; closing them later is a no-op.
         lost_imports = self._lost_imports | set(self._imports)
         self._release()
-        # Where the driver keeps a fault for the whole process (vgpu's own driver, as CUDA
-        # documents for CUDA_ERROR_ILLEGAL_ADDRESS), resetting the device clears it.
+        # vgpu's own driver clears a fault at the device's reset. NVIDIA's never does: a
+        # device-side fault is sticky for the whole process (every context, and every one
+        # made after it, fails; seen on an H200), so there this recovery cannot succeed and
+        # only a fresh process can use the GPU again.
         for device in used:
             _let_go(d, d.cuDevicePrimaryCtxReset(device.handle))
         self._open()
@@ -864,6 +866,9 @@ class CudaBackend(Backend):
         handle = _Module(module, device)
         kernels = {}
         for function in _call(d, d.cuModuleEnumerateFunctions(count, module)) or ():
+            # Under CUDA's lazy loading (the default) a function is loaded at first use, and
+            # its name and attributes are refused until then: describing it is that use.
+            _call(d, d.cuFuncLoad(function))
             name = _call(d, d.cuFuncGetName(function)).decode()
             handle.functions[name] = function
             kernels[name] = self._describe_kernel(name, function, name in printing)

@@ -24,7 +24,14 @@ from ..emu import (
     link,
     prepare,
 )
-from ..emu.device_runtime import DeviceRuntime, GraphEnvironment, uses_heap, uses_launches
+from ..emu.device_runtime import (
+    DeviceRuntime,
+    GraphEnvironment,
+    RunningGraphs,
+    uses_grid_launches,
+    uses_heap,
+    uses_launches,
+)
 from ..emu.errors import IllegalAddress
 from ..emu.executor import run_graphs
 from ..emu.memory import NO_ACCESS
@@ -71,6 +78,7 @@ class EmuBackend(Backend):
         # What use_device_runtime gave the next launch of each thread (lanes run launches
         # on threads of their own): .place, .device_graphs
         self._next_launch = threading.local()
+        self._running_graphs = RunningGraphs()  # kernels' launches of graphs not yet done
 
     def describe(self) -> DeviceDescription:
         return DeviceDescription(
@@ -188,6 +196,7 @@ class EmuBackend(Backend):
                 uses_printf=_uses_printf(module, name),
                 uses_heap=uses_heap(module.runtime_calls[name]),
                 launches_kernels=uses_launches(module.runtime_calls[name]),
+                launches_grids=uses_grid_launches(module.runtime_calls[name]),
             )
             for name, info in module.kernels.items()
         }
@@ -225,7 +234,8 @@ class EmuBackend(Backend):
         if cooperative:
             workspace = place("grid_workspace")[0]
             self.memory.write(workspace, bytes(GRID_WORKSPACE_BYTES))  # a fresh barrier
-        return DeviceRuntime(self.memory, place, workspace, self._graph_nodes(device_graphs))
+        return DeviceRuntime(self.memory, place, workspace, self._graph_nodes(device_graphs),
+                             self._running_graphs)
 
     def prepare_launch(self, module: LoadedModule, kernel: str, grid, block,
                        shared_bytes: int, cooperative: bool = False

@@ -7,6 +7,8 @@ checked against the kernel's limits, and the call is queued.
 
 from __future__ import annotations
 
+from vgpu.api.cudadefs import CUfunctionLoadingState
+
 from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, state
 from .memory import _check_stream
 from .nvidia_runtime import under_nvidia_runtime
@@ -248,6 +250,20 @@ def cuFuncGetParamInfo(func, index, offset, size):
     offset[0] = layout.offsets[index]
     if size != ffi.NULL:
         size[0] = layout.sizes[index]
+
+
+@api
+def cuFuncIsLoaded(loading_state, function):
+    """vgpu loads a module's kernels with the module (eager loading), so every function
+    handle names a loaded function."""
+    _function_arg(function)
+    check_out(loading_state)
+    loading_state[0] = CUfunctionLoadingState.CU_FUNCTION_LOADING_STATE_LOADED
+
+
+@api
+def cuFuncLoad(function):
+    _function_arg(function)  # loaded with its module already (see cuFuncIsLoaded)
 
 
 @api

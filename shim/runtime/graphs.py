@@ -447,10 +447,12 @@ def cudaGraphInstantiateWithFlags(exec_out, graph, flags):
 @api
 def cudaGraphInstantiateWithParams(exec_out, graph, params):
     check_out(params)
-    params.result_out = 0  # cudaGraphInstantiateSuccess
-    params.errNode_out = ffi.NULL
-    set_pointer(exec_out, graph_exec.instantiate(graph, params.flags,
-                                                 params.uploadStream).handle)
+
+    def report(result: int, node) -> None:
+        params.result_out, params.errNode_out = result, node
+
+    set_pointer(exec_out, graph_exec.instantiate_reporting(graph, params.flags,
+                                                           params.uploadStream, report).handle)
 
 
 @api

@@ -1,0 +1,85 @@
+"""What a graph instantiated for device launch may hold, and how instantiation says why a
+graph failed.
+
+CUDA's device graphs hold kernel, memcpy and memset nodes and child graphs of them. vgpu's
+hold the same (and empty nodes), each node a call the server can run for a kernel that
+launches the graph: a kernel launch, a copy between device addresses, a memset. CUDA
+also allows copies of pinned device-mapped host memory and cooperative kernels there,
+which vgpu refuses. The server refuses kernels that launch kernels (dynamic parallelism,
+which device graphs may not use). Instantiating a graph that breaks these fails with
+CUDA_ERROR_INVALID_VALUE; the result CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED
+and the node at fault (the top-level node holding it) go where the caller asked for them.
+"""
+
+from __future__ import annotations
+
+from ._state import CudaError, E
+from .graph_model import (
+    CHILD_GRAPH,
+    CONDITIONAL,
+    EMPTY,
+    EVENT_RECORD,
+    HOST,
+    KERNEL,
+    MEM_ALLOC,
+    MEM_FREE,
+    MEMCPY,
+    MEMSET,
+    WAIT_EVENT,
+    Graph,
+    Node,
+)
+
+# CUgraphInstantiateResult (cudaGraphInstantiateResult has the same numbers)
+CUDA_GRAPH_INSTANTIATE_SUCCESS = 0
+CUDA_GRAPH_INSTANTIATE_ERROR = 1
+CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE = 2
+CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED = 3
+
+# What the server runs from a kernel's cudaGraphLaunch (server/graphs.py DEVICE_GRAPH_CALLS)
+DEVICE_GRAPH_CALLS = ("cuLaunchKernel", "cuMemcpyDtoD", "vgpuMemset")
+_ALLOWED_KINDS = (KERNEL, MEMCPY, MEMSET, CHILD_GRAPH, EMPTY)
+_KIND_NAMES = {HOST: "a host node", WAIT_EVENT: "an event wait node",
+               EVENT_RECORD: "an event record node", MEM_ALLOC: "a memory allocation node",
+               MEM_FREE: "a memory free node", CONDITIONAL: "a conditional node"}
+
+
+class InstantiateError(CudaError):
+    """A graph that cannot be instantiated: CUDA_ERROR_INVALID_VALUE, with what
+    CUgraphInstantiateResult says of it and the node at fault, if one is."""
+
+    def __init__(self, message: str, result: int, node: Node | None = None):
+        super().__init__(E.CUDA_ERROR_INVALID_VALUE, message)
+        self.result = result
+        self.node = node
+
+
+def check(graph: Graph) -> None:
+    """Refuse `graph` for device launch at its first node that a device graph cannot hold."""
+    for node in graph.nodes:
+        reason = _refused(node)
+        if reason is not None:
+            raise InstantiateError(f"a graph instantiated for device launch cannot hold "
+                                   f"{reason}", CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED,
+                                   node)
+
+
+def _refused(node: Node) -> str | None:
+    if node.kind not in _ALLOWED_KINDS:
+        return _KIND_NAMES.get(node.kind, f"a node of type {node.kind}")
+    for step in node.steps:
+        if step[0] != "wire" or step[1] not in DEVICE_GRAPH_CALLS:
+            return ("a cooperative kernel" if step[1:2] == ("cuLaunchCooperativeKernel",)
+                    else "a copy other than between device addresses" if node.kind == MEMCPY
+                    else "what this node does")
+    if node.child is not None:
+        return next((reason for reason in map(_refused, node.child.nodes) if reason), None)
+    return None
+
+
+def server_refusal(error: CudaError) -> CudaError:
+    """The server's refusal of a device graph (a kernel that launches kernels) as an
+    instantiation that failed on an unsupported operation."""
+    if error.code != E.CUDA_ERROR_INVALID_VALUE:
+        return error
+    return InstantiateError(error.message, CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED)
