@@ -31,14 +31,12 @@ from .hostmem import (
     unmap,
     unshare_in_place,
 )
-from .nvidia_runtime import under_nvidia_runtime
 from .vmm import mapped_access, mapped_device
 
 CU_MEMHOSTALLOC_DEVICEMAP = 0x02
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
 CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_ARRAY, CU_MEMORYTYPE_UNIFIED = 1, 2, 3, 4
 PITCH_ALIGNMENT = 512
-_INVALID_PITCH = 12  # cudaErrorInvalidPitchValue, NVIDIA's runtime's code for a bad pitch
 
 
 # ----------------------------------------------------------------- device memory
@@ -565,8 +563,7 @@ def copy_side(memory_type, host, device, array, x, y, pitch, width, height
             raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the copy runs past the CUDA array")
         return True, found.address + y * found.pitch + x, found.pitch
     if pitch < width:
-        raise CudaError(under_nvidia_runtime(E.CUDA_ERROR_INVALID_VALUE, _INVALID_PITCH),
-                        "pitch smaller than the row width")
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "pitch smaller than the row width")
     if memory_type == CU_MEMORYTYPE_HOST:
         return False, ptr(host) + y * pitch + x, pitch
     if memory_type == CU_MEMORYTYPE_DEVICE:

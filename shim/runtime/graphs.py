@@ -26,7 +26,7 @@ from ..driver.graph_model import (
     WAIT_EVENT,
     graphs,
 )
-from ..driver.launch import _check_config
+from ..driver.launch import InvalidConfiguration, _check_config
 from ..driver.memory import CU_MEMORYTYPE_ARRAY, _is_device, copy_side
 from ._state import CudaError, E, api, check_out, current_context, ffi, ptr, set_pointer
 from .launch import function_layout
@@ -94,7 +94,7 @@ def _kernel(p):
     func = ptr(p.func)
     try:
         _check_config(layout, grid, block, p.sharedMemBytes)
-    except CudaError as exc:
+    except InvalidConfiguration as exc:  # the driver API's invalid value
         raise CudaError(E.cudaErrorInvalidConfiguration, exc.message) from None
 
     def make():

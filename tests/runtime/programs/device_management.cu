@@ -41,10 +41,15 @@ int main()
     EXPECT(runtime == CUDART_VERSION && driver >= runtime);
 
     // Limits: CUDA's defaults, settable, an unknown one refused; the reset below restores
-    // the defaults (a fresh primary context has them).
-    size_t limit = 0;
+    // the defaults (a fresh primary context has them). The printf FIFO's default is the
+    // driver's choice (the guide's 1 MiB is not what every device has), so only its being
+    // there, settable before any printf kernel and restored by the reset is checked.
+    size_t limit = 0, printf_fifo = 0;
+    CHECK(cudaDeviceGetLimit(&printf_fifo, cudaLimitPrintfFifoSize));
+    EXPECT(printf_fifo > 0);
+    CHECK(cudaDeviceSetLimit(cudaLimitPrintfFifoSize, printf_fifo + (4 << 20)));
     CHECK(cudaDeviceGetLimit(&limit, cudaLimitPrintfFifoSize));
-    EXPECT(limit == 1 << 20);
+    EXPECT(limit == printf_fifo + (4 << 20));
     CHECK(cudaDeviceGetLimit(&limit, cudaLimitMallocHeapSize));
     EXPECT(limit == 8 << 20);
     CHECK(cudaDeviceGetLimit(&limit, cudaLimitStackSize));
@@ -85,6 +90,8 @@ int main()
     EXPECT(limit == 1024);
     CHECK(cudaDeviceGetLimit(&limit, cudaLimitMallocHeapSize));
     EXPECT(limit == 8 << 20);
+    CHECK(cudaDeviceGetLimit(&limit, cudaLimitPrintfFifoSize));
+    EXPECT(limit == printf_fifo);
     printf("device_management: queries consistent\n");
     return 0;
 }
