@@ -265,9 +265,9 @@ class EmuBackend(Backend):
         return run
 
     def _graph_nodes(self, device_graphs: Callable[[int], list | None] | None):
-        """What the device runtime's cudaGraphLaunch runs of a graph: its kernels prepared,
-        with their parameters, and its copies and memsets as calls (None: no graph a
-        kernel may launch by that handle)."""
+        """What the device runtime's cudaGraphLaunch runs of a graph: its kernels prepared
+        (cooperative ones as one chunk), with their parameters, and its copies and memsets
+        as calls (None: no graph a kernel may launch by that handle)."""
         def nodes(handle: int) -> list | None:
             found = device_graphs(handle) if device_graphs is not None else None
             if found is None:
@@ -287,9 +287,10 @@ class EmuBackend(Backend):
                     raise LaunchError(exc.code, f"a {kind} node of a graph launched from "
                                                 f"the device: {exc.message}") from None
             return run
-        module, name, grid, block, shared, params = args
+        module, name, grid, block, shared, params, cooperative = args
         return (prepare(module.handle, name, grid, block, shared,
-                        {n: address for n, (address, _) in module.variables.items()}), params)
+                        {n: address for n, (address, _) in module.variables.items()},
+                        cooperative), params)
 
     def graph_environment(self, graph: int) -> GraphEnvironment:
         return GraphEnvironment(graph)

@@ -84,7 +84,8 @@ class DeviceRuntime:
     """The device runtime's memory for one launch and its children, from the backend:
     `place(name)` gives (address, size) of "heap" and "launch_buffers" (made when first
     asked for, so a kernel that never mallocs leaves the heap's size open);
-    `grid_workspace` is a cooperative launch's grid barrier (0 in other launches)."""
+    `grid_workspace` is a cooperative launch's grid barrier (0 in other launches), and
+    "grid_workspace" the place cooperative kernels of graphs that kernels launch use."""
 
     def __init__(self, memory, place: Callable[[str], tuple[int, int]],
                  grid_workspace: int = 0,
@@ -104,6 +105,19 @@ class DeviceRuntime:
         # parameter buffer -> (kernel name, grid, block, shared bytes) of a V2 launch to come
         self.pending: dict[int, tuple] = {}
         self.streams = _FIRST_DEVICE_STREAM
+
+    def grid_barrier(self, launch, depth: int) -> int:
+        """The grid barrier of a run of `launch` (a PreparedLaunch) `depth` generations
+        below the host's: a host launch's is the backend's (0 unless cooperative); a
+        cooperative kernel node of a graph launched from the device gets the session's,
+        reset (the grids that used it before have finished); other children have none."""
+        if not depth:
+            return self.grid_workspace
+        if not launch.cooperative:
+            return 0
+        address, size = self.place("grid_workspace")
+        self.memory.write(address, bytes(size))
+        return address
 
     @property
     def heap(self) -> DeviceHeap | None:

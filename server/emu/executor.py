@@ -157,6 +157,7 @@ class PreparedLaunch:
         self.local_size = kernel.local_size  # bytes of local memory per thread
         self.local_stride = _round16(max(kernel.local_size, 1))
         self.symbols = symbols
+        self.cooperative = cooperative
         self.native = None   # the kernel compiled to native code, when it is (see native/)
         threads = block[0] * block[1] * block[2]
         self._nblocks = grid[0] * grid[1] * grid[2]

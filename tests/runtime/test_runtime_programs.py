@@ -449,6 +449,18 @@ def test_device_graph_misuse_errors(toolkit, emu_server):
                   "device_graph_errors: all checks passed")
 
 
+def test_device_graph_cooperative_kernels_and_mapped_host_copies(toolkit, emu_server):
+    """Cooperative kernel nodes and copies of device-mapped pinned memory in graphs that
+    kernels launch: the grid meets at grid.sync(), and the copies move the host memory as
+    it is at each launch, as the host's own sums say."""
+    program = build(toolkit, "device_graph_nodes", flags=("-rdc=true", "-lcudadevrt"))
+    assert_passed(run(emu_server, program),
+                  "device_graph_nodes: cooperative kernel nodes met at grid.sync() from the "
+                  "device",
+                  "device_graph_nodes: copies of mapped pinned memory ran from the device",
+                  "device_graph_nodes: all checks passed")
+
+
 def test_graph_user_objects_and_device_graph_order(toolkit, emu_server):
     assert_passed(run(emu_server, build(toolkit, "graph_lifetimes")),
                   "graph_lifetimes: user objects destroyed after the last reference and launch",
