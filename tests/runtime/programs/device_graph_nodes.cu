@@ -109,17 +109,16 @@ static void cooperative_nodes(cudaStream_t s, int *code) {
     printf("device_graph_nodes: cooperative kernel nodes met at grid.sync() from the device\n");
 }
 
-// in (pinned, mapped) -> device -> +1 -> registered out by host pointer, and a copy of it
-// by device pointers to the mapped buffer's second half.
+// in (mapped, by host pointer) -> device -> +1 -> registered (mapped, by host pointer),
+// and to in's second half by its device pointer.
 static void pinned_copies(cudaStream_t s, int *code) {
     int *in;
     CHECK(cudaHostAlloc(&in, 2 * N * sizeof(int), cudaHostAllocMapped));
     int *registered = (int *)aligned_alloc(4096, N * sizeof(int));
     memset(registered, 0, N * sizeof(int));
     CHECK(cudaHostRegister(registered, N * sizeof(int), cudaHostRegisterMapped));
-    int *in_device, *registered_device, *d;
+    int *in_device, *d;
     CHECK(cudaHostGetDevicePointer((void **)&in_device, in, 0));
-    CHECK(cudaHostGetDevicePointer((void **)&registered_device, registered, 0));
     CHECK(cudaMalloc(&d, N * sizeof(int)));
 
     cudaGraph_t graph;
@@ -136,7 +135,7 @@ static void pinned_copies(cudaStream_t s, int *code) {
     CHECK(cudaGraphAddKernelNode(&kernel, graph, &to_device, 1, &p));
     CHECK(cudaGraphAddMemcpyNode1D(&to_host, graph, &kernel, 1, registered, d, N * sizeof(int),
                                    cudaMemcpyDefault));
-    CHECK(cudaGraphAddMemcpyNode1D(&back, graph, &to_host, 1, in_device + N, registered_device,
+    CHECK(cudaGraphAddMemcpyNode1D(&back, graph, &to_host, 1, in_device + N, d,
                                    N * sizeof(int), cudaMemcpyDeviceToDevice));
     cudaGraphExec_t exec = for_device(s, graph);
 
