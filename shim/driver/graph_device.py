@@ -5,10 +5,11 @@ CUDA's device graphs hold kernel nodes (cooperative ones too), memcpy nodes of d
 memory or pinned device-mapped host memory, memset nodes and child graphs of them. vgpu's
 hold the same (and empty nodes), each node a call the server can run for a kernel that
 launches the graph: a kernel launch (cooperative or not), a copy between device addresses
-or between one and a pinned host segment the device maps (the server names its side by
-its device address), a memset. Copies of pageable memory, and of pinned memory the device
-cannot reach (a server on another host), are refused. The server refuses kernels that
-launch kernels (dynamic parallelism, which device graphs may not use). Instantiating a graph that breaks these fails with
+(which mapped host memory has too) or between one and a pinned host segment the device
+maps (the server names its side by its device address), a memset. Copies of pageable
+memory, and of pinned memory the device cannot reach (a server on another host), are
+refused. The server refuses kernels that launch kernels (dynamic parallelism, which device
+graphs may not use). Instantiating a graph that breaks these fails with
 CUDA_ERROR_INVALID_VALUE; the result CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED
 and the node at fault (the top-level node holding it) go where the caller asked for them.
 """

@@ -498,6 +498,13 @@ def _copy_unified(dst: int, src: int, size: int, queued: bool) -> None:
         host_to_host(dst, src, size)
 
 
+def _device_maps(address: int, size: int) -> bool:
+    """Whether [address, address + size) is page-locked host memory the device maps."""
+    found = state.find_host(address)
+    return found is not None and found[1].device_pointer is not None and \
+        address + size <= found[0] + found[1].size
+
+
 def host_to_host(dst: int, src: int, size: int) -> None:
     """A copy between two host buffers, in order with the work queued before it."""
     _host_rows(dst, size, src, size, size, 1)
@@ -518,8 +525,15 @@ def _host_rows(dst: int, dst_pitch: int, src: int, src_pitch: int, width: int,
             ctypes.memmove(dst + row * dst_pitch, src + row * src_pitch, width)
 
     recorder = state.recorder()
-    if recorder is not None:  # a graph's host-to-host copy: the client's, when it runs
-        recorder.host_step(copy)
+    if recorder is not None:
+        if _device_maps(src, (height - 1) * src_pitch + width) and \
+                _device_maps(dst, (height - 1) * dst_pitch + width):
+            # Both sides are pinned memory the device maps: the device copies it (graphs
+            # that kernels launch may hold such copies)
+            for row in range(height):
+                _dtod(dst + row * dst_pitch, src + row * src_pitch, width)
+            return
+        recorder.host_step(copy)  # a graph's host-to-host copy: the client's, when it runs
         return
     if state.find_host(src) is not None or state.find_host(dst) is not None:
         state.conn().synchronize()

@@ -109,21 +109,22 @@ static void cooperative_nodes(cudaStream_t s, int *code) {
     printf("device_graph_nodes: cooperative kernel nodes met at grid.sync() from the device\n");
 }
 
-// in (mapped, by host pointer) -> device -> +1 -> registered (mapped, by host pointer),
-// and to in's second half by its device pointer.
+// in (mapped, by host pointer) -> device -> +1 -> registered (mapped, by host pointer), and
+// by device pointers: registered -> in's second third, device -> in's last third.
 static void pinned_copies(cudaStream_t s, int *code) {
     int *in;
-    CHECK(cudaHostAlloc(&in, 2 * N * sizeof(int), cudaHostAllocMapped));
+    CHECK(cudaHostAlloc(&in, 3 * N * sizeof(int), cudaHostAllocMapped));
     int *registered = (int *)aligned_alloc(4096, N * sizeof(int));
     memset(registered, 0, N * sizeof(int));
     CHECK(cudaHostRegister(registered, N * sizeof(int), cudaHostRegisterMapped));
-    int *in_device, *d;
+    int *in_device, *registered_device, *d;
     CHECK(cudaHostGetDevicePointer((void **)&in_device, in, 0));
+    CHECK(cudaHostGetDevicePointer((void **)&registered_device, registered, 0));
     CHECK(cudaMalloc(&d, N * sizeof(int)));
 
     cudaGraph_t graph;
     CHECK(cudaGraphCreate(&graph, 0));
-    cudaGraphNode_t to_device, kernel, to_host, back;
+    cudaGraphNode_t to_device, kernel, to_host, between, back;
     CHECK(cudaGraphAddMemcpyNode1D(&to_device, graph, nullptr, 0, d, in, N * sizeof(int),
                                    cudaMemcpyHostToDevice));
     void *args[] = {&d};
@@ -135,7 +136,9 @@ static void pinned_copies(cudaStream_t s, int *code) {
     CHECK(cudaGraphAddKernelNode(&kernel, graph, &to_device, 1, &p));
     CHECK(cudaGraphAddMemcpyNode1D(&to_host, graph, &kernel, 1, registered, d, N * sizeof(int),
                                    cudaMemcpyDefault));
-    CHECK(cudaGraphAddMemcpyNode1D(&back, graph, &to_host, 1, in_device + N, d,
+    CHECK(cudaGraphAddMemcpyNode1D(&between, graph, &to_host, 1, in_device + N,
+                                   registered_device, N * sizeof(int), cudaMemcpyDeviceToDevice));
+    CHECK(cudaGraphAddMemcpyNode1D(&back, graph, &kernel, 1, in_device + 2 * N, d,
                                    N * sizeof(int), cudaMemcpyDeviceToDevice));
     cudaGraphExec_t exec = for_device(s, graph);
 
@@ -146,6 +149,7 @@ static void pinned_copies(cudaStream_t s, int *code) {
         for (int i = 0; i < N; i++) {
             EXPECT(registered[i] == i * (round + 2) - 99);
             EXPECT(in[N + i] == i * (round + 2) - 99);
+            EXPECT(in[2 * N + i] == i * (round + 2) - 99);
         }
     }
     CHECK(cudaGraphExecDestroy(exec));
