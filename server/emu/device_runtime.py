@@ -32,7 +32,8 @@ CUDA), but for one tail launch of itself at a time (`RunningGraphs`).
 The PTX names these functions as nvcc 12+ emits them (`__cudaCDP2*`), and as the PTX ISA
 documents the ABI (`cudaGetParameterBuffer`, `cudaLaunchDevice`, and the V2 forms).
 Cooperative groups' grid functions (`cudaCG*`, which numba-cuda calls; nvcc's headers use
-%envreg1/2 and atomics instead) work in cooperative launches.
+%envreg1/2 and atomics instead) work in cooperative launches, and in the cooperative kernel
+nodes of graphs that kernels launch.
 """
 
 from __future__ import annotations
@@ -84,8 +85,9 @@ class DeviceRuntime:
     """The device runtime's memory for one launch and its children, from the backend:
     `place(name)` gives (address, size) of "heap" and "launch_buffers" (made when first
     asked for, so a kernel that never mallocs leaves the heap's size open);
-    `grid_workspace` is a cooperative launch's grid barrier (0 in other launches), and
-    "grid_workspace" the place cooperative kernels of graphs that kernels launch use."""
+    `grid_workspace` is a cooperative launch's grid barrier (0 in other launches); the
+    cooperative kernel nodes of graphs that kernels launch use the place "grid_workspace"
+    (`grid_barrier`)."""
 
     def __init__(self, memory, place: Callable[[str], tuple[int, int]],
                  grid_workspace: int = 0,
