@@ -322,7 +322,7 @@ def test_cubin_only_kernels_are_refused_at_their_launch_only(toolkit, emu_server
 # image NVIDIA's runtime loads holds only a cubin; vgpu's libcuda links the objects' PTX
 # instead), with device-side launches.
 COMPARED = ("vector_add", "constant_memory", "device_printf", "printf_fifo", "error_checks",
-            "memory_api", "occupancy", "streams_events", "device_management",
+            "memory_api", "occupancy", "streams_events", "async_pinned", "device_management",
             "managed_variable", "kernel_assert", "rdc_main", "device_side",
             # A known bug, not yet found: in full-suite runs the static build's four host
             # threads (each launching on its own stream) read a wrong result now and then
