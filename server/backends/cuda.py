@@ -725,11 +725,11 @@ class CudaBackend(Backend):
         with self._mapped_somewhere(physical) as address:
             self.write(address + offset, data)
 
-    def map_physical(self, address: int, size: int, physical: _Physical, offset: int) -> None:
+    def map_physical(self, address: int, size: int, physical: _Physical) -> None:
         self._cover(address, size)
         d = self._d
         with self._current():
-            _call(d, d.cuMemMap(address, size, offset, physical.handle, 0))
+            _call(d, d.cuMemMap(address, size, 0, physical.handle, 0))
         self._vmm_mappings[address] = size
         self._vmm_devices[address] = physical.device
 

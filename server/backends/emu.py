@@ -136,8 +136,8 @@ class EmuBackend(Backend):
     def write_physical(self, physical: bytearray, offset: int, data: memoryview) -> None:
         memoryview(physical)[offset:offset + len(data)] = data
 
-    def map_physical(self, address: int, size: int, physical: bytearray, offset: int) -> None:
-        self.memory.map(address, size, memoryview(physical)[offset:offset + size], NO_ACCESS)
+    def map_physical(self, address: int, size: int, physical: bytearray) -> None:
+        self.memory.map(address, size, memoryview(physical)[:size], NO_ACCESS)
 
     def set_access(self, address: int, access: int) -> None:
         self.memory.set_access(address, access)

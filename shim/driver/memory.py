@@ -579,7 +579,11 @@ def copy_side(memory_type, host, device, array, x, y, pitch, width, height
     if pitch < width:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "pitch smaller than the row width")
     if memory_type == CU_MEMORYTYPE_HOST:
-        return False, ptr(host) + y * pitch + x, pitch
+        # With unified addressing the pointer's own location decides, as NVIDIA's driver
+        # does: its runtime turns cudaMemcpy(..., cudaMemcpyHostToHost) into a 2D copy of
+        # two host sides, and a device pointer given there is copied from the device.
+        start = ptr(host)
+        return _is_device(start), start + y * pitch + x, pitch
     if memory_type == CU_MEMORYTYPE_DEVICE:
         return True, device + y * pitch + x, pitch
     if memory_type == CU_MEMORYTYPE_UNIFIED:

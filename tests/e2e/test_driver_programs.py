@@ -49,7 +49,7 @@ def test_memory_and_context_semantics(run_on, driver_memory_semantics):
     wrong = {name: got for name, got in checks.items() if got[0] != got[1]}
     assert not wrong, f"(got, expected) per check: {wrong}\n{result.stderr}"
     assert "failures 0" in result.stdout, result.stdout + result.stderr
-    assert result.returncode == 0 and len(checks) == 102
+    assert result.returncode == 0 and len(checks) == 104
     assert "not implemented" not in result.stderr, result.stderr
 
 

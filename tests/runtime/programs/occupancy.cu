@@ -22,9 +22,10 @@ __global__ void __launch_bounds__(128) bounded(float *v)
 }
 
 // Blocks of `threads` threads and `shared` bytes of shared memory that one multiprocessor
-// holds when shared memory is what limits them: each block also takes the system's reserved
-// shared memory (1 KiB from compute capability 8.0 on), in 128-byte units.
-static int blocks_by_shared(const cudaDeviceProp &prop, int threads, size_t shared)
+// holds when registers do not limit them: its threads, its blocks and its shared memory do,
+// each block also taking the system's reserved shared memory (1 KiB from compute capability
+// 8.0 on), in 128-byte units.
+static int blocks_held(const cudaDeviceProp &prop, int threads, size_t shared)
 {
     size_t per_block = (shared + prop.reservedSharedMemPerBlock + 127) / 128 * 128;
     int by_shared = (int)(prop.sharedMemPerMultiprocessor / per_block);
@@ -48,16 +49,23 @@ int main()
     cudaFuncAttributes heavy;
     CHECK(cudaFuncGetAttributes(&heavy, heavy_shared));
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, heavy_shared, 64, 0));
-    EXPECT(blocks >= 1 && blocks == blocks_by_shared(prop, 64, heavy.sharedSizeBytes));
+    EXPECT(blocks >= 1 && blocks == blocks_held(prop, 64, heavy.sharedSizeBytes));
     printf("occupancy: 48 KiB of static shared memory: %d blocks\n", blocks);
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, light, 256, 40 * 1024));
-    EXPECT(blocks >= 1 && blocks == blocks_by_shared(prop, 256, 40 * 1024));
+    EXPECT(blocks >= 1 && blocks == blocks_held(prop, 256, 40 * 1024));
     printf("occupancy: 40 KiB of dynamic shared memory: %d blocks\n", blocks);
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, light, 256, 0,
                                                                  cudaOccupancyDefault));
     EXPECT(blocks >= 1);
+    // __launch_bounds__ bounds launches, not this query: CUDA's calculator takes any block
+    // the device allows, so 256 threads of `bounded` get the blocks the multiprocessor's
+    // threads hold, its few registers limiting nothing.
+    cudaFuncAttributes few;
+    CHECK(cudaFuncGetAttributes(&few, bounded));
+    EXPECT(few.numRegs * prop.maxThreadsPerMultiProcessor <= prop.regsPerMultiprocessor);
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, bounded, 256, 0));
-    EXPECT(blocks == 0);  // more threads than __launch_bounds__ allows
+    EXPECT(blocks == blocks_held(prop, 256, few.sharedSizeBytes));
+    printf("occupancy: 256 threads of a kernel bounded to 128: %d blocks\n", blocks);
 
     int min_grid = 0, block = 0;
     CHECK(cudaOccupancyMaxPotentialBlockSize(&min_grid, &block, light, 0, 0));
