@@ -310,7 +310,7 @@ def programs(machine: Machine) -> dict[str, list]:
                                                               strict=True)})
     ptx = machine.work / "kernels.ptx"
     ptx.write_text(toolkit.ptx((e2e / "kernels.cu").read_text()))
-    for name in ("driver_app", "driver_api_tour", "driver_zero_copy"):
+    for name in ("driver_app", "driver_api_tour", "driver_zero_copy", "driver_vmm"):
         commands[name] = [toolkit.c_program((e2e / f"{name}.c").read_text()), ptx]
     for name in ("vector_add", "numba_axpy"):
         commands[f"{name}.py"] = [sys.executable, ROOT / "examples" / f"{name}.py"]
