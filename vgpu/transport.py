@@ -9,7 +9,10 @@ tcp needs VGPU_INSECURE=1 (`vgpu run --insecure`), and says so on stderr.
 
 A refused CurveZMQ handshake looks to a client like a silent server; a monitor on the socket
 says what happened instead (the server refused our key, expects no encryption or does not
-hold the key we expected), so that a hello that timed out can be explained.
+hold the key we expected), so that a hello that timed out can be explained. A refusal that
+libzmq takes for a protocol error (a plain client at a CurveZMQ server, or the other way
+round) also ends the connection for good: libzmq stops reconnecting and drops the socket's
+queue, after which a blocking send waits forever; send_within sends without that risk.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
+import time
 from pathlib import Path
 
 import zmq
@@ -24,13 +28,14 @@ import zmq
 from .keys import KeyFileError, check_public, known_server_key, load_secret, vgpu_home
 
 __all__ = ["TransportError", "ConnectionDropped", "Watch", "split_address", "connect",
-           "wait_answer", "INSECURE_ENV", "HEARTBEAT_IVL_MS", "HEARTBEAT_TIMEOUT_MS", "EVENTS",
-           "POLLIN", "RCVMORE", "NOBLOCK", "SNDMORE", "SRCFD"]
+           "wait_answer", "send_within", "INSECURE_ENV", "HEARTBEAT_IVL_MS",
+           "HEARTBEAT_TIMEOUT_MS", "EVENTS", "POLLIN", "RCVMORE", "NOBLOCK", "SNDMORE", "SRCFD"]
 
 INSECURE_ENV = "VGPU_INSECURE"
 # zmq's constants as plain ints: its enums' own operators cost microseconds a call, and
 # these are asked while a round trip waits.
-EVENTS, POLLIN, RCVMORE = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.RCVMORE)
+EVENTS, POLLIN, POLLOUT = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.POLLOUT)
+RCVMORE = int(zmq.RCVMORE)
 NOBLOCK, SNDMORE, SRCFD = int(zmq.NOBLOCK), int(zmq.SNDMORE), int(zmq.SRCFD)
 # ZMTP heartbeats on tcp connections (both ends): a peer silent this long (no data, no PONG)
 # loses its connection. zmq's I/O threads answer them, so a client busy computing on its
@@ -194,10 +199,26 @@ def wait_answer(sock: zmq.Socket, watch: Watch | None, timeout_s: float) -> bool
     refused handshake raises TransportError at once, saying why, rather than after the
     timeout (libzmq would go on retrying it); a connection watched for drops that dropped
     raises ConnectionDropped (zmq connects again by itself, but what was sent is lost)."""
-    import time
+    return _wait(sock, watch, time.monotonic() + timeout_s, POLLIN)
 
+
+def send_within(sock: zmq.Socket, watch: Watch | None, parts: list, timeout_s: float,
+                copy: bool = True) -> bool:
+    """Send `parts` as one message once `sock` takes it, within `timeout_s`; False if it did
+    not. Raises as wait_answer does: a socket whose handshake was refused as a protocol error
+    takes nothing ever again (see above), and the refusal says why."""
     deadline = time.monotonic() + timeout_s
-    while not sock.poll(50):
+    while True:
+        try:
+            sock.send_multipart(parts, NOBLOCK, copy=copy)
+            return True
+        except zmq.Again:
+            if not _wait(sock, watch, deadline, POLLOUT):
+                return False
+
+
+def _wait(sock: zmq.Socket, watch: Watch | None, deadline: float, event: int) -> bool:
+    while not sock.poll(50, event):
         why = watch.refusal() if watch is not None else None
         if why:
             raise TransportError(why)
