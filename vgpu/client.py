@@ -347,7 +347,7 @@ class Connection:
             if not (send_within(self._socket, watch, [self._pack([HELLO, seq, body])],
                                 HANDSHAKE_TIMEOUT_S)
                     and wait_answer(self._socket, watch, deadline - time.monotonic())):
-                raise _ServerLost((watch and watch.refusal())
+                raise _ServerLost((watch and watch.refusal(final=True))
                                   or f"no answer from the vgpu server at {self.address} "
                                      f"within {HANDSHAKE_TIMEOUT_S:g} s")
             code, info = self._receive(seq, HANDSHAKE_TIMEOUT_S)[:2]

@@ -42,6 +42,10 @@ NOBLOCK, SNDMORE, SRCFD = int(zmq.NOBLOCK), int(zmq.SNDMORE), int(zmq.SRCFD)
 # host, or a server busy running kernels, still answers.
 HEARTBEAT_IVL_MS = 1000
 HEARTBEAT_TIMEOUT_MS = 4000
+# How long handshakes must go on failing without detail before that is taken for a refusal
+# (see Watch.refusal): a network that cuts connections, on a loaded machine whose handshakes
+# are slow, may cut several in a row, but not for this long.
+REFUSAL_AFTER_S = 2.0
 _warned: set[str] = set()
 _HANDSHAKE_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                      | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_SUCCEEDED)
@@ -137,7 +141,9 @@ class Watch:
         events = _HANDSHAKE_EVENTS | (zmq.EVENT_DISCONNECTED if drops else 0)
         self.monitor = sock.get_monitor_socket(events)
         self._why: str | None = None
-        self._failures = 0  # handshakes failed since the last one that succeeded
+        # Handshakes failed without detail since the last one that succeeded, and since when.
+        self._silent_failures = 0
+        self._failing_since = 0.0
         self._dropped = False
 
     def _read(self) -> None:
@@ -149,19 +155,25 @@ class Watch:
             if kind == zmq.EVENT_DISCONNECTED:
                 self._dropped = True
             elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                self._why, self._failures = None, 0
+                self._why, self._silent_failures = None, 0
+            elif kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                if not self._silent_failures:
+                    self._failing_since = time.monotonic()
+                self._silent_failures += 1
             else:
-                # A connection cut during its handshake fails it without detail, as a server
-                # holding another key does; zmq connects again by itself, and only a second
-                # failure in a row says that it is the key.
-                self._failures += 1
-                if kind != zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL or self._failures > 1:
-                    self._why = _refusal(kind, self.address)
+                self._why = _refusal(kind, self.address)
 
-    def refusal(self) -> str | None:
-        """Why the server did not answer, when its handshake said so; None if no handshake
-        failed (the server may just be gone or slow)."""
+    def refusal(self, final: bool = False) -> str | None:
+        """Why the server did not answer, when its handshakes said so; None if none failed
+        (the server may just be gone or slow). A server that does not hold the key we
+        expect closes the connection without a word, as a connection cut during its
+        handshake fails it; and zmq connects again by itself. So handshakes failing without
+        detail say it only once they have failed for REFUSAL_AFTER_S, or, when the caller
+        gives up waiting (`final`), at once, but two in a row at least."""
         self._read()
+        if self._why is None and self._silent_failures > 1 and (
+                final or time.monotonic() - self._failing_since >= REFUSAL_AFTER_S):
+            return _refusal(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, self.address)
         return self._why
 
     def dropped(self) -> bool:
