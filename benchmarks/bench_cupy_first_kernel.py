@@ -39,12 +39,17 @@ for name, kernel in kernels.items():
 """
 
 
-def run_once(cache: str) -> dict[str, tuple[float, float]]:
-    """{kernel: (first call s, second call s)} of one program under vgpu run."""
-    result = subprocess.run([sys.executable, "-m", "vgpu.cli", "run", "--backend", "emu", "--",
-                             sys.executable, "-c", PROGRAM], capture_output=True, text=True,
-                            env={**os.environ, "CUPY_CACHE_DIR": cache},
-                            timeout=600, check=True)
+UNDER_VGPU_ON_EMU = [sys.executable, "-m", "vgpu.cli", "run", "--backend", "emu", "--"]
+
+
+def run_once(cache: str, launcher: list[str] = UNDER_VGPU_ON_EMU, env: dict | None = None,
+             timeout: float = 600) -> dict[str, tuple[float, float]]:
+    """{kernel: (first call s, second call s)} of one program, started by `launcher` (vgpu
+    run on emu unless told otherwise; scripts/gpu_check.py runs it natively and under vgpu on
+    a GPU too)."""
+    result = subprocess.run([*launcher, sys.executable, "-c", PROGRAM], capture_output=True,
+                            text=True, env={**(env or os.environ), "CUPY_CACHE_DIR": cache},
+                            timeout=timeout, check=True)
     rows = {}
     for line in result.stdout.splitlines():
         name, first, second = line.split()

@@ -9,9 +9,10 @@ configuration, then __cudaLaunchKernel) and N times through cuLaunchKernel (our 
 alternating, under `vgpu run` with an emu server; the program and the server run on different
 CPUs. Reported: the per-launch time of each path (the
 minimum and the median over the rounds) and the difference, the runtime layer's own cost
-(target <= 2 us). The same program built with nvcc's default (NVIDIA's runtime linked
-statically, over vgpu's libcuda and its export tables) runs next, for the same figures through
-NVIDIA's runtime.
+(target <= 2 us), and the time per cudaMemsetAsync of 4 bytes, a runtime call that is no
+launch. The same program built with nvcc's default (NVIDIA's runtime linked statically, over
+vgpu's libcuda and its export tables) runs next, for the same figures through NVIDIA's
+runtime: the per-call cost of each runtime against the other's, same run.
 """
 
 from __future__ import annotations
@@ -74,13 +75,15 @@ def run_lines(program: Path, args: list[str]) -> list[str]:
     return result.stdout.splitlines()
 
 
-def measure(program: Path, launches: int, rounds: int) -> tuple[list[float], list[float]]:
-    runtime, driver = [], []
+def measure(program: Path, launches: int, rounds: int) -> dict[str, list[float]]:
+    """Each path's microseconds per call, one value a round: `runtime` (<<<>>>), `driver`
+    (cuLaunchKernel), `memset` (cudaMemsetAsync)."""
+    figures = {"runtime": [], "driver": [], "memset": []}
     for line in run_lines(program, [str(launches), str(rounds)]):
         fields = line.split()
-        runtime.append(float(fields[fields.index("runtime_us") + 1]))
-        driver.append(float(fields[fields.index("driver_us") + 1]))
-    return runtime, driver
+        for name, values in figures.items():
+            values.append(float(fields[fields.index(f"{name}_us") + 1]))
+    return figures
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -88,22 +91,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="vgpu-bench-runtime-") as tmp:
-        runtime, driver = measure(build(Path(tmp), "shared"), args.launches, args.rounds)
-        nvidia, nvidia_driver = measure(build(Path(tmp), "static"), args.launches, args.rounds)
+        ours = measure(build(Path(tmp), "shared"), args.launches, args.rounds)
+        theirs = measure(build(Path(tmp), "static"), args.launches, args.rounds)
+    runtime, driver, nvidia = ours["runtime"], ours["driver"], theirs["runtime"]
     # Other processes share this machine's cores: the minimum is each path's undisturbed
     # cost, the median shows how much disturbance there was.
     rows = [("<<<>>> (libcudart over libcuda)", runtime), ("cuLaunchKernel (libcuda)", driver),
             ("<<<>>> (NVIDIA's runtime, static)", nvidia),
-            ("cuLaunchKernel (same program)", nvidia_driver)]
-    print(f"{'us per launch, ' + str(len(runtime)) + ' rounds':34} {'minimum':>10} {'median':>10}")
+            ("cuLaunchKernel (same program)", theirs["driver"]),
+            ("cudaMemsetAsync (vgpu's runtime)", ours["memset"]),
+            ("cudaMemsetAsync (NVIDIA's runtime)", theirs["memset"])]
+    print(f"{'us per call, ' + str(len(runtime)) + ' rounds':34} {'minimum':>10} {'median':>10}")
     for label, values in rows:
         print(f"{label:34} {min(values):>10.2f} {statistics.median(values):>10.2f}")
     cost = min(runtime) - min(driver)
     print(f"{'runtime layer cost per launch':34} {cost:>10.2f} "
           f"{statistics.median(runtime) - statistics.median(driver):>10.2f}   "
           f"(target <= {TARGET_US:.1f} us; ratio {min(runtime) / min(driver):.2f}x)")
-    print(f"{'NVIDIA runtime over vgpu runtime':34} {min(nvidia) / min(runtime):>10.2f}x "
-          f"{statistics.median(nvidia) / statistics.median(runtime):>9.2f}x")
+    for label, (mine, nvidias) in (("launch", (runtime, nvidia)),
+                                   ("memset", (ours["memset"], theirs["memset"]))):
+        print(f"{'NVIDIA runtime over vgpu, ' + label:34} {min(nvidias) / min(mine):>10.2f}x "
+              f"{statistics.median(nvidias) / statistics.median(mine):>9.2f}x")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 // The runtime layer's cost per <<<>>> launch, against cuLaunchKernel of the same kernel in the
-// same process (bench_runtime.py runs it under vgpu and reads its output).
+// same process (bench_runtime.py runs it under vgpu and reads its output), and per call of a
+// runtime function that is not a launch (cudaMemsetAsync of 4 bytes, queued like a launch).
 //
 //   bench_runtime_launch LAUNCHES ROUNDS
 //
-// Each round times LAUNCHES back-to-back launches through each path, client side (the time
-// until the launch calls return; the server runs the kernels meanwhile), then synchronizes.
-// The paths alternate so that both see the same machine; the output is one line per round.
+// Each round times LAUNCHES back-to-back calls through each path, client side (the time
+// until the calls return; the server does the work meanwhile), then synchronizes. The paths
+// alternate so that all see the same machine; the output is one line per round.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -44,9 +45,15 @@ int main(int argc, char **argv)
         double driver = seconds() - start;
         if (cudaDeviceSynchronize() != cudaSuccess)
             return 1;
+        start = seconds();
+        for (int i = 0; i < launches; ++i)
+            cudaMemsetAsync(a, 0, 4);
+        double memset = seconds() - start;
+        if (cudaDeviceSynchronize() != cudaSuccess)
+            return 1;
         if (round >= 0)
-            printf("round %d runtime_us %.4f driver_us %.4f\n", round, 1e6 * runtime / launches,
-                   1e6 * driver / launches);
+            printf("round %d runtime_us %.4f driver_us %.4f memset_us %.4f\n", round,
+                   1e6 * runtime / launches, 1e6 * driver / launches, 1e6 * memset / launches);
     }
     return 0;
 }

@@ -18,7 +18,8 @@ the one the value numbers, if any), or for WHILE the body as long as the value i
 Body segments are not launched by the client; each comes after the segment that names it,
 so no body runs itself.
 
-A graph instantiated for device launch (one segment of kernel launches, device copies and
+A graph instantiated for device launch (one segment of kernel launches, cooperative ones
+too, copies between device addresses or of pinned host segments the device maps, and
 memsets) may also be launched by kernels once it has been uploaded (`vgpuGraphUpload`, or a
 launch from the host): the emulator's device runtime asks `device_launches` for its nodes
 and runs them as the launch mode says (server/emu/device_runtime.py). The kernels of one
@@ -48,10 +49,11 @@ CONDITIONAL = "vgpuGraphConditional"
 GRAPH_CALLS = {"cuLaunchKernel": 8, "cuLaunchCooperativeKernel": 8, "cuEventRecord": 1,
                "cuStreamWaitEvent": 0, "cuMemcpyHtoD": None, "cuMemcpyDtoH": None,
                "cuMemcpyDtoD": None, "vgpuMemset": None, CONDITIONAL: None}
-# What a graph launched from the device may hold: kernels, copies between device addresses,
-# memsets (CUDA's device graphs also copy pinned host memory, which the server's graphs
-# reach through pinned segments instead, not from a kernel)
-DEVICE_GRAPH_CALLS = ("cuLaunchKernel", "cuMemcpyDtoD", "vgpuMemset")
+# What a graph launched from the device may hold: kernels (cooperative ones too), copies
+# between device addresses or of pinned host segments the device maps, memsets
+DEVICE_GRAPH_CALLS = ("cuLaunchKernel", "cuLaunchCooperativeKernel", "cuMemcpyDtoD",
+                      "cuMemcpyHtoD", "cuMemcpyDtoH", "vgpuMemset")
+LAUNCHES = ("cuLaunchKernel", "cuLaunchCooperativeKernel")
 # Conditional node types
 IF, WHILE, SWITCH = 0, 1, 2
 MAX_CONDITIONAL_DEPTH = 32  # conditional nodes nested in each other's bodies
@@ -129,8 +131,12 @@ class GraphExecs:
                 isinstance(call, list | tuple) and call and call[0] in DEVICE_GRAPH_CALLS
                 for segment in segments for call in segment)):
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "a graph launched from the device holds "
-                                                      "kernel launches, device copies and "
-                                                      "memsets only")
+                                                      "kernel launches, copies and memsets "
+                                                      "only")
+        if device_launch:
+            for segment in segments:
+                for call in segment:
+                    self._check_device_kernel(call)
         kept, size = [], 0
         if sum(len(segment) for segment in segments) > MAX_CALLS_PER_GRAPH:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY,
@@ -154,6 +160,18 @@ class GraphExecs:
                                          first_segment=min(launched, default=0),
                                          last_segment=max(launched, default=-1)))
         self.session.journal.created("graph", handle, context, kept, bool(device_launch))
+
+    def _check_device_kernel(self, call: list) -> None:
+        """A device graph's kernels may launch graphs but not kernels (CUDA forbids them
+        dynamic parallelism)."""
+        if call[0] not in LAUNCHES or not call[1]:
+            return
+        function = self.session.functions.get(call[1][0])
+        kernel = self.session.modules.get(function.module).loaded.kernels[function.name]
+        if kernel.launches_grids:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE,
+                            f"kernel {function.name!r} launches kernels (dynamic parallelism), "
+                            f"which a graph launched from the device may not")
 
     def _check_conditional(self, call: list, segment: int, segments: int) -> None:
         """A conditional node's bodies are segments after the one holding it, and only a
@@ -263,6 +281,8 @@ class GraphExecs:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "the graph has no such call")
         checked, cost = _checked_call(call)
         self._check_conditional(checked, segment, len(graph.segments))
+        if graph.device_launch:
+            self._check_device_kernel(checked)
         old = graph.segments[segment][index]
         if checked[0] != old[0]:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "a node's call keeps its kind")
@@ -285,8 +305,8 @@ class GraphExecs:
 
     def device_launches(self, handle: int) -> list[tuple] | None:
         """What a kernel's cudaGraphLaunch of `handle` runs, in order: ("kernel", loaded
-        module, kernel name, grid, block, shared bytes, parameters), ("copy", dst, src,
-        size) and ("fill", dst, pattern, count); None when no graph by that handle may be
+        module, kernel name, grid, block, shared bytes, parameters, cooperative), ("copy",
+        dst, src, size) and ("fill", dst, pattern, count); None when no graph by that handle may be
         launched from the device (not one, not instantiated for it, not uploaded) or one of
         its calls names what the session does not hold. Called from the launching kernel's
         thread."""
@@ -303,16 +323,19 @@ class GraphExecs:
         """A call's arguments are checked when the host launches its graph; here, before
         the emulator is given them, as a client may have sent anything."""
         session = self.session
-        if op_name == "cuLaunchKernel":
+        if op_name in LAUNCHES:
             if len(args) != 10 or not all(isinstance(a, int) for a in args[:8]) \
                     or not isinstance(args[9], bytes):
                 raise ValueError("malformed launch")
             function = session.functions.get(args[0])
             module = session.modules.get(function.module)
+            cooperative = op_name == "cuLaunchCooperativeKernel"
+            if cooperative:
+                session.check_cooperative_grid(tuple(args[1:4]), tuple(args[4:7]))
             return ("kernel", module.loaded, function.name, tuple(args[1:4]),
-                    tuple(args[4:7]), args[7], args[9])
-        if op_name == "cuMemcpyDtoD":
-            dst, src, size = (int(a) for a in args)
+                    tuple(args[4:7]), args[7], args[9], cooperative)
+        if op_name in ("cuMemcpyDtoD", "cuMemcpyHtoD", "cuMemcpyDtoH"):
+            dst, src, size = self._copy_sides(op_name, args)
             session._check_range(dst, size)
             session._check_range(src, size)
             return ("copy", dst, src, size)
@@ -321,6 +344,23 @@ class GraphExecs:
             raise ValueError("memset element must be 1, 2 or 4 bytes")
         session._check_range(dst, len(pattern) * count)
         return ("fill", dst, pattern, count)
+
+    def _copy_sides(self, op_name: str, args: list) -> tuple[int, int, int]:
+        """(dst, src, size) of a copy, a pinned host segment's side named by where the
+        device maps it: a kernel's graph copies what the device reaches, which a segment
+        the device does not map is not."""
+        if op_name == "cuMemcpyDtoD":
+            dst, src, size = (int(a) for a in args)
+            return dst, src, size
+        spec = args[HOST_SIDES[op_name]]
+        seg, device_address = self.session._segment(spec[1])
+        offset = int(spec[2])
+        if device_address is None or not 0 <= offset <= len(seg):
+            raise ValueError("host memory the device does not map")
+        host = device_address + offset
+        if op_name == "cuMemcpyHtoD":
+            return int(args[0]), host, int(args[2])
+        return host, int(args[0]), int(args[1])
 
     def tails_pending(self) -> bool:
         """Whether a launch from the host is between its segments (a host node runs in the

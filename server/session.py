@@ -1248,14 +1248,18 @@ class Session:
         """A launch whose blocks are all resident at once (grid-wide synchronization). The
         client checks the grid against the kernel's occupancy; here, against the device's
         capacity, which the emulator keeps resident as one chunk."""
+        self.check_cooperative_grid((gx, gy, gz), (bx, by, bz))
+        self._launch(function, (gx, gy, gz, bx, by, bz, shared_bytes, True), stream, params)
+
+    def check_cooperative_grid(self, grid: tuple, block: tuple) -> None:
+        """A cooperative grid must fit the device's capacity (all its blocks resident)."""
         attributes = self.device.attributes
-        blocks, threads = gx * gy * gz, bx * by * bz
+        blocks, threads = grid[0] * grid[1] * grid[2], block[0] * block[1] * block[2]
         most = attributes[_SM_COUNT] * attributes[_BLOCKS_PER_SM]
         if blocks > most or blocks * threads > attributes[_SM_COUNT] * attributes[_THREADS_PER_SM]:
             raise CudaError(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
                             f"a cooperative grid of {blocks} blocks of {threads} threads is "
                             "more than the device keeps resident")
-        self._launch(function, (gx, gy, gz, bx, by, bz, shared_bytes, True), stream, params)
 
     @op("cuLaunchKernel")
     def launch_kernel(self, function: int, gx: int, gy: int, gz: int, bx: int, by: int,

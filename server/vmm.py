@@ -4,15 +4,17 @@ allows.
 
 Reservations take addresses in the session's arena, so cuMemAlloc never places memory inside
 one. A physical allocation is backend memory with no address (`Backend.create_physical`);
-each mapping shows a piece of one at an address, so one allocation mapped at two addresses
-shows the same bytes at both. A mapping allows no access until cuMemSetAccess grants it:
-the backend faults a kernel or copy that touches it. Physical memory counts as device memory
-in use (cuMemGetInfo, out-of-memory) from cuMemCreate until it is released and unmapped.
+each mapping shows one from its start at an address (CUDA maps from offset 0 only), so one
+allocation mapped at two addresses shows the same bytes at both. A mapping allows no access
+until cuMemSetAccess grants it: the backend faults a kernel or copy that touches it. Physical
+memory counts as device memory in use (cuMemGetInfo, out-of-memory) from cuMemCreate until it
+is released and unmapped.
 
 Handles are the client's, like every object's; a handle lives while the program holds a
 reference to it (cuMemCreate, each cuMemRetainAllocationHandle) and its memory while a
 reference or a mapping is left. Errors are CUDA's: misuse is CUDA_ERROR_INVALID_VALUE, a
-location on another device CUDA_ERROR_INVALID_DEVICE.
+location on another device CUDA_ERROR_INVALID_DEVICE, a mapping offset other than zero
+CUDA_ERROR_NOT_SUPPORTED.
 
 What moves with the session: reservations, physical allocations and mappings are journaled
 like every object (a restore makes them again, at the same addresses and handles, so one
@@ -35,6 +37,7 @@ __all__ = ["VirtualMemory", "VMM_OPS"]
 
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_NOT_SUPPORTED = 801
 ACCESS_FLAGS = (0, 1, 3)  # CU_MEM_ACCESS_FLAGS_PROT_NONE, _READ, _READWRITE
 
 # Wire op name -> VirtualMemory method; Session dispatches them to its `vmm`.
@@ -64,8 +67,7 @@ class Physical:
 
 @dataclass
 class Mapping:
-    size: int
-    offset: int  # into the physical allocation
+    size: int  # bytes of the physical allocation, from its start
     physical: Physical
 
 
@@ -237,24 +239,26 @@ class VirtualMemory:
 
     @op("cuMemMap")
     def map(self, address: int, size: int, offset: int, handle: int) -> None:
-        self._map(address, size, offset, self.handles.get(handle), 0)
+        _from_the_start(offset)
+        self._map(address, size, self.handles.get(handle), 0)
 
     def restore_mapping(self, address: int, size: int, offset: int, handle: int,
                         access: int) -> None:
+        # Journal records keep the offset checkpoint images have always had (always 0).
+        _from_the_start(offset)
         if handle not in self.physical:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"unknown memory handle 0x{handle:x}")
-        self._map(address, size, offset, self.physical[handle], access)
+        self._map(address, size, self.physical[handle], access)
 
-    def _map(self, address: int, size: int, offset: int, physical: Physical,
-             access: int) -> None:
-        if size <= 0 or (address | size | offset) % VMM_GRANULARITY:
+    def _map(self, address: int, size: int, physical: Physical, access: int) -> None:
+        if size <= 0 or (address | size) % VMM_GRANULARITY:
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
-                            "the address, size and offset of a mapping must be multiples of "
-                            f"the allocation granularity ({VMM_GRANULARITY} bytes), the size "
+                            "the address and size of a mapping must be multiples of the "
+                            f"allocation granularity ({VMM_GRANULARITY} bytes), the size "
                             "positive")
-        if offset < 0 or offset + size > physical.size:
+        if size > physical.size:
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
-                            f"offset {offset} + size {size} runs past the allocation's "
+                            f"a mapping of {size} bytes runs past the allocation's "
                             f"{physical.size} bytes")
         reservation = self.session.arena.find_reservation(address)
         if reservation is None or address + size > sum(reservation):
@@ -263,9 +267,9 @@ class VirtualMemory:
         if self._mapped_in(address, size):
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
                             f"0x{address:x}+{size} overlaps memory mapped already")
-        self.session.backend.map_physical(address, size, physical.memory, offset)
+        self.session.backend.map_physical(address, size, physical.memory)
         bisect.insort(self._starts, address)
-        self.mappings[address] = Mapping(size, offset, physical)
+        self.mappings[address] = Mapping(size, physical)
         physical.mappings += 1
         self._set_access(address, access)
 
@@ -295,7 +299,7 @@ class VirtualMemory:
     def _set_access(self, start: int, access: int) -> None:
         self.session.backend.set_access(start, access)
         mapping = self.mappings[start]
-        self.session.journal.created("mapping", start, mapping.size, mapping.offset,
+        self.session.journal.created("mapping", start, mapping.size, 0,
                                      mapping.physical.handle, access)
 
     def _covering(self, address: int, size: int) -> list[int]:
@@ -321,3 +325,13 @@ class VirtualMemory:
         if i < len(self._starts) and self._starts[i] < address + size:
             return True
         return i > 0 and self.find(address) is not None
+
+
+def _from_the_start(offset: int) -> None:
+    """CUDA maps physical memory from its start only: cuMemMap's offset "currently must be
+    zero", and NVIDIA's driver answers any other with CUDA_ERROR_NOT_SUPPORTED (an H200,
+    CUDA 13)."""
+    if offset:
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                        f"a mapping at offset {offset} of physical memory: the offset must "
+                        "be zero")

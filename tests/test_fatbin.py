@@ -27,6 +27,7 @@ from vgpu.fatbin import (
     FatbinEntry,
     FatbinError,
     parse_fatbin,
+    prelinked_ptx,
     read_container_at,
     read_wrapper_at,
     require_ptx,
@@ -179,6 +180,29 @@ def test_read_wrapper_and_container_from_memory(toolkit):
     read = read_wrapper_at(ctypes.addressof(wrapper_buffer))
     assert (read.version, read.data_address, read.container) == (1, base + second, data[second:])
     assert select_ptx(parse_fatbin(read.container)) == select_ptx(parse_fatbin(data))
+
+
+def test_a_device_link_image_leads_to_its_objects_ptx(toolkit):
+    """A version-2 wrapper's list of prelinked containers (what an -rdc program's stubs
+    fill) gives each object's PTX; any other wrapper, or no wrapper, gives none; an object
+    without PTX is an error saying how to rebuild."""
+    relocatable = section(toolkit.executable(SOURCE, ["-rdc=true"]), "__nv_relfatbin")
+    sass_only = section(toolkit.executable(SOURCE, ["-rdc=true", *NO_PTX]), "__nv_relfatbin")
+    keep = []
+
+    def wrapper(version: int, *containers: bytes) -> int:
+        buffers = [ctypes.create_string_buffer(c, len(c)) for c in containers]
+        array = (ctypes.c_uint64 * (len(buffers) + 1))(*map(ctypes.addressof, buffers), 0)
+        packed = struct.pack("<IIQQ", WRAPPER_MAGIC, version, 0, ctypes.addressof(array))
+        keep.extend([buffers, array, ctypes.create_string_buffer(packed, len(packed))])
+        return ctypes.addressof(keep[-1])
+
+    ptx = prelinked_ptx(wrapper(2, relocatable, relocatable), 80)
+    assert len(ptx) == 2 and all(".entry _Z5saxpyfPKfPfi(" in text for text in ptx)
+    assert prelinked_ptx(wrapper(1, relocatable)) == []
+    assert prelinked_ptx(ctypes.addressof(ctypes.create_string_buffer(b".version 9.0"))) == []
+    with pytest.raises(FatbinError, match="no PTX"):
+        prelinked_ptx(wrapper(2, relocatable, sass_only))
 
 
 def test_bad_memory_images_are_refused():

@@ -14,7 +14,7 @@ import subprocess
 import sysconfig
 from pathlib import Path
 
-__all__ = ["Toolkit", "find_toolkit"]
+__all__ = ["Toolkit", "find_toolkit", "cuda12_runtime"]
 
 # What the tests' C programs share (test_files.h): on every C program's include path.
 C_INCLUDE = Path(__file__).resolve().parent / "c_include"
@@ -149,6 +149,15 @@ def _toolkit_root(nvcc: Path) -> Path:
         if line.startswith("#$ TOP="):
             return Path(line.split("=", 1)[1].strip()).resolve()
     return nvcc.resolve().parent.parent
+
+
+def cuda12_runtime(name: str) -> Path:
+    """A library of NVIDIA's CUDA 12 runtime (libcudart.so.12, libcudart_static.a), from the
+    `nvidia-cuda-runtime-cu12` wheel of the test extra."""
+    path = Path(sysconfig.get_paths()["purelib"]) / "nvidia" / "cuda_runtime" / "lib" / name
+    if not path.exists():
+        raise RuntimeError(f"no {path}: install the test extra (nvidia-cuda-runtime-cu12)")
+    return path
 
 
 def _wheel_nvcc() -> Path | None:

@@ -20,7 +20,7 @@ __all__ = ["VGPU", "vgpu_environment", "start_emu_server", "stop_server", "emu_s
 VGPU = [sys.executable, "-m", "vgpu.cli"]
 # What a user's shell may set that would change what a test sees.
 _USER_SETTINGS = ("VGPU_SERVER", "VGPU_TRACE", "VGPU_MEMCHECK", "VGPU_HOME", "VGPU_INSECURE",
-                  "VGPU_CLIENT_KEY", "VGPU_NVRTC_LIBRARY")
+                  "VGPU_CLIENT_KEY", "VGPU_NVRTC_LIBRARY", "CUDA_MODULE_LOADING")
 
 
 def vgpu_environment(**extra: str) -> dict[str, str]:
@@ -186,7 +186,8 @@ class TcpForwarder:
     """A TCP proxy between clients and a server (a network path that can fail): listens on
     127.0.0.1:`port` and forwards each connection to `target` (host, port). `drop()` cuts
     every connection open now, as a network blip does; `silence()` stops forwarding without
-    closing anything, as a path that loses every packet does."""
+    closing anything, as a path that loses every packet does; `cut_next(n)` cuts the next n
+    connections as soon as they come, in their handshake."""
 
     def __init__(self, target: tuple[str, int]):
         self.target = target
@@ -196,6 +197,7 @@ class TcpForwarder:
         self._open: list[socket.socket] = []
         self._lock = threading.Lock()
         self._silent = threading.Event()
+        self._to_cut = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
     @property
@@ -208,6 +210,12 @@ class TcpForwarder:
                 client, _ = self._listener.accept()
             except OSError:  # closed
                 return
+            with self._lock:
+                cut, self._to_cut = self._to_cut > 0, max(0, self._to_cut - 1)
+                self.accepted += cut
+            if cut:
+                client.close()
+                continue
             try:
                 server = socket.create_connection(self.target)
             except OSError:
@@ -237,6 +245,10 @@ class TcpForwarder:
             with contextlib.suppress(OSError):
                 end.shutdown(socket.SHUT_RDWR)
             end.close()
+
+    def cut_next(self, n: int) -> None:
+        with self._lock:
+            self._to_cut = n
 
     def silence(self) -> None:
         self._silent.set()

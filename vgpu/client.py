@@ -60,6 +60,7 @@ from .transport import (
     TransportError,
     Watch,
     connect,
+    send_within,
     wait_answer,
 )
 
@@ -342,11 +343,16 @@ class Connection:
             "token": self.token,
             "resume": resume,
         }
-        seq = self._send(HELLO, body, [])
+        self._seq = seq = self._seq + 1
+        deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S
         try:
+            # Not a blocking send: a socket whose handshake was already refused (while a
+            # hello said again after a drop waited) takes nothing, ever (vgpu.transport).
             watch = self._watches.get(self._socket)
-            if not wait_answer(self._socket, watch, HANDSHAKE_TIMEOUT_S):
-                raise _ServerLost((watch and watch.refusal())
+            if not (send_within(self._socket, watch, [self._pack([HELLO, seq, body])],
+                                HANDSHAKE_TIMEOUT_S)
+                    and wait_answer(self._socket, watch, deadline - time.monotonic())):
+                raise _ServerLost((watch and watch.refusal(final=True))
                                   or f"no answer from the vgpu server at {self.address} "
                                      f"within {HANDSHAKE_TIMEOUT_S:g} s")
             code, info = self._receive(seq, HANDSHAKE_TIMEOUT_S)[:2]

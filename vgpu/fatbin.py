@@ -45,6 +45,7 @@ __all__ = [
     "FatbinError",
     "FatbinWrapper",
     "parse_fatbin",
+    "prelinked_ptx",
     "read_container_at",
     "read_wrapper_at",
     "require_ptx",
@@ -64,6 +65,8 @@ _ENTRY_UNCOMPRESSED = struct.Struct("<Q")  # at +0x38
 _ENTRY_MIN_HEADER = 0x40
 # Reading raw memory: refuse sizes no real image has rather than copy gigabytes of garbage.
 _MAX_CONTAINER = 1 << 32
+WRAPPER_VERSION_LINKED = 2  # the device-link image, with the list of prelinked containers
+_MAX_PRELINKED = 1 << 16  # no real program has more objects: stop at corrupt lists
 # LZ4 cannot expand a block by more than 255x, so a larger declared size is corruption.
 _LZ4_MAX_RATIO = 255
 # The most one compressed entry may unpack to: the largest PTX of real programs (CUB, thrust,
@@ -318,6 +321,27 @@ def select_ptx(entries: list[FatbinEntry], device_arch: int | None = None) -> st
     of `device_arch` (e.g. 80) can run, or None."""
     best = _best(_runnable_ptx(entries, device_arch))
     return best.ptx_text() if best else None
+
+
+def prelinked_ptx(wrapper_address: int, device_arch: int | None = None) -> list[str]:
+    """The PTX of each object an -rdc program's device-link image was linked from, `[]`
+    where `wrapper_address` holds no such image. That image (a version-2 wrapper) carries
+    only the nvlink-ed cubin; its last field points at the NULL-terminated list of the
+    objects' own containers (cubin + PTX), which the program's `__cudaRegisterLinkedBinary_*`
+    stubs fill before it is registered. Raises FatbinError where an object has no PTX a
+    device of `device_arch` runs."""
+    # The magic first: a short PTX text may end within a wrapper's size.
+    if struct.unpack("<II", ctypes.string_at(wrapper_address, 8)) != (WRAPPER_MAGIC,
+                                                                      WRAPPER_VERSION_LINKED):
+        return []
+    _, _, _, array = _WRAPPER.unpack(ctypes.string_at(wrapper_address, _WRAPPER.size))
+    ptx = []
+    for i in range(_MAX_PRELINKED if array else 0):
+        entry = ctypes.c_uint64.from_address(array + 8 * i).value
+        if entry == 0:
+            break
+        ptx.append(require_ptx(parse_fatbin(read_container_at(entry)), device_arch))
+    return ptx
 
 
 def require_ptx(entries: list[FatbinEntry], device_arch: int | None = None) -> str:

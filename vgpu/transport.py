@@ -9,7 +9,10 @@ tcp needs VGPU_INSECURE=1 (`vgpu run --insecure`), and says so on stderr.
 
 A refused CurveZMQ handshake looks to a client like a silent server; a monitor on the socket
 says what happened instead (the server refused our key, expects no encryption or does not
-hold the key we expected), so that a hello that timed out can be explained.
+hold the key we expected), so that a hello that timed out can be explained. A refusal that
+libzmq takes for a protocol error (a plain client at a CurveZMQ server, or the other way
+round) also ends the connection for good: libzmq stops reconnecting and drops the socket's
+queue, after which a blocking send waits forever; send_within sends without that risk.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
+import time
 from pathlib import Path
 
 import zmq
@@ -24,19 +28,24 @@ import zmq
 from .keys import KeyFileError, check_public, known_server_key, load_secret, vgpu_home
 
 __all__ = ["TransportError", "ConnectionDropped", "Watch", "split_address", "connect",
-           "wait_answer", "INSECURE_ENV", "HEARTBEAT_IVL_MS", "HEARTBEAT_TIMEOUT_MS", "EVENTS",
-           "POLLIN", "RCVMORE", "NOBLOCK", "SNDMORE", "SRCFD"]
+           "wait_answer", "send_within", "INSECURE_ENV", "HEARTBEAT_IVL_MS",
+           "HEARTBEAT_TIMEOUT_MS", "EVENTS", "POLLIN", "RCVMORE", "NOBLOCK", "SNDMORE", "SRCFD"]
 
 INSECURE_ENV = "VGPU_INSECURE"
 # zmq's constants as plain ints: its enums' own operators cost microseconds a call, and
 # these are asked while a round trip waits.
-EVENTS, POLLIN, RCVMORE = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.RCVMORE)
+EVENTS, POLLIN, POLLOUT = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.POLLOUT)
+RCVMORE = int(zmq.RCVMORE)
 NOBLOCK, SNDMORE, SRCFD = int(zmq.NOBLOCK), int(zmq.SNDMORE), int(zmq.SRCFD)
 # ZMTP heartbeats on tcp connections (both ends): a peer silent this long (no data, no PONG)
 # loses its connection. zmq's I/O threads answer them, so a client busy computing on its
 # host, or a server busy running kernels, still answers.
 HEARTBEAT_IVL_MS = 1000
 HEARTBEAT_TIMEOUT_MS = 4000
+# How long handshakes must go on failing without detail before that is taken for a refusal
+# (see Watch.refusal): a network that cuts connections, on a loaded machine whose handshakes
+# are slow, may cut several in a row, but not for this long.
+REFUSAL_AFTER_S = 2.0
 _warned: set[str] = set()
 _HANDSHAKE_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                      | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_SUCCEEDED)
@@ -132,7 +141,9 @@ class Watch:
         events = _HANDSHAKE_EVENTS | (zmq.EVENT_DISCONNECTED if drops else 0)
         self.monitor = sock.get_monitor_socket(events)
         self._why: str | None = None
-        self._failures = 0  # handshakes failed since the last one that succeeded
+        # Handshakes failed without detail since the last one that succeeded, and since when.
+        self._silent_failures = 0
+        self._failing_since = 0.0
         self._dropped = False
 
     def _read(self) -> None:
@@ -144,19 +155,25 @@ class Watch:
             if kind == zmq.EVENT_DISCONNECTED:
                 self._dropped = True
             elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                self._why, self._failures = None, 0
+                self._why, self._silent_failures = None, 0
+            elif kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                if not self._silent_failures:
+                    self._failing_since = time.monotonic()
+                self._silent_failures += 1
             else:
-                # A connection cut during its handshake fails it without detail, as a server
-                # holding another key does; zmq connects again by itself, and only a second
-                # failure in a row says that it is the key.
-                self._failures += 1
-                if kind != zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL or self._failures > 1:
-                    self._why = _refusal(kind, self.address)
+                self._why = _refusal(kind, self.address)
 
-    def refusal(self) -> str | None:
-        """Why the server did not answer, when its handshake said so; None if no handshake
-        failed (the server may just be gone or slow)."""
+    def refusal(self, final: bool = False) -> str | None:
+        """Why the server did not answer, when its handshakes said so; None if none failed
+        (the server may just be gone or slow). A server that does not hold the key we
+        expect closes the connection without a word, as a connection cut during its
+        handshake fails it; and zmq connects again by itself. So handshakes failing without
+        detail say it only once they have failed for REFUSAL_AFTER_S, or, when the caller
+        gives up waiting (`final`), at once, but two in a row at least."""
         self._read()
+        if self._why is None and self._silent_failures > 1 and (
+                final or time.monotonic() - self._failing_since >= REFUSAL_AFTER_S):
+            return _refusal(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, self.address)
         return self._why
 
     def dropped(self) -> bool:
@@ -194,10 +211,26 @@ def wait_answer(sock: zmq.Socket, watch: Watch | None, timeout_s: float) -> bool
     refused handshake raises TransportError at once, saying why, rather than after the
     timeout (libzmq would go on retrying it); a connection watched for drops that dropped
     raises ConnectionDropped (zmq connects again by itself, but what was sent is lost)."""
-    import time
+    return _wait(sock, watch, time.monotonic() + timeout_s, POLLIN)
 
+
+def send_within(sock: zmq.Socket, watch: Watch | None, parts: list, timeout_s: float,
+                copy: bool = True) -> bool:
+    """Send `parts` as one message once `sock` takes it, within `timeout_s`; False if it did
+    not. Raises as wait_answer does: a socket whose handshake was refused as a protocol error
+    takes nothing ever again (see above), and the refusal says why."""
     deadline = time.monotonic() + timeout_s
-    while not sock.poll(50):
+    while True:
+        try:
+            sock.send_multipart(parts, NOBLOCK, copy=copy)
+            return True
+        except zmq.Again:
+            if not _wait(sock, watch, deadline, POLLOUT):
+                return False
+
+
+def _wait(sock: zmq.Socket, watch: Watch | None, deadline: float, event: int) -> bool:
+    while not sock.poll(50, event):
         why = watch.refusal() if watch is not None else None
         if why:
             raise TransportError(why)

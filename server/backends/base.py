@@ -59,6 +59,8 @@ class KernelDescription:
     # on a backend that runs the device runtime itself
     uses_heap: bool = False         # malloc/free (and new/delete)
     launches_kernels: bool = False  # device-side launches
+    # Launches kernels, not only graphs (dynamic parallelism, which device graphs may not use)
+    launches_grids: bool = False
 
 
 @dataclass
@@ -198,9 +200,10 @@ class Backend(abc.ABC):
         raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                         f"the {self.name} backend has no virtual memory management")
 
-    def map_physical(self, address: int, size: int, physical: object, offset: int) -> None:
-        """Map [offset, offset+size) of `physical` at `address`, inaccessible until
-        `set_access`; `unmap(address)` takes the mapping away."""
+    def map_physical(self, address: int, size: int, physical: object) -> None:
+        """Map the first `size` bytes of `physical` at `address`, inaccessible until
+        `set_access`; `unmap(address)` takes the mapping away. From the start only, as
+        CUDA's cuMemMap maps (its offset must be zero)."""
         raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                         f"the {self.name} backend has no virtual memory management")
 

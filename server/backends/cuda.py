@@ -57,6 +57,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from vgpu.errors import CudaError
 from vgpu.module_image import LINKED_PTX_MAGIC
 
@@ -76,7 +78,6 @@ from .images import decode_image
 __all__ = ["CudaBackend", "cuda_usable"]
 
 CUDA_SUCCESS = 0
-CU_MEMHOSTALLOC_PORTABLE = 0x01
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_NOT_SUPPORTED = 801
@@ -88,7 +89,6 @@ _EVENT_DISABLE_TIMING = 0x2
 _HOST_REGISTER_PORTABLE = 0x01
 _HOST_REGISTER_DEVICEMAP = 0x02
 
-STAGING_BYTES = 4 << 20
 DEFAULT_SHARED_BYTES = 48 * 1024  # beyond it, a kernel must opt in to dynamic shared memory
 # CUfunction_attribute -> the names KernelDescription.attributes uses (those emu gives).
 _FUNCTION_ATTRIBUTES = {
@@ -167,6 +167,15 @@ def _call(driver, result):
     if not values:
         return None
     return values[0] if len(values) == 1 else tuple(values)
+
+
+def _host_address(buffer: memoryview) -> int:
+    """Where a buffer's bytes are (read-only ones too), for the driver to copy straight from
+    or into: it stages pageable memory itself, faster than copying through a pinned buffer
+    of our own one piece at a time (a tenth of the driver's bandwidth, measured on an H200),
+    and memory registered with it (a client's page-locked buffers, see map_host) goes by
+    DMA."""
+    return np.frombuffer(buffer, np.uint8).ctypes.data
 
 
 def _let_go(driver, result) -> bool:
@@ -352,15 +361,9 @@ class CudaBackend(Backend):
         return _Device(ordinal, handle, prop, accessors)
 
     def _open(self) -> None:
-        """A context of the session's own on device 0, and its pinned staging buffer."""
-        d = self._d
+        """A context of the session's own on device 0, made at its first use."""
         self._busy: set[int] = set()  # devices with launches not waited for
         self._copying: set[int] = set()  # devices with copies or memsets not waited for
-        with self._current():
-            self._staging = int(_call(d, d.cuMemHostAlloc(STAGING_BYTES,
-                                                          CU_MEMHOSTALLOC_PORTABLE)))
-        self._stage = memoryview((ctypes.c_char * STAGING_BYTES).from_address(self._staging)
-                                 ).cast("B")
         self._pieces: dict[int, int] = {}  # reserved start -> size
         self._chunks: dict[int, _Chunk] = {}  # granule address -> its chunk
         self._granule_users: dict[int, int] = {}  # granule address -> allocations in it
@@ -387,8 +390,10 @@ class CudaBackend(Backend):
         # IPC mappings go with the lost context, as on CUDA; closing them later is a no-op.
         lost_imports = self._lost_imports | set(self._imports)
         self._release()
-        # Where the driver keeps a fault for the whole process (vgpu's own driver, as CUDA
-        # documents for CUDA_ERROR_ILLEGAL_ADDRESS), resetting the device clears it.
+        # vgpu's own driver clears a fault at the device's reset. NVIDIA's never does: a
+        # device-side fault is sticky for the whole process (every context, and every one
+        # made after it, fails; seen on an H200), so there this recovery cannot succeed and
+        # only a fresh process can use the GPU again.
         for device in used:
             _let_go(d, d.cuDevicePrimaryCtxReset(device.handle))
         self._open()
@@ -720,11 +725,11 @@ class CudaBackend(Backend):
         with self._mapped_somewhere(physical) as address:
             self.write(address + offset, data)
 
-    def map_physical(self, address: int, size: int, physical: _Physical, offset: int) -> None:
+    def map_physical(self, address: int, size: int, physical: _Physical) -> None:
         self._cover(address, size)
         d = self._d
         with self._current():
-            _call(d, d.cuMemMap(address, size, offset, physical.handle, 0))
+            _call(d, d.cuMemMap(address, size, 0, physical.handle, 0))
         self._vmm_mappings[address] = size
         self._vmm_devices[address] = physical.device
 
@@ -761,10 +766,8 @@ class CudaBackend(Backend):
         address = self._variables.device_address(address)
         with self._current(owner):
             self._enter(0, owner)
-            for offset in range(0, len(data), STAGING_BYTES):
-                piece = data[offset:offset + STAGING_BYTES]
-                self._stage[:len(piece)] = piece
-                _call(d, d.cuMemcpyHtoD(address + offset, self._staging, len(piece)))
+            if data:
+                _call(d, d.cuMemcpyHtoD(address, _host_address(data), len(data)))
 
     def read_into(self, address: int, out: memoryview) -> None:
         d = self._d
@@ -778,10 +781,8 @@ class CudaBackend(Backend):
         address = self._variables.device_address(address)
         with self._current(owner):
             self._enter(0, owner)
-            for offset in range(0, len(out), STAGING_BYTES):
-                n = min(STAGING_BYTES, len(out) - offset)
-                _call(d, d.cuMemcpyDtoH(self._staging, address + offset, n))
-                out[offset:offset + n] = self._stage[:n]
+            if out:
+                _call(d, d.cuMemcpyDtoH(_host_address(out), address, len(out)))
 
     def copy(self, dst: int, src: int, size: int) -> None:
         d = self._d
@@ -864,6 +865,9 @@ class CudaBackend(Backend):
         handle = _Module(module, device)
         kernels = {}
         for function in _call(d, d.cuModuleEnumerateFunctions(count, module)) or ():
+            # Under CUDA's lazy loading (the default) a function is loaded at first use, and
+            # its name and attributes are refused until then: describing it is that use.
+            _call(d, d.cuFuncLoad(function))
             name = _call(d, d.cuFuncGetName(function)).decode()
             handle.functions[name] = function
             kernels[name] = self._describe_kernel(name, function, name in printing)
@@ -1215,8 +1219,6 @@ class CudaBackend(Backend):
             for address in self._registered_host:
                 lost |= _let_go(d, d.cuMemHostUnregister(address))
             self._registered_host.clear()
-            lost |= _let_go(d, d.cuMemFreeHost(self._staging))
-        self._stage.release()
         for host in self._host_only.values():
             host.release()
         self._streams.clear()  # the contexts take them with them

@@ -24,7 +24,14 @@ from ..emu import (
     link,
     prepare,
 )
-from ..emu.device_runtime import DeviceRuntime, GraphEnvironment, uses_heap, uses_launches
+from ..emu.device_runtime import (
+    DeviceRuntime,
+    GraphEnvironment,
+    RunningGraphs,
+    uses_grid_launches,
+    uses_heap,
+    uses_launches,
+)
 from ..emu.errors import IllegalAddress
 from ..emu.executor import run_graphs
 from ..emu.memory import NO_ACCESS
@@ -71,6 +78,7 @@ class EmuBackend(Backend):
         # What use_device_runtime gave the next launch of each thread (lanes run launches
         # on threads of their own): .place, .device_graphs
         self._next_launch = threading.local()
+        self._running_graphs = RunningGraphs()  # kernels' launches of graphs not yet done
 
     def describe(self) -> DeviceDescription:
         return DeviceDescription(
@@ -128,8 +136,8 @@ class EmuBackend(Backend):
     def write_physical(self, physical: bytearray, offset: int, data: memoryview) -> None:
         memoryview(physical)[offset:offset + len(data)] = data
 
-    def map_physical(self, address: int, size: int, physical: bytearray, offset: int) -> None:
-        self.memory.map(address, size, memoryview(physical)[offset:offset + size], NO_ACCESS)
+    def map_physical(self, address: int, size: int, physical: bytearray) -> None:
+        self.memory.map(address, size, memoryview(physical)[:size], NO_ACCESS)
 
     def set_access(self, address: int, access: int) -> None:
         self.memory.set_access(address, access)
@@ -188,6 +196,7 @@ class EmuBackend(Backend):
                 uses_printf=_uses_printf(module, name),
                 uses_heap=uses_heap(module.runtime_calls[name]),
                 launches_kernels=uses_launches(module.runtime_calls[name]),
+                launches_grids=uses_grid_launches(module.runtime_calls[name]),
             )
             for name, info in module.kernels.items()
         }
@@ -225,7 +234,8 @@ class EmuBackend(Backend):
         if cooperative:
             workspace = place("grid_workspace")[0]
             self.memory.write(workspace, bytes(GRID_WORKSPACE_BYTES))  # a fresh barrier
-        return DeviceRuntime(self.memory, place, workspace, self._graph_nodes(device_graphs))
+        return DeviceRuntime(self.memory, place, workspace, self._graph_nodes(device_graphs),
+                             self._running_graphs)
 
     def prepare_launch(self, module: LoadedModule, kernel: str, grid, block,
                        shared_bytes: int, cooperative: bool = False
@@ -255,9 +265,9 @@ class EmuBackend(Backend):
         return run
 
     def _graph_nodes(self, device_graphs: Callable[[int], list | None] | None):
-        """What the device runtime's cudaGraphLaunch runs of a graph: its kernels prepared,
-        with their parameters, and its copies and memsets as calls (None: no graph a
-        kernel may launch by that handle)."""
+        """What the device runtime's cudaGraphLaunch runs of a graph: its kernels prepared
+        (cooperative ones as one chunk), with their parameters, and its copies and memsets
+        as calls (None: no graph a kernel may launch by that handle)."""
         def nodes(handle: int) -> list | None:
             found = device_graphs(handle) if device_graphs is not None else None
             if found is None:
@@ -277,9 +287,10 @@ class EmuBackend(Backend):
                     raise LaunchError(exc.code, f"a {kind} node of a graph launched from "
                                                 f"the device: {exc.message}") from None
             return run
-        module, name, grid, block, shared, params = args
+        module, name, grid, block, shared, params, cooperative = args
         return (prepare(module.handle, name, grid, block, shared,
-                        {n: address for n, (address, _) in module.variables.items()}), params)
+                        {n: address for n, (address, _) in module.variables.items()},
+                        cooperative), params)
 
     def graph_environment(self, graph: int) -> GraphEnvironment:
         return GraphEnvironment(graph)

@@ -25,16 +25,21 @@ are done, one at a time in the order they were launched, a tail graph's own tail
 before the rest of the list. A kernel that is a node of a graph launched from the host
 enqueues its tail launches in that graph's environment, which the server finishes after the
 graph's last node; %current_graph_exec (cudaGetCurrentGraphExec) reads the environment's
-graph when it was instantiated for device launch, else 0.
+graph when it was instantiated for device launch, else 0. A graph launched from the device
+is not launched from the device again before it completes (cudaErrorInvalidValue, as on
+CUDA), but for one tail launch of itself at a time (`RunningGraphs`).
 
 The PTX names these functions as nvcc 12+ emits them (`__cudaCDP2*`), and as the PTX ISA
 documents the ABI (`cudaGetParameterBuffer`, `cudaLaunchDevice`, and the V2 forms).
 Cooperative groups' grid functions (`cudaCG*`, which numba-cuda calls; nvcc's headers use
-%envreg1/2 and atomics instead) work in cooperative launches.
+%envreg1/2 and atomics instead) work in cooperative launches, and in the cooperative kernel
+nodes of graphs that kernels launch.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -46,7 +51,8 @@ from .spaces import load, store
 from .state import Fault, State, lane_count
 
 __all__ = ["DeviceRuntime", "GraphEnvironment", "GraphLaunch", "PARAMETER_BUFFER_BYTES",
-           "RUNTIME_FUNCTIONS", "uses_heap", "uses_launches"]
+           "RunningGraphs",
+           "RUNTIME_FUNCTIONS", "uses_heap", "uses_launches", "uses_grid_launches"]
 
 # The most parameter bytes a device-side launch takes (CUDA's limit for them).
 PARAMETER_BUFFER_BYTES = 4096
@@ -79,23 +85,41 @@ class DeviceRuntime:
     """The device runtime's memory for one launch and its children, from the backend:
     `place(name)` gives (address, size) of "heap" and "launch_buffers" (made when first
     asked for, so a kernel that never mallocs leaves the heap's size open);
-    `grid_workspace` is a cooperative launch's grid barrier (0 in other launches)."""
+    `grid_workspace` is a cooperative launch's grid barrier (0 in other launches); the
+    cooperative kernel nodes of graphs that kernels launch use the place "grid_workspace"
+    (`grid_barrier`)."""
 
     def __init__(self, memory, place: Callable[[str], tuple[int, int]],
                  grid_workspace: int = 0,
-                 graph_kernels: Callable[[int], list | None] | None = None):
+                 graph_kernels: Callable[[int], list | None] | None = None,
+                 running: RunningGraphs | None = None):
         self.memory = memory
         self.place = place
         self.grid_workspace = grid_workspace
         # cudaGraphLaunch: a graph's nodes (GraphLaunch.nodes), or None for a handle that
-        # names no graph a kernel may launch
+        # names no graph a kernel may launch; and the session's device launches of graphs
+        # that have not completed
         self.graph_kernels = graph_kernels
+        self.running = running if running is not None else RunningGraphs()
         self._heap: DeviceHeap | None = None
         self._buffers: tuple[int, int] | None = None  # base address, slots
         self.next_slot = 0
         # parameter buffer -> (kernel name, grid, block, shared bytes) of a V2 launch to come
         self.pending: dict[int, tuple] = {}
         self.streams = _FIRST_DEVICE_STREAM
+
+    def grid_barrier(self, launch, depth: int) -> int:
+        """The grid barrier of a run of `launch` (a PreparedLaunch) `depth` generations
+        below the host's: a host launch's is the backend's (0 unless cooperative); a
+        cooperative kernel node of a graph launched from the device gets the session's,
+        reset (the grids that used it before have finished); other children have none."""
+        if not depth:
+            return self.grid_workspace
+        if not launch.cooperative:
+            return 0
+        address, size = self.place("grid_workspace")
+        self.memory.write(address, bytes(size))
+        return address
 
     @property
     def heap(self) -> DeviceHeap | None:
@@ -113,6 +137,33 @@ class DeviceRuntime:
             return None
         self.next_slot += 1
         return base + (self.next_slot - 1) * PARAMETER_BUFFER_BYTES
+
+
+class RunningGraphs:
+    """The graphs a session's kernels launched that have not completed (from the launch
+    until the graph's nodes and their children are done): CUDA refuses a device launch
+    of a graph whose earlier device launch is still running. Held weakly, so a launch that
+    never runs (its launcher failed) stops counting once dropped. Launches of one session
+    run on several streams' threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._launches: weakref.WeakSet[GraphLaunch] = weakref.WeakSet()
+
+    def start(self, launch: GraphLaunch, self_launch: bool) -> bool:
+        """Count `launch` unless a launch of its graph is running (a graph's tail launch of
+        itself, `self_launch`, counts beside its own run); whether it was counted."""
+        graph = launch.environment.graph
+        with self._lock:
+            running = sum(1 for other in self._launches if other.environment.graph == graph)
+            if running > (1 if self_launch else 0):
+                return False
+            self._launches.add(launch)
+            return True
+
+    def completed(self, launch: GraphLaunch) -> None:
+        with self._lock:
+            self._launches.discard(launch)
 
 
 @dataclass(slots=True)
@@ -135,7 +186,7 @@ class GraphEnvironment:
         self.fire_and_forget = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, weakref_slot=True)
 class GraphLaunch:
     """A graph launched by a kernel: its nodes in order, kernels as (prepared launch,
     parameters), copies and memsets as calls, run in `environment` with the launching
@@ -161,8 +212,13 @@ def uses_heap(called: set[str]) -> bool:
 
 
 def uses_launches(called: set[str]) -> bool:
-    """Whether a kernel that calls these functions launches kernels."""
+    """Whether a kernel that calls these functions launches kernels or graphs."""
     return bool(called & _LAUNCH_FUNCTIONS)
+
+
+def uses_grid_launches(called: set[str]) -> bool:
+    """Whether a kernel that calls these functions launches kernels (dynamic parallelism)."""
+    return bool(called & _LAUNCH_FUNCTIONS - {"cudaGraphLaunch"})
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -472,16 +528,25 @@ def _launch_graph(state: State, graph: int, stream: int) -> int:
         return _INVALID_VALUE
     launch = GraphLaunch(GraphEnvironment(graph), nodes, runtime)
     environment = ctx.environment
-    if stream == GRAPH_TAIL_LAUNCH and environment is not None:
+    tail = stream == GRAPH_TAIL_LAUNCH
+    if tail and environment is not None:
         if len(environment.tails) >= MAX_PENDING_TAIL_LAUNCHES:
             return _LAUNCH_PENDING_COUNT_EXCEEDED
+    elif environment is not None and environment.fire_and_forget >= MAX_FIRE_AND_FORGET:
+        return _LAUNCH_PENDING_COUNT_EXCEEDED
+    # One launch of a graph from the device at a time; a graph may enqueue itself as its
+    # tail once (its own run, launched from the host or the device, goes on meanwhile).
+    self_launch = tail and environment is not None and environment.graph == graph
+    if self_launch and any(t.environment.graph == graph for t in environment.tails):
+        return _INVALID_VALUE
+    if not runtime.running.start(launch, self_launch):
+        return _INVALID_VALUE
+    if tail and environment is not None:
         environment.tails.append(launch)
         return _SUCCESS
-    if stream != GRAPH_TAIL_LAUNCH and environment is not None:
-        if environment.fire_and_forget >= MAX_FIRE_AND_FORGET:
-            return _LAUNCH_PENDING_COUNT_EXCEEDED
+    if environment is not None:
         environment.fire_and_forget += 1
-    launch.tail = stream == GRAPH_TAIL_LAUNCH
+    launch.tail = tail
     ctx.children.append(launch)
     return _SUCCESS
 

@@ -157,6 +157,7 @@ class PreparedLaunch:
         self.local_size = kernel.local_size  # bytes of local memory per thread
         self.local_stride = _round16(max(kernel.local_size, 1))
         self.symbols = symbols
+        self.cooperative = cooperative
         self.native = None   # the kernel compiled to native code, when it is (see native/)
         threads = block[0] * block[1] * block[2]
         self._nblocks = grid[0] * grid[1] * grid[2]
@@ -210,7 +211,7 @@ class PreparedLaunch:
         if self.native is not None:
             printf, report = self.native.run(self, params, memory, checker, strays,
                                              native.threads(), cancelled, printf_fifo_bytes,
-                                             runtime)
+                                             runtime, environment)
             return LaunchResult(printf, 0, report)
         # Parameter space is read-only to kernels (spaces.locate refuses stores), so the
         # caller's bytes are used as they are.
@@ -258,27 +259,38 @@ def run_graphs(launches: list[GraphLaunch], memory: DeviceMemory,
     pending = list(reversed(launches))  # the next one last
     while pending:
         graph = pending.pop()
-        for node in graph.nodes:
-            if callable(node):  # a copy or memset
-                try:
-                    node()
-                except LaunchError as exc:
-                    raise LaunchError(exc.code, exc.message, result.printf,
-                                      result.report) from None
-                continue
-            prepared, params = node
-            try:
-                done = prepared.execute(params, memory, checker, printf_fifo_bytes, cancelled,
-                                        graph.runtime, depth, graph.environment)
-            except LaunchError as exc:  # with what the graphs before printed
-                raise LaunchError(exc.code, exc.message, result.printf + exc.output,
-                                  result.report + exc.diagnostics) from None
-            result.printf += done.printf
-            result.lane_instructions += done.lane_instructions
-            result.report += done.report
+        try:
+            _run_graph_nodes(graph, result, memory, checker, printf_fifo_bytes, cancelled,
+                             depth)
+        finally:  # complete (or failed): it may be launched from the device again
+            graph.runtime.running.completed(graph)
         tails, graph.environment.tails = graph.environment.tails, []
         pending.extend(reversed(tails))
     return result
+
+
+def _run_graph_nodes(graph: GraphLaunch, result: LaunchResult, memory: DeviceMemory,
+                     checker: MemoryChecker | None, printf_fifo_bytes: int, cancelled,
+                     depth: int) -> None:
+    """One graph's nodes in order, what they print and report added to `result`."""
+    for node in graph.nodes:
+        if callable(node):  # a copy or memset
+            try:
+                node()
+            except LaunchError as exc:
+                raise LaunchError(exc.code, exc.message, result.printf,
+                                  result.report) from None
+            continue
+        prepared, params = node
+        try:
+            done = prepared.execute(params, memory, checker, printf_fifo_bytes, cancelled,
+                                    graph.runtime, depth, graph.environment)
+        except LaunchError as exc:  # with what the graphs before printed
+            raise LaunchError(exc.code, exc.message, result.printf + exc.output,
+                              result.report + exc.diagnostics) from None
+        result.printf += done.printf
+        result.lane_instructions += done.lane_instructions
+        result.report += done.report
 
 
 def quiet_floating_point():

@@ -280,6 +280,28 @@ _APPROX = {
     "tanh": np.tanh,
 }
 
+# The NaN an approximate function gives where its argument has no value (lg2 of a negative
+# number, sin of an infinity): fixed here, because the sign of the NaN numpy's functions give
+# differs between numpy builds and CPUs. The compiler (native/lower_float.py) gives the same.
+APPROX_INVALID_NAN = {"lg2": 0x7FF8000000000000, "sin": 0xFFF8000000000000,
+                      "cos": 0xFFF8000000000000, "rsqrt": 0xFFF8000000000000,
+                      "ex2": 0x7FF8000000000000, "tanh": 0x7FF8000000000000}
+
+
+def _approx_function(opcode: str):
+    """The float64 formula of an approximate function, with APPROX_INVALID_NAN where the
+    argument has no value; a NaN argument comes back quieted (tanh: that same NaN)."""
+    fn = _APPROX[opcode]
+    invalid = np.uint64(APPROX_INVALID_NAN[opcode]).view(np.float64)
+
+    def compute(x):
+        x = np.asarray(x, np.float64)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            value = np.asarray(fn(x), np.float64)
+        unvalued = np.isnan(value) if opcode == "tanh" else np.isnan(value) & ~np.isnan(x)
+        return np.where(unvalued, invalid, value)
+    return compute
+
 
 @opcode(*_APPROX, floating=True)
 def _approx(instr, ctx: CompileContext):
@@ -291,7 +313,7 @@ def _approx(instr, ctx: CompileContext):
     mods.done()
     if ptype.name == "f64" and instr.opcode != "rsqrt":
         raise ctx.error(f"{instr.opcode} has no .f64 form")
-    fn = _APPROX[instr.opcode]
+    fn = _approx_function(instr.opcode)
     if ptype.name in _HALF:
         if instr.opcode not in ("ex2", "tanh"):
             raise ctx.error(f"{instr.opcode} has no .{ptype.name} form")

@@ -110,8 +110,8 @@ class LaunchContext:
         # The device runtime (device_runtime.DeviceRuntime: heap, device-side launches,
         # the grid barrier of a cooperative launch), None where the caller gives none.
         self.runtime = runtime
-        # a cooperative launch's grid barrier; its children are not cooperative grids
-        self.grid_workspace = runtime.grid_workspace if runtime is not None and not depth else 0
+        # a cooperative launch's grid barrier (or a device graph's cooperative kernel's)
+        self.grid_workspace = runtime.grid_barrier(launch, depth) if runtime is not None else 0
         self.depth = depth               # 0 for a host launch, 1 for its children, ...
         self.children: list = []         # device-side launches, run once this grid is done
         # (block, thread) -> the last error of its device runtime calls (cudaGetLastError)

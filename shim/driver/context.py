@@ -201,9 +201,16 @@ def cuCtxSynchronize_v2(ctx):
 def cuCtxGetLimit(value, limit):
     check_out(value)
     state.current_context()
-    if limit not in state.limits:
-        raise CudaError(E.CUDA_ERROR_UNSUPPORTED_LIMIT, f"unsupported limit {limit}")
+    _known_limit(limit)
     value[0] = state.limits[limit]
+
+
+def _known_limit(limit):
+    # A value outside CUlimit is an invalid argument to NVIDIA's driver (cuCtxSetLimit with
+    # 0x1234 answers CUDA_ERROR_INVALID_VALUE on an H200), not CUDA_ERROR_UNSUPPORTED_LIMIT,
+    # which names a limit the device does not implement.
+    if limit not in state.limits:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown limit {limit}")
 
 
 # Limits the server applies to launches: the printf FIFO, the malloc heap and the device
@@ -232,8 +239,7 @@ def cuCtxSetCacheConfig(config):
 @api
 def cuCtxSetLimit(limit, value):
     state.current_context()
-    if limit not in state.limits:
-        raise CudaError(E.CUDA_ERROR_UNSUPPORTED_LIMIT, f"unsupported limit {limit}")
+    _known_limit(limit)
     if limit in SERVER_LIMITS:  # the server may refuse (printf FIFO after a printf kernel)
         state.conn().call("cuCtxSetLimit", limit, value)
     state.limits[limit] = value

@@ -5,14 +5,16 @@ segments: runs of wire calls the server keeps (sent once, `vgpuGraphCreate`, ans
 that a graph the server refuses fails to instantiate), separated by
 the steps only the client can take (host functions, copies to or from pageable memory).
 A launch sends one `vgpuGraphLaunch` per server segment, in order with the client's own
-steps: a graph without host steps is one message. Updating a kernel node of an executable
-graph replaces that one call on the server (`vgpuGraphSetCall`); cuGraphExecUpdate sends
-the whole updated graph again under the same handle.
+steps: a graph without host steps is one message. A graph whose last steps are the client's
+ends with an empty segment, so the server runs its kernels' tail launches after them.
+Updating a kernel node of an executable graph replaces that one call on the server
+(`vgpuGraphSetCall`); cuGraphExecUpdate sends the whole updated graph again under the same
+handle.
 """
 
 from __future__ import annotations
 
-from . import graph_conditional, graph_kernel_attributes, graph_user_objects
+from . import graph_conditional, graph_device, graph_kernel_attributes, graph_user_objects
 from ._state import CudaError, E, api, check_out, ffi, state
 from .graph_model import (
     CHILD_GRAPH,
@@ -104,6 +106,11 @@ def _build(graph_exec: Exec) -> None:
         if node is not None:
             found.setdefault(node.handle, []).append((len(segments) - 1, len(segments[-1])))
         segments[-1].append(_server_call(step, bodies))
+    if segments and launch_plan[-1][0] != "server":
+        # The launch ends on the server, after the client's last steps: the graphs its
+        # kernels launched into the tail stream run once the whole graph has.
+        launch_plan.append(("server", len(segments)))
+        segments.append([])
     for call in (call for segment in segments + bodies for call in segment):
         if call[0] == "vgpuGraphConditional":
             call[1][2] = [len(segments) + i for i in call[1][2]]
@@ -143,19 +150,26 @@ def instantiate(graph, flags: int, upload_stream=ffi.NULL) -> Exec:
             flags & CU_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
                         "a graph launched from the device does not free on launch")
-    topological(source)  # a cycle fails here
+    try:
+        topological(source)  # a cycle fails here
+    except CudaError as exc:
+        raise graph_device.InstantiateError(
+            exc.message, graph_device.CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE) from None
+    device_launch = bool(flags & CU_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH)
+    if device_launch:
+        graph_device.check(source)
     copy, mapping = clone(source)
     executable = Exec(state.new_handle(GRAPH_EXEC), context, source, flags, copy,
                       {n.handle: mapping[n] for n in source.nodes}, _shape(source))
     try:
         _build(executable)
-        if _device_launch(executable):
-            _check_device_graph(executable)
         # Answered (one round trip, as instantiating is rare): a graph past the server's
         # bounds fails here, not at its first launch.
         state.conn().call("vgpuGraphCreate", *_create_args(executable))
-    except CudaError:
+    except CudaError as exc:
         graphs.drop_graph(copy)
+        if device_launch and not isinstance(exc, graph_device.InstantiateError):
+            raise graph_device.server_refusal(exc) from None
         raise
     graphs.execs[executable.handle] = executable
     if flags & CU_GRAPH_INSTANTIATE_FLAG_UPLOAD:
@@ -172,21 +186,17 @@ def _create_args(graph_exec: Exec) -> tuple:
             _device_launch(graph_exec))
 
 
-# What a graph launched from the device may hold (server/graphs.py DEVICE_GRAPH_CALLS)
-_DEVICE_GRAPH_CALLS = ("cuLaunchKernel", "cuMemcpyDtoD", "vgpuMemset")
-
-
-def _check_device_graph(graph_exec: Exec) -> None:
-    """What a kernel may launch here: kernel nodes, copies between device addresses and
-    memsets (empty nodes and child graphs of them besides), all run by the server in one
-    segment."""
-    if any(step[0] != "server" for step in graph_exec.plan) or len(graph_exec.segments) > 1 \
-            or any(call[0] not in _DEVICE_GRAPH_CALLS for call in
-                   (graph_exec.segments[0] if graph_exec.segments else [])):
-        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
-                        "vgpu launches graphs from the device when they hold kernel nodes, "
-                        "copies between device memory and memsets only (and empty nodes, "
-                        "child graphs of them)")
+def instantiate_reporting(graph, flags: int, upload_stream, report) -> Exec:
+    """instantiate(), telling `report(CUgraphInstantiateResult, node at fault or NULL)` how
+    it went (the out-parameters of the *WithParams forms and cuGraphInstantiate's)."""
+    report(graph_device.CUDA_GRAPH_INSTANTIATE_SUCCESS, ffi.NULL)
+    try:
+        return instantiate(graph, flags, upload_stream)
+    except CudaError as exc:
+        node = getattr(exc, "node", None)
+        report(getattr(exc, "result", graph_device.CUDA_GRAPH_INSTANTIATE_ERROR),
+               ffi.cast("void *", node.handle) if node is not None else ffi.NULL)
+        raise
 
 
 @api
@@ -198,11 +208,20 @@ def cuGraphInstantiateWithFlags(exec_out, graph, flags):
 @api
 def cuGraphInstantiate_v2(exec_out, graph, error_node, log, log_size):
     check_out(exec_out)
-    if error_node != ffi.NULL:
-        error_node[0] = ffi.NULL
     if log != ffi.NULL and log_size:
         log[0] = b"\0"
-    exec_out[0] = ffi.cast("void *", instantiate(graph, 0).handle)
+
+    def report(result: int, node) -> None:
+        if error_node != ffi.NULL:
+            error_node[0] = node
+
+    try:
+        exec_out[0] = ffi.cast("void *", instantiate_reporting(graph, 0, ffi.NULL, report).handle)
+    except CudaError as exc:  # the log says why, as much of it as fits
+        if log != ffi.NULL and log_size:
+            text = exc.message.encode()[:log_size - 1]
+            ffi.memmove(log, text + b"\0", len(text) + 1)
+        raise
 
 
 cuGraphInstantiate = cuGraphInstantiate_v2  # the same parameters, from CUDA 10.0 on
@@ -212,10 +231,12 @@ cuGraphInstantiate = cuGraphInstantiate_v2  # the same parameters, from CUDA 10.
 def cuGraphInstantiateWithParams(exec_out, graph, params):
     check_out(exec_out)
     check_out(params)
-    params.result_out = 0  # CUDA_GRAPH_INSTANTIATE_SUCCESS
-    params.errNode_out = ffi.NULL
-    exec_out[0] = ffi.cast("void *", instantiate(graph, params.flags,
-                                                 params.hUploadStream).handle)
+
+    def report(result: int, node) -> None:
+        params.result_out, params.hErrNode_out = result, node
+
+    exec_out[0] = ffi.cast("void *", instantiate_reporting(graph, params.flags,
+                                                           params.hUploadStream, report).handle)
 
 
 @api

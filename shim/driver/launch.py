@@ -7,6 +7,8 @@ checked against the kernel's limits, and the call is queued.
 
 from __future__ import annotations
 
+from vgpu.api.cudadefs import CUfunctionLoadingState
+
 from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, state
 from .memory import _check_stream
 from .nvidia_runtime import under_nvidia_runtime
@@ -108,30 +110,35 @@ def check_cooperative(layout, grid, block, shared_bytes: int) -> None:
                         f"kernel {layout.name!r} that the device keeps resident")
 
 
-def _bad_configuration(message: str) -> CudaError:
-    """A launch the device cannot run as configured (cudaErrorInvalidConfiguration under
-    NVIDIA's runtime)."""
-    return CudaError(under_nvidia_runtime(E.CUDA_ERROR_INVALID_VALUE, _INVALID_CONFIGURATION),
-                     message)
+class InvalidConfiguration(CudaError):
+    """A launch the device cannot run as configured: the runtime's
+    cudaErrorInvalidConfiguration, CUDA_ERROR_INVALID_VALUE from the driver API."""
+
+    def __init__(self, message: str):
+        super().__init__(under_nvidia_runtime(E.CUDA_ERROR_INVALID_VALUE,
+                                              _INVALID_CONFIGURATION), message)
 
 
 def _check_config(layout, grid, block, shared_bytes: int) -> None:
-    """The launch configuration against the kernel's limits (the runtime reports these
-    failures as cudaErrorInvalidConfiguration, hence a function of its own)."""
+    """The launch configuration against the kernel's limits. A block of more threads than
+    the kernel takes is an invalid value for the runtime too (CUDA 13 on an H200 said so for
+    <<<1, 4096>>>); the other refusals are InvalidConfiguration."""
     gx, gy, gz = grid
     bx, by, bz = block
     if gx <= 0 or gy <= 0 or gz <= 0 or bx <= 0 or by <= 0 or bz <= 0:
-        raise _bad_configuration("grid and block dimensions must be >= 1")
+        raise InvalidConfiguration("grid and block dimensions must be >= 1")
     threads = bx * by * bz
     limit = layout.attributes.get("max_threads_per_block", MAX_THREADS_PER_BLOCK)
-    if threads > limit or bz > 64:
-        raise _bad_configuration(f"{threads} threads per block exceed kernel "
-                                 f"{layout.name!r}'s limit of {limit}")
+    if threads > limit:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"{threads} threads per block exceed "
+                                                    f"kernel {layout.name!r}'s limit of {limit}")
+    if bz > 64:
+        raise InvalidConfiguration(f"a block {bz} threads deep exceeds the device's 64")
     if gy > 65535 or gz > 65535 or gx > 2**31 - 1:
-        raise _bad_configuration("grid dimension too large")
+        raise InvalidConfiguration("grid dimension too large")
     if shared_bytes > layout.max_dynamic_shared:
-        raise _bad_configuration(f"{shared_bytes} bytes of dynamic shared memory exceed the "
-                                 f"kernel's limit of {layout.max_dynamic_shared}")
+        raise InvalidConfiguration(f"{shared_bytes} bytes of dynamic shared memory exceed the "
+                                   f"kernel's limit of {layout.max_dynamic_shared}")
 
 
 @api
@@ -243,6 +250,20 @@ def cuFuncGetParamInfo(func, index, offset, size):
     offset[0] = layout.offsets[index]
     if size != ffi.NULL:
         size[0] = layout.sizes[index]
+
+
+@api
+def cuFuncIsLoaded(loading_state, function):
+    """vgpu loads a module's kernels with the module (eager loading), so every function
+    handle names a loaded function."""
+    _function_arg(function)
+    check_out(loading_state)
+    loading_state[0] = CUfunctionLoadingState.CU_FUNCTION_LOADING_STATE_LOADED
+
+
+@api
+def cuFuncLoad(function):
+    _function_arg(function)  # loaded with its module already (see cuFuncIsLoaded)
 
 
 @api

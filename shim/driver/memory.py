@@ -31,14 +31,12 @@ from .hostmem import (
     unmap,
     unshare_in_place,
 )
-from .nvidia_runtime import under_nvidia_runtime
 from .vmm import mapped_access, mapped_device
 
 CU_MEMHOSTALLOC_DEVICEMAP = 0x02
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
 CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_ARRAY, CU_MEMORYTYPE_UNIFIED = 1, 2, 3, 4
 PITCH_ALIGNMENT = 512
-_INVALID_PITCH = 12  # cudaErrorInvalidPitchValue, NVIDIA's runtime's code for a bad pitch
 
 
 # ----------------------------------------------------------------- device memory
@@ -497,6 +495,13 @@ def _copy_unified(dst: int, src: int, size: int, queued: bool) -> None:
         host_to_host(dst, src, size)
 
 
+def _device_maps(address: int, size: int) -> bool:
+    """Whether [address, address + size) is page-locked host memory the device maps."""
+    found = state.find_host(address)
+    return found is not None and found[1].device_pointer is not None and \
+        address + size <= found[0] + found[1].size
+
+
 def host_to_host(dst: int, src: int, size: int) -> None:
     """A copy between two host buffers, in order with the work queued before it."""
     _host_rows(dst, size, src, size, size, 1)
@@ -517,8 +522,15 @@ def _host_rows(dst: int, dst_pitch: int, src: int, src_pitch: int, width: int,
             ctypes.memmove(dst + row * dst_pitch, src + row * src_pitch, width)
 
     recorder = state.recorder()
-    if recorder is not None:  # a graph's host-to-host copy: the client's, when it runs
-        recorder.host_step(copy)
+    if recorder is not None:
+        if _device_maps(src, (height - 1) * src_pitch + width) and \
+                _device_maps(dst, (height - 1) * dst_pitch + width):
+            # Both sides are pinned memory the device maps: the device copies it (graphs
+            # that kernels launch may hold such copies)
+            for row in range(height):
+                _dtod(dst + row * dst_pitch, src + row * src_pitch, width)
+            return
+        recorder.host_step(copy)  # a graph's host-to-host copy: the client's, when it runs
         return
     if state.find_host(src) is not None or state.find_host(dst) is not None:
         state.conn().synchronize()
@@ -562,10 +574,13 @@ def copy_side(memory_type, host, device, array, x, y, pitch, width, height
             raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "the copy runs past the CUDA array")
         return True, found.address + y * found.pitch + x, found.pitch
     if pitch < width:
-        raise CudaError(under_nvidia_runtime(E.CUDA_ERROR_INVALID_VALUE, _INVALID_PITCH),
-                        "pitch smaller than the row width")
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, "pitch smaller than the row width")
     if memory_type == CU_MEMORYTYPE_HOST:
-        return False, ptr(host) + y * pitch + x, pitch
+        # With unified addressing the pointer's own location decides, as NVIDIA's driver
+        # does: its runtime turns cudaMemcpy(..., cudaMemcpyHostToHost) into a 2D copy of
+        # two host sides, and a device pointer given there is copied from the device.
+        start = ptr(host)
+        return _is_device(start), start + y * pitch + x, pitch
     if memory_type == CU_MEMORYTYPE_DEVICE:
         return True, device + y * pitch + x, pitch
     if memory_type == CU_MEMORYTYPE_UNIFIED:

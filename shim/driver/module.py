@@ -7,11 +7,13 @@ cuModuleGetGlobal and launches are answered and validated here without a round t
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from vgpu.fatbin import FatbinError, prelinked_ptx
 from vgpu.image_kernels import kernel_names
 from vgpu.module_image import (
     FATBIN_CONTAINER_MAGIC,
@@ -35,11 +37,12 @@ from ._state import (
     ptr,
     state,
 )
+from .launch import _launched_function
 from .ptx_target import check_ptx_target
 
 CU_JIT_INPUT_CUBIN, CU_JIT_INPUT_PTX, CU_JIT_INPUT_FATBINARY = 0, 1, 2
 CU_JIT_INPUT_OBJECT, CU_JIT_INPUT_LIBRARY = 3, 4
-CU_MODULE_EAGER_LOADING = 1
+CU_MODULE_EAGER_LOADING, CU_MODULE_LAZY_LOADING = 1, 2
 CU_JIT_MAX_REGISTERS = 0
 CU_JIT_INFO_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER = 3, 5
 CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 4, 6
@@ -98,14 +101,68 @@ def reload_library(handle: int, info: ModuleInfo, context: int) -> None:
         _function_for(handle, name, Kind.FUNCTION, function)
 
 
-def _load_from_pointer(image_ptr, max_registers: int = 0) -> int:
-    context = state.current_context()
+def linked_image(wrapper_address: int, emu: bool, device_arch: int) -> bytes | None:
+    """For the device-link image of an -rdc program (a version-2 fatbin wrapper, which
+    vgpu's runtime registers and NVIDIA's static runtime hands to cuLibraryLoadData), the
+    objects' PTX, to be linked at load (by the emulator, or by a GPU's driver: cuLink*);
+    None for any other image.
+
+    The image itself is an nvlink-ed cubin, which runs only on a GPU of the architecture it
+    was built for; the server may hold another one, or be an emulator underneath (a cuda
+    backend that is itself a vgpu client). The PTX links and runs on all of them. So the
+    cubin is kept only where the objects have no PTX (an SASS-only build): on a GPU backend,
+    the one place it may run. On the emulator that is an error saying how to rebuild."""
     try:
-        image = read_image(ptr(image_ptr))
+        ptx = prelinked_ptx(wrapper_address, device_arch if emu else None)
+    except FatbinError:
+        if emu:
+            raise
+        return None
+    return pack_linked_ptx([p.encode() for p in ptx]) if ptx else None
+
+
+def _image_at(address: int) -> bytes:
+    """The module image a load call is handed a pointer to."""
+    try:
+        image = read_image(address)
     except ImageError as exc:
         raise CudaError(E.CUDA_ERROR_INVALID_IMAGE, str(exc)) from None
+    major, minor = state.device["compute_capability"]
+    try:
+        linked = linked_image(address, state.conn().info.get("backend") == "emu",
+                              major * 10 + minor)
+    except FatbinError:  # objects without PTX: the cubin, whose kernels emu refuses by name
+        linked = None
+    return image if linked is None else linked
+
+
+def _load_module(image: bytes, context: int, origin: str | None, max_registers: int = 0) -> int:
+    """A module (cuModuleLoad*). One without code the device runs is refused at load, as
+    CUDA's driver refuses it; the refusal names the file the image came from (`origin`),
+    where known, and its kernels, which the program never gets to ask for."""
     check_ptx_target(image, state.device["compute_capability"])
-    return _load(image, context, max_registers)
+    try:
+        return _load(image, context, max_registers)
+    except CudaError as exc:
+        if exc.code != E.CUDA_ERROR_NO_BINARY_FOR_GPU:
+            raise
+        raise CudaError(exc.code, f"{_describe(image, origin)}: {exc.message}") from None
+
+
+def _describe(image: bytes, origin: str | None, shown: int = 3) -> str:
+    """'k.cubin (kernels 'a', 'b')': what a refusal is about."""
+    names = kernel_names(image)
+    listed = ", ".join(repr(name) for name in names[:shown])
+    if len(names) > shown:
+        listed += f" and {len(names) - shown} more"
+    kernels = f"kernel{'s' if len(names) > 1 else ''} {listed}" if names else "no kernels"
+    return f"{origin or 'the image'} ({kernels})"
+
+
+def _load_from_pointer(image_ptr, max_registers: int = 0) -> int:
+    context = state.current_context()
+    address = ptr(image_ptr)
+    return _load_module(_image_at(address), context, mapped_file(address), max_registers)
 
 
 def _jit_max_registers(num_options: int, options, values) -> int:
@@ -145,9 +202,22 @@ cuModuleLoadFatBinary = cuModuleLoadData
 
 @api
 def cuModuleGetLoadingMode(mode):
-    """The server loads a module's every kernel with it (what CUDA calls eager loading)."""
+    """CUDA_MODULE_LOADING's mode, read as CUDA's driver reads it: EAGER, or else LAZY (the
+    default since CUDA 12.2). vgpu's driver loads a module whole at cuModuleLoad* in both;
+    what the mode changes is NVIDIA's runtime, which asks for it: eager, it loads every image
+    of a program at its first call; lazy, each at the first use of one of its kernels or
+    variables, as vgpu's own runtime always does."""
     check_out(mode)
-    mode[0] = CU_MODULE_EAGER_LOADING
+    mode[0] = CU_MODULE_EAGER_LOADING if _environment("CUDA_MODULE_LOADING") == b"EAGER" \
+        else CU_MODULE_LAZY_LOADING
+
+
+def _environment(name: str) -> bytes | None:
+    """The process's variable as it is now: a program may set it (setenv) after the embedded
+    Python took its copy of the environment."""
+    getenv = ctypes.CDLL(None).getenv
+    getenv.restype = ctypes.c_char_p
+    return getenv(name.encode())
 
 
 @api
@@ -160,8 +230,7 @@ def cuModuleLoad(module, fname):
         image = path.read_bytes()
     except OSError as exc:
         raise CudaError(E.CUDA_ERROR_FILE_NOT_FOUND, f"cannot read {path}: {exc}") from None
-    check_ptx_target(image, state.device["compute_capability"])
-    module[0] = ffi.cast("CUmodule", _load(image, context))
+    module[0] = ffi.cast("CUmodule", _load_module(image, context, str(path)))
 
 
 def _module_arg(module) -> int:
@@ -267,9 +336,9 @@ def _library_context() -> int:
 def _load_library(image: bytes, origin: Callable[[], str | None]) -> int:
     """A library; one without code the device runs (cubins only, say) is taken all the same,
     as CUDA's driver takes it, and each of its kernels is refused when asked for, naming the
-    file the image came from (`origin`), where known: NVIDIA's static runtime loads every
-    image of a program at its first call (unless it loads them lazily), those whose kernels
-    the program never launches too."""
+    file the image came from (`origin`), where known: NVIDIA's static runtime, loading
+    eagerly (cuModuleGetLoadingMode), loads every image of a program at its first call, those
+    whose kernels the program never launches too."""
     context = _library_context()
     try:
         return _load(image, context, library=True)
@@ -290,10 +359,7 @@ def cuLibraryLoadData(library, code, jit_options, jit_values, num_jit_options,
                       library_options, library_values, num_library_options):
     check_out(library)
     _clear_jit_logs(num_jit_options, jit_options, jit_values)
-    try:
-        image = read_image(ptr(code))
-    except ImageError as exc:
-        raise CudaError(E.CUDA_ERROR_INVALID_IMAGE, str(exc)) from None
+    image = _image_at(ptr(code))
     library[0] = ffi.cast("CUlibrary", _load_library(image, lambda: mapped_file(ptr(code))))
 
 
@@ -372,9 +438,13 @@ def cuLibraryGetGlobal(dptr, nbytes, library, name):
 
 @api
 def cuKernelGetFunction(pfunc, kernel):
+    """A kernel handle is also a valid function handle (CUDA lets CUkernel stand for
+    CUfunction). NVIDIA's CUDA 12 runtime asks for the function of any pointer its program
+    passed to cudaLaunchKernel that is no registered kernel, as its CUDA 13 runtime launches
+    it: the same refusal."""
     check_out(pfunc)
-    # A kernel handle is also a valid function handle (CUDA lets CUkernel stand for CUfunction).
-    pfunc[0] = ffi.cast("CUfunction", handle_of(kernel, Kind.FUNCTION, state.functions))
+    _, handle = _launched_function(kernel)
+    pfunc[0] = ffi.cast("CUfunction", handle)
 
 
 @api

@@ -11,6 +11,6 @@ def under_nvidia_runtime(driver_code: int, runtime_code: int) -> int:
     """The code of a failure whose runtime error is more precise than the driver API's.
     NVIDIA's runtime passes the driver's codes on unchanged (its error numbers equal the
     driver's), yet its programs see the precise ones for these failures (a launch
-    configuration, a launch of what is no kernel, a pitch): its driver gives them, and so
+    configuration, a launch of what is no kernel): its driver gives them, and so
     does vgpu's once NVIDIA's runtime has taken its interface table (cuGetExportTable)."""
     return runtime_code if lib.vgpu_nvidia_runtime_attached() else driver_code

@@ -18,6 +18,7 @@ CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE = 0x1
 A = CUdevice_attribute
 REGISTER_ALLOCATION_UNIT = 256  # registers are given to warps in units of 256
 SHARED_ALLOCATION_UNIT = 128  # shared memory is given to blocks in units of 128 bytes
+SUB_PARTITIONS = 4  # a multiprocessor's register file is split four ways (Volta on)
 
 
 def _device(attribute: CUdevice_attribute) -> int:
@@ -43,7 +44,10 @@ def max_active_blocks(layout, block_size: int, dynamic_shared: int) -> int:
     warp = _device(A.CU_DEVICE_ATTRIBUTE_WARP_SIZE)
     warps = -(-block_size // warp)
     static_shared = layout.attributes.get("shared_size_bytes", 0)
-    if block_size > layout.attributes.get("max_threads_per_block", 1024) or \
+    # The device's block size limit, not the kernel's: CUDA's calculator does not consult
+    # __launch_bounds__ here (on an H200, 256 threads of a kernel bounded to 128 get the
+    # blocks its warps and registers allow, though such a launch would be refused).
+    if block_size > _device(A.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK) or \
             dynamic_shared > layout.max_dynamic_shared or \
             static_shared + dynamic_shared > \
             _device(A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN):
@@ -57,11 +61,14 @@ def max_active_blocks(layout, block_size: int, dynamic_shared: int) -> int:
     registers = layout.attributes.get("num_regs", 0)
     if registers:
         per_warp = _round_up(registers * warp, REGISTER_ALLOCATION_UNIT)
-        if per_warp * warps > _device(A.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK):
+        # The hardware checks a block's registers as if its warps were spread over every
+        # sub-partition, and each sub-partition holds the warps its quarter of the file fits.
+        if per_warp * _round_up(warps, SUB_PARTITIONS) > \
+                _device(A.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK):
             return 0
-        warps_by_registers = _device(A.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR) \
-            // per_warp
-        limits.append(warps_by_registers // warps)
+        per_partition = _device(A.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR) \
+            // SUB_PARTITIONS // per_warp
+        limits.append(per_partition * SUB_PARTITIONS // warps)
     return max(min(limits), 0)
 
 

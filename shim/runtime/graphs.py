@@ -26,7 +26,7 @@ from ..driver.graph_model import (
     WAIT_EVENT,
     graphs,
 )
-from ..driver.launch import _check_config
+from ..driver.launch import InvalidConfiguration, _check_config
 from ..driver.memory import CU_MEMORYTYPE_ARRAY, _is_device, copy_side
 from ._state import CudaError, E, api, check_out, current_context, ffi, ptr, set_pointer
 from .launch import function_layout
@@ -94,7 +94,7 @@ def _kernel(p):
     func = ptr(p.func)
     try:
         _check_config(layout, grid, block, p.sharedMemBytes)
-    except CudaError as exc:
+    except InvalidConfiguration as exc:  # the driver API's invalid value
         raise CudaError(E.cudaErrorInvalidConfiguration, exc.message) from None
 
     def make():
@@ -447,10 +447,12 @@ def cudaGraphInstantiateWithFlags(exec_out, graph, flags):
 @api
 def cudaGraphInstantiateWithParams(exec_out, graph, params):
     check_out(params)
-    params.result_out = 0  # cudaGraphInstantiateSuccess
-    params.errNode_out = ffi.NULL
-    set_pointer(exec_out, graph_exec.instantiate(graph, params.flags,
-                                                 params.uploadStream).handle)
+
+    def report(result: int, node) -> None:
+        params.result_out, params.errNode_out = result, node
+
+    set_pointer(exec_out, graph_exec.instantiate_reporting(graph, params.flags,
+                                                           params.uploadStream, report).handle)
 
 
 @api

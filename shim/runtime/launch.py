@@ -19,7 +19,7 @@ from __future__ import annotations
 from vgpu.api.cudartdefs import cudaLaunchAttributeID
 
 from ..driver import launch as driver_launch
-from ..driver.launch import _check_config, _submit, check_cooperative
+from ..driver.launch import InvalidConfiguration, _check_config, _submit, check_cooperative
 from ..driver.memory import _check_stream
 from ..driver.module import _interned_name
 from ._state import (
@@ -80,7 +80,7 @@ def _launch(func, grid, block, shared_bytes: int, stream, args,
     function, layout = function_layout(func)
     try:
         _check_config(layout, grid, block, shared_bytes)
-    except CudaError as exc:
+    except InvalidConfiguration as exc:  # the driver API's invalid value
         raise CudaError(E.cudaErrorInvalidConfiguration, exc.message) from None
     if cooperative:
         try:

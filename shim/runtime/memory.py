@@ -144,10 +144,10 @@ def _copy(dst: int, src: int, count: int, kind: int, queued: bool) -> None:
         driver_memory._dtod(dst, src, count)
         if not queued:
             driver_managed.settle()
-    elif kind == DEFAULT:
+    elif kind in (DEFAULT, HOST_TO_HOST):
+        # With unified addressing CUDA's runtime lets the pointers decide a host-to-host
+        # copy too: one that names device memory copies it, as cudaMemcpyDefault would.
         driver_memory._copy_unified(dst, src, count, queued)
-    elif kind == HOST_TO_HOST:
-        driver_memory.host_to_host(dst, src, count)
     else:
         raise CudaError(E.cudaErrorInvalidMemcpyDirection, f"unknown cudaMemcpyKind {kind}")
 
@@ -165,7 +165,7 @@ def cudaMemcpyAsync(dst, src, count, kind, stream):
 
 def _sides(kind: int, dst: int, src: int) -> tuple[bool, bool]:
     """(destination on the device, source on the device) for a copy of `kind`."""
-    if kind == DEFAULT:
+    if kind in (DEFAULT, HOST_TO_HOST):  # the pointers decide, as for linear copies
         return driver_memory._is_device(dst), driver_memory._is_device(src)
     if kind not in (HOST_TO_HOST, HOST_TO_DEVICE, DEVICE_TO_HOST, DEVICE_TO_DEVICE):
         raise CudaError(E.cudaErrorInvalidMemcpyDirection, f"unknown cudaMemcpyKind {kind}")
@@ -174,8 +174,8 @@ def _sides(kind: int, dst: int, src: int) -> tuple[bool, bool]:
 
 def _copy_2d(dst: int, dst_pitch: int, src: int, src_pitch: int, width: int, height: int,
              kind: int, queued: bool) -> None:
-    if width > dst_pitch or width > src_pitch:
-        raise CudaError(E.cudaErrorInvalidPitchValue,
+    if width > dst_pitch or width > src_pitch:  # cudaErrorInvalidValue on NVIDIA's runtime
+        raise CudaError(E.cudaErrorInvalidValue,
                         f"row width {width} exceeds a pitch ({dst_pitch}, {src_pitch})")
     if width == 0 or height == 0:
         return

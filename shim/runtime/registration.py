@@ -14,12 +14,11 @@ Relocatable device code (`-rdc=true`): the program's own device-link stub
 one version-2 wrapper for all objects; its last field points at a NULL-terminated list of each
 object's fatbin container from `__nv_relfatbin` (cubin + PTX). The registered image itself is
 the nvlink-ed cubin; every backend is sent the objects' PTX modules instead, to be linked at
-load (vgpu.module_image.pack_linked_ptx; see _loadable_image).
+load (see driver.module.linked_image, which also serves NVIDIA's static runtime).
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import itertools
 import os
@@ -29,11 +28,9 @@ from dataclasses import dataclass, field
 from vgpu.fatbin import (
     FatbinError,
     parse_fatbin,
-    read_container_at,
     read_wrapper_at,
     require_ptx,
 )
-from vgpu.module_image import pack_linked_ptx
 
 from ..driver import module as driver_module
 from ..driver._state import _HANDLE_MARK, _KIND_SHIFT, Kind
@@ -60,11 +57,6 @@ __all__ = [
     "__cudaRegisterManagedVar",
     "__cudaInitModule",
 ]
-
-WRAPPER_VERSION_LINKED = 2  # the device-link image, with the list of prelinked containers
-_WRAPPER_PRELINKED_FIELD = 16  # offset of `filename_or_fatbins` in __fatBinC_Wrapper_t
-_MAX_PRELINKED = 1 << 16  # no real program has more objects: stop at corrupt lists
-
 
 @dataclass(eq=False)
 class RegisteredImage:
@@ -261,40 +253,15 @@ def _device_arch() -> int:
 def _loadable_image(wrapper_address: int) -> bytes:
     """What the server's backend loads for the image registered at `wrapper_address`: the
     fatbin for a GPU backend, its PTX for the emulator; for an -rdc program, the objects' PTX
-    for every backend, linked at load (by the emulator, or by the GPU's driver: cuLink*).
-
-    The nvlink-ed cubin of an -rdc program runs only on a GPU of the architecture it was
-    built for, and the server may hold another one, or be an emulator underneath (a cuda
-    backend that is itself a vgpu client); its PTX links and runs on all of them, for one
-    JIT link when the image is first used. So the cubin goes only where the objects have no
-    PTX (an SASS-only build), to a GPU backend, the one place it may run."""
-    wrapper = read_wrapper_at(wrapper_address)
+    for every backend (driver_module.linked_image)."""
     emu = _backend() == "emu"
-    if wrapper.version == WRAPPER_VERSION_LINKED:
-        prelinked = _prelinked_containers(wrapper_address)
-        if prelinked:
-            try:
-                arch = _device_arch() if emu else None
-                return pack_linked_ptx([require_ptx(parse_fatbin(c), arch).encode()
-                                        for c in prelinked])
-            except FatbinError:
-                if emu:  # SASS only: nothing the emulator runs, as the error says
-                    raise
+    linked = driver_module.linked_image(wrapper_address, emu, _device_arch())
+    if linked is not None:
+        return linked
+    wrapper = read_wrapper_at(wrapper_address)
     if not emu:
         return wrapper.container
     return require_ptx(parse_fatbin(wrapper.container), _device_arch()).encode()
-
-
-def _prelinked_containers(wrapper_address: int) -> list[bytes]:
-    """The containers a version-2 wrapper's NULL-terminated prelinked list points at."""
-    array = ctypes.c_uint64.from_address(wrapper_address + _WRAPPER_PRELINKED_FIELD).value
-    containers = []
-    for i in range(_MAX_PRELINKED if array else 0):
-        entry = ctypes.c_uint64.from_address(array + 8 * i).value
-        if entry == 0:
-            break
-        containers.append(read_container_at(entry))
-    return containers
 
 
 # ----------------------------------------------------------------- entry points

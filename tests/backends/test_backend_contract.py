@@ -409,8 +409,8 @@ def test_physical_memory_shows_the_same_bytes_wherever_it_is_mapped(device):
     second = device.arena.reserve(size, size)
     with backend.running():
         physical = backend.create_physical(size)
-        backend.map_physical(first, size, physical, 0)
-        backend.map_physical(second, size, physical, 0)
+        backend.map_physical(first, size, physical)
+        backend.map_physical(second, size, physical)
         backend.set_access(first, READ_WRITE)
         backend.set_access(second, READ_WRITE)
     assert device.read(first, 4096) == bytes(4096)  # fresh physical memory is zeros
@@ -434,20 +434,23 @@ def test_physical_memory_made_with_contents_holds_them(device):
     address = device.arena.reserve(size, size)
     with device.backend.running():
         physical = device.backend.create_physical(size, bytearray(contents))
-        device.backend.map_physical(address, size, physical, 0)
+        device.backend.map_physical(address, size, physical)
         device.backend.set_access(address, READ)
     assert device.read(address, size) == contents
 
 
-def test_a_mapping_shows_physical_memory_from_its_offset(device):
+def test_physical_memory_written_at_an_offset_shows_there_in_its_mapping(device):
+    """A restore writes physical memory piece by piece; a mapping (from the start, as CUDA
+    maps) shows each piece at its own offset."""
     size = 2 * MIB
-    address = device.arena.reserve(size, size)
+    address = device.arena.reserve(2 * size, size)
     with device.backend.running():
         physical = device.backend.create_physical(2 * size)
         device.backend.write_physical(physical, size, memoryview(b"second half"))
-        device.backend.map_physical(address, size, physical, size)
+        device.backend.map_physical(address, 2 * size, physical)
         device.backend.set_access(address, READ_WRITE)
-    assert device.read(address, 11) == b"second half"
+    assert device.read(address + size, 11) == b"second half"
+    assert device.read(address, 11) == bytes(11)
 
 
 def test_physical_memory_without_access_is_not_read(device):
@@ -455,7 +458,7 @@ def test_physical_memory_without_access_is_not_read(device):
     address = device.arena.reserve(size, size)
     with device.backend.running():
         physical = device.backend.create_physical(size)
-        device.backend.map_physical(address, size, physical, 0)
+        device.backend.map_physical(address, size, physical)
     with pytest.raises(CudaError):
         device.read(address, 16)
 

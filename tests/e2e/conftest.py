@@ -130,6 +130,11 @@ def driver_ipc(toolkit) -> Path:
 
 
 @pytest.fixture(scope="session")
+def driver_pool_ipc(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_pool_ipc.c").read_text())
+
+
+@pytest.fixture(scope="session")
 def driver_ipc_ordered(toolkit) -> Path:
     return toolkit.c_program((HERE / "driver_ipc_ordered.c").read_text())
 

@@ -573,6 +573,12 @@ int main(int argc, char **argv) {
     kp.blockDimX = 4096;
     EXPECT_CODE(CUDA_ERROR_INVALID_VALUE, cuGraphAddKernelNode(&extra, graph, NULL, 0, &kp));
     EXPECT_CODE(CUDA_ERROR_INVALID_VALUE, cuGraphAddEmptyNode(&extra, graph, &twin, 1));
+    /* a graph with a host node is no device graph: instantiating says which node */
+    CUDA_GRAPH_INSTANTIATE_PARAMS ip = {.flags = CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH};
+    CUgraphExec refused;
+    EXPECT_CODE(CUDA_ERROR_INVALID_VALUE, cuGraphInstantiateWithParams(&refused, graph, &ip));
+    EXPECT(ip.result_out == CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED);
+    EXPECT(ip.hErrNode_out == host);
     printf("driver_graphs: misuse refused\n");
 
     CHECK(cuGraphExecDestroy(exec));

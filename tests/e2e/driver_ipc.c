@@ -86,7 +86,7 @@ int main(int argc, char **argv)
 {
     const char *ptx_path = argc > 1 ? argv[1] : "stream_kernels.ptx";
     struct forked other;
-    EXPECT(fork_with_pipes(&other));
+    EXPECT(fork_with_channels(&other));
     if (other.pid == 0)
         return child(ptx_path, other.in, other.out);
 

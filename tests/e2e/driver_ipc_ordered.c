@@ -80,7 +80,7 @@ int main(int argc, char **argv)
 {
     EXPECT(argc == 2);
     struct forked other;
-    EXPECT(fork_with_pipes(&other));
+    EXPECT(fork_with_channels(&other));
     if (other.pid == 0)
         return child(argv[1], other.in, other.out);
 

@@ -2,7 +2,8 @@
  * attributes written at their full width (8-byte outputs prefilled with a pattern, so that a
  * 4-byte write shows), the CUDA 13 entry points cuda-python asks cuGetProcAddress for,
  * synchronous memsets of mapped page-locked memory, host-to-host copies ordered after queued
- * work, stale and stray pointers refused, the primary context released by its last user.
+ * work (and a "host" side that is device memory copied from the device), stale and stray
+ * pointers refused, the primary context released by its last user.
  * Prints one line per check: "name got expected". Usage: driver_memory_semantics KERNELS.ptx */
 #include <cuda.h>
 #include <stdio.h>
@@ -226,6 +227,24 @@ int main(void) {
         cuMemcpyDtoH(back, target, SIZE);
         expect("queued_copy_read_the_old_bytes", back[0] == 0x22 && back[SIZE - 1] == 0x22, 1);
         expect("h2h_wrote_the_new_bytes", source[0] == 0x33, 1);
+        {
+            /* A "host" side that is device memory: with unified addressing the pointer
+             * decides. NVIDIA's runtime copies cudaMemcpyHostToHost with this call, and its
+             * driver copies a device source so. */
+            CUDA_MEMCPY2D p;
+            memset(&p, 0, sizeof p);
+            memset(copy, 0, SIZE);
+            p.srcMemoryType = CU_MEMORYTYPE_HOST;
+            p.srcHost = (const void *)target;
+            p.srcPitch = SIZE;
+            p.dstMemoryType = CU_MEMORYTYPE_HOST;
+            p.dstHost = copy;
+            p.dstPitch = SIZE;
+            p.WidthInBytes = SIZE;
+            p.Height = 1;
+            expect("h2h_2d_from_device_memory", cuMemcpy2DUnaligned(&p), CUDA_SUCCESS);
+            expect("h2h_2d_read_the_device_bytes", copy[0] == 0x22 && copy[SIZE - 1] == 0x22, 1);
+        }
         cuMemFreeHost(filled); cuMemFreeHost(copy); cuMemFreeHost(source); cuMemFreeHost(other);
         cuMemFree(target);
     }

@@ -1,5 +1,7 @@
 /* Loads each module file named on the command line with cuModuleLoad and prints
- * "<file> <CUresult>" per file; what vgpu says about a refusal goes to stderr.
+ * "<file> <CUresult>" per file; what vgpu says about a refusal goes to stderr. With --data
+ * first, loads each from a copy in the heap instead (cuModuleLoadData: no file behind it).
+ * With --loading-mode alone, prints "loading mode <CUmoduleLoadingMode>".
  *
  * With --libraries first, loads each as a library instead (cuLibraryLoadData, as NVIDIA's
  * runtime loads a program's images) and asks for its kernel `k` both ways, printing
@@ -10,6 +12,7 @@
 #include <cuda.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -21,6 +24,31 @@ static void load_module(const char *path) {
     printf("%s %d\n", path, (int)result);
     if (result == CUDA_SUCCESS)
         cuModuleUnload(mod);
+}
+
+/* The file's bytes in the heap, NUL-terminated (as PTX text must be). */
+static int load_module_data(const char *path) {
+    FILE *file = fopen(path, "rb");
+    if (file == NULL || fseek(file, 0, SEEK_END) != 0) {
+        fprintf(stderr, "module_refusals: cannot read %s\n", path);
+        return 1;
+    }
+    long size = ftell(file);
+    char *image = calloc(1, size + 1);
+    rewind(file);
+    size_t got = fread(image, 1, size, file);
+    fclose(file);
+    if (got != (size_t)size) {
+        fprintf(stderr, "module_refusals: cannot read %s\n", path);
+        return 1;
+    }
+    CUmodule mod;
+    CUresult result = cuModuleLoadData(&mod, image);
+    printf("%s %d\n", path, (int)result);
+    if (result == CUDA_SUCCESS)
+        cuModuleUnload(mod);
+    free(image);
+    return 0;
 }
 
 /* The file mapped whole; PTX text ends in the zeros that fill its last page (a file of a
@@ -74,11 +102,24 @@ int main(int argc, char **argv) {
         fprintf(stderr, "module_refusals: no device\n");
         return 1;
     }
+    if (argc == 2 && strcmp(argv[1], "--loading-mode") == 0) {
+        CUmoduleLoadingMode mode;
+        if (cuModuleGetLoadingMode(&mode) != CUDA_SUCCESS)
+            return 1;
+        printf("loading mode %d\n", (int)mode);
+        return 0;
+    }
     int libraries = argc > 1 && strcmp(argv[1], "--libraries") == 0;
-    for (int i = 1 + libraries; i < argc; ++i) {
-        if (!libraries)
+    int data = argc > 1 && strcmp(argv[1], "--data") == 0;
+    for (int i = 1 + libraries + data; i < argc; ++i) {
+        int failed = 0;
+        if (libraries)
+            failed = load_library(argv[i]);
+        else if (data)
+            failed = load_module_data(argv[i]);
+        else
             load_module(argv[i]);
-        else if (load_library(argv[i]) != 0)
+        if (failed)
             return 1;
     }
     return 0;

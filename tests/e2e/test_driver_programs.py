@@ -49,7 +49,7 @@ def test_memory_and_context_semantics(run_on, driver_memory_semantics):
     wrong = {name: got for name, got in checks.items() if got[0] != got[1]}
     assert not wrong, f"(got, expected) per check: {wrong}\n{result.stderr}"
     assert "failures 0" in result.stdout, result.stdout + result.stderr
-    assert result.returncode == 0 and len(checks) == 102
+    assert result.returncode == 0 and len(checks) == 104
     assert "not implemented" not in result.stderr, result.stderr
 
 
@@ -142,6 +142,16 @@ def test_ipc_between_processes(run_on, driver_ipc, stream_kernels_ptx):
     result = run_on(driver_ipc, stream_kernels_ptx)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "driver_ipc: all checks passed" in result.stdout
+
+
+def test_exportable_pools_between_processes(run_on, driver_pool_ipc, stream_kernels_ptx):
+    """Two processes of one server share two exportable stream-ordered pools: the child
+    imports both and a pointer of each, adds one into the other in place, and misuse (the
+    wrong handle type, a pool not exportable, a pointer of no exportable pool or of another
+    pool) gets CUDA's errors."""
+    result = run_on(driver_pool_ipc, stream_kernels_ptx)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "driver_pool_ipc: the child added pool B's 2500 ints into pool A's" in result.stdout
 
 
 def test_ipc_in_order_between_processes_on_cuda(nested_cuda, driver_ipc_ordered,

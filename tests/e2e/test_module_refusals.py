@@ -71,12 +71,13 @@ def test_refusals_say_why_on_stderr(loader, modules):
                               "k.ptx": 0}
     lines = result.stderr.splitlines()
     cubin = [line for line in lines if "SASS" in line]
-    assert cubin == ["vgpu: cuModuleLoad: this module holds only SASS for sm_80; the emu "
-                     "backend runs PTX: load PTX instead (nvcc -ptx, or keep PTX in the "
-                     "fatbin with -gencode arch=compute_80,code=compute_80) "
-                     "(CUDA_ERROR_NO_BINARY_FOR_GPU)"]
+    assert cubin == [f"vgpu: cuModuleLoad: {modules['k.cubin']} (kernel 'k'): this module "
+                     "holds only SASS for sm_80; the emu backend runs PTX: load PTX instead "
+                     "(nvcc -ptx, or keep PTX in the fatbin with -gencode "
+                     "arch=compute_80,code=compute_80) (CUDA_ERROR_NO_BINARY_FOR_GPU)"]
     fatbin = [line for line in lines if "cubin sm_80" in line]
     assert len(fatbin) == 1 and "no PTX" in fatbin[0], result.stderr
+    assert f"cuModuleLoad: {modules['k.fatbin']} (kernel 'k'): " in fatbin[0]
     assert "-gencode arch=compute_80,code=compute_80" in fatbin[0]
     texture = [line for line in lines if "references" in line]
     assert len(texture) == 1, result.stderr
@@ -94,11 +95,11 @@ def test_refusals_say_why_on_stderr(loader, modules):
 
 def test_libraries_without_code_the_device_runs_load_and_refuse_their_kernels(
         loader, modules):
-    """As CUDA's driver loads libraries (NVIDIA's runtime loads every image of a program at
-    its first call): one holding only cubins, or only PTX newer than the device, loads; its
-    kernel counts, and is refused with CUDA_ERROR_NO_BINARY_FOR_GPU, naming it, when asked
-    for (so are its variables). What can never load (a texture reference) is still refused
-    at load."""
+    """As CUDA's driver loads libraries (NVIDIA's runtime, loading eagerly, loads every
+    image of a program at its first call): one holding only cubins, or only PTX newer than
+    the device, loads; its kernel counts, and is refused with CUDA_ERROR_NO_BINARY_FOR_GPU,
+    naming it, when asked for (so are its variables). What can never load (a texture
+    reference) is still refused at load."""
     names = ["k.cubin", "k.fatbin", "k90.fatbin", "k.ptx", "texture.ptx"]
     result = vgpu_run(loader, "--libraries", *(modules[name] for name in names))
     assert result.returncode == 0, result.stderr
@@ -113,3 +114,31 @@ def test_libraries_without_code_the_device_runs_load_and_refuse_their_kernels(
     assert "'k' of k.cubin cannot run: this module holds only SASS for sm_80" in refused[0]
     assert "'k' of k90.fatbin cannot run" in refused[-1] and "compute_90" in refused[-1]
     assert all(line.endswith("(CUDA_ERROR_NO_BINARY_FOR_GPU)") for line in refused)
+
+
+def test_images_without_ptx_are_refused_from_memory_too(loader, modules):
+    """cuModuleLoadData of a cubin, or of a fatbin of cubins only, from the heap: refused
+    with CUDA_ERROR_NO_BINARY_FOR_GPU, the kernels the image holds named (no file is
+    behind it); an image with PTX loads."""
+    names = ["k.cubin", "k.fatbin", "k.ptx"]
+    result = vgpu_run(loader, "--data", *(modules[name] for name in names))
+    assert result.returncode == 0, result.stderr
+    assert _codes(result) == {"k.cubin": 209, "k.fatbin": 209, "k.ptx": 0}
+    refusals = result.stderr.splitlines()
+    assert len(refusals) == 2, result.stderr
+    assert all(line.startswith("vgpu: cuModuleLoadData: the image (kernel 'k'): ")
+               and line.endswith("(CUDA_ERROR_NO_BINARY_FOR_GPU)") for line in refusals), \
+        result.stderr
+    assert "only SASS for sm_80" in refusals[0] and "no PTX" in refusals[1], result.stderr
+
+
+@pytest.mark.parametrize(("setting", "mode"), [(None, "LAZY"), ("LAZY", "LAZY"),
+                                               ("EAGER", "EAGER")])
+def test_loading_mode_follows_cuda_module_loading(loader, setting, mode):
+    """CUDA_MODULE_LOADING as CUDA's driver reads it: lazy unless it says EAGER (lazy is
+    CUDA's default since 12.2)."""
+    modes = {"EAGER": 1, "LAZY": 2}  # CU_MODULE_EAGER_LOADING, CU_MODULE_LAZY_LOADING
+    env = {"CUDA_MODULE_LOADING": setting} if setting else {}
+    result = vgpu_run(loader, "--loading-mode", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"loading mode {modes[mode]}\n"

@@ -96,6 +96,8 @@ _, module = cu.cuModuleLoadData(ptx)
 _, count = cu.cuModuleGetFunctionCount(module)
 _, functions = cu.cuModuleEnumerateFunctions(count, module)
 for f in functions:
+    loaded = cu.cuFuncIsLoaded(f)[1].name
+    assert cu.cuFuncLoad(f)[0] == cu.CUresult.CUDA_SUCCESS
     params, i = [], 0
     while True:
         err, offset, size = cu.cuFuncGetParamInfo(f, i)
@@ -103,18 +105,20 @@ for f in functions:
             break
         params.append((offset, size))
         i += 1
-    print(cu.cuFuncGetName(f)[1].decode(), params, err.name)
+    print(cu.cuFuncGetName(f)[1].decode(), params, err.name, loaded)
 """
 
 
 def test_vgpu_driver_enumerates_kernels_and_their_parameters(cuda_server, kernels_ptx):
-    """What the backend asks of a driver about a module it loaded, on vgpu's own driver."""
+    """What the backend asks of a driver about a module it loaded, on vgpu's own driver
+    (which loads a module's functions with it: NVIDIA's loads them lazily, at cuFuncLoad)."""
     result = run_under_vgpu(cuda_server, sys.executable, "-c", ENUMERATE, str(kernels_ptx),
                             timeout=TIMEOUT_S)
     assert result.returncode == 0, result.stderr
     kernels = dict(line.split(" ", 1) for line in result.stdout.splitlines())
     # kernels.cu's scale(float *data, float factor, int n)
-    assert kernels["scale"] == "[(0, 8), (8, 4), (12, 4)] CUDA_ERROR_INVALID_VALUE", kernels
+    assert kernels["scale"] == ("[(0, 8), (8, 4), (12, 4)] CUDA_ERROR_INVALID_VALUE "
+                                "CU_FUNCTION_LOADING_STATE_LOADED"), kernels
 
 
 LINK = PREAMBLE + """

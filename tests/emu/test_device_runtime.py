@@ -1,8 +1,9 @@
 """The emulator's device runtime at the edges: the heap running out and misused frees, calls
 through a register (with register arguments and a .calltargets list; through an address that
-is no function), device-side launches nested past CUDA's depth, and
-a grid barrier outside a cooperative launch. (What works end to end is in the runtime and
-driver programs: tests/runtime/programs/device_side.cu, tests/e2e/driver_device_side.c.)"""
+is no function), device-side launches nested past CUDA's depth, and a grid barrier outside
+a cooperative launch and in a device graph's kernel nodes. (What works end to end is in the
+runtime and driver programs: tests/runtime/programs/device_side.cu,
+tests/e2e/driver_device_side.c.)"""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 
 from vgpu.server.emu import LaunchError, prepare
-from vgpu.server.emu.device_runtime import DeviceRuntime
+from vgpu.server.emu.device_runtime import DeviceRuntime, GraphEnvironment, GraphLaunch
+from vgpu.server.emu.executor import run_graphs
 
 HEAP_PTX = """
 .version 7.5
@@ -195,4 +197,27 @@ def test_grid_sync_outside_a_cooperative_launch_traps(device, nesting_module):
     workspace = device.alloc(16)
     prepared.execute(device.pack(nesting_module, kernel, [out]), device.memory,
                      runtime=DeviceRuntime(device.memory, {}.__getitem__, workspace))
+    assert device.download(out, 1, np.int32)[0] == 1
+
+
+def test_a_cooperative_kernel_node_of_a_graph_a_kernel_launched_has_a_grid_barrier(
+        device, nesting_module):
+    """A graph launched from the device runs its cooperative kernel nodes with the
+    session's grid barrier (its other kernels have none: grid.sync() traps there)."""
+    device.map_variables(nesting_module)
+    out = device.zeros(1, np.int32)
+    kernel = next(k for k in nesting_module.kernels if "syncs" in k)
+    runtime = DeviceRuntime(device.memory, {"grid_workspace": (device.alloc(16), 16)}.__getitem__)
+    params = device.pack(nesting_module, kernel, [out])
+
+    def run_node(cooperative: bool) -> None:
+        node = prepare(nesting_module, kernel, 2, 32, 0, device.symbols[id(nesting_module)],
+                       cooperative=cooperative)
+        run_graphs([GraphLaunch(GraphEnvironment(), [(node, params)], runtime)],
+                   device.memory, None, 1 << 20, None, 1)
+
+    with pytest.raises(LaunchError) as info:
+        run_node(cooperative=False)
+    assert info.value.code == 719 and device.download(out, 1, np.int32)[0] == 0
+    run_node(cooperative=True)
     assert device.download(out, 1, np.int32)[0] == 1

@@ -183,6 +183,47 @@ def test_special_registers_compiled():
     assert prepare(module, "special", (2,), (4, 3), 96).native is not None
 
 
+CURRENT_GRAPH_PTX = """
+.version 7.8
+.target sm_80
+.address_size 64
+.visible .entry current_graph(.param .u64 out)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<5>;
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r1, %tid.x;
+    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r3, %ntid.x;
+    mad.lo.u32 %r1, %r2, %r3, %r1;
+    mul.wide.u32 %rd2, %r1, 8;
+    add.s64 %rd3, %rd1, %rd2;
+    mov.u64 %rd4, %current_graph_exec;
+    st.global.u64 [%rd3], %rd4;
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("graph", [None, 0x5EED_0042])
+def test_current_graph_exec_compiled(graph):
+    """%current_graph_exec (cudaGetCurrentGraphExec) compiled: the device graph whose run
+    the kernel is a node of, for every thread, else 0; frames reused by the next launch
+    keep no graph of the last."""
+    from vgpu.server.emu.device_runtime import GraphEnvironment
+    native.configure(enabled=True)
+    device = Device()
+    module = device.load(CURRENT_GRAPH_PTX)
+    out = device.zeros(64, np.uint64)
+    prepared = prepare(module, "current_graph", (2,), (32,))
+    assert prepared.native is not None
+    for environment in (GraphEnvironment(0x7777), None if graph is None
+                        else GraphEnvironment(graph)):
+        prepared.execute(device.pack(module, "current_graph", [out]), device.memory,
+                         environment=environment)
+    np.testing.assert_array_equal(device.download(out, 64, np.uint64), graph or 0)
+
+
 def test_malloc_and_free_compiled():
     """The device heap's tests (NULL once full, lane order, freed blocks reused, bad and
     double frees fault with the heap's message) on compiled kernels."""

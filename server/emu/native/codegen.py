@@ -19,7 +19,8 @@ The ABI shared with `runner.py` (all slots are int64):
              reported flag, 13-19 the stray (address, size, need, line, space, block,
              thread), 20 shared size, 21 local size, 22 dynamic shared bytes,
              23 shared bytes per block (0: none), 24 local bytes per thread (0: none),
-             25 threads per block, 30-31 the clocks' origins (special_registers.py),
+             25 threads per block, 26 %current_graph_exec, 29 the device I/O callback
+             (device_io.py), 30-31 the clocks' origins (special_registers.py),
              32+k the device address of the k-th module variable
              in `symbols`.
   table[]    5 slots an allocation: base, size, mapped span, host address, access.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from ..ops_float import APPROX_INVALID_NAN
 from ..ptx_types import TYPES, lookup_type
 from .codegen import NotCompiled, ltype
 from .rounding import (
@@ -195,23 +196,16 @@ def _libm(c, name):
     return function or ir.Function(c.module, ir.FunctionType(F64, [F64]), name)
 
 
-# The NaN numpy's float64 functions return where the argument is none (log2 of a negative
-# number, sin/cos of an infinity, rsqrt of a negative number).
-_INVALID = {"lg2": 0x7FF8000000000000, "sin": 0xFFF8000000000000, "cos": 0xFFF8000000000000,
-            "rsqrt": 0xFFF8000000000000, "ex2": 0x7FF8000000000000,
-            "tanh": 0x7FF8000000000000}
-
-
 def _approx_f64(c, opcode, x):
-    """The interpreter's float64 formula for an approximate function, with numpy's NaNs: a
-    NaN argument comes back quieted (tanh: the canonical NaN)."""
+    """The interpreter's float64 formula for an approximate function, with its NaNs
+    (APPROX_INVALID_NAN): a NaN argument comes back quieted (tanh: that same NaN)."""
     b = c.b
     if opcode == "rsqrt":
         root = b.call(c._intrinsic("llvm.sqrt", F64), [x])
         value = b.fdiv(ir.Constant(F64, 1.0), root)
     else:
         value = b.call(_libm(c, _LIBM[opcode]), [x])
-    invalid = b.bitcast(ir.Constant(ir.IntType(64), _INVALID[opcode]), F64)
+    invalid = b.bitcast(ir.Constant(ir.IntType(64), APPROX_INVALID_NAN[opcode]), F64)
     value = b.select(b.fcmp_unordered("uno", value, value), invalid, value)
     nan = invalid if opcode == "tanh" else _quiet(b, x)
     return b.select(b.fcmp_unordered("uno", x, x), nan, value)

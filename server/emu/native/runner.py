@@ -23,7 +23,7 @@ from ..memory import DENIED
 from ..spaces import STRAYS_ALLOWED, STRAYS_FAULT, out_of_bounds
 from . import control, device_io
 from .codegen import FAULTED, SPACES, STOPPED, SYMBOL_SLOT, WHY
-from .special_registers import CLOCK_SLOTS, clock_slots
+from .special_registers import CLOCK_SLOTS, GRAPH_SLOT, clock_slots
 
 __all__ = ["NativeKernel"]
 
@@ -137,15 +137,17 @@ class NativeKernel:
 
     def run(self, prepared, params: bytes, memory, checker, strays: str, threads: int,
             cancelled, printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES,
-            runtime=None) -> tuple[str, str]:
+            runtime=None, environment=None) -> tuple[str, str]:
         """Run every block; returns the printf output and the checker's report of a stray
         access ("" if none). Raises LaunchError as the interpreter does, and the executor's
-        LaunchCancelled once `cancelled` is set."""
+        LaunchCancelled once `cancelled` is set. `environment`: the graph run the kernel
+        is a node of (device_runtime.GraphEnvironment), or None."""
         block = prepared.block
         shared_stride = prepared.shared_stride if prepared.shared_size else 0
         local_stride = prepared.local_stride if prepared.local_size else 0
         shape = (block[0] * block[1] * block[2], shared_stride, local_stride)
         frame = self._frame(shape)
+        frame.launch[GRAPH_SLOT] = environment.graph if environment is not None else 0
         try:
             if not device_io.uses_callback(prepared.kernel):
                 return "", self._run(frame, prepared, params, memory, checker, strays,

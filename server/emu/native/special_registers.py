@@ -1,8 +1,10 @@
 """Special registers beyond the thread and block coordinates, as the interpreter's
 `operands.special_reader` has them: lane masks, shared memory sizes, the fixed values of a
-device without clusters or performance counters, and the clocks in real time (`timers.py`:
-the same clock, read with clock_gettime; the launch record carries the process's start and
-epoch offset, so a cached object works in any process)."""
+device without clusters or performance counters, the device graph the kernel is a node of
+(%current_graph_exec: the launch record's GRAPH_SLOT, which the runner fills from the
+launch's graph environment), and the clocks in real time (`timers.py`: the same clock, read
+with clock_gettime; the launch record carries the process's start and epoch offset, so a
+cached object works in any process)."""
 
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ from ..ptx_types import TYPES
 from ..timers import _EPOCH_OFFSET_NS, _START_NS, CLOCK_RATE_KHZ
 from .codegen import _DYN_SHARED, _SHARED_SIZE, I32, I64, NotCompiled
 
-__all__ = ["CLOCK_SLOTS", "clock_slots", "read"]
+__all__ = ["CLOCK_SLOTS", "GRAPH_SLOT", "clock_slots", "read"]
 
 CLOCK_SLOTS = (30, 31)   # launch[] slots: the timers' start and epoch offset (nanoseconds)
+GRAPH_SLOT = 26          # launch[] slot: %current_graph_exec
 _U32, _U64 = TYPES["u32"], TYPES["u64"]
 _FIXED32 = {"%cluster_ctarank": 0, "%cluster_nctarank": 1, "%is_explicit_cluster": 0}
 _SCALE = gcd(CLOCK_RATE_KHZ, 1_000_000)
@@ -62,6 +65,8 @@ def read(c, name: str, instr):
         return ir.Constant(I64, 0), _U64
     if name == "%gridid":
         return ir.Constant(I64, 1), _U64
+    if name == "%current_graph_exec":
+        return c.launch_slot(GRAPH_SLOT), _U64
     if name.startswith(("%clock", "%globaltimer")):
         return _clock(c, name, instr)
     raise NotCompiled(f"{instr.text}: special register {name}", instr.line)

@@ -31,7 +31,8 @@ int main()
         EXPECT(result[i] == 3 * i + 1);
 
     // A host-to-host copy on the stream comes after the queued device-to-host copy that
-    // fills its source; a device pointer is not host memory.
+    // fills its source. With unified addressing the pointers decide where a copy reads:
+    // a "host-to-host" copy from device memory copies it, as cudaMemcpyDefault would.
     int *copy;
     CHECK(cudaMallocHost(&copy, n * sizeof(int)));
     increment<<<(n + 255) / 256, 256, 0, stream>>>(device, n);
@@ -40,9 +41,11 @@ int main()
     CHECK(cudaStreamSynchronize(stream));
     for (int i = 0; i < n; ++i)
         EXPECT(copy[i] == 3 * i + 2);
-    EXPECT_ERROR(cudaErrorInvalidValue,
-                 cudaMemcpy(copy, device, n * sizeof(int), cudaMemcpyHostToHost));
-    cudaGetLastError();
+    for (int i = 0; i < n; ++i)
+        copy[i] = 0;
+    CHECK(cudaMemcpy(copy, device, n * sizeof(int), cudaMemcpyHostToHost));
+    for (int i = 0; i < n; ++i)
+        EXPECT(copy[i] == 3 * i + 2);
     CHECK(cudaFreeHost(copy));
 
     // Registered pageable memory works as a copy source and destination.

@@ -7,6 +7,7 @@
 // graph uses to launch its graph again. Results are checked against orders and values
 // worked out on the host.
 #include <atomic>
+#include <cstring>
 #include <unistd.h>
 #include "check.cuh"
 
@@ -62,6 +63,16 @@ static bool destroyed_within(Resource &r, int times) {
 }
 
 static void count_run(void *data) { ++*static_cast<int *>(data); }
+
+// What a host node saw of a log kernels write (log[0] counts its entries).
+struct LogSeen {
+    const int *log;
+    int count;
+};
+static void count_entries(void *data) {
+    LogSeen *seen = static_cast<LogSeen *>(data);
+    seen->count = *(volatile const int *)seen->log;
+}
 
 static std::atomic<int> go{0};
 static void wait_for_go(void *) {
@@ -234,6 +245,36 @@ static void device_graphs(cudaStream_t s) {
     EXPECT(host_runs == 2);
     CHECK(cudaGraphExecDestroy(h));
     CHECK(cudaGraphDestroy(hg));
+
+    // A host node after the last kernel of a host graph runs before that kernel's tail
+    // launch, which waits for the whole graph: it sees the kernel's entry only (the log is
+    // mapped pinned memory, which the host reads as kernels write it).
+    int *seen_log, *seen_log_dev;
+    CHECK(cudaHostAlloc(&seen_log, 16 * sizeof(int), cudaHostAllocMapped));
+    CHECK(cudaHostGetDevicePointer((void **)&seen_log_dev, seen_log, 0));
+    int id_y = 30;
+    void *y_args[] = {&seen_log_dev, &id_y};
+    cudaGraphExec_t y = for_device(one_kernel_graph((void *)stamp, y_args));
+    LogSeen host_saw = {seen_log, -1};
+    cudaGraph_t tg;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    stamp_then_tail<<<1, 1, 0, s>>>(seen_log_dev, 31, y, nullptr);
+    CHECK(cudaLaunchHostFunc(s, count_entries, &host_saw));
+    CHECK(cudaStreamEndCapture(s, &tg));
+    cudaGraphExec_t t;
+    CHECK(cudaGraphInstantiate(&t, tg, 0));
+    for (int round = 0; round < 2; round++) {
+        memset(seen_log, 0, 16 * sizeof(int));
+        host_saw.count = -1;
+        CHECK(cudaGraphLaunch(t, s));
+        CHECK(cudaStreamSynchronize(s));
+        EXPECT(host_saw.count == 1);
+        EXPECT(seen_log[0] == 2 && seen_log[1] == 31 && seen_log[2] == 30);
+    }
+    CHECK(cudaGraphExecDestroy(t));
+    CHECK(cudaGraphDestroy(tg));
+    CHECK(cudaGraphExecDestroy(y));
+    CHECK(cudaFreeHost(seen_log));
     for (cudaGraphExec_t e : {x, t1, t2, f, d}) CHECK(cudaGraphExecDestroy(e));
     CHECK(cudaFree(log));
     printf("graph_lifetimes: tail launches ran after their graph, in CUDA's order\n");

@@ -60,7 +60,7 @@ int main()
 {
     const int n = 4000;
     forked other;
-    EXPECT(fork_with_pipes(&other));
+    EXPECT(fork_with_channels(&other));
     if (other.pid == 0)
         return child(other.in, other.out, n);
 

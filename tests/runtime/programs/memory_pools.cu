@@ -5,11 +5,8 @@
 // either touched CUDA; the child imports both, checks what it sees and adds to it in place,
 // and the parent reads the sum. Results are checked against the host.
 #include "check.cuh"
+#include "forked_child.h"
 #include <cstdint>
-#include <cstring>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 __global__ void fill(int *v, int n)
 {
@@ -28,45 +25,11 @@ __global__ void check_and_add(int *v, int n, int *wrong)
     }
 }
 
-// A file descriptor crosses processes only as SCM_RIGHTS over a Unix socket.
-static void send_fd(int sock, int fd, const void *data, size_t size)
-{
-    char control[CMSG_SPACE(sizeof(int))] = {};
-    iovec iov = {(void *)data, size};
-    msghdr msg = {};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof(int));
-    EXPECT(sendmsg(sock, &msg, 0) == (ssize_t)size);
-}
-
-static int receive_fd(int sock, void *data, size_t size)
-{
-    char control[CMSG_SPACE(sizeof(int))] = {};
-    iovec iov = {data, size};
-    msghdr msg = {};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    EXPECT(recvmsg(sock, &msg, MSG_WAITALL) == (ssize_t)size);
-    cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    EXPECT(c != nullptr && c->cmsg_type == SCM_RIGHTS);
-    int fd;
-    memcpy(&fd, CMSG_DATA(c), sizeof(int));
-    return fd;
-}
-
-static int child(int sock, int n)
+static int child(const forked &parent, int n)
 {
     cudaMemPoolPtrExportData data;
-    int fd = receive_fd(sock, &data, sizeof(data));
+    int fd = receive_fd(parent.in, &data, sizeof(data));
+    EXPECT(fd >= 0);
     cudaMemPool_t imported;
     EXPECT_ERROR(cudaErrorInvalidValue,
                  cudaMemPoolImportFromShareableHandle(&imported, (void *)(uintptr_t)fd,
@@ -97,22 +60,17 @@ static int child(int sock, int n)
     EXPECT(wrong_count == 0);
     CHECK(cudaMemPoolDestroy(imported));
     char done = 1;
-    EXPECT(write(sock, &done, 1) == 1);
+    EXPECT(transfer(parent.out, &done, 1, 1));
     return 0;
 }
 
 int main()
 {
     const int n = 3000;
-    int socks[2];
-    EXPECT(socketpair(AF_UNIX, SOCK_STREAM, 0, socks) == 0);
-    pid_t pid = fork();
-    EXPECT(pid >= 0);
-    if (pid == 0) {
-        close(socks[0]);
-        return child(socks[1], n);
-    }
-    close(socks[1]);
+    forked other;
+    EXPECT(fork_with_channels(&other));
+    if (other.pid == 0)
+        return child(other, n);
 
     // The device says pools export to file descriptors, as programs check before they do.
     int handle_types = 0;
@@ -197,12 +155,11 @@ int main()
     CHECK(cudaMalloc(&plain, 64));
     EXPECT_ERROR(cudaErrorInvalidValue, cudaMemPoolExportPointer(&data, plain));
     CHECK(cudaMemPoolExportPointer(&data, v));
-    send_fd(socks[0], fd, &data, sizeof(data));
+    EXPECT(send_fd(other.out, fd, &data, sizeof(data)));
     close(fd);
     char done = 0;
-    EXPECT(read(socks[0], &done, 1) == 1 && done == 1);
-    int status = 0;
-    EXPECT(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT(transfer(other.in, &done, 1, 0) && done == 1);
+    EXPECT(child_succeeded(other.pid));
 
     int *host = new int[n];
     CHECK(cudaMemcpy(host, v, n * sizeof(int), cudaMemcpyDeviceToHost));
