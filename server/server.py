@@ -321,7 +321,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         # socket holding half a message, which the next reply, to anyone, would complete
         if payloads:  # bulk payloads go zero-copy; small frames are cheaper copied
             self.socket.send_multipart([identity, packed, *payloads], copy=False)
-        else:
+        else:  # (a ROUTER takes every message: one it cannot pass on, it drops)
             wire.send(self.socket.underlying, identity, packed)
 
     def _hello(self, identity: bytes, seq, body, peer: Peer) -> None:

@@ -14,7 +14,8 @@ import threading
 from pathlib import Path
 
 __all__ = ["VGPU", "vgpu_environment", "start_emu_server", "stop_server", "emu_server",
-           "run_under_vgpu", "TcpForwarder", "free_tcp_address", "keygen", "curve_homes",
+           "run_under_vgpu", "TcpForwarder", "zmtp_greeting", "free_tcp_address", "keygen",
+           "curve_homes",
            "start_nested_cuda_server", "nested_cuda_server", "start_cuda_server"]
 
 VGPU = [sys.executable, "-m", "vgpu.cli"]
@@ -182,12 +183,21 @@ def free_tcp_address() -> str:
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
+def zmtp_greeting(mechanism: str) -> bytes:
+    """A ZMTP 3.0 server's greeting: signature, version, mechanism ("NULL", "CURVE"),
+    as-server, filler."""
+    return b"\xff" + bytes(8) + b"\x7f" + bytes([3, 0]) + mechanism.encode().ljust(20, b"\0") \
+        + b"\x01" + bytes(31)
+
+
 class TcpForwarder:
     """A TCP proxy between clients and a server (a network path that can fail): listens on
     127.0.0.1:`port` and forwards each connection to `target` (host, port). `drop()` cuts
     every connection open now, as a network blip does; `silence()` stops forwarding without
     closing anything, as a path that loses every packet does; `cut_next(n)` cuts the next n
-    connections as soon as they come, in their handshake."""
+    connections as soon as they come, in their handshake; `greet_as(mechanism)` answers every
+    later connection itself, greeting as a ZMTP server of that security mechanism and
+    holding it open, as a server restarted with another mechanism does."""
 
     def __init__(self, target: tuple[str, int]):
         self.target = target
@@ -198,6 +208,7 @@ class TcpForwarder:
         self._lock = threading.Lock()
         self._silent = threading.Event()
         self._to_cut = 0
+        self._greeting: bytes | None = None
         threading.Thread(target=self._accept, daemon=True).start()
 
     @property
@@ -213,8 +224,16 @@ class TcpForwarder:
             with self._lock:
                 cut, self._to_cut = self._to_cut > 0, max(0, self._to_cut - 1)
                 self.accepted += cut
+                greeting = self._greeting
             if cut:
                 client.close()
+                continue
+            if greeting is not None:
+                with contextlib.suppress(OSError):
+                    client.sendall(greeting)
+                with self._lock:
+                    self.accepted += 1
+                    self._open.append(client)
                 continue
             try:
                 server = socket.create_connection(self.target)
@@ -249,6 +268,10 @@ class TcpForwarder:
     def cut_next(self, n: int) -> None:
         with self._lock:
             self._to_cut = n
+
+    def greet_as(self, mechanism: str) -> None:
+        with self._lock:
+            self._greeting = zmtp_greeting(mechanism)
 
     def silence(self) -> None:
         self._silent.set()

@@ -274,8 +274,8 @@ class Connection:
 
     @_socket.setter
     def _socket(self, sock: zmq.Socket) -> None:
-        # Its libzmq handle too, for vgpu.wire's calls.
-        self._sock, self._handle = sock, sock.underlying
+        # Its libzmq handle too, for vgpu.wire's calls; a new connection is not known lost.
+        self._sock, self._handle, self._broken = sock, sock.underlying, None
 
     def _open_socket(self, address: str) -> zmq.Socket:
         """A socket to `address`, secured as its transport needs (vgpu.transport), and its
@@ -296,9 +296,13 @@ class Connection:
 
     def _dropped(self) -> bool:
         """Whether the current socket's connection dropped (zmq reconnects it by itself,
-        but as a new connection, which the server does not know)."""
+        but as a new connection, which the server does not know), or took a message no more."""
         watch = self._watches.get(self._socket)
-        return watch is not None and watch.dropped()
+        return self._broken is not None or (watch is not None and watch.dropped())
+
+    def _drop(self) -> _Dropped:
+        return _Dropped(self._broken or f"the connection to the vgpu server at {self.address} "
+                                        "dropped")
 
     def _first_hello(self) -> dict:
         """Open the session. If the connection drops meanwhile, say hello again as a client
@@ -390,12 +394,13 @@ class Connection:
                        "which cannot move to another server yet")
         started = time.perf_counter()
         old_socket, old_ring, old_address = self._socket, self.ring, self.address
+        old_broken = self._broken
         old_pid, self.server_pid = self.server_pid, None  # not the new server's
         self._forget_windows(None)  # they map the old server's memory
         try:
             self._socket, self.address = self._open_socket(address), address
         except TransportError as exc:
-            self._socket, self.server_pid = old_socket, old_pid
+            self._socket, self.server_pid, self._broken = old_socket, old_pid, old_broken
             raise _MoveFailed(f"{address}: {exc}") from None
         try:
             resume = {"position": position}
@@ -415,7 +420,7 @@ class Connection:
                 self._transmit(BYE, 0, None, [])
             self._close_socket(self._socket, linger=100)
             self._socket, self.ring, self.address = old_socket, old_ring, old_address
-            self.server_pid = old_pid
+            self.server_pid, self._broken = old_pid, old_broken
             failure = _NoAnswer if isinstance(exc, _ServerLost) else _MoveFailed
             raise failure(f"{address}: {exc}") from None
         self.info = info
@@ -648,9 +653,11 @@ class Connection:
         if frames or self.failover or self.host_functions.outstanding:
             return self._wait(self._send(CALLS, calls, frames), self.timeout)
         self._seq = seq = self._seq + 1
-        wire.send(self._handle, self._pack([CALLS, seq, calls]))
+        message = self._pack([CALLS, seq, calls])
+        sent = self._broken is None and (wire.send(self._handle, message)
+                                         or self._send_within([message]))
         try:
-            got = wire.recv(self._handle, 1, self.spin_s, None)
+            got = wire.recv(self._handle, 1, self.spin_s, None) if sent else None
         except BaseException:  # (a signal handler's exception): the message went out
             self._outbox.sent(seq, calls, frames)
             raise
@@ -685,8 +692,10 @@ class Connection:
             self._unconfirmed = True
         if frames:
             self._transmit(kind, seq, body, frames)
-        else:  # (_transmit's common case, inline: every synchronous call passes here)
-            wire.send(self._handle, self._pack([kind, seq, body]))
+        elif self._broken is None:  # (_transmit's common case, inline: every synchronous
+            message = self._pack([kind, seq, body])  # call passes here)
+            if not wire.send(self._handle, message):
+                self._send_within([message])
         if kind == CALLS:
             self._outbox.sent(seq, body, frames, self.ring.map if self.ring else None)
             if self.failover and self._outbox.retained_bytes > RETAIN_LIMIT_BYTES:
@@ -703,10 +712,35 @@ class Connection:
         self.failover, self._standbys = False, []
 
     def _transmit(self, kind: str, seq: int, body, frames: list) -> None:
+        """Send a message on the current connection, unless that is taken for lost (see
+        _send_within): then the message is lost with it, as on one that dropped."""
+        if self._broken is not None:
+            return
+        header = self._pack([kind, seq, body])
         if frames:  # bulk payloads go zero-copy; the header is small and cheaper copied
-            self._socket.send_multipart([self._pack([kind, seq, body]), *frames], copy=False)
-        else:
-            wire.send(self._handle, self._pack([kind, seq, body]))
+            self._send_within([header, *frames], copy=False)
+        elif not wire.send(self._handle, header):
+            self._send_within([header])
+
+    def _send_within(self, parts: list, copy: bool = True) -> bool:
+        """Send a message the socket did not take at once, waiting for it with a bound; False
+        if it did not. A socket that takes nothing for that long, or whose connection
+        dropped or was refused meanwhile (libzmq gives up for good a connection whose
+        handshake failed as a protocol error: the server restarted with another key, or a
+        middlebox garbled its greeting), has its connection taken for lost (_broken): the
+        message goes again, from the outbox, once the next wait for a reply reconnects."""
+        try:
+            if send_within(self._socket, self._watches.get(self._socket), parts,
+                           self.timeout, copy=copy):
+                return True
+            self._broken = (f"the vgpu server at {self.address} took no message within "
+                            f"{self.timeout:g} s")
+        except ConnectionDropped:
+            self._broken = f"the connection to the vgpu server at {self.address} dropped"
+        except TransportError as exc:
+            self._broken = (f"the server at {self.address} refused this client's handshake "
+                            f"when it connected again: {exc}")
+        return False
 
     def answer_host_function(self, gate: int) -> None:
         """The host function of `gate` ran (the lock is held): its stream goes on (not a
@@ -782,6 +816,8 @@ class Connection:
         # we wait: their answers cannot wait for the receive's time slice.
         host_functions = self.host_functions if self.host_functions.outstanding else None
         while True:
+            if self._broken is not None:  # a message of ours was lost with the connection
+                raise self._drop()
             if host_functions is not None:
                 host_functions.send_answers()
                 if not sock.poll(HOST_FUNCTION_POLL_MS):
@@ -798,8 +834,7 @@ class Connection:
                     raise _ServerLost(f"the vgpu server (pid {self.server_pid}) at "
                                       f"{self.address} is gone")
                 if self._dropped():
-                    raise _Dropped(f"the connection to the vgpu server at {self.address} "
-                                   "dropped")
+                    raise self._drop()
                 if time.monotonic() > deadline:
                     raise _ServerLost(f"no answer from the vgpu server at {self.address} "
                                       f"within {timeout:g} s")
@@ -837,7 +872,7 @@ class Connection:
             # Sent after the drop, on the connection zmq opened again by itself: the
             # server does not know it, and answered "no session". Resent after the
             # reconnect.
-            raise _Dropped(f"the connection to the vgpu server at {self.address} dropped")
+            raise self._drop()
         if reply[0] != KEEPALIVE_SEQ:
             self._outbox.answered(reply[0], reply[1])
         if reply[0] == seq:

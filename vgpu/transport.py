@@ -12,7 +12,8 @@ says what happened instead (the server refused our key, expects no encryption or
 hold the key we expected), so that a hello that timed out can be explained. A refusal that
 libzmq takes for a protocol error (a plain client at a CurveZMQ server, or the other way
 round) also ends the connection for good: libzmq stops reconnecting and drops the socket's
-queue, after which a blocking send waits forever; send_within sends without that risk.
+queue, after which a blocking send waits forever; send_within sends without that risk, and
+vgpu.client sends so every message the socket does not take at once.
 """
 
 from __future__ import annotations

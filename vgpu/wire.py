@@ -1,7 +1,7 @@
 """The round trip's socket calls in C (vgpu/c/zmq_wire.c), on the libzmq that pyzmq loaded.
 
     recv(sock, parts, spin_s, plain_prefix) -> None | (part, ..., more, origin)
-    send(sock, part, ...)
+    send(sock, part, ...) -> bool (False: the socket would block, and took nothing)
 
 `sock` is a pyzmq socket's `underlying` handle: the caller keeps the socket open while it
 uses the handle. See zmq_wire.c for what each returns and why these exist.
@@ -38,5 +38,5 @@ def _init() -> None:
 
 
 _init()
-# recv(sock, parts, spin_s, plain_prefix) and send(sock, part, ...): see zmq_wire.c.
+# recv(sock, parts, spin_s, plain_prefix) and send(sock, part, ...) -> bool: see zmq_wire.c.
 send, recv = _zmq_wire.send, _zmq_wire.recv

@@ -1,8 +1,9 @@
 """A client whose tcp handshake is refused gives up with a message that says why, whatever
-order the refusal and the drops before it come in: never a hang. The peer here is a raw tcp
-listener that plays each connection as scripted (cut at once, or greet as a ZMTP peer of
-the other security mechanism and wait). Clients run in a process of their own, under a
-generous timeout that only guards against a hang."""
+order the refusal and the drops before it come in, and whether it was opening its session
+or had one open: never a hang. The peer here is a raw tcp listener that plays each
+connection as scripted (cut at once, or greet as a ZMTP peer of the other security
+mechanism and wait), or an emu server behind a forwarder that starts greeting so. Clients
+run in a process of their own, under a generous timeout that only guards against a hang."""
 
 from __future__ import annotations
 
@@ -16,8 +17,18 @@ import time
 
 import pytest
 import zmq
-from vgpu_processes import keygen, vgpu_environment
+from vgpu_processes import (
+    TcpForwarder,
+    curve_homes,
+    free_tcp_address,
+    keygen,
+    start_emu_server,
+    stop_server,
+    vgpu_environment,
+    zmtp_greeting,
+)
 
+from vgpu.errors import CUDA_ERROR_DEVICE_UNAVAILABLE
 from vgpu.transport import TransportError, connect, send_within
 
 HANG_GUARD_S = 60  # a refusal takes well under a second; only a hang gets near this
@@ -36,12 +47,6 @@ CLIENT = textwrap.dedent("""
         else:
             print("connected", flush=True)
 """)
-
-
-def _greeting(mechanism: bytes) -> bytes:
-    """A ZMTP 3.0 server's greeting: signature, version, mechanism, as-server, filler."""
-    return b"\xff" + bytes(8) + b"\x7f" + bytes([3, 0]) + mechanism.ljust(20, b"\0") \
-        + b"\x01" + bytes(31)
 
 
 class ScriptedPeer:
@@ -72,7 +77,7 @@ class ScriptedPeer:
                 conn.close()
                 continue
             with contextlib.suppress(OSError):
-                conn.sendall(_greeting(play.upper().encode()))
+                conn.sendall(zmtp_greeting(play.upper()))
             self._held.append(conn)
 
     def close(self) -> None:
@@ -167,3 +172,60 @@ def test_a_send_on_a_connection_refused_for_good_raises_the_refusal(peers, monke
         watch.close()
         sock.close(linger=0)
         context.term()
+
+
+# Opens a session and allocates; once told (a line on stdin) that its connection was cut,
+# waits for the socket to take nothing (libzmq gave the refused reconnection up), then
+# allocates again and prints how that ended.
+CALL_AFTER_REFUSAL = textwrap.dedent("""
+    import sys, time
+    import zmq
+    from vgpu.client import Connection
+    from vgpu.errors import CudaError
+    CTX = 0x7667_0100_0000_0001
+    conn = Connection(sys.argv[1])
+    conn.post("cuDevicePrimaryCtxRetain", CTX, 0)
+    conn.call("cuMemAlloc", CTX, 1 << 20)
+    print("open", flush=True)
+    sys.stdin.readline()
+    while conn._socket.poll(0, zmq.POLLOUT):
+        time.sleep(0.01)
+    print("refused", flush=True)
+    try:
+        conn.call("cuMemAlloc", CTX, 1 << 20)
+        print("allocated", flush=True)
+    except CudaError as exc:
+        print("error", exc.code, exc, flush=True)
+""")
+
+
+def test_an_open_session_whose_reconnection_is_refused_fails_its_next_call(tmp_path):
+    """The connection of a session drops and zmq's own reconnect meets a server of the other
+    security mechanism (restarted with --insecure, say): libzmq gives the connection up for
+    good, and the socket takes no message, ever. The next call fails and says why."""
+    server_home, client_home = curve_homes(tmp_path)
+    server = start_emu_server(free_tcp_address(),
+                              env=vgpu_environment(VGPU_HOME=str(server_home)))
+    where, _, fragment = server.endpoint.partition("#")
+    forwarder = TcpForwarder(("127.0.0.1", int(where.rsplit(":", 1)[1])))
+    client = subprocess.Popen([sys.executable, "-c", CALL_AFTER_REFUSAL,
+                               f"{forwarder.address}#{fragment}"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env=vgpu_environment(VGPU_HOME=str(client_home)))
+    try:
+        assert client.stdout.readline() == "open\n", client.stderr.read()
+        forwarder.greet_as("NULL")
+        forwarder.drop()
+        out, err = client.communicate("cut\n", timeout=HANG_GUARD_S)
+        assert client.returncode == 0, err
+        refused, outcome = out.splitlines()
+        assert refused == "refused", out
+        assert outcome.startswith(f"error {CUDA_ERROR_DEVICE_UNAVAILABLE} "), out
+        assert "expects plain tcp, not encryption" in outcome, outcome
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.communicate()
+        forwarder.close()
+        stop_server(server)

@@ -197,8 +197,17 @@ fail:
     return NULL;
 }
 
-/* send(sock, part, ...): the parts as one message, each copied (small parts: a copy costs
- * less than handing libzmq a buffer to free later). Waits as a blocking zmq_send does. */
+/* send(sock, part, ...) -> bool: the parts as one message, each copied (small parts: a copy
+ * costs less than handing libzmq a buffer to free later), if the socket takes it now.
+ *
+ * Never waits: False when the socket would block, and then nothing of the message goes
+ * out. A socket that would block may never take anything again (libzmq gives a connection
+ * whose handshake failed as a protocol error up for good, with the socket's only pipe), so
+ * the caller waits, if at all, with a bound and an eye on the connection (vgpu.transport's
+ * send_within). A later part is refused only when the pipe went away under the message,
+ * which libzmq then drops whole: the rest of it is handed over for libzmq to drop too, so
+ * that no part of it begins the next message.
+ */
 static PyObject *wire_send(PyObject *self, PyObject *args) {
     Py_ssize_t n = PyTuple_GET_SIZE(args);
     if (n < 2)
@@ -207,44 +216,35 @@ static PyObject *wire_send(PyObject *self, PyObject *args) {
     if (handle == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
     void *sock = (void *)(uintptr_t)handle;
+    int taken = 1;
     for (Py_ssize_t i = 1; i < n; i++) {
         Py_buffer part;
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(args, i), &part, PyBUF_SIMPLE) < 0)
             return NULL;
-        int flags = i + 1 < n ? ZMQ_SNDMORE : 0;
+        int flags = ZMQ_DONTWAIT | (i + 1 < n ? ZMQ_SNDMORE : 0);
         int rc, err = 0;
-        for (;;) {
-            rc = zsend(sock, part.buf, part.len, flags | ZMQ_DONTWAIT);
-            if (rc >= 0)
-                break;
-            err = errno;
-            if (err != EAGAIN && err != EINTR)
-                break;
-            /* The queue is full (or a signal came): wait as a blocking send, without the
-             * GIL; the first part already went, so the rest must follow. */
-            Py_BEGIN_ALLOW_THREADS
-            rc = zsend(sock, part.buf, part.len, flags);
-            if (rc < 0)
-                err = errno;
-            Py_END_ALLOW_THREADS
-            if (rc >= 0 || err != EINTR)
-                break;
+        while ((rc = zsend(sock, part.buf, part.len, flags)) < 0 && (err = errno) == EINTR) {
             if (PyErr_CheckSignals() < 0) {
                 PyBuffer_Release(&part);
                 return NULL;
             }
         }
         PyBuffer_Release(&part);
-        if (rc < 0)
+        if (rc >= 0)
+            continue;
+        if (err != EAGAIN)
             return raise_errno(err);
+        if (i == 1)
+            Py_RETURN_FALSE;  /* nothing went out */
+        taken = 0;
     }
-    Py_RETURN_NONE;
+    return PyBool_FromLong(taken);
 }
 
 static PyMethodDef methods[] = {
     {"init", wire_init, METH_VARARGS, "Find libzmq's functions in the library at a path."},
     {"recv", wire_recv, METH_VARARGS, "A message's first parts (see zmq_wire.c)."},
-    {"send", wire_send, METH_VARARGS, "Send parts as one message (see zmq_wire.c)."},
+    {"send", wire_send, METH_VARARGS, "Send parts as one message if taken now (see zmq_wire.c)."},
     {NULL, NULL, 0, NULL},
 };
 
