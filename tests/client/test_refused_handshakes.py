@@ -199,30 +199,36 @@ CALL_AFTER_REFUSAL = textwrap.dedent("""
 """)
 
 
-def test_an_open_session_whose_reconnection_is_refused_fails_its_next_call(tmp_path):
+@pytest.mark.parametrize("insecure", [False, True], ids=["curve-then-plain", "plain-then-curve"])
+def test_an_open_session_whose_reconnection_is_refused_fails_its_next_call(tmp_path, insecure):
     """The connection of a session drops and zmq's own reconnect meets a server of the other
-    security mechanism (restarted with --insecure, say): libzmq gives the connection up for
-    good, and the socket takes no message, ever. The next call fails and says why."""
+    security mechanism (restarted with or without --insecure): libzmq gives the connection
+    up for good, and the socket takes no message, ever. The next call fails and says why."""
     server_home, client_home = curve_homes(tmp_path)
-    server = start_emu_server(free_tcp_address(),
+    server = start_emu_server(free_tcp_address(), *(["--insecure"] if insecure else []),
                               env=vgpu_environment(VGPU_HOME=str(server_home)))
     where, _, fragment = server.endpoint.partition("#")
     forwarder = TcpForwarder(("127.0.0.1", int(where.rsplit(":", 1)[1])))
+    client_env = {"VGPU_INSECURE": "1"} if insecure else {}
     client = subprocess.Popen([sys.executable, "-c", CALL_AFTER_REFUSAL,
-                               f"{forwarder.address}#{fragment}"],
+                               forwarder.address + (f"#{fragment}" if fragment else "")],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True,
-                              env=vgpu_environment(VGPU_HOME=str(client_home)))
+                              env=vgpu_environment(VGPU_HOME=str(client_home), **client_env))
     try:
         assert client.stdout.readline() == "open\n", client.stderr.read()
-        forwarder.greet_as("NULL")
+        forwarder.greet_as("CURVE" if insecure else "NULL")
         forwarder.drop()
         out, err = client.communicate("cut\n", timeout=HANG_GUARD_S)
         assert client.returncode == 0, err
         refused, outcome = out.splitlines()
         assert refused == "refused", out
         assert outcome.startswith(f"error {CUDA_ERROR_DEVICE_UNAVAILABLE} "), out
-        assert "expects plain tcp, not encryption" in outcome, outcome
+        reason = ("requires encryption (CurveZMQ)" if insecure
+                  else "expects plain tcp, not encryption")
+        assert f"refused this client's handshake when it connected again: the server at " \
+               f"{forwarder.address}" in outcome, outcome
+        assert reason in outcome, outcome
     finally:
         if client.poll() is None:
             client.kill()
