@@ -125,8 +125,10 @@ def assert_session_intact(client: RawClient, contents: dict[int, bytes]) -> None
 @pytest.fixture
 def two_servers(tmp_path):
     folder = tmp_path / "images"
-    a = ServerProcess(f"ipc://{tmp_path}/a.sock", "--checkpoint-dir", str(folder))
-    b = ServerProcess(f"ipc://{tmp_path}/b.sock", "--checkpoint-dir", str(folder))
+    # Interpreted, so that spin.ptx's kernel keeps a session busy: compiled, LLVM deletes a
+    # loop that has no effect.
+    a = ServerProcess(f"ipc://{tmp_path}/a.sock", "--checkpoint-dir", str(folder), "--no-compile")
+    b = ServerProcess(f"ipc://{tmp_path}/b.sock", "--checkpoint-dir", str(folder), "--no-compile")
     yield a, b, folder
     for server in (a, b):
         server.stop()
