@@ -390,8 +390,10 @@ class _KernelCompiler:
         ir.IRBuilder(stop).ret(ir.Constant(I32, STOPPED))
         b.position_at_end(go)
         ctaid = [b.trunc(v, I32) for v in coordinates]
-        b.call(memset, [shared, zero8, shared_stride, false])
-        b.call(memset, [local, zero8, b.mul(threads, local_stride), false])
+        for pointer, size in ((shared, shared_stride), (local, b.mul(threads, local_stride))):
+            # most kernels have neither: a branch costs less than a call per block
+            with b.if_then(b.icmp_unsigned("!=", size, ir.Constant(I64, 0))):
+                b.call(memset, [pointer, zero8, size, false])
         b.store(blk, b.gep(fault, [ir.Constant(I64, 5)]))
         phased = bool(self.resumes)
         if phased:

@@ -104,9 +104,11 @@ def vectorize_hint(module: ir.Module):
     """The lane loop's ID: vectorize it. LLVM's cost model turns down the fast pass's loops
     (it prices the 32-bit index arithmetic of PTX per lane), though the accesses are
     consecutive masked loads and stores, several times faster vectorized (benchmarks/)."""
-    enable = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
-                                  ir.Constant(I1, 1)])
-    return module.add_metadata([ir.MetaDataString(module, _SELF), enable])
+    hints = [module.add_metadata([ir.MetaDataString(module, name), *value]) for name, value in (
+        ("llvm.loop.vectorize.enable", [ir.Constant(I1, 1)]),
+        ("llvm.loop.interleave.count", [ir.Constant(I32, 1)]),
+        ("llvm.loop.unroll.disable", []))]
+    return module.add_metadata([ir.MetaDataString(module, _SELF), *hints])
 
 
 def loop_metadata(text: str) -> str:
