@@ -16,9 +16,8 @@ allocations up (filling the caches), reports strays and faults word for word.
 Only kernels whose threads cannot tell the difference get the fast pass: no barriers, no
 backward branches (so a thread runs once, each store site at most once, and every thread
 ends), no calls, nothing but weak loads, stores and register arithmetic (`SAFE_OPCODES`),
-and no load
-after a store in program order (deferred stores are not seen by later loads of the same
-thread). Threads that missed run after the rest of their block instead of in their turn;
+and no load after a store in program order (deferred stores are not seen by later loads of
+the same thread). Threads that missed run after the rest of their block instead of in their turn;
 threads of a block that communicate without a barrier race, so CUDA promises no order.
 """
 
