@@ -405,7 +405,8 @@ class _KernelCompiler:
             speculative_block(fn, b, spec, thread, {
                 "L": L, "shared": shared, "local": local, "spill": spill, "resume": resume,
                 "fault": fault, "cache": cache, "site_cache": site_cache, "bx": bx, "by": by,
-                "bz": slot(5), "ctaid": ctaid, "threads": threads, "local_stride": local_stride,
+                "bz": slot(5), "ctaid": ctaid, "first_block": b.icmp_unsigned("==", blk, first),
+                "local_stride": local_stride,
                 "nregs": ir.Constant(I64, self.spill_stride()),
                 "vectorize": vectorize_hint(self.module)}, done)
             b.position_at_end(done)

@@ -125,8 +125,7 @@ def speculative_block(fn: ir.Function, b: ir.IRBuilder, spec, thread, args: dict
     `finished` when the block is done; returns the checked run's result (a fault, a stop)."""
     L, shared, local, spill, resume, fault, cache = (args[k] for k in (
         "L", "shared", "local", "spill", "resume", "fault", "cache"))
-    bx, by, bz, ctaid, threads = args["bx"], args["by"], args["bz"], args["ctaid"], \
-        args["threads"]
+    bx, by, bz, ctaid = args["bx"], args["by"], args["bz"], args["ctaid"]
     local_stride, nregs = args["local_stride"], args["nregs"]
     site_cache = args["site_cache"]
     zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
@@ -150,44 +149,50 @@ def speculative_block(fn: ir.Function, b: ir.IRBuilder, spec, thread, args: dict
             back.set_metadata("llvm.loop", loop_id)
         b.position_at_end(done)
 
-    def row(b, tz, ty):
-        start = b.mul(b.add(b.mul(tz, by), ty), bx)
+    def rows(b, lane, name, loop_id=None):
+        """lane(b, t, tx, ty, tz) for every thread of the block, in thread order."""
+        def row(b, tz, ty):
+            start = b.mul(b.add(b.mul(tz, by), ty), bx)
+            counted(b, bx, lambda b, tx: lane(b, b.add(start, tx), tx, ty, tz), name, loop_id)
+        counted(b, bz, lambda b, tz: counted(b, by, lambda b, ty: row(b, tz, ty),
+                                             name + "_row"), name + "_plane")
 
-        def lane(b, tx):
-            t = b.add(start, tx)
-            result = b.call(spec, [L, shared, b.gep(local, [b.mul(t, local_stride)]),
-                                   b.gep(spill, [b.mul(t, nregs)]), t,
-                                   *(b.trunc(v, I32) for v in (tx, ty, tz)), *ctaid,
-                                   ir.Constant(I32, 0), fault, cache, site_cache])
-            b.store(result, b.gep(resume, [t]))
-            b.store(b.or_(b.load(missed), result), missed)
-        counted(b, bx, lane, "lane", args["vectorize"])
-
-    missed = entry.alloca(I32)   # whether any thread missed (an OR over the lanes)
-    b.store(ir.Constant(I32, 0), missed)
-    counted(b, bz, lambda b, tz: counted(b, by, lambda b, ty: row(b, tz, ty), "row"), "plane")
-    some = fn.append_basic_block("some_missed")
-    b.cbranch(b.icmp_unsigned("!=", b.load(missed), ir.Constant(I32, 0)), some, finished)
-    b.position_at_end(some)
-
-    # The threads that missed, checked, in thread order.
-    def recheck(b, t):
-        missed = b.icmp_unsigned("!=", b.load(b.gep(resume, [t])), ir.Constant(I32, 0))
-        run = fn.append_basic_block("recheck")
-        after = fn.append_basic_block("rechecked")
-        b.cbranch(missed, run, after)
-        b.position_at_end(run)
-        tx, rest = b.urem(t, bx), b.udiv(t, bx)
-        ty, tz = b.urem(rest, by), b.udiv(rest, by)
-        b.store(t, b.gep(fault, [ir.Constant(I64, 6)]))
-        result = b.call(thread, [L, shared, b.gep(local, [b.mul(t, local_stride)]),
+    def call(b, function, t, tx, ty, tz):
+        return b.call(function, [L, shared, b.gep(local, [b.mul(t, local_stride)]),
                                  b.gep(spill, [b.mul(t, nregs)]), t,
                                  *(b.trunc(v, I32) for v in (tx, ty, tz)), *ctaid,
                                  ir.Constant(I32, 0), fault, cache, site_cache])
+
+    def fast(b, t, tx, ty, tz):
+        result = call(b, spec, t, tx, ty, tz)
+        b.store(result, b.gep(resume, [t]))
+        b.store(b.or_(b.load(missed), result), missed)
+
+    # The first block a call runs finds the sites' caches empty: every thread would miss,
+    # so its threads all run checked (which fills the caches) without a fast pass.
+    missed = entry.alloca(I32)   # whether any thread missed (an OR over the lanes)
+    some = fn.append_basic_block("some_missed")
+    lanes = fn.append_basic_block("lanes")
+    b.cbranch(args["first_block"], some, lanes)
+    b.position_at_end(lanes)
+    b.store(ir.Constant(I32, 0), missed)
+    rows(b, fast, "lane", args["vectorize"])
+    b.cbranch(b.icmp_unsigned("!=", b.load(missed), ir.Constant(I32, 0)), some, finished)
+    b.position_at_end(some)
+
+    # The threads that missed (all of them in the first block), checked, in thread order.
+    def recheck(b, t, tx, ty, tz):
+        again = b.icmp_unsigned("!=", b.load(b.gep(resume, [t])), ir.Constant(I32, 0))
+        run = fn.append_basic_block("recheck")
+        after = fn.append_basic_block("rechecked")
+        b.cbranch(b.or_(args["first_block"], again), run, after)
+        b.position_at_end(run)
+        b.store(t, b.gep(fault, [ir.Constant(I64, 6)]))
+        result = call(b, thread, t, tx, ty, tz)
         failed = fn.append_basic_block("recheck_failed")
         b.cbranch(b.icmp_signed("<", result, ir.Constant(I32, 0)), failed, after)
         ir.IRBuilder(failed).ret(result)
         b.position_at_end(after)
 
-    counted(b, threads, recheck, "missed")
+    rows(b, recheck, "missed")
     b.branch(finished)
