@@ -416,6 +416,43 @@ def test_every_translated_instruction_form_agrees(differential, ptx, kernel, wor
     assert differential.compiled == [kernel]
 
 
+def test_loop_free_lanes_run_in_the_fast_pass_and_agree(differential):
+    """Lanes that alternate between two allocations (each fast-pass access compares with
+    the allocation its site last found: every other lane misses and reruns checked), an
+    update in place, a guarded store, a last block partly past n, a 3D block."""
+    from vgpu.server.emu.native.codegen import kernel_ir
+    module = differential.load((instructions.PTX / "native_lanes.ptx").read_text())
+    text = kernel_ir(module.program, module.program.kernels["pick"], "pick")[0]
+    assert "pick_speculative" in text and "llvm.loop.vectorize.enable" in text
+    n = 300
+    rng = np.random.default_rng(3)
+    a, b = rng.random(n // 2, np.float32), rng.random(n // 2, np.float32)
+    start = rng.random(n, np.float32)
+    da, db, out = (differential.upload(v) for v in (a, b, start))
+    marks = differential.zeros(n // 3, np.uint32)
+    differential.launch(module, "pick", (5,), (8, 4, 2), da, db, out, marks, n)
+    assert differential.compiled == ["pick"]
+    i = np.arange(n)
+    picked = np.where(i % 2 == 1, a[i // 2], b[i // 2])
+    np.testing.assert_allclose(differential.download(out, n, np.float32),
+                               start + 2 * picked, rtol=1e-6)
+    np.testing.assert_array_equal(differential.download(marks, n // 3, np.uint32),
+                                  np.arange(0, n, 3))
+
+
+def test_a_fast_pass_lane_past_its_allocation_faults_as_on_the_interpreter(differential):
+    """The first lane whose read leaves its allocation (i = 140: thread (4,1,0) of block 2)
+    is the one reported, though the lanes after it ran in the fast pass."""
+    module = differential.load((instructions.PTX / "native_lanes.ptx").read_text())
+    data = differential.upload(np.ones(70, np.float32))   # lanes up to 139 read inside
+    out, marks = differential.zeros(320, np.float32), differential.zeros(107, np.uint32)
+    with pytest.raises(LaunchError) as caught:
+        differential.launch(module, "pick", (5,), (8, 4, 2), data, data, out, marks, 320)
+    assert caught.value.code == 700
+    assert "thread (4,1,0)" in caught.value.message and "block (2,0,0)" in caught.value.message
+    assert differential.compiled == ["pick"]
+
+
 @pytest.fixture(scope="module")
 def faults_ptx() -> str:
     return (instructions.PTX / "native_faults.ptx").read_text()

@@ -20,7 +20,7 @@ from ..ptx_types import TYPES
 from . import control, device_io
 from .codegen import _CONTROL, _HANDLERS, I1, I64, P8, NotCompiled, ltype
 
-__all__: list[str] = []
+__all__ = ["memcpy"]
 
 INLINED_LIMIT = 20_000    # instructions a kernel may inline in all (LLVM compile time grows)
 
@@ -138,11 +138,11 @@ def _typed(c, var):
 def _copy(c, destination, source) -> None:
     """A .param variable's bytes into another (as many as both have): a call's frame copy."""
     size = min(destination.size, source.size)
-    c.b.call(_memcpy(c.module), [_at(c, destination), _at(c, source), ir.Constant(I64, size),
+    c.b.call(memcpy(c.module), [_at(c, destination), _at(c, source), ir.Constant(I64, size),
                                  ir.Constant(I1, 0)])
 
 
-def _memcpy(module: ir.Module) -> ir.Function:
+def memcpy(module: ir.Module) -> ir.Function:
     name = "llvm.memcpy.p0.p0.i64"
     existing = module.globals.get(name)
     if existing is not None:

@@ -44,6 +44,14 @@ from ..operands import immediate_value, kernel_param_layout
 from ..ops_memory import ORDERING_QUALIFIERS
 from ..ptx_types import TYPES, PtxType, lookup_type
 from .helpers import HELPERS_IR
+from .speculative import (
+    MISSED,
+    Deferred,
+    eligible,
+    loop_metadata,
+    speculative_block,
+    vectorize_hint,
+)
 
 __all__ = ["FAULTED", "SPACES", "STOPPED", "WHY", "NotCompiled", "kernel_ir"]
 
@@ -145,6 +153,14 @@ class _KernelCompiler:
         self.invariant_node = None
         self.live: dict[int, set[int]] | None = None   # pc -> registers live on entry
         self.extra_ir: dict[str, str] = {}    # helpers lowerings add (rounding.py), by name
+        # While the speculative variant is compiled (speculative.py): its store sites.
+        self.deferred: Deferred | None = None
+        # The speculative variant's addresses already computed in the current PTX block
+        # ((register, offset, space) -> value) and the pointers they were found at (id of
+        # the value -> (value, pointer)): a load and a store of one address then use one
+        # pointer, which LLVM must see to vectorize `y[i] = f(y[i])` without a conflict.
+        self.addresses: dict[tuple, object] = {}
+        self.pointers: dict[int, tuple] = {}
 
     # -- module ------------------------------------------------------------------------------
     def build(self) -> tuple[str, list[str], int, int]:
@@ -153,9 +169,14 @@ class _KernelCompiler:
         self.record = ir.Function(self.module, ir.FunctionType(
             ir.VoidType(), [P64, I64, I64, I64, I64, I64, I64, I64]), "vgpu_fault")
         thread = self._thread_function()
-        self._block_loop(thread)
+        spec = None
+        if not self.barriers and not self.yields and not self.calls and eligible(
+                self.program, self.kernel, self.fn_ir, self.end_pc):
+            spec = self._speculative_function()
+        self._block_loop(thread, spec)
         text = "\n".join(line for line in str(self.module).splitlines()
                          if not (line.startswith("declare") and '@"vgpu_' in line))
+        text = loop_metadata(text)
         text += HELPERS_IR + warps.RESOLVE_IR + barriers.REDUCE_IR + "".join(self.extra_ir.values())
         return text, self.symbols, self.sites, self.spill_stride()
 
@@ -177,10 +198,22 @@ class _KernelCompiler:
         return ir.Function(self.module, ir.FunctionType(ret or ty, [ty] * count), full)
 
     # -- the per-thread function ---------------------------------------------------------------
-    def _thread_function(self) -> ir.Function:
+    def _speculative_function(self) -> ir.Function:
+        """The per-thread code again, as speculative.py's fast pass runs it."""
+        sites = self.sites
+        self.sites = 0          # the same sites, so the same caches, as the checked code
+        self.deferred = Deferred(None)   # its entry: the function's, once made
+        try:
+            fn = self._thread_function("_speculative")
+        finally:
+            self.deferred = None
+        assert self.sites == sites, "the speculative variant has other access sites"
+        return fn
+
+    def _thread_function(self, suffix: str = "_thread") -> ir.Function:
         fnty = ir.FunctionType(I32, [P64, P8, P8, P64, I64, I32, I32, I32, I32, I32, I32, I32,
                                      P64, P64, P64])
-        fn = ir.Function(self.module, fnty, self.name + "_thread")
+        fn = ir.Function(self.module, fnty, self.name + suffix)
         fn.linkage = "internal"
         fn.attributes.add("alwaysinline")
         (self.L, self.shared, self.local, self.spill, self.t, tx, ty_, tz, cx, cy, cz,
@@ -193,6 +226,9 @@ class _KernelCompiler:
         self.budget = self.b.alloca(I64, name="budget")
         self.carry = self.b.alloca(I1, name="carry")   # the carry flag (lower_integer.py)
         self.b.store(ir.Constant(I1, 0), self.carry)
+        if self.deferred is not None:
+            self.deferred.entry = self.b
+            self.exit_block = fn.append_basic_block("exit")
         self.regs = {}
         # Every function the kernel reaches has its own registers (calls are inlined and
         # never recursive, so one slot each serves every call).
@@ -208,6 +244,8 @@ class _KernelCompiler:
         self.b = ir.IRBuilder(start)
         self.emit_function(self.fn_ir, entry_pc, self.end_pc)
         self._resume_dispatch(dispatch, start)
+        if self.deferred is not None:
+            self.deferred.commit(fn, ir.IRBuilder(self.exit_block), calls.memcpy(self.module))
         return fn
 
     def emit_function(self, function, entry_pc: int, end_pc: int) -> None:
@@ -223,6 +261,7 @@ class _KernelCompiler:
                 if pc != entry_pc and not self.b.block.is_terminated:
                     self.b.branch(self.blocks[pc])
                 self.b = ir.IRBuilder(self.blocks[pc])
+                self.forget_addresses()   # what was computed before need not dominate
             elif self.b.block.is_terminated:
                 continue    # unreachable code after a transfer inside a block cannot happen
             index = pc - entry_pc
@@ -236,9 +275,20 @@ class _KernelCompiler:
     def leave(self) -> None:
         """`ret`: back to the inlined call's continuation, or the thread's end."""
         if self.returns is None:
-            self.b.ret(ir.Constant(I32, 0))
+            self.thread_exit(self.b)
         else:
             self.b.branch(self.returns)
+
+    def thread_exit(self, b: ir.IRBuilder) -> None:
+        """End the thread (exit, ret, the end of its code)."""
+        if self.deferred is not None:
+            b.branch(self.exit_block)   # its deferred stores are made there
+        else:
+            b.ret(ir.Constant(I32, 0))
+
+    def forget_addresses(self) -> None:
+        self.addresses.clear()
+        self.pointers.clear()
 
     def _resume_dispatch(self, builder: ir.IRBuilder, start: ir.Block) -> None:
         builder.position_at_end(builder.block)   # after allocas added since (goto_entry_block)
@@ -278,7 +328,7 @@ class _KernelCompiler:
         return [(k, value) for k, (reg, value) in enumerate(self.regs.items()) if reg in live]
 
     # -- the block loop ------------------------------------------------------------------------
-    def _block_loop(self, thread: ir.Function) -> None:
+    def _block_loop(self, thread: ir.Function, spec: ir.Function | None) -> None:
         fnty = ir.FunctionType(I32, [P64, P8, P8, P64, P32, I64, I64, P64, P64])
         fn = ir.Function(self.module, fnty, self.name)
         L, shared, local, spill, resume, first, end, fault, cache = fn.args
@@ -340,14 +390,28 @@ class _KernelCompiler:
         ir.IRBuilder(stop).ret(ir.Constant(I32, STOPPED))
         b.position_at_end(go)
         ctaid = [b.trunc(v, I32) for v in coordinates]
-        b.call(memset, [shared, zero8, shared_stride, false])
-        b.call(memset, [local, zero8, b.mul(threads, local_stride), false])
+        for pointer, size in ((shared, shared_stride), (local, b.mul(threads, local_stride))):
+            # most kernels have neither: a branch costs less than a call per block
+            with b.if_then(b.icmp_unsigned("!=", size, ir.Constant(I64, 0))):
+                b.call(memset, [pointer, zero8, size, false])
         b.store(blk, b.gep(fault, [ir.Constant(I64, 5)]))
         phased = bool(self.resumes)
         if phased:
             b.call(memset, [b.bitcast(resume, P8), zero8, b.mul(threads, ir.Constant(I64, 4)),
                             false])
         go_end = b.block
+        if spec is not None:
+            done = fn.append_basic_block("block_done")
+            speculative_block(fn, b, spec, thread, {
+                "L": L, "shared": shared, "local": local, "spill": spill, "resume": resume,
+                "fault": fault, "cache": cache, "site_cache": site_cache, "bx": bx, "by": by,
+                "bz": slot(5), "ctaid": ctaid, "first_block": b.icmp_unsigned("==", blk, first),
+                "local_stride": local_stride,
+                "nregs": ir.Constant(I64, self.spill_stride()),
+                "vectorize": vectorize_hint(self.module)}, done)
+            b.position_at_end(done)
+            next_block(b)
+            return
         phase = fn.append_basic_block("phase")
         b.branch(phase)
         b.position_at_end(phase)
@@ -473,6 +537,9 @@ class _KernelCompiler:
         if (rtype.kind == "pred") != (ptype.kind == "pred"):
             raise NotCompiled(f"{instr.text}: register type", instr.line)
         self.b.store(_convert(self.b, value, ptype, rtype), slot)
+        if self.addresses:
+            for key in [k for k in self.addresses if k[0] == operand.reg.id]:
+                del self.addresses[key]
 
     def _special(self, name: str, instr):
         base, _, component = name.partition(".")
@@ -537,6 +604,7 @@ class _KernelCompiler:
         handler(self, instr)
         self.b.branch(after)
         self.b = ir.IRBuilder(after)
+        self.forget_addresses()
 
     def next_block(self, pc: int) -> ir.Block:
         return self.blocks[pc + 1]
@@ -573,6 +641,9 @@ class _KernelCompiler:
 
     def fail(self, code: int, address, size: int, need: int, line: int, space: str,
              why: str) -> None:
+        if self.deferred is not None:   # the checked code runs the thread again
+            self.b.ret(ir.Constant(I32, MISSED))
+            return
         self.b.call(self.record, [self.fault, ir.Constant(I64, code), address,
                                   ir.Constant(I64, size), ir.Constant(I64, need),
                                   ir.Constant(I64, line), ir.Constant(I64, SPACES.index(space)),
@@ -591,10 +662,18 @@ class _KernelCompiler:
             self._unless(misaligned, lambda: self.fail(716, address, size, need, line, label,
                                                        "misaligned"))
         if space in ("global", "const"):
-            return self._global(address, size, need, line)
-        if space in ("shared", "local", "kparam"):
-            return self._window(space, address, size, need, line)
-        return self._generic(address, size, need, line)
+            pointer = self._global(address, size, need, line)
+        elif space in ("shared", "local", "kparam"):
+            pointer = self._window(space, address, size, need, line)
+        else:
+            pointer = self._generic(address, size, need, line)
+        if self.deferred is None:
+            return pointer
+        if space not in ("shared", "local", "kparam"):
+            self.pointers.setdefault(id(address), (address, pointer))
+        if write:   # stored when the thread exits
+            return self.deferred.pointer(self.b, pointer, size)
+        return pointer
 
     def _unless(self, bad, on_bad) -> None:
         fault = self.fn.append_basic_block("fault")
@@ -638,6 +717,12 @@ class _KernelCompiler:
         cached_size = b.load(b.gep(cache, [ir.Constant(I64, 1)]))
         offset = b.sub(address, cached_base)
         hit = self._inside(offset, cached_size, size)
+        if self.deferred is not None:   # a miss: the checked code runs the thread again
+            self._unless(b.not_(hit), lambda: b.ret(ir.Constant(I32, MISSED)))
+            if id(address) in self.pointers:   # both allocations hold it: the same one
+                return self.pointers[id(address)][1]
+            host = b.inttoptr(b.load(b.gep(cache, [ir.Constant(I64, 2)])), P8)
+            return b.gep(host, [offset])
         start = b.block
         fast = self.fn.append_basic_block("hit")
         slow = self.fn.append_basic_block("miss")
@@ -719,7 +804,13 @@ class _KernelCompiler:
             value = self.b.zext(value, I64)
         if space == "param":
             space = "kparam"
-        return space, self.b.add(value, offset)
+        key = (base.reg.id, operand.offset, space)
+        if key in self.addresses:
+            return space, self.addresses[key]
+        address = self.b.add(value, offset)
+        if self.deferred is not None:
+            self.addresses[key] = address
+        return space, address
 
 
 _CONTROL = {"bra", "ret", "exit", "bar", "barrier"}   # handlers that take the pc too
@@ -1027,7 +1118,7 @@ def _exit(c: _KernelCompiler, instr, pc: int) -> None:
     if instr.opcode == "ret" and c.returns is not None:
         ir.IRBuilder(done).branch(c.returns)
     else:
-        ir.IRBuilder(done).ret(ir.Constant(I32, 0))
+        c.thread_exit(ir.IRBuilder(done))
     c.transfer(instr, pc, done)
 
 

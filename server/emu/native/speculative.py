@@ -1,0 +1,198 @@
+"""Speculative blocks: a block's threads run first with the checks that cannot fail cheaply
+left out, so that LLVM can vectorize the thread loop over lanes; the threads the fast pass
+could not vouch for then run again, checked as usual.
+
+The fast pass is a second compilation of the kernel's per-thread code (the "speculative"
+variant) in which
+  - a global access compares its address only with the allocation its site's cache holds
+    (filled by the checked runs; read-only here), the alignment and window checks stay; an
+    access that does not pass ends the thread with MISSED instead of looking further or
+    faulting;
+  - stores go to a stack slot per store site and are copied to memory when the thread
+    exits, so a thread that missed has written nothing.
+Threads that missed are then run whole by the checked code, in thread order, which looks
+allocations up (filling the caches), reports strays and faults word for word.
+
+Only kernels whose threads cannot tell the difference get the fast pass: no barriers, no
+backward branches (so a thread runs once, each store site at most once, and every thread
+ends), no calls, nothing but weak loads, stores and register arithmetic (`SAFE_OPCODES`),
+and no load after a store in program order (deferred stores are not seen by later loads of
+the same thread). Threads that missed run after the rest of their block instead of in their turn;
+threads of a block that communicate without a barrier race, so CUDA promises no order.
+"""
+
+from __future__ import annotations
+
+import re
+
+from llvmlite import ir
+
+__all__ = ["MISSED", "SAFE_OPCODES", "eligible", "loop_metadata", "speculative_block",
+           "vectorize_hint"]
+
+MISSED = 1   # what the speculative thread returns when a check did not pass
+
+# Instructions with no effect besides their destination registers (and ld/st): the fast
+# pass may run them for a thread that is run again.
+SAFE_OPCODES = frozenset({
+    "ld", "st", "mov", "cvta", "add", "sub", "mul", "mad", "fma", "div", "rem", "min", "max",
+    "and", "or", "xor", "not", "neg", "abs", "shl", "shr", "setp", "selp", "cvt", "sqrt",
+    "rcp", "popc", "clz", "brev", "bra", "ret", "exit"})
+
+# Accesses other threads may be watching (flags, locks): they keep their turn in the order.
+_ORDERED = frozenset({"volatile", "relaxed", "acquire", "release", "acq_rel", "sc", "mmio"})
+
+I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+
+
+def eligible(program, kernel, function, end_pc: int) -> bool:
+    """Whether the kernel's threads may run speculatively (see the module's comment)."""
+    entry = kernel.entry_pc
+    body = function.body
+    last_load, first_store = -1, end_pc
+    for pc in range(entry, min(end_pc, entry + len(body))):
+        instr = body[pc - entry]
+        if instr.opcode not in SAFE_OPCODES or _ORDERED & set(instr.modifiers):
+            return False
+        if instr.opcode == "bra" and program.code[pc].target_pc <= pc:
+            return False
+        if instr.opcode == "ld":
+            last_load = pc
+        elif instr.opcode == "st":
+            first_store = min(first_store, pc)
+    return last_load < first_store
+
+
+class Deferred:
+    """The store sites of the speculative thread: where each writes and what, until exit."""
+
+    def __init__(self, entry: ir.IRBuilder):
+        self.entry = entry            # allocas and their initial values go here
+        self.sites: list[tuple] = []  # (buffer, destination slot, done flag, size)
+
+    def pointer(self, b: ir.IRBuilder, real, size: int):
+        """Where a store of `size` bytes to `real` (an i8*) writes now."""
+        buffer = self.entry.alloca(ir.ArrayType(ir.IntType(8), size))
+        destination = self.entry.alloca(real.type)
+        done = self.entry.alloca(I1)
+        self.entry.store(ir.Constant(I1, 0), done)
+        b.store(real, destination)
+        b.store(ir.Constant(I1, 1), done)
+        self.sites.append((buffer, destination, done, size))
+        return b.bitcast(buffer, real.type)
+
+    def commit(self, fn: ir.Function, b: ir.IRBuilder, memcpy) -> None:
+        """At the thread's exit: the stores it made, in program order (the sites' order:
+        branches only go forward)."""
+        for k, (buffer, destination, done, size) in enumerate(self.sites):
+            store = fn.append_basic_block(f"commit{k}")
+            after = fn.append_basic_block(f"committed{k}")
+            b.cbranch(b.load(done), store, after)
+            b.position_at_end(store)
+            b.call(memcpy, [b.load(destination), b.bitcast(buffer, destination.type.pointee),
+                            ir.Constant(I64, size), ir.Constant(I1, 0)])
+            b.branch(after)
+            b.position_at_end(after)
+        b.ret(ir.Constant(I32, 0))
+
+
+_SELF = "vgpu.loop.self"   # stands for the loop ID node itself until `loop_metadata`
+
+
+def vectorize_hint(module: ir.Module):
+    """The lane loop's ID: vectorize it. LLVM's cost model turns down the fast pass's loops
+    (it prices the 32-bit index arithmetic of PTX per lane), though the accesses are
+    consecutive masked loads and stores, several times faster vectorized (benchmarks/)."""
+    hints = [module.add_metadata([ir.MetaDataString(module, name), *value]) for name, value in (
+        ("llvm.loop.vectorize.enable", [ir.Constant(I1, 1)]),
+        ("llvm.loop.interleave.count", [ir.Constant(I32, 1)]),
+        ("llvm.loop.unroll.disable", []))]
+    return module.add_metadata([ir.MetaDataString(module, _SELF), *hints])
+
+
+def loop_metadata(text: str) -> str:
+    """LLVM wants a loop ID to be a distinct node whose first operand is itself, which
+    llvmlite cannot build: rewrite the placeholder in the module's text."""
+    return re.sub(r'^(!\d+) = !\{\s*!"' + re.escape(_SELF) + '"',
+                  lambda m: f"{m.group(1)} = distinct !{{{m.group(1)}", text, flags=re.M)
+
+
+def speculative_block(fn: ir.Function, b: ir.IRBuilder, spec, thread, args: dict,
+                      finished: ir.Block) -> None:
+    """A block's threads: the fast pass in nested loops over z, y, x (x innermost, so that
+    LLVM sees the lanes of a row as one vectorizable loop), each thread's outcome in
+    resume[t]; then the checked run of every thread that missed, in order. Branches to
+    `finished` when the block is done; returns the checked run's result (a fault, a stop)."""
+    L, shared, local, spill, resume, fault, cache = (args[k] for k in (
+        "L", "shared", "local", "spill", "resume", "fault", "cache"))
+    bx, by, bz, ctaid = args["bx"], args["by"], args["bz"], args["ctaid"]
+    local_stride, nregs = args["local_stride"], args["nregs"]
+    site_cache = args["site_cache"]
+    zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
+    entry = ir.IRBuilder(fn.entry_basic_block)
+    entry.position_at_start(fn.entry_basic_block)
+
+    def counted(b, count, body, name, loop_id=None):
+        """for (i = 0; i < count; ++i) body(b, i); count >= 1."""
+        before = b.block
+        loop = fn.append_basic_block(name)
+        b.branch(loop)
+        b.position_at_end(loop)
+        i = b.phi(I64)
+        i.add_incoming(zero, before)
+        body(b, i)
+        nxt = b.add(i, one)
+        i.add_incoming(nxt, b.block)
+        done = fn.append_basic_block(name + "_done")
+        back = b.cbranch(b.icmp_unsigned("<", nxt, count), loop, done)
+        if loop_id is not None:
+            back.set_metadata("llvm.loop", loop_id)
+        b.position_at_end(done)
+
+    def rows(b, lane, name, loop_id=None):
+        """lane(b, t, tx, ty, tz) for every thread of the block, in thread order."""
+        def row(b, tz, ty):
+            start = b.mul(b.add(b.mul(tz, by), ty), bx)
+            counted(b, bx, lambda b, tx: lane(b, b.add(start, tx), tx, ty, tz), name, loop_id)
+        counted(b, bz, lambda b, tz: counted(b, by, lambda b, ty: row(b, tz, ty),
+                                             name + "_row"), name + "_plane")
+
+    def call(b, function, t, tx, ty, tz):
+        return b.call(function, [L, shared, b.gep(local, [b.mul(t, local_stride)]),
+                                 b.gep(spill, [b.mul(t, nregs)]), t,
+                                 *(b.trunc(v, I32) for v in (tx, ty, tz)), *ctaid,
+                                 ir.Constant(I32, 0), fault, cache, site_cache])
+
+    def fast(b, t, tx, ty, tz):
+        result = call(b, spec, t, tx, ty, tz)
+        b.store(result, b.gep(resume, [t]))
+        b.store(b.or_(b.load(missed), result), missed)
+
+    # The first block a call runs finds the sites' caches empty: every thread would miss,
+    # so its threads all run checked (which fills the caches) without a fast pass.
+    missed = entry.alloca(I32)   # whether any thread missed (an OR over the lanes)
+    some = fn.append_basic_block("some_missed")
+    lanes = fn.append_basic_block("lanes")
+    b.cbranch(args["first_block"], some, lanes)
+    b.position_at_end(lanes)
+    b.store(ir.Constant(I32, 0), missed)
+    rows(b, fast, "lane", args["vectorize"])
+    b.cbranch(b.icmp_unsigned("!=", b.load(missed), ir.Constant(I32, 0)), some, finished)
+    b.position_at_end(some)
+
+    # The threads that missed (all of them in the first block), checked, in thread order.
+    def recheck(b, t, tx, ty, tz):
+        again = b.icmp_unsigned("!=", b.load(b.gep(resume, [t])), ir.Constant(I32, 0))
+        run = fn.append_basic_block("recheck")
+        after = fn.append_basic_block("rechecked")
+        b.cbranch(b.or_(args["first_block"], again), run, after)
+        b.position_at_end(run)
+        b.store(t, b.gep(fault, [ir.Constant(I64, 6)]))
+        result = call(b, thread, t, tx, ty, tz)
+        failed = fn.append_basic_block("recheck_failed")
+        b.cbranch(b.icmp_signed("<", result, ir.Constant(I32, 0)), failed, after)
+        ir.IRBuilder(failed).ret(result)
+        b.position_at_end(after)
+
+    rows(b, recheck, "missed")
+    b.branch(finished)
