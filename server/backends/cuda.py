@@ -1191,8 +1191,8 @@ class CudaBackend(Backend):
     def close(self) -> None:
         used = [device for device in self._devices if device.context is not None]
         if used and self._release():
-            # Where the driver keeps a fault for the whole process (vgpu's own driver, as
-            # CUDA documents for CUDA_ERROR_ILLEGAL_ADDRESS), the other sessions need it gone.
+            # A fault is kept for the whole process: vgpu's own driver clears it at the
+            # reset, for the other sessions; NVIDIA's never does (see recover).
             for device in used:
                 _let_go(self._d, self._d.cuDevicePrimaryCtxReset(device.handle))
 
