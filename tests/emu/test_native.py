@@ -25,6 +25,7 @@ import test_device_runtime as device_runtime
 import test_instructions as instructions
 import test_printf_assert as printf_assert
 import test_properties as properties
+import test_textures as textures
 from conftest import Device
 from hypothesis import settings
 
@@ -222,6 +223,24 @@ def test_current_graph_exec_compiled(graph):
         prepared.execute(device.pack(module, "current_graph", [out]), device.memory,
                          environment=environment)
     np.testing.assert_array_equal(device.download(out, 64, np.uint64), graph or 0)
+
+
+# The texture tests whose kernels fetch with `tex` only (the others use surfaces, tld4 or
+# txq, which leave their kernels to the interpreter).
+TEXTURE_TESTS = [
+    ("test_2d_point_and_linear_sampling_of_float4_texels", {}),
+    *[("test_normalized_coordinates_address_modes_and_normalized_unsigned_bytes",
+       {"mode": mode}) for mode in range(4)],
+    ("test_integer_fetch_of_a_one_channel_texture_fills_the_missing_channels", {}),
+    ("test_3d_element_reads_and_layered_2d", {}),
+    ("test_a_handle_that_is_no_texture_object_faults", {}),
+]
+
+
+@pytest.mark.parametrize("name, arguments", TEXTURE_TESTS)
+def test_texture_fetches_agree(differential, toolkit, name, arguments):
+    getattr(textures, name)(differential, toolkit.ptx(textures.SOURCE), **arguments)
+    assert differential.compiled, "no kernel of the test ran compiled"
 
 
 def test_malloc_and_free_compiled():
