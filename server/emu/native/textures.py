@@ -20,6 +20,7 @@ from llvmlite import ir
 
 from vgpu.texture_objects import TEXTURE_MAGIC
 
+from ..ir import RegisterOperand
 from ..ops_texture import _GEOMETRIES, _descriptors, _sample
 from ..ptx_types import TYPES, lookup_type
 from .codegen import _HANDLERS, F32, I32, I64, NotCompiled
@@ -65,8 +66,8 @@ def fetch(memory, handle: int, words: int, form: int) -> None:
 
 
 def lower_fetch(c, instr) -> None:
-    """`tex` through the callback (device_io.call)."""
-    from . import device_io
+    """`tex`: the IR sampler where it applies (texture_sampling.py), else the callback."""
+    from . import device_io, texture_sampling
     if len(c.inlining) > 1:
         raise NotCompiled(f"{instr.text}: in a device function", instr.line)
     flags = [m for m in instr.modifiers if lookup_type(m) is None]
@@ -80,23 +81,30 @@ def lower_fetch(c, instr) -> None:
     elements = getattr(getattr(address, "coordinates", None), "elements", None)
     count = dims + int(layered)
     if len(instr.operands) != 2 or len(getattr(destinations, "elements", ())) != 4 \
-            or elements is None or len(elements) < count or address.offset:
+            or elements is None or len(elements) < count or address.offset \
+            or not isinstance(address.base, RegisterOperand):
         raise NotCompiled(instr.text, instr.line)
-    b = c.b
     words = c.texture_words
+    handle = c.read(address.base, TYPES["u64"], instr)
+    values = []
     for k, element in enumerate(elements[:count]):
         ptype = TYPES["s32"] if (layered and k == 0) or types[1].name == "s32" \
             else TYPES["f32"]
-        value = c.read(element, ptype, instr)
-        if ptype.name == "f32":
-            value = b.bitcast(value, I32)
-        b.store(value, b.gep(words, [ir.Constant(I32, k)]))
+        values.append(c.read(element, ptype, instr))
+    done = c.fn.append_basic_block("texture_fetched")
+    if types[0].name == "f32" and types[1].name == "f32" and not layered:
+        c.b.position_at_end(texture_sampling.sample(c, handle, values, words, done))
+    b = c.b
+    for k, value in enumerate(values):
+        b.store(b.bitcast(value, I32) if value.type == F32 else value,
+                b.gep(words, [ir.Constant(I32, k)]))
     form = dims | layered << 2 | (types[1].name == "s32") << 3 \
         | _DESTINATIONS.index(types[0].name) << 4
-    handle = c.read(address.base, TYPES["u64"], instr)
     device_io.call(c, device_io.TEXTURE, [handle, b.ptrtoint(words, I64),
                                           ir.Constant(I64, form),
                                           ir.Constant(I64, instr.line)], instr.line)
+    c.b.branch(done)
+    c.b = ir.IRBuilder(done)
     for k, element in enumerate(destinations.elements):
         value = c.b.load(c.b.gep(words, [ir.Constant(I32, k)]))
         if types[0].name == "f32":

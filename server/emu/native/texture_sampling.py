@@ -1,0 +1,222 @@
+"""The compiled fast path of `tex.{1d,2d,3d}.v4.f32.f32` on textures of 32-bit float texels
+(1, 2 or 4 channels): the interpreter's sampling (ops_texture.py) in LLVM IR, step for step
+in float64 so that the results are its bits: coordinates scaled by the size when normalized,
+point filtering's floor, linear filtering's corners with weights rounded (half to even) to
+8 fractional bits and blended corner by corner in the interpreter's order, the address modes
+(wrap and mirror with normalized coordinates, clamp, border), missing channels 0 and alpha 1.
+`sample` returns the four float32 values and a flag that is false when the object is
+anything else (another texel format, a handle that is no live texture object, texels outside
+memory): the caller then samples through the callback, which also raises the interpreter's
+faults.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from llvmlite import ir
+
+from vgpu.texture_objects import (
+    ADDRESS_BORDER,
+    ADDRESS_MIRROR,
+    ADDRESS_WRAP,
+    DESCRIPTOR_SIZE,
+    TEXTURE_MAGIC,
+    ChannelKind,
+)
+
+from .codegen import F32, F64, I1, I8, I32, I64, P8
+
+__all__ = ["sample"]
+
+# Byte offsets of the descriptor's fields (texture_objects._LAYOUT: "<4s12BQQQIIII4f...").
+_KIND, _BITS, _CHANNELS, _LINEAR, _NORMALIZED, _MODES = 6, 7, 8, 9, 11, 12
+_BASE, _PITCH, _SLICE = 16, 24, 32
+_SIZES, _LAYERS, _BORDER = 40, 52, 56
+_WEIGHT_STEPS = 256.0
+_INT64_MIN = -(1 << 63)
+
+
+def _find(c, address, size):
+    """A host pointer to `size` bytes at the device `address` (readable), or null; the
+    site remembers the allocation it found as a global access does."""
+    b = c.b
+    cache = b.gep(c.site_cache, [ir.Constant(I64, 3 * c.sites)])
+    found = b.gep(c.cache, [ir.Constant(I64, 3 * c.sites)])
+    c.sites += 1
+    size = size if isinstance(size, ir.Value) else ir.Constant(I64, size)
+    offset = b.sub(address, b.load(cache))
+    limit = b.load(b.gep(cache, [ir.Constant(I64, 1)]))
+    hit = b.and_(b.icmp_unsigned(">=", limit, size),
+                 b.icmp_unsigned("<=", offset, b.sub(limit, size)))
+    fast = c.fn.append_basic_block("texture_hit")
+    slow = c.fn.append_basic_block("texture_miss")
+    join = c.fn.append_basic_block("texture_found")
+    b.cbranch(hit, fast, slow)
+    b.position_at_end(fast)
+    fast_pointer = b.gep(b.inttoptr(b.load(b.gep(cache, [ir.Constant(I64, 2)])), P8),
+                         [offset])
+    b.branch(join)
+    b.position_at_end(slow)
+    slow_pointer = b.call(c.lookup, [c.L, address, size, ir.Constant(I64, 1), found,
+                                     c.fault, ir.Constant(I64, 0), ir.Constant(I64, 0)])
+    remembered = b.icmp_unsigned("!=", slow_pointer, ir.Constant(P8, None))
+    keep = c.fn.append_basic_block("texture_keep")
+    b.cbranch(remembered, keep, join)
+    b.position_at_end(keep)
+    for k in range(3):
+        index = ir.Constant(I64, k)
+        b.store(b.load(b.gep(found, [index])), b.gep(cache, [index]))
+    b.branch(join)
+    b.position_at_end(join)
+    pointer = b.phi(P8)
+    pointer.add_incoming(fast_pointer, fast)
+    pointer.add_incoming(slow_pointer, slow)
+    pointer.add_incoming(slow_pointer, keep)
+    return pointer
+
+
+def _field(b, pointer, offset: int, ty):
+    return b.load(b.bitcast(b.gep(pointer, [ir.Constant(I64, offset)]), ty.as_pointer()),
+                  align=1)
+
+
+def _to_int(b, value):
+    """numpy's float64 -> int64 cast on x86: INT64_MIN where out of range or NaN."""
+    inside = b.fcmp_ordered("<", b.call(_intrinsic(b, "llvm.fabs"), [value]),
+                            ir.Constant(F64, 2.0 ** 63))
+    return b.select(inside, b.fptosi(value, I64), ir.Constant(I64, _INT64_MIN))
+
+
+def _intrinsic(b, name: str):
+    module = b.module
+    full = f"{name}.f64"
+    existing = module.globals.get(full)
+    return existing if existing is not None else ir.Function(
+        module, ir.FunctionType(F64, [F64]), full)
+
+
+def _address(b, index, size, mode, normalized):
+    """(texel index after the axis's address mode, whether it reads the border colour)."""
+    zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
+
+    def floor_mod(value, modulus):
+        rest = b.srem(value, modulus)
+        return b.select(b.icmp_signed("<", rest, zero), b.add(rest, modulus), rest)
+    wrapped = floor_mod(index, size)
+    twice = b.add(size, size)
+    folded = floor_mod(index, twice)
+    mirrored = b.select(b.icmp_signed("<", folded, size), folded,
+                        b.sub(b.sub(twice, one), folded))
+    clamped = b.select(b.icmp_signed("<", index, zero), zero,
+                       b.select(b.icmp_signed(">", index, b.sub(size, one)),
+                                b.sub(size, one), index))
+    outside = b.or_(b.icmp_signed("<", index, zero), b.icmp_signed(">=", index, size))
+    wrap = b.and_(normalized, b.icmp_unsigned("==", mode, ir.Constant(I8, ADDRESS_WRAP)))
+    mirror = b.and_(normalized, b.icmp_unsigned("==", mode, ir.Constant(I8, ADDRESS_MIRROR)))
+    border = b.and_(b.not_(b.or_(wrap, mirror)),
+                    b.and_(outside, b.icmp_unsigned("==", mode,
+                                                    ir.Constant(I8, ADDRESS_BORDER))))
+    return b.select(wrap, wrapped, b.select(mirror, mirrored, clamped)), border
+
+
+def _texel(b, desc, texels, channels, indices):
+    """The four float64 values of the texel at integer `indices` (border applied)."""
+    offset = ir.Constant(I64, 0)
+    border = ir.Constant(I1, 0)
+    strides = [b.shl(b.zext(channels, I64), ir.Constant(I64, 2)),
+               _field(b, desc, _PITCH, I64), _field(b, desc, _SLICE, I64)]
+    normalized = b.icmp_unsigned("!=", _field(b, desc, _NORMALIZED, I8), ir.Constant(I8, 0))
+    for axis, index in enumerate(indices):
+        size = b.zext(_field(b, desc, _SIZES + 4 * axis, I32), I64)
+        at, outside = _address(b, index, size, _field(b, desc, _MODES + axis, I8), normalized)
+        border = b.or_(border, outside)
+        offset = b.add(offset, b.mul(at, strides[axis]))
+    base = b.bitcast(b.gep(texels, [offset]), F32.as_pointer())
+    values = []
+    for k in range(4):
+        present = b.icmp_unsigned(">", channels, ir.Constant(I8, k))
+        # A missing channel's load would read the next texel: load the first instead.
+        loaded = b.fpext(b.load(b.gep(base, [b.select(present, ir.Constant(I64, k),
+                                                       ir.Constant(I64, 0))]), align=4), F64)
+        value = b.select(present, loaded, ir.Constant(F64, 1.0 if k == 3 else 0.0))
+        colour = b.fpext(_field(b, desc, _BORDER + 4 * k, F32), F64)
+        values.append(b.select(border, colour, value))
+    return values
+
+
+def sample(c, handle, coordinates: list, words, done):
+    """Sample a fetch at f32 `coordinates` (one per dimension) from the object `handle` into
+    the four i32 `words` and branch to `done`; returns the block the code goes to instead
+    when the object is not one this path samples."""
+    b = c.b
+    other = c.fn.append_basic_block("texture_other")
+    desc = _find(c, handle, DESCRIPTOR_SIZE)
+    b = c.b
+    read = c.fn.append_basic_block("texture_descriptor")
+    b.cbranch(b.icmp_unsigned("!=", desc, ir.Constant(P8, None)), read, other)
+    b.position_at_end(read)
+    magic = struct.unpack("<I", TEXTURE_MAGIC)[0]
+    channels = _field(b, desc, _CHANNELS, I8)
+    fits = b.and_(b.icmp_unsigned("==", _field(b, desc, 0, I32), ir.Constant(I32, magic)),
+                  b.and_(b.icmp_unsigned("==", _field(b, desc, _KIND, I8),
+                                         ir.Constant(I8, ChannelKind.FLOAT)),
+                         b.icmp_unsigned("==", _field(b, desc, _BITS, I8), ir.Constant(I8, 32))))
+    fits = b.and_(fits, b.or_(b.icmp_unsigned("==", channels, ir.Constant(I8, 1)),
+                              b.or_(b.icmp_unsigned("==", channels, ir.Constant(I8, 2)),
+                                    b.icmp_unsigned("==", channels, ir.Constant(I8, 4)))))
+    texture = c.fn.append_basic_block("texture_texels")
+    b.cbranch(fits, texture, other)
+    b.position_at_end(texture)
+    depth = b.zext(_field(b, desc, _SIZES + 8, I32), I64)
+    layers = b.zext(_field(b, desc, _LAYERS, I32), I64)
+    extent = b.mul(_field(b, desc, _SLICE, I64),
+                   b.select(b.icmp_unsigned(">", depth, layers), depth, layers))
+    texels = _find(c, _field(c.b, desc, _BASE, I64), extent)
+    b = c.b
+    found = c.fn.append_basic_block("texture_sample")
+    b.cbranch(b.icmp_unsigned("!=", texels, ir.Constant(P8, None)), found, other)
+    b.position_at_end(found)
+    normalized = b.icmp_unsigned("!=", _field(b, desc, _NORMALIZED, I8), ir.Constant(I8, 0))
+    scaled = []
+    for axis, coordinate in enumerate(coordinates):
+        size = b.uitofp(_field(b, desc, _SIZES + 4 * axis, I32), F64)
+        scaled.append(b.fmul(b.fpext(coordinate, F64),
+                             b.select(normalized, size, ir.Constant(F64, 1.0))))
+    point = c.fn.append_basic_block("texture_point")
+    linear = c.fn.append_basic_block("texture_linear")
+    b.cbranch(b.icmp_unsigned("!=", _field(b, desc, _LINEAR, I8), ir.Constant(I8, 0)),
+              linear, point)
+    floor = _intrinsic(b, "llvm.floor")
+    b.position_at_end(point)
+    values = _texel(b, desc, texels, channels, [_to_int(b, b.call(floor, [s])) for s in scaled])
+    _store(b, values, words)
+    b.branch(done)
+    b.position_at_end(linear)
+    half, steps = ir.Constant(F64, 0.5), ir.Constant(F64, _WEIGHT_STEPS)
+    lower, weight = [], []
+    for s in scaled:
+        low = b.call(floor, [b.fsub(s, half)])
+        lower.append(_to_int(b, low))
+        weight.append(b.fdiv(b.call(_intrinsic(b, "llvm.roundeven"),
+                                    [b.fmul(b.fsub(b.fsub(s, half), low), steps)]), steps))
+    total = None
+    for corner in range(1 << len(scaled)):
+        factor = ir.Constant(F64, 1.0)
+        indices = []
+        for axis in range(len(scaled)):
+            upper = (corner >> axis) & 1
+            indices.append(b.add(lower[axis], ir.Constant(I64, upper)))
+            factor = b.fmul(factor, weight[axis] if upper
+                            else b.fsub(ir.Constant(F64, 1.0), weight[axis]))
+        terms = [b.fmul(factor, v) for v in _texel(b, desc, texels, channels, indices)]
+        total = terms if total is None else [b.fadd(t, u) for t, u in zip(total, terms,
+                                                                          strict=True)]
+    _store(b, total, words)
+    b.branch(done)
+    return other
+
+
+def _store(b, values, words) -> None:
+    for k, value in enumerate(values):
+        b.store(b.bitcast(b.fptrunc(value, F32), I32), b.gep(words, [ir.Constant(I32, k)]))
