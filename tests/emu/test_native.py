@@ -32,6 +32,15 @@ from hypothesis import settings
 from vgpu.server.emu import LaunchError, native, prepare
 from vgpu.server.emu.executor import LaunchCancelled
 from vgpu.server.emu.memcheck import MemoryChecker
+from vgpu.texture_objects import (
+    ADDRESS_BORDER,
+    ADDRESS_CLAMP,
+    ADDRESS_MIRROR,
+    ADDRESS_WRAP,
+    SURFACE_MAGIC,
+    TEXTURE_MAGIC,
+    ChannelKind,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -240,6 +249,65 @@ TEXTURE_TESTS = [
 @pytest.mark.parametrize("name, arguments", TEXTURE_TESTS)
 def test_texture_fetches_agree(differential, toolkit, name, arguments):
     getattr(textures, name)(differential, toolkit.ptx(textures.SOURCE), **arguments)
+    assert differential.compiled, "no kernel of the test ran compiled"
+
+
+FETCHES = r"""
+extern "C" __global__ void fetch123(cudaTextureObject_t t1, cudaTextureObject_t t2,
+                                    cudaTextureObject_t t3, const float *c, float4 *out,
+                                    int n) {
+    int i = threadIdx.x + blockIdx.x * blockDim.x;
+    if (i < n) {
+        out[3 * i] = tex1D<float4>(t1, c[3 * i]);
+        out[3 * i + 1] = tex2D<float4>(t2, c[3 * i], c[3 * i + 1]);
+        out[3 * i + 2] = tex3D<float4>(t3, c[3 * i], c[3 * i + 1], c[3 * i + 2]);
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("channels", [1, 2, 4])
+@pytest.mark.parametrize("mode", [ADDRESS_WRAP, ADDRESS_CLAMP, ADDRESS_MIRROR, ADDRESS_BORDER])
+def test_float_texture_fetches_sampled_in_compiled_code_agree(differential, toolkit, channels,
+                                                              mode):
+    """1D, 2D and 3D fetches of float texels (the compiled sampler's objects), point and
+    linear, normalized or not, at coordinates inside, outside and between texel centres,
+    and at NaN and huge ones."""
+    module = differential.load(toolkit.ptx(FETCHES))
+    rng = np.random.default_rng(channels * 10 + mode)
+    n = 96
+    for normalized, linear in itertools.product((False, True), repeat=2):
+        span = 1.6 if normalized else 9.0
+        points = rng.uniform(-span / 2, span, 3 * n).astype(np.float32)
+        points[:6] = [np.nan, 0.5, np.inf, -np.inf, 3e38, -3e38]
+        points[6:12] = np.round(points[6:12] * 4) / 4 + 0.5   # ties of the weights
+        handles = []
+        for dims, shape in ((1, (1, 1, 5)), (2, (1, 4, 5)), (3, (3, 4, 5))):
+            data = rng.standard_normal((*shape, channels)).astype(np.float32)
+            data = data[0] if dims < 3 else data
+            handles.append(textures._object(
+                differential, TEXTURE_MAGIC, data, dims, channels, ChannelKind.FLOAT,
+                normalized_coords=normalized, linear_filter=linear,
+                address_modes=(mode,) * 3, border=(0.5, -0.25, 2.0, 7.0)))
+        out = differential.zeros(3 * n * 4, np.float32)
+        differential.launch(module, "fetch123", (2,), (64,), *handles,
+                            differential.upload(points), out, n)
+        assert np.isfinite(differential.download(out, 3 * n * 4, np.float32)[48:]).any()
+    assert differential.compiled, "no kernel of the test ran compiled"
+
+
+def test_a_surface_handle_fetched_as_a_texture_faults_as_on_the_interpreter(differential,
+                                                                            toolkit):
+    module = differential.load(toolkit.ptx(FETCHES))
+    data = np.zeros((1, 4, 5, 1), np.float32)
+    surface = textures._object(differential, SURFACE_MAGIC, data[0], 2, 1, ChannelKind.FLOAT)
+    texture = textures._object(differential, TEXTURE_MAGIC, data[0], 2, 1, ChannelKind.FLOAT)
+    with pytest.raises(LaunchError) as failure:
+        differential.launch(module, "fetch123", (1,), (32,), texture, surface, texture,
+                            differential.upload(np.zeros(96, np.float32)),
+                            differential.zeros(384, np.float32), 32)
+    assert failure.value.code == 700
+    assert "not a live texture object" in str(failure.value)
     assert differential.compiled, "no kernel of the test ran compiled"
 
 
