@@ -234,8 +234,8 @@ def test_current_graph_exec_compiled(graph):
     np.testing.assert_array_equal(device.download(out, 64, np.uint64), graph or 0)
 
 
-# The texture tests whose kernels fetch with `tex` only (the others use surfaces, tld4 or
-# txq, which leave their kernels to the interpreter).
+# The texture tests whose kernels fetch with `tex` or access surfaces (the others use tld4,
+# txq or suq, which leave their kernels to the interpreter).
 TEXTURE_TESTS = [
     ("test_2d_point_and_linear_sampling_of_float4_texels", {}),
     *[("test_normalized_coordinates_address_modes_and_normalized_unsigned_bytes",
@@ -243,6 +243,7 @@ TEXTURE_TESTS = [
     ("test_integer_fetch_of_a_one_channel_texture_fills_the_missing_channels", {}),
     ("test_3d_element_reads_and_layered_2d", {}),
     ("test_a_handle_that_is_no_texture_object_faults", {}),
+    ("test_surface_reads_and_writes", {}),
 ]
 
 

@@ -1262,6 +1262,7 @@ from . import (  # noqa: E402, F401
     fences,
     half_atomics,
     special_registers,
+    surfaces,
     textures,
     warps,
 )

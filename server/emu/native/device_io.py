@@ -28,15 +28,16 @@ from ..errors import CUDA_ERROR_ASSERT, LaunchError
 from ..executor import fault_message
 from ..ptx_types import TYPES
 from ..state import Fault
-from . import control, textures
+from . import control, surfaces, textures
 from .codegen import I32, I64, P64, NotCompiled
 
-__all__ = ["CALLBACK_SLOT", "TEXTURE", "Sink", "call", "callback_address", "lower", "uses_callback",
-           "uses_heap"]
+__all__ = ["CALLBACK_SLOT", "SURFACE", "TEXTURE", "Sink", "call", "callback_address", "lower",
+           "uses_callback", "uses_heap"]
 
 CALLBACK_SLOT = 29
 _PRINTF, _ASSERT, _MALLOC, _FREE = 0, 1, 2, 3
 TEXTURE = 4   # a texture fetch (textures.py)
+SURFACE = 5   # a bad surface access (surfaces.py)
 _KINDS = {"vprintf": (_PRINTF, 2), "__assertfail": (_ASSERT, 5), "malloc": (_MALLOC, 1),
           "free": (_FREE, 1)}   # name -> (kind, arguments)
 _sinks: dict[int, Sink] = {}
@@ -154,10 +155,13 @@ class Sink:
             return -1
         return 0
 
-    def fetch(self, block: int, thread: int, handle: int, words: int, form: int,
+    def fetch(self, kind: int, block: int, thread: int, handle: int, words: int, form: int,
               line: int) -> int:
         try:
-            textures.fetch(self.memory, handle, words, form)
+            if kind == SURFACE:
+                surfaces.fault(self.memory, handle, words, form)
+            else:
+                textures.fetch(self.memory, handle, words, form)
         except Fault as fault:
             tid, ctaid = self.coordinates(block, thread)
             self.error = LaunchError(fault.code, fault_message(
@@ -192,8 +196,8 @@ def _called(launch, kind, a, b, c, d, block, thread, local, shared, fault) -> in
             return sink.malloc(a)
         if kind == _FREE:
             return sink.free(block, thread, a, c)
-        if kind == TEXTURE:
-            return sink.fetch(block, thread, a, b, c, d)
+        if kind in (TEXTURE, SURFACE):
+            return sink.fetch(kind, block, thread, a, b, c, d)
         sink.failed_assert(block, thread, a, b, c, d, local or 0, shared or 0)
         return 0
     except _BadPointer as bad:

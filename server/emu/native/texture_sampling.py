@@ -27,7 +27,7 @@ from vgpu.texture_objects import (
 
 from .codegen import F32, F64, I1, I8, I32, I64, P8
 
-__all__ = ["sample"]
+__all__ = ["field", "find", "sample"]
 
 # Byte offsets of the descriptor's fields (texture_objects._LAYOUT: "<4s12BQQQIIII4f...").
 _KIND, _BITS, _CHANNELS, _LINEAR, _NORMALIZED, _MODES = 6, 7, 8, 9, 11, 12
@@ -37,7 +37,7 @@ _WEIGHT_STEPS = 256.0
 _INT64_MIN = -(1 << 63)
 
 
-def _find(c, address, size):
+def find(c, address, size):
     """A host pointer to `size` bytes at the device `address` (readable), or null; the
     site remembers the allocation it found as a global access does."""
     b = c.b
@@ -76,7 +76,7 @@ def _find(c, address, size):
     return pointer
 
 
-def _field(b, pointer, offset: int, ty):
+def field(b, pointer, offset: int, ty):
     return b.load(b.bitcast(b.gep(pointer, [ir.Constant(I64, offset)]), ty.as_pointer()),
                   align=1)
 
@@ -125,11 +125,11 @@ def _texel(b, desc, texels, channels, indices):
     offset = ir.Constant(I64, 0)
     border = ir.Constant(I1, 0)
     strides = [b.shl(b.zext(channels, I64), ir.Constant(I64, 2)),
-               _field(b, desc, _PITCH, I64), _field(b, desc, _SLICE, I64)]
-    normalized = b.icmp_unsigned("!=", _field(b, desc, _NORMALIZED, I8), ir.Constant(I8, 0))
+               field(b, desc, _PITCH, I64), field(b, desc, _SLICE, I64)]
+    normalized = b.icmp_unsigned("!=", field(b, desc, _NORMALIZED, I8), ir.Constant(I8, 0))
     for axis, index in enumerate(indices):
-        size = b.zext(_field(b, desc, _SIZES + 4 * axis, I32), I64)
-        at, outside = _address(b, index, size, _field(b, desc, _MODES + axis, I8), normalized)
+        size = b.zext(field(b, desc, _SIZES + 4 * axis, I32), I64)
+        at, outside = _address(b, index, size, field(b, desc, _MODES + axis, I8), normalized)
         border = b.or_(border, outside)
         offset = b.add(offset, b.mul(at, strides[axis]))
     base = b.bitcast(b.gep(texels, [offset]), F32.as_pointer())
@@ -140,7 +140,7 @@ def _texel(b, desc, texels, channels, indices):
         loaded = b.fpext(b.load(b.gep(base, [b.select(present, ir.Constant(I64, k),
                                                        ir.Constant(I64, 0))]), align=4), F64)
         value = b.select(present, loaded, ir.Constant(F64, 1.0 if k == 3 else 0.0))
-        colour = b.fpext(_field(b, desc, _BORDER + 4 * k, F32), F64)
+        colour = b.fpext(field(b, desc, _BORDER + 4 * k, F32), F64)
         values.append(b.select(border, colour, value))
     return values
 
@@ -151,41 +151,41 @@ def sample(c, handle, coordinates: list, words, done):
     when the object is not one this path samples."""
     b = c.b
     other = c.fn.append_basic_block("texture_other")
-    desc = _find(c, handle, DESCRIPTOR_SIZE)
+    desc = find(c, handle, DESCRIPTOR_SIZE)
     b = c.b
     read = c.fn.append_basic_block("texture_descriptor")
     b.cbranch(b.icmp_unsigned("!=", desc, ir.Constant(P8, None)), read, other)
     b.position_at_end(read)
     magic = struct.unpack("<I", TEXTURE_MAGIC)[0]
-    channels = _field(b, desc, _CHANNELS, I8)
-    fits = b.and_(b.icmp_unsigned("==", _field(b, desc, 0, I32), ir.Constant(I32, magic)),
-                  b.and_(b.icmp_unsigned("==", _field(b, desc, _KIND, I8),
+    channels = field(b, desc, _CHANNELS, I8)
+    fits = b.and_(b.icmp_unsigned("==", field(b, desc, 0, I32), ir.Constant(I32, magic)),
+                  b.and_(b.icmp_unsigned("==", field(b, desc, _KIND, I8),
                                          ir.Constant(I8, ChannelKind.FLOAT)),
-                         b.icmp_unsigned("==", _field(b, desc, _BITS, I8), ir.Constant(I8, 32))))
+                         b.icmp_unsigned("==", field(b, desc, _BITS, I8), ir.Constant(I8, 32))))
     fits = b.and_(fits, b.or_(b.icmp_unsigned("==", channels, ir.Constant(I8, 1)),
                               b.or_(b.icmp_unsigned("==", channels, ir.Constant(I8, 2)),
                                     b.icmp_unsigned("==", channels, ir.Constant(I8, 4)))))
     texture = c.fn.append_basic_block("texture_texels")
     b.cbranch(fits, texture, other)
     b.position_at_end(texture)
-    depth = b.zext(_field(b, desc, _SIZES + 8, I32), I64)
-    layers = b.zext(_field(b, desc, _LAYERS, I32), I64)
-    extent = b.mul(_field(b, desc, _SLICE, I64),
+    depth = b.zext(field(b, desc, _SIZES + 8, I32), I64)
+    layers = b.zext(field(b, desc, _LAYERS, I32), I64)
+    extent = b.mul(field(b, desc, _SLICE, I64),
                    b.select(b.icmp_unsigned(">", depth, layers), depth, layers))
-    texels = _find(c, _field(c.b, desc, _BASE, I64), extent)
+    texels = find(c, field(c.b, desc, _BASE, I64), extent)
     b = c.b
     found = c.fn.append_basic_block("texture_sample")
     b.cbranch(b.icmp_unsigned("!=", texels, ir.Constant(P8, None)), found, other)
     b.position_at_end(found)
-    normalized = b.icmp_unsigned("!=", _field(b, desc, _NORMALIZED, I8), ir.Constant(I8, 0))
+    normalized = b.icmp_unsigned("!=", field(b, desc, _NORMALIZED, I8), ir.Constant(I8, 0))
     scaled = []
     for axis, coordinate in enumerate(coordinates):
-        size = b.uitofp(_field(b, desc, _SIZES + 4 * axis, I32), F64)
+        size = b.uitofp(field(b, desc, _SIZES + 4 * axis, I32), F64)
         scaled.append(b.fmul(b.fpext(coordinate, F64),
                              b.select(normalized, size, ir.Constant(F64, 1.0))))
     point = c.fn.append_basic_block("texture_point")
     linear = c.fn.append_basic_block("texture_linear")
-    b.cbranch(b.icmp_unsigned("!=", _field(b, desc, _LINEAR, I8), ir.Constant(I8, 0)),
+    b.cbranch(b.icmp_unsigned("!=", field(b, desc, _LINEAR, I8), ir.Constant(I8, 0)),
               linear, point)
     floor = _intrinsic(b, "llvm.floor")
     b.position_at_end(point)

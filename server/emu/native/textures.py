@@ -32,7 +32,8 @@ _DESTINATIONS = ("f32", "s32", "u32")
 
 
 def uses_textures(kernel) -> bool:
-    return any(instr.opcode == FETCH for instr in kernel.function.body)
+    """Whether the kernel's body fetches or accesses surfaces (the callback's sink)."""
+    return any(instr.opcode in (FETCH, "suld", "sust") for instr in kernel.function.body)
 
 
 class _State:
