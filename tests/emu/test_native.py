@@ -312,6 +312,41 @@ def test_a_surface_handle_fetched_as_a_texture_faults_as_on_the_interpreter(diff
     assert differential.compiled, "no kernel of the test ran compiled"
 
 
+SURFACE_FORMS = r"""
+extern "C" __global__ void surface_forms(cudaSurfaceObject_t s1, cudaSurfaceObject_t s3,
+                                         cudaSurfaceObject_t w1, cudaSurfaceObject_t w3,
+                                         const int *x, float4 *out, int n) {
+    int i = threadIdx.x;
+    if (i < n) {
+        out[2 * i] = surf1Dread<float4>(s1, x[i] * 16, cudaBoundaryModeClamp);
+        unsigned char c = surf3Dread<unsigned char>(s3, x[i], x[i] / 2, x[i] / 3,
+                                                    cudaBoundaryModeZero);
+        out[2 * i + 1] = make_float4(c, 0, 0, 0);
+        surf3Dwrite<unsigned short>((unsigned short)(i * 7), w3, x[i] * 2, 1, 1,
+                                    cudaBoundaryModeClamp);
+        surf1Dwrite<long long>(i * 3LL, w1, x[i] * 8, cudaBoundaryModeZero);
+    }
+}
+"""
+
+
+def test_surface_access_forms_agree(differential, toolkit):
+    """1D and 3D surfaces, 1- to 16-byte accesses, .clamp and .zero, inside and outside (the
+    stores to surfaces of their own: threads run in another order compiled)."""
+    module = differential.load(toolkit.ptx(SURFACE_FORMS))
+    row = np.arange(6 * 4, dtype=np.float32).reshape(1, 6, 4)
+    s1 = textures._object(differential, SURFACE_MAGIC, row, 1, 4, ChannelKind.FLOAT)
+    volume = (np.arange(3 * 4 * 8) % 251).astype(np.uint8).reshape(3, 4, 8, 1)
+    s3 = textures._object(differential, SURFACE_MAGIC, volume, 3, 1, ChannelKind.UNSIGNED)
+    w1 = textures._object(differential, SURFACE_MAGIC, row, 1, 4, ChannelKind.FLOAT)
+    w3 = textures._object(differential, SURFACE_MAGIC, volume, 3, 1, ChannelKind.UNSIGNED)
+    x = np.array([0, 1, 5, 6, 7, -1, 3, 12, -9, 2], np.int32)
+    out = differential.zeros(2 * len(x) * 4, np.float32)
+    differential.launch(module, "surface_forms", (1,), (32,), s1, s3, w1, w3,
+                        differential.upload(x), out, len(x))
+    assert differential.compiled == ["surface_forms"]
+
+
 def test_malloc_and_free_compiled():
     """The device heap's tests (NULL once full, lane order, freed blocks reused, bad and
     double frees fault with the heap's message) on compiled kernels."""

@@ -140,10 +140,12 @@ def _lower(c, instr) -> None:
     c.b.branch(done)
     c.b.position_at_end(done)
     if loading:
-        for k, operand in enumerate(elements):
-            value = c.b.phi(element)
-            value.add_incoming(loaded[k], access_end)
-            value.add_incoming(ir.Constant(element, 0), skip)
+        merged = []
+        for k in range(count):   # the phis first: writing may add instructions
+            merged.append(c.b.phi(element))
+            merged[k].add_incoming(loaded[k], access_end)
+            merged[k].add_incoming(ir.Constant(element, 0), skip)
+        for operand, value in zip(elements, merged, strict=True):
             c.write(operand, ptype, value, instr)
 
 
