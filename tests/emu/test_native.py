@@ -267,13 +267,24 @@ extern "C" __global__ void fetch123(cudaTextureObject_t t1, cudaTextureObject_t 
 """
 
 
-@pytest.mark.parametrize("channels", [1, 2, 4])
+# (texel type, channel kind, read as integer, channels): every format the interpreter reads
+TEXEL_FORMATS = [
+    (np.float32, ChannelKind.FLOAT, False, 1), (np.float32, ChannelKind.FLOAT, False, 2),
+    (np.float32, ChannelKind.FLOAT, False, 4), (np.float16, ChannelKind.FLOAT, False, 2),
+    (np.uint8, ChannelKind.UNSIGNED, False, 4), (np.int8, ChannelKind.SIGNED, False, 1),
+    (np.uint16, ChannelKind.UNSIGNED, False, 2), (np.int16, ChannelKind.SIGNED, False, 4),
+    (np.uint32, ChannelKind.UNSIGNED, False, 1), (np.int32, ChannelKind.SIGNED, False, 2),
+    (np.uint8, ChannelKind.UNSIGNED, True, 4), (np.int16, ChannelKind.SIGNED, True, 1),
+]
+
+
+@pytest.mark.parametrize("texel, kind, as_integer, channels", TEXEL_FORMATS)
 @pytest.mark.parametrize("mode", [ADDRESS_WRAP, ADDRESS_CLAMP, ADDRESS_MIRROR, ADDRESS_BORDER])
-def test_float_texture_fetches_sampled_in_compiled_code_agree(differential, toolkit, channels,
-                                                              mode):
-    """1D, 2D and 3D fetches of float texels (the compiled sampler's objects), point and
-    linear, normalized or not, at coordinates inside, outside and between texel centres,
-    and at NaN and huge ones."""
+def test_texture_fetches_sampled_in_compiled_code_agree(differential, toolkit, texel, kind,
+                                                        as_integer, channels, mode):
+    """1D, 2D and 3D fetches into floats (the compiled sampler's form) of every texel
+    format, point and linear, normalized or not, at coordinates inside, outside and between
+    texel centres, and at NaN and huge ones."""
     module = differential.load(toolkit.ptx(FETCHES))
     rng = np.random.default_rng(channels * 10 + mode)
     n = 96
@@ -284,12 +295,18 @@ def test_float_texture_fetches_sampled_in_compiled_code_agree(differential, tool
         points[6:12] = np.round(points[6:12] * 4) / 4 + 0.5   # ties of the weights
         handles = []
         for dims, shape in ((1, (1, 1, 5)), (2, (1, 4, 5)), (3, (3, 4, 5))):
-            data = rng.standard_normal((*shape, channels)).astype(np.float32)
+            if kind == ChannelKind.FLOAT:
+                data = rng.standard_normal((*shape, channels)).astype(texel)
+            else:
+                info = np.iinfo(texel)
+                data = rng.integers(info.min, info.max, (*shape, channels), texel,
+                                    endpoint=True)
             data = data[0] if dims < 3 else data
             handles.append(textures._object(
-                differential, TEXTURE_MAGIC, data, dims, channels, ChannelKind.FLOAT,
-                normalized_coords=normalized, linear_filter=linear,
-                address_modes=(mode,) * 3, border=(0.5, -0.25, 2.0, 7.0)))
+                differential, TEXTURE_MAGIC, data, dims, channels, kind,
+                read_as_integer=as_integer, normalized_coords=normalized,
+                linear_filter=linear, address_modes=(mode,) * 3,
+                border=(0.5, -0.25, 2.0, 7.0)))
         out = differential.zeros(3 * n * 4, np.float32)
         differential.launch(module, "fetch123", (2,), (64,), *handles,
                             differential.upload(points), out, n)

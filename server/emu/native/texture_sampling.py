@@ -1,13 +1,14 @@
-"""The compiled fast path of `tex.{1d,2d,3d}.v4.f32.f32` on textures of 32-bit float texels
-(1, 2 or 4 channels): the interpreter's sampling (ops_texture.py) in LLVM IR, step for step
-in float64 so that the results are its bits: coordinates scaled by the size when normalized,
-point filtering's floor, linear filtering's corners with weights rounded (half to even) to
-8 fractional bits and blended corner by corner in the interpreter's order, the address modes
-(wrap and mirror with normalized coordinates, clamp, border), missing channels 0 and alpha 1.
-`sample` returns the four float32 values and a flag that is false when the object is
-anything else (another texel format, a handle that is no live texture object, texels outside
-memory): the caller then samples through the callback, which also raises the interpreter's
-faults.
+"""The compiled fast path of `tex.{1d,2d,3d}.v4.f32.f32` on texture objects of every texel
+format the interpreter reads (8/16/32-bit integers, half, float; 1, 2 or 4 channels): the
+interpreter's sampling (ops_texture.py) in LLVM IR, step for step in float64 so that the
+results are its bits: coordinates scaled by the size when normalized, point filtering's
+floor, linear filtering's corners with weights rounded (half to even) to 8 fractional bits
+and blended corner by corner in the interpreter's order, the address modes (wrap and mirror
+with normalized coordinates, clamp, border), integers read as normalized floats unless the
+object reads them as integers, missing channels 0 and alpha 1, and NaNs chosen as numpy's
+operations give them. `sample` branches elsewhere when the object is anything else (a handle
+that is no live texture object, texels outside memory): the caller then samples through the
+callback, which also raises the interpreter's faults.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .codegen import F32, F64, I1, I8, I32, I64, P8
 __all__ = ["field", "find", "sample"]
 
 # Byte offsets of the descriptor's fields (texture_objects._LAYOUT: "<4s12BQQQIIII4f...").
-_KIND, _BITS, _CHANNELS, _LINEAR, _NORMALIZED, _MODES = 6, 7, 8, 9, 11, 12
+_KIND, _BITS, _CHANNELS, _LINEAR, _AS_INTEGER, _NORMALIZED, _MODES = 6, 7, 8, 9, 10, 11, 12
 _BASE, _PITCH, _SLICE = 16, 24, 32
 _SIZES, _LAYERS, _BORDER = 40, 52, 56
 _WEIGHT_STEPS = 256.0
@@ -120,11 +121,48 @@ def _address(b, index, size, mode, normalized):
     return b.select(wrap, wrapped, b.select(mirror, mirrored, clamped)), border
 
 
-def _texel(b, desc, texels, channels, indices):
-    """The four float64 values of the texel at integer `indices` (border applied)."""
+def _element(b, pointer, kind, bits):
+    """One channel's value as float64 and the largest value of its integer type (for the
+    normalized read), by the channel's bits: a branch each, so no load reads past it."""
+    function = b.function
+    join = function.append_basic_block("texel_read")
+    cases = []
+    signed = b.icmp_unsigned("==", kind, ir.Constant(I8, ChannelKind.SIGNED))
+    start = b.block
+    for width, half_type in ((8, None), (16, ir.HalfType()), (32, F32)):
+        block = function.append_basic_block(f"texel_b{width}")
+        b.position_at_end(block)
+        raw = b.load(b.bitcast(pointer, ir.IntType(width).as_pointer()), align=1)
+        value = b.select(signed, b.sitofp(raw, F64), b.uitofp(raw, F64))
+        if half_type is not None:
+            floating = b.fpext(b.bitcast(raw, half_type), F64)
+            value = b.select(b.icmp_unsigned("==", kind, ir.Constant(I8, ChannelKind.FLOAT)),
+                             floating, value)
+        top = b.select(signed, ir.Constant(F64, float((1 << width - 1) - 1)),
+                       ir.Constant(F64, float((1 << width) - 1)))
+        b.branch(join)
+        cases.append((width, block, value, top))
+    b.position_at_end(start)
+    switch = b.switch(bits, cases[2][1])
+    for width, block, *_ in cases[:2]:
+        switch.add_case(ir.Constant(I8, width), block)
+    b.position_at_end(join)
+    value, top = b.phi(F64), b.phi(F64)
+    for _, block, v, t in cases:
+        value.add_incoming(v, block)
+        top.add_incoming(t, block)
+    return value, top
+
+
+def _texel(b, desc, texels, indices):
+    """The four float64 values of the texel at integer `indices` (read mode and border
+    applied), as ops_texture._texels gives them."""
+    kind, bits = field(b, desc, _KIND, I8), field(b, desc, _BITS, I8)
+    channels = field(b, desc, _CHANNELS, I8)
+    element = b.zext(b.lshr(bits, ir.Constant(I8, 3)), I64)
     offset = ir.Constant(I64, 0)
     border = ir.Constant(I1, 0)
-    strides = [b.shl(b.zext(channels, I64), ir.Constant(I64, 2)),
+    strides = [b.mul(b.zext(channels, I64), element),
                field(b, desc, _PITCH, I64), field(b, desc, _SLICE, I64)]
     normalized = b.icmp_unsigned("!=", field(b, desc, _NORMALIZED, I8), ir.Constant(I8, 0))
     for axis, index in enumerate(indices):
@@ -132,13 +170,20 @@ def _texel(b, desc, texels, channels, indices):
         at, outside = _address(b, index, size, field(b, desc, _MODES + axis, I8), normalized)
         border = b.or_(border, outside)
         offset = b.add(offset, b.mul(at, strides[axis]))
-    base = b.bitcast(b.gep(texels, [offset]), F32.as_pointer())
+    # integer texels read as normalized floats unless the object reads them as integers
+    scaled = b.and_(b.icmp_unsigned("!=", kind, ir.Constant(I8, ChannelKind.FLOAT)),
+                    b.icmp_unsigned("==", field(b, desc, _AS_INTEGER, I8), ir.Constant(I8, 0)))
     values = []
     for k in range(4):
         present = b.icmp_unsigned(">", channels, ir.Constant(I8, k))
         # A missing channel's load would read the next texel: load the first instead.
-        loaded = b.fpext(b.load(b.gep(base, [b.select(present, ir.Constant(I64, k),
-                                                       ir.Constant(I64, 0))]), align=4), F64)
+        at = b.add(offset, b.mul(b.select(present, ir.Constant(I64, k), ir.Constant(I64, 0)),
+                                 element))
+        loaded, top = _element(b, b.gep(texels, [at]), kind, bits)
+        quotient = b.fdiv(loaded, top)
+        quotient = b.select(b.fcmp_ordered("<", quotient, ir.Constant(F64, -1.0)),
+                            ir.Constant(F64, -1.0), quotient)
+        loaded = b.select(scaled, quotient, loaded)
         value = b.select(present, loaded, ir.Constant(F64, 1.0 if k == 3 else 0.0))
         colour = b.fpext(field(b, desc, _BORDER + 4 * k, F32), F64)
         values.append(b.select(border, colour, value))
@@ -158,10 +203,13 @@ def sample(c, handle, coordinates: list, words, done):
     b.position_at_end(read)
     magic = struct.unpack("<I", TEXTURE_MAGIC)[0]
     channels = field(b, desc, _CHANNELS, I8)
+    kind, bits = field(b, desc, _KIND, I8), field(b, desc, _BITS, I8)
     fits = b.and_(b.icmp_unsigned("==", field(b, desc, 0, I32), ir.Constant(I32, magic)),
-                  b.and_(b.icmp_unsigned("==", field(b, desc, _KIND, I8),
-                                         ir.Constant(I8, ChannelKind.FLOAT)),
-                         b.icmp_unsigned("==", field(b, desc, _BITS, I8), ir.Constant(I8, 32))))
+                  b.icmp_unsigned("<=", kind, ir.Constant(I8, ChannelKind.FLOAT)))
+    # the interpreter's formats: 8, 16 and 32-bit integers, half and float
+    for_bits = [b.icmp_unsigned("==", bits, ir.Constant(I8, n)) for n in (8, 16, 32)]
+    fits = b.and_(fits, b.or_(b.or_(for_bits[1], for_bits[2]), b.and_(
+        for_bits[0], b.icmp_unsigned("!=", kind, ir.Constant(I8, ChannelKind.FLOAT)))))
     fits = b.and_(fits, b.or_(b.icmp_unsigned("==", channels, ir.Constant(I8, 1)),
                               b.or_(b.icmp_unsigned("==", channels, ir.Constant(I8, 2)),
                                     b.icmp_unsigned("==", channels, ir.Constant(I8, 4)))))
@@ -189,7 +237,7 @@ def sample(c, handle, coordinates: list, words, done):
               linear, point)
     floor = _intrinsic(b, "llvm.floor")
     b.position_at_end(point)
-    values = _texel(b, desc, texels, channels, [_to_int(b, b.call(floor, [s])) for s in scaled])
+    values = _texel(b, desc, texels, [_to_int(b, b.call(floor, [s])) for s in scaled])
     _store(b, values, words)
     b.branch(done)
     b.position_at_end(linear)
@@ -200,6 +248,24 @@ def sample(c, handle, coordinates: list, words, done):
         lower.append(_to_int(b, low))
         weight.append(b.fdiv(b.call(_intrinsic(b, "llvm.roundeven"),
                                     [b.fmul(b.fsub(b.fsub(s, half), low), steps)]), steps))
+    # LLVM keeps no NaN's bits (it may swap a product's operands, or merge selects of
+    # floats), so NaNs are chosen on the integer bits: numpy's blend (x86: an operation
+    # returns its first NaN operand) gives the first NaN weight in axis order in every
+    # channel, and otherwise the first NaN term, in corner order, of the sum.
+    weight_nan = ir.Constant(I1, 0)
+    first_nan = ir.Constant(I64, 0)
+    for w in reversed(weight):
+        bits = b.bitcast(w, I64)
+        is_nan = _is_nan(b, bits)
+        first_nan = b.select(is_nan, bits, first_nan)
+        weight_nan = b.or_(weight_nan, is_nan)
+    nan_weight = c.fn.append_basic_block("texture_nan_weight")
+    blend = c.fn.append_basic_block("texture_blend")
+    b.cbranch(weight_nan, nan_weight, blend)
+    b.position_at_end(nan_weight)
+    _store(b, [first_nan] * 4, words)
+    b.branch(done)
+    b.position_at_end(blend)
     total = None
     for corner in range(1 << len(scaled)):
         factor = ir.Constant(F64, 1.0)
@@ -209,14 +275,36 @@ def sample(c, handle, coordinates: list, words, done):
             indices.append(b.add(lower[axis], ir.Constant(I64, upper)))
             factor = b.fmul(factor, weight[axis] if upper
                             else b.fsub(ir.Constant(F64, 1.0), weight[axis]))
-        terms = [b.fmul(factor, v) for v in _texel(b, desc, texels, channels, indices)]
-        total = terms if total is None else [b.fadd(t, u) for t, u in zip(total, terms,
-                                                                          strict=True)]
+        terms = [b.bitcast(b.fmul(factor, v), I64)
+                 for v in _texel(b, desc, texels, indices)]
+        total = terms if total is None else [_add(b, t, u) for t, u in zip(total, terms,
+                                                                           strict=True)]
     _store(b, total, words)
     b.branch(done)
     return other
 
 
+def _is_nan(b, bits):
+    return b.icmp_unsigned(">", b.and_(bits, ir.Constant(I64, (1 << 63) - 1)),
+                           ir.Constant(I64, 0x7FF0 << 48))
+
+
+def _add(b, x, y):
+    """x + y on float64 bits, the first NaN operand when there is one (x86's addsd)."""
+    total = b.bitcast(b.fadd(b.bitcast(x, F64), b.bitcast(y, F64)), I64)
+    return b.select(_is_nan(b, x), x, b.select(_is_nan(b, y), y, total))
+
+
 def _store(b, values, words) -> None:
+    """float64 values (or their bits) as float32 into the words; a NaN keeps its sign and
+    the top of its payload, as the CPU's conversion does (LLVM's may not)."""
     for k, value in enumerate(values):
-        b.store(b.bitcast(b.fptrunc(value, F32), I32), b.gep(words, [ir.Constant(I32, k)]))
+        bits = value if value.type == I64 else b.bitcast(value, I64)
+        nan = b.or_(b.trunc(b.lshr(bits, ir.Constant(I64, 32)), I32),
+                    ir.Constant(I32, 0))
+        nan = b.or_(b.and_(nan, ir.Constant(I32, 1 << 31)),
+                    b.or_(ir.Constant(I32, 0x7FC00000),
+                          b.and_(b.trunc(b.lshr(bits, ir.Constant(I64, 29)), I32),
+                                 ir.Constant(I32, 0x7FFFFF))))
+        single = b.bitcast(b.fptrunc(b.bitcast(bits, F64), F32), I32)
+        b.store(b.select(_is_nan(b, bits), nan, single), b.gep(words, [ir.Constant(I32, k)]))
