@@ -264,6 +264,17 @@ extern "C" __global__ void fetch123(cudaTextureObject_t t1, cudaTextureObject_t 
         out[3 * i + 2] = tex3D<float4>(t3, c[3 * i], c[3 * i + 1], c[3 * i + 2]);
     }
 }
+extern "C" __global__ void fetch123_int(cudaTextureObject_t t1, cudaTextureObject_t t2,
+                                        cudaTextureObject_t t3, const float *c, int4 *out,
+                                        int n) {
+    int i = threadIdx.x + blockIdx.x * blockDim.x;
+    if (i < n) {
+        out[3 * i] = tex1D<int4>(t1, c[3 * i]);
+        uint4 u = tex2D<uint4>(t2, c[3 * i], c[3 * i + 1]);
+        out[3 * i + 1] = make_int4(u.x, u.y, u.z, u.w);
+        out[3 * i + 2] = tex3D<int4>(t3, c[3 * i], c[3 * i + 1], c[3 * i + 2]);
+    }
+}
 """
 
 
@@ -282,8 +293,8 @@ TEXEL_FORMATS = [
 @pytest.mark.parametrize("mode", [ADDRESS_WRAP, ADDRESS_CLAMP, ADDRESS_MIRROR, ADDRESS_BORDER])
 def test_texture_fetches_sampled_in_compiled_code_agree(differential, toolkit, texel, kind,
                                                         as_integer, channels, mode):
-    """1D, 2D and 3D fetches into floats (the compiled sampler's form) of every texel
-    format, point and linear, normalized or not, at coordinates inside, outside and between
+    """1D, 2D and 3D fetches into floats and integers (the compiled sampler's forms) of every
+    texel format, point and linear, normalized or not, at coordinates inside, outside and between
     texel centres, and at NaN and huge ones."""
     module = differential.load(toolkit.ptx(FETCHES))
     rng = np.random.default_rng(channels * 10 + mode)
@@ -308,9 +319,10 @@ def test_texture_fetches_sampled_in_compiled_code_agree(differential, toolkit, t
                 linear_filter=linear, address_modes=(mode,) * 3,
                 border=(0.5, -0.25, 2.0, 7.0)))
         out = differential.zeros(3 * n * 4, np.float32)
-        differential.launch(module, "fetch123", (2,), (64,), *handles,
-                            differential.upload(points), out, n)
-        assert np.isfinite(differential.download(out, 3 * n * 4, np.float32)[48:]).any()
+        for kernel in ("fetch123", "fetch123_int"):
+            differential.launch(module, kernel, (2,), (64,), *handles,
+                                differential.upload(points), out, n)
+            assert differential.download(out, 3 * n * 4, np.uint32)[48:].any()
     assert differential.compiled, "no kernel of the test ran compiled"
 
 

@@ -154,9 +154,10 @@ def _element(b, pointer, kind, bits):
     return value, top
 
 
-def _texel(b, desc, texels, indices):
+def _texel(b, desc, texels, indices, as_float: bool = True):
     """The four float64 values of the texel at integer `indices` (read mode and border
-    applied), as ops_texture._texels gives them."""
+    applied), or with `as_float` false its four int64 values (a float's truncated), as
+    ops_texture._texels gives them."""
     kind, bits = field(b, desc, _KIND, I8), field(b, desc, _BITS, I8)
     channels = field(b, desc, _CHANNELS, I8)
     element = b.zext(b.lshr(bits, ir.Constant(I8, 3)), I64)
@@ -180,20 +181,25 @@ def _texel(b, desc, texels, indices):
         at = b.add(offset, b.mul(b.select(present, ir.Constant(I64, k), ir.Constant(I64, 0)),
                                  element))
         loaded, top = _element(b, b.gep(texels, [at]), kind, bits)
+        colour = b.fpext(field(b, desc, _BORDER + 4 * k, F32), F64)
+        if not as_float:
+            value = b.select(present, _to_int(b, loaded), ir.Constant(I64, int(k == 3)))
+            values.append(b.select(border, _to_int(b, colour), value))
+            continue
         quotient = b.fdiv(loaded, top)
         quotient = b.select(b.fcmp_ordered("<", quotient, ir.Constant(F64, -1.0)),
                             ir.Constant(F64, -1.0), quotient)
         loaded = b.select(scaled, quotient, loaded)
         value = b.select(present, loaded, ir.Constant(F64, 1.0 if k == 3 else 0.0))
-        colour = b.fpext(field(b, desc, _BORDER + 4 * k, F32), F64)
         values.append(b.select(border, colour, value))
     return values
 
 
-def sample(c, handle, coordinates: list, words, done):
+def sample(c, handle, coordinates: list, words, done, as_float: bool):
     """Sample a fetch at f32 `coordinates` (one per dimension) from the object `handle` into
-    the four i32 `words` and branch to `done`; returns the block the code goes to instead
-    when the object is not one this path samples."""
+    the four i32 `words` (f32, or with `as_float` false the integers' low 32 bits) and
+    branch to `done`; returns the block the code goes to instead when the object is not one
+    this path samples."""
     b = c.b
     other = c.fn.append_basic_block("texture_other")
     desc = find(c, handle, DESCRIPTOR_SIZE)
@@ -231,14 +237,19 @@ def sample(c, handle, coordinates: list, words, done):
         size = b.uitofp(field(b, desc, _SIZES + 4 * axis, I32), F64)
         scaled.append(b.fmul(b.fpext(coordinate, F64),
                              b.select(normalized, size, ir.Constant(F64, 1.0))))
-    point = c.fn.append_basic_block("texture_point")
+    floor = _intrinsic(b, "llvm.floor")
+    point = [_to_int(b, b.call(floor, [s])) for s in scaled]
+    if not as_float:   # objects filter integer reads by point only
+        for k, value in enumerate(_texel(b, desc, texels, point, False)):
+            b.store(b.trunc(value, I32), b.gep(words, [ir.Constant(I32, k)]))
+        b.branch(done)
+        return other
+    by_point = c.fn.append_basic_block("texture_point")
     linear = c.fn.append_basic_block("texture_linear")
     b.cbranch(b.icmp_unsigned("!=", field(b, desc, _LINEAR, I8), ir.Constant(I8, 0)),
-              linear, point)
-    floor = _intrinsic(b, "llvm.floor")
-    b.position_at_end(point)
-    values = _texel(b, desc, texels, [_to_int(b, b.call(floor, [s])) for s in scaled])
-    _store(b, values, words)
+              linear, by_point)
+    b.position_at_end(by_point)
+    _store(b, _texel(b, desc, texels, point), words)
     b.branch(done)
     b.position_at_end(linear)
     half, steps = ir.Constant(F64, 0.5), ir.Constant(F64, _WEIGHT_STEPS)

@@ -93,8 +93,9 @@ def lower_fetch(c, instr) -> None:
             else TYPES["f32"]
         values.append(c.read(element, ptype, instr))
     done = c.fn.append_basic_block("texture_fetched")
-    if types[0].name == "f32" and types[1].name == "f32" and not layered:
-        c.b.position_at_end(texture_sampling.sample(c, handle, values, words, done))
+    if types[1].name == "f32" and not layered:
+        c.b.position_at_end(texture_sampling.sample(c, handle, values, words, done,
+                                                    types[0].name == "f32"))
     b = c.b
     for k, value in enumerate(values):
         b.store(b.bitcast(value, I32) if value.type == F32 else value,
