@@ -154,11 +154,11 @@ def _element(b, pointer, kind, bits):
     return value, top
 
 
-def _texel(b, desc, texels, indices, as_float: bool = True):
+def _texel(b, desc, texels, indices, texel_format, as_float: bool = True):
     """The four float64 values of the texel at integer `indices` (read mode and border
     applied), or with `as_float` false its four int64 values (a float's truncated), as
-    ops_texture._texels gives them."""
-    kind, bits = field(b, desc, _KIND, I8), field(b, desc, _BITS, I8)
+    ops_texture._texels gives them. `texel_format`: (channel kind, bits)."""
+    kind, bits = texel_format
     channels = field(b, desc, _CHANNELS, I8)
     element = b.zext(b.lshr(bits, ir.Constant(I8, 3)), I64)
     offset = ir.Constant(I64, 0)
@@ -237,19 +237,34 @@ def sample(c, handle, coordinates: list, words, done, as_float: bool):
         size = b.uitofp(field(b, desc, _SIZES + 4 * axis, I32), F64)
         scaled.append(b.fmul(b.fpext(coordinate, F64),
                              b.select(normalized, size, ir.Constant(F64, 1.0))))
+    # 32-bit floats, the common format, in code of their own (LLVM folds their reads)
+    float32 = c.fn.append_basic_block("texture_float32")
+    general = c.fn.append_basic_block("texture_any_format")
+    b.cbranch(b.and_(b.icmp_unsigned("==", kind, ir.Constant(I8, ChannelKind.FLOAT)),
+                     b.icmp_unsigned("==", bits, ir.Constant(I8, 32))), float32, general)
+    for block, texel_format in ((float32, (ir.Constant(I8, ChannelKind.FLOAT),
+                                           ir.Constant(I8, 32))), (general, (kind, bits))):
+        b.position_at_end(block)
+        _filter(c, desc, texels, texel_format, scaled, words, done, as_float)
+    return other
+
+
+def _filter(c, desc, texels, texel_format, scaled: list, words, done, as_float: bool):
+    """Point or linear filtering at the scaled coordinates, into the words."""
+    b = c.b
     floor = _intrinsic(b, "llvm.floor")
     point = [_to_int(b, b.call(floor, [s])) for s in scaled]
     if not as_float:   # objects filter integer reads by point only
-        for k, value in enumerate(_texel(b, desc, texels, point, False)):
+        for k, value in enumerate(_texel(b, desc, texels, point, texel_format, False)):
             b.store(b.trunc(value, I32), b.gep(words, [ir.Constant(I32, k)]))
         b.branch(done)
-        return other
+        return
     by_point = c.fn.append_basic_block("texture_point")
     linear = c.fn.append_basic_block("texture_linear")
     b.cbranch(b.icmp_unsigned("!=", field(b, desc, _LINEAR, I8), ir.Constant(I8, 0)),
               linear, by_point)
     b.position_at_end(by_point)
-    _store(b, _texel(b, desc, texels, point), words)
+    _store(b, _texel(b, desc, texels, point, texel_format), words)
     b.branch(done)
     b.position_at_end(linear)
     half, steps = ir.Constant(F64, 0.5), ir.Constant(F64, _WEIGHT_STEPS)
@@ -287,12 +302,11 @@ def sample(c, handle, coordinates: list, words, done, as_float: bool):
             factor = b.fmul(factor, weight[axis] if upper
                             else b.fsub(ir.Constant(F64, 1.0), weight[axis]))
         terms = [b.bitcast(b.fmul(factor, v), I64)
-                 for v in _texel(b, desc, texels, indices)]
+                 for v in _texel(b, desc, texels, indices, texel_format)]
         total = terms if total is None else [_add(b, t, u) for t, u in zip(total, terms,
                                                                            strict=True)]
     _store(b, total, words)
     b.branch(done)
-    return other
 
 
 def _is_nan(b, bits):
