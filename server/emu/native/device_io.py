@@ -149,10 +149,7 @@ class Sink:
         try:
             self.heap.free([address], [0], line)
         except Fault as fault:
-            tid, ctaid = self.coordinates(block, thread)
-            self.error = LaunchError(fault.code, fault_message(
-                fault.head, fault.reason, tid, ctaid, self.prepared.kernel_name, line))
-            return -1
+            return self.failed(fault, block, thread, line)
         return 0
 
     def fetch(self, kind: int, block: int, thread: int, handle: int, words: int, form: int,
@@ -163,11 +160,15 @@ class Sink:
             else:
                 textures.fetch(self.memory, handle, words, form)
         except Fault as fault:
-            tid, ctaid = self.coordinates(block, thread)
-            self.error = LaunchError(fault.code, fault_message(
-                fault.head, fault.reason, tid, ctaid, self.prepared.kernel_name, line))
-            return -1
+            return self.failed(fault, block, thread, line)
         return 0
+
+    def failed(self, fault: Fault, block: int, thread: int, line: int) -> int:
+        """-1, the thread's fault kept as the launch's error."""
+        tid, ctaid = self.coordinates(block, thread)
+        self.error = LaunchError(fault.code, fault_message(
+            fault.head, fault.reason, tid, ctaid, self.prepared.kernel_name, line))
+        return -1
 
     def failed_assert(self, block: int, thread: int, message: int, file: int, line: int,
                       function: int, local: int, shared: int) -> None:

@@ -13,18 +13,17 @@ surface instructions (suq, sured) leave the kernel to the interpreter.
 from __future__ import annotations
 
 import ctypes
-import struct
 
 import numpy as np
 from llvmlite import ir
 
-from vgpu.texture_objects import DESCRIPTOR_SIZE, SURFACE_MAGIC
+from vgpu.texture_objects import SURFACE_MAGIC
 
 from ..ir import RegisterOperand, Vector
 from ..ops_texture import _GEOMETRIES, _descriptors, _surface_offsets
 from ..ptx_types import TYPES, lookup_type
-from .codegen import _HANDLERS, I1, I8, I32, I64, P8, NotCompiled
-from .texture_sampling import field, find
+from .codegen import _HANDLERS, I1, I8, I32, I64, NotCompiled
+from .texture_sampling import descriptor, field
 
 __all__ = ["fault"]
 
@@ -81,16 +80,8 @@ def _lower(c, instr) -> None:
     bad = c.fn.append_basic_block("surface_bad")
     skip = c.fn.append_basic_block("surface_skip")
     done = c.fn.append_basic_block("surface_done")
-    desc = find(c, handle, DESCRIPTOR_SIZE)
+    desc = descriptor(c, handle, SURFACE_MAGIC, bad)
     b = c.b
-    read = c.fn.append_basic_block("surface_descriptor")
-    b.cbranch(b.icmp_unsigned("!=", desc, ir.Constant(P8, None)), read, bad)
-    b.position_at_end(read)
-    magic = struct.unpack("<I", SURFACE_MAGIC)[0]
-    valid = c.fn.append_basic_block("surface_object")
-    b.cbranch(b.icmp_unsigned("==", field(b, desc, 0, I32), ir.Constant(I32, magic)), valid,
-              bad)
-    b.position_at_end(valid)
     texel = b.mul(b.zext(b.lshr(field(b, desc, _TEXEL_BYTES[0], I8), ir.Constant(I8, 3)), I64),
                   b.zext(field(b, desc, _TEXEL_BYTES[1], I8), I64))
     strides = [ir.Constant(I64, 1), field(b, desc, _PITCH, I64), field(b, desc, _SLICE, I64)]

@@ -28,7 +28,7 @@ from vgpu.texture_objects import (
 
 from .codegen import F32, F64, I1, I8, I32, I64, P8
 
-__all__ = ["field", "find", "sample"]
+__all__ = ["descriptor", "field", "sample"]
 
 # Byte offsets of the descriptor's fields (texture_objects._LAYOUT: "<4s12BQQQIIII4f...").
 _KIND, _BITS, _CHANNELS, _LINEAR, _AS_INTEGER, _NORMALIZED, _MODES = 6, 7, 8, 9, 10, 11, 12
@@ -74,6 +74,21 @@ def find(c, address, size):
     pointer.add_incoming(fast_pointer, fast)
     pointer.add_incoming(slow_pointer, slow)
     pointer.add_incoming(slow_pointer, keep)
+    return pointer
+
+
+def descriptor(c, handle, magic: bytes, otherwise):
+    """A host pointer to the object descriptor at `handle`, the code going on where it is
+    readable and starts with `magic`, and to `otherwise` where not."""
+    pointer = find(c, handle, DESCRIPTOR_SIZE)
+    b = c.b
+    read = c.fn.append_basic_block("object_descriptor")
+    b.cbranch(b.icmp_unsigned("!=", pointer, ir.Constant(P8, None)), read, otherwise)
+    b.position_at_end(read)
+    valid = c.fn.append_basic_block("object_valid")
+    b.cbranch(b.icmp_unsigned("==", field(b, pointer, 0, I32),
+                              ir.Constant(I32, struct.unpack("<I", magic)[0])), valid, otherwise)
+    b.position_at_end(valid)
     return pointer
 
 
@@ -200,18 +215,12 @@ def sample(c, handle, coordinates: list, words, done, as_float: bool):
     the four i32 `words` (f32, or with `as_float` false the integers' low 32 bits) and
     branch to `done`; returns the block the code goes to instead when the object is not one
     this path samples."""
-    b = c.b
     other = c.fn.append_basic_block("texture_other")
-    desc = find(c, handle, DESCRIPTOR_SIZE)
+    desc = descriptor(c, handle, TEXTURE_MAGIC, other)
     b = c.b
-    read = c.fn.append_basic_block("texture_descriptor")
-    b.cbranch(b.icmp_unsigned("!=", desc, ir.Constant(P8, None)), read, other)
-    b.position_at_end(read)
-    magic = struct.unpack("<I", TEXTURE_MAGIC)[0]
     channels = field(b, desc, _CHANNELS, I8)
     kind, bits = field(b, desc, _KIND, I8), field(b, desc, _BITS, I8)
-    fits = b.and_(b.icmp_unsigned("==", field(b, desc, 0, I32), ir.Constant(I32, magic)),
-                  b.icmp_unsigned("<=", kind, ir.Constant(I8, ChannelKind.FLOAT)))
+    fits = b.icmp_unsigned("<=", kind, ir.Constant(I8, ChannelKind.FLOAT))
     # the interpreter's formats: 8, 16 and 32-bit integers, half and float
     for_bits = [b.icmp_unsigned("==", bits, ir.Constant(I8, n)) for n in (8, 16, 32)]
     fits = b.and_(fits, b.or_(b.or_(for_bits[1], for_bits[2]), b.and_(
