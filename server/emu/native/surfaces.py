@@ -24,6 +24,7 @@ from ..ops_texture import _GEOMETRIES, _descriptors, _surface_offsets
 from ..ptx_types import TYPES, lookup_type
 from .codegen import _HANDLERS, I1, I8, I32, I64, NotCompiled
 from .texture_sampling import descriptor, field
+from .textures import DeviceState
 
 __all__ = ["fault"]
 
@@ -32,19 +33,13 @@ _PITCH, _SLICE, _SIZES = 24, 32, 40
 _TEXEL_BYTES = (7, 8)   # channel bits, channels
 
 
-class _State:
-    def __init__(self, memory):
-        self.ctx = self
-        self.memory = memory
-
-
 def fault(memory, handle: int, words: int, form: int) -> None:
     """Raise the interpreter's fault of a surface access the compiled code found bad: the
     handle, or a .trap access outside (`words`: x, y, z; `form`: dimensions, the access's
     size << 2, a store << 10)."""
     dims, size, access = form & 3, form >> 2 & 0xFF, "write" if form >> 10 else "read"
     cells = np.ctypeslib.as_array((ctypes.c_int32 * 4).from_address(words)).copy()
-    state = _State(memory)
+    state = DeviceState(memory)
     for desc, _ in _descriptors(state, None, np.array([handle], np.uint64), SURFACE_MAGIC,
                                 "surface"):
         _surface_offsets(state, None, desc, [cells[k:k + 1] for k in range(dims)], None,

@@ -1,14 +1,14 @@
 """Texture fetches in compiled code: `tex.{1d,2d,3d,a1d,a2d}.v4.{f32,s32,u32}.{f32,s32}`.
 
-The thread calls back into Python (device_io's callback) with the object handle and its
-coordinates, which samples one fetch with the interpreter's own code (ops_texture.py): the
-values, the filtering's 8-bit weights, the address modes, the read modes and the faults of a
-handle that is not a live texture object are the interpreter's by construction. A fetch
-costs a callback (it takes the GIL), so a kernel that samples in its inner loop runs at
-about interpreted speed; the rest of the kernel runs compiled. Other texture and surface
-instructions (tld4, txq, suq, suld, sust, cubemaps, .level and .grad) leave the kernel to
-the interpreter. Only the kernel's own body is scanned for fetches (`uses_textures`): a
-fetch in a device function it calls is not compiled.
+`tex.{1d,2d,3d}` from f32 coordinates samples in LLVM IR (texture_sampling.py) when the
+handle is a live texture object; everything else (layered geometries, integer coordinates,
+a handle that is no texture object, texels outside memory) calls back into Python
+(device_io's callback), which samples one fetch with the interpreter's own code
+(ops_texture.py): the values and the faults are the interpreter's by construction, but a
+fetch costs a Python call (it takes the GIL). Other texture instructions (tld4, txq,
+cubemaps, .level and .grad) leave the kernel to the interpreter. Only the kernel's own body
+is scanned for fetches and surface accesses (`uses_textures`): one in a device function it
+calls is not compiled.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ..ops_texture import _GEOMETRIES, _descriptors, _sample
 from ..ptx_types import TYPES, lookup_type
 from .codegen import _HANDLERS, F32, I32, I64, NotCompiled
 
-__all__ = ["fetch", "uses_textures"]
+__all__ = ["DeviceState", "fetch", "uses_textures"]
 
 FETCH = "tex"
 _DESTINATIONS = ("f32", "s32", "u32")
@@ -36,7 +36,7 @@ def uses_textures(kernel) -> bool:
     return any(instr.opcode in (FETCH, "suld", "sust") for instr in kernel.function.body)
 
 
-class _State:
+class DeviceState:
     """What the interpreter's sampling reads of a warp's state: the device memory."""
 
     def __init__(self, memory):
@@ -58,7 +58,7 @@ def fetch(memory, handle: int, words: int, form: int) -> None:
     coordinates = raw[int(layered):int(layered) + dims]
     coords = [coordinates[k:k + 1] if integer_coords
               else coordinates[k:k + 1].view(np.float32) for k in range(dims)]
-    state = _State(memory)
+    state = DeviceState(memory)
     for desc, _ in _descriptors(state, None, np.array([handle], np.uint64),
                                     TEXTURE_MAGIC, "texture"):
         out = _sample(state, None, desc, coords, layer, integer_coords, as_float)
