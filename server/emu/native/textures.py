@@ -14,6 +14,7 @@ calls is not compiled.
 from __future__ import annotations
 
 import ctypes
+import weakref
 
 import numpy as np
 from llvmlite import ir
@@ -32,8 +33,16 @@ _DESTINATIONS = ("f32", "s32", "u32")
 
 
 def uses_textures(kernel) -> bool:
-    """Whether the kernel's body fetches or accesses surfaces (the callback's sink)."""
-    return any(instr.opcode in (FETCH, "suld", "sust") for instr in kernel.function.body)
+    """Whether the kernel's body fetches or accesses surfaces (the callback's sink); asked at
+    every launch, so the scan is remembered."""
+    known = _USES.get(kernel)
+    if known is None:
+        known = _USES[kernel] = any(instr.opcode in (FETCH, "suld", "sust")
+                                    for instr in kernel.function.body)
+    return known
+
+
+_USES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class DeviceState:
