@@ -275,6 +275,19 @@ extern "C" __global__ void fetch123_int(cudaTextureObject_t t1, cudaTextureObjec
         out[3 * i + 2] = tex3D<int4>(t3, c[3 * i], c[3 * i + 1], c[3 * i + 2]);
     }
 }
+extern "C" __global__ void fetch_elements_and_layers(cudaTextureObject_t t1,
+                                                     cudaTextureObject_t layered,
+                                                     const float *c, float4 *out, int n) {
+    int i = threadIdx.x + blockIdx.x * blockDim.x;
+    if (i < n) {
+        out[3 * i] = tex1Dfetch<float4>(t1, (int)c[3 * i]);
+        out[3 * i + 1] = tex2DLayered<float4>(layered, c[3 * i], c[3 * i + 1],
+                                              (int)c[3 * i + 2]);
+        int4 v = tex1DLayered<int4>(layered, c[3 * i], (int)c[3 * i + 2]);
+        out[3 * i + 2] = make_float4(__int_as_float(v.x), __int_as_float(v.y),
+                                     __int_as_float(v.z), __int_as_float(v.w));
+    }
+}
 """
 
 
@@ -293,9 +306,9 @@ TEXEL_FORMATS = [
 @pytest.mark.parametrize("mode", [ADDRESS_WRAP, ADDRESS_CLAMP, ADDRESS_MIRROR, ADDRESS_BORDER])
 def test_texture_fetches_sampled_in_compiled_code_agree(differential, toolkit, texel, kind,
                                                         as_integer, channels, mode):
-    """1D, 2D and 3D fetches into floats and integers (the compiled sampler's forms) of every
-    texel format, point and linear, normalized or not, at coordinates inside, outside and between
-    texel centres, and at NaN and huge ones."""
+    """1D, 2D and 3D fetches into floats and integers, element fetches and layered ones (the
+    compiled sampler's forms) of every texel format, point and linear, normalized or not,
+    at coordinates inside, outside and between texel centres, and at NaN and huge ones."""
     module = differential.load(toolkit.ptx(FETCHES))
     rng = np.random.default_rng(channels * 10 + mode)
     n = 96
@@ -318,10 +331,16 @@ def test_texture_fetches_sampled_in_compiled_code_agree(differential, toolkit, t
                 read_as_integer=as_integer, normalized_coords=normalized,
                 linear_filter=linear, address_modes=(mode,) * 3,
                 border=(0.5, -0.25, 2.0, 7.0)))
+        layers = rng.standard_normal((3, 4, 5, channels)) * 100
+        handles.append(textures._object(
+            differential, TEXTURE_MAGIC, layers.astype(texel), 2, channels, kind, layers=3,
+            read_as_integer=as_integer, normalized_coords=normalized, linear_filter=linear,
+            address_modes=(mode,) * 3, border=(0.5, -0.25, 2.0, 7.0)))
         out = differential.zeros(3 * n * 4, np.float32)
-        for kernel in ("fetch123", "fetch123_int"):
-            differential.launch(module, kernel, (2,), (64,), *handles,
-                                differential.upload(points), out, n)
+        coordinates = differential.upload(points)
+        for kernel, objects in (("fetch123", handles[:3]), ("fetch123_int", handles[:3]),
+                                ("fetch_elements_and_layers", handles[::3])):
+            differential.launch(module, kernel, (2,), (64,), *objects, coordinates, out, n)
             assert differential.download(out, 3 * n * 4, np.uint32)[48:].any()
     assert differential.compiled, "no kernel of the test ran compiled"
 

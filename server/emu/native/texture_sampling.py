@@ -210,11 +210,11 @@ def _texel(b, desc, texels, indices, texel_format, as_float: bool = True):
     return values
 
 
-def sample(c, handle, coordinates: list, words, done, as_float: bool):
-    """Sample a fetch at f32 `coordinates` (one per dimension) from the object `handle` into
-    the four i32 `words` (f32, or with `as_float` false the integers' low 32 bits) and
-    branch to `done`; returns the block the code goes to instead when the object is not one
-    this path samples."""
+def sample(c, handle, coordinates: list, words, done, as_float: bool, layer=None):
+    """Sample a fetch at `coordinates` (one per dimension: f32, or i32 for element fetches)
+    from the object `handle`, of `layer` (an i32) if layered, into the four i32 `words`
+    (f32, or with `as_float` false the integers' low 32 bits) and branch to `done`; returns
+    the block the code goes to instead when the object is not one this path samples."""
     other = c.fn.append_basic_block("texture_other")
     desc = descriptor(c, handle, TEXTURE_MAGIC, other)
     b = c.b
@@ -240,9 +240,18 @@ def sample(c, handle, coordinates: list, words, done, as_float: bool):
     found = c.fn.append_basic_block("texture_sample")
     b.cbranch(b.icmp_unsigned("!=", texels, ir.Constant(P8, None)), found, other)
     b.position_at_end(found)
+    if layer is not None:   # clamped to the layers; its texels as the object's
+        top = b.sub(b.zext(field(b, desc, _LAYERS, I32), I64), ir.Constant(I64, 1))
+        index = b.sext(layer, I64)
+        index = b.select(b.icmp_signed("<", index, ir.Constant(I64, 0)), ir.Constant(I64, 0),
+                         index)
+        index = b.select(b.icmp_signed(">", index, top), top, index)
+        texels = b.gep(texels, [b.mul(index, field(b, desc, _SLICE, I64))])
     normalized = b.icmp_unsigned("!=", field(b, desc, _NORMALIZED, I8), ir.Constant(I8, 0))
     scaled = []
     for axis, coordinate in enumerate(coordinates):
+        if coordinate.type == I32:   # element fetches: no scaling, no filtering
+            continue
         size = b.uitofp(field(b, desc, _SIZES + 4 * axis, I32), F64)
         scaled.append(b.fmul(b.fpext(coordinate, F64),
                              b.select(normalized, size, ir.Constant(F64, 1.0))))
@@ -254,18 +263,25 @@ def sample(c, handle, coordinates: list, words, done, as_float: bool):
     for block, texel_format in ((float32, (ir.Constant(I8, ChannelKind.FLOAT),
                                            ir.Constant(I8, 32))), (general, (kind, bits))):
         b.position_at_end(block)
-        _filter(c, desc, texels, texel_format, scaled, words, done, as_float)
+        elements = [b.sext(x, I64) for x in coordinates if x.type == I32] or None
+        _filter(c, desc, texels, texel_format, scaled, words, done, as_float, elements)
     return other
 
 
-def _filter(c, desc, texels, texel_format, scaled: list, words, done, as_float: bool):
-    """Point or linear filtering at the scaled coordinates, into the words."""
+def _filter(c, desc, texels, texel_format, scaled: list, words, done, as_float: bool,
+            elements=None):
+    """Point or linear filtering at the scaled coordinates (or the texel at `elements`),
+    into the words."""
     b = c.b
     floor = _intrinsic(b, "llvm.floor")
-    point = [_to_int(b, b.call(floor, [s])) for s in scaled]
+    point = elements or [_to_int(b, b.call(floor, [s])) for s in scaled]
     if not as_float:   # objects filter integer reads by point only
         for k, value in enumerate(_texel(b, desc, texels, point, texel_format, False)):
             b.store(b.trunc(value, I32), b.gep(words, [ir.Constant(I32, k)]))
+        b.branch(done)
+        return
+    if elements:
+        _store(b, _texel(b, desc, texels, point, texel_format), words)
         b.branch(done)
         return
     by_point = c.fn.append_basic_block("texture_point")

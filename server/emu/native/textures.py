@@ -1,11 +1,9 @@
 """Texture fetches in compiled code: `tex.{1d,2d,3d,a1d,a2d}.v4.{f32,s32,u32}.{f32,s32}`.
 
-`tex.{1d,2d,3d}` from f32 coordinates samples in LLVM IR (texture_sampling.py) when the
-handle is a live texture object; everything else (layered geometries, integer coordinates,
-a handle that is no texture object, texels outside memory) calls back into Python
-(device_io's callback), which samples one fetch with the interpreter's own code
-(ops_texture.py): the values and the faults are the interpreter's by construction, but a
-fetch costs a Python call (it takes the GIL). Other texture instructions (tld4, txq,
+Every form samples in LLVM IR (texture_sampling.py) when the handle is a live texture
+object with its texels in memory; otherwise the fetch calls back into Python (device_io's
+callback), which samples it with the interpreter's own code (ops_texture.py) and so raises
+the interpreter's fault. Other texture instructions (tld4, txq,
 cubemaps, .level and .grad) leave the kernel to the interpreter. Only the kernel's own body
 is scanned for fetches and surface accesses (`uses_textures`): one in a device function it
 calls is not compiled.
@@ -76,7 +74,7 @@ def fetch(memory, handle: int, words: int, form: int) -> None:
 
 
 def lower_fetch(c, instr) -> None:
-    """`tex`: the IR sampler where it applies (texture_sampling.py), else the callback."""
+    """`tex`: the IR sampler (texture_sampling.py), the callback where it does not apply."""
     from . import device_io, texture_sampling
     if len(c.inlining) > 1:
         raise NotCompiled(f"{instr.text}: in a device function", instr.line)
@@ -102,9 +100,9 @@ def lower_fetch(c, instr) -> None:
             else TYPES["f32"]
         values.append(c.read(element, ptype, instr))
     done = c.fn.append_basic_block("texture_fetched")
-    if types[1].name == "f32" and not layered:
-        c.b.position_at_end(texture_sampling.sample(c, handle, values, words, done,
-                                                    types[0].name == "f32"))
+    c.b.position_at_end(texture_sampling.sample(c, handle, values[int(layered):], words, done,
+                                                types[0].name == "f32",
+                                                values[0] if layered else None))
     b = c.b
     for k, value in enumerate(values):
         b.store(b.bitcast(value, I32) if value.type == F32 else value,
