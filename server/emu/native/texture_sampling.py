@@ -1,14 +1,14 @@
-"""The compiled fast path of `tex.{1d,2d,3d}.v4.f32.f32` on texture objects of every texel
-format the interpreter reads (8/16/32-bit integers, half, float; 1, 2 or 4 channels): the
-interpreter's sampling (ops_texture.py) in LLVM IR, step for step in float64 so that the
-results are its bits: coordinates scaled by the size when normalized, point filtering's
-floor, linear filtering's corners with weights rounded (half to even) to 8 fractional bits
-and blended corner by corner in the interpreter's order, the address modes (wrap and mirror
-with normalized coordinates, clamp, border), integers read as normalized floats unless the
-object reads them as integers, missing channels 0 and alpha 1, and NaNs chosen as numpy's
-operations give them. `sample` branches elsewhere when the object is anything else (a handle
-that is no live texture object, texels outside memory): the caller then samples through the
-callback, which also raises the interpreter's faults.
+"""Compiled `tex` (1d 2d 3d a1d a2d, .v4 into f32/s32/u32, f32 or s32 coordinates) on texture
+objects of every texel format the interpreter reads (8/16/32-bit integers, half, float; 1, 2
+or 4 channels): the interpreter's sampling (ops_texture.py) in LLVM IR, step for step in
+float64 so that the results are its bits: coordinates scaled by the size when normalized,
+point filtering's floor, linear filtering's corners with weights rounded (half to even) to 8
+fractional bits and blended corner by corner in the interpreter's order, the address modes
+(wrap and mirror with normalized coordinates, clamp, border), integers read as normalized
+floats unless the object reads them as integers, missing channels 0 and alpha 1, and NaNs
+chosen as numpy's operations give them. `sample` branches elsewhere when the object is
+anything else (a handle that is no live texture object, texels outside memory): the caller
+then samples through the callback, which also raises the interpreter's faults.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """Texture fetches in compiled code: `tex.{1d,2d,3d,a1d,a2d}.v4.{f32,s32,u32}.{f32,s32}`.
 
-Every form samples in LLVM IR (texture_sampling.py) when the handle is a live texture
-object with its texels in memory; otherwise the fetch calls back into Python (device_io's
+Every form samples in LLVM IR (texture_sampling.py) when the handle is a live texture object
+with its texels in memory; otherwise the fetch calls back into Python (device_io's
 callback), which samples it with the interpreter's own code (ops_texture.py) and so raises
-the interpreter's fault. Other texture instructions (tld4, txq,
-cubemaps, .level and .grad) leave the kernel to the interpreter. Only the kernel's own body
-is scanned for fetches and surface accesses (`uses_textures`): one in a device function it
-calls is not compiled.
+the interpreter's fault. Other texture instructions (tld4, txq, cubemaps, .level and .grad)
+leave the kernel to the interpreter. Only the kernel's own body is scanned for fetches and
+surface accesses (`uses_textures`): one in a device function it calls is not compiled.
 """
 
 from __future__ import annotations
