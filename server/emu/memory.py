@@ -327,8 +327,8 @@ def typed_elements(array: np.ndarray, offsets: np.ndarray, dtype
     offsets are congruent modulo the element size (else None)."""
     dtype = np.dtype(dtype)
     size = dtype.itemsize
-    if size == 1:
-        return array, offsets.astype(np.intp)
+    if size == 1:   # int8 too: a view, so that signed bytes read as signed
+        return array.view(dtype), offsets.astype(np.intp)
     if len(offsets) == 0:
         return array[:0].view(dtype), offsets.astype(np.intp)
     shift = int(offsets[0]) % size

@@ -25,12 +25,22 @@ import test_device_runtime as device_runtime
 import test_instructions as instructions
 import test_printf_assert as printf_assert
 import test_properties as properties
+import test_textures as textures
 from conftest import Device
 from hypothesis import settings
 
 from vgpu.server.emu import LaunchError, native, prepare
 from vgpu.server.emu.executor import LaunchCancelled
 from vgpu.server.emu.memcheck import MemoryChecker
+from vgpu.texture_objects import (
+    ADDRESS_BORDER,
+    ADDRESS_CLAMP,
+    ADDRESS_MIRROR,
+    ADDRESS_WRAP,
+    SURFACE_MAGIC,
+    TEXTURE_MAGIC,
+    ChannelKind,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -222,6 +232,167 @@ def test_current_graph_exec_compiled(graph):
         prepared.execute(device.pack(module, "current_graph", [out]), device.memory,
                          environment=environment)
     np.testing.assert_array_equal(device.download(out, 64, np.uint64), graph or 0)
+
+
+# The texture tests whose kernels fetch with `tex` or access surfaces (the others use tld4,
+# txq or suq, which leave their kernels to the interpreter).
+TEXTURE_TESTS = [
+    ("test_2d_point_and_linear_sampling_of_float4_texels", {}),
+    *[("test_normalized_coordinates_address_modes_and_normalized_unsigned_bytes",
+       {"mode": mode}) for mode in range(4)],
+    ("test_integer_fetch_of_a_one_channel_texture_fills_the_missing_channels", {}),
+    ("test_3d_element_reads_and_layered_2d", {}),
+    ("test_a_handle_that_is_no_texture_object_faults", {}),
+    ("test_surface_reads_and_writes", {}),
+]
+
+
+@pytest.mark.parametrize("name, arguments", TEXTURE_TESTS)
+def test_texture_fetches_agree(differential, toolkit, name, arguments):
+    getattr(textures, name)(differential, toolkit.ptx(textures.SOURCE), **arguments)
+    assert differential.compiled, "no kernel of the test ran compiled"
+
+
+FETCHES = r"""
+extern "C" __global__ void fetch123(cudaTextureObject_t t1, cudaTextureObject_t t2,
+                                    cudaTextureObject_t t3, const float *c, float4 *out,
+                                    int n) {
+    int i = threadIdx.x + blockIdx.x * blockDim.x;
+    if (i < n) {
+        out[3 * i] = tex1D<float4>(t1, c[3 * i]);
+        out[3 * i + 1] = tex2D<float4>(t2, c[3 * i], c[3 * i + 1]);
+        out[3 * i + 2] = tex3D<float4>(t3, c[3 * i], c[3 * i + 1], c[3 * i + 2]);
+    }
+}
+extern "C" __global__ void fetch123_int(cudaTextureObject_t t1, cudaTextureObject_t t2,
+                                        cudaTextureObject_t t3, const float *c, int4 *out,
+                                        int n) {
+    int i = threadIdx.x + blockIdx.x * blockDim.x;
+    if (i < n) {
+        out[3 * i] = tex1D<int4>(t1, c[3 * i]);
+        uint4 u = tex2D<uint4>(t2, c[3 * i], c[3 * i + 1]);
+        out[3 * i + 1] = make_int4(u.x, u.y, u.z, u.w);
+        out[3 * i + 2] = tex3D<int4>(t3, c[3 * i], c[3 * i + 1], c[3 * i + 2]);
+    }
+}
+extern "C" __global__ void fetch_elements_and_layers(cudaTextureObject_t t1,
+                                                     cudaTextureObject_t layered,
+                                                     const float *c, float4 *out, int n) {
+    int i = threadIdx.x + blockIdx.x * blockDim.x;
+    if (i < n) {
+        out[3 * i] = tex1Dfetch<float4>(t1, (int)c[3 * i]);
+        out[3 * i + 1] = tex2DLayered<float4>(layered, c[3 * i], c[3 * i + 1],
+                                              (int)c[3 * i + 2]);
+        int4 v = tex1DLayered<int4>(layered, c[3 * i], (int)c[3 * i + 2]);
+        out[3 * i + 2] = make_float4(__int_as_float(v.x), __int_as_float(v.y),
+                                     __int_as_float(v.z), __int_as_float(v.w));
+    }
+}
+"""
+
+
+# (texel type, channel kind, read as integer, channels): every format the interpreter reads
+TEXEL_FORMATS = [
+    (np.float32, ChannelKind.FLOAT, False, 1), (np.float32, ChannelKind.FLOAT, False, 2),
+    (np.float32, ChannelKind.FLOAT, False, 4), (np.float16, ChannelKind.FLOAT, False, 2),
+    (np.uint8, ChannelKind.UNSIGNED, False, 4), (np.int8, ChannelKind.SIGNED, False, 1),
+    (np.uint16, ChannelKind.UNSIGNED, False, 2), (np.int16, ChannelKind.SIGNED, False, 4),
+    (np.uint32, ChannelKind.UNSIGNED, False, 1), (np.int32, ChannelKind.SIGNED, False, 2),
+    (np.uint8, ChannelKind.UNSIGNED, True, 4), (np.int16, ChannelKind.SIGNED, True, 1),
+]
+
+
+@pytest.mark.parametrize("texel, kind, as_integer, channels", TEXEL_FORMATS)
+@pytest.mark.parametrize("mode", [ADDRESS_WRAP, ADDRESS_CLAMP, ADDRESS_MIRROR, ADDRESS_BORDER])
+def test_texture_fetches_sampled_in_compiled_code_agree(differential, toolkit, texel, kind,
+                                                        as_integer, channels, mode):
+    """1D, 2D and 3D fetches into floats and integers, element fetches and layered ones (the
+    compiled sampler's forms) of every texel format, point and linear, normalized or not,
+    at coordinates inside, outside and between texel centres, and at NaN and huge ones."""
+    module = differential.load(toolkit.ptx(FETCHES))
+    rng = np.random.default_rng(channels * 10 + mode)
+    n = 96
+    for normalized, linear in itertools.product((False, True), repeat=2):
+        span = 1.6 if normalized else 9.0
+        points = rng.uniform(-span / 2, span, 3 * n).astype(np.float32)
+        points[:6] = [np.nan, 0.5, np.inf, -np.inf, 3e38, -3e38]
+        points[6:12] = np.round(points[6:12] * 4) / 4 + 0.5   # ties of the weights
+        handles = []
+        for dims, shape in ((1, (1, 1, 5)), (2, (1, 4, 5)), (3, (3, 4, 5))):
+            if kind == ChannelKind.FLOAT:
+                data = rng.standard_normal((*shape, channels)).astype(texel)
+            else:
+                info = np.iinfo(texel)
+                data = rng.integers(info.min, info.max, (*shape, channels), texel,
+                                    endpoint=True)
+            data = data[0] if dims < 3 else data
+            handles.append(textures._object(
+                differential, TEXTURE_MAGIC, data, dims, channels, kind,
+                read_as_integer=as_integer, normalized_coords=normalized,
+                linear_filter=linear, address_modes=(mode,) * 3,
+                border=(0.5, -0.25, 2.0, 7.0)))
+        layers = rng.standard_normal((3, 4, 5, channels)) * 100
+        handles.append(textures._object(
+            differential, TEXTURE_MAGIC, layers.astype(texel), 2, channels, kind, layers=3,
+            read_as_integer=as_integer, normalized_coords=normalized, linear_filter=linear,
+            address_modes=(mode,) * 3, border=(0.5, -0.25, 2.0, 7.0)))
+        out = differential.zeros(3 * n * 4, np.float32)
+        coordinates = differential.upload(points)
+        for kernel, objects in (("fetch123", handles[:3]), ("fetch123_int", handles[:3]),
+                                ("fetch_elements_and_layers", handles[::3])):
+            differential.launch(module, kernel, (2,), (64,), *objects, coordinates, out, n)
+            assert differential.download(out, 3 * n * 4, np.uint32)[48:].any()
+    assert differential.compiled, "no kernel of the test ran compiled"
+
+
+def test_a_surface_handle_fetched_as_a_texture_faults_as_on_the_interpreter(differential,
+                                                                            toolkit):
+    module = differential.load(toolkit.ptx(FETCHES))
+    data = np.zeros((1, 4, 5, 1), np.float32)
+    surface = textures._object(differential, SURFACE_MAGIC, data[0], 2, 1, ChannelKind.FLOAT)
+    texture = textures._object(differential, TEXTURE_MAGIC, data[0], 2, 1, ChannelKind.FLOAT)
+    with pytest.raises(LaunchError) as failure:
+        differential.launch(module, "fetch123", (1,), (32,), texture, surface, texture,
+                            differential.upload(np.zeros(96, np.float32)),
+                            differential.zeros(384, np.float32), 32)
+    assert failure.value.code == 700
+    assert "not a live texture object" in str(failure.value)
+    assert differential.compiled, "no kernel of the test ran compiled"
+
+
+SURFACE_FORMS = r"""
+extern "C" __global__ void surface_forms(cudaSurfaceObject_t s1, cudaSurfaceObject_t s3,
+                                         cudaSurfaceObject_t w1, cudaSurfaceObject_t w3,
+                                         const int *x, float4 *out, int n) {
+    int i = threadIdx.x;
+    if (i < n) {
+        out[2 * i] = surf1Dread<float4>(s1, x[i] * 16, cudaBoundaryModeClamp);
+        unsigned char c = surf3Dread<unsigned char>(s3, x[i], x[i] / 2, x[i] / 3,
+                                                    cudaBoundaryModeZero);
+        out[2 * i + 1] = make_float4(c, 0, 0, 0);
+        surf3Dwrite<unsigned short>((unsigned short)(i * 7), w3, x[i] * 2, 1, 1,
+                                    cudaBoundaryModeClamp);
+        surf1Dwrite<long long>(i * 3LL, w1, x[i] * 8, cudaBoundaryModeZero);
+    }
+}
+"""
+
+
+def test_surface_access_forms_agree(differential, toolkit):
+    """1D and 3D surfaces, 1- to 16-byte accesses, .clamp and .zero, inside and outside (the
+    stores to surfaces of their own: threads run in another order compiled)."""
+    module = differential.load(toolkit.ptx(SURFACE_FORMS))
+    row = np.arange(6 * 4, dtype=np.float32).reshape(1, 6, 4)
+    s1 = textures._object(differential, SURFACE_MAGIC, row, 1, 4, ChannelKind.FLOAT)
+    volume = (np.arange(3 * 4 * 8) % 251).astype(np.uint8).reshape(3, 4, 8, 1)
+    s3 = textures._object(differential, SURFACE_MAGIC, volume, 3, 1, ChannelKind.UNSIGNED)
+    w1 = textures._object(differential, SURFACE_MAGIC, row, 1, 4, ChannelKind.FLOAT)
+    w3 = textures._object(differential, SURFACE_MAGIC, volume, 3, 1, ChannelKind.UNSIGNED)
+    x = np.array([0, 1, 5, 6, 7, -1, 3, 12, -9, 2], np.int32)
+    out = differential.zeros(2 * len(x) * 4, np.float32)
+    differential.launch(module, "surface_forms", (1,), (32,), s1, s3, w1, w3,
+                        differential.upload(x), out, len(x))
+    assert differential.compiled == ["surface_forms"]
 
 
 def test_malloc_and_free_compiled():

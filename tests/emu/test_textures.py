@@ -180,6 +180,17 @@ def test_integer_fetch_of_a_one_channel_texture_fills_the_missing_channels(devic
                                   expected)
 
 
+def test_signed_bytes_read_as_normalized_floats_in_minus_one_to_one(device, texture_ptx):
+    module = device.load(texture_ptx)
+    data = np.array([-128, -127, -1, 0, 1, 127], np.int8).reshape(1, 6, 1)
+    handle = _object(device, TEXTURE_MAGIC, data, 1, 1, ChannelKind.SIGNED)
+    (dx,) = _points(device, np.arange(6, dtype=np.int32))
+    out = device.zeros(6 * 4, np.float32)
+    device.launch(module, "fetch1d_int", (1,), (32,), handle, dx, out, 6)
+    np.testing.assert_array_equal(device.download(out, 24, np.float32).reshape(-1, 4)[:, 0],
+                                  np.float32([-1, -1, -1 / 127, 0, 1 / 127, 1]))
+
+
 def test_3d_element_reads_and_layered_2d(device, texture_ptx):
     module = device.load(texture_ptx)
     volume = (np.arange(3 * 4 * 5 * 4) % 251).astype(np.uint8).reshape(3, 4, 5, 4)

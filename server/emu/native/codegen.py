@@ -226,6 +226,8 @@ class _KernelCompiler:
         self.budget = self.b.alloca(I64, name="budget")
         self.carry = self.b.alloca(I1, name="carry")   # the carry flag (lower_integer.py)
         self.b.store(ir.Constant(I1, 0), self.carry)
+        # a texture fetch's coordinates and results (textures.py)
+        self.texture_words = self.b.alloca(I32, 4, name="texture_words")
         if self.deferred is not None:
             self.deferred.entry = self.b
             self.exit_block = fn.append_basic_block("exit")
@@ -1260,6 +1262,8 @@ from . import (  # noqa: E402, F401
     fences,
     half_atomics,
     special_registers,
+    surfaces,
+    textures,
     warps,
 )
 

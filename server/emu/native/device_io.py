@@ -28,14 +28,16 @@ from ..errors import CUDA_ERROR_ASSERT, LaunchError
 from ..executor import fault_message
 from ..ptx_types import TYPES
 from ..state import Fault
-from . import control
+from . import control, surfaces, textures
 from .codegen import I32, I64, P64, NotCompiled
 
-__all__ = ["CALLBACK_SLOT", "Sink", "callback_address", "lower", "uses_callback",
-           "uses_heap"]
+__all__ = ["CALLBACK_SLOT", "SURFACE", "TEXTURE", "Sink", "call", "callback_address", "lower",
+           "uses_callback", "uses_heap"]
 
 CALLBACK_SLOT = 29
 _PRINTF, _ASSERT, _MALLOC, _FREE = 0, 1, 2, 3
+TEXTURE = 4   # a texture fetch (textures.py)
+SURFACE = 5   # a bad surface access (surfaces.py)
 _KINDS = {"vprintf": (_PRINTF, 2), "__assertfail": (_ASSERT, 5), "malloc": (_MALLOC, 1),
           "free": (_FREE, 1)}   # name -> (kind, arguments)
 _sinks: dict[int, Sink] = {}
@@ -147,11 +149,26 @@ class Sink:
         try:
             self.heap.free([address], [0], line)
         except Fault as fault:
-            tid, ctaid = self.coordinates(block, thread)
-            self.error = LaunchError(fault.code, fault_message(
-                fault.head, fault.reason, tid, ctaid, self.prepared.kernel_name, line))
-            return -1
+            return self.failed(fault, block, thread, line)
         return 0
+
+    def fetch(self, kind: int, block: int, thread: int, handle: int, words: int, form: int,
+              line: int) -> int:
+        try:
+            if kind == SURFACE:
+                surfaces.fault(self.memory, handle, words, form)
+            else:
+                textures.fetch(self.memory, handle, words, form)
+        except Fault as fault:
+            return self.failed(fault, block, thread, line)
+        return 0
+
+    def failed(self, fault: Fault, block: int, thread: int, line: int) -> int:
+        """-1, the thread's fault kept as the launch's error."""
+        tid, ctaid = self.coordinates(block, thread)
+        self.error = LaunchError(fault.code, fault_message(
+            fault.head, fault.reason, tid, ctaid, self.prepared.kernel_name, line))
+        return -1
 
     def failed_assert(self, block: int, thread: int, message: int, file: int, line: int,
                       function: int, local: int, shared: int) -> None:
@@ -180,6 +197,8 @@ def _called(launch, kind, a, b, c, d, block, thread, local, shared, fault) -> in
             return sink.malloc(a)
         if kind == _FREE:
             return sink.free(block, thread, a, c)
+        if kind in (TEXTURE, SURFACE):
+            return sink.fetch(kind, block, thread, a, b, c, d)
         sink.failed_assert(block, thread, a, b, c, d, local or 0, shared or 0)
         return 0
     except _BadPointer as bad:
@@ -196,7 +215,7 @@ def callback_address() -> int:
 
 
 def uses_callback(kernel) -> bool:
-    return bool(kernel.builtins_called & _KINDS.keys())
+    return bool(kernel.builtins_called & _KINDS.keys()) or textures.uses_textures(kernel)
 
 
 def uses_heap(kernel) -> bool:
@@ -219,12 +238,7 @@ def lower(c, instr, name: str, arguments: list, results: list) -> None:
         values.append(ir.Constant(I64, 0))
         values.append(ir.Constant(I64, instr.line))   # the heap's fault names it
     values += [ir.Constant(I64, 0)] * (4 - len(values))
-    function_type = ir.FunctionType(I64, [P64, I64, I64, I64, I64, I64, I64, I64,
-                                          c.local.type, c.shared.type, P64])
-    callee = b.inttoptr(c.launch_slot(CALLBACK_SLOT), function_type.as_pointer())
-    block = b.load(b.gep(c.fault, [ir.Constant(I64, 5)]))
-    result = b.call(callee, [c.L, ir.Constant(I64, kind), *values, block, c.t, c.local,
-                             c.shared, c.fault])
+    result = _callback(c, kind, values)
     if name == "__assertfail":
         b.ret(ir.Constant(I32, 0))      # the thread ends; the launch fails at its end
         c.b = ir.IRBuilder(c.fn.append_basic_block("after_assert"))
@@ -242,6 +256,29 @@ def lower(c, instr, name: str, arguments: list, results: list) -> None:
     c.b = ir.IRBuilder(fine)
     for operand in results[:1]:   # printf's length; free returns 0
         _result(c, operand, c.b.trunc(result, I32), TYPES["s32"], instr)
+
+
+def _callback(c, kind: int, values: list):
+    """The callback's result for `kind` and its four arguments."""
+    b = c.b
+    function_type = ir.FunctionType(I64, [P64, I64, I64, I64, I64, I64, I64, I64,
+                                          c.local.type, c.shared.type, P64])
+    callee = b.inttoptr(c.launch_slot(CALLBACK_SLOT), function_type.as_pointer())
+    block = b.load(b.gep(c.fault, [ir.Constant(I64, 5)]))
+    return b.call(callee, [c.L, ir.Constant(I64, kind), *values, block, c.t, c.local,
+                           c.shared, c.fault])
+
+
+def call(c, kind: int, values: list, line: int) -> None:
+    """A callback of `kind` with four i64 arguments that ends the thread with the sink's
+    error (a "runtime" fault) when it returns -1."""
+    result = _callback(c, kind, values)
+    bad = c.fn.append_basic_block("bad_call")
+    fine = c.fn.append_basic_block("called")
+    c.b.cbranch(c.b.icmp_signed("<", result, ir.Constant(I64, 0)), bad, fine)
+    c.b = ir.IRBuilder(bad)
+    control.fail(c, "runtime", ir.Constant(I64, 0), line)
+    c.b = ir.IRBuilder(fine)
 
 
 def _argument(c, operand, ptype, instr):
