@@ -160,7 +160,7 @@ def speculative_block(fn: ir.Function, b: ir.IRBuilder, spec, thread, args: dict
     def call(b, function, t, tx, ty, tz):
         return b.call(function, [L, shared, b.gep(local, [b.mul(t, local_stride)]),
                                  b.gep(spill, [b.mul(t, nregs)]), t,
-                                 *(b.trunc(v, I32) for v in (tx, ty, tz)), *ctaid,
+                                 tx, *(b.trunc(v, I32) for v in (ty, tz)), *ctaid,
                                  ir.Constant(I32, 0), fault, cache, site_cache])
 
     def fast(b, t, tx, ty, tz):
