@@ -743,9 +743,14 @@ class _KernelCompiler:
         if space == "kparam" and need == 3:
             raise NotCompiled("st.param in a kernel", line)
         limit = {"shared": _SHARED_SIZE, "local": _LOCAL_SIZE, "kparam": 7}[space]
-        inside = self._inside(offset, self.launch_slot(limit), size)
-        self._unless(b.not_(inside), lambda: self.fail(700, offset, size, need, line, space,
-                                                       "out of bounds"))
+        if not (space == "kparam" and isinstance(offset, ir.Constant)
+                and offset.constant + size <= self.kernel.param_size):
+            # (a launch's parameter buffer has the kernel's size, executor.py refuses any
+            # other: a read at a constant offset inside it needs no check, and stays
+            # unconditional, so LLVM takes the parameters out of the thread loops)
+            inside = self._inside(offset, self.launch_slot(limit), size)
+            self._unless(b.not_(inside), lambda: self.fail(700, offset, size, need, line,
+                                                           space, "out of bounds"))
         if space == "kparam":
             base = b.inttoptr(self.launch_slot(6), P8)
         else:
@@ -843,7 +848,11 @@ class _KernelCompiler:
             return space, offset
         if isinstance(base, Symbol):
             sym_space, address = self._symbol(base, instr)
-            address = self.b.add(address, offset)
+            if isinstance(address, ir.Constant):   # kept a constant: see _window
+                address = ir.Constant(I64, (address.constant + offset.constant)
+                                      & 0xFFFF_FFFF_FFFF_FFFF)
+            else:
+                address = self.b.add(address, offset)
             if space == "generic":
                 window = _WINDOWS["param" if sym_space == "kparam" else sym_space]
                 return "generic", self.b.add(address, ir.Constant(I64, window))
