@@ -676,7 +676,7 @@ class _KernelCompiler:
         b = self.b
         row = self.row_addresses.get(id(address))
         if row is not None and space in ("global", "const", "generic"):
-            return self._row_access(space, address, row[1:], size, write)
+            return self._row_access(space, address, row[1:], size, write, line)
         if size > 1:
             label = {"generic": "global", "const": "global"}.get(space, space)
             misaligned = b.icmp_unsigned("!=", b.and_(address, ir.Constant(I64, size - 1)),
@@ -697,7 +697,7 @@ class _KernelCompiler:
             return self.deferred.pointer(self.b, pointer, size)
         return pointer
 
-    def _row_access(self, space: str, address, row, size: int, write: bool):
+    def _row_access(self, space: str, address, row, size: int, write: bool, line: int):
         """The fast pass's access to an address that steps evenly along the row of lanes
         (row_checks.py): the row's first and last addresses checked once for all lanes."""
         b = self.b
@@ -715,7 +715,7 @@ class _KernelCompiler:
             window = ir.Constant(I64, GENERIC_SHARED_BASE)
             self.miss_unless(b.and_(b.icmp_unsigned("<", low, window),
                                     b.icmp_unsigned("<", high, window)))
-        pointer = self._global(address, size, 3 if write else 1, 0, (low, high, stride))
+        pointer = self._global(address, size, 3 if write else 1, line, (low, high, stride))
         self.pointers.setdefault(id(address), (address, pointer))
         if write:   # stored when the thread exits
             return self.deferred.pointer(b, pointer, size)

@@ -33,7 +33,10 @@ from ..ptx_types import lookup_type
 __all__ = ["RowValues", "lane_strides"]
 
 VARYING = "varying"      # a register whose value is no affine function of tid.x
-MAX_STRIDE = 1 << 20     # |S| * (1024 - 1) stays below 2^31: 32-bit rows cannot wrap twice
+# A row spans |S| * (blockDim.x - 1) < 2^30 (blocks have at most 1024 threads): comparing
+# its two ends tells whether it crosses a 32-bit limit.
+MAX_STRIDE = 1 << 20
+_INTEGER = frozenset("sub")   # PtxType kinds: signed, unsigned, bits
 _UNIFORM_SPECIALS = {f"{base}.{axis}" for base in ("%ctaid", "%ntid", "%nctaid")
                      for axis in "xyz"} | {"%tid.y", "%tid.z"}
 _NO_DESTINATION = frozenset({"st", "bra", "ret", "exit"})
@@ -60,7 +63,7 @@ def _form(instr):
     "convert"."""
     types = [t for m in instr.modifiers if (t := lookup_type(m)) is not None]
     flags = {m for m in instr.modifiers if lookup_type(m) is None}
-    if not types or any(t.kind not in "sub" or t.bits not in (32, 64) for t in types):
+    if not types or any(t.kind not in _INTEGER or t.bits not in (32, 64) for t in types):
         return None
     op, ptype = instr.opcode, types[0]
     if len(types) == 2 and op == "cvt" and not flags:
@@ -94,7 +97,7 @@ def _operand_stride(operand, ptype, strides: dict, defined: set):
             return 0
         return 1 if operand.name == "%tid.x" and ptype.bits == 32 else VARYING
     if not isinstance(operand, RegisterOperand) or operand.negate \
-            or operand.reg.type.kind not in "sub" or operand.reg.type.bits != ptype.bits:
+            or operand.reg.type.kind not in _INTEGER or operand.reg.type.bits != ptype.bits:
         return VARYING
     if operand.reg.id not in defined:
         return VARYING   # never written: undefined, nothing to follow
@@ -115,7 +118,7 @@ def _transfer(instr, strides: dict, defined: set):
     kind, rtype, sources = form
     destination = instr.operands[0]
     if not isinstance(destination, RegisterOperand) or destination.reg.type.bits != rtype.bits \
-            or destination.reg.type.kind not in "sub":
+            or destination.reg.type.kind not in _INTEGER:
         return VARYING
     operands = instr.operands[1:]
     if kind == "shl":
@@ -148,9 +151,10 @@ def _transfer(instr, strides: dict, defined: set):
             factor = operands[1] if a else operands[0]
             if not isinstance(factor, Immediate):
                 return VARYING   # a stride known only at run time
+            # the factor as the product sees it (a .wide one extends it by its type)
             value = int(factor.value) & ((1 << sources[0].bits) - 1)
-            if kind == "mul" or kind == "mad" or sources[0].is_signed:
-                value = _signed(value, sources[0].bits)   # a widening extends it so
+            if kind in ("mul", "mad") or sources[0].is_signed:
+                value = _signed(value, sources[0].bits)
             stride = (a or b) * value
         else:
             stride = 0
@@ -268,7 +272,7 @@ class RowValues:
         c, b = self.c, self.c.b
         low = self._low(operand, ptype, instr)
         extend = b.sext if ptype.is_signed else b.zext
-        stride = self._operand_stride(operand)
+        stride = self._stride_of(operand)
         if stride and ptype.bits < bits:
             span = b.mul(b.trunc(self.last_lane(b), low.type), ir.Constant(low.type, stride))
             high = b.add(low, span)
@@ -277,7 +281,7 @@ class RowValues:
         return extend(low, ir.IntType(bits)) if ptype.bits < bits else \
             (b.trunc(low, ir.IntType(bits)) if ptype.bits > bits else low)
 
-    def _operand_stride(self, operand) -> int:
+    def _stride_of(self, operand) -> int:
         if isinstance(operand, SpecialRegister):
             return 1 if operand.name == "%tid.x" else 0
         if isinstance(operand, RegisterOperand):
