@@ -138,11 +138,6 @@ def _operation(c, op, args, mode):
         order[1] = _negated(b, order[1])
     if op == "fdiv" and isinstance(args[0], ir.Constant):
         order = order[1:]      # rcp: 1 / x
-    if c.deferred is not None:
-        # The fast pass (speculative.py): a NaN result sends the thread to the checked run,
-        # which picks the NaN; one compare instead of a fix-up per operand in the lane loop.
-        c.miss_unless(b.fcmp_ordered("ord", value, value))
-        return value
     return _nan_order(b, value, order)
 
 

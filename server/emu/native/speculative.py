@@ -9,9 +9,6 @@ variant) in which
     access that does not pass ends the thread with MISSED instead of looking further or
     faulting. An address that steps evenly with tid.x is checked once for the whole row
     of lanes, its first and last address (row_checks.py);
-  - a NaN result of add, sub, mul, fma, div, rcp or sqrt ends the thread with MISSED too:
-    the checked run picks the NaN the interpreter gives (from the operands' bits), which
-    would cost a fix-up per operand in every lane here;
   - stores go to a stack slot per store site and are copied to memory when the thread
     exits, so a thread that missed has written nothing.
 Threads that missed are then run whole by the checked code, in thread order, which looks
