@@ -590,38 +590,131 @@ def test_every_translated_instruction_form_agrees(differential, ptx, kernel, wor
 def test_loop_free_lanes_run_in_the_fast_pass_and_agree(differential):
     """Lanes that alternate between two allocations (each fast-pass access compares with
     the allocation its site last found: every other lane misses and reruns checked), an
-    update in place, a guarded store, a last block partly past n, a 3D block."""
+    update in place, a guarded store, a last block partly past n, a 3D block. 40 blocks: a
+    native call runs 5 of them (one thread), the first checked, the others in the fast pass."""
     from vgpu.server.emu.native.codegen import kernel_ir
     module = differential.load((instructions.PTX / "native_lanes.ptx").read_text())
     text = kernel_ir(module.program, module.program.kernels["pick"], "pick")[0]
     assert "pick_speculative" in text and "llvm.loop.vectorize.enable" in text
-    n = 300
+    n = 40 * 64 - 20
     rng = np.random.default_rng(3)
     a, b = rng.random(n // 2, np.float32), rng.random(n // 2, np.float32)
     start = rng.random(n, np.float32)
     da, db, out = (differential.upload(v) for v in (a, b, start))
-    marks = differential.zeros(n // 3, np.uint32)
-    differential.launch(module, "pick", (5,), (8, 4, 2), da, db, out, marks, n)
+    marks = differential.zeros(n // 3 + 1, np.uint32)
+    differential.launch(module, "pick", (40,), (8, 4, 2), da, db, out, marks, n)
     assert differential.compiled == ["pick"]
     i = np.arange(n)
     picked = np.where(i % 2 == 1, a[i // 2], b[i // 2])
     np.testing.assert_allclose(differential.download(out, n, np.float32),
                                start + 2 * picked, rtol=1e-6)
-    np.testing.assert_array_equal(differential.download(marks, n // 3, np.uint32),
+    np.testing.assert_array_equal(differential.download(marks, n // 3 + 1, np.uint32),
                                   np.arange(0, n, 3))
 
 
 def test_a_fast_pass_lane_past_its_allocation_faults_as_on_the_interpreter(differential):
-    """The first lane whose read leaves its allocation (i = 140: thread (4,1,0) of block 2)
-    is the one reported, though the lanes after it ran in the fast pass."""
+    """The first lane whose read leaves its allocation (i = 140: thread (4,1,0) of block 2,
+    which runs in the fast pass) is the one reported, though the lanes after it ran there."""
     module = differential.load((instructions.PTX / "native_lanes.ptx").read_text())
+    n = 40 * 64
     data = differential.upload(np.ones(70, np.float32))   # lanes up to 139 read inside
-    out, marks = differential.zeros(320, np.float32), differential.zeros(107, np.uint32)
+    out, marks = differential.zeros(n, np.float32), differential.zeros(n // 3 + 1, np.uint32)
     with pytest.raises(LaunchError) as caught:
-        differential.launch(module, "pick", (5,), (8, 4, 2), data, data, out, marks, 320)
+        differential.launch(module, "pick", (40,), (8, 4, 2), data, data, out, marks, n)
     assert caught.value.code == 700
     assert "thread (4,1,0)" in caught.value.message and "block (2,0,0)" in caught.value.message
     assert differential.compiled == ["pick"]
+
+
+@pytest.fixture(scope="module")
+def rows_ptx() -> str:
+    return (instructions.PTX / "native_rows.ptx").read_text()
+
+
+def test_the_fast_pass_finds_the_addresses_that_step_with_tid_x(rows_ptx):
+    """Strides along a row of lanes (row_checks.py): the index, the byte offsets and
+    addresses from it (4 bytes a lane, -4 for rev[n - 1 - i]); 0 for what is the same for
+    the whole row (tid.y and the block are); loaded values have none."""
+    from vgpu.server.emu import PtxModule
+    from vgpu.server.emu.native.row_checks import lane_strides
+    module = PtxModule.parse(rows_ptx)
+    function = module.program.kernels["rows"].function
+    strides = lane_strides(function.body)
+    named = {r.name: strides[r.id] for r in function.registers if r.id in strides}
+    assert {name: named.get(name) for name in (
+        "%r4", "%r7", "%rd5", "%rd8", "%rd9", "%rd11", "%r9", "%rd13", "%rd14", "%rd15",
+        "%f1", "%f3")} == {
+        "%r4": 0, "%r7": 1, "%rd5": 0, "%rd8": 4, "%rd9": 4, "%rd11": 4, "%r9": -1,
+        "%rd13": -4, "%rd14": -4, "%rd15": 4, "%f1": None, "%f3": None}
+
+
+def test_rows_of_lanes_checked_once_agree_with_the_interpreter(differential, rows_ptx):
+    """Addresses stepping forwards and backwards (a generic store), 32-bit indices widened
+    signed and unsigned, rows in 2D blocks, a last block partly past n; NaNs from the fast
+    pass's fma (a signaling x, a NaN y, inf - inf) come out as the interpreter's."""
+    module = differential.load(rows_ptx)
+    n = 40 * 64 - 20
+    rng = np.random.default_rng(5)
+    x, y = rng.random(n, np.float32), rng.random(n, np.float32)
+    x.view(np.uint32)[7] = 0x7FA00001
+    y.view(np.uint32)[1000] = 0xFFC00123
+    x.view(np.uint32)[2000], y.view(np.uint32)[2000] = 0xFFA00042, 0x7FC00077   # x's wins
+    x[1500], y[1500] = np.inf, -np.inf
+    a = np.float32(2.5)
+    dx, dy = differential.upload(x), differential.upload(y)
+    out, rev, shifted = (differential.zeros(n, np.float32) for _ in range(3))
+    differential.launch(module, "rows", (40,), (32, 2), dx, dy, out, rev, shifted, n, a)
+    assert differential.compiled == ["rows"]
+    got = differential.download(out, n, np.float32)
+    numbers = np.ones(n, bool)
+    numbers[[7, 1000, 1500, 2000]] = False
+    with np.errstate(invalid="ignore"):   # the NaNs
+        want = (x.astype(np.float64) * a + y).astype(np.float32)
+        one_minus = (1 - x.astype(np.float64)).astype(np.float32)   # exact: x = k / 2^24
+    np.testing.assert_array_equal(got[numbers], want[numbers])
+    assert [hex(v) for v in got.view(np.uint32)[[7, 1000, 2000]]] == [
+        "0x7fe00001", "0xffc00123", "0xffe00042"]
+    assert np.isnan(got[1500])
+    rev = differential.download(rev, n, np.float32)[::-1]
+    np.testing.assert_array_equal(rev[numbers], one_minus[numbers])
+    assert hex(rev.view(np.uint32)[7]) == "0xffe00001"   # sub.rm: 1 + (-x), x's NaN negated
+    np.testing.assert_array_equal(differential.download(shifted, n, np.float32),
+                                  np.concatenate([np.zeros(1, np.float32), x[:-1]]))
+
+
+@pytest.mark.parametrize("size,k,block", [(256, 2**31 - 28, 3), (100, 0, 12)])
+def test_a_row_leaving_its_allocation_runs_checked_and_faults_as_interpreted(
+        differential, rows_ptx, size, k, block):
+    """Thread 4 of a fast-pass block is the first to read outside x: where index + k passes
+    2^31 - 1 (the address is then far before x, though the row's first and last addresses
+    are inside: only the row's check that its 32-bit values do not wrap sends it to the
+    checked run), or where the index passes x's 100 floats (the row's last address)."""
+    module = differential.load(rows_ptx)
+    x, out = differential.upload(np.arange(size, dtype=np.float32)), differential.zeros(
+        256, np.float32)
+    with pytest.raises(LaunchError) as caught:
+        differential.launch(module, "wrapping", (32,), (8,), x, out, k)
+    assert caught.value.code == 700
+    assert "thread (4,0,0)" in caught.value.message
+    assert f"block ({block},0,0)" in caught.value.message
+
+
+@pytest.mark.parametrize("kernel,thread,block", [("misaligned_rows", 0, 1),
+                                                ("misaligned_lanes", 1, 9)])
+def test_misaligned_lanes_of_the_fast_pass_fault_as_interpreted(differential, rows_ptx,
+                                                                kernel, thread, block):
+    """Block 1 (the first after a checked block 0) reads words at x + 2 + 4 * tid.x (the
+    row's first address is misaligned, so every lane's is), or block 9 at x + 2 * tid.x
+    (every other lane's: the stride is not a multiple of the size)."""
+    module = differential.load(rows_ptx)
+    x, out = differential.upload(np.arange(64, dtype=np.uint32)), differential.zeros(
+        32 * 16, np.uint32)
+    arguments = (x, out) if kernel == "misaligned_rows" else (x, out, 9)
+    with pytest.raises(LaunchError) as caught:
+        differential.launch(module, kernel, (32,), (16,), *arguments)
+    assert caught.value.code == 716
+    assert f"thread ({thread},0,0)" in caught.value.message
+    assert f"block ({block},0,0)" in caught.value.message
 
 
 @pytest.fixture(scope="module")

@@ -44,6 +44,7 @@ from ..operands import immediate_value, kernel_param_layout
 from ..ops_memory import ORDERING_QUALIFIERS
 from ..ptx_types import TYPES, PtxType, lookup_type
 from .helpers import HELPERS_IR
+from .row_checks import RowValues
 from .speculative import (
     MISSED,
     Deferred,
@@ -161,6 +162,10 @@ class _KernelCompiler:
         # pointer, which LLVM must see to vectorize `y[i] = f(y[i])` without a conflict.
         self.addresses: dict[tuple, object] = {}
         self.pointers: dict[int, tuple] = {}
+        # The fast pass's registers that step evenly along a row of lanes (row_checks.py),
+        # and the addresses computed from them (id -> (address, its row value, stride)).
+        self.rows: RowValues | None = None
+        self.row_addresses: dict[int, tuple] = {}
 
     # -- module ------------------------------------------------------------------------------
     def build(self) -> tuple[str, list[str], int, int]:
@@ -203,26 +208,29 @@ class _KernelCompiler:
         sites = self.sites
         self.sites = 0          # the same sites, so the same caches, as the checked code
         self.deferred = Deferred(None)   # its entry: the function's, once made
+        self.rows = RowValues(self, self.fn_ir.body)
         try:
             fn = self._thread_function("_speculative")
         finally:
             self.deferred = None
+            self.rows = None
         assert self.sites == sites, "the speculative variant has other access sites"
         return fn
 
     def _thread_function(self, suffix: str = "_thread") -> ir.Function:
-        fnty = ir.FunctionType(I32, [P64, P8, P8, P64, I64, I32, I32, I32, I32, I32, I32, I32,
+        fnty = ir.FunctionType(I32, [P64, P8, P8, P64, I64, I64, I32, I32, I32, I32, I32, I32,
                                      P64, P64, P64])
         fn = ir.Function(self.module, fnty, self.name + suffix)
         fn.linkage = "internal"
         fn.attributes.add("alwaysinline")
-        (self.L, self.shared, self.local, self.spill, self.t, tx, ty_, tz, cx, cy, cz,
+        (self.L, self.shared, self.local, self.spill, self.t, self.lane_x, ty_, tz, cx, cy, cz,
          self.resume, self.fault, self.cache, self.site_cache) = fn.args
-        self.tid = (tx, ty_, tz)
-        self.ctaid = (cx, cy, cz)
         self.fn = fn
         entry = fn.append_basic_block("entry")
         self.b = ir.IRBuilder(entry)
+        # tid.x comes 64 bits wide: the fast pass's row values step with it (row_checks.py)
+        self.tid = (self.b.trunc(self.lane_x, I32), ty_, tz)
+        self.ctaid = (cx, cy, cz)
         self.budget = self.b.alloca(I64, name="budget")
         self.carry = self.b.alloca(I1, name="carry")   # the carry flag (lower_integer.py)
         self.b.store(ir.Constant(I1, 0), self.carry)
@@ -291,6 +299,7 @@ class _KernelCompiler:
     def forget_addresses(self) -> None:
         self.addresses.clear()
         self.pointers.clear()
+        self.row_addresses.clear()
 
     def _resume_dispatch(self, builder: ir.IRBuilder, start: ir.Block) -> None:
         builder.position_at_end(builder.block)   # after allocas added since (goto_entry_block)
@@ -449,7 +458,7 @@ class _KernelCompiler:
         nregs = ir.Constant(I64, self.spill_stride())
         result = b.call(thread, [L, shared, b.gep(local, [b.mul(t, local_stride)]),
                                  b.gep(spill, [b.mul(t, nregs)]), t,
-                                 *(b.trunc(v, I32) for v in (tx, ty, tz)), *ctaid, state,
+                                 tx, *(b.trunc(v, I32) for v in (ty, tz)), *ctaid, state,
                                  fault, cache, site_cache])
         failed = fn.append_basic_block("failed")
         ran = fn.append_basic_block("ran")
@@ -598,12 +607,16 @@ class _KernelCompiler:
             return
         if instr.guard is None:
             handler(self, instr)
+            if self.rows is not None:
+                self.rows.define(instr)
             return
         run = self.fn.append_basic_block(f"guarded{pc}")
         after = self.fn.append_basic_block(f"after{pc}")
         self.b.cbranch(self.read(instr.guard, TYPES["pred"], instr), run, after)
         self.b = ir.IRBuilder(run)
         handler(self, instr)
+        if self.rows is not None:
+            self.rows.define(instr)
         self.b.branch(after)
         self.b = ir.IRBuilder(after)
         self.forget_addresses()
@@ -652,11 +665,18 @@ class _KernelCompiler:
                                   ir.Constant(I64, WHY.index(why))])
         self.b.ret(ir.Constant(I32, FAULTED))
 
+    def miss_unless(self, good) -> None:
+        """In the fast pass: end the thread as missed (it runs again, checked) unless `good`."""
+        self._unless(self.b.not_(good), lambda: self.b.ret(ir.Constant(I32, MISSED)))
+
     # -- checked memory ------------------------------------------------------------------------
     def access(self, space: str, address, size: int, write: bool, line: int):
         """An i8* to `size` bytes at `address` in `space`, after the interpreter's checks."""
         need = 3 if write else 1
         b = self.b
+        row = self.row_addresses.get(id(address))
+        if row is not None and space in ("global", "const", "generic"):
+            return self._row_access(space, address, row[1:], size, write, line)
         if size > 1:
             label = {"generic": "global", "const": "global"}.get(space, space)
             misaligned = b.icmp_unsigned("!=", b.and_(address, ir.Constant(I64, size - 1)),
@@ -675,6 +695,30 @@ class _KernelCompiler:
             self.pointers.setdefault(id(address), (address, pointer))
         if write:   # stored when the thread exits
             return self.deferred.pointer(self.b, pointer, size)
+        return pointer
+
+    def _row_access(self, space: str, address, row, size: int, write: bool, line: int):
+        """The fast pass's access to an address that steps evenly along the row of lanes
+        (row_checks.py): the row's first and last addresses checked once for all lanes."""
+        b = self.b
+        low, stride = row
+        high = self.rows.high(low, stride)
+        if size > 1:
+            if stride % size:
+                aligned = b.icmp_unsigned("==", b.and_(address, ir.Constant(I64, size - 1)),
+                                          ir.Constant(I64, 0))
+            else:   # every lane's address is the first's modulo the size
+                aligned = b.icmp_unsigned("==", b.and_(low, ir.Constant(I64, size - 1)),
+                                          ir.Constant(I64, 0))
+            self.miss_unless(aligned)
+        if space == "generic":   # the whole row in the global part of the generic space
+            window = ir.Constant(I64, GENERIC_SHARED_BASE)
+            self.miss_unless(b.and_(b.icmp_unsigned("<", low, window),
+                                    b.icmp_unsigned("<", high, window)))
+        pointer = self._global(address, size, 3 if write else 1, line, (low, high, stride))
+        self.pointers.setdefault(id(address), (address, pointer))
+        if write:   # stored when the thread exits
+            return self.deferred.pointer(b, pointer, size)
         return pointer
 
     def _unless(self, bad, on_bad) -> None:
@@ -699,16 +743,23 @@ class _KernelCompiler:
         if space == "kparam" and need == 3:
             raise NotCompiled("st.param in a kernel", line)
         limit = {"shared": _SHARED_SIZE, "local": _LOCAL_SIZE, "kparam": 7}[space]
-        inside = self._inside(offset, self.launch_slot(limit), size)
-        self._unless(b.not_(inside), lambda: self.fail(700, offset, size, need, line, space,
-                                                       "out of bounds"))
+        if not (space == "kparam" and isinstance(offset, ir.Constant)
+                and offset.constant + size <= self.kernel.param_size):
+            # (a launch's parameter buffer has the kernel's size, executor.py refuses any
+            # other: a read at a constant offset inside it needs no check, and stays
+            # unconditional, so LLVM takes the parameters out of the thread loops)
+            inside = self._inside(offset, self.launch_slot(limit), size)
+            self._unless(b.not_(inside), lambda: self.fail(700, offset, size, need, line,
+                                                           space, "out of bounds"))
         if space == "kparam":
             base = b.inttoptr(self.launch_slot(6), P8)
         else:
             base = self.shared if space == "shared" else self.local
         return b.gep(base, [offset])
 
-    def _global(self, address, size: int, need: int, line: int):
+    def _global(self, address, size: int, need: int, line: int, row=None):
+        """The checked global access; in the fast pass with `row` (the row's first and last
+        addresses and the stride), the row's check."""
         b = self.b
         # Each access site remembers the allocation it last hit: a site usually walks one
         # array, so its next access is checked with a compare.
@@ -718,7 +769,13 @@ class _KernelCompiler:
         cached_base = b.load(cache)
         cached_size = b.load(b.gep(cache, [ir.Constant(I64, 1)]))
         offset = b.sub(address, cached_base)
-        hit = self._inside(offset, cached_size, size)
+        if row is None:
+            hit = self._inside(offset, cached_size, size)
+        else:   # no wrap from the first to the last, both inside: every lane inside
+            low, high, stride = row
+            hit = b.and_(b.icmp_unsigned(">=" if stride > 0 else "<=", high, low),
+                         b.and_(self._inside(b.sub(low, cached_base), cached_size, size),
+                                self._inside(b.sub(high, cached_base), cached_size, size)))
         if self.deferred is not None:   # a miss: the checked code runs the thread again
             self._unless(b.not_(hit), lambda: b.ret(ir.Constant(I32, MISSED)))
             if id(address) in self.pointers:   # both allocations hold it: the same one
@@ -791,7 +848,11 @@ class _KernelCompiler:
             return space, offset
         if isinstance(base, Symbol):
             sym_space, address = self._symbol(base, instr)
-            address = self.b.add(address, offset)
+            if isinstance(address, ir.Constant):   # kept a constant: see _window
+                address = ir.Constant(I64, (address.constant + offset.constant)
+                                      & 0xFFFF_FFFF_FFFF_FFFF)
+            else:
+                address = self.b.add(address, offset)
             if space == "generic":
                 window = _WINDOWS["param" if sym_space == "kparam" else sym_space]
                 return "generic", self.b.add(address, ir.Constant(I64, window))
@@ -812,6 +873,9 @@ class _KernelCompiler:
         address = self.b.add(value, offset)
         if self.deferred is not None:
             self.addresses[key] = address
+            row = self.rows.address(base, operand.offset)
+            if row is not None:
+                self.row_addresses[id(address)] = (address, *row)
         return space, address
 
 

@@ -7,7 +7,8 @@ variant) in which
   - a global access compares its address only with the allocation its site's cache holds
     (filled by the checked runs; read-only here), the alignment and window checks stay; an
     access that does not pass ends the thread with MISSED instead of looking further or
-    faulting;
+    faulting. An address that steps evenly with tid.x is checked once for the whole row
+    of lanes, its first and last address (row_checks.py);
   - stores go to a stack slot per store site and are copied to memory when the thread
     exits, so a thread that missed has written nothing.
 Threads that missed are then run whole by the checked code, in thread order, which looks
@@ -160,7 +161,7 @@ def speculative_block(fn: ir.Function, b: ir.IRBuilder, spec, thread, args: dict
     def call(b, function, t, tx, ty, tz):
         return b.call(function, [L, shared, b.gep(local, [b.mul(t, local_stride)]),
                                  b.gep(spill, [b.mul(t, nregs)]), t,
-                                 *(b.trunc(v, I32) for v in (tx, ty, tz)), *ctaid,
+                                 tx, *(b.trunc(v, I32) for v in (ty, tz)), *ctaid,
                                  ir.Constant(I32, 0), fault, cache, site_cache])
 
     def fast(b, t, tx, ty, tz):
