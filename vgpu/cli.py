@@ -35,6 +35,11 @@ def _add_server_parser(sub) -> None:
                    help="how many devices the server offers: emu, N views of one emulated "
                         "device sharing each session's memory (default 1); cuda, the first "
                         "N of the GPUs the driver offers (default all)")
+    p.add_argument("--session-processes", action=argparse.BooleanOptionalAction, default=None,
+                   help="run each session's device work in a process of its own, so that a "
+                        "device fault or a crash there ends only that session's (default: on "
+                        "for cuda, where NVIDIA's driver keeps a device fault for the whole "
+                        "process; off for emu, which isolates sessions in one process)")
     p.add_argument("--verbose", "-v", action="store_true", help="log sessions as they come")
     p.add_argument("--memcheck", default="report", choices=("report", "strict"),
                    help="what a kernel's access past its allocation's end does, for clients "
@@ -249,6 +254,7 @@ def _server(args) -> int:
                                  mem_limit=args.mem_limit,
                                  server_mem_limit=args.server_mem_limit,
                                  devices=args.devices,
+                                 session_processes=args.session_processes,
                                  **({"max_message": args.max_message}
                                     if args.max_message else {}))
         except AddressError as exc:

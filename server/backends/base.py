@@ -113,6 +113,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def describe(self) -> DeviceDescription: ...
 
+    def reopen(self) -> Backend:
+        """A fresh backend of the same kind (a suspended session coming back)."""
+        return type(self)()
+
     def devices_driven(self) -> int | None:
         """How many devices the backend drives (a server offers them all, or the first
         `--devices N`); None where its devices are views of one, as many as asked for."""
@@ -172,10 +176,13 @@ class Backend(abc.ABC):
     # client's address (map_host).
     host_buffers_at_client_addresses = False
 
-    def map_host(self, address: int, size: int, buffer: memoryview) -> str | None:
+    def map_host(self, address: int, size: int, buffer: memoryview,
+                 file: int | None = None) -> str | None:
         """Show a client's page-locked host buffer (mapped in this process as `buffer`) to
         the device at [address, address+size): copies and memsets reach it; returns None
-        when kernels do too, else why they do not. `unmap(address)` takes it away."""
+        when kernels do too, else why they do not. `unmap(address)` takes it away. `file`:
+        a descriptor of the memory file `buffer` maps from its start, where the server has
+        one (a backend in another process maps the file there)."""
         self.map(address, size, buffer)
         return None
 

@@ -536,7 +536,8 @@ class CudaBackend(Backend):
             self._granule_users[g] = users + 1
         self._allocations[address] = size
 
-    def map_host(self, address: int, size: int, buffer: memoryview) -> str | None:
+    def map_host(self, address: int, size: int, buffer: memoryview,
+                 file: int | None = None) -> str | None:
         """A client's page-locked buffer: copies and memsets reach it here (host_view). With
         unified addressing a kernel reaches host memory at its host address, which is the
         client's, so the buffer is registered with the driver only where the session mapped

@@ -1,0 +1,110 @@
+"""A session's device process: one backend, run for the server in a process of its own
+(isolated.py starts it: `python -m vgpu.server.backends.device_process SOCKET_FD BACKEND
+STAGING_FD STAGING_BYTES`).
+
+It serves the backend's calls over the channel (process_channel.py), and a few of its own
+that need this process's side: copies through the staging file both processes map, and a
+client's pinned buffer mapped here at the client's address (where a GPU's kernels reach
+it). It ends when the server closes the channel or dies.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import signal
+import socket
+import sys
+
+from ..client_files import PlacedFile
+from . import open_backend
+from .base import Backend
+from .process_channel import ChannelClosed, Endpoint, FileDescriptor
+
+_PR_SET_PDEATHSIG = 1
+
+
+class DeviceProcess:
+    """The channel's root: the backend's methods, and the calls that only this side can do."""
+
+    def __init__(self, name: str, staging: mmap.mmap) -> None:
+        self._name = name
+        self.backend: Backend | None = None
+        self._staging = memoryview(staging)
+        self._placed: dict[int, PlacedFile] = {}  # address -> a client's mapped buffer
+
+    def __getattr__(self, name: str):
+        return getattr(self.backend, name)
+
+    def open(self) -> dict:
+        """Make the backend (its error, such as a missing driver, is the server's), and
+        tell what the server's side needs to know of it besides its calls."""
+        self.backend = backend = open_backend(self._name)
+        return {"name": backend.name, "launches_run_inline": backend.launches_run_inline,
+                "shares_address_space": backend.shares_address_space,
+                "own_device_runtime": backend.own_device_runtime,
+                "pid": os.getpid()}
+
+    def write_staged(self, address: int, size: int) -> None:
+        self.backend.write(address, self._staging[:size])
+
+    def read_bytes(self, address: int, size: int) -> bytearray:
+        out = bytearray(size)
+        self.backend.read_into(address, memoryview(out))
+        return out
+
+    def read_staged(self, address: int, size: int) -> None:
+        self.backend.read_into(address, self._staging[:size])
+
+    def write_physical_staged(self, physical: object, offset: int, size: int) -> None:
+        self.backend.write_physical(physical, offset, self._staging[:size])
+
+    def read_physical_staged(self, physical: object, offset: int, size: int) -> None:
+        self.backend.read_physical(physical, offset, self._staging[:size])
+
+    def map_host_file(self, address: int, size: int, file: FileDescriptor) -> str | None:
+        """A client's pinned buffer (the memory file `file`), mapped here at `address` where
+        nothing else is, and shown to the device there."""
+        placed = PlacedFile.place(file.fd, size, address)
+        if placed is None:
+            os.close(file.fd)
+            return (f"the client's address 0x{address:x} is not free in the session's "
+                    "device process, where the device would have to see the buffer")
+        try:
+            unreached = self.backend.map_host(address, size, memoryview(placed.buffer))
+        except BaseException:
+            placed.close()
+            raise
+        self._placed[address] = placed
+        return unreached
+
+    def unmap(self, address: int) -> None:
+        self.backend.unmap(address)
+        placed = self._placed.pop(address, None)
+        if placed is not None:
+            placed.close()
+
+
+def main(argv: list[str]) -> int:
+    sock_fd, name, staging_fd, staging_bytes = argv
+    # The server's process group gets a terminal's Ctrl-C: the server ends its sessions,
+    # and with them this process, itself. Were the server killed, this process goes too.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    sock = socket.socket(fileno=int(sock_fd))
+    staging = mmap.mmap(int(staging_fd), int(staging_bytes))
+    os.close(int(staging_fd))
+    process = DeviceProcess(name, staging)
+    try:
+        Endpoint(sock, process).serve()
+    except ChannelClosed:
+        pass
+    finally:
+        if process.backend is not None:
+            process.backend.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
