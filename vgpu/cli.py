@@ -605,12 +605,14 @@ def _print_server(address: str, pid: int | None, sessions: list[dict]) -> None:
     print(f"server {address}{served_by}: {count}")
     if not sessions:
         return
-    print(f"  {'PID':>8}  {'SESSION':>7}  {'BACKEND':7}  {'MEMORY':>10}  {'CALLS':>8}  "
+    # A session in a device process of its own shows that process's pid by its backend.
+    print(f"  {'PID':>8}  {'SESSION':>7}  {'BACKEND':12}  {'MEMORY':>10}  {'CALLS':>8}  "
           f"{'QUEUED':>6}  {'STATE':9}  {'TOKEN':8}  {'CHECKPOINT':19}  {'COPY':20}  COMMAND")
     now = time.time()
     for s in sessions:
         command = " ".join(s["command"].split())  # one row per session, whatever argv holds
-        print(f"  {s['pid']:>8}  {s.get('session', '-'):>7}  {s['backend']:7}  "
+        backend = s["backend"] + (f"@{s['device_pid']}" if s.get("device_pid") else "")
+        print(f"  {s['pid']:>8}  {s.get('session', '-'):>7}  {backend:12}  "
               f"{_human(s['memory']):>10}  {s['calls']:>8}  {s.get('queued', 0):>6}  "
               f"{s.get('state') or '-':9}  {(s.get('token') or '-')[:8]:8}  "
               f"{_checkpoint_column(s.get('checkpoint'), now):19}  "
