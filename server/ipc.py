@@ -1,6 +1,7 @@
 """IPC between the processes of one server: device memory that one session exports
 (cuIpcGetMemHandle) and another maps into its own address space (cuIpcOpenMemHandle), and
-events one records and another waits for (cuIpcGetEventHandle, cuIpcOpenEventHandle).
+events one records and another waits for (cuIpcGetEventHandle, cuIpcOpenEventHandle); the
+registry also holds the virtual memory API's exported physical memory (server/vmm_sharing.py).
 
 A handle is 64 bytes, as CUDA's: a marker, then 16 random bytes the server chose, which name
 the export in the server's registry. Like CUDA's, having the handle is what lets a process
@@ -27,17 +28,20 @@ from vgpu.errors import CudaError
 __all__ = ["IpcRegistry", "Export", "HANDLE_BYTES", "IPC_OPS"]
 
 HANDLE_BYTES = 64
-MARKERS = {"memory": b"vgpu-ipc-mem\0\0\0\0", "event": b"vgpu-ipc-event\0\0"}
+MARKERS = {"memory": b"vgpu-ipc-mem\0\0\0\0", "event": b"vgpu-ipc-event\0\0",
+           "vmm": b"vgpu-ipc-vmm\0\0\0\0"}
 
 
 @dataclass
 class Export:
     owner: object  # the exporting session (server.session.Session)
-    kind: str      # "memory" or "event"
-    key: int       # the allocation's base address there, or the event's handle
+    kind: str      # "memory", "event" or "vmm" (physical memory: server/vmm_sharing.py)
+    key: int       # the allocation's base address there, the event's handle, or the
+    #                physical memory's serial
     size: int      # bytes of memory (0 for an event)
     shared: object  # what the importer gets: the memory (the exporter's backend's
-    #                 SharedMemory) or the event's record (server.session.EventRecord)
+    #                 SharedMemory), the event's record (server.session.EventRecord), or
+    #                 the physical memory (server.vmm_sharing.SharedPhysical)
     flags: int = 0  # an event's
 
 

@@ -42,6 +42,7 @@ from .quotas import MemoryAccount, MemoryQuotas
 from .shared_allocations import SHARED_BYTES, SharedAllocations
 from .streams import Point, StreamLanes
 from .vmm import VMM_OPS, VirtualMemory
+from .vmm_sharing import VMM_SHARING_OPS
 
 __all__ = ["Session", "Capture", "OPS"]
 
@@ -450,6 +451,7 @@ class Session:
             self.recorder.finish()
         for handle, _ in self.contexts.items():
             self._destroy_context_resources(handle)
+        self.vmm.close()  # before the backend: the last holder of shared memory frees it
         self.memory.release_all()
         self.backend.close()
         if self.shared is not None:
@@ -477,12 +479,13 @@ class Session:
         """Refuse what a checkpoint cannot carry yet: host memory the client shares, device
         memory shared with other sessions (IPC)."""
         if self.ipc_opened or (self.ipc is not None and self.ipc.exports_of(self)) or \
-                any(e.record.shared for _, e in self.events.items()):
+                self.vmm.shares() or any(e.record.shared for _, e in self.events.items()):
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                             "the session shares device memory or events with other "
                             "processes (IPC: cuIpcGetMemHandle, cuIpcOpenMemHandle, "
-                            "cuIpcGetEventHandle, cuIpcOpenEventHandle), which cannot be "
-                            "checkpointed or moved")
+                            "cuIpcGetEventHandle, cuIpcOpenEventHandle, "
+                            "cuMemExportToShareableHandle, cuMemImportFromShareableHandle), "
+                            "which cannot be checkpointed or moved")
         if self.segments:
             raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                             "the session has pinned host memory mapped (cuMemHostAlloc or "
@@ -1476,6 +1479,7 @@ def _on_vmm(method: Callable) -> Callable:
 
 OPS.update({name: _on_vmm(method) for name, method in VMM_OPS.items()})
 OPS.update(IPC_OPS)
+OPS.update(VMM_SHARING_OPS)
 
 
 def _on_graphs(method: Callable) -> Callable:

@@ -12,7 +12,8 @@ is released and unmapped.
 
 Handles are the client's, like every object's; a handle lives while the program holds a
 reference to it (cuMemCreate, each cuMemRetainAllocationHandle) and its memory while a
-reference or a mapping is left. Errors are CUDA's: misuse is CUDA_ERROR_INVALID_VALUE, a
+reference or a mapping is left; memory exported to other sessions lives while any holds it
+(server/vmm_sharing.py). Errors are CUDA's: misuse is CUDA_ERROR_INVALID_VALUE, a
 location on another device CUDA_ERROR_INVALID_DEVICE, a mapping offset other than zero
 CUDA_ERROR_NOT_SUPPORTED.
 
@@ -32,6 +33,7 @@ from vgpu.errors import CudaError
 from vgpu.protocol import HOST_PAGE, VMM_GRANULARITY
 
 from .handles import HandleTable
+from .vmm_sharing import SharedPhysical, give_back
 
 __all__ = ["VirtualMemory", "VMM_OPS"]
 
@@ -60,6 +62,7 @@ class Physical:
     memory: object  # the backend's
     references: int = 1
     mappings: int = 0
+    shared: SharedPhysical | None = None  # exported or imported (server/vmm_sharing.py)
 
     def journal_fields(self) -> list:
         return [self.size, self.prop, self.references]
@@ -168,8 +171,32 @@ class VirtualMemory:
         only mapped) and, where given, `backing` as its memory (its contents)."""
         self._create(handle, size, prop, references, backing)
 
+    def adopt(self, handle: int, shared: SharedPhysical) -> None:
+        """Another session's physical memory as allocation `handle` of this one (imported:
+        server/vmm_sharing.py), held until it is released and unmapped here."""
+        self._create(handle, shared.size, shared.prop, 1, None, shared)
+
+    def share(self, physical: Physical) -> SharedPhysical:
+        """`physical` as memory other sessions may hold (exported)."""
+        if physical.shared is None:
+            physical.shared = SharedPhysical(physical.memory, physical.size, physical.prop)
+        return physical.shared
+
+    def shares(self) -> bool:
+        """Whether physical memory here is shared with other sessions (which a checkpoint
+        cannot carry)."""
+        return any(p.shared is not None for p in self.physical.values())
+
+    def close(self) -> None:
+        """The session ends: let go of the memory it shares (the rest goes with the
+        backend)."""
+        for physical in self.physical.values():
+            if physical.shared is not None:
+                give_back(self.session, physical.shared)
+        self._empty()
+
     def _create(self, handle: int, size: int, prop: list, references: int,
-                backing: bytearray | None) -> None:
+                backing: bytearray | None, shared: SharedPhysical | None = None) -> None:
         if size <= 0 or size % VMM_GRANULARITY:
             raise CudaError(CUDA_ERROR_INVALID_VALUE,
                             f"size {size} is not a positive multiple of the allocation "
@@ -180,14 +207,18 @@ class VirtualMemory:
             raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"out of device memory ({size} bytes)")
         if handle in self.physical:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"memory handle 0x{handle:x} is not new")
+        if references:
+            self.handles.check_new(handle)  # before anything is taken
         # Device memory like any allocation's: charged to the session's quotas (quotas.py).
         session.memory.charge(size)
         try:
-            memory = session.backend.create_physical(size, backing, device=int(prop[3]))
+            memory = shared.memory if shared is not None else \
+                session.backend.create_physical(size, backing, device=int(prop[3]))
         except BaseException:
             session.memory.release(size)
             raise
-        physical = Physical(handle, size, [int(v) for v in prop], memory, references)
+        physical = Physical(handle, size, [int(v) for v in prop], memory, references, 0,
+                            shared)
         if references:
             self.handles.add(handle, physical)
         self.physical[handle] = physical
@@ -224,7 +255,10 @@ class VirtualMemory:
             self.session.journal.created("memory", physical.handle, *physical.journal_fields())
             return
         del self.physical[physical.handle]
-        self.session.backend.release_physical(physical.memory)
+        if physical.shared is not None:
+            give_back(self.session, physical.shared)
+        else:
+            self.session.backend.release_physical(physical.memory)
         self.session.memory.release(physical.size)
         self.session.arena.hold(-physical.size)
         self.session.journal.destroyed("memory", physical.handle)

@@ -188,7 +188,10 @@ class Backend(abc.ABC):
 
     # Physical memory apart from addresses (CUDA's virtual memory API): made, mapped at
     # addresses (one piece at several, each place showing the same bytes), given access.
-    # A backend without it refuses the API.
+    # A backend without it refuses the API. One session's physical memory may be another's
+    # too (server/vmm_sharing.py): any session's backend of the server may map it, and the
+    # last session to hold it releases it with its own backend's release_physical, the
+    # maker's backend perhaps closed by then.
     def create_physical(self, size: int, contents: bytearray | None = None,
                         device: int = 0) -> object:
         """Physical memory of `size` bytes on device `device`, mapped nowhere: zero-filled,

@@ -9,6 +9,9 @@ answer: programs make them while they set memory up, where an error must come ba
 
 from __future__ import annotations
 
+import fcntl
+import os
+
 from vgpu.protocol import VMM_GRANULARITY
 
 from ._state import CudaError, E, Kind, api, check_out, ffi, ptr, state
@@ -18,6 +21,10 @@ __all__ = ["mapped_access"]
 CU_MEM_ALLOCATION_TYPE_PINNED = 1
 CU_MEM_LOCATION_TYPE_DEVICE = 1
 CU_MEM_HANDLE_TYPE_NONE, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 0, 1
+# CUDA's other shareable handle types (WIN32, WIN32_KMT, FABRIC): none is vgpu's.
+OTHER_HANDLE_TYPES = (0x2, 0x4, 0x8)
+EXPORT_BYTES = 64
+EXPORT_MARKER = b"vgpu-ipc-vmm\0\0\0\0"  # how the server's handles of them start
 CU_MEM_ALLOCATION_COMP_NONE = 0
 GRANULARITY_OPTIONS = (0, 1)  # CU_MEM_ALLOC_GRANULARITY_MINIMUM, _RECOMMENDED
 
@@ -165,3 +172,59 @@ def cuMemGetAccess(flags, location, address):
     if found is None or found[0] not in state.mappings:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"0x{address:x} is not mapped memory")
     flags[0] = state.mappings[found[0]]
+
+
+# Sharing physical memory with another process (server/vmm_sharing.py says how): the
+# shareable handle is a file descriptor of a sealed memory file holding the server's handle
+# of the export, which the program passes on as it would CUDA's (SCM_RIGHTS). Its contents
+# prove nothing by themselves: the server checks the handle.
+
+@api
+def cuMemExportToShareableHandle(shareable_handle, handle, handle_type, flags):
+    check_out(shareable_handle)
+    _check_flags(flags)
+    if handle_type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR:
+        # cuMemCreate allows no other type to be requested, and memory exports only as one
+        # its allocation requested.
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        f"handle type {handle_type} was not requested by the allocation "
+                        "(vgpu's exports are CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)")
+    exported, _ = state.conn().call("cuMemExportToShareableHandle", handle)
+    ffi.cast("int *", shareable_handle)[0] = _memory_file(bytes(exported))
+
+
+def _memory_file(data: bytes) -> int:
+    """A descriptor of a new memory file holding `data`, sealed so nobody changes it."""
+    fd = os.memfd_create("vgpu-vmm-export", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.write(fd, data)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK |
+                    fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@api
+def cuMemImportFromShareableHandle(handle, os_handle, handle_type):
+    check_out(handle)
+    state.require_init()
+    if handle_type in OTHER_HANDLE_TYPES:
+        raise CudaError(E.CUDA_ERROR_NOT_SUPPORTED,
+                        f"handle type {handle_type} is not supported: vgpu's shareable "
+                        "handles are POSIX file descriptors")
+    if handle_type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR:
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE, f"unknown handle type {handle_type}")
+    try:
+        exported = os.pread(int(ffi.cast("int", ptr(os_handle))), EXPORT_BYTES + 1, 0)
+    except OSError:  # no descriptor, or one of something that is no file
+        exported = b""
+    if len(exported) != EXPORT_BYTES or not exported.startswith(EXPORT_MARKER):
+        raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
+                        "the file descriptor is not of memory exported with "
+                        "cuMemExportToShareableHandle")
+    new = state.new_handle(Kind.MEMORY)
+    prop, _ = state.conn().call("cuMemImportFromShareableHandle", new, exported)
+    state.memory_devices[new] = prop[3]
+    handle[0] = new

@@ -135,6 +135,11 @@ def driver_pool_ipc(toolkit) -> Path:
 
 
 @pytest.fixture(scope="session")
+def driver_vmm_ipc(toolkit) -> Path:
+    return toolkit.c_program((HERE / "driver_vmm_ipc.c").read_text())
+
+
+@pytest.fixture(scope="session")
 def driver_ipc_ordered(toolkit) -> Path:
     return toolkit.c_program((HERE / "driver_ipc_ordered.c").read_text())
 

@@ -154,6 +154,20 @@ def test_exportable_pools_between_processes(run_on, driver_pool_ipc, stream_kern
     assert "driver_pool_ipc: the child added pool B's 2500 ints into pool A's" in result.stdout
 
 
+def test_virtual_memory_shared_through_a_file_descriptor(run_on, driver_vmm_ipc,
+                                                         stream_kernels_ptx):
+    """Two processes share physical memory of the virtual memory API, as memMapIPCDrv does:
+    the parent exports it as a file descriptor and sends it over a socket, the child imports
+    and maps it, both read and write it, and the child's hold keeps it after the parent
+    released it; misuse of either call gets CUDA's errors."""
+    result = run_on(driver_vmm_ipc, stream_kernels_ptx)
+    found = printed_checks(result)
+    wrong = {name: got for name, got in found.items() if got[0] != got[1]}
+    assert not wrong, f"(got, expected) per check: {wrong}\n{result.stderr}"
+    assert "failures 0" in result.stdout, result.stdout + result.stderr
+    assert len(found) == 48 and result.returncode == 0, result.stdout + result.stderr
+
+
 def test_ipc_in_order_between_processes_on_cuda(nested_cuda, driver_ipc_ordered,
                                                 stream_kernels_ptx):
     """Two processes of the nested cuda server share device memory (not at the start of a

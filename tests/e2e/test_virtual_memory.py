@@ -3,7 +3,8 @@
 allocations mapped, made accessible and run over by kernels, one allocation at two
 addresses (from cuda-python too), unmapping, releasing, misuse with CUDA's errors; memory
 touched without the access it needs faulting as on a GPU; a session using the API
-checkpointed, suspended, resumed and migrated; recording and replaying such a program."""
+checkpointed, suspended, resumed and migrated; recording and replaying such a program; an
+exported allocation's file descriptor importing only on its own server."""
 
 from __future__ import annotations
 
@@ -94,3 +95,31 @@ def test_a_recorded_program_using_the_api_replays_with_the_same_results(
     replayed = run_vgpu("replay", trace, "--check", timeout=TIMEOUT_S)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert "every result as recorded" in replayed.stdout
+
+
+def test_a_descriptor_imports_only_on_the_server_that_exported_it(server, tmp_path):
+    """The descriptor of exported memory (reached through /proc here, as another process
+    holding it) imports on the exporter's server; on another server, and as a memory file
+    that looks like one, it imports nothing: only the server's handle in it counts."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    sharing = PROGRAMS / "vmm_shareable_fd.py"
+    program = RunningProgram([sys.executable, sharing, "export", hold], TIMEOUT_S,
+                             VGPU_SERVER=server)
+    try:
+        _, pid, _, fd = program.wait_for("pid ").split()
+        imported = run_under_vgpu(server, sys.executable, str(sharing), "import", pid, fd,
+                                  timeout=TIMEOUT_S)
+        assert imported.stdout.split("\n")[:2] == [
+            "import CUDA_SUCCESS", "holds the exporter's bytes True"], imported.stderr
+        with emu_server(tmp_path) as other:
+            elsewhere = run_under_vgpu(other, sys.executable, str(sharing), "import", pid, fd,
+                                       timeout=TIMEOUT_S)
+        forged = run_under_vgpu(server, sys.executable, str(sharing), "forge",
+                                timeout=TIMEOUT_S)
+        for refused in (elsewhere, forged):
+            assert refused.stdout == "import CUDA_ERROR_INVALID_VALUE\n", refused.stderr
+        hold.unlink()
+        assert program.proc.wait(timeout=TIMEOUT_S) == 0, program.transcript()
+    finally:
+        program.stop()
