@@ -10,6 +10,7 @@ it). It ends when the server closes the channel or dies.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
@@ -30,6 +31,7 @@ class DeviceProcess:
 
     def __init__(self, name: str, staging: mmap.mmap) -> None:
         self._name = name
+        self._running = contextlib.ExitStack()
         self.backend: Backend | None = None
         self._staging = memoryview(staging)
         self._placed: dict[int, PlacedFile] = {}  # address -> a client's mapped buffer
@@ -41,6 +43,9 @@ class DeviceProcess:
         """Make the backend (its error, such as a missing driver, is the server's), and
         tell what the server's side needs to know of it besides its calls."""
         self.backend = backend = open_backend(self._name)
+        # This process's one thread runs every call: what the device needs set up on the
+        # thread (a GPU's current context) is set up once, for the process's life.
+        self._running.enter_context(backend.running())
         return {"name": backend.name, "launches_run_inline": backend.launches_run_inline,
                 "shares_address_space": backend.shares_address_space,
                 "own_device_runtime": backend.own_device_runtime,
@@ -79,6 +84,11 @@ class DeviceProcess:
         self._placed[address] = placed
         return unreached
 
+    def close(self) -> None:
+        if self.backend is not None:
+            self._running.close()
+            self.backend.close()
+
     def unmap(self, address: int) -> None:
         self.backend.unmap(address)
         placed = self._placed.pop(address, None)
@@ -101,8 +111,7 @@ def main(argv: list[str]) -> int:
     except ChannelClosed:
         pass
     finally:
-        if process.backend is not None:
-            process.backend.close()
+        process.close()
     return 0
 
 
