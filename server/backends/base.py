@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vgpu.errors import CudaError
 
-__all__ = ["Backend", "Cancelled", "DeviceDescription", "HostEvent", "KernelDescription",
-           "KernelFault", "LoadedModule", "SharedMemory"]
+__all__ = ["Backend", "Cancelled", "DeviceDescription", "FileDescriptor", "HostEvent",
+           "KernelDescription", "KernelFault", "LoadedModule", "SharedMemory"]
 
 CUDA_ERROR_INVALID_HANDLE = 400
 CUDA_ERROR_NOT_SUPPORTED = 801
@@ -84,6 +85,29 @@ class SharedMemory:
     lead: int = 0
     span: int = 0  # 0: `size`
     alignment: int | None = None
+
+
+class FileDescriptor:
+    """An open file descriptor that is this object's to close (at `close`, or when it is
+    collected), unless `take` hands it on. One that goes to another process with a call
+    (backends/process_channel.py) arrives there as a descriptor of that process's own."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def take(self) -> int:
+        """The descriptor, now the caller's to close."""
+        fd, self.fd = self.fd, -1
+        return fd
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.take())
+
+    def __del__(self) -> None:
+        self.close()
 
 
 @dataclass
@@ -199,6 +223,18 @@ class Backend(abc.ABC):
         memory)."""
         raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                         f"the {self.name} backend has no virtual memory management")
+
+    def export_physical(self, physical: object) -> tuple[object, int, int]:
+        """`physical` as a backend in another process can import it (import_physical):
+        (what identifies it there, such as a FileDescriptor; its size; its device)."""
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                        f"the {self.name} backend's memory cannot go to another process")
+
+    def import_physical(self, shared: object, size: int, device: int) -> object:
+        """Another process's physical memory (its export_physical), as this backend's own:
+        mapped and released as if made here (releasing lets go of this process's hold)."""
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                        f"the {self.name} backend cannot import another process's memory")
 
     def read_physical(self, physical: object, offset: int, out: memoryview) -> None:
         """Copy physical memory from `offset` into `out` (a checkpoint's copy)."""

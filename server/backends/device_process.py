@@ -20,8 +20,8 @@ import sys
 
 from ..client_files import PlacedFile
 from . import open_backend
-from .base import Backend
-from .process_channel import ChannelClosed, Endpoint, FileDescriptor
+from .base import Backend, FileDescriptor
+from .process_channel import ChannelClosed, Endpoint
 
 _PR_SET_PDEATHSIG = 1
 
@@ -73,9 +73,10 @@ class DeviceProcess:
         nothing else is, and shown to the device there."""
         placed = PlacedFile.place(file.fd, size, address)
         if placed is None:
-            os.close(file.fd)
+            file.close()
             return (f"the client's address 0x{address:x} is not free in the session's "
                     "device process, where the device would have to see the buffer")
+        file.take()  # the placed map keeps it
         try:
             unreached = self.backend.map_host(address, size, memoryview(placed.buffer))
         except BaseException:

@@ -27,8 +27,9 @@ from collections.abc import Callable
 
 from vgpu.errors import CudaError
 
-from .base import Backend, Cancelled, DeviceDescription, KernelFault, LoadedModule, SharedMemory
-from .process_channel import ChannelClosed, Endpoint, FileDescriptor, ForeignObject, RemoteObject
+from .base import (Backend, Cancelled, DeviceDescription, FileDescriptor, KernelFault,
+                   LoadedModule, SharedMemory)
+from .process_channel import ChannelClosed, Endpoint, ForeignObject, RemoteObject
 
 __all__ = ["IsolatedBackend"]
 
@@ -58,9 +59,11 @@ class IsolatedBackend(Backend):
         self._lost: str | None = None  # why the device process ended, if it did
         self._arena: tuple | None = None
         self._strict = False
-        # address -> (the buffer as the server maps it, its memory file or -1)
-        self._host: dict[int, tuple[memoryview, int]] = {}
+        # address -> (the buffer as the server maps it, its memory file where it has one)
+        self._host: dict[int, tuple[memoryview, FileDescriptor | None]] = {}
         self._imports: set[int] = set()  # IPC mappings: a recovery loses them
+        # Other sessions' physical memory imported here: id(theirs) -> (theirs, ours)
+        self._adopted: dict[int, tuple[RemoteObject, RemoteObject]] = {}
         self._lost_mappings: set[int] = set()
         self._description: DeviceDescription | None = None
         self._descriptions: dict[int, DeviceDescription] = {}
@@ -172,21 +175,21 @@ class IsolatedBackend(Backend):
             self._stop()
             self._lost_mappings |= self._imports
             self._imports.clear()
+            self._adopted.clear()
             self._start()
             if self._arena is not None:
                 self._call("attach_arena", *self._arena)
             self._call("set_memcheck", self._strict)
             for address, (view, file) in self._host.items():
-                if file >= 0:
-                    self._call("map_host_file", address, len(view),
-                               FileDescriptor(file))
+                if file is not None:
+                    self._call("map_host_file", address, len(view), file)
 
     # ----------------------------------------------------------------- memory
 
     def map(self, address: int, size: int, backing: memoryview | None = None,
             device: int = 0) -> None:
         if backing is not None:
-            self._host[address] = (memoryview(backing).cast("B"), -1)
+            self._host[address] = (memoryview(backing).cast("B"), None)
             return
         self._call("map", address, size, None, device)
 
@@ -194,16 +197,16 @@ class IsolatedBackend(Backend):
                  file: int | None = None) -> str | None:
         view = memoryview(buffer).cast("B")
         if file is None:
-            self._host[address] = (view, -1)
+            self._host[address] = (view, None)
             return ("the server has no memory file of the buffer to show to the session's "
                     "device process")
-        kept = os.dup(file)
+        kept = FileDescriptor(os.dup(file))
         self._host[address] = (view, kept)
         try:
-            return self._call("map_host_file", address, size, FileDescriptor(kept))
+            return self._call("map_host_file", address, size, kept)
         except BaseException:
             self._host.pop(address)
-            os.close(kept)
+            kept.close()
             raise
 
     def unmap(self, address: int) -> None:
@@ -211,9 +214,9 @@ class IsolatedBackend(Backend):
         if host is not None:
             view, file = host
             view.release()
-            if file < 0:
+            if file is None:
                 return
-            os.close(file)
+            file.close()
         if address in self._lost_mappings:
             self._lost_mappings.discard(address)
             return
@@ -315,13 +318,41 @@ class IsolatedBackend(Backend):
                      physical=physical)
 
     def map_physical(self, address: int, size: int, physical: object) -> None:
-        self._call("map_physical", address, size, physical)
+        self._call("map_physical", address, size, self._own_physical(physical))
+
+    def _own_physical(self, physical: object) -> object:
+        """`physical`, or this process's import of it where another session's device process
+        made it (memory shared between sessions: server/vmm_sharing.py)."""
+        owner = self._foreign(physical)
+        if owner is None:
+            return physical
+        key = id(physical)
+        if key not in self._adopted:
+            shared, size, device = owner._call("export_physical", physical)
+            try:
+                imported = self._call("import_physical", shared, size, device)
+            except ForeignObject:
+                raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                                "memory of another session's device process cannot be "
+                                "mapped here: the device does not export it") from None
+            # (the foreign object is kept with its import: its id stays unique meanwhile)
+            self._adopted[key] = (physical, imported)
+        return self._adopted[key][1]
 
     def set_access(self, address: int, access: int) -> None:
         self._call("set_access", address, access)
 
     def release_physical(self, physical: object) -> None:
-        self._call("release_physical", physical)
+        owner = self._foreign(physical)
+        if owner is None:
+            self._call("release_physical", physical)
+            return
+        # The last session holding shared memory lets go of it: of this process's import,
+        # and of the maker's memory (if its process is still there).
+        adopted = self._adopted.pop(id(physical), None)
+        if adopted is not None:
+            self._call("release_physical", adopted[1])
+        owner.release_physical(physical)
 
     # ----------------------------------------------------------------- modules, launches
 
@@ -362,10 +393,11 @@ class IsolatedBackend(Backend):
     def create_event(self, device: int, timing: bool) -> object:
         return self._call("create_event", device, timing)
 
-    def _foreign(self, event: object) -> IsolatedBackend | None:
-        """The backend of another session whose event `event` is (IPC), or None."""
-        if isinstance(event, RemoteObject) and event.endpoint is not self._endpoint:
-            return event.endpoint.owner
+    def _foreign(self, thing: object) -> IsolatedBackend | None:
+        """The backend of another session whose object `thing` is (an IPC event, shared
+        physical memory), or None."""
+        if isinstance(thing, RemoteObject) and thing.endpoint is not self._endpoint:
+            return thing.endpoint.owner
         return None
 
     def record_event(self, event: object, stream: int) -> None:
@@ -374,7 +406,11 @@ class IsolatedBackend(Backend):
     def wait_event(self, stream: int, event: object) -> None:
         owner = self._foreign(event)
         if owner is not None:
-            # Another process's event: the wait is the server's, for the device's.
+            # Another process's event: the server waits for it, in place of the device. The
+            # work this session queued before goes to the device first (a query sends it
+            # where a driver holds queued work back, as vgpu's own does), since what the
+            # event waits for may wait for it.
+            self._call("work_done")
             owner.synchronize_event(event)
             return
         self._call("wait_event", stream, event)
@@ -431,8 +467,8 @@ class IsolatedBackend(Backend):
             self._staging.close()
             for view, file in self._host.values():
                 view.release()
-                if file >= 0:
-                    os.close(file)
+                if file is not None:
+                    file.close()
             self._host.clear()
 
 

@@ -23,9 +23,10 @@ import socket
 import struct
 from typing import Any
 
-from .base import DeviceDescription, KernelDescription, LoadedModule, SharedMemory
+from .base import (DeviceDescription, FileDescriptor, KernelDescription, LoadedModule,
+                   SharedMemory)
 
-__all__ = ["ChannelClosed", "Endpoint", "FileDescriptor", "ForeignObject", "RemoteObject"]
+__all__ = ["ChannelClosed", "Endpoint", "ForeignObject", "RemoteObject"]
 
 _HEADER = struct.Struct("<QB")  # payload length, descriptors passed with the header
 _MAX_FDS = 64
@@ -35,16 +36,6 @@ _DATACLASSES = frozenset({DeviceDescription, KernelDescription, LoadedModule, Sh
 
 class ChannelClosed(Exception):
     """The other process is gone (it exited, was killed, or closed its end)."""
-
-
-class FileDescriptor:
-    """An open descriptor that travels to the other process with a message; the receiver
-    gets a descriptor of its own for the same file and must close it."""
-
-    __slots__ = ("fd",)
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
 
 
 @dataclasses.dataclass(frozen=True)
