@@ -134,7 +134,8 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
             os.makedirs(self.record_dir, exist_ok=True)
         if devices is not None and not 1 <= devices <= MAX_DEVICES:
             raise ValueError(f"--devices must be between 1 and {MAX_DEVICES}")
-        probe = open_backend(backend, session_processes)  # fail now, not at the first client, if it cannot start
+        # Fail now, not at the first client, if the backend cannot start.
+        probe = open_backend(backend, session_processes)
         try:
             # How many devices the server offers (see Session): on a backend that drives
             # devices (cuda), all of them or the first N; emu's are views of one, 1 or N.

@@ -27,8 +27,15 @@ from collections.abc import Callable
 
 from vgpu.errors import CudaError
 
-from .base import (Backend, Cancelled, DeviceDescription, FileDescriptor, KernelFault,
-                   LoadedModule, SharedMemory)
+from .base import (
+    Backend,
+    Cancelled,
+    DeviceDescription,
+    FileDescriptor,
+    KernelFault,
+    LoadedModule,
+    SharedMemory,
+)
 from .process_channel import ChannelClosed, Endpoint, ForeignObject, RemoteObject
 
 __all__ = ["IsolatedBackend"]

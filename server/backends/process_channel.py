@@ -23,8 +23,7 @@ import socket
 import struct
 from typing import Any
 
-from .base import (DeviceDescription, FileDescriptor, KernelDescription, LoadedModule,
-                   SharedMemory)
+from .base import DeviceDescription, FileDescriptor, KernelDescription, LoadedModule, SharedMemory
 
 __all__ = ["ChannelClosed", "Endpoint", "ForeignObject", "RemoteObject"]
 
