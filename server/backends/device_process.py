@@ -5,13 +5,14 @@ STAGING_FD STAGING_BYTES`).
 It serves the backend's calls over the channel (process_channel.py), and a few of its own
 that need this process's side: copies through the staging file both processes map, and a
 client's pinned buffer mapped here at the client's address (where a GPU's kernels reach
-it). It ends when the server closes the channel or dies.
+it). Before its first call it loads what the backend needs (modules, the driver), so that a
+spare process started ahead of a session has done so by the time the session comes. It
+ends when the server closes the channel, or dies (its end of the socket closes with it).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import mmap
 import os
 import signal
@@ -22,8 +23,6 @@ from ..client_files import PlacedFile
 from . import open_backend
 from .base import Backend, FileDescriptor
 from .process_channel import ChannelClosed, Endpoint
-
-_PR_SET_PDEATHSIG = 1
 
 
 class DeviceProcess:
@@ -97,12 +96,22 @@ class DeviceProcess:
             placed.close()
 
 
+def warm_up(name: str) -> None:
+    """Load the backend's code, and a GPU's driver, ahead of the session."""
+    if name == "cuda":
+        from .cuda import cuda_usable
+
+        cuda_usable()  # its failure is open()'s to report
+    else:
+        from . import emu  # noqa: F401
+
+
 def main(argv: list[str]) -> int:
     sock_fd, name, staging_fd, staging_bytes = argv
     # The server's process group gets a terminal's Ctrl-C: the server ends its sessions,
-    # and with them this process, itself. Were the server killed, this process goes too.
+    # and with them this process, itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    warm_up(name)
     sock = socket.socket(fileno=int(sock_fd))
     staging = mmap.mmap(int(staging_fd), int(staging_bytes))
     os.close(int(staging_fd))

@@ -79,21 +79,10 @@ class IsolatedBackend(Backend):
     # ----------------------------------------------------------------- the process
 
     def _start(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        staging_fd = os.memfd_create("vgpu-staging", os.MFD_CLOEXEC)
-        try:
-            os.ftruncate(staging_fd, STAGING_BYTES)
-            self._staging = mmap.mmap(staging_fd, STAGING_BYTES)
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "vgpu.server.backends.device_process",
-                 str(theirs.fileno()), self._inner_name, str(staging_fd), str(STAGING_BYTES)],
-                pass_fds=(theirs.fileno(), staging_fd), stdin=subprocess.DEVNULL,
-                env=self._environment())
-        finally:
-            theirs.close()
-            os.close(staging_fd)
-        self._endpoint = Endpoint(ours, None, owner=self)
-        self._socket = ours
+        self._device = device = _spares.take(self._inner_name)
+        self._process, self._socket, self._staging = device.process, device.socket, \
+            device.staging
+        self._endpoint = Endpoint(device.socket, None, owner=self)
         self._lost = None
         traits = self._call("open")
         self.name = traits["name"]
@@ -102,24 +91,9 @@ class IsolatedBackend(Backend):
         self.own_device_runtime = traits["own_device_runtime"]
         self.pid = traits["pid"]
 
-    def _environment(self) -> dict[str, str]:
-        """The server's environment, and the emulator's settings as the server has them
-        (`--compile`, `--threads`)."""
-        environment = dict(os.environ)
-        if self._inner_name == "emu":
-            from ..emu import native
-
-            environment["VGPU_EMU_COMPILE"] = "1" if native.enabled() else "0"
-            environment["VGPU_EMU_THREADS"] = str(native.threads())
-        return environment
-
     def _stop(self) -> None:
         """End the device process now (its device work with it)."""
-        if self._process.poll() is None:
-            self._process.kill()
-        self._process.wait()
-        self._socket.close()
-        self._staging.close()
+        self._device.end()
 
     def _call(self, method: str, *args, **kwargs):
         return self._on(None, method, args, kwargs)
@@ -465,18 +439,85 @@ class IsolatedBackend(Backend):
     def close(self) -> None:
         """Close the channel: the device process gives the device back and exits."""
         with self._lock:
-            self._socket.close()
-            try:
-                self._process.wait(CLOSE_WAIT_S)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-            self._staging.close()
+            self._device.end(CLOSE_WAIT_S)
             for view, file in self._host.values():
                 view.release()
                 if file is not None:
                     file.close()
             self._host.clear()
+
+
+class _Spawned:
+    """A device process started for backend `name`, with the server's end of its channel
+    and the staging file they share."""
+
+    def __init__(self, name: str) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        staging_fd = os.memfd_create("vgpu-staging", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(staging_fd, STAGING_BYTES)
+            self.staging = mmap.mmap(staging_fd, STAGING_BYTES)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "vgpu.server.backends.device_process",
+                 str(theirs.fileno()), name, str(staging_fd), str(STAGING_BYTES)],
+                pass_fds=(theirs.fileno(), staging_fd), stdin=subprocess.DEVNULL,
+                env=_environment(name))
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+            os.close(staging_fd)
+        self.socket = ours
+
+    def end(self, patience: float = 0.0) -> None:
+        """Close the channel (the process gives its device back and exits); kill it if it
+        has not within `patience` seconds."""
+        self.socket.close()
+        try:
+            self.process.wait(patience)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.staging.close()
+
+
+def _environment(name: str) -> dict[str, str]:
+    """The server's environment, and the emulator's settings as the server has them
+    (`--compile`, `--threads`)."""
+    environment = dict(os.environ)
+    if name == "emu":
+        from ..emu import native
+
+        environment["VGPU_EMU_COMPILE"] = "1" if native.enabled() else "0"
+        environment["VGPU_EMU_THREADS"] = str(native.threads())
+    return environment
+
+
+class _Spares:
+    """A device process started ahead for each backend, so that a new session, or one
+    recovering from a fault, does not wait for a process to load its modules and driver
+    (a few tenths of a second on the emulator; a GPU's driver takes longer)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ready: dict[str, _Spawned] = {}
+
+    def take(self, name: str) -> _Spawned:
+        with self._lock:
+            spare = self._ready.pop(name, None)
+        if spare is not None and spare.process.poll() is not None:
+            spare.end()
+            spare = None
+        if spare is None:
+            spare = _Spawned(name)
+        with self._lock:
+            if name not in self._ready:
+                self._ready[name] = _Spawned(name)
+        return spare
+
+
+_spares = _Spares()
 
 
 class _Launcher:
