@@ -53,10 +53,10 @@ class DeviceProcess:
     def write_staged(self, address: int, size: int) -> None:
         self.backend.write(address, self._staging[:size])
 
-    def read_bytes(self, address: int, size: int) -> bytearray:
+    def read_bytes(self, address: int, size: int) -> bytes:
         out = bytearray(size)
         self.backend.read_into(address, memoryview(out))
-        return out
+        return bytes(out)
 
     def read_staged(self, address: int, size: int) -> None:
         self.backend.read_into(address, self._staging[:size])

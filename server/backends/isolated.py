@@ -103,6 +103,11 @@ class IsolatedBackend(Backend):
             if self._lost is None:
                 try:
                     return self._endpoint.call(target, method, args, kwargs)
+                except ForeignObject:
+                    raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                                    f"the {self.name} backend's sessions run in processes "
+                                    "of their own, and this object of another session's "
+                                    "cannot be used in this one") from None
                 except ChannelClosed as exc:
                     code = self._process.wait()
                     self._lost = (f"the session's device process ended ({exc}; exit status "
@@ -208,12 +213,7 @@ class IsolatedBackend(Backend):
         return self._call("export_memory", address, size)
 
     def import_memory(self, address: int, shared: SharedMemory) -> None:
-        try:
-            self._call("import_memory", address, shared)
-        except ForeignObject:
-            raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
-                            f"the {self.name} backend's sessions run in processes of their "
-                            "own, and this memory cannot be shared between them") from None
+        self._call("import_memory", address, shared)
         self._imports.add(address)
 
     def host_view(self, address: int, size: int, writing: bool = True) -> memoryview | None:
@@ -310,12 +310,7 @@ class IsolatedBackend(Backend):
         key = id(physical)
         if key not in self._adopted:
             shared, size, device = owner._call("export_physical", physical)
-            try:
-                imported = self._call("import_physical", shared, size, device)
-            except ForeignObject:
-                raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
-                                "memory of another session's device process cannot be "
-                                "mapped here: the device does not export it") from None
+            imported = self._call("import_physical", shared, size, device)
             # (the foreign object is kept with its import: its id stays unique meanwhile)
             self._adopted[key] = (physical, imported)
         return self._adopted[key][1]

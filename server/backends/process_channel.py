@@ -29,7 +29,7 @@ __all__ = ["ChannelClosed", "Endpoint", "ForeignObject", "RemoteObject"]
 
 _HEADER = struct.Struct("<QB")  # payload length, descriptors passed with the header
 _MAX_FDS = 64
-_SCALARS = frozenset({type(None), bool, int, float, str, bytes, bytearray})
+_SCALARS = frozenset({type(None), bool, int, float, str, bytes})
 _DATACLASSES = frozenset({DeviceDescription, KernelDescription, LoadedModule, SharedMemory})
 
 
