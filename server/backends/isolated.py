@@ -45,6 +45,7 @@ CUDA_ERROR_LAUNCH_FAILED = 719
 STAGING_BYTES = 8 << 20  # bulk copies go through the staging file in pieces of this size
 INLINE_BYTES = 64 << 10  # smaller copies travel in the call's message
 CLOSE_WAIT_S = 10.0  # how long a closing device process may take to give the device back
+SPARE_DELAY_S = 1.0  # after a spare is taken, when the next one starts
 # Calls that only give something back: once the process is gone, what they would release
 # went with it, and they succeed.
 _RELEASES = frozenset({"unmap", "unload_module", "release_physical", "destroy_event",
@@ -466,15 +467,24 @@ class _Spawned:
         self.socket = ours
 
     def end(self, patience: float = 0.0) -> None:
-        """Close the channel (the process gives its device back and exits); kill it if it
-        has not within `patience` seconds."""
+        """Close the channel: the process gives its device back and exits, or is killed if
+        it has not within `patience` seconds (without patience, at once). A patient end is
+        waited for on a thread of its own: the server goes on meanwhile."""
         self.socket.close()
+        self.staging.close()
+        if patience:
+            threading.Thread(target=self._reap, args=(patience,), daemon=True,
+                             name="vgpu-device-process-end").start()
+        else:
+            self.process.kill()
+            self.process.wait()
+
+    def _reap(self, patience: float) -> None:
         try:
             self.process.wait(patience)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        self.staging.close()
 
 
 def _environment(name: str) -> dict[str, str]:
@@ -506,10 +516,17 @@ class _Spares:
             spare = None
         if spare is None:
             spare = _Spawned(name)
+        # The next spare starts a little later: loading its modules takes a core for a
+        # few tenths of a second, which the session that starts now should have.
+        replace = threading.Timer(SPARE_DELAY_S, self._replenish, args=(name,))
+        replace.daemon = True
+        replace.start()
+        return spare
+
+    def _replenish(self, name: str) -> None:
         with self._lock:
             if name not in self._ready:
                 self._ready[name] = _Spawned(name)
-        return spare
 
 
 _spares = _Spares()
