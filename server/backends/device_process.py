@@ -13,6 +13,7 @@ ends when the server closes the channel, or dies (its end of the socket closes w
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import mmap
 import os
 import signal
@@ -45,6 +46,11 @@ class DeviceProcess:
         # This process's one thread runs every call: what the device needs set up on the
         # thread (a GPU's current context) is set up once, for the process's life.
         self._running.enter_context(backend.running())
+        if backend.host_buffers_at_client_addresses:
+            # A GPU copies page-locked memory by DMA: the staging file is registered as
+            # such, so that copies through it need no copy of the driver's own.
+            base = ctypes.addressof(ctypes.c_char.from_buffer(self._staging))
+            backend.map_host(base, len(self._staging), self._staging)
         return {"name": backend.name, "launches_run_inline": backend.launches_run_inline,
                 "shares_address_space": backend.shares_address_space,
                 "own_device_runtime": backend.own_device_runtime,
@@ -52,6 +58,19 @@ class DeviceProcess:
 
     def write_staged(self, address: int, size: int) -> None:
         self.backend.write(address, self._staging[:size])
+
+    def write_from_host(self, address: int, host: int, size: int) -> None:
+        """Copy from a client's page-locked buffer mapped here (map_host_file)."""
+        self.backend.write(address, self._host_bytes(host, size))
+
+    def read_to_host(self, address: int, host: int, size: int) -> None:
+        self.backend.read_into(address, self._host_bytes(host, size))
+
+    def _host_bytes(self, host: int, size: int) -> memoryview:
+        for start, placed in self._placed.items():
+            if start <= host and host + size <= start + len(placed):
+                return memoryview(placed.buffer).cast("B")[host - start:host - start + size]
+        raise ValueError(f"0x{host:x}+{size} is not in a host buffer mapped here")
 
     def read_bytes(self, address: int, size: int) -> bytes:
         out = bytearray(size)
@@ -113,8 +132,9 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     warm_up(name)
     sock = socket.socket(fileno=int(sock_fd))
+    # (its descriptor stays open: a driver that shares registered memory with another
+    # process, as vgpu's own does, finds the file of a mapping through it)
     staging = mmap.mmap(int(staging_fd), int(staging_bytes))
-    os.close(int(staging_fd))
     process = DeviceProcess(name, staging)
     try:
         Endpoint(sock, process).serve()

@@ -25,6 +25,8 @@ import sys
 import threading
 from collections.abc import Callable
 
+import numpy as np
+
 from vgpu.errors import CudaError
 
 from .base import (
@@ -228,6 +230,10 @@ class IsolatedBackend(Backend):
         host = self.host_view(address, len(data))
         if host is not None:
             host[:] = data
+            return
+        shown = self._shown_at(data)
+        if shown is not None:
+            self._call("write_from_host", address, shown, len(data))
         elif len(data) <= INLINE_BYTES:
             self._call("write", address, data)
         else:
@@ -238,10 +244,27 @@ class IsolatedBackend(Backend):
         host = self.host_view(address, len(out))
         if host is not None:
             out[:] = host
+            return
+        shown = self._shown_at(out)
+        if shown is not None:
+            self._call("read_to_host", address, shown, len(out))
         elif len(out) <= INLINE_BYTES:
             out[:] = self._call("read_bytes", address, len(out))
         else:
             self._staged("read_staged", address, out, reading=True)
+
+    def _shown_at(self, data: memoryview) -> int | None:
+        """Where the device process has `data`, when it lies in a client's page-locked
+        buffer mapped there too: a copy from or to it goes straight between the device and
+        that memory (by DMA on a GPU, where it is registered), with nothing staged."""
+        if not data:
+            return None
+        start = _address_of(data)
+        for address, (view, file) in self._host.items():
+            base = _address_of(view)
+            if file is not None and base <= start and start + len(data) <= base + len(view):
+                return address + start - base
+        return None
 
     def _staged(self, method: str, address: int, data: memoryview, *, reading: bool = False,
                 physical: RemoteObject | None = None) -> None:
@@ -441,6 +464,11 @@ class IsolatedBackend(Backend):
                 if file is not None:
                     file.close()
             self._host.clear()
+
+
+def _address_of(view: memoryview) -> int:
+    """The address of a view's first byte in this process (read-only views too)."""
+    return int(np.frombuffer(view, dtype=np.uint8).ctypes.data)
 
 
 class _Spawned:

@@ -196,3 +196,28 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_copies_between_device_memory_and_a_shown_host_buffer(backends):
+    """Copies whose host side lies in a client's page-locked buffer (which the device
+    process maps too) go straight between it and the device, large ones included."""
+    backend = backends()
+    size = 12 * MIB  # more than the staging file's piece
+    fd = sealed_file("pinned", size)
+    mapping = mmap.mmap(fd, size)
+    view = memoryview(mapping)
+    try:
+        assert backend.map_host(0x7100_0000_0000, size, view, fd) is None
+        device = ARENA_BASE
+        backend.map(device, size)
+        pattern = bytes(range(256)) * (size // 256)
+        view[:] = pattern
+        backend.write(device, view[MIB:])
+        view[:] = bytes(size)
+        backend.read_into(device, view[:size - MIB])
+        assert view[:size - MIB] == pattern[MIB:]
+    finally:
+        backend.unmap(0x7100_0000_0000)
+        view.release()
+        mapping.close()
+        os.close(fd)
