@@ -2,8 +2,8 @@
 
 On a GPU, a device-side fault (an illegal address, a trap) is kept by NVIDIA's driver for
 the whole process, for good: every context of the process fails from then on, and no new
-one can be made (measured on an H200). A server that ran every session's device work in its
-own process would lose all its sessions, and the GPU, to one program's fault. Here each
+one can be made (measured on an H200). A server that ran every session's device work in the
+server's process would lose all its sessions, and the GPU, to one program's fault. Here each
 session's backend runs in a device process of its own (device_process.py), behind this
 proxy: a fault ends only that process's use of the GPU, and the session's recovery
 (cudaDeviceReset after the fault) starts a fresh process. Ending a session can kill its
@@ -63,7 +63,7 @@ class IsolatedBackend(Backend):
     host_buffers_at_client_addresses = True
 
     def __init__(self, name: str) -> None:
-        self._inner_name = name
+        self._inner_name = self.name = name
         self._lock = threading.RLock()
         self._cancelled = False
         self._lost: str | None = None  # why the device process ended, if it did
@@ -87,7 +87,11 @@ class IsolatedBackend(Backend):
             device.staging
         self._endpoint = Endpoint(device.socket, None, owner=self)
         self._lost = None
-        traits = self._call("open")
+        try:
+            traits = self._call("open")
+        except BaseException:
+            self._stop()
+            raise
         self.name = traits["name"]
         self.launches_run_inline = traits["launches_run_inline"]
         self.shares_address_space = traits["shares_address_space"]
@@ -112,9 +116,8 @@ class IsolatedBackend(Backend):
                                     "of their own, and this object of another session's "
                                     "cannot be used in this one") from None
                 except ChannelClosed as exc:
-                    code = self._process.wait()
                     self._lost = (f"the session's device process ended ({exc}; exit status "
-                                  f"{code})")
+                                  f"{self._exit_status()})")
             if self._cancelled:
                 if method in _RELEASES or method == "synchronize":
                     return None
@@ -122,6 +125,14 @@ class IsolatedBackend(Backend):
             if method in _RELEASES:
                 return None
             raise KernelFault(CUDA_ERROR_LAUNCH_FAILED, self._lost)
+
+    def _exit_status(self) -> int:
+        """The ended process's exit status (a negative signal number if it was killed)."""
+        try:
+            return self._process.wait(CLOSE_WAIT_S)
+        except subprocess.TimeoutExpired:  # it closed the channel but does not end
+            self._process.kill()
+            return self._process.wait()
 
     def _on_remote(self, remote: RemoteObject, args: tuple, kwargs: dict):
         """Call an object of the device process (a launcher)."""
