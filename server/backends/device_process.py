@@ -86,14 +86,17 @@ class DeviceProcess:
     def read_physical_staged(self, physical: object, offset: int, size: int) -> None:
         self.backend.read_physical(physical, offset, self._staging[:size])
 
-    def map_host_file(self, address: int, size: int, file: FileDescriptor) -> str | None:
+    def map_host_file(self, address: int, size: int, file: FileDescriptor
+                      ) -> tuple[bool, str | None]:
         """A client's pinned buffer (the memory file `file`), mapped here at `address` where
-        nothing else is, and shown to the device there."""
+        nothing else is, and shown to the device there: (whether it is mapped here, None
+        when kernels reach it or else why they do not)."""
         placed = PlacedFile.place(file.fd, size, address)
         if placed is None:
             file.close()
-            return (f"the client's address 0x{address:x} is not free in the session's "
-                    "device process, where the device would have to see the buffer")
+            return False, (f"the client's address 0x{address:x} is not free in the "
+                           "session's device process, where the device would have to see "
+                           "the buffer")
         file.take()  # the placed map keeps it
         try:
             unreached = self.backend.map_host(address, size, memoryview(placed.buffer))
@@ -101,7 +104,7 @@ class DeviceProcess:
             placed.close()
             raise
         self._placed[address] = placed
-        return unreached
+        return True, unreached
 
     def close(self) -> None:
         if self.backend is not None:

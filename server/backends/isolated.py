@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -69,8 +70,7 @@ class IsolatedBackend(Backend):
         self._lost: str | None = None  # why the device process ended, if it did
         self._arena: tuple | None = None
         self._strict = False
-        # address -> (the buffer as the server maps it, its memory file where it has one)
-        self._host: dict[int, tuple[memoryview, FileDescriptor | None]] = {}
+        self._host: dict[int, _HostBuffer] = {}  # clients' page-locked buffers, by address
         self._imports: set[int] = set()  # IPC mappings: a recovery loses them
         # Other sessions' physical memory imported here: id(theirs) -> (theirs, ours)
         self._adopted: dict[int, tuple[RemoteObject, RemoteObject]] = {}
@@ -180,43 +180,41 @@ class IsolatedBackend(Backend):
             if self._arena is not None:
                 self._call("attach_arena", *self._arena)
             self._call("set_memcheck", self._strict)
-            for address, (view, file) in self._host.items():
-                if file is not None:
-                    self._call("map_host_file", address, len(view), file)
+            for address, host in self._host.items():
+                if host.file is not None:
+                    host.shown, _ = self._call("map_host_file", address, len(host.view),
+                                               host.file)
 
     # ----------------------------------------------------------------- memory
 
     def map(self, address: int, size: int, backing: memoryview | None = None,
             device: int = 0) -> None:
         if backing is not None:
-            self._host[address] = (memoryview(backing).cast("B"), None)
+            self._host[address] = _HostBuffer(memoryview(backing).cast("B"))
             return
         self._call("map", address, size, None, device)
 
     def map_host(self, address: int, size: int, buffer: memoryview,
                  file: int | None = None) -> str | None:
-        view = memoryview(buffer).cast("B")
+        host = self._host[address] = _HostBuffer(memoryview(buffer).cast("B"))
         if file is None:
-            self._host[address] = (view, None)
             return ("the server has no memory file of the buffer to show to the session's "
                     "device process")
-        kept = FileDescriptor(os.dup(file))
-        self._host[address] = (view, kept)
+        host.file = FileDescriptor(os.dup(file))
         try:
-            return self._call("map_host_file", address, size, kept)
+            host.shown, unreached = self._call("map_host_file", address, size, host.file)
         except BaseException:
             self._host.pop(address)
-            kept.close()
+            host.file.close()
             raise
+        return unreached
 
     def unmap(self, address: int) -> None:
         host = self._host.pop(address, None)
         if host is not None:
-            view, file = host
-            view.release()
-            if file is None:
+            host.release()
+            if not host.shown:
                 return
-            file.close()
         if address in self._lost_mappings:
             self._lost_mappings.discard(address)
             return
@@ -231,9 +229,9 @@ class IsolatedBackend(Backend):
         self._imports.add(address)
 
     def host_view(self, address: int, size: int, writing: bool = True) -> memoryview | None:
-        for start, (view, _) in self._host.items():
-            if start <= address and address + size <= start + len(view):
-                return view[address - start:address - start + size]
+        for start, host in self._host.items():
+            if start <= address and address + size <= start + len(host.view):
+                return host.view[address - start:address - start + size]
         return None
 
     def write(self, address: int, data: memoryview) -> None:
@@ -271,9 +269,9 @@ class IsolatedBackend(Backend):
         if not data:
             return None
         start = _address_of(data)
-        for address, (view, file) in self._host.items():
-            base = _address_of(view)
-            if file is not None and base <= start and start + len(data) <= base + len(view):
+        for address, host in self._host.items():
+            base = _address_of(host.view)
+            if host.shown and base <= start and start + len(data) <= base + len(host.view):
                 return address + start - base
         return None
 
@@ -470,11 +468,24 @@ class IsolatedBackend(Backend):
         """Close the channel: the device process gives the device back and exits."""
         with self._lock:
             self._device.end(CLOSE_WAIT_S)
-            for view, file in self._host.values():
-                view.release()
-                if file is not None:
-                    file.close()
+            for host in self._host.values():
+                host.release()
             self._host.clear()
+
+
+@dataclass
+class _HostBuffer:
+    """A client's page-locked buffer: the server's view of it, its memory file (where the
+    server has one), and whether the device process maps it too."""
+
+    view: memoryview
+    file: FileDescriptor | None = None
+    shown: bool = False
+
+    def release(self) -> None:
+        self.view.release()
+        if self.file is not None:
+            self.file.close()
 
 
 def _address_of(view: memoryview) -> int:
