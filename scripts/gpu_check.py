@@ -9,9 +9,12 @@ installs vgpu, then runs this). Steps, each bounded in time, all within eight mi
    and output compared;
 3. the backend contract suite on the GPU (tests/backends, its `cuda` tests in process);
 4. a running program's session migrated cuda -> emu -> cuda, ending as an unmoved run does;
-5. benchmarks natively and under vgpu: per-call overhead, launch rate, copy bandwidth
+5. one session's device fault beside another's on the same server (each session in a device
+   process of its own): the other goes on with correct results, the faulting one recovers
+   after its device reset, and the server serves programs after it;
+6. benchmarks natively and under vgpu: per-call overhead, launch rate, copy bandwidth
    (benchmarks/bench_transport.c) and a kernel-bound program (bench_kernel_bound.cu);
-6. CuPy's first kernels (NVRTC compile through vgpu's libnvrtc, module load, launch;
+7. CuPy's first kernels (NVRTC compile through vgpu's libnvrtc, module load, launch;
    benchmarks/bench_cupy_first_kernel.py) natively and under vgpu.
 
 Figures and verdicts go to one Markdown file (--out, default gpu-check.md), whose tables go
@@ -24,6 +27,7 @@ import argparse
 import contextlib
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -56,8 +60,9 @@ RUNTIME_PROGRAMS = {
 # whole process, for good: every context of it fails from then on, and no new one can be
 # made (seen on an H200: after a trap in one context, cuMemAlloc in another returned
 # CUDA_ERROR_LAUNCH_FAILED, and cuCtxCreate still did 20 s after every context was destroyed
-# and the primary context reset). A cuda server is one process, so programs and contract
-# tests that fault run on a server or in a process of their own, after the others.
+# and the primary context reset). A cuda server runs each session in a device process of its
+# own for that reason; the contract suite's in-process `cuda` tests that fault, and the
+# faulting programs (to keep the other steps' figures apart from them), run apart.
 FAULTING_PROGRAMS = {"kernel_assert"}
 FAULTING_CONTRACT_TESTS = ("test_a_failed_assert_is_a_fault",
                            "test_a_kernel_storing_where_nothing_is_mapped",
@@ -285,6 +290,57 @@ def contract_suite(machine: Machine, step: Step) -> None:
         step.passed = step.passed and result.code == 0
 
 
+def fault_beside_another(machine: Machine, step: Step) -> None:
+    """tests/e2e/programs/fault_neighbours.py on the shared cuda server: a neighbour works,
+    a faulter faults, the neighbour works again and checks its results, the faulter resets
+    its device and works again; then a program runs on the server as before."""
+    program = TESTS / "e2e" / "programs" / "fault_neighbours.py"
+    prefix, env = machine.launchers["vgpu"]
+
+    def start(role: str) -> subprocess.Popen:
+        return subprocess.Popen([*prefix, sys.executable, str(program), role],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+
+    def line(proc: subprocess.Popen) -> str:
+        ready, _, _ = select.select([proc.stdout], [], [], machine.budget.left(60))
+        return proc.stdout.readline().strip() if ready else "(nothing in time)"
+
+    def finish(proc: subprocess.Popen) -> str:
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        try:
+            out, err = proc.communicate(timeout=machine.budget.left(60))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        return (out + err).strip()
+
+    neighbour = start("neighbour")
+    said = [line(neighbour), line(neighbour)]
+    faulter = start("faulter")
+    said += [line(faulter), line(faulter)]
+    neighbour_end, faulter_end = finish(neighbour), finish(faulter)
+    follow = run([*prefix, sys.executable, "-c", _SERVED_AFTER], machine.budget.left(60), env)
+    step.lines += ["```", *said[1::2], f"neighbour after the fault: {neighbour_end}",
+                   f"faulter after its reset: {faulter_end}",
+                   f"a new program afterwards: {follow.stdout.strip()} {follow.stderr.strip()}",
+                   "```"]
+    step.passed = (said[3] == "fault CUDA_ERROR_ILLEGAL_ADDRESS"
+                   and neighbour_end == "words all 2"
+                   and faulter_end == "after reset words all 1"
+                   and follow.code == 0 and follow.stdout.strip() == "served")
+
+
+# A program that needs the server's device: a context and an allocation.
+_SERVED_AFTER = ("from cuda.bindings import driver as cu\n"
+                 "assert cu.cuInit(0)[0] == 0\n"
+                 "context = cu.cuDevicePrimaryCtxRetain(cu.cuDeviceGet(0)[1])[1]\n"
+                 "assert cu.cuCtxSetCurrent(context)[0] == 0\n"
+                 "assert cu.cuMemAlloc(1 << 20)[0] == 0\n"
+                 "print('served')\n")
+
+
 def programs(machine: Machine) -> dict[str, list]:
     """The end-to-end programs, built (nvcc runs in parallel: builds are most of the step's
     time): name -> command."""
@@ -475,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 for name, action in (("programs natively and under vgpu", end_to_end),
                                      ("contract suite on cuda", contract_suite),
+                                     ("a fault beside another session", fault_beside_another),
                                      ("migration cuda -> emu -> cuda", migration),
                                      ("benchmarks against native", benchmarks),
                                      ("CuPy's first kernels", cupy_first_kernel)):

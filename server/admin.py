@@ -125,7 +125,8 @@ class AdminMixin:
         arriving = [(s, 0, "arriving") for s, _, _ in self.adopted.values()]
         return [{
             "session": s.id, "pid": s.pid, "host": s.host, "command": " ".join(s.argv),
-            "backend": s.backend.name, "memory": s.memory_in_use(), "calls": s.calls_served,
+            "backend": s.backend.name, "device_pid": getattr(s.backend, "pid", None),
+            "memory": s.memory_in_use(), "calls": s.calls_served,
             "queued": queued, "since": s.started_at, "state": state, "token": s.token[:8],
             "checkpoint": s.last_checkpoint, "copy": self.transfers.describe(s),
             "peer": s.peer.name,

@@ -45,8 +45,9 @@ class SegmentRefused(OSError):
 def map_client_file(fd_number, size, peer: Peer, hello_pid: int, at: int | None = None
                     ) -> mmap.mmap | PlacedFile:
     """Map the file the client at `peer` holds open as descriptor `fd_number`, if it is its
-    own, of `size` bytes, and sealed against shrinking. With `at`, at that address where it
-    is free (a PlacedFile), else anywhere."""
+    own, of `size` bytes, and sealed against shrinking. With `at`, a PlacedFile: at that
+    address where it is free, else anywhere (keeping the descriptor, which a backend in
+    another process maps the file by)."""
     if not peer.local:
         raise SegmentRefused("shared memory is only for clients on the server's host, "
                              "connected through its local socket")
@@ -86,7 +87,7 @@ def map_client_file(fd_number, size, peer: Peer, hello_pid: int, at: int | None 
             raise SegmentRefused(f"descriptor {fd_number}'s file is not sealed against "
                                  "shrinking (a memfd with F_SEAL_SHRINK)")
         if at is not None:
-            placed = PlacedFile.place(fd, size, at)
+            placed = PlacedFile.place(fd, size, at) or PlacedFile.place(fd, size)
             if placed is not None:
                 fd = -1  # the placed map keeps it
                 return placed
@@ -112,16 +113,17 @@ class PlacedFile:
         self.buffer = (ctypes.c_char * size).from_address(address)
 
     @classmethod
-    def place(cls, fd: int, size: int, at: int) -> PlacedFile | None:
-        """`fd` mapped at `at`, or None where something of this process's is mapped there
-        already."""
-        got = _libc.mmap(at, size, _PROT_READ_WRITE, _MAP_SHARED | _MAP_FIXED_NOREPLACE, fd, 0)
+    def place(cls, fd: int, size: int, at: int | None = None) -> PlacedFile | None:
+        """`fd` mapped at `at` (None: anywhere), or None where something of this process's
+        is mapped there already."""
+        flags = _MAP_SHARED if at is None else _MAP_SHARED | _MAP_FIXED_NOREPLACE
+        got = _libc.mmap(at or 0, size, _PROT_READ_WRITE, flags, fd, 0)
         if got in (None, _MAP_FAILED):
             return None
-        if got != at:  # a kernel older than 4.17 takes the flag for a hint
+        if at is not None and got != at:  # a kernel older than 4.17 takes the flag for a hint
             _libc.munmap(got, size)
             return None
-        return cls(fd, size, at)
+        return cls(fd, size, got)
 
     def __len__(self) -> int:
         return self._size

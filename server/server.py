@@ -49,7 +49,7 @@ from vgpu.protocol import (
 
 from .admin import AdminMixin
 from .arena import VaArena
-from .backends import open_backend
+from .backends import open_backend, resolve_backend
 from .bell import Bell
 from .connections import DEFAULT_RECONNECT_GRACE_S, ConnectionsMixin
 from .ipc import IpcRegistry
@@ -106,9 +106,16 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                  reconnect_grace: float = DEFAULT_RECONNECT_GRACE_S,
                  access: Access | None = None,
                  mem_limit: int | None = None, server_mem_limit: int | None = None,
-                 max_message: int = MAX_MESSAGE_BYTES, devices: int | None = None):
+                 max_message: int = MAX_MESSAGE_BYTES, devices: int | None = None,
+                 session_processes: bool | None = None):
         self.address = address
         self.backend_name = backend
+        # Each session's backend in a device process of its own (backends/isolated.py): by
+        # default on a GPU, where a device fault ends its process's use of the device.
+        if session_processes is None:
+            self.backend_name = backend = resolve_backend(backend)
+            session_processes = backend == "cuda"
+        self.session_processes = session_processes
         self.memcheck = memcheck  # for sessions whose application does not say
         # Where sessions' images go (`<dir>/<token>.vgpu`), and how often each running
         # session is checkpointed there; a standby server reading the same folder restores
@@ -127,7 +134,8 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
             os.makedirs(self.record_dir, exist_ok=True)
         if devices is not None and not 1 <= devices <= MAX_DEVICES:
             raise ValueError(f"--devices must be between 1 and {MAX_DEVICES}")
-        probe = open_backend(backend)  # fail now, not at the first client, if it cannot start
+        # Fail now, not at the first client, if the backend cannot start.
+        probe = open_backend(backend, session_processes)
         try:
             # How many devices the server offers (see Session): on a backend that drives
             # devices (cuda), all of them or the first N; emu's are views of one, 1 or N.
@@ -433,7 +441,7 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
                 raise CudaError(1, f"0x{arena_base:x} is not a session address range")
         arena = VaArena(ARENA_BASE + slot * ARENA_SPAN, ARENA_SPAN,
                         fixed_window=(ARENA_BASE, ARENA_SLOTS * ARENA_SPAN))
-        backend = open_backend(self.backend_name)
+        backend = open_backend(self.backend_name, self.session_processes)
         try:
             # Each emulated session has an address space of its own; sessions of a backend
             # that share one (a GPU's) cannot both have one range.

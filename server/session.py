@@ -29,7 +29,7 @@ from vgpu.protocol import MEMCHECK_MODES, STICKY_ERRORS
 from vgpu.replay.journal import Journal
 
 from .arena import VaArena
-from .backends import Backend, LoadedModule, open_backend
+from .backends import Backend, LoadedModule
 from .backends.base import Cancelled, KernelFault
 from .client_files import PlacedFile, SegmentRefused, map_client_file, mapped_bytes
 from .device_runtime import DeviceRuntimeMemory
@@ -640,7 +640,7 @@ class Session:
     def renew_backend(self) -> None:
         """A fresh backend of the same kind (a suspended session coming back)."""
         self.backend.close()
-        self.backend = open_backend(self.backend.name)
+        self.backend = self.backend.reopen()
         self.lanes.concurrent = self.backend.launches_run_inline
         self.backend.attach_arena(self.arena.base, self.arena.size, self.arena.region_starts())
         self.backend.set_memcheck(self.memcheck == "strict")
@@ -1078,7 +1078,9 @@ class Session:
         unreached = None
         if device_address is not None:
             try:
-                unreached = self.backend.map_host(device_address, size, mapped_bytes(seg))
+                unreached = self.backend.map_host(
+                    device_address, size, mapped_bytes(seg),
+                    seg.fd if isinstance(seg, PlacedFile) else None)
             except BaseException:
                 seg.close()
                 raise

@@ -92,3 +92,20 @@ def test_without_nvidia_smi_it_says_so_in_one_line(tmp_path):
         "gpu-check: no NVIDIA GPU with a working driver here (nvidia-smi finds none); "
         "this check needs one"]
     assert "GPU: none" in out.read_text()
+
+
+def test_the_fault_step_passes_on_a_cuda_server_whose_sessions_have_processes(tmp_path):
+    """The step that shows one session's fault leaving another working, run where a GPU's
+    cuda server is stood in for by the nested one (whose driver keeps a fault for the whole
+    process, as NVIDIA's does)."""
+    from types import SimpleNamespace
+
+    from vgpu_processes import VGPU, nested_cuda_server, vgpu_environment
+
+    with nested_cuda_server(tmp_path) as address:
+        machine = SimpleNamespace(
+            launchers={"vgpu": ([*VGPU, "run", "--server", address, "--"], vgpu_environment())},
+            budget=Budget(time.time(), 300))
+        step = Step("a fault beside another session")
+        gpu_check.fault_beside_another(machine, step)
+    assert step.passed, "\n".join(step.lines)

@@ -35,6 +35,11 @@ def _add_server_parser(sub) -> None:
                    help="how many devices the server offers: emu, N views of one emulated "
                         "device sharing each session's memory (default 1); cuda, the first "
                         "N of the GPUs the driver offers (default all)")
+    p.add_argument("--session-processes", action=argparse.BooleanOptionalAction, default=None,
+                   help="run each session's device work in a process of its own, so that a "
+                        "device fault or a crash there ends only that session's (default: on "
+                        "for cuda, where NVIDIA's driver keeps a device fault for the whole "
+                        "process; off for emu, which isolates sessions in one process)")
     p.add_argument("--verbose", "-v", action="store_true", help="log sessions as they come")
     p.add_argument("--memcheck", default="report", choices=("report", "strict"),
                    help="what a kernel's access past its allocation's end does, for clients "
@@ -249,6 +254,7 @@ def _server(args) -> int:
                                  mem_limit=args.mem_limit,
                                  server_mem_limit=args.server_mem_limit,
                                  devices=args.devices,
+                                 session_processes=args.session_processes,
                                  **({"max_message": args.max_message}
                                     if args.max_message else {}))
         except AddressError as exc:
@@ -599,12 +605,14 @@ def _print_server(address: str, pid: int | None, sessions: list[dict]) -> None:
     print(f"server {address}{served_by}: {count}")
     if not sessions:
         return
-    print(f"  {'PID':>8}  {'SESSION':>7}  {'BACKEND':7}  {'MEMORY':>10}  {'CALLS':>8}  "
+    # A session in a device process of its own shows that process's pid by its backend.
+    print(f"  {'PID':>8}  {'SESSION':>7}  {'BACKEND':12}  {'MEMORY':>10}  {'CALLS':>8}  "
           f"{'QUEUED':>6}  {'STATE':9}  {'TOKEN':8}  {'CHECKPOINT':19}  {'COPY':20}  COMMAND")
     now = time.time()
     for s in sessions:
         command = " ".join(s["command"].split())  # one row per session, whatever argv holds
-        print(f"  {s['pid']:>8}  {s.get('session', '-'):>7}  {s['backend']:7}  "
+        backend = s["backend"] + (f"@{s['device_pid']}" if s.get("device_pid") else "")
+        print(f"  {s['pid']:>8}  {s.get('session', '-'):>7}  {backend:12}  "
               f"{_human(s['memory']):>10}  {s['calls']:>8}  {s.get('queued', 0):>6}  "
               f"{s.get('state') or '-':9}  {(s.get('token') or '-')[:8]:8}  "
               f"{_checkpoint_column(s.get('checkpoint'), now):19}  "

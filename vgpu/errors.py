@@ -20,6 +20,18 @@ class CudaError(Exception):
         self.code = int(code)
         self.message = message
 
+    def __reduce__(self):
+        # Pickled (a device process's error going to the server) as its state: subclasses'
+        # constructors take other arguments.
+        return _rebuilt, (type(self), self.args, self.__dict__)
+
+
+def _rebuilt(cls: type, args: tuple, state: dict) -> CudaError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 class DeviceUnavailable(CudaError):
     def __init__(self, message: str):

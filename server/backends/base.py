@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vgpu.errors import CudaError
 
-__all__ = ["Backend", "Cancelled", "DeviceDescription", "HostEvent", "KernelDescription",
-           "KernelFault", "LoadedModule", "SharedMemory"]
+__all__ = ["Backend", "Cancelled", "DeviceDescription", "FileDescriptor", "HostEvent",
+           "KernelDescription", "KernelFault", "LoadedModule", "SharedMemory"]
 
 CUDA_ERROR_INVALID_HANDLE = 400
 CUDA_ERROR_NOT_SUPPORTED = 801
@@ -86,6 +87,29 @@ class SharedMemory:
     alignment: int | None = None
 
 
+class FileDescriptor:
+    """An open file descriptor that is this object's to close (at `close`, or when it is
+    collected), unless `take` hands it on. One that goes to another process with a call
+    (backends/process_channel.py) arrives there as a descriptor of that process's own."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def take(self) -> int:
+        """The descriptor, now the caller's to close."""
+        fd, self.fd = self.fd, -1
+        return fd
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.take())
+
+    def __del__(self) -> None:
+        self.close()
+
+
 @dataclass
 class HostEvent:
     """An event of a backend whose launches run inline: when its last record was made."""
@@ -112,6 +136,10 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def describe(self) -> DeviceDescription: ...
+
+    def reopen(self) -> Backend:
+        """A fresh backend of the same kind (a suspended session coming back)."""
+        return type(self)()
 
     def devices_driven(self) -> int | None:
         """How many devices the backend drives (a server offers them all, or the first
@@ -172,10 +200,13 @@ class Backend(abc.ABC):
     # client's address (map_host).
     host_buffers_at_client_addresses = False
 
-    def map_host(self, address: int, size: int, buffer: memoryview) -> str | None:
+    def map_host(self, address: int, size: int, buffer: memoryview,
+                 file: int | None = None) -> str | None:
         """Show a client's page-locked host buffer (mapped in this process as `buffer`) to
         the device at [address, address+size): copies and memsets reach it; returns None
-        when kernels do too, else why they do not. `unmap(address)` takes it away."""
+        when kernels do too, else why they do not. `unmap(address)` takes it away. `file`:
+        a descriptor of the memory file `buffer` maps from its start, where the server has
+        one (a backend in another process maps the file there)."""
         self.map(address, size, buffer)
         return None
 
@@ -192,6 +223,18 @@ class Backend(abc.ABC):
         memory)."""
         raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                         f"the {self.name} backend has no virtual memory management")
+
+    def export_physical(self, physical: object) -> tuple[object, int, int]:
+        """`physical` as a backend in another process can import it (import_physical):
+        (what identifies it there, such as a FileDescriptor; its size; its device)."""
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                        f"the {self.name} backend's memory cannot go to another process")
+
+    def import_physical(self, shared: object, size: int, device: int) -> object:
+        """Another process's physical memory (its export_physical), as this backend's own:
+        mapped and released as if made here (releasing lets go of this process's hold)."""
+        raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
+                        f"the {self.name} backend cannot import another process's memory")
 
     def read_physical(self, physical: object, offset: int, out: memoryview) -> None:
         """Copy physical memory from `offset` into `out` (a checkpoint's copy)."""

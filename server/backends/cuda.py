@@ -66,6 +66,7 @@ from .base import (
     Backend,
     Cancelled,
     DeviceDescription,
+    FileDescriptor,
     KernelDescription,
     KernelFault,
     LoadedModule,
@@ -144,6 +145,10 @@ def _description(d, ordinal: int) -> DeviceDescription:
         if ordinal not in _descriptions:
             _descriptions[ordinal] = _describe(d, _call(d, d.cuDeviceGet(ordinal)))
         return _descriptions[ordinal]
+
+
+def _POSIX_FD(d):
+    return d.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 
 
 def cuda_usable() -> bool:
@@ -355,6 +360,11 @@ class CudaBackend(Backend):
         prop.type = d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
         prop.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
         prop.location.id = ordinal
+        # Memory that another process can map (a session in a device process of its own:
+        # IPC between sessions), where the device has it.
+        posix = d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+        if _call(d, d.cuDeviceGetAttribute(posix, handle)):
+            prop.requestedHandleTypes = _POSIX_FD(d)
         accessors = [ordinal] + [
             other for other in range(_device_count) if other != ordinal and
             _call(d, d.cuDeviceCanAccessPeer(_call(d, d.cuDeviceGet(other)), handle))]
@@ -536,7 +546,8 @@ class CudaBackend(Backend):
             self._granule_users[g] = users + 1
         self._allocations[address] = size
 
-    def map_host(self, address: int, size: int, buffer: memoryview) -> str | None:
+    def map_host(self, address: int, size: int, buffer: memoryview,
+                 file: int | None = None) -> str | None:
         """A client's page-locked buffer: copies and memsets reach it here (host_view). With
         unified addressing a kernel reaches host memory at its host address, which is the
         client's, so the buffer is registered with the driver only where the session mapped
@@ -651,15 +662,34 @@ class CudaBackend(Backend):
         pieces: list[list] = []
         for g in range(start, address + size, self.granule):
             chunk = self._chunks[g]
-            if pieces and pieces[-1][0] is chunk.handle and \
+            if pieces and pieces[-1][0] is chunk and \
                     pieces[-1][1] + pieces[-1][2] == g - chunk.start:
                 pieces[-1][2] += self.granule
             else:
-                pieces.append([chunk.handle, g - chunk.start, self.granule])
+                pieces.append([chunk, g - chunk.start, self.granule])
         span = sum(length for _, _, length in pieces)
         device = self._chunks[start].device
-        return SharedMemory((device, [tuple(p) for p in pieces]), size, address - start,
-                            span, self.granule)
+        shared = [(self._shareable(chunk.handle, device), offset, length)
+                  for chunk, offset, length in pieces]
+        return SharedMemory((device, shared), size, address - start, span, self.granule)
+
+    def _shareable(self, handle, device: int):
+        """`handle` as another session can map it: a file descriptor (which another
+        process imports) where the memory was made to export to one, else the handle
+        (which only this process's other sessions can map)."""
+        if not int(self._devices[device].prop.requestedHandleTypes):
+            return handle
+        d = self._d
+        with self._current():
+            return FileDescriptor(int(_call(d, d.cuMemExportToShareableHandle(
+                handle, _POSIX_FD(d), 0))))
+
+    def _adopted(self, shared):
+        """A handle of this process for what `_shareable` gave (its own, to release)."""
+        if not isinstance(shared, FileDescriptor):
+            return shared, False
+        d = self._d
+        return _call(d, d.cuMemImportFromShareableHandle(shared.fd, _POSIX_FD(d))), True
 
     def import_memory(self, address: int, shared: SharedMemory) -> None:
         """Another session's physical memory mapped at `address` (granule-aligned), readable
@@ -672,8 +702,13 @@ class CudaBackend(Backend):
         with self._current():
             try:
                 at = address
-                for handle, offset, length in pieces:
-                    _call(d, d.cuMemMap(at, length, offset, handle, 0))
+                for shared_handle, offset, length in pieces:
+                    handle, imported = self._adopted(shared_handle)
+                    try:
+                        _call(d, d.cuMemMap(at, length, offset, handle, 0))
+                    finally:
+                        if imported:  # the mapping keeps the memory
+                            _let_go(d, d.cuMemRelease(handle))
                     mapped.append((at, length))
                     at += length
                 self._grant(address, shared.span, 3, device)
@@ -694,6 +729,15 @@ class CudaBackend(Backend):
         if contents is not None:
             self.write_physical(physical, 0, memoryview(contents))
         return physical
+
+    def export_physical(self, physical: _Physical) -> tuple[object, int, int]:
+        return self._shareable(physical.handle, physical.device), physical.size, \
+            physical.device
+
+    def import_physical(self, shared: object, size: int, device: int) -> _Physical:
+        with self._current():
+            handle, _ = self._adopted(shared)
+        return _Physical(handle, size, device)
 
     @contextlib.contextmanager
     def _mapped_somewhere(self, physical: _Physical):

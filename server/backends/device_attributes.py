@@ -75,6 +75,8 @@ EMU_LIMITS = {
     # Pools export to a file descriptor (shim/driver/memory.py: export_pool), so programs
     # that check for it before sharing a pool between processes do not waive themselves.
     "MEMPOOL_SUPPORTED_HANDLE_TYPES": 1,  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+    # cuMemCreate's memory exports to one too (shim/driver/vmm.py).
+    "HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED": 1,
     "IPC_EVENT_SUPPORTED": 1,  # between processes of one server (server/ipc.py)
     "COMPUTE_PREEMPTION_SUPPORTED": 1,
     "SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO": 2,

@@ -12,7 +12,9 @@ from vgpu.server.session import MANAGED_ALIGNMENT
 
 __all__ = ["KINDS", "Device", "pack", "f32", "f64", "i32", "ptr"]
 
-KINDS = ("emu", "cuda")
+# NAME-process: backend NAME in a device process of its own, behind the proxy a server uses
+# for sessions in processes of their own (server/backends/isolated.py).
+KINDS = ("emu", "emu-process", "cuda", "cuda-process")
 PRINTF_FIFO_BYTES = 1 << 20
 
 
@@ -42,7 +44,8 @@ class Device:
     in the arena where the backend asks for places."""
 
     def __init__(self, kind: str, devices: int = 1):
-        self.backend: Backend = open_backend(kind)
+        self.backend: Backend = open_backend(kind.removesuffix("-process"),
+                                             own_process=kind.endswith("-process"))
         self.arena = VaArena(ARENA_BASE, ARENA_SPAN)
         self.arena.split(devices)
         self.closed = False

@@ -329,13 +329,14 @@ def test_after_cancel_no_kernel_runs(device, kernels):
 @contextlib.contextmanager
 def host_buffer(size: int):
     """A memory file mapped shared in this process, as a session maps a client's page-locked
-    buffer: (its bytes, their address). The descriptor stays open meanwhile, as the
-    session's does (a driver that is vgpu's own shares the file through it)."""
+    buffer: (its bytes, their address, the file's descriptor). The descriptor stays open
+    meanwhile, as the session's does (a driver that is vgpu's own shares the file through
+    it, a backend in a device process maps the file by it)."""
     fd = sealed_file("contract-host", size)
     mapping = mmap.mmap(fd, size)
     address = ctypes.addressof(ctypes.c_char.from_buffer(mapping))  # no export is kept
     try:
-        yield mapping, address
+        yield mapping, address, fd
     finally:
         mapping.close()
         os.close(fd)
@@ -346,11 +347,11 @@ def test_kernels_and_copies_reach_a_host_buffer_shown_at_its_own_address(device,
     client's there) is memory that kernels use through that address, before and after a
     recovery from a fault, and that copies reach."""
     module = device.load(kernels.ptx)
-    with host_buffer(8192) as (buffer, address):
+    with host_buffer(8192) as (buffer, address, fd):
         view = memoryview(buffer)
         try:
             with device.backend.running():
-                assert device.backend.map_host(address, 8192, view) is None
+                assert device.backend.map_host(address, 8192, view, fd) is None
             device.launch(module, "store_at", 1, 1, ptr(address + 4096), i32(77))
             assert buffer[4096:4100] == i32(77)
             buffer[8:12] = b"abcd"
@@ -378,14 +379,14 @@ def test_kernels_and_copies_reach_a_host_buffer_shown_at_its_own_address(device,
 def test_a_host_buffer_shown_elsewhere_serves_copies(device, kernels):
     """Where the session could not map a client's buffer at the client's address, the
     backend is shown it at an address where it is not in this process: copies reach it,
-    and kernels too unless the backend says why not (its device needs host addresses)."""
-    with host_buffer(4096) as (buffer, address):
+    and kernels too unless the backend says why not (its device needs host addresses, and
+    the buffer is not at that address in the process that drives the device)."""
+    with host_buffer(4096) as (buffer, address, fd):
         elsewhere = 0x6000_0000_0000 + address % (1 << 40) // 4096 * 4096
         view = memoryview(buffer)
         try:
             with device.backend.running():
-                unreached = device.backend.map_host(elsewhere, 4096, view)
-            assert (unreached is None) == (not device.backend.host_buffers_at_client_addresses)
+                unreached = device.backend.map_host(elsewhere, 4096, view, fd)
             device.write(elsewhere + 4, b"wxyz")
             assert buffer[4:8] == b"wxyz"
             if unreached is None:
@@ -551,7 +552,7 @@ def test_a_restored_event_times_from_when_its_record_completed(make_device, sour
         assert backend.event_age(restored) >= age + 2.0
 
 
-@pytest.mark.parametrize("kind", ["cuda"])
+@pytest.mark.parametrize("kind", ["cuda", "cuda-process"])
 def test_a_stream_waits_on_the_device_for_an_event_of_another(device, kernels):
     """Backends that run streams themselves: an event recorded behind a kernel that is
     held (spinning on a host flag) is not complete, and a kernel on another stream queued
@@ -559,11 +560,11 @@ def test_a_stream_waits_on_the_device_for_an_event_of_another(device, kernels):
     module = device.load(kernels.ptx)
     target = device.upload(bytes(8))
     backend = device.backend
-    with host_buffer(4096) as (buffer, flag):
+    with host_buffer(4096) as (buffer, flag, fd):
         view = memoryview(buffer)
         try:
             with backend.running():
-                assert backend.map_host(flag, 4096, view) is None
+                assert backend.map_host(flag, 4096, view, fd) is None
                 held, behind = 7001, 7002
                 backend.stream_created(held)
                 backend.stream_created(behind)

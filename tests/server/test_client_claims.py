@@ -17,6 +17,7 @@ import pytest
 import zmq
 
 from vgpu.protocol import CALLS, HELLO, PROTOCOL_VERSION, pack, unpack
+from vgpu.registry import ask_sessions
 from vgpu.sealed_files import sealed_file
 
 CONTEXT = 0x7667_0100_0000_0001
@@ -309,12 +310,15 @@ def test_host_segments_serve_copies_and_kernels_at_the_clients_addresses(any_bac
 
         code, message, _ = client.call("vgpuMapHostSegment", 4, fd, 8192, 1 << 60)
         assert code == 1 and "not a range" in message
-        nowhere = _first_mapping(_server_pid(any_backend))  # what the server's process holds
+        # What the process that drives the device holds: the session's device process on
+        # cuda (a process per session), the server's own on emu.
+        holder = _device_process(any_backend) or _server_pid(any_backend)
+        nowhere = _first_mapping(holder)
         code, unreached, _ = client.call("vgpuMapHostSegment", 3, fd, 8192, nowhere)
         assert code == 0
         assert (unreached is None) == (any_backend.endswith("/server.sock"))
         if unreached is not None:
-            assert "not free in the server's process" in unreached
+            assert "is not free in the session's device process" in unreached
         assert client.call("cuMemcpyDtoD", device, nowhere + 100, 8)[0] == 0
         code, _, frames = client.call("cuMemcpyDtoH", device, 8, ["frame"])
         assert frames == [data[100:108]]
@@ -336,6 +340,13 @@ def _server_pid(address: str) -> int:
         if args[1:4] == ["-m", "vgpu.cli", "server"] and address in args:
             return int(entry)
     raise AssertionError(f"no vgpu server listens at {address}")
+
+
+def _device_process(address: str) -> int | None:
+    """The pid of this process's session's device process at the server at `address`, if it
+    has one."""
+    (session,) = [s for s in ask_sessions(address, timeout_s=10) if s["pid"] == os.getpid()]
+    return session.get("device_pid")
 
 
 def _first_mapping(pid: int) -> int:

@@ -1,0 +1,227 @@
+"""Calls between the server and a session's device process (isolated.py, device_process.py).
+
+Each side is an `Endpoint` on one end of a Unix stream socket. A call names an object of the
+other side (its root, or one it handed out before) and a method; its arguments and result
+travel as pickles in which plain data (numbers, strings, bytes, containers, the backend
+interface's dataclasses) goes by value, file descriptors go beside the message (SCM_RIGHTS:
+the receiver gets its own), and every other object stays where it lives and goes by
+reference: the receiver gets a `RemoteObject` whose calls come back to it. So a backend's
+events, modules and launchers stay in the device process, and a callback the server hands a
+backend (a module's `allocate`) is called back in the server. While one side waits for a
+reply it serves the other's calls, so callbacks may nest.
+
+Pickle is safe here: both ends are vgpu's own processes, the device process started by the
+server; what a client sends reaches the channel only as a backend call's numbers and bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import pickle
+import socket
+import struct
+from typing import Any
+
+from .base import DeviceDescription, FileDescriptor, KernelDescription, LoadedModule, SharedMemory
+
+__all__ = ["ChannelClosed", "Endpoint", "ForeignObject", "RemoteObject"]
+
+_HEADER = struct.Struct("<QB")  # payload length, descriptors passed with the header
+_MAX_FDS = 64
+_SCALARS = frozenset({type(None), bool, int, float, str, bytes})
+_DATACLASSES = frozenset({DeviceDescription, KernelDescription, LoadedModule, SharedMemory})
+
+
+class ChannelClosed(Exception):
+    """The other process is gone (it exited, was killed, or closed its end)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ref:
+    """An object on the wire: `theirs` from the receiver's view means the receiver owns it."""
+
+    number: int
+    receivers: bool  # True: the number is one the receiver handed out
+
+
+@dataclasses.dataclass(frozen=True)
+class _FdSlot:
+    index: int
+
+
+class RemoteObject:
+    """An object of the other process: calling it, or `call_method`, runs there."""
+
+    def __init__(self, endpoint: Endpoint, number: int) -> None:
+        self.endpoint, self.number = endpoint, number
+
+    def __call__(self, *args, **kwargs):
+        return self.endpoint.call(self.number, None, args, kwargs)
+
+    def __del__(self) -> None:
+        # Told to the owner with the next message (appending is atomic: any thread may
+        # drop the last reference).
+        self.endpoint.dropped.append(self.number)
+
+
+class Endpoint:
+    """One side of the channel; `root` answers calls that name no object. Not thread-safe:
+    its owner makes one call at a time."""
+
+    def __init__(self, sock: socket.socket, root: object, owner: object = None) -> None:
+        self._sock, self._root = sock, root
+        self.owner = owner  # whom this side's RemoteObjects belong to (a session's backend)
+        self._exports: dict[int, object] = {}  # objects handed out, by number
+        self._next = 1
+        self.dropped: list[int] = []  # the other side's objects no longer referenced here
+        self.closed = False
+
+    # ----------------------------------------------------------------- calls
+
+    def call(self, target: int | None, method: str | None, args: tuple, kwargs: dict):
+        """Run `target.method(*args, **kwargs)` (target None: the other side's root; method
+        None: call the target itself) there, serving its calls here meanwhile."""
+        fds: list[int] = []
+        self._send(("call", target, method, self._out(args, fds), self._out(kwargs, fds)), fds)
+        return self.serve(until_reply=True)
+
+    def serve(self, until_reply: bool = False):
+        """Answer the other side's calls: until it closes (a device process's main loop),
+        or until the reply to this side's own call comes (its value, or its exception
+        raised here)."""
+        while True:
+            message, fds = self._receive()
+            kind = message[0]
+            if kind == "return":
+                return self._in(message[1], fds)
+            if kind == "raise":
+                raise message[1]
+            _, target, method, args, kwargs = message
+            try:
+                obj = self._root if target is None else self._exports[target]
+                function = obj if method is None else getattr(obj, method)
+                value = function(*self._in(args, fds), **self._in(kwargs, fds))
+            except BaseException as exc:  # noqa: BLE001  (it goes to the caller)
+                self._send_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            out_fds: list[int] = []
+            self._send(("return", self._out(value, out_fds)), out_fds)
+
+    def _send_exception(self, exc: BaseException) -> None:
+        try:
+            pickle.dumps(exc)
+        except Exception:  # noqa: BLE001  (an exception holding what does not pickle)
+            exc = RuntimeError(f"{type(exc).__name__}: {exc}")
+        self._send(("raise", exc), [])
+
+    # ----------------------------------------------------------------- values
+
+    def _out(self, value: Any, fds: list[int]) -> Any:
+        """`value` as it travels: plain data by value, objects by reference."""
+        kind = type(value)
+        if kind in _SCALARS:
+            return value
+        if kind is memoryview:
+            return bytes(value)
+        if kind is tuple or kind is list:
+            return kind(self._out(item, fds) for item in value)
+        if kind is dict:
+            return {key: self._out(item, fds) for key, item in value.items()}
+        if kind is set or kind is frozenset:
+            return kind(self._out(item, fds) for item in value)
+        if kind in _DATACLASSES:
+            return dataclasses.replace(value, **{
+                f.name: self._out(getattr(value, f.name), fds)
+                for f in dataclasses.fields(value)})
+        if kind is FileDescriptor:
+            if len(fds) == _MAX_FDS:
+                raise ValueError(f"a message carries at most {_MAX_FDS} descriptors")
+            fds.append(value.fd)
+            return _FdSlot(len(fds) - 1)
+        if kind is RemoteObject:
+            if value.endpoint is not self:
+                raise ForeignObject("an object of another process cannot be passed on")
+            return _Ref(value.number, True)
+        number, self._next = self._next, self._next + 1
+        self._exports[number] = value
+        return _Ref(number, False)
+
+    def _in(self, value: Any, fds: list[int]) -> Any:
+        kind = type(value)
+        if kind in _SCALARS:
+            return value
+        if kind is tuple or kind is list:
+            return kind(self._in(item, fds) for item in value)
+        if kind is dict:
+            return {key: self._in(item, fds) for key, item in value.items()}
+        if kind is set or kind is frozenset:
+            return kind(self._in(item, fds) for item in value)
+        if kind in _DATACLASSES:
+            return dataclasses.replace(value, **{
+                f.name: self._in(getattr(value, f.name), fds)
+                for f in dataclasses.fields(value)})
+        if kind is _FdSlot:
+            return FileDescriptor(fds[value.index])
+        if kind is _Ref:
+            return self._exports[value.number] if value.receivers \
+                else RemoteObject(self, value.number)
+        raise TypeError(f"unexpected {kind.__name__} on the channel")
+
+    # ----------------------------------------------------------------- framing
+
+    def _send(self, message: tuple, fds: list[int]) -> None:
+        dropped, self.dropped = self.dropped, []
+        buffer = io.BytesIO()
+        pickle.dump((dropped, message), buffer, protocol=pickle.HIGHEST_PROTOCOL)
+        payload = buffer.getbuffer()
+        header = _HEADER.pack(len(payload), len(fds))
+        try:
+            if fds:
+                socket.send_fds(self._sock, [header], fds)
+            else:
+                self._sock.sendall(header)
+            self._sock.sendall(payload)
+        except OSError as exc:
+            self.closed = True
+            raise ChannelClosed(f"the other process is gone ({exc.strerror})") from None
+
+    def _receive(self) -> tuple[tuple, list[int]]:
+        header = bytearray()
+        fds: list[int] = []
+        while len(header) < _HEADER.size:
+            try:
+                data, got, _, _ = socket.recv_fds(self._sock, _HEADER.size - len(header),
+                                                  _MAX_FDS)
+            except OSError as exc:
+                self.closed = True
+                raise ChannelClosed(f"the other process is gone ({exc.strerror})") from None
+            if not data:
+                self.closed = True
+                raise ChannelClosed("the other process closed the channel")
+            header += data
+            fds.extend(got)
+        size, _ = _HEADER.unpack(header)
+        payload = bytearray(size)
+        view, done = memoryview(payload), 0
+        while done < size:
+            try:
+                got = self._sock.recv_into(view[done:])
+            except OSError as exc:
+                self.closed = True
+                raise ChannelClosed(f"the other process is gone ({exc.strerror})") from None
+            if not got:
+                self.closed = True
+                raise ChannelClosed("the other process closed the channel mid-message")
+            done += got
+        dropped, message = pickle.loads(payload)
+        for number in dropped:
+            self._exports.pop(number, None)
+        return message, fds
+
+
+class ForeignObject(ValueError):
+    """A RemoteObject of another channel given to this one (another session's event)."""
+
