@@ -16,6 +16,7 @@ server; what a client sends reaches the channel only as a backend call's numbers
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import io
 import pickle
@@ -29,6 +30,8 @@ __all__ = ["ChannelClosed", "Endpoint", "ForeignObject", "RemoteObject"]
 
 _HEADER = struct.Struct("<QB")  # payload length, descriptors passed with the header
 _MAX_FDS = 64
+_FD_BYTES = array.array("i").itemsize
+_FIRST_READ = 64 << 10  # a first read's buffer: most messages fit it whole
 _SCALARS = frozenset({type(None), bool, int, float, str, bytes})
 _DATACLASSES = frozenset({DeviceDescription, KernelDescription, LoadedModule, SharedMemory})
 
@@ -75,6 +78,7 @@ class Endpoint:
         self._exports: dict[int, object] = {}  # objects handed out, by number
         self._next = 1
         self.dropped: list[int] = []  # the other side's objects no longer referenced here
+        self._first_read = bytearray(_FIRST_READ)
         self.closed = False
 
     # ----------------------------------------------------------------- calls
@@ -172,54 +176,76 @@ class Endpoint:
 
     # ----------------------------------------------------------------- framing
 
+    # One system call a message each way where it fits (the header, the pickle and any
+    # descriptors in one sendmsg; the first read takes all of a small message): a call and
+    # its reply wake the other process twice, not eight times.
     def _send(self, message: tuple, fds: list[int]) -> None:
         dropped, self.dropped = self.dropped, []
         buffer = io.BytesIO()
+        buffer.write(bytes(_HEADER.size))
         pickle.dump((dropped, message), buffer, protocol=pickle.HIGHEST_PROTOCOL)
-        payload = buffer.getbuffer()
-        header = _HEADER.pack(len(payload), len(fds))
+        data = buffer.getbuffer()
+        _HEADER.pack_into(data, 0, len(data) - _HEADER.size, len(fds))
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] \
+            if fds else []
         try:
-            if fds:
-                socket.send_fds(self._sock, [header], fds)
-            else:
-                self._sock.sendall(header)
-            self._sock.sendall(payload)
+            sent = self._sock.sendmsg([data], ancillary)
+            if sent < len(data):
+                self._sock.sendall(data[sent:])
         except OSError as exc:
             self.closed = True
             raise ChannelClosed(f"the other process is gone ({exc.strerror})") from None
+        finally:
+            data.release()
 
     def _receive(self) -> tuple[tuple, list[int]]:
-        header = bytearray()
+        first = self._first_read  # (reused: unpickling copies what it keeps)
         fds: list[int] = []
-        while len(header) < _HEADER.size:
+        got = 0
+        while got < _HEADER.size:
             try:
-                data, got, _, _ = socket.recv_fds(self._sock, _HEADER.size - len(header),
-                                                  _MAX_FDS)
+                count, ancillary, _, _ = self._sock.recvmsg_into(
+                    [memoryview(first)[got:]], socket.CMSG_SPACE(_MAX_FDS * _FD_BYTES))
             except OSError as exc:
                 self.closed = True
                 raise ChannelClosed(f"the other process is gone ({exc.strerror})") from None
-            if not data:
+            if not count:
                 self.closed = True
                 raise ChannelClosed("the other process closed the channel")
-            header += data
-            fds.extend(got)
-        size, _ = _HEADER.unpack(header)
-        payload = bytearray(size)
-        view, done = memoryview(payload), 0
-        while done < size:
-            try:
-                got = self._sock.recv_into(view[done:])
-            except OSError as exc:
-                self.closed = True
-                raise ChannelClosed(f"the other process is gone ({exc.strerror})") from None
-            if not got:
-                self.closed = True
-                raise ChannelClosed("the other process closed the channel mid-message")
-            done += got
+            got += count
+            for level, kind, data in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.extend(array.array("i", data[:len(data) - len(data) % _FD_BYTES]))
+        size, _ = _HEADER.unpack_from(first)
+        end = _HEADER.size + size
+        if got > end:  # each side sends only when the other waits: one message at a time
+            self.closed = True
+            raise ChannelClosed("the other process sent a message out of turn")
+        if end <= len(first):
+            payload = memoryview(first)[_HEADER.size:end]
+            self._read_into(memoryview(first)[got:end])
+        else:
+            payload = memoryview(bytearray(size))
+            payload[:got - _HEADER.size] = memoryview(first)[_HEADER.size:got]
+            self._read_into(payload[got - _HEADER.size:])
         dropped, message = pickle.loads(payload)
         for number in dropped:
             self._exports.pop(number, None)
         return message, fds
+
+    def _read_into(self, view: memoryview) -> None:
+        """Fill `view` from the socket (the rest of a message)."""
+        done = 0
+        while done < len(view):
+            try:
+                count = self._sock.recv_into(view[done:])
+            except OSError as exc:
+                self.closed = True
+                raise ChannelClosed(f"the other process is gone ({exc.strerror})") from None
+            if not count:
+                self.closed = True
+                raise ChannelClosed("the other process closed the channel mid-message")
+            done += count
 
 
 class ForeignObject(ValueError):
