@@ -22,6 +22,7 @@ import io
 import pickle
 import socket
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from .base import DeviceDescription, FileDescriptor, KernelDescription, LoadedModule, SharedMemory
@@ -125,21 +126,12 @@ class Endpoint:
 
     def _out(self, value: Any, fds: list[int]) -> Any:
         """`value` as it travels: plain data by value, objects by reference."""
+        return _walk(value, lambda leaf: self._leaf_out(leaf, fds))
+
+    def _leaf_out(self, value: Any, fds: list[int]) -> Any:
         kind = type(value)
-        if kind in _SCALARS:
-            return value
         if kind is memoryview:
             return bytes(value)
-        if kind is tuple or kind is list:
-            return kind(self._out(item, fds) for item in value)
-        if kind is dict:
-            return {key: self._out(item, fds) for key, item in value.items()}
-        if kind is set or kind is frozenset:
-            return kind(self._out(item, fds) for item in value)
-        if kind in _DATACLASSES:
-            return dataclasses.replace(value, **{
-                f.name: self._out(getattr(value, f.name), fds)
-                for f in dataclasses.fields(value)})
         if kind is FileDescriptor:
             if len(fds) == _MAX_FDS:
                 raise ValueError(f"a message carries at most {_MAX_FDS} descriptors")
@@ -154,19 +146,10 @@ class Endpoint:
         return _Ref(number, False)
 
     def _in(self, value: Any, fds: list[int]) -> Any:
+        return _walk(value, lambda leaf: self._leaf_in(leaf, fds))
+
+    def _leaf_in(self, value: Any, fds: list[int]) -> Any:
         kind = type(value)
-        if kind in _SCALARS:
-            return value
-        if kind is tuple or kind is list:
-            return kind(self._in(item, fds) for item in value)
-        if kind is dict:
-            return {key: self._in(item, fds) for key, item in value.items()}
-        if kind is set or kind is frozenset:
-            return kind(self._in(item, fds) for item in value)
-        if kind in _DATACLASSES:
-            return dataclasses.replace(value, **{
-                f.name: self._in(getattr(value, f.name), fds)
-                for f in dataclasses.fields(value)})
         if kind is _FdSlot:
             return FileDescriptor(fds[value.index])
         if kind is _Ref:
@@ -246,6 +229,22 @@ class Endpoint:
                 self.closed = True
                 raise ChannelClosed("the other process closed the channel mid-message")
             done += count
+
+
+def _walk(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """`value` with each part that is not plain data (a scalar, a container, a dataclass of
+    the backend interface) replaced by `leaf(part)`."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is tuple or kind is list or kind is set or kind is frozenset:
+        return kind(_walk(item, leaf) for item in value)
+    if kind is dict:
+        return {key: _walk(item, leaf) for key, item in value.items()}
+    if kind in _DATACLASSES:
+        return dataclasses.replace(value, **{
+            f.name: _walk(getattr(value, f.name), leaf) for f in dataclasses.fields(value)})
+    return leaf(value)
 
 
 class ForeignObject(ValueError):
