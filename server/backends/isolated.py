@@ -105,11 +105,15 @@ class IsolatedBackend(Backend):
     def _call(self, method: str, *args, **kwargs):
         return self._on(None, method, args, kwargs)
 
-    def _on(self, target: int | None, method: str | None, args: tuple, kwargs: dict):
+    def _on(self, target: int | None, method: str | None, args: tuple, kwargs: dict,
+            posted: bool = False):
         with self._lock:
             if self._lost is None:
                 try:
-                    return self._endpoint.call(target, method, args, kwargs)
+                    if posted:
+                        return self._endpoint.post(target, method, args, kwargs)
+                    return self._endpoint.call(target, method, args, kwargs,
+                                               takes_held=method not in _RELEASES)
                 except ForeignObject:
                     raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                                     f"the {self.name} backend's sessions run in processes "
@@ -134,9 +138,6 @@ class IsolatedBackend(Backend):
             self._process.kill()
             return self._process.wait()
 
-    def _on_remote(self, remote: RemoteObject, args: tuple, kwargs: dict):
-        """Call an object of the device process (a launcher)."""
-        return self._on(remote.number, None, args, kwargs)
 
     def reopen(self) -> Backend:
         return IsolatedBackend(self._inner_name)
@@ -383,7 +384,10 @@ class IsolatedBackend(Backend):
                        cooperative: bool = False) -> Callable[..., tuple[str, str]]:
         launcher = self._call("prepare_launch", module, kernel, grid, block, shared_bytes,
                               cooperative)
-        return _Launcher(self, launcher)
+        # A backend that queues launches (a GPU's) is not waited for, unless the kernel may
+        # print or assert (its launcher waits for it, for its output).
+        posted = not self.launches_run_inline and not module.kernels[kernel].uses_printf
+        return _Launcher(self, launcher, posted)
 
     def use_device_runtime(self, place, device_graphs=None) -> None:
         self._call("use_device_runtime", place, device_graphs)
@@ -583,10 +587,12 @@ _spares = _Spares()
 
 
 class _Launcher:
-    """A prepared launch of the device process, called like the backend's launcher."""
+    """A prepared launch of the device process, called like the backend's launcher;
+    `posted`: not waited for (see process_channel.Endpoint.post)."""
 
-    def __init__(self, backend: IsolatedBackend, remote: RemoteObject) -> None:
-        self._backend, self._remote = backend, remote
+    def __init__(self, backend: IsolatedBackend, remote: RemoteObject, posted: bool) -> None:
+        self._backend, self._remote, self._posted = backend, remote, posted
 
     def __call__(self, *args, **kwargs) -> tuple[str, str]:
-        return self._backend._on_remote(self._remote, args, kwargs)
+        result = self._backend._on(self._remote.number, None, args, kwargs, self._posted)
+        return ("", "") if self._posted else result
