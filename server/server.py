@@ -50,6 +50,7 @@ from vgpu.protocol import (
 from .admin import AdminMixin
 from .arena import VaArena
 from .backends import open_backend, resolve_backend
+from .backends.isolated import end_device_processes
 from .bell import Bell
 from .connections import DEFAULT_RECONNECT_GRACE_S, ConnectionsMixin
 from .ipc import IpcRegistry
@@ -247,6 +248,8 @@ class ProxyServer(AdminMixin, ConnectionsMixin):
         limit = TRACE_WRITE_S if self.record_dir else WORKER_EXIT_S
         deadline = time.monotonic() + limit
         stopped = all([w.join(max(0.0, deadline - time.monotonic())) for w in workers])
+        if self.session_processes:
+            end_device_processes(WORKER_EXIT_S)
         self._close_connections()
         self.socket.close(linger=NOTICE_LINGER_MS)
         self._close_admin()

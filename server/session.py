@@ -1100,11 +1100,13 @@ class Session:
     def memcpy_htod(self, dst: int, src_spec, size: int):
         self._check_range(dst, size)
         if src_spec[0] == "peer":  # straight from the client's pageable memory
+            source = int(src_spec[1])
             view = self.backend.host_view(dst, size)
-            target = view if view is not None else memoryview(bytearray(size))
-            self._peer(read_peer, int(src_spec[1]), target)
-            if view is None:
-                self.backend.write(dst, target)
+            if view is not None:
+                self._peer(read_peer, source, view)
+            else:
+                self.backend.write_from(dst, size, lambda piece, offset: self._peer(
+                    read_peer, source + offset, piece))
             return
         self.backend.write(dst, self._source(src_spec, size))
 
@@ -1120,11 +1122,13 @@ class Session:
     def memcpy_dtoh(self, src: int, size: int, dst_spec):
         self._check_range(src, size)
         if dst_spec[0] == "peer":
+            target = int(dst_spec[1])
             view = self.backend.host_view(src, size, writing=False)
-            if view is None:
-                view = memoryview(bytearray(size))
-                self.backend.read_into(src, view)
-            self._peer(write_peer, int(dst_spec[1]), view)
+            if view is not None:
+                self._peer(write_peer, target, view)
+            else:
+                self.backend.read_to(src, size, lambda piece, offset: self._peer(
+                    write_peer, target + offset, piece))
             return None
         if dst_spec[0] == "frame":
             out = bytearray(size)

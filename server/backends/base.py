@@ -268,6 +268,24 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def read_into(self, address: int, out: memoryview) -> None: ...
 
+    def write_from(self, address: int, size: int,
+                   fill: Callable[[memoryview, int], None]) -> None:
+        """Write `size` bytes at `address` that `fill(view, offset)` puts into `view`, the
+        bytes from `offset` on, in pieces of the backend's choosing: where the backend
+        copies from (a client's pageable memory read straight into its staging). Here, one
+        buffer the size of the copy."""
+        buffer = memoryview(bytearray(size))
+        fill(buffer, 0)
+        self.write(address, buffer)
+
+    def read_to(self, address: int, size: int, drain: Callable[[memoryview, int], None]
+                ) -> None:
+        """Read `size` bytes at `address`, handing them to `drain(view, offset)` in pieces
+        of the backend's choosing (write_from's other way)."""
+        buffer = memoryview(bytearray(size))
+        self.read_into(address, buffer)
+        drain(buffer, 0)
+
     def host_view(self, address: int, size: int, writing: bool = True) -> memoryview | None:
         """A writable host view of device memory, for backends that keep it in host RAM
         (emu); None where device memory is elsewhere, and callers stage through a buffer.

@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -105,11 +106,15 @@ class IsolatedBackend(Backend):
     def _call(self, method: str, *args, **kwargs):
         return self._on(None, method, args, kwargs)
 
-    def _on(self, target: int | None, method: str | None, args: tuple, kwargs: dict):
+    def _on(self, target: int | None, method: str | None, args: tuple, kwargs: dict,
+            posted: bool = False):
         with self._lock:
             if self._lost is None:
                 try:
-                    return self._endpoint.call(target, method, args, kwargs)
+                    if posted:
+                        return self._endpoint.post(target, method, args, kwargs)
+                    return self._endpoint.call(target, method, args, kwargs,
+                                               takes_held=method not in _RELEASES)
                 except ForeignObject:
                     raise CudaError(CUDA_ERROR_NOT_SUPPORTED,
                                     f"the {self.name} backend's sessions run in processes "
@@ -134,9 +139,6 @@ class IsolatedBackend(Backend):
             self._process.kill()
             return self._process.wait()
 
-    def _on_remote(self, remote: RemoteObject, args: tuple, kwargs: dict):
-        """Call an object of the device process (a launcher)."""
-        return self._on(remote.number, None, args, kwargs)
 
     def reopen(self) -> Backend:
         return IsolatedBackend(self._inner_name)
@@ -246,7 +248,7 @@ class IsolatedBackend(Backend):
         elif len(data) <= INLINE_BYTES:
             self._call("write", address, data)
         else:
-            self._staged("write_staged", address, data)
+            self.write_from(address, len(data), _copy_from(data))
 
     def read_into(self, address: int, out: memoryview) -> None:
         out = memoryview(out).cast("B")
@@ -260,7 +262,16 @@ class IsolatedBackend(Backend):
         elif len(out) <= INLINE_BYTES:
             out[:] = self._call("read_bytes", address, len(out))
         else:
-            self._staged("read_staged", address, out, reading=True)
+            self.read_to(address, len(out), _copy_into(out))
+
+    def write_from(self, address: int, size: int,
+                   fill: Callable[[memoryview, int], None]) -> None:
+        """Each piece filled straight into the staging file, then copied to the device."""
+        self._through_staging("write_staged", lambda at: (address + at,), size, fill=fill)
+
+    def read_to(self, address: int, size: int, drain: Callable[[memoryview, int], None]
+                ) -> None:
+        self._through_staging("read_staged", lambda at: (address + at,), size, drain=drain)
 
     def _shown_at(self, data: memoryview) -> int | None:
         """Where the device process has `data`, when it lies in a client's page-locked
@@ -275,20 +286,22 @@ class IsolatedBackend(Backend):
                 return address + start - base
         return None
 
-    def _staged(self, method: str, address: int, data: memoryview, *, reading: bool = False,
-                physical: RemoteObject | None = None) -> None:
-        """A bulk copy through the staging file, a piece at a time."""
+    def _through_staging(self, method: str, place: Callable[[int], tuple], size: int,
+                         fill: Callable[[memoryview, int], None] | None = None,
+                         drain: Callable[[memoryview, int], None] | None = None) -> None:
+        """A bulk copy through the staging file, a piece at a time: `fill(piece, offset)`
+        puts each piece there before the device process's `method(*place(offset), length)`
+        takes it, or `drain(piece, offset)` takes what the method put there."""
         with self._lock:
             staging = memoryview(self._staging)
             try:
-                for at in range(0, len(data), STAGING_BYTES):
-                    piece = data[at:at + STAGING_BYTES]
-                    if not reading:
-                        staging[:len(piece)] = piece
-                    where = (address + at,) if physical is None else (physical, address + at)
-                    self._call(method, *where, len(piece))
-                    if reading:
-                        piece[:] = staging[:len(piece)]
+                for at in range(0, size, STAGING_BYTES):
+                    length = min(STAGING_BYTES, size - at)
+                    if fill is not None:
+                        fill(staging[:length], at)
+                    self._call(method, *place(at), length)
+                    if drain is not None:
+                        drain(staging[:length], at)
             finally:
                 staging.release()
 
@@ -324,12 +337,14 @@ class IsolatedBackend(Backend):
         return physical
 
     def read_physical(self, physical: object, offset: int, out: memoryview) -> None:
-        self._staged("read_physical_staged", offset, memoryview(out).cast("B"), reading=True,
-                     physical=physical)
+        out = memoryview(out).cast("B")
+        self._through_staging("read_physical_staged", lambda at: (physical, offset + at),
+                              len(out), drain=_copy_into(out))
 
     def write_physical(self, physical: object, offset: int, data: memoryview) -> None:
-        self._staged("write_physical_staged", offset, memoryview(data).cast("B"),
-                     physical=physical)
+        data = memoryview(data).cast("B")
+        self._through_staging("write_physical_staged", lambda at: (physical, offset + at),
+                              len(data), fill=_copy_from(data))
 
     def map_physical(self, address: int, size: int, physical: object) -> None:
         self._call("map_physical", address, size, self._own_physical(physical))
@@ -383,7 +398,10 @@ class IsolatedBackend(Backend):
                        cooperative: bool = False) -> Callable[..., tuple[str, str]]:
         launcher = self._call("prepare_launch", module, kernel, grid, block, shared_bytes,
                               cooperative)
-        return _Launcher(self, launcher)
+        # A backend that queues launches (a GPU's) is not waited for, unless the kernel may
+        # print or assert (its launcher waits for it, for its output).
+        posted = not self.launches_run_inline and not module.kernels[kernel].uses_printf
+        return _Launcher(self, launcher, posted)
 
     def use_device_runtime(self, place, device_graphs=None) -> None:
         self._call("use_device_runtime", place, device_graphs)
@@ -488,6 +506,20 @@ class _HostBuffer:
             self.file.close()
 
 
+def _copy_from(data: memoryview) -> Callable[[memoryview, int], None]:
+    """A `fill` for _through_staging: the pieces of `data`."""
+    def fill(piece: memoryview, at: int) -> None:
+        piece[:] = data[at:at + len(piece)]
+    return fill
+
+
+def _copy_into(out: memoryview) -> Callable[[memoryview, int], None]:
+    """A `drain` for _through_staging: into the pieces of `out`."""
+    def drain(piece: memoryview, at: int) -> None:
+        out[at:at + len(piece)] = piece
+    return drain
+
+
 def _address_of(view: memoryview) -> int:
     """The address of a view's first byte in this process (read-only views too)."""
     return int(np.frombuffer(view, dtype=np.uint8).ctypes.data)
@@ -523,8 +555,10 @@ class _Spawned:
         self.socket.close()
         self.staging.close()
         if patience:
-            threading.Thread(target=self._reap, args=(patience,), daemon=True,
-                             name="vgpu-device-process-end").start()
+            reaper = threading.Thread(target=self._reap, args=(patience,), daemon=True,
+                                      name="vgpu-device-process-end")
+            _ending.add(reaper)
+            reaper.start()
         else:
             self.process.kill()
             self.process.wait()
@@ -535,6 +569,21 @@ class _Spawned:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        finally:
+            _ending.discard(threading.current_thread())
+
+
+_ending: set[threading.Thread] = set()  # threads waiting for device processes to end
+
+
+def end_device_processes(patience: float) -> None:
+    """The server stops: the spare device processes end, and those of sessions that ended
+    are waited for a while (each gives its device back; under a driver that is a client
+    itself, vgpu's own, it says goodbye to its server, which may be about to stop too)."""
+    _spares.end_all()
+    deadline = time.monotonic() + patience
+    for reaper in list(_ending):
+        reaper.join(max(0.0, deadline - time.monotonic()))
 
 
 def _environment(name: str) -> dict[str, str]:
@@ -557,6 +606,7 @@ class _Spares:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ready: dict[str, _Spawned] = {}
+        self._ended = False  # the server is stopping: no more spares
 
     def take(self, name: str) -> _Spawned:
         with self._lock:
@@ -575,18 +625,26 @@ class _Spares:
 
     def _replenish(self, name: str) -> None:
         with self._lock:
-            if name not in self._ready:
+            if name not in self._ready and not self._ended:
                 self._ready[name] = _Spawned(name)
+
+    def end_all(self) -> None:
+        with self._lock:
+            spares, self._ready, self._ended = list(self._ready.values()), {}, True
+        for spare in spares:
+            spare.end(CLOSE_WAIT_S)
 
 
 _spares = _Spares()
 
 
 class _Launcher:
-    """A prepared launch of the device process, called like the backend's launcher."""
+    """A prepared launch of the device process, called like the backend's launcher;
+    `posted`: not waited for (see process_channel.Endpoint.post)."""
 
-    def __init__(self, backend: IsolatedBackend, remote: RemoteObject) -> None:
-        self._backend, self._remote = backend, remote
+    def __init__(self, backend: IsolatedBackend, remote: RemoteObject, posted: bool) -> None:
+        self._backend, self._remote, self._posted = backend, remote, posted
 
     def __call__(self, *args, **kwargs) -> tuple[str, str]:
-        return self._backend._on_remote(self._remote, args, kwargs)
+        result = self._backend._on(self._remote.number, None, args, kwargs, self._posted)
+        return ("", "") if self._posted else result

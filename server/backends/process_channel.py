@@ -8,7 +8,10 @@ the receiver gets its own), and every other object stays where it lives and goes
 reference: the receiver gets a `RemoteObject` whose calls come back to it. So a backend's
 events, modules and launchers stay in the device process, and a callback the server hands a
 backend (a module's `allocate`) is called back in the server. While one side waits for a
-reply it serves the other's calls, so callbacks may nest.
+reply it serves the other's calls, so callbacks may nest. A call may also be posted, not
+waited for (a launch a GPU queues anyway): messages arrive in order, so it runs before the
+next call, and its failure is that call's, as CUDA reports a launch's failure at a later
+call.
 
 Pickle is safe here: both ends are vgpu's own processes, the device process started by the
 server; what a client sends reaches the channel only as a backend call's numbers and bytes.
@@ -17,11 +20,13 @@ server; what a client sends reaches the channel only as a backend call's numbers
 from __future__ import annotations
 
 import array
+import collections
 import dataclasses
 import io
 import pickle
 import socket
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from .base import DeviceDescription, FileDescriptor, KernelDescription, LoadedModule, SharedMemory
@@ -31,7 +36,7 @@ __all__ = ["ChannelClosed", "Endpoint", "ForeignObject", "RemoteObject"]
 _HEADER = struct.Struct("<QB")  # payload length, descriptors passed with the header
 _MAX_FDS = 64
 _FD_BYTES = array.array("i").itemsize
-_FIRST_READ = 64 << 10  # a first read's buffer: most messages fit it whole
+_FIRST_READ = 64 << 10  # the most one read takes: most messages fit it whole
 _SCALARS = frozenset({type(None), bool, int, float, str, bytes})
 _DATACLASSES = frozenset({DeviceDescription, KernelDescription, LoadedModule, SharedMemory})
 
@@ -78,17 +83,32 @@ class Endpoint:
         self._exports: dict[int, object] = {}  # objects handed out, by number
         self._next = 1
         self.dropped: list[int] = []  # the other side's objects no longer referenced here
-        self._first_read = bytearray(_FIRST_READ)
+        self._held: BaseException | None = None  # a posted call's failure, for the next call
+        self._buffered = bytearray()  # received, not yet taken as a message
+        self._fds: collections.deque[int] = collections.deque()  # received with it
         self.closed = False
 
     # ----------------------------------------------------------------- calls
 
-    def call(self, target: int | None, method: str | None, args: tuple, kwargs: dict):
+    def call(self, target: int | None, method: str | None, args: tuple, kwargs: dict,
+             takes_held: bool = True):
         """Run `target.method(*args, **kwargs)` (target None: the other side's root; method
-        None: call the target itself) there, serving its calls here meanwhile."""
-        fds: list[int] = []
-        self._send(("call", target, method, self._out(args, fds), self._out(kwargs, fds)), fds)
+        None: call the target itself) there, serving its calls here meanwhile. Where a
+        posted call failed before it, this one fails with that failure instead of running,
+        unless `takes_held` is false (a call that only gives something back runs anyway)."""
+        self._request("call", target, method, args, kwargs, takes_held)
         return self.serve(until_reply=True)
+
+    def post(self, target: int | None, method: str | None, args: tuple, kwargs: dict) -> None:
+        """Run `target.method(*args, **kwargs)` there without waiting: its result is
+        dropped, and its failure (the first, if several) is the next call's (see call)."""
+        self._request("post", target, method, args, kwargs, False)
+
+    def _request(self, kind: str, target: int | None, method: str | None, args: tuple,
+                 kwargs: dict, takes_held: bool) -> None:
+        fds: list[int] = []
+        self._send((kind, target, method, self._out(args, fds), self._out(kwargs, fds),
+                    takes_held), fds)
 
     def serve(self, until_reply: bool = False):
         """Answer the other side's calls: until it closes (a device process's main loop),
@@ -101,18 +121,26 @@ class Endpoint:
                 return self._in(message[1], fds)
             if kind == "raise":
                 raise message[1]
-            _, target, method, args, kwargs = message
+            _, target, method, args, kwargs, takes_held = message
+            if kind == "call" and takes_held and self._held is not None:
+                held, self._held = self._held, None
+                self._send_exception(held)
+                continue
             try:
                 obj = self._root if target is None else self._exports[target]
                 function = obj if method is None else getattr(obj, method)
                 value = function(*self._in(args, fds), **self._in(kwargs, fds))
             except BaseException as exc:  # noqa: BLE001  (it goes to the caller)
-                self._send_exception(exc)
+                if kind == "post":
+                    self._held = self._held or exc
+                else:
+                    self._send_exception(exc)
                 if not isinstance(exc, Exception):
                     raise
                 continue
-            out_fds: list[int] = []
-            self._send(("return", self._out(value, out_fds)), out_fds)
+            if kind == "call":
+                out_fds: list[int] = []
+                self._send(("return", self._out(value, out_fds)), out_fds)
 
     def _send_exception(self, exc: BaseException) -> None:
         try:
@@ -125,21 +153,12 @@ class Endpoint:
 
     def _out(self, value: Any, fds: list[int]) -> Any:
         """`value` as it travels: plain data by value, objects by reference."""
+        return _walk(value, lambda leaf: self._leaf_out(leaf, fds))
+
+    def _leaf_out(self, value: Any, fds: list[int]) -> Any:
         kind = type(value)
-        if kind in _SCALARS:
-            return value
         if kind is memoryview:
             return bytes(value)
-        if kind is tuple or kind is list:
-            return kind(self._out(item, fds) for item in value)
-        if kind is dict:
-            return {key: self._out(item, fds) for key, item in value.items()}
-        if kind is set or kind is frozenset:
-            return kind(self._out(item, fds) for item in value)
-        if kind in _DATACLASSES:
-            return dataclasses.replace(value, **{
-                f.name: self._out(getattr(value, f.name), fds)
-                for f in dataclasses.fields(value)})
         if kind is FileDescriptor:
             if len(fds) == _MAX_FDS:
                 raise ValueError(f"a message carries at most {_MAX_FDS} descriptors")
@@ -154,19 +173,10 @@ class Endpoint:
         return _Ref(number, False)
 
     def _in(self, value: Any, fds: list[int]) -> Any:
+        return _walk(value, lambda leaf: self._leaf_in(leaf, fds))
+
+    def _leaf_in(self, value: Any, fds: list[int]) -> Any:
         kind = type(value)
-        if kind in _SCALARS:
-            return value
-        if kind is tuple or kind is list:
-            return kind(self._in(item, fds) for item in value)
-        if kind is dict:
-            return {key: self._in(item, fds) for key, item in value.items()}
-        if kind is set or kind is frozenset:
-            return kind(self._in(item, fds) for item in value)
-        if kind in _DATACLASSES:
-            return dataclasses.replace(value, **{
-                f.name: self._in(getattr(value, f.name), fds)
-                for f in dataclasses.fields(value)})
         if kind is _FdSlot:
             return FileDescriptor(fds[value.index])
         if kind is _Ref:
@@ -177,8 +187,8 @@ class Endpoint:
     # ----------------------------------------------------------------- framing
 
     # One system call a message each way where it fits (the header, the pickle and any
-    # descriptors in one sendmsg; the first read takes all of a small message): a call and
-    # its reply wake the other process twice, not eight times.
+    # descriptors in one sendmsg; one read takes a small message whole): a call and its
+    # reply wake the other process twice, not eight times.
     def _send(self, message: tuple, fds: list[int]) -> None:
         dropped, self.dropped = self.dropped, []
         buffer = io.BytesIO()
@@ -199,39 +209,49 @@ class Endpoint:
             data.release()
 
     def _receive(self) -> tuple[tuple, list[int]]:
-        first = self._first_read  # (reused: unpickling copies what it keeps)
-        fds: list[int] = []
-        got = 0
-        while got < _HEADER.size:
-            try:
-                count, ancillary, _, _ = self._sock.recvmsg_into(
-                    [memoryview(first)[got:]], socket.CMSG_SPACE(_MAX_FDS * _FD_BYTES))
-            except OSError as exc:
-                self.closed = True
-                raise ChannelClosed(f"the other process is gone ({exc.strerror})") from None
-            if not count:
-                self.closed = True
-                raise ChannelClosed("the other process closed the channel")
-            got += count
-            for level, kind, data in ancillary:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds.extend(array.array("i", data[:len(data) - len(data) % _FD_BYTES]))
-        size, _ = _HEADER.unpack_from(first)
+        """The next message and the descriptors that came with it. Posted calls let several
+        messages arrive together: what is read past one message waits for the next."""
+        buffered = self._buffered
+        while len(buffered) < _HEADER.size:
+            self._read_some()
+        size, count = _HEADER.unpack_from(buffered)
         end = _HEADER.size + size
-        if got > end:  # each side sends only when the other waits: one message at a time
-            self.closed = True
-            raise ChannelClosed("the other process sent a message out of turn")
-        if end <= len(first):
-            payload = memoryview(first)[_HEADER.size:end]
-            self._read_into(memoryview(first)[got:end])
+        if size > _FIRST_READ and len(buffered) < end:
+            # A large message (a module's image): the rest straight into a buffer of its own.
+            payload = bytearray(size)
+            have = len(buffered) - _HEADER.size
+            payload[:have] = buffered[_HEADER.size:]
+            buffered.clear()
+            self._read_into(memoryview(payload)[have:])
         else:
-            payload = memoryview(bytearray(size))
-            payload[:got - _HEADER.size] = memoryview(first)[_HEADER.size:got]
-            self._read_into(payload[got - _HEADER.size:])
+            while len(buffered) < end:
+                self._read_some()
+            payload = bytes(buffered[_HEADER.size:end])
+            del buffered[:end]
+        if len(self._fds) < count:
+            self.closed = True
+            raise ChannelClosed("a message came without the descriptors it announced")
+        fds = [self._fds.popleft() for _ in range(count)]
         dropped, message = pickle.loads(payload)
         for number in dropped:
             self._exports.pop(number, None)
         return message, fds
+
+    def _read_some(self) -> None:
+        """Whatever the socket has (a first read's worth at most), and its descriptors."""
+        try:
+            data, ancillary, _, _ = self._sock.recvmsg(
+                _FIRST_READ, socket.CMSG_SPACE(_MAX_FDS * _FD_BYTES))
+        except OSError as exc:
+            self.closed = True
+            raise ChannelClosed(f"the other process is gone ({exc.strerror})") from None
+        if not data:
+            self.closed = True
+            raise ChannelClosed("the other process closed the channel")
+        self._buffered += data
+        for level, kind, passed in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                self._fds.extend(array.array("i", passed[:len(passed) - len(passed) % _FD_BYTES]))
 
     def _read_into(self, view: memoryview) -> None:
         """Fill `view` from the socket (the rest of a message)."""
@@ -246,6 +266,22 @@ class Endpoint:
                 self.closed = True
                 raise ChannelClosed("the other process closed the channel mid-message")
             done += count
+
+
+def _walk(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """`value` with each part that is not plain data (a scalar, a container, a dataclass of
+    the backend interface) replaced by `leaf(part)`."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is tuple or kind is list or kind is set or kind is frozenset:
+        return kind(_walk(item, leaf) for item in value)
+    if kind is dict:
+        return {key: _walk(item, leaf) for key, item in value.items()}
+    if kind in _DATACLASSES:
+        return dataclasses.replace(value, **{
+            f.name: _walk(getattr(value, f.name), leaf) for f in dataclasses.fields(value)})
+    return leaf(value)
 
 
 class ForeignObject(ValueError):

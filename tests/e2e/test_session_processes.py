@@ -7,7 +7,7 @@ whose sessions have processes of their own does not.
 
 The programs are programs/fault_neighbours.py: a neighbour that works before and after the
 fault, and a faulter that stores to an address nothing maps, then resets its device and
-works again."""
+works again. An emu server runs its sessions in processes of their own when asked."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from vgpu_processes import VGPU, nested_cuda_server, vgpu_environment
+from vgpu_processes import VGPU, emu_server, nested_cuda_server, vgpu_environment
 
 from vgpu.registry import ask_sessions
 
@@ -109,6 +109,20 @@ def test_a_device_process_that_dies_ends_only_its_session(tmp_path):
         assert after.line() == "ready"
         after.go_on()
         assert after.finish()[0] == "words all 2\n"
+
+
+def test_an_emu_server_runs_sessions_in_processes_of_their_own_when_asked(tmp_path):
+    """`--session-processes` on emu: a program runs with correct results, and `vgpu ps`
+    shows its session's device process by its backend."""
+    with emu_server(tmp_path, "--session-processes") as address:
+        neighbour = Program(address, "neighbour")
+        assert neighbour.line() == "ready"
+        ps = subprocess.run([*VGPU, "ps", "--server", address], capture_output=True,
+                            text=True, timeout=TIMEOUT_S, env=vgpu_environment())
+        device_pid = device_pids(address)[neighbour.pid]
+        assert device_pid and f"emu@{device_pid}" in ps.stdout, ps.stdout + ps.stderr
+        neighbour.go_on()
+        assert neighbour.finish()[0] == "words all 2\n"
 
 
 def _gone_within(pid: int, seconds: float) -> bool:
