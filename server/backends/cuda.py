@@ -403,7 +403,8 @@ class CudaBackend(Backend):
         # vgpu's own driver clears a fault at the device's reset. NVIDIA's never does: a
         # device-side fault is sticky for the whole process (every context, and every one
         # made after it, fails; seen on an H200), so there this recovery cannot succeed and
-        # only a fresh process can use the GPU again.
+        # only a fresh process can use the GPU again: what a session in a device process of
+        # its own gets instead (isolated.py's recover).
         for device in used:
             _let_go(d, d.cuDevicePrimaryCtxReset(device.handle))
         self._open()
