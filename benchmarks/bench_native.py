@@ -137,25 +137,27 @@ def main() -> None:
     rows.append(row(f"  interpreter (1..{INTERPRETED_LIMIT}, scaled to {LIMIT})",
                     per_iteration, host, 1, "s"))
 
-    # saxpy, 1M threads
-    n = 1 << 20
-    rng = np.random.default_rng(0)
-    x, y = rng.random(n, np.float32), rng.random(n, np.float32)
-    a = np.float32(2.5)
-    dx, dy = device.upload(x), device.upload(y)
-    params = a.tobytes() + b"\0" * 4 + dx.to_bytes(8, "little") + dy.to_bytes(8, "little") \
-        + n.to_bytes(4, "little")
-    params += b"\0" * (module.kernels["saxpy"].param_size - len(params))
-    baseline = timed(lambda: a * x + y, 21)
-    rows.append(row("saxpy, 1M threads of 256: numpy a * x + y", baseline, None))
-    for threads in (1, 2):
-        rows.append(row(f"  compiled, {threads} thread(s)",
-                        run(module, device, "saxpy", (n // 256,), (256,), params, threads),
-                        baseline))
-    native.configure(enabled=False)
-    rows.append(row("  interpreter", run(interpreted, device, "saxpy", (n // 256,), (256,),
-                                         params), baseline))
-    native.configure(enabled=True)
+    # saxpy, 1M threads, and 16M (where two threads have enough work to share: 1M
+    # threads take about 0.2 ms, near what handing half of them to a second thread costs)
+    for n in (1 << 20, 1 << 24):
+        rng = np.random.default_rng(0)
+        x, y = rng.random(n, np.float32), rng.random(n, np.float32)
+        a = np.float32(2.5)
+        dx, dy = device.upload(x), device.upload(y)
+        params = a.tobytes() + b"\0" * 4 + dx.to_bytes(8, "little") \
+            + dy.to_bytes(8, "little") + n.to_bytes(4, "little")
+        params += b"\0" * (module.kernels["saxpy"].param_size - len(params))
+        baseline = timed(lambda a=a, x=x, y=y: a * x + y, 21)
+        rows.append(row(f"saxpy, {n >> 20}M threads of 256: numpy a * x + y", baseline, None))
+        for threads in (1, 2):
+            rows.append(row(f"  compiled, {threads} thread(s)",
+                            run(module, device, "saxpy", (n // 256,), (256,), params, threads),
+                            baseline))
+        if n == 1 << 20:
+            native.configure(enabled=False)
+            rows.append(row("  interpreter", run(interpreted, device, "saxpy", (n // 256,),
+                                                 (256,), params), baseline))
+            native.configure(enabled=True)
 
     # a small launch, launch to completion (prepare included, as the server's first launch
     # of a shape; later launches reuse the prepared shape)
