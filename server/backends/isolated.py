@@ -438,20 +438,20 @@ class IsolatedBackend(Backend):
             # where a driver holds queued work back, as vgpu's own does), since what the
             # event waits for may wait for it.
             self._call("work_done")
-            owner.synchronize_event(event)
+            _foreign_event_done(owner, event, wait=True)
             return
         self._call("wait_event", stream, event)
 
     def event_done(self, event: object) -> bool:
         owner = self._foreign(event)
         if owner is not None:
-            return owner.event_done(event)
+            return _foreign_event_done(owner, event, wait=False)
         return self._call("event_done", event)
 
     def synchronize_event(self, event: object) -> None:
         owner = self._foreign(event)
         if owner is not None:
-            owner.synchronize_event(event)
+            _foreign_event_done(owner, event, wait=True)
             return
         self._call("synchronize_event", event)
 
@@ -504,6 +504,19 @@ class _HostBuffer:
         self.view.release()
         if self.file is not None:
             self.file.close()
+
+
+def _foreign_event_done(owner: IsolatedBackend, event: object, wait: bool) -> bool:
+    """Whether another session's event (IPC) has completed, waited for with `wait`. Its
+    session's failures are not this one's: an event whose process faulted, died or ended
+    has nothing left to wait for."""
+    try:
+        if wait:
+            owner.synchronize_event(event)
+            return True
+        return owner.event_done(event)
+    except (CudaError, Cancelled):
+        return True
 
 
 def _copy_from(data: memoryview) -> Callable[[memoryview, int], None]:

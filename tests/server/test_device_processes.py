@@ -221,3 +221,16 @@ def test_copies_between_device_memory_and_a_shown_host_buffer(backends):
         view.release()
         mapping.close()
         os.close(fd)
+
+
+def test_another_sessions_event_whose_process_died_is_complete(backends):
+    """An IPC event's session is not this one: its process's death fails nothing here."""
+    mine, theirs = backends(), backends()
+    event = theirs.create_event(0, True)
+    theirs.record_event(event, 0)
+    os.kill(theirs.pid, signal.SIGKILL)
+    mine.map(ARENA_BASE, 4096)
+    mine.wait_event(0, event)
+    assert mine.event_done(event)
+    mine.synchronize_event(event)
+    mine.write(ARENA_BASE, memoryview(b"still mine"))
