@@ -51,7 +51,7 @@ class DeviceProcess:
             # such, so that copies through it need no copy of the driver's own.
             base = ctypes.addressof(ctypes.c_char.from_buffer(self._staging))
             backend.map_host(base, len(self._staging), self._staging)
-        return {"name": backend.name, "launches_run_inline": backend.launches_run_inline,
+        return {"launches_run_inline": backend.launches_run_inline,
                 "shares_address_space": backend.shares_address_space,
                 "own_device_runtime": backend.own_device_runtime,
                 "pid": os.getpid()}

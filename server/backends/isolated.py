@@ -17,6 +17,7 @@ and copies of bulk data, which go through a staging file both processes map.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import socket
@@ -65,7 +66,7 @@ class IsolatedBackend(Backend):
     host_buffers_at_client_addresses = True
 
     def __init__(self, name: str) -> None:
-        self._inner_name = self.name = name
+        self.name = name
         self._lock = threading.RLock()
         self._cancelled = False
         self._lost: str | None = None  # why the device process ended, if it did
@@ -83,17 +84,14 @@ class IsolatedBackend(Backend):
     # ----------------------------------------------------------------- the process
 
     def _start(self) -> None:
-        self._device = device = _spares.take(self._inner_name)
-        self._process, self._socket, self._staging = device.process, device.socket, \
-            device.staging
-        self._endpoint = Endpoint(device.socket, None, owner=self)
+        self._device = _spares.take(self.name)
+        self._endpoint = Endpoint(self._device.socket, None, owner=self)
         self._lost = None
         try:
             traits = self._call("open")
         except BaseException:
             self._stop()
             raise
-        self.name = traits["name"]
         self.launches_run_inline = traits["launches_run_inline"]
         self.shares_address_space = traits["shares_address_space"]
         self.own_device_runtime = traits["own_device_runtime"]
@@ -134,14 +132,14 @@ class IsolatedBackend(Backend):
     def _exit_status(self) -> int:
         """The ended process's exit status (a negative signal number if it was killed)."""
         try:
-            return self._process.wait(CLOSE_WAIT_S)
+            return self._device.process.wait(CLOSE_WAIT_S)
         except subprocess.TimeoutExpired:  # it closed the channel but does not end
-            self._process.kill()
-            return self._process.wait()
+            self._device.process.kill()
+            return self._device.process.wait()
 
 
     def reopen(self) -> Backend:
-        return IsolatedBackend(self._inner_name)
+        return IsolatedBackend(self.name)
 
     # ----------------------------------------------------------------- the device
 
@@ -281,7 +279,7 @@ class IsolatedBackend(Backend):
             return None
         start = _address_of(data)
         for address, host in self._host.items():
-            base = _address_of(host.view)
+            base = host.base
             if host.shown and base <= start and start + len(data) <= base + len(host.view):
                 return address + start - base
         return None
@@ -293,7 +291,7 @@ class IsolatedBackend(Backend):
         puts each piece there before the device process's `method(*place(offset), length)`
         takes it, or `drain(piece, offset)` takes what the method put there."""
         with self._lock:
-            staging = memoryview(self._staging)
+            staging = memoryview(self._device.staging)
             try:
                 for at in range(0, size, STAGING_BYTES):
                     length = min(STAGING_BYTES, size - at)
@@ -479,8 +477,8 @@ class IsolatedBackend(Backend):
         """End the device process: its running kernel with it, however long it would run
         (a GPU cannot be told to stop a kernel; its process can be ended)."""
         self._cancelled = True
-        if self._process.poll() is None:
-            self._process.kill()
+        if self._device.process.poll() is None:
+            self._device.process.kill()
 
     def close(self) -> None:
         """Close the channel: the device process gives the device back and exits."""
@@ -499,6 +497,11 @@ class _HostBuffer:
     view: memoryview
     file: FileDescriptor | None = None
     shown: bool = False
+
+    @functools.cached_property
+    def base(self) -> int:
+        """Where the buffer is in the server's process."""
+        return _address_of(self.view)
 
     def release(self) -> None:
         self.view.release()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import array
 import collections
+import contextlib
 import dataclasses
 import io
 import pickle
@@ -86,7 +87,6 @@ class Endpoint:
         self._held: BaseException | None = None  # a posted call's failure, for the next call
         self._buffered = bytearray()  # received, not yet taken as a message
         self._fds: collections.deque[int] = collections.deque()  # received with it
-        self.closed = False
 
     # ----------------------------------------------------------------- calls
 
@@ -199,12 +199,10 @@ class Endpoint:
         ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] \
             if fds else []
         try:
-            sent = self._sock.sendmsg([data], ancillary)
-            if sent < len(data):
-                self._sock.sendall(data[sent:])
-        except OSError as exc:
-            self.closed = True
-            raise ChannelClosed(f"the other process is gone ({exc.strerror})") from None
+            with _socket_errors():
+                sent = self._sock.sendmsg([data], ancillary)
+                if sent < len(data):
+                    self._sock.sendall(data[sent:])
         finally:
             data.release()
 
@@ -229,7 +227,6 @@ class Endpoint:
             payload = bytes(buffered[_HEADER.size:end])
             del buffered[:end]
         if len(self._fds) < count:
-            self.closed = True
             raise ChannelClosed("a message came without the descriptors it announced")
         fds = [self._fds.popleft() for _ in range(count)]
         dropped, message = pickle.loads(payload)
@@ -239,14 +236,10 @@ class Endpoint:
 
     def _read_some(self) -> None:
         """Whatever the socket has (a first read's worth at most), and its descriptors."""
-        try:
+        with _socket_errors():
             data, ancillary, _, _ = self._sock.recvmsg(
                 _FIRST_READ, socket.CMSG_SPACE(_MAX_FDS * _FD_BYTES))
-        except OSError as exc:
-            self.closed = True
-            raise ChannelClosed(f"the other process is gone ({exc.strerror})") from None
         if not data:
-            self.closed = True
             raise ChannelClosed("the other process closed the channel")
         self._buffered += data
         for level, kind, passed in ancillary:
@@ -257,15 +250,20 @@ class Endpoint:
         """Fill `view` from the socket (the rest of a message)."""
         done = 0
         while done < len(view):
-            try:
+            with _socket_errors():
                 count = self._sock.recv_into(view[done:])
-            except OSError as exc:
-                self.closed = True
-                raise ChannelClosed(f"the other process is gone ({exc.strerror})") from None
             if not count:
-                self.closed = True
                 raise ChannelClosed("the other process closed the channel mid-message")
             done += count
+
+
+@contextlib.contextmanager
+def _socket_errors():
+    """A socket error means the other process is gone."""
+    try:
+        yield
+    except OSError as exc:
+        raise ChannelClosed(f"the other process is gone ({exc.strerror})") from None
 
 
 def _walk(value: Any, leaf: Callable[[Any], Any]) -> Any:
