@@ -540,17 +540,14 @@ class Connection:
         the other stream's work, reading memory the kernels on its own stream had not
         written yet. So the scope is the thread's, and every call is queued after a
         vgpuStreamScope naming its thread's scope wherever the calls before it leave the
-        session in another."""
+        session in another (each call queues its scope itself, see _rescope: back-to-back
+        copies on one stream send it once)."""
         outer = getattr(self._scopes, "stream", 0)
         self._scopes.stream = stream
         try:
-            with self._lock:
-                self._rescope()
             yield
         finally:
             self._scopes.stream = outer
-            with self._lock:
-                self._rescope()
 
     def _rescope(self) -> None:
         """Queue vgpuStreamScope for the calling thread's scope if the calls queued so far
@@ -690,12 +687,7 @@ class Connection:
             self._seq = seq = self._seq + 1
         else:
             self._unconfirmed = True
-        if frames:
-            self._transmit(kind, seq, body, frames)
-        elif self._broken is None:  # (_transmit's common case, inline: every synchronous
-            message = self._pack([kind, seq, body])  # call passes here)
-            if not wire.send(self._handle, message):
-                self._send_within([message])
+        self._transmit(kind, seq, body, frames)
         if kind == CALLS:
             self._outbox.sent(seq, body, frames, self.ring.map if self.ring else None)
             if self.failover and self._outbox.retained_bytes > RETAIN_LIMIT_BYTES:

@@ -703,14 +703,10 @@ class _KernelCompiler:
         b = self.b
         low, stride = row
         high = self.rows.high(low, stride)
-        if size > 1:
-            if stride % size:
-                aligned = b.icmp_unsigned("==", b.and_(address, ir.Constant(I64, size - 1)),
-                                          ir.Constant(I64, 0))
-            else:   # every lane's address is the first's modulo the size
-                aligned = b.icmp_unsigned("==", b.and_(low, ir.Constant(I64, size - 1)),
-                                          ir.Constant(I64, 0))
-            self.miss_unless(aligned)
+        if size > 1:   # (a stride of whole sizes: every lane's address is the first's modulo it)
+            checked = address if stride % size else low
+            self.miss_unless(b.icmp_unsigned("==", b.and_(checked, ir.Constant(I64, size - 1)),
+                                             ir.Constant(I64, 0)))
         if space == "generic":   # the whole row in the global part of the generic space
             window = ir.Constant(I64, GENERIC_SHARED_BASE)
             self.miss_unless(b.and_(b.icmp_unsigned("<", low, window),
@@ -777,7 +773,7 @@ class _KernelCompiler:
                          b.and_(self._inside(b.sub(low, cached_base), cached_size, size),
                                 self._inside(b.sub(high, cached_base), cached_size, size)))
         if self.deferred is not None:   # a miss: the checked code runs the thread again
-            self._unless(b.not_(hit), lambda: b.ret(ir.Constant(I32, MISSED)))
+            self.miss_unless(hit)
             if id(address) in self.pointers:   # both allocations hold it: the same one
                 return self.pointers[id(address)][1]
             host = b.inttoptr(b.load(b.gep(cache, [ir.Constant(I64, 2)])), P8)

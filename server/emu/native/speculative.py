@@ -123,7 +123,8 @@ def speculative_block(fn: ir.Function, b: ir.IRBuilder, spec, thread, args: dict
     """A block's threads: the fast pass in nested loops over z, y, x (x innermost, so that
     LLVM sees the lanes of a row as one vectorizable loop), each thread's outcome in
     resume[t]; then the checked run of every thread that missed, in order. Branches to
-    `finished` when the block is done; returns the checked run's result (a fault, a stop)."""
+    `finished` when the block is done; a checked run's failure (a fault, a stop) returns it
+    from the block loop."""
     L, shared, local, spill, resume, fault, cache = (args[k] for k in (
         "L", "shared", "local", "spill", "resume", "fault", "cache"))
     bx, by, bz, ctaid = args["bx"], args["by"], args["bz"], args["ctaid"]

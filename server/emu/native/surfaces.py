@@ -23,14 +23,12 @@ from ..ir import RegisterOperand, Vector
 from ..ops_texture import _GEOMETRIES, _descriptors, _surface_offsets
 from ..ptx_types import TYPES, lookup_type
 from .codegen import _HANDLERS, I1, I8, I32, I64, NotCompiled
-from .texture_sampling import descriptor, field
+from .texture_sampling import _BASE, _BITS, _CHANNELS, _PITCH, _SIZES, _SLICE, descriptor, field
 from .textures import DeviceState
 
 __all__ = ["fault"]
 
 _MODES = ("trap", "clamp", "zero")
-_PITCH, _SLICE, _SIZES = 24, 32, 40
-_TEXEL_BYTES = (7, 8)   # channel bits, channels
 
 
 def fault(memory, handle: int, words: int, form: int) -> None:
@@ -48,6 +46,8 @@ def fault(memory, handle: int, words: int, form: int) -> None:
 
 def _lower(c, instr) -> None:
     from . import device_io
+    if len(c.inlining) > 1:   # (as texture fetches: the callback is set up per kernel)
+        raise NotCompiled(f"{instr.text}: in a device function", instr.line)
     loading = instr.opcode == "suld"
     flags = [m for m in instr.modifiers if lookup_type(m) is None]
     types = [lookup_type(m) for m in instr.modifiers if lookup_type(m) is not None]
@@ -77,8 +77,8 @@ def _lower(c, instr) -> None:
     done = c.fn.append_basic_block("surface_done")
     desc = descriptor(c, handle, SURFACE_MAGIC, bad)
     b = c.b
-    texel = b.mul(b.zext(b.lshr(field(b, desc, _TEXEL_BYTES[0], I8), ir.Constant(I8, 3)), I64),
-                  b.zext(field(b, desc, _TEXEL_BYTES[1], I8), I64))
+    texel = b.mul(b.zext(b.lshr(field(b, desc, _BITS, I8), ir.Constant(I8, 3)), I64),
+                  b.zext(field(b, desc, _CHANNELS, I8), I64))
     strides = [ir.Constant(I64, 1), field(b, desc, _PITCH, I64), field(b, desc, _SLICE, I64)]
     inside = ir.Constant(I1, 1)
     offset = ir.Constant(I64, 0)
@@ -99,7 +99,7 @@ def _lower(c, instr) -> None:
     access = c.fn.append_basic_block("surface_access")
     b.cbranch(inside, access, bad if mode == "trap" else skip)
     b.position_at_end(access)
-    pointer = c.access("global", b.add(field(c.b, desc, 16, I64), offset), size,
+    pointer = c.access("global", b.add(field(c.b, desc, _BASE, I64), offset), size,
                        not loading, instr.line)
     b = c.b
     element = ir.IntType(ptype.bits)

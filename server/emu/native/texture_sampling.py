@@ -350,8 +350,7 @@ def _store(b, values, words) -> None:
     the top of its payload, as the CPU's conversion does (LLVM's may not)."""
     for k, value in enumerate(values):
         bits = value if value.type == I64 else b.bitcast(value, I64)
-        nan = b.or_(b.trunc(b.lshr(bits, ir.Constant(I64, 32)), I32),
-                    ir.Constant(I32, 0))
+        nan = b.trunc(b.lshr(bits, ir.Constant(I64, 32)), I32)
         nan = b.or_(b.and_(nan, ir.Constant(I32, 1 << 31)),
                     b.or_(ir.Constant(I32, 0x7FC00000),
                           b.and_(b.trunc(b.lshr(bits, ir.Constant(I64, 29)), I32),
