@@ -17,6 +17,7 @@ import inspect
 import itertools
 import logging
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -813,6 +814,66 @@ def test_blocks_on_two_threads_give_the_interpreter_results(differential, toolki
     conformance.test_block_reduction(differential, mod)   # integer atomics across blocks
     conformance.test_tiled_matmul(differential, mod, 37, 21, 50)
     assert differential.compiled == ["block_sum", "matmul"]
+
+
+def test_a_fault_in_a_later_block_on_two_threads_is_reported_as_interpreted(differential,
+                                                                          faults_ptx):
+    """Blocks 32 on fault (threads 1024 on read past the 1,024 words): whichever worker
+    claims them, the report names the first, as the interpreter's; the launch after it
+    (the same frame and job) runs whole."""
+    native.configure(threads=2)
+    module = differential.load(faults_ptx)
+    data = differential.upload(np.arange(1024, dtype=np.uint32))
+    out = differential.zeros(2048, np.uint32)
+    for _ in range(3):
+        with pytest.raises(LaunchError) as caught:
+            differential.launch(module, "read_global_at", (64,), (32,), data, out, 0)
+        assert caught.value.code == 700 and "block (32,0,0)" in str(caught.value)
+    differential.launch(module, "read_global_at", (32,), (32,), data, out, 0)
+    np.testing.assert_array_equal(differential.download(out, 1024, np.uint32),
+                                  np.arange(1024))
+    assert set(differential.compiled) == {"read_global_at"}
+
+
+def test_blocks_run_at_once_on_two_threads_awake_or_woken(faults_ptx):
+    """Block 0 waits for the flag block 1 sets: it sees it only if a helper runs block 1
+    meanwhile, both right after another launch (the helper still looking for work) and
+    after a pause long enough for it to have gone to sleep."""
+    native.configure(enabled=True, threads=2)
+    device = Device()
+    module = device.load(faults_ptx)
+    assert prepare(module, "meet", (2,), (1,)).native is not None
+    for pause in (0, 0, 0.05, 0.05):
+        time.sleep(pause)
+        flag, seen = device.zeros(1, np.uint32), device.zeros(1, np.uint32)
+        device.launch(module, "meet", (2,), (1,), flag, seen)
+        assert device.download(seen, 1, np.uint32)[0] == 1
+
+
+def test_launches_from_several_threads_share_the_helpers(faults_ptx):
+    """Four host threads launching at once (as a server's sessions do) post jobs to the
+    same helpers: every launch's blocks all run, and only once."""
+    native.configure(enabled=True, threads=2)
+    device = Device()
+    module = device.load(faults_ptx)
+    data = device.upload(np.arange(64 * 256, dtype=np.uint32))
+    failures = []
+
+    def launches(k: int) -> None:
+        out = device.zeros(64 * 256, np.uint32)
+        for round_ in range(25):
+            device.launch(module, "read_global_at", (64 - k,), (256,), data, out, k)
+            got = device.download(out, (64 - k) * 256, np.uint32)
+            if not np.array_equal(got, np.arange(k, k + (64 - k) * 256)):
+                failures.append((k, round_))
+            device.launch(module, "read_global_at", (64 - k,), (256,), data, out, 0)
+
+    workers = [threading.Thread(target=launches, args=(k,)) for k in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert failures == []
 
 
 def test_threads_spinning_on_a_later_thread_of_their_block_let_it_run(differential,

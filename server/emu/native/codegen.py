@@ -893,11 +893,32 @@ def _memory_mods(instr) -> tuple[_Mods, str, int]:
     return mods, ("shared" if space == "shared::cta" else space), int(width[1:]) if width else 1
 
 
+def _ordering(instr, where: str) -> str | None:
+    """The LLVM ordering of a global ld/st that another block may race with (.volatile,
+    .relaxed, .mmio, .acquire, .release): blocks run at once on several workers, so a block
+    spinning on a flag another block sets must load it each time. None for a plain access,
+    and for shared and local memory, which only the block's own worker touches."""
+    if where not in ("global", "generic"):
+        return None
+    modifiers = instr.modifiers
+    for name in ("acquire", "release"):
+        if name in modifiers:
+            return name
+    if any(name in modifiers for name in ("volatile", "relaxed", "mmio")):
+        return "monotonic"
+    return None
+
+
 def _ld(c: _KernelCompiler, instr) -> None:
     dsts = _elements(instr.operands[0])
     ptype, where, typed = _memory_access(c, instr, instr.operands[1], False)
+    ordering = _ordering(instr, where)
     for k, dst in enumerate(dsts):
-        value = c.b.load(c.b.gep(typed, [ir.Constant(I64, k)]), align=1)
+        pointer = c.b.gep(typed, [ir.Constant(I64, k)])
+        if ordering is None:
+            value = c.b.load(pointer, align=1)
+        else:   # the access was checked for alignment to its whole size
+            value = c.b.load_atomic(pointer, ordering, ptype.nbytes)
         if where == "kparam":
             c.invariant(value)
         c.write(dst, ptype, value, instr)
@@ -905,9 +926,14 @@ def _ld(c: _KernelCompiler, instr) -> None:
 
 def _st(c: _KernelCompiler, instr) -> None:
     values = _elements(instr.operands[1])
-    ptype, _, typed = _memory_access(c, instr, instr.operands[0], True)
+    ptype, where, typed = _memory_access(c, instr, instr.operands[0], True)
+    ordering = _ordering(instr, where)
     for k, value in enumerate(values):
-        c.b.store(c.read(value, ptype, instr), c.b.gep(typed, [ir.Constant(I64, k)]), align=1)
+        pointer = c.b.gep(typed, [ir.Constant(I64, k)])
+        if ordering is None:
+            c.b.store(c.read(value, ptype, instr), pointer, align=1)
+        else:
+            c.b.store_atomic(c.read(value, ptype, instr), pointer, ordering, ptype.nbytes)
 
 
 def _memory_access(c: _KernelCompiler, instr, address, write: bool):

@@ -23,8 +23,8 @@ from pathlib import Path
 import llvmlite
 import llvmlite.binding as llvm
 
-__all__ = ["CACHE_LIMIT", "cache_key", "compile_object", "load_cached", "load_object",
-           "store_cached"]
+__all__ = ["CACHE_LIMIT", "cache_key", "compile_object", "load_cached", "load_functions",
+           "load_object", "store_cached", "target_triple"]
 
 CACHE_LIMIT = 256 << 20
 
@@ -77,17 +77,29 @@ def compile_object(text: str) -> bytes:
 
 def load_object(data: bytes, name: str) -> int:
     """Load an object into the process (once per function name); the address of `name`."""
+    return load_functions(data, (name,))[name]
+
+
+def load_functions(data: bytes, names) -> dict[str, int]:
+    """Load an object that defines `names` into the process (once); their addresses."""
     with _lock:
-        if name not in _loaded:
+        if any(name not in _loaded for name in names):
             _machine()
             engine = _state["engine"]
             engine.add_object_file(llvm.ObjectFileRef.from_data(data))
             engine.finalize_object()
-            address = engine.get_function_address(name)
-            if not address:
-                raise RuntimeError(f"compiled object does not define {name}")
-            _loaded[name] = address
-        return _loaded[name]
+            for name in names:
+                address = engine.get_function_address(name)
+                if not address:
+                    raise RuntimeError(f"compiled object does not define {name}")
+                _loaded[name] = address
+        return {name: _loaded[name] for name in names}
+
+
+def target_triple() -> str:
+    """The triple code is compiled for (this host's)."""
+    with _lock:
+        return _machine().triple
 
 
 def _directory() -> Path:

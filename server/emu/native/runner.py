@@ -1,11 +1,11 @@
-"""Runs a compiled kernel: the launch record, per-worker buffers, blocks spread over a pool of
-native threads (the compiled code holds no GIL: ctypes releases it), and faults turned into
-the interpreter's LaunchError and memory-checker report, word for word.
+"""Runs a compiled kernel: the launch record, per-worker buffers, blocks spread over the
+workers of `team.py`, and faults turned into the interpreter's LaunchError and
+memory-checker report, word for word.
 
-A launch costs little besides its blocks: the launch record and each worker's buffers are
-kept between launches of the same shape (`_Frame`), the calling thread runs blocks itself
-(other workers join only when there are blocks for them), and a cancelled launch is stopped
-by `_watcher`, which sets the record's stop flag, so nobody polls the Event per launch.
+A launch costs little besides its blocks: the launch record, each worker's buffers and the
+team's job are kept between launches of the same shape (`_Frame`), and a cancelled launch
+is stopped by `_watcher`, which sets the record's stop flag, so nobody polls the Event per
+launch.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import struct
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -21,29 +20,18 @@ from ..device_printf import DEFAULT_PRINTF_FIFO_BYTES
 from ..errors import LaunchError
 from ..memory import DENIED
 from ..spaces import STRAYS_ALLOWED, STRAYS_FAULT, out_of_bounds
-from . import control, device_io
-from .codegen import FAULTED, SPACES, STOPPED, SYMBOL_SLOT, WHY
+from . import control, device_io, team
+from .codegen import FAULTED, SPACES, SYMBOL_SLOT, WHY
 from .special_registers import CLOCK_SLOTS, GRAPH_SLOT, clock_slots
 
 __all__ = ["NativeKernel"]
 
-_SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 5, ctypes.c_int64,
-                              ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
 _LABEL = {"global": "__global__", "shared": "__shared__", "local": "__local__",
           "kparam": "__param__"}
 _STRAY_MODE = {STRAYS_FAULT: 0, STRAYS_ALLOWED: 2}   # anything else: report the first
 _KEPT_BYTES = 8 << 20   # a frame bigger than this is not kept for the next launch
 _RECORD = struct.Struct("<26q")   # the launch record's slots 0-25 (see codegen.py)
 _NO_PARAMETERS = np.zeros(1, np.uint8)
-_pools: dict[int, ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
-
-
-def _pool(threads: int) -> ThreadPoolExecutor:
-    with _pools_lock:
-        if threads not in _pools:
-            _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="vgpu-native")
-        return _pools[threads]
 
 
 class _Watcher:
@@ -111,12 +99,13 @@ class _Frame:
         self.launch[list(CLOCK_SLOTS)] = clock_slots()   # the process's, fixed
         self.launch_pointer = self.launch.ctypes.data
         self.workers: list[_Worker] = []
+        self.jobs: dict[int, team.Job] = {}   # by the number of workers
         self.nbytes = 0   # what its workers' buffers hold
 
 
 class NativeKernel:
     def __init__(self, address: int, symbols: list[str], spill: int, sites: int):
-        self.function = _SIGNATURE(address)
+        self.address = address   # run_blocks (codegen.py), which team.py's workers call
         self.symbols = symbols
         self.spill = spill      # int64 slots per thread in the spill buffer
         self.sites = sites
@@ -186,40 +175,20 @@ class NativeKernel:
             frame.workers.append(_Worker(self, *shape))
             frame.nbytes += frame.workers[-1].nbytes
         workers = frame.workers[:count]
-        per_claim = max(1, nblocks // (count * 8))
-        claims = iter(range(0, nblocks, per_claim))
-        claim_lock = threading.Lock()
-        faults: list[np.ndarray] = []
-        function, launch_pointer = self.function, frame.launch_pointer
-
-        def work(worker: _Worker) -> None:
+        for worker in workers:
             worker.cache[:] = 0     # allocations may have changed since the last launch
-            shared, local, spill, resume = worker.pointers
-            while True:
-                with claim_lock:
-                    first = next(claims, None)
-                if first is None:
-                    return
-                status = function(launch_pointer, shared, local, spill, resume, first,
-                                  min(first + per_claim, nblocks), worker.fault_pointer,
-                                  worker.cache_pointer)
-                if status == FAULTED:
-                    launch[10] = 2            # the other workers stop
-                    faults.append(worker.fault.copy())
-                    return
-                if status == STOPPED:
-                    return
-
+        job = frame.jobs.get(count)
+        if job is None:
+            job = frame.jobs[count] = team.Job(self.address, frame.launch_pointer, workers)
         if cancelled is not None:
             _watcher.add(launch, cancelled)
         try:
-            helpers = [_pool(threads).submit(work, w) for w in workers[1:]]
-            work(workers[0])
-            for helper in helpers:
-                helper.result()
+            team.run(job, nblocks, threads)
         finally:
             if cancelled is not None:
                 _watcher.remove(launch)
+        faults = [] if launch[10] != 2 else [
+            workers[k].fault.copy() for k in range(count) if job.statuses[k] == FAULTED]
         if faults:
             first = min(faults, key=lambda f: (int(f[5]), int(f[6])))
             if sink is not None and sink.error is not None and control.is_runtime(first[8]):

@@ -1,0 +1,342 @@
+"""The threads that run a launch's blocks: the launching thread and a team of helpers, who
+hand blocks out among themselves in native code, without the GIL.
+
+Why not a Python thread pool: on a virtual machine a thread's wake-up takes 20-30 us, and
+Python code claiming blocks between native calls makes two threads wait on each other's
+wake-ups for the GIL. A launch of 0.2 ms then gained nothing from a second thread. Here:
+- The launching thread posts the launch as a *job* and starts on its blocks at once.
+- Helpers are threads of their own that stay in native code: after a job they keep looking
+  for the next one for `MEMBER_SPIN_US` (as OpenMP's runtimes do), so back-to-back launches
+  find them awake; only then do they go to sleep on a condition the next launch signals.
+- Every worker claims runs of blocks with an atomic add and runs them (`vgpu_work`); the
+  launching thread, out of blocks, takes the job down and waits until no helper is inside.
+
+A job (int64 slots, one array per launch): 0 the next unclaimed block, 1 the number of
+blocks, 2 blocks per claim, 3 the workers inside, 4 the workers that joined (the launching
+thread is worker 0), 5 the workers the launch has buffers for, 6 the kernel's run_blocks,
+7 the launch record; then 7 slots a worker from slot 8: its shared, local, spill, resume,
+fault and cache buffers (runner.py) and its status (0, FAULTED or STOPPED).
+The team (int64 slots): 0 the open job's address (0: none), 1 a serial bumped at each
+posting (what idle helpers watch), 8 the helpers between reading slot 0 and counting
+themselves inside that job: the launching thread waits for none to be there before its
+job's memory may go.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+import time
+
+import numpy as np
+from llvmlite import ir
+
+from .codegen import FAULTED, I32, I64, P8, P32, P64
+from .engine import compile_object, load_functions, target_triple
+
+__all__ = ["Job", "run"]
+
+NEXT, BLOCKS, PER_CLAIM, INSIDE, JOINED, WORKERS, KERNEL, LAUNCH = range(8)
+FIRST_WORKER, WORKER_SLOTS, STATUS = 8, 7, 6
+OPEN_JOB, SERIAL, READERS = 0, 1, 8
+MEMBER_SPIN_US = 200   # how long an idle helper keeps looking for the next launch
+FINISH_SPIN_US = 500   # how long the launching thread spins for helpers' last runs
+_STOP_SLOT = 10        # the launch record's stop flag (codegen.py): 2 once a worker faulted
+
+_KERNEL = ir.FunctionType(I32, [P64, P8, P8, P64, P32, I64, I64, P64, P64])
+_WORK = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64)
+_MEMBER = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+_LEAD = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+_native: dict[str, object] = {}
+_teams: dict[int, _Team] = {}
+_lock = threading.Lock()
+
+
+class _Builder:
+    """The team's native functions, as one LLVM module."""
+
+    def __init__(self, triple: str):
+        self.module = ir.Module(name="vgpu_team")
+        self.module.triple = ""
+        if triple.startswith(("x86_64", "i686")):
+            self.pause = (ir.Function(self.module, ir.FunctionType(ir.VoidType(), []),
+                                      "llvm.x86.sse2.pause"), [])
+        elif triple.startswith(("aarch64", "arm64")):
+            self.pause = (ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I32]),
+                                      "llvm.aarch64.hint"), [ir.Constant(I32, 1)])   # yield
+        else:
+            self.pause = None
+        self.work = self._work()
+        self.finish = self._finish()
+        self._member()
+        self._lead()
+
+    @staticmethod
+    def _slot(b, pointer, k):
+        return b.gep(pointer, [k if isinstance(k, ir.Value) else ir.Constant(I64, k)])
+
+    def _spin(self, b):
+        if self.pause is not None:
+            b.call(*self.pause)
+
+    def _work(self) -> ir.Function:
+        """i32 vgpu_work(job, k): worker k (counted inside by its caller) runs claimed runs
+        of blocks until none are left or the kernel stops; stores its status, leaves."""
+        fn = ir.Function(self.module, ir.FunctionType(I32, [P64, I64]), "vgpu_work")
+        job, k = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+        def slot(n):
+            return self._slot(b, job, n)
+        base = b.add(ir.Constant(I64, FIRST_WORKER), b.mul(k, ir.Constant(I64, WORKER_SLOTS)))
+        own = [b.add(base, ir.Constant(I64, n)) for n in range(WORKER_SLOTS)]
+        shared, local, spill, resume, fault, cache = (
+            b.inttoptr(b.load(slot(own[n])), ty)
+            for n, ty in enumerate((P8, P8, P64, P32, P64, P64)))
+        kernel = b.inttoptr(b.load(slot(KERNEL)), _KERNEL.as_pointer())
+        launch = b.inttoptr(b.load(slot(LAUNCH)), P64)
+        blocks, per_claim = b.load(slot(BLOCKS)), b.load(slot(PER_CLAIM))
+        claim = fn.append_basic_block("claim")
+        run = fn.append_basic_block("run")
+        failed = fn.append_basic_block("failed")
+        leave = fn.append_basic_block("leave")
+        b.branch(claim)
+
+        b.position_at_end(claim)
+        first = b.atomic_rmw("add", slot(NEXT), per_claim, "seq_cst")
+        b.cbranch(b.icmp_signed("<", first, blocks), run, leave)
+
+        b.position_at_end(run)
+        following = b.add(first, per_claim)
+        end = b.select(b.icmp_signed("<", following, blocks), following, blocks)
+        result = b.call(kernel, [launch, shared, local, spill, resume, first, end, fault,
+                                 cache])
+        b.cbranch(b.icmp_signed("==", result, ir.Constant(I32, 0)), claim, failed)
+
+        b.position_at_end(failed)
+        with b.if_then(b.icmp_signed("==", result, ir.Constant(I32, FAULTED))):
+            # the others stop at their next block
+            b.store_atomic(ir.Constant(I64, 2), self._slot(b, launch, _STOP_SLOT),
+                           "monotonic", 8)
+        stopped = b.block
+        b.branch(leave)
+
+        b.position_at_end(leave)
+        status = b.phi(I32)
+        status.add_incoming(ir.Constant(I32, 0), claim)
+        status.add_incoming(result, stopped)
+        b.store(b.sext(status, I64), slot(own[STATUS]))
+        b.atomic_rmw("sub", slot(INSIDE), ir.Constant(I64, 1), "seq_cst")
+        b.ret(status)
+        return fn
+
+    def _finish(self) -> ir.Function:
+        """i32 vgpu_finish(team, job, looks): take the job down (unless another launch's
+        replaced it) and look until no helper is reading the team's job slot or inside
+        this job: 1 once so, 0 if still not after `looks` looks."""
+        fn = ir.Function(self.module, ir.FunctionType(I32, [P64, P64, I64]), "vgpu_finish")
+        team, job, looks = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        b.cmpxchg(self._slot(b, team, OPEN_JOB), b.ptrtoint(job, I64), ir.Constant(I64, 0),
+                  "seq_cst", "seq_cst")
+        start = b.block
+        look = fn.append_basic_block("look")
+        again = fn.append_basic_block("again")
+        idle = fn.append_basic_block("idle")
+        busy = fn.append_basic_block("busy")
+        b.branch(look)
+        b.position_at_end(look)
+        count = b.phi(I64)
+        count.add_incoming(ir.Constant(I64, 0), start)
+        readers = b.load_atomic(self._slot(b, team, READERS), "seq_cst", 8)
+        inside = b.load_atomic(self._slot(b, job, INSIDE), "seq_cst", 8)
+        b.cbranch(b.icmp_signed("==", b.or_(readers, inside), ir.Constant(I64, 0)), idle,
+                  again)
+        b.position_at_end(again)
+        self._spin(b)
+        following = b.add(count, ir.Constant(I64, 1))
+        count.add_incoming(following, again)
+        b.cbranch(b.icmp_signed("<", following, looks), look, busy)
+        ir.IRBuilder(idle).ret(ir.Constant(I32, 1))
+        ir.IRBuilder(busy).ret(ir.Constant(I32, 0))
+        return fn
+
+    def _member(self) -> None:
+        """i64 vgpu_member(team, seen, looks): a helper's life in native code: at each new
+        serial, join the open job (if it still has room) and work; return the last serial
+        seen once `looks` looks in a row found nothing new."""
+        fn = ir.Function(self.module, ir.FunctionType(I64, [P64, I64, I64]), "vgpu_member")
+        team, seen0, looks = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
+        start = b.block
+        look = fn.append_basic_block("look")
+        new = fn.append_basic_block("new")
+        secured = fn.append_basic_block("secured")
+        join = fn.append_basic_block("join")
+        full = fn.append_basic_block("full")
+        idle = fn.append_basic_block("idle")
+        tired = fn.append_basic_block("tired")
+        b.branch(look)
+
+        b.position_at_end(look)
+        seen, count = b.phi(I64), b.phi(I64)
+        seen.add_incoming(seen0, start)
+        count.add_incoming(zero, start)
+        serial = b.load_atomic(self._slot(b, team, SERIAL), "acquire", 8)
+        b.cbranch(b.icmp_signed("!=", serial, seen), new, idle)
+
+        b.position_at_end(idle)
+        self._spin(b)
+        following = b.add(count, one)
+        seen.add_incoming(seen, idle)
+        count.add_incoming(following, idle)
+        b.cbranch(b.icmp_signed("<", following, looks), look, tired)
+        ir.IRBuilder(tired).ret(seen)
+
+        b.position_at_end(new)   # count ourselves inside the open job before it may go
+        readers = self._slot(b, team, READERS)
+        b.atomic_rmw("add", readers, one, "seq_cst")
+        address = b.load_atomic(self._slot(b, team, OPEN_JOB), "seq_cst", 8)
+        job = b.inttoptr(address, P64)
+        present = b.icmp_signed("!=", address, zero)
+        with b.if_then(present):
+            b.atomic_rmw("add", self._slot(b, job, INSIDE), one, "seq_cst")
+        b.atomic_rmw("sub", readers, one, "seq_cst")
+        after_new = b.block
+        b.cbranch(present, secured, look)
+        seen.add_incoming(serial, after_new)
+        count.add_incoming(zero, after_new)
+
+        b.position_at_end(secured)
+        k = b.atomic_rmw("add", self._slot(b, job, JOINED), one, "seq_cst")
+        b.cbranch(b.icmp_signed("<", k, b.load(self._slot(b, job, WORKERS))), join, full)
+
+        b.position_at_end(join)
+        b.call(self.work, [job, k])
+        b.branch(look)
+        seen.add_incoming(serial, join)
+        count.add_incoming(zero, join)
+
+        b.position_at_end(full)
+        b.atomic_rmw("sub", self._slot(b, job, INSIDE), one, "seq_cst")
+        b.branch(look)
+        seen.add_incoming(serial, full)
+        count.add_incoming(zero, full)
+
+    def _lead(self) -> None:
+        """i32 vgpu_lead(team, job, looks): post the job, run worker 0's share, finish."""
+        fn = ir.Function(self.module, ir.FunctionType(I32, [P64, P64, I64]), "vgpu_lead")
+        team, job, looks = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        b.store_atomic(b.ptrtoint(job, I64), self._slot(b, team, OPEN_JOB), "seq_cst", 8)
+        b.atomic_rmw("add", self._slot(b, team, SERIAL), ir.Constant(I64, 1), "seq_cst")
+        b.call(self.work, [job, ir.Constant(I64, 0)])
+        b.ret(b.call(self.finish, [team, job, looks]))
+
+
+def _functions() -> dict[str, object]:
+    with _lock:
+        if not _native:
+            data = compile_object(str(_Builder(target_triple()).module))
+            address = load_functions(data, ("vgpu_work", "vgpu_member", "vgpu_finish",
+                                            "vgpu_lead"))
+            _native.update(work=_WORK(address["vgpu_work"]),
+                           member=_MEMBER(address["vgpu_member"]),
+                           finish=_LEAD(address["vgpu_finish"]),
+                           lead=_LEAD(address["vgpu_lead"]))
+            _native["looks_per_us"] = _calibrate(_native["member"])
+        return _native
+
+
+def _calibrate(member) -> float:
+    """Looks per microsecond: a helper's idle look, timed on a team nobody posts to."""
+    quiet = np.zeros(16, np.int64)
+    looks = 20_000
+    start = time.perf_counter()
+    member(quiet.ctypes.data, 0, looks)
+    return looks / max((time.perf_counter() - start) * 1e6, 1.0)
+
+
+class _Team:
+    """`size` helper threads (daemons: they hold nothing that needs closing)."""
+
+    def __init__(self, size: int):
+        self.record = np.zeros(16, np.int64)
+        self.address = self.record.ctypes.data
+        self._condition = threading.Condition()
+        self._wakes = 0       # bumped (under the condition) to wake sleeping helpers
+        self._sleepers = 0
+        native = _functions()
+        self._member_looks = int(MEMBER_SPIN_US * native["looks_per_us"])
+        self.finish_looks = int(FINISH_SPIN_US * native["looks_per_us"])
+        for k in range(size):
+            threading.Thread(target=self._helper, args=(native["member"],), daemon=True,
+                             name=f"vgpu-native-{k + 1}").start()
+
+    def _helper(self, member) -> None:
+        seen, wakes = 0, 0
+        while True:
+            seen = member(self.address, seen, self._member_looks)
+            with self._condition:
+                self._sleepers += 1
+                while self._wakes == wakes:
+                    self._condition.wait()
+                wakes = self._wakes
+                self._sleepers -= 1
+
+    def wake(self) -> None:
+        # Read without the lock: a helper just going to sleep misses this launch and
+        # wakes at the next; the launching thread runs whatever nobody claims.
+        if self._sleepers:
+            with self._condition:
+                self._wakes += 1
+                self._condition.notify_all()
+
+
+def _team(helpers: int) -> _Team:
+    with _lock:
+        team = _teams.get(helpers)
+    if team is None:
+        team = _Team(helpers)
+        with _lock:
+            team = _teams.setdefault(helpers, team)
+    return team
+
+
+class Job:
+    """A launch's job for `workers` (runner.py's _Worker), reused by the next launch of the
+    same frame: once `run` returns no helper holds it, as none can reach a job but through
+    the team's slot, which `run` empties and waits out."""
+
+    def __init__(self, kernel: int, launch: int, workers):
+        self.slots = np.zeros(FIRST_WORKER + WORKER_SLOTS * len(workers), np.int64)
+        self.slots[WORKERS], self.slots[KERNEL], self.slots[LAUNCH] = (len(workers), kernel,
+                                                                        launch)
+        for k, worker in enumerate(workers):
+            at = FIRST_WORKER + WORKER_SLOTS * k
+            self.slots[at:at + STATUS] = (*worker.pointers, worker.fault_pointer,
+                                          worker.cache_pointer)
+        self.address = self.slots.ctypes.data
+        self.workers = len(workers)
+        self.statuses = self.slots[FIRST_WORKER + STATUS::WORKER_SLOTS]
+
+
+_START = struct.Struct("<5q")   # slots NEXT to JOINED
+
+
+def run(job: Job, blocks: int, threads: int) -> None:
+    """Run a launch's blocks on this thread and up to `threads - 1` helpers; each worker's
+    status is then in `job.statuses`."""
+    # this thread is worker 0, inside and joined from the start
+    _START.pack_into(job.slots, 0, 0, blocks, max(1, blocks // (job.workers * 8)), 1, 1)
+    native = _native or _functions()
+    if job.workers == 1:
+        native["work"](job.address, 0)
+        return
+    team = _team(threads - 1)
+    team.wake()
+    if not native["lead"](team.address, job.address, team.finish_looks):
+        while not native["finish"](team.address, job.address, team.finish_looks):
+            time.sleep(0.0002)
