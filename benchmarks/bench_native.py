@@ -7,7 +7,9 @@ by the host's C compiler (cc -O2) for the one-thread Collatz walk and the matrix
 numpy's `a * x + y` on the same arrays for the 1M-thread saxpy, the interpreter's launch of
 the same kernel for the small launch (bench_emu's `straight`: 1 block of 256 threads, 110
 instructions each, `launch()` to completion). The interpreter's figures are in the table
-too (Collatz on a shorter range: the full one takes it most of a minute).
+too (Collatz on a shorter range: the full one takes it most of a minute). Scaling rows
+divide one thread's time by two threads'; for the saxpy the same loop in C, vectorized and
+on OpenMP threads, shows what the machine's cores and memory allow (where cc has OpenMP).
 Kernels are compiled with nvcc (PATH, or the nvidia-cuda-nvcc wheel).
 """
 
@@ -68,16 +70,45 @@ LIMIT = 20_000
 INTERPRETED_LIMIT = 300
 
 
+# What two cores can do for a stream at best: the saxpy loop vectorized for this CPU, on one
+# and two OpenMP threads (whose runtime keeps its threads spinning between loops, as the
+# emulator's helpers do), so the compiled kernel's scaling has the hardware's beside it.
+STREAM_SOURCE = r"""
+void saxpy(int n, float a, const float* x, float* y, int threads) {
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (int i = 0; i < n; ++i) y[i] = a * x[i] + y[i];
+}
+"""
+
+
+def _compiler() -> str:
+    return shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+
+
 def host_library(directory: str) -> ctypes.CDLL:
     source = Path(directory) / "loops.c"
     source.write_text(C_SOURCE)
     library = Path(directory) / "loops.so"
-    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    subprocess.run([compiler, "-O2", "-shared", "-fPIC", str(source), "-o", str(library)],
+    subprocess.run([_compiler(), "-O2", "-shared", "-fPIC", str(source), "-o", str(library)],
                    check=True)
     loops = ctypes.CDLL(str(library))
     loops.collatz.restype = ctypes.c_ulonglong
     return loops
+
+
+def stream_library(directory: str) -> ctypes.CDLL | None:
+    """STREAM_SOURCE built with OpenMP, or None where the compiler has no OpenMP."""
+    source = Path(directory) / "stream.c"
+    source.write_text(STREAM_SOURCE)
+    library = Path(directory) / "stream.so"
+    built = subprocess.run([_compiler(), "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC",
+                            str(source), "-o", str(library)], capture_output=True)
+    if built.returncode != 0:
+        return None
+    stream = ctypes.CDLL(str(library))
+    stream.saxpy.argtypes = [ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p,
+                             ctypes.c_int]
+    return stream
 
 
 def timed(fn, repeat: int) -> tuple[float, float]:
@@ -104,10 +135,17 @@ def row(name: str, seconds, baseline, unit: float = 1e3, suffix: str = "ms"):
     return (name, f"{best * unit:.2f} / {median * unit:.2f} {suffix}", ratio)
 
 
+def scaling(name: str, seconds: dict) -> tuple[str, str, str]:
+    """A table row: one thread's time over two threads' (best / median)."""
+    one, two = seconds[1], seconds[2]
+    return (name, "", f"{one[0] / two[0]:.2f} / {one[1] / two[1]:.2f}")
+
+
 def main() -> None:
     directory = tempfile.mkdtemp()
     os.environ["VGPU_CACHE_DIR"] = directory   # a cold cache: the compile time is measured
     loops = host_library(directory)
+    stream = stream_library(directory)
     ptx = compile_ptx(SOURCE + EMU_SOURCE)   # bench_emu's matmul
     rows: list[tuple[str, str, str]] = []
 
@@ -149,10 +187,18 @@ def main() -> None:
         params += b"\0" * (module.kernels["saxpy"].param_size - len(params))
         baseline = timed(lambda a=a, x=x, y=y: a * x + y, 21)
         rows.append(row(f"saxpy, {n >> 20}M threads of 256: numpy a * x + y", baseline, None))
-        for threads in (1, 2):
-            rows.append(row(f"  compiled, {threads} thread(s)",
-                            run(module, device, "saxpy", (n // 256,), (256,), params, threads),
-                            baseline))
+        compiled = {threads: run(module, device, "saxpy", (n // 256,), (256,), params, threads)
+                    for threads in (1, 2)}
+        for threads, seconds in compiled.items():
+            rows.append(row(f"  compiled, {threads} thread(s)", seconds, baseline))
+        rows.append(scaling("  two threads against one: compiled", compiled))
+        if stream is not None:
+            c_loop = {threads: timed(lambda t=threads, n=n, a=a, x=x, y=y: stream.saxpy(
+                n, a, x.ctypes.data, y.ctypes.data, t), 21) for threads in (1, 2)}
+            for threads, seconds in c_loop.items():
+                rows.append(row(f"  C -O3 -march=native, OpenMP, {threads} thread(s)", seconds,
+                                baseline))
+            rows.append(scaling("  two threads against one: C, OpenMP", c_loop))
         if n == 1 << 20:
             native.configure(enabled=False)
             rows.append(row("  interpreter", run(interpreted, device, "saxpy", (n // 256,),
@@ -191,10 +237,11 @@ def main() -> None:
     prepare(module, "matmul", (size // 16, size // 16), (16, 16))
     cold = time.perf_counter() - start
     rows.append(row("tiled matmul 256x256 (16x16 tiles, barriers): C triple loop", host, None))
-    for threads in (1, 2):
-        rows.append(row(f"  compiled, {threads} thread(s)",
-                        run(module, device, "matmul", (size // 16, size // 16), (16, 16),
-                            params, threads), host))
+    compiled = {threads: run(module, device, "matmul", (size // 16, size // 16), (16, 16),
+                             params, threads) for threads in (1, 2)}
+    for threads, seconds in compiled.items():
+        rows.append(row(f"  compiled, {threads} thread(s)", seconds, host))
+    rows.append(scaling("  two threads against one: compiled", compiled))
     got = np.frombuffer(device.memory.read(dC, C.nbytes), np.float32).reshape(size, size)
     np.testing.assert_allclose(got, A @ B, rtol=1e-3, atol=1e-3)
     cached = cached_compile_seconds(ptx, directory)

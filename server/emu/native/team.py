@@ -5,26 +5,31 @@ Why not a Python thread pool: on a virtual machine a thread's wake-up takes 20-3
 Python code claiming blocks between native calls makes two threads wait on each other's
 wake-ups for the GIL. A launch of 0.2 ms then gained nothing from a second thread. Here:
 - The launching thread posts the launch as a *job* and starts on its blocks at once.
-- Helpers are threads of their own that stay in native code: after a job they keep looking
-  for the next one for `MEMBER_SPIN_US` (as OpenMP's runtimes do), so back-to-back launches
-  find them awake; only then do they go to sleep on a condition the next launch signals.
+- Helpers are threads of their own that stay in native code: while launches come back to
+  back (`BACK_TO_BACK_US`), after a job they keep looking for the next one for
+  `MEMBER_SPIN_US` (as OpenMP's runtimes do), so a host loop's launches find them awake;
+  otherwise they go to sleep on a condition the next launch signals.
 - Every worker claims runs of blocks with an atomic add and runs them (`vgpu_work`); the
   launching thread, out of blocks, takes the job down and waits until no helper is inside.
 
-A job (int64 slots, one array per launch): 0 the next unclaimed block, 1 the number of
-blocks, 2 blocks per claim, 3 the workers inside, 4 the workers that joined (the launching
-thread is worker 0), 5 the workers the launch has buffers for, 6 the kernel's run_blocks,
-7 the launch record; then 7 slots a worker from slot 8: its shared, local, spill, resume,
-fault and cache buffers (runner.py) and its status (0, FAULTED or STOPPED).
+A job (int64 slots; one array per frame and number of workers, reused): 0 the next
+unclaimed block, 1 the number of blocks, 2 blocks per claim, 3 the workers inside, 4 the
+workers that joined (the launching thread is worker 0), 5 the workers the launch has
+buffers for, 6 the kernel's run_blocks, 7 the launch record; then 7 slots a worker from
+slot 8: its shared, local, spill, resume, fault and cache buffers (runner.py) and its
+status (0, FAULTED or STOPPED).
 The team (int64 slots): 0 the open job's address (0: none), 1 a serial bumped at each
-posting (what idle helpers watch), 8 the helpers between reading slot 0 and counting
+posting (what idle helpers watch), 2 how many looks an idle helper makes before it sleeps
+(set by the launching thread), 8 the helpers between reading slot 0 and counting
 themselves inside that job: the launching thread waits for none to be there before its
 job's memory may go.
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
+import os
 import struct
 import threading
 import time
@@ -39,18 +44,20 @@ __all__ = ["Job", "run"]
 
 NEXT, BLOCKS, PER_CLAIM, INSIDE, JOINED, WORKERS, KERNEL, LAUNCH = range(8)
 FIRST_WORKER, WORKER_SLOTS, STATUS = 8, 7, 6
-OPEN_JOB, SERIAL, READERS = 0, 1, 8
-MEMBER_SPIN_US = 200   # how long an idle helper keeps looking for the next launch
+OPEN_JOB, SERIAL, SPIN, READERS = 0, 1, 2, 8
+MEMBER_SPIN_US = 100   # how long an idle helper keeps looking for the next launch, when
+BACK_TO_BACK_US = 50   # the launches come this soon after the previous one's end
 FINISH_SPIN_US = 500   # how long the launching thread spins for helpers' last runs
 _STOP_SLOT = 10        # the launch record's stop flag (codegen.py): 2 once a worker faulted
 
 _KERNEL = ir.FunctionType(I32, [P64, P8, P8, P64, P32, I64, I64, P64, P64])
 _WORK = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64)
-_MEMBER = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+_MEMBER = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)
 _LEAD = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
 _native: dict[str, object] = {}
-_teams: dict[int, _Team] = {}
-_lock = threading.Lock()
+_lock = threading.Lock()          # guards _native
+_teams: dict[int, _Team] = {}     # by their number of helpers
+_teams_lock = threading.Lock()
 
 
 class _Builder:
@@ -163,11 +170,11 @@ class _Builder:
         return fn
 
     def _member(self) -> None:
-        """i64 vgpu_member(team, seen, looks): a helper's life in native code: at each new
-        serial, join the open job (if it still has room) and work; return the last serial
-        seen once `looks` looks in a row found nothing new."""
-        fn = ir.Function(self.module, ir.FunctionType(I64, [P64, I64, I64]), "vgpu_member")
-        team, seen0, looks = fn.args
+        """i64 vgpu_member(team, seen): a helper's life in native code: at each new serial,
+        join the open job (if it still has room) and work; return the last serial seen once
+        the team's SPIN slot's count of looks in a row found nothing new."""
+        fn = ir.Function(self.module, ir.FunctionType(I64, [P64, I64]), "vgpu_member")
+        team, seen0 = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
         start = b.block
@@ -192,6 +199,7 @@ class _Builder:
         following = b.add(count, one)
         seen.add_incoming(seen, idle)
         count.add_incoming(following, idle)
+        looks = b.load_atomic(self._slot(b, team, SPIN), "monotonic", 8)
         b.cbranch(b.icmp_signed("<", following, looks), look, tired)
         ir.IRBuilder(tired).ret(seen)
 
@@ -253,14 +261,15 @@ def _functions() -> dict[str, object]:
 def _calibrate(member) -> float:
     """Looks per microsecond: a helper's idle look, timed on a team nobody posts to."""
     quiet = np.zeros(16, np.int64)
-    looks = 20_000
+    looks = quiet[SPIN] = 20_000
     start = time.perf_counter()
-    member(quiet.ctypes.data, 0, looks)
+    member(quiet.ctypes.data, 0)
     return looks / max((time.perf_counter() - start) * 1e6, 1.0)
 
 
 class _Team:
-    """`size` helper threads (daemons: they hold nothing that needs closing)."""
+    """`size` helper threads: daemons, stopped at exit (`_stop_teams`) so that none is
+    still running compiled code while the interpreter tears its modules down."""
 
     def __init__(self, size: int):
         self.record = np.zeros(16, np.int64)
@@ -268,20 +277,24 @@ class _Team:
         self._condition = threading.Condition()
         self._wakes = 0       # bumped (under the condition) to wake sleeping helpers
         self._sleepers = 0
+        self._stopping = False
         native = _functions()
-        self._member_looks = int(MEMBER_SPIN_US * native["looks_per_us"])
+        self.member_looks = int(MEMBER_SPIN_US * native["looks_per_us"])
+        self.last_end = 0.0   # when the last launch through the team ended (perf_counter)
         self.finish_looks = int(FINISH_SPIN_US * native["looks_per_us"])
-        for k in range(size):
-            threading.Thread(target=self._helper, args=(native["member"],), daemon=True,
-                             name=f"vgpu-native-{k + 1}").start()
+        self._threads = [threading.Thread(target=self._helper, args=(native["member"],),
+                                          daemon=True, name=f"vgpu-native-{k + 1}")
+                         for k in range(size)]
+        for thread in self._threads:
+            thread.start()
 
     def _helper(self, member) -> None:
         seen, wakes = 0, 0
-        while True:
-            seen = member(self.address, seen, self._member_looks)
+        while not self._stopping:
+            seen = member(self.address, seen)
             with self._condition:
                 self._sleepers += 1
-                while self._wakes == wakes:
+                while self._wakes == wakes and not self._stopping:
                     self._condition.wait()
                 wakes = self._wakes
                 self._sleepers -= 1
@@ -294,15 +307,39 @@ class _Team:
                 self._wakes += 1
                 self._condition.notify_all()
 
+    def stop(self, timeout: float) -> None:
+        """Helpers leave once they stop looking (MEMBER_SPIN_US after their last job)."""
+        with self._condition:
+            self._stopping = True
+            self._condition.notify_all()
+        for thread in self._threads:
+            thread.join(timeout)
+
 
 def _team(helpers: int) -> _Team:
-    with _lock:
-        team = _teams.get(helpers)
-    if team is None:
-        team = _Team(helpers)
-        with _lock:
-            team = _teams.setdefault(helpers, team)
-    return team
+    with _teams_lock:
+        if helpers not in _teams:
+            _teams[helpers] = _Team(helpers)
+        return _teams[helpers]
+
+
+def _stop_teams() -> None:
+    with _teams_lock:
+        teams = list(_teams.values())
+        _teams.clear()
+    for team in teams:
+        team.stop(1.0)   # a helper inside a kernel that long is left to the exit
+
+
+def _forget_teams() -> None:
+    """In a forked child: its parent's helpers are not there (nor maybe the lock's owner)."""
+    global _teams_lock
+    _teams.clear()
+    _teams_lock = threading.Lock()
+
+
+atexit.register(_stop_teams)
+os.register_at_fork(after_in_child=_forget_teams)
 
 
 class Job:
@@ -336,7 +373,14 @@ def run(job: Job, blocks: int, threads: int) -> None:
         native["work"](job.address, 0)
         return
     team = _team(threads - 1)
+    # Helpers keep looking after a job only while launches come back to back: between a
+    # server's launches (a client's round trip) they would take a core from the client.
+    started = time.perf_counter()
+    spin = team.member_looks if started - team.last_end < BACK_TO_BACK_US * 1e-6 else 0
+    if team.record[SPIN] != spin:
+        team.record[SPIN] = spin
     team.wake()
     if not native["lead"](team.address, job.address, team.finish_looks):
         while not native["finish"](team.address, job.address, team.finish_looks):
             time.sleep(0.0002)
+    team.last_end = time.perf_counter()
