@@ -78,12 +78,12 @@ class _Worker:
 
     def __init__(self, kernel: NativeKernel, nthreads: int, shared_stride: int,
                  local_stride: int):
-        self.arrays = (np.zeros(max(shared_stride, 1), np.uint8),
-                       np.zeros(max(local_stride * nthreads, 1), np.uint8),
-                       np.zeros(kernel.spill * nthreads, np.int64),
-                       np.zeros(nthreads, np.int32))
-        self.fault = np.zeros(16, np.int64)
-        self.cache = np.zeros(3 * kernel.sites + 1, np.int64)
+        self.arrays = (team.own_lines(max(shared_stride, 1), np.uint8),
+                       team.own_lines(max(local_stride * nthreads, 1), np.uint8),
+                       team.own_lines(kernel.spill * nthreads, np.int64),
+                       team.own_lines(nthreads, np.int32))
+        self.fault = team.own_lines(16, np.int64)
+        self.cache = team.own_lines(3 * kernel.sites + 1, np.int64)
         self.nbytes = sum(a.nbytes for a in self.arrays) + self.cache.nbytes
         self.pointers = [a.ctypes.data for a in self.arrays]
         self.fault_pointer = self.fault.ctypes.data
@@ -95,7 +95,7 @@ class _Frame:
     runs blocks (made as launches need them)."""
 
     def __init__(self, symbols: int):
-        self.launch = np.zeros(SYMBOL_SLOT + symbols, np.int64)
+        self.launch = team.own_lines(SYMBOL_SLOT + symbols, np.int64)   # workers read it
         self.launch[list(CLOCK_SLOTS)] = clock_slots()   # the process's, fixed
         self.launch_pointer = self.launch.ctypes.data
         self.workers: list[_Worker] = []

@@ -40,7 +40,7 @@ from llvmlite import ir
 from .codegen import FAULTED, I32, I64, P8, P32, P64
 from .engine import compile_object, load_functions, target_triple
 
-__all__ = ["Job", "run"]
+__all__ = ["Job", "own_lines", "run"]
 
 NEXT, BLOCKS, PER_CLAIM, INSIDE, JOINED, WORKERS, KERNEL, LAUNCH = range(8)
 FIRST_WORKER, WORKER_SLOTS, STATUS = 8, 7, 6
@@ -58,6 +58,18 @@ _native: dict[str, object] = {}
 _lock = threading.Lock()          # guards _native
 _teams: dict[int, _Team] = {}     # by their number of helpers
 _teams_lock = threading.Lock()
+
+
+_LINE = 128   # bytes: a cache line, or the pair an adjacent-line prefetcher fetches together
+
+
+def own_lines(count: int, dtype) -> np.ndarray:
+    """`count` zeros of `dtype` on cache lines no other array has: workers write their
+    buffers at every block, and a line two workers write would bounce between their cores."""
+    size = count * np.dtype(dtype).itemsize
+    raw = np.zeros(size + 2 * _LINE, np.uint8)
+    start = -raw.ctypes.data % _LINE
+    return raw[start:start + size].view(dtype)
 
 
 class _Builder:
@@ -272,7 +284,7 @@ class _Team:
     still running compiled code while the interpreter tears its modules down."""
 
     def __init__(self, size: int):
-        self.record = np.zeros(16, np.int64)
+        self.record = own_lines(16, np.int64)
         self.address = self.record.ctypes.data
         self._condition = threading.Condition()
         self._wakes = 0       # bumped (under the condition) to wake sleeping helpers
@@ -348,7 +360,7 @@ class Job:
     the team's slot, which `run` empties and waits out."""
 
     def __init__(self, kernel: int, launch: int, workers):
-        self.slots = np.zeros(FIRST_WORKER + WORKER_SLOTS * len(workers), np.int64)
+        self.slots = own_lines(FIRST_WORKER + WORKER_SLOTS * len(workers), np.int64)
         self.slots[WORKERS], self.slots[KERNEL], self.slots[LAUNCH] = (len(workers), kernel,
                                                                         launch)
         for k, worker in enumerate(workers):
