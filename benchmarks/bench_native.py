@@ -8,8 +8,9 @@ numpy's `a * x + y` on the same arrays for the 1M-thread saxpy, the interpreter'
 the same kernel for the small launch (bench_emu's `straight`: 1 block of 256 threads, 110
 instructions each, `launch()` to completion). The interpreter's figures are in the table
 too (Collatz on a shorter range: the full one takes it most of a minute). Scaling rows
-divide one thread's time by two threads'; for the saxpy the same loop in C, vectorized and
-on OpenMP threads, shows what the machine's cores and memory allow (where cc has OpenMP).
+divide one thread's time by two threads', measured in interleaved rounds; for the saxpy
+the same loop in C, vectorized and on OpenMP threads, shows what the machine's cores and
+memory allow (where cc has OpenMP).
 Kernels are compiled with nvcc (PATH, or the nvidia-cuda-nvcc wheel).
 """
 
@@ -121,6 +122,31 @@ def timed(fn, repeat: int) -> tuple[float, float]:
     return min(times), statistics.median(times)
 
 
+def interleaved(variants: dict, rounds: int = 5, repeat: int = 9) -> dict:
+    """(best, median) seconds of each variant ((setup, fn) by name), in `rounds` rounds that
+    run every variant `repeat` times in turn: the machine's state drifts over seconds (the
+    same process runs a memory-bound loop 1.5x faster in one minute than in the next), and
+    interleaving gives each variant the same share of it."""
+    times: dict = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, (setup, fn) in variants.items():
+            setup()
+            for _ in range(repeat):
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+    return {name: (min(t), statistics.median(t)) for name, t in times.items()}
+
+
+def on_threads(module, device, kernel, grid, block, params: bytes) -> dict:
+    """A compiled kernel on one and on two threads, interleaved: {threads: (best, median)}."""
+    prepared = prepare(module, kernel, grid, block)
+    prepared.run(params, device.memory)   # the first run touches fresh pages
+    return interleaved({threads: (lambda t=threads: native.configure(threads=t),
+                                  lambda: prepared.run(params, device.memory))
+                        for threads in (1, 2)})
+
+
 def run(module, device, kernel, grid, block, params: bytes, threads: int = 1):
     native.configure(threads=threads)
     prepared = prepare(module, kernel, grid, block)
@@ -187,14 +213,14 @@ def main() -> None:
         params += b"\0" * (module.kernels["saxpy"].param_size - len(params))
         baseline = timed(lambda a=a, x=x, y=y: a * x + y, 21)
         rows.append(row(f"saxpy, {n >> 20}M threads of 256: numpy a * x + y", baseline, None))
-        compiled = {threads: run(module, device, "saxpy", (n // 256,), (256,), params, threads)
-                    for threads in (1, 2)}
+        compiled = on_threads(module, device, "saxpy", (n // 256,), (256,), params)
         for threads, seconds in compiled.items():
             rows.append(row(f"  compiled, {threads} thread(s)", seconds, baseline))
         rows.append(scaling("  two threads against one: compiled", compiled))
         if stream is not None:
-            c_loop = {threads: timed(lambda t=threads, n=n, a=a, x=x, y=y: stream.saxpy(
-                n, a, x.ctypes.data, y.ctypes.data, t), 21) for threads in (1, 2)}
+            c_loop = interleaved({threads: (lambda: None, lambda t=threads, n=n, a=a, x=x, y=y:
+                                            stream.saxpy(n, a, x.ctypes.data, y.ctypes.data, t))
+                                  for threads in (1, 2)})
             for threads, seconds in c_loop.items():
                 rows.append(row(f"  C -O3 -march=native, OpenMP, {threads} thread(s)", seconds,
                                 baseline))
@@ -237,8 +263,7 @@ def main() -> None:
     prepare(module, "matmul", (size // 16, size // 16), (16, 16))
     cold = time.perf_counter() - start
     rows.append(row("tiled matmul 256x256 (16x16 tiles, barriers): C triple loop", host, None))
-    compiled = {threads: run(module, device, "matmul", (size // 16, size // 16), (16, 16),
-                             params, threads) for threads in (1, 2)}
+    compiled = on_threads(module, device, "matmul", (size // 16, size // 16), (16, 16), params)
     for threads, seconds in compiled.items():
         rows.append(row(f"  compiled, {threads} thread(s)", seconds, host))
     rows.append(scaling("  two threads against one: compiled", compiled))

@@ -24,12 +24,11 @@ import threading
 from dataclasses import dataclass
 
 from vgpu.errors import CudaError
+from vgpu.protocol import IPC_HANDLE_BYTES as HANDLE_BYTES
+from vgpu.protocol import IPC_MARKERS as MARKERS
 
 __all__ = ["IpcRegistry", "Export", "HANDLE_BYTES", "IPC_OPS"]
 
-HANDLE_BYTES = 64
-MARKERS = {"memory": b"vgpu-ipc-mem\0\0\0\0", "event": b"vgpu-ipc-event\0\0",
-           "vmm": b"vgpu-ipc-vmm\0\0\0\0"}
 
 
 @dataclass

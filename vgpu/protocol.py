@@ -115,7 +115,7 @@ __all__ = [
     "PROTOCOL_VERSION", "HELLO", "CALLS", "ADMIN", "BYE", "RELEASE", "HOSTFN", "pack", "packer",
     "unpack", "ProtocolError",
     "DEFAULT_TIMEOUT_S", "HANDSHAKE_TIMEOUT_S", "KEEPALIVE_SEQ", "STICKY_ERRORS",
-    "MEMCHECK_MODES", "VMM_GRANULARITY", "HOST_PAGE",
+    "MEMCHECK_MODES", "VMM_GRANULARITY", "HOST_PAGE", "IPC_HANDLE_BYTES", "IPC_MARKERS",
 ]
 
 PROTOCOL_VERSION = 5  # 5: shared memory files named by descriptor, not path
@@ -144,6 +144,14 @@ MEMCHECK_MODES = ("report", "strict")
 # in host pages, as CUDA documents.
 VMM_GRANULARITY = 2 << 20
 HOST_PAGE = 4096
+
+
+# IPC handles (CUDA's 64 bytes): a marker saying what the handle names, then random bytes the
+# server chose (server/ipc.py). The client checks a handle's marker before it asks: a
+# shareable VMM handle's file, for one, could hold anything.
+IPC_HANDLE_BYTES = 64
+IPC_MARKERS = {"memory": b"vgpu-ipc-mem\0\0\0\0", "event": b"vgpu-ipc-event\0\0",
+               "vmm": b"vgpu-ipc-vmm\0\0\0\0"}
 
 
 # The server's "still working on your calls" (see above): a reply to nothing.

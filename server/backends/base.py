@@ -295,6 +295,24 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def copy(self, dst: int, src: int, size: int) -> None: ...
 
+    def host_side_copy(self, dst: int, src: int, size: int) -> bool:
+        """A copy one of whose sides is host memory (`host_view`: a client's page-locked
+        buffer, on backends whose device memory is elsewhere), done as a write or a read;
+        False where both sides are device memory."""
+        source, to = self.host_view(src, size, writing=False), self.host_view(dst, size)
+        if source is not None:
+            self.write(dst, source)
+        elif to is not None:
+            self.read_into(src, to)
+        return source is not None or to is not None
+
+    def host_side_fill(self, address: int, pattern: bytes, count: int) -> bool:
+        """A fill of host memory (`host_view`), done here; False where it is device memory."""
+        host = self.host_view(address, len(pattern) * count)
+        if host is not None:
+            host[:] = pattern * count
+        return host is not None
+
     def mark(self) -> int:
         """A point in the device's history, for `changed_since`."""
         return 0

@@ -830,31 +830,25 @@ class CudaBackend(Backend):
                 _call(d, d.cuMemcpyDtoH(_host_address(out), address, len(out)))
 
     def copy(self, dst: int, src: int, size: int) -> None:
+        if self.host_side_copy(dst, src, size):
+            return
         d = self._d
-        to, source = self.host_view(dst, size), self.host_view(src, size)
-        if source is not None:
-            self.write(dst, source)
-        elif to is not None:
-            self.read_into(src, to)
-        else:
-            owner, source_owner = self._owner(dst), self._owner(src)
-            self._wait_for_others(owner)
-            dst, src = self._variables.device_address(dst), self._variables.device_address(src)
-            with self._current(owner):
-                self._enter(0, owner)
-                _call(d, d.cuMemcpyDtoD(dst, src, size))
-                if source_owner != owner:  # a peer copy: done before the peer's next work
-                    _call(d, d.cuCtxSynchronize())
-                else:
-                    self._copying.add(owner)
-                    self._legacy_queued(owner)
+        owner, source_owner = self._owner(dst), self._owner(src)
+        self._wait_for_others(owner)
+        dst, src = self._variables.device_address(dst), self._variables.device_address(src)
+        with self._current(owner):
+            self._enter(0, owner)
+            _call(d, d.cuMemcpyDtoD(dst, src, size))
+            if source_owner != owner:  # a peer copy: done before the peer's next work
+                _call(d, d.cuCtxSynchronize())
+            else:
+                self._copying.add(owner)
+                self._legacy_queued(owner)
 
     def fill(self, address: int, pattern: bytes, count: int) -> None:
-        d = self._d
-        host = self.host_view(address, len(pattern) * count)
-        if host is not None:
-            host[:] = pattern * count
+        if self.host_side_fill(address, pattern, count):
             return
+        d = self._d
         owner = self._owner(address)
         self._wait_for_others(owner)
         address = self._variables.device_address(address)

@@ -304,19 +304,11 @@ class IsolatedBackend(Backend):
                 staging.release()
 
     def copy(self, dst: int, src: int, size: int) -> None:
-        source, to = self.host_view(src, size), self.host_view(dst, size)
-        if source is not None:
-            self.write(dst, source)
-        elif to is not None:
-            self.read_into(src, to)
-        else:
+        if not self.host_side_copy(dst, src, size):
             self._call("copy", dst, src, size)
 
     def fill(self, address: int, pattern: bytes, count: int) -> None:
-        host = self.host_view(address, len(pattern) * count)
-        if host is not None:
-            host[:] = pattern * count
-        else:
+        if not self.host_side_fill(address, pattern, count):
             self._call("fill", address, pattern, count)
 
     def mark(self) -> int:

@@ -8,10 +8,12 @@ but freed only by cuIpcCloseMemHandle, as on CUDA.
 
 from __future__ import annotations
 
+from vgpu.protocol import IPC_HANDLE_BYTES as HANDLE_BYTES
+from vgpu.protocol import IPC_MARKERS
+
 from ._state import CudaError, E, Kind, api, check_out, ffi, handle_of, state
 
-HANDLE_BYTES = 64
-MEM_MARKER = b"vgpu-ipc-mem\0\0\0\0"  # how the server's memory handles start (server/ipc.py)
+MEM_MARKER = IPC_MARKERS["memory"]
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
 # CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS: what an event must be to be exported.
 INTERPROCESS_EVENT = 0x2 | 0x4

@@ -1039,7 +1039,7 @@ def import_pointer(pool, share_data) -> int:
         raise CudaError(E.CUDA_ERROR_INVALID_VALUE,
                         "the export data is not of a pointer of this imported pool")
     handle = ffi.new("CUipcMemHandle *")
-    ffi.memmove(handle.reserved, ipc.MEM_MARKER + data[16:], 64)
+    ffi.memmove(handle.reserved, ipc.MEM_MARKER + data[16:], ipc.HANDLE_BYTES)
     address = ipc.open_mem_handle(handle, 0)
     state.pool_of[address] = p
     p.allocations.add(address)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-from vgpu.protocol import VMM_GRANULARITY
+from vgpu.protocol import IPC_HANDLE_BYTES, IPC_MARKERS, VMM_GRANULARITY
 
 from ._state import CudaError, E, Kind, api, check_out, ffi, ptr, state
 
@@ -23,8 +23,8 @@ CU_MEM_LOCATION_TYPE_DEVICE = 1
 CU_MEM_HANDLE_TYPE_NONE, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 0, 1
 # CUDA's other shareable handle types (WIN32, WIN32_KMT, FABRIC): none is vgpu's.
 OTHER_HANDLE_TYPES = (0x2, 0x4, 0x8)
-EXPORT_BYTES = 64
-EXPORT_MARKER = b"vgpu-ipc-vmm\0\0\0\0"  # how the server's handles of them start
+EXPORT_BYTES = IPC_HANDLE_BYTES
+EXPORT_MARKER = IPC_MARKERS["vmm"]
 CU_MEM_ALLOCATION_COMP_NONE = 0
 GRANULARITY_OPTIONS = (0, 1)  # CU_MEM_ALLOC_GRANULARITY_MINIMUM, _RECOMMENDED
 

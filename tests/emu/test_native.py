@@ -396,6 +396,36 @@ def test_surface_access_forms_agree(differential, toolkit):
     assert differential.compiled == ["surface_forms"]
 
 
+SURFACE_IN_A_FUNCTION = r"""
+__device__ __noinline__ float element(cudaSurfaceObject_t s, int x) {
+    return surf1Dread<float>(s, x * 4, cudaBoundaryModeZero);
+}
+extern "C" __global__ void surface_in_a_function(cudaSurfaceObject_t s, float *out) {
+    out[threadIdx.x] = element(s, threadIdx.x);
+}
+"""
+
+
+def test_a_surface_read_in_a_device_function_runs_interpreted(toolkit, caplog):
+    """Surface accesses reach the interpreter's callback, which the compiler sets up per
+    kernel, not per device function: such a kernel runs on the interpreter, said once, and
+    reads the surface (zeros past its end)."""
+    native.configure(enabled=True)
+    device = Device()
+    module = device.load(toolkit.ptx(SURFACE_IN_A_FUNCTION))
+    row = np.arange(20, dtype=np.float32).reshape(1, 20, 1)
+    surface = textures._object(device, SURFACE_MAGIC, row, 1, 1, ChannelKind.FLOAT)
+    out = device.zeros(32, np.float32)
+    with caplog.at_level(logging.INFO, logger="vgpu.emu.native"):
+        for _ in range(2):
+            device.launch(module, "surface_in_a_function", (1,), (32,), surface, out)
+    [message] = [r.getMessage() for r in caplog.records]
+    assert message.startswith("kernel 'surface_in_a_function' runs on the interpreter") \
+        and "suld" in message and "in a device function" in message
+    np.testing.assert_array_equal(device.download(out, 32, np.float32),
+                                  np.concatenate([np.arange(20), np.zeros(12)]))
+
+
 def test_malloc_and_free_compiled():
     """The device heap's tests (NULL once full, lane order, freed blocks reused, bad and
     double frees fault with the heap's message) on compiled kernels."""

@@ -54,7 +54,7 @@ from .speculative import (
     vectorize_hint,
 )
 
-__all__ = ["FAULTED", "SPACES", "STOPPED", "WHY", "NotCompiled", "kernel_ir"]
+__all__ = ["FAULTED", "SPACES", "STOPPED", "WHY", "NotCompiled", "intrinsic", "kernel_ir"]
 
 FAULTED, STOPPED = -1, -2
 YIELDED = 1 << 30      # thread results from here up: it yielded in a loop, resume there
@@ -90,6 +90,18 @@ def ltype(ptype: PtxType) -> ir.Type:
     if ptype.name == "f64":
         return F64
     return ir.IntType(ptype.bits)
+
+
+def intrinsic(module: ir.Module, name: str, ty: ir.Type, count: int = 1,
+              ret: ir.Type | None = None) -> ir.Function:
+    """LLVM's intrinsic `name` on `count` operands of type `ty` (returning `ret`, or `ty`),
+    declared in `module` once."""
+    suffix = {F32: "f32", F64: "f64"}.get(ty, str(ty))
+    full = f"{name}.{ret}.{suffix}" if ret is not None else f"{name}.{suffix}"
+    existing = module.globals.get(full)
+    if existing is not None:
+        return existing
+    return ir.Function(module, ir.FunctionType(ret or ty, [ty] * count), full)
 
 
 def kernel_ir(program, kernel, name: str) -> tuple[str, list[str], int, int]:
@@ -192,15 +204,7 @@ class _KernelCompiler:
         return max(len(self.regs), 1) + (warps.EXCHANGE_SLOTS if exchanges else 0)
 
     def _intrinsic(self, name: str, ty: ir.Type, count: int = 1, ret: ir.Type | None = None):
-        suffix = {F32: "f32", F64: "f64"}.get(ty, str(ty))
-        if ret is not None:
-            full = f"{name}.{ret}.{suffix}"
-        else:
-            full = f"{name}.{suffix}"
-        existing = self.module.globals.get(full)
-        if existing is not None:
-            return existing
-        return ir.Function(self.module, ir.FunctionType(ret or ty, [ty] * count), full)
+        return intrinsic(self.module, name, ty, count, ret)
 
     # -- the per-thread function ---------------------------------------------------------------
     def _speculative_function(self) -> ir.Function:
@@ -725,12 +729,12 @@ class _KernelCompiler:
         on_bad()
         self.b.position_at_end(ok)
 
-    def _inside(self, offset, limit, size: int):
+    def _inside(self, offset, limit, size):
         """offset + size <= limit without overflow: one compare with `limit - size` per
         access (the limit is usually the same for the whole launch, so LLVM hoists the
-        rest out of loops)."""
+        rest out of loops). `size`: bytes, an int or an i64 value."""
         b = self.b
-        width = ir.Constant(I64, size)
+        width = size if isinstance(size, ir.Value) else ir.Constant(I64, size)
         fits = b.icmp_unsigned(">=", limit, width)
         return b.and_(fits, b.icmp_unsigned("<=", offset, b.sub(limit, width)))
 
@@ -757,11 +761,7 @@ class _KernelCompiler:
         """The checked global access; in the fast pass with `row` (the row's first and last
         addresses and the stride), the row's check."""
         b = self.b
-        # Each access site remembers the allocation it last hit: a site usually walks one
-        # array, so its next access is checked with a compare.
-        cache = b.gep(self.site_cache, [ir.Constant(I64, 3 * self.sites)])
-        found = b.gep(self.cache, [ir.Constant(I64, 3 * self.sites)])
-        self.sites += 1
+        cache, found = self._site()
         cached_base = b.load(cache)
         cached_size = b.load(b.gep(cache, [ir.Constant(I64, 1)]))
         offset = b.sub(address, cached_base)
@@ -778,31 +778,64 @@ class _KernelCompiler:
                 return self.pointers[id(address)][1]
             host = b.inttoptr(b.load(b.gep(cache, [ir.Constant(I64, 2)])), P8)
             return b.gep(host, [offset])
-        start = b.block
+        return self._through_site(cache, found, hit, offset, address, size, need, line, True)
+
+    def global_or_null(self, address, size):
+        """A host pointer to `size` (bytes, an int or an i64 value) readable at the global
+        `address`, or null where no allocation holds them: for what checks that itself (a
+        texture fetch reads zeros there), through an access site as `_global`'s."""
+        b = self.b
+        cache, found = self._site()
+        offset = b.sub(address, b.load(cache))
+        hit = self._inside(offset, b.load(b.gep(cache, [ir.Constant(I64, 1)])), size)
+        return self._through_site(cache, found, hit, offset, address, size, 1, 0, False)
+
+    def _site(self):
+        """A new global access site: (its cache, the lookup's result slots). Each site
+        remembers the allocation it last hit: a site usually walks one array, so its next
+        access is checked with a compare."""
+        cache = self.b.gep(self.site_cache, [ir.Constant(I64, 3 * self.sites)])
+        found = self.b.gep(self.cache, [ir.Constant(I64, 3 * self.sites)])
+        self.sites += 1
+        return cache, found
+
+    def _through_site(self, cache, found, hit, offset, address, size, need: int, line: int,
+                      faults: bool):
+        """The pointer: from the site's cache on a `hit`, else from `vgpu_lookup`, which the
+        site then remembers; where nothing holds the bytes the kernel faults (`faults`) or
+        the pointer is null."""
+        b = self.b
         fast = self.fn.append_basic_block("hit")
         slow = self.fn.append_basic_block("miss")
         join = self.fn.append_basic_block("found")
-        b.cbranch(hit, fast, slow, )
+        b.cbranch(hit, fast, slow)
         b.position_at_end(fast)
         host = b.inttoptr(b.load(b.gep(cache, [ir.Constant(I64, 2)])), P8)
         fast_pointer = b.gep(host, [offset])
         b.branch(join)
         b.position_at_end(slow)
-        slow_pointer = b.call(self.lookup, [self.L, address, ir.Constant(I64, size),
-                                            ir.Constant(I64, need), found, self.fault,
-                                            ir.Constant(I64, line), ir.Constant(I64, 0)])
+        width = size if isinstance(size, ir.Value) else ir.Constant(I64, size)
+        slow_pointer = b.call(self.lookup, [self.L, address, width, ir.Constant(I64, need),
+                                            found, self.fault, ir.Constant(I64, line),
+                                            ir.Constant(I64, 0)])
         failed = b.icmp_unsigned("==", slow_pointer, ir.Constant(P8, None))
-        self._unless(failed, lambda: b.ret(ir.Constant(I32, FAULTED)))
+        if faults:
+            self._unless(failed, lambda: b.ret(ir.Constant(I32, FAULTED)))
+        else:
+            keep = self.fn.append_basic_block("keep")
+            b.cbranch(failed, join, keep)
+            b.position_at_end(keep)
         for k in range(3):   # a stray access (pointer, no entry) leaves found[] as it was
             index = ir.Constant(I64, k)
             b.store(b.load(b.gep(found, [index])), b.gep(cache, [index]))
-        slow_end = b.block
+        kept = b.block
         b.branch(join)
         b.position_at_end(join)
         pointer = b.phi(P8)
         pointer.add_incoming(fast_pointer, fast)
-        pointer.add_incoming(slow_pointer, slow_end)
-        del start
+        pointer.add_incoming(slow_pointer, kept)
+        if not faults:
+            pointer.add_incoming(slow_pointer, slow)   # null
         return pointer
 
     def _generic(self, address, size: int, need: int, line: int):

@@ -26,7 +26,7 @@ from vgpu.texture_objects import (
     ChannelKind,
 )
 
-from .codegen import F32, F64, I1, I8, I32, I64, P8
+from .codegen import F32, F64, I1, I8, I32, I64, P8, intrinsic
 
 __all__ = ["descriptor", "field", "sample"]
 
@@ -38,49 +38,10 @@ _WEIGHT_STEPS = 256.0
 _INT64_MIN = -(1 << 63)
 
 
-def find(c, address, size):
-    """A host pointer to `size` bytes at the device `address` (readable), or null; the
-    site remembers the allocation it found as a global access does."""
-    b = c.b
-    cache = b.gep(c.site_cache, [ir.Constant(I64, 3 * c.sites)])
-    found = b.gep(c.cache, [ir.Constant(I64, 3 * c.sites)])
-    c.sites += 1
-    size = size if isinstance(size, ir.Value) else ir.Constant(I64, size)
-    offset = b.sub(address, b.load(cache))
-    limit = b.load(b.gep(cache, [ir.Constant(I64, 1)]))
-    hit = b.and_(b.icmp_unsigned(">=", limit, size),
-                 b.icmp_unsigned("<=", offset, b.sub(limit, size)))
-    fast = c.fn.append_basic_block("texture_hit")
-    slow = c.fn.append_basic_block("texture_miss")
-    join = c.fn.append_basic_block("texture_found")
-    b.cbranch(hit, fast, slow)
-    b.position_at_end(fast)
-    fast_pointer = b.gep(b.inttoptr(b.load(b.gep(cache, [ir.Constant(I64, 2)])), P8),
-                         [offset])
-    b.branch(join)
-    b.position_at_end(slow)
-    slow_pointer = b.call(c.lookup, [c.L, address, size, ir.Constant(I64, 1), found,
-                                     c.fault, ir.Constant(I64, 0), ir.Constant(I64, 0)])
-    remembered = b.icmp_unsigned("!=", slow_pointer, ir.Constant(P8, None))
-    keep = c.fn.append_basic_block("texture_keep")
-    b.cbranch(remembered, keep, join)
-    b.position_at_end(keep)
-    for k in range(3):
-        index = ir.Constant(I64, k)
-        b.store(b.load(b.gep(found, [index])), b.gep(cache, [index]))
-    b.branch(join)
-    b.position_at_end(join)
-    pointer = b.phi(P8)
-    pointer.add_incoming(fast_pointer, fast)
-    pointer.add_incoming(slow_pointer, slow)
-    pointer.add_incoming(slow_pointer, keep)
-    return pointer
-
-
 def descriptor(c, handle, magic: bytes, otherwise):
     """A host pointer to the object descriptor at `handle`, the code going on where it is
     readable and starts with `magic`, and to `otherwise` where not."""
-    pointer = find(c, handle, DESCRIPTOR_SIZE)
+    pointer = c.global_or_null(handle, DESCRIPTOR_SIZE)
     b = c.b
     read = c.fn.append_basic_block("object_descriptor")
     b.cbranch(b.icmp_unsigned("!=", pointer, ir.Constant(P8, None)), read, otherwise)
@@ -99,17 +60,9 @@ def field(b, pointer, offset: int, ty):
 
 def _to_int(b, value):
     """numpy's float64 -> int64 cast on x86: INT64_MIN where out of range or NaN."""
-    inside = b.fcmp_ordered("<", b.call(_intrinsic(b, "llvm.fabs"), [value]),
+    inside = b.fcmp_ordered("<", b.call(intrinsic(b.module, "llvm.fabs", F64), [value]),
                             ir.Constant(F64, 2.0 ** 63))
     return b.select(inside, b.fptosi(value, I64), ir.Constant(I64, _INT64_MIN))
-
-
-def _intrinsic(b, name: str):
-    module = b.module
-    full = f"{name}.f64"
-    existing = module.globals.get(full)
-    return existing if existing is not None else ir.Function(
-        module, ir.FunctionType(F64, [F64]), full)
 
 
 def _address(b, index, size, mode, normalized):
@@ -235,7 +188,7 @@ def sample(c, handle, coordinates: list, words, done, as_float: bool, layer=None
     layers = b.zext(field(b, desc, _LAYERS, I32), I64)
     extent = b.mul(field(b, desc, _SLICE, I64),
                    b.select(b.icmp_unsigned(">", depth, layers), depth, layers))
-    texels = find(c, field(c.b, desc, _BASE, I64), extent)
+    texels = c.global_or_null(field(c.b, desc, _BASE, I64), extent)
     b = c.b
     found = c.fn.append_basic_block("texture_sample")
     b.cbranch(b.icmp_unsigned("!=", texels, ir.Constant(P8, None)), found, other)
@@ -273,7 +226,7 @@ def _filter(c, desc, texels, texel_format, scaled: list, words, done, as_float: 
     """Point or linear filtering at the scaled coordinates (or the texel at `elements`),
     into the words."""
     b = c.b
-    floor = _intrinsic(b, "llvm.floor")
+    floor = intrinsic(b.module, "llvm.floor", F64)
     point = elements or [_to_int(b, b.call(floor, [s])) for s in scaled]
     if not as_float:   # objects filter integer reads by point only
         for k, value in enumerate(_texel(b, desc, texels, point, texel_format, False)):
@@ -297,7 +250,7 @@ def _filter(c, desc, texels, texel_format, scaled: list, words, done, as_float: 
     for s in scaled:
         low = b.call(floor, [b.fsub(s, half)])
         lower.append(_to_int(b, low))
-        weight.append(b.fdiv(b.call(_intrinsic(b, "llvm.roundeven"),
+        weight.append(b.fdiv(b.call(intrinsic(b.module, "llvm.roundeven", F64),
                                     [b.fmul(b.fsub(b.fsub(s, half), low), steps)]), steps))
     # LLVM keeps no NaN's bits (it may swap a product's operands, or merge selects of
     # floats), so NaNs are chosen on the integer bits: numpy's blend (x86: an operation

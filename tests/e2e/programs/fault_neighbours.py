@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 from cuda.bindings import driver as cu
+from cuda_results import check, error_name
 
 PTX = b"""
 .version 7.0
@@ -47,18 +48,6 @@ PTX = b"""
 }
 """
 WORDS = 256
-
-
-def check(result):
-    err, *values = result
-    if err != cu.CUresult.CUDA_SUCCESS:
-        sys.exit(f"fault_neighbours.py: CUDA error: {error_name(err)}")
-    return values[0] if len(values) == 1 else (values or None)
-
-
-def error_name(err) -> str:
-    name = cu.cuGetErrorName(err)[1]
-    return name.decode() if name else str(err)
 
 
 def start():

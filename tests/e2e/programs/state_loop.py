@@ -7,22 +7,13 @@ Usage: python state_loop.py KERNELS.ptx COUNT TOTAL_KIB ITERATIONS STRIDE [--onl
 
 import argparse
 import os
-import sys
 import time
 
 import numpy as np
 from cuda.bindings import driver as cu
+from cuda_results import check
 
 THREADS = 256
-
-
-def check(result):
-    """cuda-python returns (error, *values); stop with CUDA's own error name on failure."""
-    err, *values = result
-    if err != cu.CUresult.CUDA_SUCCESS:
-        name = cu.cuGetErrorName(err)[1]
-        sys.exit(f"state_loop.py: CUDA error: {name.decode() if name else err}")
-    return values[0] if len(values) == 1 else values
 
 
 def print_state(module, pointers):

@@ -3,13 +3,7 @@ reserved addresses, written through one and read through the other."""
 
 import numpy as np
 from cuda.bindings import driver as cu
-
-
-def check(result):
-    err, *values = result
-    assert err == cu.CUresult.CUDA_SUCCESS, err
-    return values[0] if len(values) == 1 else values
-
+from cuda_results import check
 
 check(cu.cuInit(0))
 device = check(cu.cuDeviceGet(0))

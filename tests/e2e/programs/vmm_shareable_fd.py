@@ -17,16 +17,11 @@ import time
 
 import numpy as np
 from cuda.bindings import driver as cu
+from cuda_results import check
 
 BYTES = np.arange(256, dtype=np.uint8)
 POSIX_FD = cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 VGPU_MARKER = b"vgpu-ipc-vmm\0\0\0\0"  # how vgpu's exported memory files start
-
-
-def check(result):
-    err, *values = result
-    assert err == cu.CUresult.CUDA_SUCCESS, err
-    return values[0] if len(values) == 1 else values
 
 
 def start():
