@@ -187,8 +187,8 @@ class NativeKernel:
         finally:
             if cancelled is not None:
                 _watcher.remove(launch)
-        faults = [] if launch[10] != 2 else [
-            workers[k].fault.copy() for k in range(count) if job.statuses[k] == FAULTED]
+        faults = [workers[k].fault.copy() for k in range(job.joined())
+                  if job.statuses[k] == FAULTED]
         if faults:
             first = min(faults, key=lambda f: (int(f[5]), int(f[6])))
             if sink is not None and sink.error is not None and control.is_runtime(first[8]):

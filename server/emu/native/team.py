@@ -53,6 +53,7 @@ _STOP_SLOT = 10        # the launch record's stop flag (codegen.py): 2 once a wo
 _KERNEL = ir.FunctionType(I32, [P64, P8, P8, P64, P32, I64, I64, P64, P64])
 _WORK = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64)
 _MEMBER = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)
+_POST = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 _LEAD = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
 _native: dict[str, object] = {}
 _lock = threading.Lock()          # guards _native
@@ -89,6 +90,7 @@ class _Builder:
         self.work = self._work()
         self.finish = self._finish()
         self._member()
+        self._post()
         self._lead()
 
     @staticmethod
@@ -245,13 +247,20 @@ class _Builder:
         seen.add_incoming(serial, full)
         count.add_incoming(zero, full)
 
-    def _lead(self) -> None:
-        """i32 vgpu_lead(team, job, looks): post the job, run worker 0's share, finish."""
-        fn = ir.Function(self.module, ir.FunctionType(I32, [P64, P64, I64]), "vgpu_lead")
-        team, job, looks = fn.args
+    def _post(self) -> None:
+        """void vgpu_post(team, job): open the job to helpers and bump the serial."""
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [P64, P64]), "vgpu_post")
+        team, job = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         b.store_atomic(b.ptrtoint(job, I64), self._slot(b, team, OPEN_JOB), "seq_cst", 8)
         b.atomic_rmw("add", self._slot(b, team, SERIAL), ir.Constant(I64, 1), "seq_cst")
+        b.ret_void()
+
+    def _lead(self) -> None:
+        """i32 vgpu_lead(team, job, looks): run worker 0's share of a posted job, finish."""
+        fn = ir.Function(self.module, ir.FunctionType(I32, [P64, P64, I64]), "vgpu_lead")
+        team, job, looks = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
         b.call(self.work, [job, ir.Constant(I64, 0)])
         b.ret(b.call(self.finish, [team, job, looks]))
 
@@ -261,10 +270,11 @@ def _functions() -> dict[str, object]:
         if not _native:
             data = compile_object(str(_Builder(target_triple()).module))
             address = load_functions(data, ("vgpu_work", "vgpu_member", "vgpu_finish",
-                                            "vgpu_lead"))
+                                            "vgpu_post", "vgpu_lead"))
             _native.update(work=_WORK(address["vgpu_work"]),
                            member=_MEMBER(address["vgpu_member"]),
                            finish=_LEAD(address["vgpu_finish"]),
+                           post=_POST(address["vgpu_post"]),
                            lead=_LEAD(address["vgpu_lead"]))
             _native["looks_per_us"] = _calibrate(_native["member"])
         return _native
@@ -287,7 +297,6 @@ class _Team:
         self.record = own_lines(16, np.int64)
         self.address = self.record.ctypes.data
         self._condition = threading.Condition()
-        self._wakes = 0       # bumped (under the condition) to wake sleeping helpers
         self._sleepers = 0
         self._stopping = False
         native = _functions()
@@ -301,22 +310,21 @@ class _Team:
             thread.start()
 
     def _helper(self, member) -> None:
-        seen, wakes = 0, 0
+        seen = 0
         while not self._stopping:
             seen = member(self.address, seen)
             with self._condition:
                 self._sleepers += 1
-                while self._wakes == wakes and not self._stopping:
+                # a job posted since the last look: no sleep (see `wake`)
+                while self.record[SERIAL] == seen and not self._stopping:
                     self._condition.wait()
-                wakes = self._wakes
                 self._sleepers -= 1
 
     def wake(self) -> None:
-        # Read without the lock: a helper just going to sleep misses this launch and
-        # wakes at the next; the launching thread runs whatever nobody claims.
+        """After a job is posted. A helper counts itself a sleeper before it looks at the
+        serial, under the condition: one not counted yet will see the new serial."""
         if self._sleepers:
             with self._condition:
-                self._wakes += 1
                 self._condition.notify_all()
 
     def stop(self, timeout: float) -> None:
@@ -371,6 +379,11 @@ class Job:
         self.workers = len(workers)
         self.statuses = self.slots[FIRST_WORKER + STATUS::WORKER_SLOTS]
 
+    def joined(self) -> int:
+        """How many workers ran the last launch: the first this many statuses are its (the
+        others are from earlier launches)."""
+        return min(int(self.slots[JOINED]), self.workers)
+
 
 _START = struct.Struct("<5q")   # slots NEXT to JOINED
 
@@ -391,6 +404,7 @@ def run(job: Job, blocks: int, threads: int) -> None:
     spin = team.member_looks if started - team.last_end < BACK_TO_BACK_US * 1e-6 else 0
     if team.record[SPIN] != spin:
         team.record[SPIN] = spin
+    native["post"](team.address, job.address)
     team.wake()
     if not native["lead"](team.address, job.address, team.finish_looks):
         while not native["finish"](team.address, job.address, team.finish_looks):
