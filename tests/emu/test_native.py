@@ -679,6 +679,36 @@ def test_the_fast_pass_finds_the_addresses_that_step_with_tid_x(rows_ptx):
         "%rd13": -4, "%rd14": -4, "%rd15": 4, "%f1": None, "%f3": None}
 
 
+@pytest.mark.parametrize("base,ubase,lbase,limit,ulimit,llimit", [
+    (5, 7, 11, 1000, 3, 600),                     # rows that all pass (or all fail)
+    (2000, 0, 9000, 100, 1000, 12),               # rows that all fail
+    (5, 2**32 - 20, 0, 30, 10, 60),               # rows passing in part; ubase wraps
+    (2**31 - 20, 0, 2**63 - 20, 2**31 - 1, 0, 2**63 - 11),   # both ends pass, wrapping
+    (2**31 - 20, 2**32 - 20, 2**63 - 20, -2**31 + 5, 2**32 - 10, -2**63 + 5),  # both fail
+    (-2**31 + 10, 2**31, -5, -2**31 + 200, 2**31 + 100, 2),  # a falling row wraps
+])
+def test_guards_a_whole_row_passes_or_fails_agree_with_the_interpreter(
+        differential, rows_ptx, base, ubase, lbase, limit, ulimit, llimit):
+    """The fast pass knows a guard for a whole row where both its ends agree and the row
+    crosses no wrap point (where it does, both ends may pass and lanes between fail): bit
+    for bit the interpreter's, for rows that pass, fail, pass in part, step backwards and
+    wrap, in 32 and 64 bits, signed and unsigned. 16 blocks on one thread: the runs of two
+    blocks it claims each take their second through the fast pass."""
+    module = differential.load(rows_ptx)
+    out = differential.zeros(16 * 64, np.uint32)
+    differential.launch(module, "guards", (16,), (64,), base, ubase, lbase, limit, ulimit,
+                        llimit, out)
+    t = np.tile(np.arange(64), 16)
+
+    def wrapped(value: int, bits: int) -> int:
+        return (value + 2 ** (bits - 1)) % 2**bits - 2 ** (bits - 1)
+    expected = [(wrapped(base + k, 32) < limit) | ((ubase + k) % 2**32 >= ulimit) << 1
+                | (wrapped(base - 3 * k, 32) > limit) << 2
+                | (wrapped(lbase + 2 * k, 64) <= llimit) << 3 for k in map(int, t)]
+    np.testing.assert_array_equal(differential.download(out, 16 * 64, np.uint32), expected)
+    assert differential.compiled == ["guards"]
+
+
 def test_rows_of_lanes_checked_once_agree_with_the_interpreter(differential, rows_ptx):
     """Addresses stepping forwards and backwards (a generic store), 32-bit indices widened
     signed and unsigned, rows in 2D blocks, a last block partly past n; NaNs from the fast

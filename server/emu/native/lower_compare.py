@@ -65,11 +65,15 @@ def _compare(c, instr, op, ptype, ftz, halves=None):
             return b.fcmp_unordered(_UNORDERED[op], x, y)
         return b.fcmp_ordered("ord", x, y) if op == "num" else b.fcmp_unordered("uno", x, y)
     if op in _UNSIGNED:
-        return b.icmp_unsigned(_UNSIGNED[op], x, y)
-    if op not in _ORDERED:
+        relation, signed = _UNSIGNED[op], False
+    elif op in _ORDERED:
+        relation, signed = _ORDERED[op], ptype.is_signed
+    else:
         raise NotCompiled(instr.text, instr.line)
-    cmp = b.icmp_signed if ptype.is_signed else b.icmp_unsigned
-    return cmp(_ORDERED[op], x, y)
+    result = (b.icmp_signed if signed else b.icmp_unsigned)(relation, x, y)
+    if c.rows is not None and halves is None:   # the fast pass: a row may know it whole
+        result = c.rows.uniform_compare(instr, relation, ptype.bits, signed, result)
+    return result
 
 
 def _join(c, instr, combine, value):

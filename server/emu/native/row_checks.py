@@ -40,6 +40,7 @@ _INTEGER = frozenset("sub")   # PtxType kinds: signed, unsigned, bits
 _UNIFORM_SPECIALS = {f"{base}.{axis}" for base in ("%ctaid", "%ntid", "%nctaid")
                      for axis in "xyz"} | {"%tid.y", "%tid.z"}
 _NO_DESTINATION = frozenset({"st", "bra", "ret", "exit"})
+_CONTROL = frozenset({"bra", "brx", "call", "ret", "exit", "trap"})
 
 
 def _destinations(instr) -> list:
@@ -199,6 +200,43 @@ def lane_strides(body) -> dict[int, int]:
     return {reg: s for reg, s in strides.items() if s != VARYING}
 
 
+def _compared(body, strides: dict) -> set[int]:
+    """The strided registers an integer setp compares with a uniform value (a guard such as
+    `i < n`) that every thread has written when it gets there: each definition unguarded,
+    before the kernel's first branch (its row value then always holds the lane's; a guard
+    on a register some path leaves unwritten is left to the lanes)."""
+    control = next((k for k, instr in enumerate(body) if instr.opcode in _CONTROL),
+                   len(body))
+    always = set()
+    for k, instr in enumerate(body):
+        for target in _destinations(instr):
+            if k < control and instr.guard is None and target.reg.id not in always \
+                    and all(target.reg.id not in {t.reg.id for t in _destinations(other)}
+                            for other in body[control:]):
+                always.add(target.reg.id)
+    found = set()
+    for instr in body:
+        if instr.opcode != "setp" or len(instr.operands) != 3:
+            continue
+        given = [_given_stride(op, strides) for op in instr.operands[1:]]
+        if sorted(s == 0 for s in given if s is not None) == [False, True]:
+            found.update(op.reg.id for op, s in zip(instr.operands[1:], given, strict=True)
+                         if s and isinstance(op, RegisterOperand) and op.reg.id in always)
+    return found
+
+
+def _given_stride(operand, strides: dict) -> int | None:
+    """An operand's stride as `lane_strides` found it (None: varying)."""
+    if isinstance(operand, Immediate):
+        return None if operand.is_float else 0
+    if isinstance(operand, SpecialRegister):
+        return 0 if operand.name in _UNIFORM_SPECIALS else (
+            1 if operand.name == "%tid.x" else None)
+    if isinstance(operand, RegisterOperand) and not operand.negate:
+        return strides.get(operand.reg.id)
+    return None
+
+
 def _addresses(body) -> set[int]:
     """The registers global and generic accesses take their addresses from."""
     found = set()
@@ -226,7 +264,8 @@ class RowValues:
         for instr in body:
             for target in _destinations(instr):
                 defining.setdefault(target.reg.id, []).append(instr)
-        needed, work = set(), [r for r in _addresses(body) if strides.get(r)]
+        self.guarded = _compared(body, strides)   # what uniform_compare may follow
+        needed, work = set(), [r for r in _addresses(body) | self.guarded if strides.get(r)]
         while work:
             reg = work.pop()
             if reg in needed:
@@ -236,6 +275,7 @@ class RowValues:
                 work.extend(op.reg.id for op in instr.operands[1:]
                             if isinstance(op, RegisterOperand) and strides.get(op.reg.id))
         self.strides = {reg: strides[reg] for reg in needed}
+        self.uniform = {reg for reg, stride in strides.items() if stride == 0}
         self.lows: dict[int, ir.AllocaInstr] = {}
 
     def stride(self, reg_id: int) -> int:
@@ -322,6 +362,55 @@ class RowValues:
         b = self.c.b
         x = self.c.lane_x if low.type.width == 64 else self.c.tid[0]
         return b.add(low, b.mul(x, ir.Constant(low.type, stride)))
+
+    def uniform_compare(self, instr, relation: str, bits: int, signed: bool, per_lane):
+        """`per_lane` (the lane's i1 of setp's `relation` on operands 1 and 2), known for the
+        whole row where it can be: a strided value compared with a uniform one is monotone
+        along a row that does not cross the compare's wrap point, so where it holds (or
+        fails) at both ends it does at every lane. Said as row-invariant selects around the
+        lane's compare, LLVM unswitches the lane loop on them: rows whose lanes all pass a
+        guard such as `i < n` then run without masked loads and stores (which stream at
+        half the speed on some CPUs)."""
+        if relation not in ("<", "<=", ">", ">="):
+            return per_lane
+        operands = instr.operands[1:3]
+        strides = [self._stride_of(op) if isinstance(op, SpecialRegister)
+                   or isinstance(op, RegisterOperand) and op.reg.id in self.guarded else 0
+                   for op in operands]
+        uniform = [isinstance(op, Immediate) and not op.is_float
+                   or isinstance(op, SpecialRegister) and op.name in _UNIFORM_SPECIALS
+                   or isinstance(op, RegisterOperand) and op.reg.id in self.uniform
+                   for op in operands]
+        if not (strides[0] and uniform[1] or strides[1] and uniform[0]):
+            return per_lane
+        c, b = self.c, self.c.b
+        k = 0 if strides[0] else 1
+        if bits not in (32, 64):
+            return per_lane
+        ptype = lookup_type(("s" if signed else "u") + str(bits))
+        low = self._low(operands[k], ptype, instr)
+        if low.type.width != bits:
+            return per_lane
+        other = c.read(operands[1 - k], ptype, instr)
+        stride = strides[k]
+        compare = b.icmp_signed if signed else b.icmp_unsigned
+        if bits == 32:   # the row's values in 64 bits, exact: within 32 bits, no wrap
+            wide = (b.sext if signed else b.zext)(low, ir.IntType(64))
+            high64 = self.high(wide, stride)
+            least, most = (-(1 << 31), (1 << 31) - 1) if signed else (0, (1 << 32) - 1)
+            i64 = ir.IntType(64)
+            no_wrap = b.and_(b.icmp_signed(">=", high64, ir.Constant(i64, least)),
+                             b.icmp_signed("<=", high64, ir.Constant(i64, most)))
+            high = b.trunc(high64, low.type)
+        else:
+            high = self.high(low, stride)
+            no_wrap = compare(">=" if stride > 0 else "<=", high, low)
+        ends = [compare(relation, *((end, other) if k == 0 else (other, end)))
+                for end in (low, high)]
+        all_true = b.and_(no_wrap, b.and_(*ends))
+        all_false = b.and_(no_wrap, b.not_(b.or_(*ends)))
+        return b.select(all_true, ir.Constant(ir.IntType(1), 1),
+                        b.select(all_false, ir.Constant(ir.IntType(1), 0), per_lane))
 
     def address(self, base: RegisterOperand, offset: int):
         """(address at tid.x = 0, stride) of [base + offset] when base is a 64-bit strided
