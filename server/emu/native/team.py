@@ -9,11 +9,13 @@ wake-ups for the GIL. A launch of 0.2 ms then gained nothing from a second threa
   back (`BACK_TO_BACK_US`), after a job they keep looking for the next one for
   `MEMBER_SPIN_US` (as OpenMP's runtimes do), so a host loop's launches find them awake;
   otherwise they go to sleep on a condition the next launch signals.
-- Every worker claims runs of blocks with an atomic add and runs them (`vgpu_work`); the
+- Every worker claims runs of blocks with an atomic add and runs them (`vgpu_work`): a
+  share of what is left (guided, as OpenMP's schedule(guided)), so that workers end
+  together, down to a smallest run of a block count / (32 x workers); the
   launching thread, out of blocks, takes the job down and waits until no helper is inside.
 
 A job (int64 slots; one array per frame and number of workers, reused): 0 the next
-unclaimed block, 1 the number of blocks, 2 blocks per claim, 3 the workers inside, 4 the
+unclaimed block, 1 the number of blocks, 2 the smallest claim, 3 the workers inside, 4 the
 workers that joined (the launching thread is worker 0), 5 the workers the launch has
 buffers for, 6 the kernel's run_blocks, 7 the launch record; then 7 slots a worker from
 slot 8: its shared, local, spill, resume, fault and cache buffers (runner.py) and its
@@ -118,6 +120,7 @@ class _Builder:
         kernel = b.inttoptr(b.load(slot(KERNEL)), _KERNEL.as_pointer())
         launch = b.inttoptr(b.load(slot(LAUNCH)), P64)
         blocks, per_claim = b.load(slot(BLOCKS)), b.load(slot(PER_CLAIM))
+        workers = b.load(slot(WORKERS))
         claim = fn.append_basic_block("claim")
         run = fn.append_basic_block("run")
         failed = fn.append_basic_block("failed")
@@ -125,11 +128,16 @@ class _Builder:
         b.branch(claim)
 
         b.position_at_end(claim)
-        first = b.atomic_rmw("add", slot(NEXT), per_claim, "seq_cst")
+        # Guided: a share of what is left, down to the smallest claim (PER_CLAIM), so that
+        # workers end together; a stale look at NEXT only makes a claim bigger or smaller.
+        left = b.sub(blocks, b.load_atomic(slot(NEXT), "monotonic", 8))
+        share = b.sdiv(left, b.mul(workers, ir.Constant(I64, 2)))
+        size = b.select(b.icmp_signed(">", share, per_claim), share, per_claim)
+        first = b.atomic_rmw("add", slot(NEXT), size, "seq_cst")
         b.cbranch(b.icmp_signed("<", first, blocks), run, leave)
 
         b.position_at_end(run)
-        following = b.add(first, per_claim)
+        following = b.add(first, size)
         end = b.select(b.icmp_signed("<", following, blocks), following, blocks)
         result = b.call(kernel, [launch, shared, local, spill, resume, first, end, fault,
                                  cache])
@@ -392,7 +400,7 @@ def run(job: Job, blocks: int, threads: int) -> None:
     """Run a launch's blocks on this thread and up to `threads - 1` helpers; each worker's
     status is then in `job.statuses`."""
     # this thread is worker 0, inside and joined from the start
-    _START.pack_into(job.slots, 0, 0, blocks, max(1, blocks // (job.workers * 8)), 1, 1)
+    _START.pack_into(job.slots, 0, 0, blocks, max(1, blocks // (job.workers * 32)), 1, 1)
     native = _native or _functions()
     if job.workers == 1:
         native["work"](job.address, 0)
