@@ -166,7 +166,7 @@ class DeviceMemory:
     def native_table(self) -> np.ndarray:
         """The allocations for compiled kernels (see native/codegen.py): one int64 row each,
         (base, size, mapped span, host address, access), in address order. Made again only
-        after the allocations change."""
+        after the allocations change (the same array until then)."""
         now, made = self._allocations, self._native_table
         if made is not None and made[0] is now:
             return made[1]

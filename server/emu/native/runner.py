@@ -100,6 +100,7 @@ class _Frame:
         self.launch_pointer = self.launch.ctypes.data
         self.workers: list[_Worker] = []
         self.jobs: dict[int, team.Job] = {}   # by the number of workers
+        self.table = self.table_address = None   # the allocation table it last ran with
         self.nbytes = 0   # what its workers' buffers hold
 
 
@@ -111,6 +112,7 @@ class NativeKernel:
         self.sites = sites
         self._frames: dict[tuple, list[_Frame]] = {}   # shape -> frames not in use
         self._frames_lock = threading.Lock()
+        self.calls_back: bool | None = None   # whether it prints, asserts, allocates, samples
 
     def _frame(self, shape: tuple) -> _Frame:
         with self._frames_lock:
@@ -137,8 +139,10 @@ class NativeKernel:
         shape = (block[0] * block[1] * block[2], shared_stride, local_stride)
         frame = self._frame(shape)
         frame.launch[GRAPH_SLOT] = environment.graph if environment is not None else 0
+        if self.calls_back is None:   # the kernel's (this object is its module's)
+            self.calls_back = device_io.uses_callback(prepared.kernel)
         try:
-            if not device_io.uses_callback(prepared.kernel):
+            if not self.calls_back:
                 return "", self._run(frame, prepared, params, memory, checker, strays,
                                      threads, cancelled, shape, None)
             frame.launch[device_io.CALLBACK_SLOT] = device_io.callback_address()
@@ -164,8 +168,12 @@ class NativeKernel:
                           ).ctypes.data   # a view of `params`, which the caller holds
         table = memory.native_table()
         launch = frame.launch
+        if table is not frame.table:   # the allocations changed since its last launch
+            frame.table, frame.table_address = table, table.ctypes.data
+            for worker in frame.workers:
+                worker.cache[:] = 0    # what the access sites' lookups found in the old ones
         _RECORD.pack_into(launch, 0, *prepared.grid, *prepared.block, parameters, len(params),
-                          table.ctypes.data, len(table), 0, _STRAY_MODE.get(strays, 1),
+                          frame.table_address, len(table), 0, _STRAY_MODE.get(strays, 1),
                           0, 0, 0, 0, 0, 0, 0, 0, prepared.shared_size, prepared.local_size,
                           prepared.shared_bytes, shape[1], shape[2], shape[0])
         for k, name in enumerate(self.symbols):
@@ -175,8 +183,6 @@ class NativeKernel:
             frame.workers.append(_Worker(self, *shape))
             frame.nbytes += frame.workers[-1].nbytes
         workers = frame.workers[:count]
-        for worker in workers:
-            worker.cache[:] = 0     # allocations may have changed since the last launch
         job = frame.jobs.get(count)
         if job is None:
             job = frame.jobs[count] = team.Job(self.address, frame.launch_pointer, workers)
@@ -187,8 +193,9 @@ class NativeKernel:
         finally:
             if cancelled is not None:
                 _watcher.remove(launch)
+        # a worker that faults sets the stop flag (2), as a cancel does (1)
         faults = [workers[k].fault.copy() for k in range(job.joined())
-                  if job.statuses[k] == FAULTED]
+                  if job.statuses[k] == FAULTED] if launch[10] else []
         if faults:
             first = min(faults, key=lambda f: (int(f[5]), int(f[6])))
             if sink is not None and sink.error is not None and control.is_runtime(first[8]):

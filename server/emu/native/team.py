@@ -310,6 +310,7 @@ class _Team:
         native = _functions()
         self.member_looks = int(MEMBER_SPIN_US * native["looks_per_us"])
         self.last_end = 0.0   # when the last launch through the team ended (perf_counter)
+        self.spin = 0         # what the record's SPIN slot holds
         self.finish_looks = int(FINISH_SPIN_US * native["looks_per_us"])
         self._threads = [threading.Thread(target=self._helper, args=(native["member"],),
                                           daemon=True, name=f"vgpu-native-{k + 1}")
@@ -405,13 +406,13 @@ def run(job: Job, blocks: int, threads: int) -> None:
     if job.workers == 1:
         native["work"](job.address, 0)
         return
-    team = _team(threads - 1)
+    team = _teams.get(threads - 1) or _team(threads - 1)
     # Helpers keep looking after a job only while launches come back to back: between a
     # server's launches (a client's round trip) they would take a core from the client.
     started = time.perf_counter()
     spin = team.member_looks if started - team.last_end < BACK_TO_BACK_US * 1e-6 else 0
-    if team.record[SPIN] != spin:
-        team.record[SPIN] = spin
+    if team.spin != spin:
+        team.spin = team.record[SPIN] = spin
     native["post"](team.address, job.address)
     team.wake()
     if not native["lead"](team.address, job.address, team.finish_looks):
