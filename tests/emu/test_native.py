@@ -689,8 +689,8 @@ def test_the_fast_pass_finds_the_addresses_that_step_with_tid_x(rows_ptx):
 ])
 def test_guards_a_whole_row_passes_or_fails_agree_with_the_interpreter(
         differential, rows_ptx, base, ubase, lbase, limit, ulimit, llimit):
-    """The fast pass knows a guard holds for a whole row where it holds at both ends and the
-    row crosses no wrap point (where it does, both ends may pass and lanes between fail): bit
+    """The fast pass knows a guard for a whole row where both its ends agree and the row
+    crosses no wrap point (where it does, both ends may pass and lanes between fail): bit
     for bit the interpreter's, for rows that pass, fail, pass in part, step backwards and
     wrap, in 32 and 64 bits, signed and unsigned. 16 blocks on one thread: the runs of two
     blocks it claims each take their second through the fast pass."""
