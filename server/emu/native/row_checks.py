@@ -207,13 +207,11 @@ def _compared(body, strides: dict) -> set[int]:
     on a register some path leaves unwritten is left to the lanes)."""
     control = next((k for k, instr in enumerate(body) if instr.opcode in _CONTROL),
                    len(body))
-    always = set()
-    for k, instr in enumerate(body):
-        for target in _destinations(instr):
-            if k < control and instr.guard is None and target.reg.id not in always \
-                    and all(target.reg.id not in {t.reg.id for t in _destinations(other)}
-                            for other in body[control:]):
-                always.add(target.reg.id)
+    later = {t.reg.id for instr in body[control:] for t in _destinations(instr)}
+    guarded = {t.reg.id for instr in body[:control] if instr.guard is not None
+               for t in _destinations(instr)}
+    always = {t.reg.id for instr in body[:control] for t in _destinations(instr)} \
+        - later - guarded
     found = set()
     for instr in body:
         if instr.opcode != "setp" or len(instr.operands) != 3:
@@ -275,7 +273,7 @@ class RowValues:
                 work.extend(op.reg.id for op in instr.operands[1:]
                             if isinstance(op, RegisterOperand) and strides.get(op.reg.id))
         self.strides = {reg: strides[reg] for reg in needed}
-        self.uniform = {reg for reg, stride in strides.items() if stride == 0}
+        self.all_strides = strides   # every register's, for what compares read
         self.lows: dict[int, ir.AllocaInstr] = {}
 
     def stride(self, reg_id: int) -> int:
@@ -373,22 +371,17 @@ class RowValues:
         half the speed on some CPUs). Both selects are needed: with the all-pass one alone
         (or an `or`), LLVM 20 keeps one masked loop; the pair doubles the compile time of
         such kernels (saxpy: 172 -> 294 ms)."""
-        if relation not in ("<", "<=", ">", ">="):
+        if relation not in ("<", "<=", ">", ">=") or bits not in (32, 64):
             return per_lane
         operands = instr.operands[1:3]
         strides = [self._stride_of(op) if isinstance(op, SpecialRegister)
                    or isinstance(op, RegisterOperand) and op.reg.id in self.guarded else 0
                    for op in operands]
-        uniform = [isinstance(op, Immediate) and not op.is_float
-                   or isinstance(op, SpecialRegister) and op.name in _UNIFORM_SPECIALS
-                   or isinstance(op, RegisterOperand) and op.reg.id in self.uniform
-                   for op in operands]
+        uniform = [_given_stride(op, self.all_strides) == 0 for op in operands]
         if not (strides[0] and uniform[1] or strides[1] and uniform[0]):
             return per_lane
         c, b = self.c, self.c.b
         k = 0 if strides[0] else 1
-        if bits not in (32, 64):
-            return per_lane
         ptype = lookup_type(("s" if signed else "u") + str(bits))
         low = self._low(operands[k], ptype, instr)
         if low.type.width != bits:

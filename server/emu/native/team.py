@@ -40,7 +40,14 @@ import numpy as np
 from llvmlite import ir
 
 from .codegen import FAULTED, I32, I64, P8, P32, P64
-from .engine import compile_object, load_functions, target_triple
+from .engine import (
+    cache_key,
+    compile_object,
+    load_cached,
+    load_functions,
+    store_cached,
+    target_triple,
+)
 
 __all__ = ["Job", "own_lines", "run"]
 
@@ -51,6 +58,7 @@ MEMBER_SPIN_US = 100   # how long an idle helper keeps looking for the next laun
 BACK_TO_BACK_US = 50   # the launches come this soon after the previous one's end
 FINISH_SPIN_US = 500   # how long the launching thread spins for helpers' last runs
 _STOP_SLOT = 10        # the launch record's stop flag (codegen.py): 2 once a worker faulted
+_VERSION = "1"         # of _Builder's code, in the disk cache's key: bump when it changes
 
 _KERNEL = ir.FunctionType(I32, [P64, P8, P8, P64, P32, I64, I64, P64, P64])
 _WORK = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64)
@@ -276,9 +284,8 @@ class _Builder:
 def _functions() -> dict[str, object]:
     with _lock:
         if not _native:
-            data = compile_object(str(_Builder(target_triple()).module))
-            address = load_functions(data, ("vgpu_work", "vgpu_member", "vgpu_finish",
-                                            "vgpu_post", "vgpu_lead"))
+            address = load_functions(_object(), ("vgpu_work", "vgpu_member", "vgpu_finish",
+                                                 "vgpu_post", "vgpu_lead"))
             _native.update(work=_WORK(address["vgpu_work"]),
                            member=_MEMBER(address["vgpu_member"]),
                            finish=_LEAD(address["vgpu_finish"]),
@@ -286,6 +293,18 @@ def _functions() -> dict[str, object]:
                            lead=_LEAD(address["vgpu_lead"]))
             _native["looks_per_us"] = _calibrate(_native["member"])
         return _native
+
+
+def _object() -> bytes:
+    """The team's functions compiled, from the disk cache when there (a process's first
+    compiled launch would otherwise spend some 25 ms compiling them)."""
+    key = cache_key("team", _VERSION)
+    cached = load_cached(key, ())
+    if cached is not None:
+        return cached[0]
+    data = compile_object(str(_Builder(target_triple()).module))
+    store_cached(key, data, {})
+    return data
 
 
 def _calibrate(member) -> float:
