@@ -621,8 +621,9 @@ def test_every_translated_instruction_form_agrees(differential, ptx, kernel, wor
 def test_loop_free_lanes_run_in_the_fast_pass_and_agree(differential):
     """Lanes that alternate between two allocations (each fast-pass access compares with
     the allocation its site last found: every other lane misses and reruns checked), an
-    update in place, a guarded store, a last block partly past n, a 3D block. 40 blocks: a
-    native call runs 5 of them (one thread), the first checked, the others in the fast pass."""
+    update in place, a guarded store, a last block partly past n, a 3D block. 40 blocks,
+    all through the fast pass (in the first, whose sites' caches are empty, every lane
+    misses)."""
     from vgpu.server.emu.native.codegen import kernel_ir
     module = differential.load((instructions.PTX / "native_lanes.ptx").read_text())
     text = kernel_ir(module.program, module.program.kernels["pick"], "pick")[0]
@@ -692,8 +693,8 @@ def test_guards_a_whole_row_passes_or_fails_agree_with_the_interpreter(
     """The fast pass knows a guard for a whole row where both its ends agree and the row
     crosses no wrap point (where it does, both ends may pass and lanes between fail): bit
     for bit the interpreter's, for rows that pass, fail, pass in part, step backwards and
-    wrap, in 32 and 64 bits, signed and unsigned. 16 blocks on one thread: the runs of two
-    blocks it claims each take their second through the fast pass."""
+    wrap, in 32 and 64 bits, signed and unsigned. 16 blocks on one thread, all through the
+    fast pass."""
     module = differential.load(rows_ptx)
     out = differential.zeros(16 * 64, np.uint32)
     differential.launch(module, "guards", (16,), (64,), base, ubase, lbase, limit, ulimit,

@@ -28,7 +28,8 @@ The ABI shared with `runner.py` (all slots are int64):
              6 thread, 7 space (SPACES), 8 why (WHY), 9 the allocation's access.
   cache[]    3 slots a global access site: where `vgpu_lookup` puts the base, size and
              host address of the allocation it found (the sites' caches themselves are
-             local variables of run_blocks, so LLVM keeps them in registers).
+             local variables of run_blocks, so LLVM keeps them in registers; each call
+             starts them from cache[]).
   run_blocks(launch, shared, local, spill, resume, first, end, fault, cache) -> 0, or
              FAULTED with fault[] filled, or STOPPED when the stop flag was seen.
 """
@@ -352,10 +353,14 @@ class _KernelCompiler:
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         # Each global access site's cache (base, size, host address of the allocation it
         # last found; zeros: none): a local array that only the (inlined) thread code reads
-        # and writes, so LLVM holds it in registers across threads and blocks.
+        # and writes, so LLVM holds it in registers across threads and blocks. It starts as
+        # what the worker's lookups last found (`cache`, which the runner clears when the
+        # allocations change): a call's first block need not miss at every site.
         sites = b.alloca(ir.ArrayType(I64, 3 * max(self.sites, 1)))
-        b.store(ir.Constant(sites.type.pointee, None), sites)
         site_cache = b.bitcast(sites, P64)
+        b.call(calls.memcpy(self.module), [b.bitcast(sites, P8), b.bitcast(cache, P8),
+                                           ir.Constant(I64, 8 * 3 * self.sites),
+                                           ir.Constant(I1, 0)])
 
         def slot(k):
             return b.load(b.gep(L, [ir.Constant(I64, k)]))
@@ -364,6 +369,9 @@ class _KernelCompiler:
         memset = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [P8, I8, I64, I1]),
                              "llvm.memset.p0.i64")
         zero8, false = ir.Constant(I8, 0), ir.Constant(I1, 0)
+        if spec is not None:   # speculative.py's marks: cleared here, then kept clear
+            b.call(memset, [b.bitcast(resume, P8), zero8, b.mul(threads, ir.Constant(I64, 4)),
+                            false])
         head = fn.append_basic_block("block")
         # The block's coordinates: divided out for the first block, then counted (three
         # 64-bit divisions per block weigh on kernels whose blocks are light).
@@ -420,7 +428,7 @@ class _KernelCompiler:
             speculative_block(fn, b, spec, thread, {
                 "L": L, "shared": shared, "local": local, "spill": spill, "resume": resume,
                 "fault": fault, "cache": cache, "site_cache": site_cache, "bx": bx, "by": by,
-                "bz": slot(5), "ctaid": ctaid, "first_block": b.icmp_unsigned("==", blk, first),
+                "bz": slot(5), "ctaid": ctaid,
                 "local_stride": local_stride,
                 "nregs": ir.Constant(I64, self.spill_stride()),
                 "vectorize": vectorize_hint(self.module)}, done)

@@ -168,35 +168,30 @@ def speculative_block(fn: ir.Function, b: ir.IRBuilder, spec, thread, args: dict
     # Marks are ORed in, not stored: in the lanes that pass (most) LLVM then drops the store
     # (a store of zero per lane becomes a memset call per row, a fifth of a 256-thread
     # saxpy block's time), and the loop stays free of branches (a conditional store keeps
-    # the rows whose check fails from vectorizing). The checked run clears each mark it
-    # reads, and a call's first block runs all its threads checked: every block's fast
-    # pass starts on clear marks.
+    # the rows whose check fails from vectorizing). The marks are clear when the block
+    # loop starts, and the checked run clears each mark it reads: every block's fast pass
+    # starts on clear marks.
     def fast(b, t, tx, ty, tz):
         result = call(b, spec, t, tx, ty, tz)
         mark = b.gep(resume, [t])
         b.store(b.or_(b.load(mark), result), mark)
         b.store(b.or_(b.load(missed), result), missed)
 
-    # The first block a call runs finds the sites' caches empty: every thread would miss,
-    # so its threads all run checked (which fills the caches) without a fast pass.
     missed = entry.alloca(I32)   # whether any thread missed (an OR over the lanes)
     some = fn.append_basic_block("some_missed")
-    lanes = fn.append_basic_block("lanes")
-    b.cbranch(args["first_block"], some, lanes)
-    b.position_at_end(lanes)
     b.store(ir.Constant(I32, 0), missed)
     rows(b, fast, "lane", args["vectorize"])
     b.cbranch(b.icmp_unsigned("!=", b.load(missed), ir.Constant(I32, 0)), some, finished)
     b.position_at_end(some)
 
-    # The threads that missed (all of them in the first block), checked, in thread order.
+    # The threads that missed, checked, in thread order (which fills the sites' caches).
     def recheck(b, t, tx, ty, tz):
         mark = b.gep(resume, [t])
         again = b.icmp_unsigned("!=", b.load(mark), ir.Constant(I32, 0))
         b.store(ir.Constant(I32, 0), mark)
         run = fn.append_basic_block("recheck")
         after = fn.append_basic_block("rechecked")
-        b.cbranch(b.or_(args["first_block"], again), run, after)
+        b.cbranch(again, run, after)
         b.position_at_end(run)
         b.store(t, b.gep(fault, [ir.Constant(I64, 6)]))
         result = call(b, thread, t, tx, ty, tz)
