@@ -98,24 +98,34 @@ class Deferred:
 
 
 _SELF = "vgpu.loop.self"   # stands for the loop ID node itself until `loop_metadata`
+_GROUP = "vgpu.access.group"   # stands for an empty distinct node (an access group)
 
 
 def vectorize_hint(module: ir.Module):
-    """The lane loop's ID: vectorize it. LLVM's cost model turns down the fast pass's loops
-    (it prices the 32-bit index arithmetic of PTX per lane), though the accesses are
-    consecutive masked loads and stores, several times faster vectorized (benchmarks/)."""
+    """(the lane loop's ID, the access group of its memory accesses). The ID says:
+    vectorize it (LLVM's cost model turns down the fast pass's loops: it prices the 32-bit
+    index arithmetic of PTX per lane, though the accesses are consecutive loads and stores,
+    several times faster vectorized), and its accesses carry no dependence from one lane
+    to another: threads without a barrier between them are unordered in CUDA, and the
+    interpreter runs a block's lanes an instruction at a time, loads before stores, as a
+    vector does. Without it LLVM versions each row on whether its arrays overlap."""
+    group = module.add_metadata([ir.MetaDataString(module, _GROUP)])
     hints = [module.add_metadata([ir.MetaDataString(module, name), *value]) for name, value in (
         ("llvm.loop.vectorize.enable", [ir.Constant(I1, 1)]),
         ("llvm.loop.interleave.count", [ir.Constant(I32, 1)]),
-        ("llvm.loop.unroll.disable", []))]
-    return module.add_metadata([ir.MetaDataString(module, _SELF), *hints])
+        ("llvm.loop.unroll.disable", []),
+        ("llvm.loop.parallel_accesses", [group]))]
+    return module.add_metadata([ir.MetaDataString(module, _SELF), *hints]), group
 
 
 def loop_metadata(text: str) -> str:
-    """LLVM wants a loop ID to be a distinct node whose first operand is itself, which
-    llvmlite cannot build: rewrite the placeholder in the module's text."""
-    return re.sub(r'^(!\d+) = !\{\s*!"' + re.escape(_SELF) + '"',
+    """LLVM wants a loop ID to be a distinct node whose first operand is itself, and an
+    access group an empty distinct node, which llvmlite cannot build: rewrite the
+    placeholders in the module's text."""
+    text = re.sub(r'^(!\d+) = !\{\s*!"' + re.escape(_SELF) + '"',
                   lambda m: f"{m.group(1)} = distinct !{{{m.group(1)}", text, flags=re.M)
+    return re.sub(r'^(!\d+) = !\{\s*!"' + re.escape(_GROUP) + r'"\s*\}',
+                  lambda m: f"{m.group(1)} = distinct !{{}}", text, flags=re.M)
 
 
 def speculative_block(fn: ir.Function, b: ir.IRBuilder, spec, thread, args: dict,
@@ -171,16 +181,21 @@ def speculative_block(fn: ir.Function, b: ir.IRBuilder, spec, thread, args: dict
     # the rows whose check fails from vectorizing). The marks are clear when the block
     # loop starts, and the checked run clears each mark it reads: every block's fast pass
     # starts on clear marks.
+    loop_id, group = args["vectorize"]
+
     def fast(b, t, tx, ty, tz):
-        result = call(b, spec, t, tx, ty, tz)
+        result = call(b, spec, t, tx, ty, tz)   # inlined: its accesses join the group
         mark = b.gep(resume, [t])
-        b.store(b.or_(b.load(mark), result), mark)
+        marked = b.load(mark)
+        stored = b.store(b.or_(marked, result), mark)
+        for instruction in (result, marked, stored):
+            instruction.set_metadata("llvm.access.group", group)
         b.store(b.or_(b.load(missed), result), missed)
 
     missed = entry.alloca(I32)   # whether any thread missed (an OR over the lanes)
     some = fn.append_basic_block("some_missed")
     b.store(ir.Constant(I32, 0), missed)
-    rows(b, fast, "lane", args["vectorize"])
+    rows(b, fast, "lane", loop_id)
     b.cbranch(b.icmp_unsigned("!=", b.load(missed), ir.Constant(I32, 0)), some, finished)
     b.position_at_end(some)
 
