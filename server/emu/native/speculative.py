@@ -106,9 +106,10 @@ def vectorize_hint(module: ir.Module):
     vectorize it (LLVM's cost model turns down the fast pass's loops: it prices the 32-bit
     index arithmetic of PTX per lane, though the accesses are consecutive loads and stores,
     several times faster vectorized), and its accesses carry no dependence from one lane
-    to another: threads without a barrier between them are unordered in CUDA, and the
-    interpreter runs a block's lanes an instruction at a time, loads before stores, as a
-    vector does. Without it LLVM versions each row on whether its arrays overlap."""
+    to another: threads without a barrier between them are unordered in CUDA (lanes whose
+    accesses overlap race; thread order, which LLVM would otherwise keep for them, is no
+    more the interpreter's, an instruction at a time over the block, than vector order
+    is). Without it LLVM versions each row on whether its arrays overlap."""
     group = module.add_metadata([ir.MetaDataString(module, _GROUP)])
     hints = [module.add_metadata([ir.MetaDataString(module, name), *value]) for name, value in (
         ("llvm.loop.vectorize.enable", [ir.Constant(I1, 1)]),
