@@ -618,24 +618,27 @@ def test_every_translated_instruction_form_agrees(differential, ptx, kernel, wor
     assert differential.compiled == [kernel]
 
 
-def test_loop_free_lanes_run_in_the_fast_pass_and_agree(differential):
+@pytest.mark.parametrize("kernel,block", [("pick", (8, 4, 2)), ("pick_x", (64,))])
+def test_loop_free_lanes_run_in_the_fast_pass_and_agree(differential, kernel, block):
     """Lanes that alternate between two allocations (each fast-pass access compares with
     the allocation its site last found: every other lane misses and reruns checked), an
-    update in place, a guarded store, a last block partly past n, a 3D block. 40 blocks,
-    all through the fast pass (in the first, whose sites' caches are empty, every lane
+    update in place, a guarded store, a last block partly past n; 3D blocks, and 1D blocks
+    whose index is blockIdx.x * blockDim.x + threadIdx.x, which run 16 at a time as one
+    row of lanes (a lane that misses reruns as its own block's thread). 40 blocks, all
+    through the fast pass (in the first, whose sites' caches are empty, every lane
     misses)."""
     from vgpu.server.emu.native.codegen import kernel_ir
     module = differential.load((instructions.PTX / "native_lanes.ptx").read_text())
-    text = kernel_ir(module.program, module.program.kernels["pick"], "pick")[0]
-    assert "pick_speculative" in text and "llvm.loop.vectorize.enable" in text
+    text = kernel_ir(module.program, module.program.kernels[kernel], kernel)[0]
+    assert f"{kernel}_speculative" in text and "llvm.loop.vectorize.enable" in text
     n = 40 * 64 - 20
     rng = np.random.default_rng(3)
     a, b = rng.random(n // 2, np.float32), rng.random(n // 2, np.float32)
     start = rng.random(n, np.float32)
     da, db, out = (differential.upload(v) for v in (a, b, start))
     marks = differential.zeros(n // 3 + 1, np.uint32)
-    differential.launch(module, "pick", (40,), (8, 4, 2), da, db, out, marks, n)
-    assert differential.compiled == ["pick"]
+    differential.launch(module, kernel, (40,), block, da, db, out, marks, n)
+    assert differential.compiled == [kernel]
     i = np.arange(n)
     picked = np.where(i % 2 == 1, a[i // 2], b[i // 2])
     np.testing.assert_allclose(differential.download(out, n, np.float32),
@@ -644,18 +647,60 @@ def test_loop_free_lanes_run_in_the_fast_pass_and_agree(differential):
                                   np.arange(0, n, 3))
 
 
-def test_a_fast_pass_lane_past_its_allocation_faults_as_on_the_interpreter(differential):
-    """The first lane whose read leaves its allocation (i = 140: thread (4,1,0) of block 2,
-    which runs in the fast pass) is the one reported, though the lanes after it ran there."""
+@pytest.mark.parametrize("kernel,block,thread", [("pick", (8, 4, 2), "(4,1,0)"),
+                                                 ("pick_x", (64,), "(12,0,0)")])
+def test_a_fast_pass_lane_past_its_allocation_faults_as_on_the_interpreter(
+        differential, kernel, block, thread):
+    """The first lane whose read leaves its allocation (i = 140: a thread of block 2, which
+    runs in the fast pass, for pick_x in a run with blocks 0-15) is the one reported,
+    though the lanes after it ran there."""
     module = differential.load((instructions.PTX / "native_lanes.ptx").read_text())
     n = 40 * 64
     data = differential.upload(np.ones(70, np.float32))   # lanes up to 139 read inside
     out, marks = differential.zeros(n, np.float32), differential.zeros(n // 3 + 1, np.uint32)
     with pytest.raises(LaunchError) as caught:
-        differential.launch(module, "pick", (40,), (8, 4, 2), data, data, out, marks, n)
+        differential.launch(module, kernel, (40,), block, data, data, out, marks, n)
     assert caught.value.code == 700
-    assert "thread (4,1,0)" in caught.value.message and "block (2,0,0)" in caught.value.message
-    assert differential.compiled == ["pick"]
+    assert f"thread {thread}" in caught.value.message
+    assert "block (2,0,0)" in caught.value.message
+    assert differential.compiled == [kernel]
+
+
+_INDEX = {"mad": "mad.lo.s32 %r4, %r1, %r2, %r3;",
+          "mul_add": "mul.lo.s32 %r5, %r2, %r1; add.s32 %r4, %r3, %r5;",
+          "shift": "shl.b32 %r5, %r1, 8; add.s32 %r4, %r5, %r3;",
+          "tid_twice": "mad.lo.s32 %r4, %r1, %r2, %r3; add.s32 %r4, %r4, %r3;",
+          "lane": "mad.lo.s32 %r4, %r1, %r2, %r3; mov.u32 %r5, %laneid; add.s32 %r4, %r4, %r5;"}
+
+
+@pytest.mark.parametrize("form,joins", [("mad", True), ("mul_add", True), ("shift", False),
+                                        ("tid_twice", False), ("lane", False)])
+def test_blocks_join_in_a_row_only_where_threads_know_no_more_than_their_index(form, joins):
+    """A lane of a run has its run's first ctaid.x and a tid.x past blockDim.x: right only
+    for what reads them as blockIdx.x * blockDim.x + threadIdx.x and nothing else that
+    tells a block's threads apart."""
+    from vgpu.server.emu import PtxModule
+    from vgpu.server.emu.native.speculative import joins_blocks
+    ptx = f""".version 7.8
+.target sm_80
+.address_size 64
+.visible .entry k(.param .u64 out)
+{{
+    .reg .b32 %r<6>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r1, %ctaid.x;
+    mov.u32 %r2, %ntid.x;
+    mov.u32 %r3, %tid.x;
+    {_INDEX[form]}
+    mul.wide.u32 %rd2, %r4, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.u32 [%rd3], %r4;
+    ret;
+}}
+"""
+    body = PtxModule.parse(ptx).program.kernels["k"].function.body
+    assert joins_blocks(body) is joins
 
 
 @pytest.fixture(scope="module")

@@ -48,8 +48,10 @@ from .helpers import HELPERS_IR
 from .row_checks import RowValues
 from .speculative import (
     MISSED,
+    RUN_LANES,
     Deferred,
     eligible,
+    joins_blocks,
     loop_metadata,
     speculative_block,
     vectorize_hint,
@@ -224,12 +226,14 @@ class _KernelCompiler:
 
     def _thread_function(self, suffix: str = "_thread") -> ir.Function:
         fnty = ir.FunctionType(I32, [P64, P8, P8, P64, I64, I64, I32, I32, I32, I32, I32, I32,
-                                     P64, P64, P64])
+                                     P64, P64, P64, I64])
         fn = ir.Function(self.module, fnty, self.name + suffix)
         fn.linkage = "internal"
         fn.attributes.add("alwaysinline")
+        # row_lanes: the lanes of the fast pass's row (row_checks.py), blockDim.x or a run
+        # of blocks' (speculative.py); the checked code does not read it
         (self.L, self.shared, self.local, self.spill, self.t, self.lane_x, ty_, tz, cx, cy, cz,
-         self.resume, self.fault, self.cache, self.site_cache) = fn.args
+         self.resume, self.fault, self.cache, self.site_cache, self.row_lanes) = fn.args
         self.fn = fn
         entry = fn.append_basic_block("entry")
         self.b = ir.IRBuilder(entry)
@@ -369,9 +373,23 @@ class _KernelCompiler:
         memset = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [P8, I8, I64, I1]),
                              "llvm.memset.p0.i64")
         zero8, false = ir.Constant(I8, 0), ir.Constant(I1, 0)
+        runs = spec is not None and joins_blocks(self.fn_ir.body)
         if spec is not None:   # speculative.py's marks: cleared here, then kept clear
-            b.call(memset, [b.bitcast(resume, P8), zero8, b.mul(threads, ir.Constant(I64, 4)),
+            marks = b.select(b.icmp_unsigned(">", threads, ir.Constant(I64, RUN_LANES)),
+                             threads, ir.Constant(I64, RUN_LANES)) if runs else threads
+            b.call(memset, [b.bitcast(resume, P8), zero8, b.mul(marks, ir.Constant(I64, 4)),
                             false])
+        if runs:
+            # The fast pass may take blocks in runs (speculative.py): 1D blocks without
+            # shared or local memory, as many as fit in RUN_LANES lanes.
+            one = ir.Constant(I64, 1)
+            alone = b.and_(b.and_(b.icmp_unsigned("==", by, one),
+                                  b.icmp_unsigned("==", slot(5), one)),
+                           b.icmp_unsigned("==", b.or_(shared_stride, local_stride),
+                                           ir.Constant(I64, 0)))
+            per_run = b.select(alone, b.udiv(ir.Constant(I64, RUN_LANES), bx), one)
+            per_run = b.select(b.icmp_unsigned("==", per_run, ir.Constant(I64, 0)), one,
+                               per_run)   # (no block has more threads than RUN_LANES)
         head = fn.append_basic_block("block")
         # The block's coordinates: divided out for the first block, then counted (three
         # 64-bit divisions per block weigh on kernels whose blocks are light).
@@ -386,11 +404,11 @@ class _KernelCompiler:
         for phi, value in zip(coordinates, first_ctaid, strict=True):
             phi.add_incoming(value, start)
 
-        def next_block(b):
-            """From the end of a block to the loop's head with the next one."""
-            one = ir.Constant(I64, 1)
+        def next_block(b, count):
+            """From the end of `count` blocks (never past the grid's x row) to the loop's
+            head with the next one."""
             cx, cy, cz = coordinates
-            x1 = b.add(cx, one)
+            x1 = b.add(cx, count)
             wrap_x = b.icmp_unsigned("==", x1, gx)
             y1 = b.add(cy, b.zext(wrap_x, I64))
             wrap_y = b.icmp_unsigned("==", y1, gy)
@@ -399,7 +417,7 @@ class _KernelCompiler:
                          b.add(cz, b.zext(wrap_y, I64)))
             for phi, value in zip(coordinates, following, strict=True):
                 phi.add_incoming(value, b.block)
-            blk.add_incoming(b.add(blk, one), b.block)
+            blk.add_incoming(b.add(blk, count), b.block)
             b.branch(head)
         body = fn.append_basic_block("block_body")
         finished = fn.append_basic_block("finished")
@@ -424,16 +442,21 @@ class _KernelCompiler:
                             false])
         go_end = b.block
         if spec is not None:
+            count = ir.Constant(I64, 1)
+            if runs:   # the blocks left in the call and in the grid's x row bound a run
+                def smaller(x, y):
+                    return b.select(b.icmp_unsigned("<", x, y), x, y)
+                count = smaller(per_run, smaller(b.sub(end, blk), b.sub(gx, coordinates[0])))
             done = fn.append_basic_block("block_done")
             speculative_block(fn, b, spec, thread, {
                 "L": L, "shared": shared, "local": local, "spill": spill, "resume": resume,
                 "fault": fault, "cache": cache, "site_cache": site_cache, "bx": bx, "by": by,
-                "bz": slot(5), "ctaid": ctaid,
+                "bz": slot(5), "ctaid": ctaid, "block": blk, "blocks": count,
                 "local_stride": local_stride,
                 "nregs": ir.Constant(I64, self.spill_stride()),
                 "vectorize": vectorize_hint(self.module)}, done)
             b.position_at_end(done)
-            next_block(b)
+            next_block(b, count)
             return
         phase = fn.append_basic_block("phase")
         b.branch(phase)
@@ -471,7 +494,7 @@ class _KernelCompiler:
         result = b.call(thread, [L, shared, b.gep(local, [b.mul(t, local_stride)]),
                                  b.gep(spill, [b.mul(t, nregs)]), t,
                                  tx, *(b.trunc(v, I32) for v in (ty, tz)), *ctaid, state,
-                                 fault, cache, site_cache])
+                                 fault, cache, site_cache, bx])
         failed = fn.append_basic_block("failed")
         ran = fn.append_basic_block("ran")
         b.cbranch(b.icmp_signed("<", result, ir.Constant(I32, 0)), failed, ran)
@@ -514,7 +537,7 @@ class _KernelCompiler:
         block_done = fn.append_basic_block("next_block")
         b.cbranch(now_waiting, phase, block_done)
         b.position_at_end(block_done)
-        next_block(b)
+        next_block(b, ir.Constant(I64, 1))
 
     # -- operands ----------------------------------------------------------------------------
     def launch_slot(self, slot: int):

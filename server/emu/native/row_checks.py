@@ -30,11 +30,12 @@ from llvmlite import ir
 from ..ir import Address, Immediate, RegisterOperand, SpecialRegister, Symbol, Vector
 from ..ptx_types import lookup_type
 
-__all__ = ["RowValues", "lane_strides"]
+__all__ = ["RowValues", "destinations", "lane_strides"]
 
 VARYING = "varying"      # a register whose value is no affine function of tid.x
-# A row spans |S| * (blockDim.x - 1) < 2^30 (blocks have at most 1024 threads): comparing
-# its two ends tells whether it crosses a 32-bit limit.
+# A row spans |S| * (lanes - 1) < 2^30 (a row has at most 1024 lanes: a block's x row, or a
+# run of blocks', speculative.RUN_LANES): comparing its two ends tells whether it crosses a
+# 32-bit limit.
 MAX_STRIDE = 1 << 20
 _INTEGER = frozenset("sub")   # PtxType kinds: signed, unsigned, bits
 _UNIFORM_SPECIALS = {f"{base}.{axis}" for base in ("%ctaid", "%ntid", "%nctaid")
@@ -43,7 +44,7 @@ _NO_DESTINATION = frozenset({"st", "bra", "ret", "exit"})
 _CONTROL = frozenset({"bra", "brx", "call", "ret", "exit", "trap"})
 
 
-def _destinations(instr) -> list:
+def destinations(instr) -> list:
     if instr.opcode in _NO_DESTINATION or not instr.operands:
         return []
     first = instr.operands[0]
@@ -168,12 +169,12 @@ def _transfer(instr, strides: dict, defined: set):
 def lane_strides(body) -> dict[int, int]:
     """register id -> stride along a row of lanes (0: the same for the whole row), for the
     registers whose every definition in `body` (a loop-free kernel's) follows tid.x so."""
-    defined = {op.reg.id for instr in body for op in _destinations(instr)}
+    defined = {op.reg.id for instr in body for op in destinations(instr)}
     strides: dict = {}
     while True:
         changed = stuck = False
         for instr in body:
-            targets = _destinations(instr)
+            targets = destinations(instr)
             if not targets:
                 continue
             stride = _transfer(instr, strides, defined)
@@ -194,8 +195,8 @@ def lane_strides(body) -> dict[int, int]:
             break
         # Definitions still waiting on each other (r1 = r2 + 1, r2 = r1 + 1): no stride.
         for instr in body:
-            if _destinations(instr) and _transfer(instr, strides, defined) is None:
-                for target in _destinations(instr):
+            if destinations(instr) and _transfer(instr, strides, defined) is None:
+                for target in destinations(instr):
                     strides[target.reg.id] = VARYING
     return {reg: s for reg, s in strides.items() if s != VARYING}
 
@@ -207,10 +208,10 @@ def _compared(body, strides: dict) -> set[int]:
     on a register some path leaves unwritten is left to the lanes)."""
     control = next((k for k, instr in enumerate(body) if instr.opcode in _CONTROL),
                    len(body))
-    later = {t.reg.id for instr in body[control:] for t in _destinations(instr)}
+    later = {t.reg.id for instr in body[control:] for t in destinations(instr)}
     guarded = {t.reg.id for instr in body[:control] if instr.guard is not None
-               for t in _destinations(instr)}
-    always = {t.reg.id for instr in body[:control] for t in _destinations(instr)} \
+               for t in destinations(instr)}
+    always = {t.reg.id for instr in body[:control] for t in destinations(instr)} \
         - later - guarded
     found = set()
     for instr in body:
@@ -260,7 +261,7 @@ class RowValues:
         # Only what addresses depend on: follow the strided registers' definitions back.
         defining: dict[int, list] = {}
         for instr in body:
-            for target in _destinations(instr):
+            for target in destinations(instr):
                 defining.setdefault(target.reg.id, []).append(instr)
         self.guarded = _compared(body, strides)   # what uniform_compare may follow
         needed, work = set(), [r for r in _addresses(body) | self.guarded if strides.get(r)]
@@ -295,11 +296,11 @@ class RowValues:
         return self.lows[reg.id]
 
     def last_lane(self, b):
-        """blockDim.x - 1: the row's last tid.x."""
-        return b.sub(self.c.launch_slot(3), ir.Constant(ir.IntType(64), 1))
+        """The row's last tid.x: blockDim.x - 1, or a run of blocks' last lane's."""
+        return b.sub(self.c.row_lanes, ir.Constant(ir.IntType(64), 1))
 
     def high(self, low, stride: int):
-        """A 64-bit row value at the row's last lane (lo + S * (blockDim.x - 1))."""
+        """A 64-bit row value at the row's last lane (lo + S * last lane)."""
         b = self.c.b
         return b.add(low, b.mul(self.last_lane(b), ir.Constant(low.type, stride)))
 
@@ -329,7 +330,7 @@ class RowValues:
     def define(self, instr) -> None:
         """After `instr` ran (in the fast pass): if it writes a register addresses follow,
         its row value, and the register rewritten as lo + S * tid.x."""
-        targets = _destinations(instr)
+        targets = destinations(instr)
         if len(targets) != 1 or targets[0].reg.id not in self.strides:
             return
         reg = targets[0].reg

@@ -23,6 +23,7 @@ from ..spaces import STRAYS_ALLOWED, STRAYS_FAULT, out_of_bounds
 from . import control, device_io, team
 from .codegen import FAULTED, SPACES, SYMBOL_SLOT, WHY
 from .special_registers import CLOCK_SLOTS, GRAPH_SLOT, clock_slots
+from .speculative import RUN_LANES
 
 __all__ = ["NativeKernel"]
 
@@ -81,7 +82,7 @@ class _Worker:
         self.arrays = (team.own_lines(max(shared_stride, 1), np.uint8),
                        team.own_lines(max(local_stride * nthreads, 1), np.uint8),
                        team.own_lines(kernel.spill * nthreads, np.int64),
-                       team.own_lines(nthreads, np.int32))
+                       team.own_lines(max(nthreads, RUN_LANES), np.int32))
         self.fault = team.own_lines(16, np.int64)
         self.cache = team.own_lines(3 * kernel.sites + 1, np.int64)
         self.nbytes = sum(a.nbytes for a in self.arrays) + self.cache.nbytes

@@ -20,6 +20,14 @@ ends), no calls, nothing but weak loads, stores and register arithmetic (`SAFE_O
 and no load after a store in program order (deferred stores are not seen by later loads of
 the same thread). Threads that missed run after the rest of their block instead of in their turn;
 threads of a block that communicate without a barrier race, so CUDA promises no order.
+
+Runs of blocks: where 1D blocks have no shared or local memory and the kernel reads %tid.x
+and %ctaid.x only as blockIdx.x * blockDim.x + threadIdx.x (`joins_blocks`), up to
+RUN_LANES lanes of consecutive blocks run as one row: lane j of a run starting at block c
+computes c * blockDim.x + j, the index of thread j % blockDim.x of block c + j / blockDim.x,
+and nothing else in it can tell. The row's checks, its guards and the loop's entry are
+then paid once for the run (a 256-thread saxpy block spent as long on them as on its
+lanes); a lane that misses reruns as its own block's thread.
 """
 
 from __future__ import annotations
@@ -28,10 +36,16 @@ import re
 
 from llvmlite import ir
 
-__all__ = ["MISSED", "SAFE_OPCODES", "eligible", "loop_metadata", "speculative_block",
-           "vectorize_hint"]
+from ..ir import Address, RegisterOperand, SpecialRegister, Vector
+from .row_checks import destinations
+
+__all__ = ["MISSED", "RUN_LANES", "SAFE_OPCODES", "eligible", "joins_blocks", "loop_metadata",
+           "speculative_block", "vectorize_hint"]
 
 MISSED = 1   # what the speculative thread returns when a check did not pass
+# The most lanes a run of blocks puts in one row: a row's checks assume at most 1024 lanes
+# (row_checks.py), as a block has.
+RUN_LANES = 1024
 
 # Instructions with no effect besides their destination registers (and ld/st): the fast
 # pass may run them for a thread that is run again.
@@ -62,6 +76,88 @@ def eligible(program, kernel, function, end_pc: int) -> bool:
         elif instr.opcode == "st":
             first_store = min(first_store, pc)
     return last_load < first_store
+
+
+def joins_blocks(body) -> bool:
+    """Whether the fast pass may run consecutive 1D blocks as one row of lanes, each lane
+    with the first block's ctaid.x and a tid.x counting on across the blocks: true when
+    the kernel reads %tid.x and %ctaid.x only to compute ctaid.x * ntid.x + tid.x (one
+    mad.lo, or a mul.lo and an add, on registers nothing else reads), which such a lane
+    computes as its own thread does, and nothing else tells the threads of a block apart
+    (%laneid, %warpid, the lane masks, %clusterid). Shared and local memory are per block
+    and per thread: the block loop leaves kernels that have them to one block at a time."""
+    movs: dict[str, list] = {}          # %tid.x, %ctaid.x -> the instructions reading them
+    writers: dict[int, list] = {}       # register id -> the instructions writing it
+    readers: dict[int, list] = {}       # register id -> the instructions reading it
+    for instr in body:
+        written = destinations(instr)
+        for op in written:
+            writers.setdefault(op.reg.id, []).append(instr)
+        for op in _operands(instr):
+            if isinstance(op, SpecialRegister):
+                if op.name in ("%laneid", "%warpid") or op.name.startswith(
+                        ("%lanemask", "%clusterid")):
+                    return False
+                if op.name in ("%tid.x", "%ctaid.x"):
+                    movs.setdefault(op.name, []).append(instr)
+            elif isinstance(op, RegisterOperand) and all(op is not w for w in written):
+                readers.setdefault(op.reg.id, []).append(instr)
+    if not movs:
+        return True
+    if sorted(movs) != ["%ctaid.x", "%tid.x"] or any(
+            len(found) != 1 or found[0].opcode != "mov" or found[0].guard is not None
+            or not _index_type(found[0]) for found in movs.values()):
+        return False
+
+    def only_reader(register: int):
+        """The one unguarded 32-bit instruction reading `register` (written once)."""
+        found = readers.get(register, [])
+        if len(writers.get(register, [])) != 1 or len(found) != 1:
+            return None
+        return found[0] if found[0].guard is None and _index_type(found[0]) else None
+
+    def ntid(register) -> bool:   # every write of it reads %ntid.x
+        return all(w.opcode == "mov" and isinstance(w.operands[1], SpecialRegister)
+                   and w.operands[1].name == "%ntid.x" for w in writers.get(register, [None]))
+
+    def sources(instr) -> list:
+        return [op.reg.id if isinstance(op, RegisterOperand) and not op.negate else None
+                for op in instr.operands[1:]]
+
+    def scales(instr, ctaid: int) -> bool:   # ctaid * ntid (either way round), low half
+        a, b = sources(instr)[:2]
+        other = b if a == ctaid else a if b == ctaid else None
+        return "lo" in instr.modifiers and other is not None and ntid(other)
+
+    tid, ctaid = (movs[name][0].operands[0].reg.id for name in ("%tid.x", "%ctaid.x"))
+    combine, scale = only_reader(tid), only_reader(ctaid)
+    if combine is None or scale is None:
+        return False
+    if combine is scale:   # mad.lo d, ctaid, ntid, tid
+        return combine.opcode == "mad" and scales(combine, ctaid) \
+            and sources(combine)[2] == tid
+    # mul.lo p, ctaid, ntid; add d, p, tid
+    product = scale.operands[0].reg.id
+    return scale.opcode == "mul" and scales(scale, ctaid) and combine.opcode == "add" \
+        and only_reader(product) is combine and sorted(sources(combine)) == sorted(
+            [product, tid])
+
+
+def _index_type(instr) -> bool:
+    return bool({"s32", "u32", "b32"} & set(instr.modifiers))
+
+
+def _operands(instr):
+    """Every operand of an instruction, inside vectors and addresses too, and its guard."""
+    pending = [*instr.operands, *([instr.guard] if instr.guard is not None else [])]
+    while pending:
+        op = pending.pop()
+        if isinstance(op, Vector):
+            pending.extend(op.elements)
+        elif isinstance(op, Address):
+            pending.extend(x for x in (op.base, op.coordinates) if x is not None)
+        else:
+            yield op
 
 
 class Deferred:
@@ -131,14 +227,16 @@ def loop_metadata(text: str) -> str:
 
 def speculative_block(fn: ir.Function, b: ir.IRBuilder, spec, thread, args: dict,
                       finished: ir.Block) -> None:
-    """A block's threads: the fast pass in nested loops over z, y, x (x innermost, so that
-    LLVM sees the lanes of a row as one vectorizable loop), marking in resume[t] each
-    thread that missed; then the checked run of every thread that missed, in order.
-    Branches to `finished` when the block is done; a checked run's failure (a fault, a
-    stop) returns it from the block loop."""
+    """A block's threads (or a run's: args["blocks"] blocks along x, 1D, as `joins_blocks`
+    allows): the fast pass in nested loops over z, y, x (x innermost, so that LLVM sees
+    the lanes of a row as one vectorizable loop), marking in resume[t] each thread that
+    missed; then the checked run of every thread that missed, in order. Branches to
+    `finished` when the blocks are done; a checked run's failure (a fault, a stop) returns
+    it from the block loop."""
     L, shared, local, spill, resume, fault, cache = (args[k] for k in (
         "L", "shared", "local", "spill", "resume", "fault", "cache"))
     bx, by, bz, ctaid = args["bx"], args["by"], args["bz"], args["ctaid"]
+    row_lanes = b.mul(bx, args["blocks"])   # a run's blocks are one row
     local_stride, nregs = args["local_stride"], args["nregs"]
     site_cache = args["site_cache"]
     zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
@@ -163,18 +261,20 @@ def speculative_block(fn: ir.Function, b: ir.IRBuilder, spec, thread, args: dict
         b.position_at_end(done)
 
     def rows(b, lane, name, loop_id=None):
-        """lane(b, t, tx, ty, tz) for every thread of the block, in thread order."""
+        """lane(b, t, tx, ty, tz) for every lane of the rows, in thread order (in a run, t
+        and tx count on across its blocks)."""
         def row(b, tz, ty):
             start = b.mul(b.add(b.mul(tz, by), ty), bx)
-            counted(b, bx, lambda b, tx: lane(b, b.add(start, tx), tx, ty, tz), name, loop_id)
+            counted(b, row_lanes, lambda b, tx: lane(b, b.add(start, tx), tx, ty, tz), name,
+                    loop_id)
         counted(b, bz, lambda b, tz: counted(b, by, lambda b, ty: row(b, tz, ty),
                                              name + "_row"), name + "_plane")
 
-    def call(b, function, t, tx, ty, tz):
+    def call(b, function, t, tx, ty, tz, block_ctaid=ctaid):
         return b.call(function, [L, shared, b.gep(local, [b.mul(t, local_stride)]),
                                  b.gep(spill, [b.mul(t, nregs)]), t,
-                                 tx, *(b.trunc(v, I32) for v in (ty, tz)), *ctaid,
-                                 ir.Constant(I32, 0), fault, cache, site_cache])
+                                 tx, *(b.trunc(v, I32) for v in (ty, tz)), *block_ctaid,
+                                 ir.Constant(I32, 0), fault, cache, site_cache, row_lanes])
 
     # Marks are ORed in, not stored: in the lanes that pass (most) LLVM then drops the store
     # (a store of zero per lane becomes a memset call per row, a fifth of a 256-thread
@@ -200,7 +300,8 @@ def speculative_block(fn: ir.Function, b: ir.IRBuilder, spec, thread, args: dict
     b.cbranch(b.icmp_unsigned("!=", b.load(missed), ir.Constant(I32, 0)), some, finished)
     b.position_at_end(some)
 
-    # The threads that missed, checked, in thread order (which fills the sites' caches).
+    # The threads that missed, checked, in thread order (which fills the sites' caches), as
+    # who they are: in a run, lane tx is thread tx % blockDim.x of block tx / blockDim.x.
     def recheck(b, t, tx, ty, tz):
         mark = b.gep(resume, [t])
         again = b.icmp_unsigned("!=", b.load(mark), ir.Constant(I32, 0))
@@ -209,8 +310,13 @@ def speculative_block(fn: ir.Function, b: ir.IRBuilder, spec, thread, args: dict
         after = fn.append_basic_block("rechecked")
         b.cbranch(again, run, after)
         b.position_at_end(run)
-        b.store(t, b.gep(fault, [ir.Constant(I64, 6)]))
-        result = call(b, thread, t, tx, ty, tz)
+        later = b.udiv(tx, bx)   # blocks after the run's first
+        own_tx = b.urem(tx, bx)
+        own_t = b.sub(t, b.sub(tx, own_tx))
+        b.store(b.add(args["block"], later), b.gep(fault, [ir.Constant(I64, 5)]))
+        b.store(own_t, b.gep(fault, [ir.Constant(I64, 6)]))
+        result = call(b, thread, own_t, own_tx, ty, tz,
+                      (b.add(ctaid[0], b.trunc(later, I32)), *ctaid[1:]))
         failed = fn.append_basic_block("recheck_failed")
         b.cbranch(b.icmp_signed("<", result, ir.Constant(I32, 0)), failed, after)
         ir.IRBuilder(failed).ret(result)
