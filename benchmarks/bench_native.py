@@ -138,13 +138,21 @@ def interleaved(variants: dict, rounds: int = 5, repeat: int = 9) -> dict:
     return {name: (min(t), statistics.median(t)) for name, t in times.items()}
 
 
+# Launches in a row per variant and round, for the scaling rows: after a stretch on one
+# thread the first launches on two are slow (the helper, which between a server's
+# launches sleeps to leave its core to others, wakes, and its idle core takes a while to
+# get back up to speed: with 9 in a row a 1M saxpy on two threads took 60-67 us at best,
+# with 30 46-48 us, as a program launching in a loop sees it).
+IN_A_ROW = 30
+
+
 def on_threads(module, device, kernel, grid, block, params: bytes) -> dict:
     """A compiled kernel on one and on two threads, interleaved: {threads: (best, median)}."""
     prepared = prepare(module, kernel, grid, block)
     prepared.run(params, device.memory)   # the first run touches fresh pages
     return interleaved({threads: (lambda t=threads: native.configure(threads=t),
                                   lambda: prepared.run(params, device.memory))
-                        for threads in (1, 2)})
+                        for threads in (1, 2)}, repeat=IN_A_ROW)
 
 
 def run(module, device, kernel, grid, block, params: bytes, threads: int = 1):
@@ -220,7 +228,7 @@ def main() -> None:
         if stream is not None:
             c_loop = interleaved({threads: (lambda: None, lambda t=threads, n=n, a=a, x=x, y=y:
                                             stream.saxpy(n, a, x.ctypes.data, y.ctypes.data, t))
-                                  for threads in (1, 2)})
+                                  for threads in (1, 2)}, repeat=IN_A_ROW)
             for threads, seconds in c_loop.items():
                 rows.append(row(f"  C -O3 -march=native, OpenMP, {threads} thread(s)", seconds,
                                 baseline))
