@@ -670,11 +670,14 @@ _INDEX = {"mad": "mad.lo.s32 %r4, %r1, %r2, %r3;",
           "mul_add": "mul.lo.s32 %r5, %r2, %r1; add.s32 %r4, %r3, %r5;",
           "shift": "shl.b32 %r5, %r1, 8; add.s32 %r4, %r5, %r3;",
           "tid_twice": "mad.lo.s32 %r4, %r1, %r2, %r3; add.s32 %r4, %r4, %r3;",
+          "offset": "mul.lo.s32 %r5, %r1, %r2; add.s32 %r6, %r3, 5; add.s32 %r4, %r5, %r6;",
+          "unwritten": "mad.lo.s32 %r4, %r1, %r0, %r3;",
           "lane": "mad.lo.s32 %r4, %r1, %r2, %r3; mov.u32 %r5, %laneid; add.s32 %r4, %r4, %r5;"}
 
 
 @pytest.mark.parametrize("form,joins", [("mad", True), ("mul_add", True), ("shift", False),
-                                        ("tid_twice", False), ("lane", False)])
+                                        ("tid_twice", False), ("offset", False),
+                                        ("unwritten", False), ("lane", False)])
 def test_blocks_join_in_a_row_only_where_threads_know_no_more_than_their_index(form, joins):
     """A lane of a run has its run's first ctaid.x and a tid.x past blockDim.x: right only
     for what reads them as blockIdx.x * blockDim.x + threadIdx.x and nothing else that
@@ -686,7 +689,7 @@ def test_blocks_join_in_a_row_only_where_threads_know_no_more_than_their_index(f
 .address_size 64
 .visible .entry k(.param .u64 out)
 {{
-    .reg .b32 %r<6>;
+    .reg .b32 %r<7>;
     .reg .b64 %rd<4>;
     ld.param.u64 %rd1, [out];
     mov.u32 %r1, %ctaid.x;

@@ -116,9 +116,11 @@ def joins_blocks(body) -> bool:
             return None
         return found[0] if found[0].guard is None and _index_type(found[0]) else None
 
-    def ntid(register) -> bool:   # every write of it reads %ntid.x
-        return all(w.opcode == "mov" and isinstance(w.operands[1], SpecialRegister)
-                   and w.operands[1].name == "%ntid.x" for w in writers.get(register, [None]))
+    def ntid(register) -> bool:   # written, and every write of it reads %ntid.x
+        found = writers.get(register, [])
+        return bool(found) and all(
+            w.opcode == "mov" and isinstance(w.operands[1], SpecialRegister)
+            and w.operands[1].name == "%ntid.x" for w in found)
 
     def sources(instr) -> list:
         return [op.reg.id if isinstance(op, RegisterOperand) and not op.negate else None
@@ -139,8 +141,8 @@ def joins_blocks(body) -> bool:
     # mul.lo p, ctaid, ntid; add d, p, tid
     product = scale.operands[0].reg.id
     return scale.opcode == "mul" and scales(scale, ctaid) and combine.opcode == "add" \
-        and only_reader(product) is combine and sorted(sources(combine)) == sorted(
-            [product, tid])
+        and only_reader(product) is combine and sources(combine) in ([product, tid],
+                                                                      [tid, product])
 
 
 def _index_type(instr) -> bool:
