@@ -45,6 +45,7 @@ from ..operands import immediate_value, kernel_param_layout
 from ..ops_memory import ORDERING_QUALIFIERS
 from ..ptx_types import TYPES, PtxType, lookup_type
 from .helpers import HELPERS_IR
+from .registers import uses_and_kills
 from .row_checks import RowValues
 from .speculative import (
     MISSED,
@@ -105,6 +106,11 @@ def intrinsic(module: ir.Module, name: str, ty: ir.Type, count: int = 1,
     if existing is not None:
         return existing
     return ir.Function(module, ir.FunctionType(ret or ty, [ty] * count), full)
+
+
+def _i64(value) -> ir.Value:
+    """An int, or an i64 value, as an i64 value."""
+    return value if isinstance(value, ir.Value) else ir.Constant(I64, value)
 
 
 def kernel_ir(program, kernel, name: str) -> tuple[str, list[str], int, int]:
@@ -388,8 +394,6 @@ class _KernelCompiler:
                            b.icmp_unsigned("==", b.or_(shared_stride, local_stride),
                                            ir.Constant(I64, 0)))
             per_run = b.select(alone, b.udiv(ir.Constant(I64, RUN_LANES), bx), one)
-            per_run = b.select(b.icmp_unsigned("==", per_run, ir.Constant(I64, 0)), one,
-                               per_run)   # (no block has more threads than RUN_LANES)
         head = fn.append_basic_block("block")
         # The block's coordinates: divided out for the first block, then counted (three
         # 64-bit divisions per block weigh on kernels whose blocks are light).
@@ -765,7 +769,7 @@ class _KernelCompiler:
         access (the limit is usually the same for the whole launch, so LLVM hoists the
         rest out of loops). `size`: bytes, an int or an i64 value."""
         b = self.b
-        width = size if isinstance(size, ir.Value) else ir.Constant(I64, size)
+        width = _i64(size)
         fits = b.icmp_unsigned(">=", limit, width)
         return b.and_(fits, b.icmp_unsigned("<=", offset, b.sub(limit, width)))
 
@@ -845,8 +849,7 @@ class _KernelCompiler:
         fast_pointer = b.gep(host, [offset])
         b.branch(join)
         b.position_at_end(slow)
-        width = size if isinstance(size, ir.Value) else ir.Constant(I64, size)
-        slow_pointer = b.call(self.lookup, [self.L, address, width, ir.Constant(I64, need),
+        slow_pointer = b.call(self.lookup, [self.L, address, _i64(size), ir.Constant(I64, need),
                                             found, self.fault, ir.Constant(I64, line),
                                             ir.Constant(I64, 0)])
         failed = b.icmp_unsigned("==", slow_pointer, ir.Constant(P8, None))
@@ -1303,35 +1306,6 @@ _HANDLERS = {
 
 # -- liveness: what a thread saves when its turn ends ---------------------------------------------
 
-_NO_DESTINATION = {"st", "red", "bra", "bar", "barrier", "ret", "exit"}
-
-
-def _registers_in(operand) -> set[int]:
-    if isinstance(operand, RegisterOperand):
-        return {operand.reg.id}
-    if isinstance(operand, Address):
-        return _registers_in(operand.base)
-    if isinstance(operand, Vector):
-        return set().union(*(_registers_in(e) for e in operand.elements))
-    return set()
-
-
-def _uses_and_kills(instr) -> tuple[set[int], set[int]]:
-    """The registers an instruction reads, and those it always overwrites (a guarded write
-    may leave the old value, so it kills nothing)."""
-    operands = list(instr.operands)
-    defined: set[int] = set()
-    if instr.opcode not in _NO_DESTINATION and operands:
-        defined = _registers_in(operands.pop(0))
-        if instr.pair is not None:
-            defined |= _registers_in(instr.pair)
-    used = set().union(*(_registers_in(o) for o in operands)) if operands else set()
-    if instr.guard is not None:
-        used.add(instr.guard.reg.id)
-        defined = set()
-    return used, defined
-
-
 def _live_registers(program, kernel, function, end_pc: int) -> dict[int, set[int]]:
     """Registers live on entry to each pc of the kernel (backward dataflow to a fixpoint)."""
     entry = kernel.entry_pc
@@ -1340,7 +1314,7 @@ def _live_registers(program, kernel, function, end_pc: int) -> dict[int, set[int
     for pc in range(entry, end_pc):
         compiled = program.code[pc]
         index = pc - entry
-        uses[pc], kills[pc] = _uses_and_kills(body[index]) if index < len(body) else (
+        uses[pc], kills[pc] = uses_and_kills(body[index]) if index < len(body) else (
             set(), set())
         conditional = compiled.guard is not None
         if compiled.kind == "bra":

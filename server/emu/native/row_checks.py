@@ -29,8 +29,9 @@ from llvmlite import ir
 
 from ..ir import Address, Immediate, RegisterOperand, SpecialRegister, Symbol, Vector
 from ..ptx_types import lookup_type
+from .registers import destinations
 
-__all__ = ["RowValues", "destinations", "lane_strides"]
+__all__ = ["RowValues", "lane_strides"]
 
 VARYING = "varying"      # a register whose value is no affine function of tid.x
 # A row spans |S| * (lanes - 1) < 2^30 (a row has at most 1024 lanes: a block's x row, or a
@@ -40,18 +41,7 @@ MAX_STRIDE = 1 << 20
 _INTEGER = frozenset("sub")   # PtxType kinds: signed, unsigned, bits
 _UNIFORM_SPECIALS = {f"{base}.{axis}" for base in ("%ctaid", "%ntid", "%nctaid")
                      for axis in "xyz"} | {"%tid.y", "%tid.z"}
-_NO_DESTINATION = frozenset({"st", "bra", "ret", "exit"})
 _CONTROL = frozenset({"bra", "brx", "call", "ret", "exit", "trap"})
-
-
-def destinations(instr) -> list:
-    if instr.opcode in _NO_DESTINATION or not instr.operands:
-        return []
-    first = instr.operands[0]
-    found = first.elements if isinstance(first, Vector) else [first]
-    if instr.pair is not None:
-        found = [*found, instr.pair]
-    return [op for op in found if isinstance(op, RegisterOperand)]
 
 
 def _signed(value: int, bits: int) -> int:

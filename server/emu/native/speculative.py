@@ -36,16 +36,17 @@ import re
 
 from llvmlite import ir
 
-from ..ir import Address, RegisterOperand, SpecialRegister, Vector
-from .row_checks import destinations
+from ..executor import MAX_THREADS_PER_BLOCK
+from ..ir import RegisterOperand, SpecialRegister
+from .registers import destinations, uses_and_kills
 
 __all__ = ["MISSED", "RUN_LANES", "SAFE_OPCODES", "eligible", "joins_blocks", "loop_metadata",
            "speculative_block", "vectorize_hint"]
 
 MISSED = 1   # what the speculative thread returns when a check did not pass
-# The most lanes a run of blocks puts in one row: a row's checks assume at most 1024 lanes
-# (row_checks.py), as a block has.
-RUN_LANES = 1024
+# The most lanes a run of blocks puts in one row: a block's most threads, which a row's
+# checks assume (row_checks.py).
+RUN_LANES = MAX_THREADS_PER_BLOCK
 
 # Instructions with no effect besides their destination registers (and ld/st): the fast
 # pass may run them for a thread that is run again.
@@ -90,18 +91,18 @@ def joins_blocks(body) -> bool:
     writers: dict[int, list] = {}       # register id -> the instructions writing it
     readers: dict[int, list] = {}       # register id -> the instructions reading it
     for instr in body:
-        written = destinations(instr)
-        for op in written:
+        for op in destinations(instr):
             writers.setdefault(op.reg.id, []).append(instr)
-        for op in _operands(instr):
-            if isinstance(op, SpecialRegister):
-                if op.name in ("%laneid", "%warpid") or op.name.startswith(
-                        ("%lanemask", "%clusterid")):
-                    return False
-                if op.name in ("%tid.x", "%ctaid.x"):
-                    movs.setdefault(op.name, []).append(instr)
-            elif isinstance(op, RegisterOperand) and all(op is not w for w in written):
-                readers.setdefault(op.reg.id, []).append(instr)
+        for register in uses_and_kills(instr)[0]:
+            readers.setdefault(register, []).append(instr)
+        for op in instr.operands:
+            if not isinstance(op, SpecialRegister):
+                continue
+            if op.name in ("%laneid", "%warpid") or op.name.startswith(
+                    ("%lanemask", "%clusterid")):
+                return False
+            if op.name in ("%tid.x", "%ctaid.x"):
+                movs.setdefault(op.name, []).append(instr)
     if not movs:
         return True
     if sorted(movs) != ["%ctaid.x", "%tid.x"] or any(
@@ -147,19 +148,6 @@ def joins_blocks(body) -> bool:
 
 def _index_type(instr) -> bool:
     return bool({"s32", "u32", "b32"} & set(instr.modifiers))
-
-
-def _operands(instr):
-    """Every operand of an instruction, inside vectors and addresses too, and its guard."""
-    pending = [*instr.operands, *([instr.guard] if instr.guard is not None else [])]
-    while pending:
-        op = pending.pop()
-        if isinstance(op, Vector):
-            pending.extend(op.elements)
-        elif isinstance(op, Address):
-            pending.extend(x for x in (op.base, op.coordinates) if x is not None)
-        else:
-            yield op
 
 
 class Deferred:
