@@ -160,20 +160,23 @@ class PreparedLaunch:
         self.cooperative = cooperative
         self.native = None   # the kernel compiled to native code, when it is (see native/)
         threads = block[0] * block[1] * block[2]
-        self._nblocks = grid[0] * grid[1] * grid[2]
+        self.nblocks = grid[0] * grid[1] * grid[2]
+        # what a block's buffers hold: its threads, shared bytes, local bytes a thread (0: none)
+        self.block_buffers = (threads, self.shared_stride if self.shared_size else 0,
+                              self.local_stride if self.local_size else 0)
         # A chunk's state: each lane's registers and local memory, each block's shared
         # memory (up to 227 KiB: 65,536 one-thread blocks of it would be 14 GiB).
         block_bytes = threads * (8 * kernel.register_count + kernel.local_size) + \
-            (self.shared_stride if self.shared_size else 0)
-        self._per_chunk = self._nblocks if cooperative else \
+            self.block_buffers[1]
+        self._per_chunk = self.nblocks if cooperative else \
             max(1, min(LANES_PER_CHUNK // threads, CHUNK_STATE_BYTES // max(block_bytes, 1)))
         # Made at the first interpreted run (a compiled kernel never needs them).
-        self._small = threads * self._nblocks <= SMALL_LAYOUT_LANES
+        self._small = threads * self.nblocks <= SMALL_LAYOUT_LANES
         self._small_chunks: list[Chunk] | None = None
 
     def _chunks(self):
-        for first in range(0, self._nblocks, self._per_chunk):
-            yield Chunk(self.grid, self.block, first, min(self._per_chunk, self._nblocks - first))
+        for first in range(0, self.nblocks, self._per_chunk):
+            yield Chunk(self.grid, self.block, first, min(self._per_chunk, self.nblocks - first))
 
     def run(self, params: bytes, memory: DeviceMemory, checker: MemoryChecker | None = None,
             printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES) -> LaunchResult:

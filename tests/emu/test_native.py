@@ -235,6 +235,48 @@ def test_current_graph_exec_compiled(graph):
     np.testing.assert_array_equal(device.download(out, 64, np.uint64), graph or 0)
 
 
+GRID_AND_VALUE_PTX = """
+.version 7.8
+.target sm_80
+.address_size 64
+.visible .entry grid_and_value(.param .u64 out, .param .u32 value)
+{
+    .reg .b32 %r<6>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [out];
+    ld.param.u32 %r5, [value];
+    mov.u32 %r1, %tid.x;
+    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r3, %ntid.x;
+    mad.lo.u32 %r1, %r2, %r3, %r1;
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    mov.u32 %r4, %nctaid.x;
+    mad.lo.u32 %r4, %r4, 1000, %r5;
+    st.global.u32 [%rd3], %r4;
+    ret;
+}
+"""
+
+
+def test_launches_of_one_block_shape_each_see_their_own_grid_and_parameters():
+    """Launches of one kernel and block shape share what a launch keeps between launches
+    (its record, its copy of the parameters): each sees its own grid and parameters,
+    whichever ran before it."""
+    native.configure(enabled=True)
+    device = Device()
+    module = device.load(GRID_AND_VALUE_PTX)
+    out = device.zeros(96, np.uint32)
+    narrow, wide = (prepare(module, "grid_and_value", (grid,), (32,)) for grid in (2, 3))
+    assert narrow.native is not None
+    for prepared, value in ((narrow, 1), (wide, 2), (narrow, 3), (narrow, 4), (wide, 5)):
+        prepared.execute(device.pack(module, "grid_and_value", [out, np.uint32(value)]),
+                         device.memory)
+        threads = 32 * prepared.grid[0]
+        got = device.download(out, 96, np.uint32)
+        np.testing.assert_array_equal(got[:threads], prepared.grid[0] * 1000 + value)
+
+
 # The texture tests whose kernels fetch with `tex` or access surfaces (the others use tld4,
 # txq or suq, which leave their kernels to the interpreter).
 TEXTURE_TESTS = [
@@ -910,10 +952,12 @@ def test_a_spinning_kernel_is_cancelled(faults_ptx, threads):
     device = Device()
     prepared = prepare(device.load(faults_ptx), "forever", (4,), (8,))
     assert prepared.native is not None
-    cancelled = threading.Event()
-    threading.Timer(0.2, cancelled.set).start()
-    with pytest.raises(LaunchCancelled):
-        prepared.execute(b"", device.memory, cancelled=cancelled)
+    for _ in range(2):   # the second after what watches for cancels has gone to sleep
+        cancelled = threading.Event()
+        threading.Timer(0.2, cancelled.set).start()
+        with pytest.raises(LaunchCancelled):
+            prepared.execute(b"", device.memory, cancelled=cancelled)
+        time.sleep(0.1)
 
 
 def test_blocks_on_two_threads_give_the_interpreter_results(differential, toolkit):

@@ -10,9 +10,9 @@ launch.
 
 from __future__ import annotations
 
-import ctypes
 import struct
 import threading
+import time
 
 import numpy as np
 
@@ -31,43 +31,54 @@ _LABEL = {"global": "__global__", "shared": "__shared__", "local": "__local__",
           "kparam": "__param__"}
 _STRAY_MODE = {STRAYS_FAULT: 0, STRAYS_ALLOWED: 2}   # anything else: report the first
 _KEPT_BYTES = 8 << 20   # a frame bigger than this is not kept for the next launch
-_RECORD = struct.Struct("<26q")   # the launch record's slots 0-25 (see codegen.py)
-_NO_PARAMETERS = np.zeros(1, np.uint8)
+# The launch record's slots (see codegen.py): those a launch's kernel and shape fix, written
+# when a frame is bound to it, and those every launch writes.
+_SHAPE, _SIZES = struct.Struct("<8q"), struct.Struct("<6q")    # slots 0-7, 20-25
+_PER_LAUNCH = struct.Struct("<5q")                              # slots 8-12
+_SIZES_AT, _PER_LAUNCH_AT = 20 * 8, 8 * 8
 
 
 class _Watcher:
     """One thread for every running launch that can be cancelled: every 10 ms it sets the
     stop flag of those whose `cancelled` Event is set (the compiled code reads the flag at
-    each block and every 65,536 backward branches). It sleeps while no such launch runs."""
+    each block and every 65,536 backward branches). It sleeps while no such launch runs.
+    Launches come and go without a lock (a dict's stores and pops are atomic): only one
+    that finds the thread asleep takes the condition, to wake it."""
 
     def __init__(self):
         self._running: dict[int, tuple] = {}
         self._changed = threading.Condition()
+        self._asleep = True   # or not started
         self._thread: threading.Thread | None = None
 
     def add(self, launch: np.ndarray, cancelled) -> None:
-        with self._changed:
-            self._running[id(launch)] = (launch, cancelled)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._watch, daemon=True,
-                                                name="vgpu-native-cancel")
-                self._thread.start()
-            self._changed.notify()
+        self._running[id(launch)] = (launch, cancelled)
+        # The thread sets _asleep, under the condition, before it looks at _running a last
+        # time: if it is not set yet, that look finds this launch.
+        if self._asleep:
+            with self._changed:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._watch, daemon=True,
+                                                    name="vgpu-native-cancel")
+                    self._thread.start()
+                    self._asleep = False
+                self._changed.notify()
 
     def remove(self, launch: np.ndarray) -> None:
-        with self._changed:
-            self._running.pop(id(launch), None)
+        self._running.pop(id(launch), None)
 
     def _watch(self) -> None:
-        with self._changed:
-            while True:
-                if not self._running:
-                    self._changed.wait()
-                    continue
-                for launch, cancelled in self._running.values():
-                    if cancelled.is_set():
-                        launch[10] = 1
-                self._changed.wait(0.01)
+        while True:
+            if not self._running:
+                with self._changed:
+                    self._asleep = True
+                    while not self._running:
+                        self._changed.wait()
+                    self._asleep = False
+            for launch, cancelled in tuple(self._running.values()):
+                if cancelled.is_set():
+                    launch[10] = 1
+            time.sleep(0.01)
 
 
 _watcher = _Watcher()
@@ -95,14 +106,30 @@ class _Frame:
     """What one launch of a given shape uses: the launch record and a worker per thread that
     runs blocks (made as launches need them)."""
 
-    def __init__(self, symbols: int):
+    def __init__(self, symbols: int, param_size: int):
         self.launch = team.own_lines(SYMBOL_SLOT + symbols, np.int64)   # workers read it
         self.launch[list(CLOCK_SLOTS)] = clock_slots()   # the process's, fixed
         self.launch_pointer = self.launch.ctypes.data
+        # A copy of the launch's parameters, at an address the record keeps: a copy costs
+        # less than finding the address of the caller's bytes through ctypes.
+        self.params = team.own_lines(max(param_size, 1), np.uint8)
+        self.params_view = memoryview(self.params)[:param_size]
+        self.prepared = None   # the launch whose shape the record holds (see `bind`)
         self.workers: list[_Worker] = []
         self.jobs: dict[int, team.Job] = {}   # by the number of workers
         self.table = self.table_address = None   # the allocation table it last ran with
         self.nbytes = 0   # what its workers' buffers hold
+
+    def bind(self, prepared, symbols: list[str]) -> None:
+        """Write the record's slots that stay the same while `prepared` launches again."""
+        launch, shape = self.launch, prepared.block_buffers
+        _SHAPE.pack_into(launch, 0, *prepared.grid, *prepared.block, self.params.ctypes.data,
+                         len(self.params_view))
+        _SIZES.pack_into(launch, _SIZES_AT, prepared.shared_size, prepared.local_size,
+                         prepared.shared_bytes, shape[1], shape[2], shape[0])
+        for k, name in enumerate(symbols):
+            launch[SYMBOL_SLOT + k] = prepared.symbols[name]
+        self.prepared = prepared
 
 
 class NativeKernel:
@@ -112,20 +139,18 @@ class NativeKernel:
         self.spill = spill      # int64 slots per thread in the spill buffer
         self.sites = sites
         self._frames: dict[tuple, list[_Frame]] = {}   # shape -> frames not in use
-        self._frames_lock = threading.Lock()
         self.calls_back: bool | None = None   # whether it prints, asserts, allocates, samples
 
-    def _frame(self, shape: tuple) -> _Frame:
-        with self._frames_lock:
-            free = self._frames.get(shape)
-            if free:
-                return free.pop()
-        return _Frame(len(self.symbols))
+    # Frames are taken and given back without a lock: list.pop and list.append are atomic.
+    def _frame(self, shape: tuple, param_size: int) -> _Frame:
+        try:
+            return self._frames[shape].pop()
+        except (KeyError, IndexError):
+            return _Frame(len(self.symbols), param_size)
 
     def _keep(self, shape: tuple, frame: _Frame) -> None:
         if frame.nbytes <= _KEPT_BYTES:
-            with self._frames_lock:
-                self._frames.setdefault(shape, []).append(frame)
+            self._frames.setdefault(shape, []).append(frame)
 
     def run(self, prepared, params: bytes, memory, checker, strays: str, threads: int,
             cancelled, printf_fifo_bytes: int = DEFAULT_PRINTF_FIFO_BYTES,
@@ -134,23 +159,20 @@ class NativeKernel:
         access ("" if none). Raises LaunchError as the interpreter does, and the executor's
         LaunchCancelled once `cancelled` is set. `environment`: the graph run the kernel
         is a node of (device_runtime.GraphEnvironment), or None."""
-        block = prepared.block
-        shared_stride = prepared.shared_stride if prepared.shared_size else 0
-        local_stride = prepared.local_stride if prepared.local_size else 0
-        shape = (block[0] * block[1] * block[2], shared_stride, local_stride)
-        frame = self._frame(shape)
+        shape = prepared.block_buffers
+        frame = self._frame(shape, prepared.kernel.param_size)
         frame.launch[GRAPH_SLOT] = environment.graph if environment is not None else 0
         if self.calls_back is None:   # the kernel's (this object is its module's)
             self.calls_back = device_io.uses_callback(prepared.kernel)
         try:
             if not self.calls_back:
                 return "", self._run(frame, prepared, params, memory, checker, strays,
-                                     threads, cancelled, shape, None)
+                                     threads, cancelled, None)
             frame.launch[device_io.CALLBACK_SLOT] = device_io.callback_address()
             with device_io.Sink(frame.launch_pointer, prepared, memory, params,
                                 printf_fifo_bytes, runtime) as sink:
                 report = self._run(frame, prepared, params, memory, checker, strays,
-                                   threads, cancelled, shape, sink)
+                                   threads, cancelled, sink)
         finally:
             self._keep(shape, frame)
         failure = sink.failure(report)
@@ -158,35 +180,31 @@ class NativeKernel:
             raise failure
         return sink.output(), report
 
+    def _job(self, frame: _Frame, workers: int, shape: tuple) -> team.Job:
+        """The frame's job for this many workers, with the workers' buffers it lacks."""
+        while len(frame.workers) < workers:
+            frame.workers.append(_Worker(self, *shape))
+            frame.nbytes += frame.workers[-1].nbytes
+        job = frame.jobs[workers] = team.Job(self.address, frame.launch_pointer,
+                                             frame.workers[:workers])
+        return job
+
     def _run(self, frame: _Frame, prepared, params, memory, checker, strays, threads,
-             cancelled, shape: tuple, sink) -> str:
-        grid = prepared.grid
-        nblocks = grid[0] * grid[1] * grid[2]
-        if type(params) is bytes and params:   # its own buffer, no copy (the usual case)
-            parameters = ctypes.cast(ctypes.c_char_p(params), ctypes.c_void_p).value
-        else:
-            parameters = (np.frombuffer(params, np.uint8) if params else _NO_PARAMETERS
-                          ).ctypes.data   # a view of `params`, which the caller holds
+             cancelled, sink) -> str:
+        if frame.prepared is not prepared:
+            frame.bind(prepared, self.symbols)
+        frame.params_view[:] = params
         table = memory.native_table()
         launch = frame.launch
         if table is not frame.table:   # the allocations changed since its last launch
             frame.table, frame.table_address = table, table.ctypes.data
             for worker in frame.workers:
                 worker.cache[:] = 0    # what the access sites' lookups found in the old ones
-        _RECORD.pack_into(launch, 0, *prepared.grid, *prepared.block, parameters, len(params),
-                          frame.table_address, len(table), 0, _STRAY_MODE.get(strays, 1),
-                          0, 0, 0, 0, 0, 0, 0, 0, prepared.shared_size, prepared.local_size,
-                          prepared.shared_bytes, shape[1], shape[2], shape[0])
-        for k, name in enumerate(self.symbols):
-            launch[SYMBOL_SLOT + k] = prepared.symbols[name]
-        count = max(1, min(threads, nblocks))
-        while len(frame.workers) < count:
-            frame.workers.append(_Worker(self, *shape))
-            frame.nbytes += frame.workers[-1].nbytes
-        workers = frame.workers[:count]
-        job = frame.jobs.get(count)
-        if job is None:
-            job = frame.jobs[count] = team.Job(self.address, frame.launch_pointer, workers)
+        _PER_LAUNCH.pack_into(launch, _PER_LAUNCH_AT, frame.table_address, len(table), 0,
+                              _STRAY_MODE.get(strays, 1), 0)
+        nblocks = prepared.nblocks
+        count = threads if threads < nblocks else nblocks
+        job = frame.jobs.get(count) or self._job(frame, count, prepared.block_buffers)
         if cancelled is not None:
             _watcher.add(launch, cancelled)
         try:
@@ -195,7 +213,7 @@ class NativeKernel:
             if cancelled is not None:
                 _watcher.remove(launch)
         # a worker that faults sets the stop flag (2), as a cancel does (1)
-        faults = [workers[k].fault.copy() for k in range(job.joined())
+        faults = [frame.workers[k].fault.copy() for k in range(job.joined())
                   if job.statuses[k] == FAULTED] if launch[10] else []
         if faults:
             first = min(faults, key=lambda f: (int(f[5]), int(f[6])))
