@@ -20,7 +20,7 @@ import time
 
 __all__ = ["compiled_kernel", "configure", "enabled", "threads"]
 
-CODEGEN_VERSION = "23"   # part of the disk cache's key: bump when generated code changes
+CODEGEN_VERSION = "24"   # part of the disk cache's key: bump when generated code changes
 # The largest kernel (PTX instructions) compiled: LLVM's optimizer takes minutes on the
 # biggest library kernels (CUB's sorts, some thousands of instructions); they run
 # interpreted, as anything else the compiler does not take.

@@ -380,11 +380,13 @@ class _KernelCompiler:
                              "llvm.memset.p0.i64")
         zero8, false = ir.Constant(I8, 0), ir.Constant(I1, 0)
         runs = spec is not None and joins_blocks(self.fn_ir.body)
-        if spec is not None:   # speculative.py's marks: cleared here, then kept clear
+        if spec is not None:   # speculative.py's marks: clear between calls
             marks = b.select(b.icmp_unsigned(">", threads, ir.Constant(I64, RUN_LANES)),
                              threads, ir.Constant(I64, RUN_LANES)) if runs else threads
-            b.call(memset, [b.bitcast(resume, P8), zero8, b.mul(marks, ir.Constant(I64, 4)),
-                            false])
+            marks_bytes = b.mul(marks, ir.Constant(I64, 4))
+
+            def clear_marks(b):
+                b.call(memset, [b.bitcast(resume, P8), zero8, marks_bytes, false])
         if runs:
             # The fast pass may take blocks in runs (speculative.py): 1D blocks without
             # shared or local memory, as many as fit in RUN_LANES lanes.
@@ -458,7 +460,7 @@ class _KernelCompiler:
                 "bz": slot(5), "ctaid": ctaid, "block": blk, "blocks": count,
                 "local_stride": local_stride,
                 "nregs": ir.Constant(I64, self.spill_stride()),
-                "vectorize": vectorize_hint(self.module)}, done)
+                "vectorize": vectorize_hint(self.module), "clear_marks": clear_marks}, done)
             b.position_at_end(done)
             next_block(b, count)
             return

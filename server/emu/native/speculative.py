@@ -269,9 +269,9 @@ def speculative_block(fn: ir.Function, b: ir.IRBuilder, spec, thread, args: dict
     # Marks are ORed in, not stored: in the lanes that pass (most) LLVM then drops the store
     # (a store of zero per lane becomes a memset call per row, a fifth of a 256-thread
     # saxpy block's time), and the loop stays free of branches (a conditional store keeps
-    # the rows whose check fails from vectorizing). The marks are clear when the block
-    # loop starts, and the checked run clears each mark it reads: every block's fast pass
-    # starts on clear marks.
+    # the rows whose check fails from vectorizing). The marks are clear between calls (the
+    # worker's buffer starts zeroed): the checked run clears each mark it reads, and a
+    # checked run that fails clears them all before the call returns.
     loop_id, group = args["vectorize"]
 
     def fast(b, t, tx, ty, tz):
@@ -309,7 +309,9 @@ def speculative_block(fn: ir.Function, b: ir.IRBuilder, spec, thread, args: dict
                       (b.add(ctaid[0], b.trunc(later, I32)), *ctaid[1:]))
         failed = fn.append_basic_block("recheck_failed")
         b.cbranch(b.icmp_signed("<", result, ir.Constant(I32, 0)), failed, after)
-        ir.IRBuilder(failed).ret(result)
+        leave = ir.IRBuilder(failed)
+        args["clear_marks"](leave)   # the later lanes' marks
+        leave.ret(result)
         b.position_at_end(after)
 
     rows(b, recheck, "missed")
