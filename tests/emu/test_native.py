@@ -1001,16 +1001,44 @@ def test_a_fault_in_a_later_block_on_two_threads_is_reported_as_interpreted(diff
 def test_blocks_run_at_once_on_two_threads_awake_or_woken(faults_ptx):
     """Block 0 waits for the flag block 1 sets: it sees it only if a helper runs block 1
     meanwhile, both right after another launch (the helper still looking for work) and
-    after a pause long enough for it to have gone to sleep."""
+    after a pause long enough for it to have gone to sleep (each a launch of a block shape
+    not run before: how long it takes is not known, so it wakes the helpers)."""
     native.configure(enabled=True, threads=2)
     device = Device()
     module = device.load(faults_ptx)
     assert prepare(module, "meet", (2,), (1,)).native is not None
-    for pause in (0, 0, 0.05, 0.05):
+    for pause, threads in ((0, 1), (0, 1), (0.05, 2), (0.05, 3)):
         time.sleep(pause)
         flag, seen = device.zeros(1, np.uint32), device.zeros(1, np.uint32)
-        device.launch(module, "meet", (2,), (1,), flag, seen)
+        device.launch(module, "meet", (2,), (threads,), flag, seen)
         assert device.download(seen, 1, np.uint32)[0] == 1
+
+
+def test_a_launch_shorter_than_a_wake_up_leaves_the_helpers_asleep(faults_ptx):
+    """Waking a sleeping helper costs the launching thread a system call, and the helper
+    comes tens of microseconds later: a launch whose last run took less runs on the
+    launching thread alone (its results whole); one whose length is not known yet rings
+    for them."""
+    from vgpu.server.emu.native import team
+    native.configure(enabled=True, threads=2)
+    device = Device()
+    module = device.load(faults_ptx)
+    data = device.upload(np.arange(4 * 64, dtype=np.uint32))
+    out = device.zeros(4 * 64, np.uint32)
+    params = device.pack(module, "read_global_at", [data, out, 0])
+
+    def rings(block) -> int:
+        """Run a launch after the helper has gone to sleep; how often it rang for it."""
+        time.sleep(0.05)
+        bell = team._teams[1].record[team.BELL]
+        prepare(module, "read_global_at", (256 // block,), (block,)).run(params, device.memory)
+        return int(team._teams[1].record[team.BELL] - bell)
+
+    prepare(module, "read_global_at", (4,), (64,)).run(params, device.memory)   # the team
+    assert rings(32) == 1         # a shape not run before
+    device.memory.write(out, bytes(4 * 64 * 4))
+    assert rings(32) == 0         # its last run took a few microseconds
+    np.testing.assert_array_equal(device.download(out, 4 * 64, np.uint32), np.arange(256))
 
 
 def test_launches_from_several_threads_share_the_helpers(faults_ptx):

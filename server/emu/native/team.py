@@ -5,10 +5,13 @@ Why not a Python thread pool: on a virtual machine a thread's wake-up takes 20-3
 Python code claiming blocks between native calls makes two threads wait on each other's
 wake-ups for the GIL. A launch of 0.2 ms then gained nothing from a second thread. Here:
 - The launching thread posts the launch as a *job* and starts on its blocks at once.
-- Helpers are threads of their own that stay in native code: while launches come back to
-  back (`BACK_TO_BACK_US`), after a job they keep looking for the next one for
+- Helpers are threads of their own that never leave native code: while launches come back
+  to back (`BACK_TO_BACK_US`), after a job they keep looking for the next one for
   `MEMBER_SPIN_US` (as OpenMP's runtimes do), so a host loop's launches find them awake;
-  otherwise they go to sleep on a condition the next launch signals.
+  otherwise they sleep on a futex that the next posting rings. (Sleeping on a Python
+  condition made a helper take the GIL at every sleep and wake-up, from the launching
+  thread in the middle of its launch: launches a client's round trip apart ran slower on
+  two threads than on one.)
 - Every worker claims runs of blocks with an atomic add and runs them (`vgpu_work`): a
   share of what is left (guided, as OpenMP's schedule(guided)), so that workers end
   together, down to a smallest run of a block count / (32 x workers); the
@@ -22,9 +25,11 @@ slot 8: its shared, local, spill, resume, fault and cache buffers (runner.py) an
 status (0, FAULTED or STOPPED).
 The team (int64 slots): 0 the open job's address (0: none), 1 a serial bumped at each
 posting (what idle helpers watch), 2 how many looks an idle helper makes before it sleeps
-(set by the launching thread), 8 the helpers between reading slot 0 and counting
-themselves inside that job: the launching thread waits for none to be there before its
-job's memory may go.
+(set by the launching thread), 3 the helpers asleep or about to be, 4 the stop flag,
+5 the bell (an int32 futex word, rung for sleepers), 6 the CPU the last posting came from,
+7 the address of the CPUs the process may use (a cpu_set_t), 8 the helpers between
+reading slot 0 and counting themselves inside that job: the launching thread waits for
+none to be there before its job's memory may go.
 """
 
 from __future__ import annotations
@@ -32,14 +37,17 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
+import platform
 import struct
+import sys
 import threading
 import time
 
 import numpy as np
 from llvmlite import ir
 
-from .codegen import FAULTED, I32, I64, P8, P32, P64
+from . import calls
+from .codegen import FAULTED, I8, I32, I64, P8, P32, P64
 from .engine import (
     cache_key,
     compile_object,
@@ -53,17 +61,25 @@ __all__ = ["Job", "own_lines", "run"]
 
 NEXT, BLOCKS, PER_CLAIM, INSIDE, JOINED, WORKERS, KERNEL, LAUNCH = range(8)
 FIRST_WORKER, WORKER_SLOTS, STATUS = 8, 7, 6
-OPEN_JOB, SERIAL, SPIN, READERS = 0, 1, 2, 8
+OPEN_JOB, SERIAL, SPIN, SLEEPERS, STOPPING, BELL, LAUNCHER_CPU, CPUS, READERS = range(9)
+_MASK_BYTES = 128   # a cpu_set_t: CPUs 0-1023
 MEMBER_SPIN_US = 100   # how long an idle helper keeps looking for the next launch, when
 BACK_TO_BACK_US = 50   # the launches come this soon after the previous one's end
 FINISH_SPIN_US = 500   # how long the launching thread spins for helpers' last runs
+RING_WORTH_US = 50     # the least work (one worker's time) a launch wakes sleepers for
 _STOP_SLOT = 10        # the launch record's stop flag (codegen.py): 2 once a worker faulted
-_VERSION = "2"         # of _Builder's code, in the disk cache's key: bump when it changes
+_VERSION = "6"         # of _Builder's code, in the disk cache's key: bump when it changes
 
 _KERNEL = ir.FunctionType(I32, [P64, P8, P8, P64, P32, I64, I64, P64, P64])
 _WORK = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64)
 _MEMBER = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)
-_POST = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+_POST = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+_TEAM = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+# Linux's futex system call, by machine (the helpers sleep on it); elsewhere launches run
+# on the launching thread alone.
+_FUTEX_CALL = ({"x86_64": 202, "aarch64": 98, "riscv64": 98}.get(platform.machine())
+               if sys.platform.startswith("linux") else None)
+_FUTEX_WAIT, _FUTEX_WAKE = 128, 129   # FUTEX_WAIT and FUTEX_WAKE, process-private
 _LEAD = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
 _native: dict[str, object] = {}
 _lock = threading.Lock()          # guards _native
@@ -99,9 +115,13 @@ class _Builder:
             self.pause = None
         self.work = self._work()
         self.finish = self._finish()
-        self._member()
-        self._post()
+        self.member = self._member()
         self._lead()
+        if _FUTEX_CALL is not None:   # helpers (Linux's system calls)
+            self.ring = self._ring()
+            self._post()
+            self._helper()
+            self._stop()
 
     @staticmethod
     def _slot(b, pointer, k):
@@ -202,7 +222,112 @@ class _Builder:
         ir.IRBuilder(busy).ret(ir.Constant(I32, 0))
         return fn
 
-    def _member(self) -> None:
+    def _futex(self, b, operation: int, word, value) -> None:
+        """The futex system call on the int32 at `word`."""
+        syscall = self.module.globals.get("syscall") or ir.Function(
+            self.module, ir.FunctionType(I64, [I64], var_arg=True), "syscall")
+        zero = ir.Constant(I64, 0)
+        b.call(syscall, [ir.Constant(I64, _FUTEX_CALL), b.ptrtoint(word, I64),
+                         ir.Constant(I64, operation), b.sext(value, I64), zero, zero, zero])
+
+    def _libc(self, name: str, returns, arguments) -> ir.Function:
+        return self.module.globals.get(name) or ir.Function(
+            self.module, ir.FunctionType(returns, arguments), name)
+
+    def _cpu(self, b):
+        """The CPU this thread runs on (glibc's sched_getcpu: no system call)."""
+        return b.sext(b.call(self._libc("sched_getcpu", I32, []), []), I64)
+
+    def _affinity(self, b, team, mask, leaving=None) -> None:
+        """Let this thread run on the process's CPUs, but `leaving` (a CPU, or None)."""
+        size = ir.Constant(I64, _MASK_BYTES)
+        cpus = b.inttoptr(b.load(self._slot(b, team, CPUS)), P8)
+        if leaving is not None:
+            b.call(calls.memcpy(self.module), [mask, cpus, size, ir.Constant(ir.IntType(1), 0)])
+            byte = b.gep(mask, [b.lshr(leaving, ir.Constant(I64, 3))])
+            bit = b.trunc(b.shl(ir.Constant(I64, 1), b.and_(leaving, ir.Constant(I64, 7))), I8)
+            b.store(b.and_(b.load(byte), b.not_(bit)), byte)
+            cpus = mask
+        b.call(self._libc("sched_setaffinity", I32, [I32, I64, P8]),
+               [ir.Constant(I32, 0), size, cpus])
+
+    def _bell(self, b, team):
+        return b.bitcast(self._slot(b, team, BELL), P32)
+
+    def _ring(self) -> ir.Function:
+        """void vgpu_ring(team): wake every sleeping helper."""
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [P64]), "vgpu_ring")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        bell = self._bell(b, fn.args[0])
+        b.atomic_rmw("add", bell, ir.Constant(I32, 1), "seq_cst")
+        self._futex(b, _FUTEX_WAKE, bell, ir.Constant(I32, 0x7FFF_FFFF))
+        b.ret_void()
+        return fn
+
+    def _helper(self) -> None:
+        """void vgpu_helper(team): a helper thread's whole life: work and look for work
+        (`vgpu_member`), sleep on the bell, until the stop flag is set. A helper counts
+        itself a sleeper before it looks at the serial a last time, and a posting bumps the
+        serial before it looks for sleepers: either the helper sees the new serial or the
+        posting rings (and the futex wait returns at once if the bell rang since the
+        helper read it)."""
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [P64]), "vgpu_helper")
+        team = fn.args[0]
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        mask = b.bitcast(b.alloca(ir.ArrayType(I8, _MASK_BYTES)), P8)
+        start = b.block
+        loop = fn.append_basic_block("loop")
+        rest = fn.append_basic_block("rest")
+        sleep = fn.append_basic_block("sleep")
+        awake = fn.append_basic_block("awake")
+        leave = fn.append_basic_block("leave")
+        b.branch(loop)
+
+        b.position_at_end(loop)
+        seen = b.phi(I64)
+        seen.add_incoming(ir.Constant(I64, 0), start)
+        last = b.call(self.member, [team, seen])
+        stopping = self._slot(b, team, STOPPING)
+        b.cbranch(b.icmp_signed("!=", b.load_atomic(stopping, "seq_cst", 8),
+                                ir.Constant(I64, 0)), leave, rest)
+
+        b.position_at_end(rest)
+        bell = self._bell(b, team)
+        rung = b.load_atomic(bell, "seq_cst", 4)
+        sleepers = self._slot(b, team, SLEEPERS)
+        b.atomic_rmw("add", sleepers, ir.Constant(I64, 1), "seq_cst")
+        quiet = b.and_(
+            b.icmp_signed("==", b.load_atomic(self._slot(b, team, SERIAL), "seq_cst", 8),
+                          last),
+            b.icmp_signed("==", b.load_atomic(stopping, "seq_cst", 8), ir.Constant(I64, 0)))
+        b.cbranch(quiet, sleep, awake)
+
+        b.position_at_end(sleep)
+        # Linux may wake a thread on its waker's CPU (on virtual machines, whose idle CPUs
+        # look busy, it does): queued behind the launch it came to help, a helper waited
+        # there until the launching thread was done, the other CPU idle. A sleeping
+        # helper may run anywhere but on the CPU the last launch came from.
+        self._affinity(b, team, mask, b.load_atomic(self._slot(b, team, LAUNCHER_CPU),
+                                                    "monotonic", 8))
+        self._futex(b, _FUTEX_WAIT, bell, rung)
+        self._affinity(b, team, mask)
+        b.branch(awake)
+
+        b.position_at_end(awake)
+        b.atomic_rmw("sub", sleepers, ir.Constant(I64, 1), "seq_cst")
+        seen.add_incoming(last, awake)
+        b.branch(loop)
+        ir.IRBuilder(leave).ret_void()
+
+    def _stop(self) -> None:
+        """void vgpu_stop(team): set the stop flag and wake the sleepers, who leave."""
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [P64]), "vgpu_stop")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        b.store_atomic(ir.Constant(I64, 1), self._slot(b, fn.args[0], STOPPING), "seq_cst", 8)
+        b.call(self.ring, [fn.args[0]])
+        b.ret_void()
+
+    def _member(self) -> ir.Function:
         """i64 vgpu_member(team, seen): a helper's life in native code: at each new serial,
         join the open job (if it still has room) and work; return the last serial seen once
         the team's SPIN slot's count of looks in a row found nothing new."""
@@ -265,14 +390,23 @@ class _Builder:
         b.branch(look)
         seen.add_incoming(serial, full)
         count.add_incoming(zero, full)
+        return fn
 
     def _post(self) -> None:
-        """void vgpu_post(team, job): open the job to helpers and bump the serial."""
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [P64, P64]), "vgpu_post")
-        team, job = fn.args
+        """void vgpu_post(team, job, ring): open the job to helpers, bump the serial, ring
+        the bell if a helper sleeps and `ring`."""
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [P64, P64, I64]),
+                         "vgpu_post")
+        team, job, ring = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         b.store_atomic(b.ptrtoint(job, I64), self._slot(b, team, OPEN_JOB), "seq_cst", 8)
+        b.store_atomic(self._cpu(b), self._slot(b, team, LAUNCHER_CPU), "monotonic", 8)
         b.atomic_rmw("add", self._slot(b, team, SERIAL), ir.Constant(I64, 1), "seq_cst")
+        sleepers = b.load_atomic(self._slot(b, team, SLEEPERS), "seq_cst", 8)
+        zero = ir.Constant(I64, 0)
+        with b.if_then(b.and_(b.icmp_signed("!=", sleepers, zero),
+                              b.icmp_signed("!=", ring, zero))):
+            b.call(self.ring, [team])
         b.ret_void()
 
     def _lead(self) -> None:
@@ -287,13 +421,12 @@ class _Builder:
 def _functions() -> dict[str, object]:
     with _lock:
         if not _native:
-            address = load_functions(_object(), ("vgpu_work", "vgpu_member", "vgpu_finish",
-                                                 "vgpu_post", "vgpu_lead"))
-            _native.update(work=_WORK(address["vgpu_work"]),
-                           member=_MEMBER(address["vgpu_member"]),
-                           finish=_LEAD(address["vgpu_finish"]),
-                           post=_POST(address["vgpu_post"]),
-                           lead=_LEAD(address["vgpu_lead"]))
+            names = {"work": _WORK, "member": _MEMBER, "finish": _LEAD, "lead": _LEAD}
+            if _FUTEX_CALL is not None:
+                names.update(post=_POST, helper=_TEAM, stop=_TEAM)
+            address = load_functions(_object(), [f"vgpu_{name}" for name in names])
+            _native.update({name: kind(address[f"vgpu_{name}"])
+                            for name, kind in names.items()})
             _native["looks_per_us"] = _calibrate(_native["member"])
         return _native
 
@@ -326,43 +459,28 @@ class _Team:
     def __init__(self, size: int):
         self.record = own_lines(16, np.int64)
         self.address = self.record.ctypes.data
-        self._condition = threading.Condition()
-        self._sleepers = 0
-        self._stopping = False
+        self._cpus = np.zeros(_MASK_BYTES, np.uint8)   # the CPUs the process may use
+        for cpu in os.sched_getaffinity(0):
+            if cpu < 8 * _MASK_BYTES:
+                self._cpus[cpu // 8] |= 1 << cpu % 8
+        self.record[CPUS] = self._cpus.ctypes.data
         native = _functions()
+        self._stop = native["stop"]
         self.member_looks = int(MEMBER_SPIN_US * native["looks_per_us"])
         self.last_end = 0.0   # when the last launch through the team ended (perf_counter)
         self.spin = 0         # what the record's SPIN slot holds
         self.finish_looks = int(FINISH_SPIN_US * native["looks_per_us"])
-        self._threads = [threading.Thread(target=self._helper, args=(native["member"],),
+        # each runs vgpu_helper to its end, in native code (ctypes lets the GIL go)
+        self._threads = [threading.Thread(target=native["helper"], args=(self.address,),
                                           daemon=True, name=f"vgpu-native-{k + 1}")
                          for k in range(size)]
         for thread in self._threads:
             thread.start()
 
-    def _helper(self, member) -> None:
-        seen = 0
-        while not self._stopping:
-            seen = member(self.address, seen)
-            with self._condition:
-                self._sleepers += 1
-                # a job posted since the last look: no sleep (see `wake`)
-                while self.record[SERIAL] == seen and not self._stopping:
-                    self._condition.wait()
-                self._sleepers -= 1
-
-    def wake(self) -> None:
-        """After a job is posted. A helper counts itself a sleeper before it looks at the
-        serial, under the condition: one not counted yet will see the new serial."""
-        if self._sleepers:
-            with self._condition:
-                self._condition.notify_all()
-
     def stop(self, timeout: float) -> None:
-        """Helpers leave once they stop looking (MEMBER_SPIN_US after their last job)."""
-        with self._condition:
-            self._stopping = True
-            self._condition.notify_all()
+        """Sleeping helpers leave at once, the others once they stop looking
+        (MEMBER_SPIN_US after their last job)."""
+        self._stop(self.address)
         for thread in self._threads:
             thread.join(timeout)
 
@@ -409,6 +527,7 @@ class Job:
         self.address = self.slots.ctypes.data
         self.workers = len(workers)
         self.statuses = self.slots[FIRST_WORKER + STATUS::WORKER_SLOTS]
+        self.block_seconds = float("inf")   # a block's time on one worker, last launch
 
     def joined(self) -> int:
         """How many workers ran the last launch: the first this many statuses are its (the
@@ -425,7 +544,7 @@ def run(job: Job, blocks: int, threads: int) -> None:
     # this thread is worker 0, inside and joined from the start
     _START.pack_into(job.slots, 0, 0, blocks, max(1, blocks // (job.workers * 32)), 1, 1)
     native = _native or _functions()
-    if job.workers == 1:
+    if job.workers == 1 or _FUTEX_CALL is None:   # no helpers that can sleep: no helpers
         native["work"](job.address, 0)
         return
     team = _teams.get(threads - 1) or _team(threads - 1)
@@ -435,9 +554,12 @@ def run(job: Job, blocks: int, threads: int) -> None:
     spin = team.member_looks if started - team.last_end < BACK_TO_BACK_US * 1e-6 else 0
     if team.spin != spin:
         team.spin = team.record[SPIN] = spin
-    native["post"](team.address, job.address)
-    team.wake()
+    # Waking sleeping helpers costs this thread a system call (7 us on a virtual machine)
+    # and they come tens of microseconds later: worth it for a launch that takes longer.
+    ring = job.block_seconds * blocks >= RING_WORTH_US * 1e-6
+    native["post"](team.address, job.address, ring)
     if not native["lead"](team.address, job.address, team.finish_looks):
         while not native["finish"](team.address, job.address, team.finish_looks):
             time.sleep(0.0002)
     team.last_end = time.perf_counter()
+    job.block_seconds = (team.last_end - started) * job.joined() / blocks
