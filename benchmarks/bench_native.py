@@ -155,6 +155,29 @@ def on_threads(module, device, kernel, grid, block, params: bytes) -> dict:
                         for threads in (1, 2)}, repeat=IN_A_ROW)
 
 
+# Between a server's launches come a client's round trips: the helpers sleep, and each
+# launch wakes them. Launches this far apart, timed one by one.
+APART_SECONDS = 0.002
+
+
+def apart(module, device, kernel, grid, block, params: bytes, rounds: int = 10,
+          launches: int = 10) -> dict:
+    """Launches APART_SECONDS apart on one and on two threads, in alternating rounds:
+    {threads: (best, median)}."""
+    prepared = prepare(module, kernel, grid, block)
+    prepared.run(params, device.memory)
+    times: dict = {1: [], 2: []}
+    for _ in range(rounds):
+        for threads, seconds in times.items():
+            native.configure(threads=threads)
+            for _ in range(launches):
+                time.sleep(APART_SECONDS)
+                start = time.perf_counter()
+                prepared.run(params, device.memory)
+                seconds.append(time.perf_counter() - start)
+    return {threads: (min(t), statistics.median(t)) for threads, t in times.items()}
+
+
 def run(module, device, kernel, grid, block, params: bytes, threads: int = 1):
     native.configure(threads=threads)
     prepared = prepare(module, kernel, grid, block)
@@ -234,6 +257,9 @@ def main() -> None:
                                 baseline))
             rows.append(scaling("  two threads against one: C, OpenMP", c_loop))
         if n == 1 << 20:
+            rows.append(scaling(f"  two threads against one, launches {APART_SECONDS * 1e3:g} ms "
+                                f"apart", apart(module, device, "saxpy", (n // 256,), (256,),
+                                                params)))
             native.configure(enabled=False)
             rows.append(row("  interpreter", run(interpreted, device, "saxpy", (n // 256,),
                                                  (256,), params), baseline))
@@ -277,6 +303,12 @@ def main() -> None:
     rows.append(scaling("  two threads against one: compiled", compiled))
     got = np.frombuffer(device.memory.read(dC, C.nbytes), np.float32).reshape(size, size)
     np.testing.assert_allclose(got, A @ B, rtol=1e-3, atol=1e-3)
+    small = size // 2   # 2 ms on one thread: what waking the helpers gains at that length
+    params = params[:24] + small.to_bytes(4, "little") + params[28:]
+    rows.append(scaling(f"  two threads against one, {small}x{small}, launches "
+                        f"{APART_SECONDS * 1e3:g} ms apart",
+                        apart(module, device, "matmul", (small // 16, small // 16), (16, 16),
+                              params)))
     cached, next_cached = cached_compile_seconds(ptx, directory)
     rows.append(("compile matmul: cold / from the disk cache (new process)",
                  f"{cold * 1e3:.0f} / {cached * 1e3:.1f} ms", f"{cached / cold:.3f}"))

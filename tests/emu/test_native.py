@@ -1018,7 +1018,8 @@ def test_a_launch_shorter_than_a_wake_up_leaves_the_helpers_asleep(faults_ptx):
     """Waking a sleeping helper costs the launching thread a system call, and the helper
     comes tens of microseconds later: a launch whose last run took less runs on the
     launching thread alone (its results whole); one whose length is not known yet rings
-    for them."""
+    for them, and so do launches back to back (the helpers then keep looking between
+    them)."""
     from vgpu.server.emu.native import team
     native.configure(enabled=True, threads=2)
     device = Device()
@@ -1039,6 +1040,11 @@ def test_a_launch_shorter_than_a_wake_up_leaves_the_helpers_asleep(faults_ptx):
     device.memory.write(out, bytes(4 * 64 * 4))
     assert rings(32) == 0         # its last run took a few microseconds
     np.testing.assert_array_equal(device.download(out, 4 * 64, np.uint32), np.arange(256))
+    bell = team._teams[1].record[team.BELL]
+    prepared = prepare(module, "read_global_at", (8,), (32,))
+    for _ in range(20):
+        prepared.run(params, device.memory)
+    assert team._teams[1].record[team.BELL] > bell
 
 
 def test_launches_from_several_threads_share_the_helpers(faults_ptx):

@@ -8,7 +8,8 @@ wake-ups for the GIL. A launch of 0.2 ms then gained nothing from a second threa
 - Helpers are threads of their own that never leave native code: while launches come back
   to back (`BACK_TO_BACK_US`), after a job they keep looking for the next one for
   `MEMBER_SPIN_US` (as OpenMP's runtimes do), so a host loop's launches find them awake;
-  otherwise they sleep on a futex that the next posting rings. (Sleeping on a Python
+  otherwise they sleep on a futex that the next posting rings, unless its launch is
+  shorter than their wake-up would be (`RING_WORTH_US`). (Sleeping on a Python
   condition made a helper take the GIL at every sleep and wake-up, from the launching
   thread in the middle of its launch: launches a client's round trip apart ran slower on
   two threads than on one.)
@@ -66,7 +67,7 @@ _MASK_BYTES = 128   # a cpu_set_t: CPUs 0-1023
 MEMBER_SPIN_US = 100   # how long an idle helper keeps looking for the next launch, when
 BACK_TO_BACK_US = 50   # the launches come this soon after the previous one's end
 FINISH_SPIN_US = 500   # how long the launching thread spins for helpers' last runs
-RING_WORTH_US = 50     # the least work (one worker's time) a launch wakes sleepers for
+RING_WORTH_US = 100    # the least work (one worker's time) a launch wakes sleepers for
 _STOP_SLOT = 10        # the launch record's stop flag (codegen.py): 2 once a worker faulted
 _VERSION = "6"         # of _Builder's code, in the disk cache's key: bump when it changes
 
@@ -328,9 +329,9 @@ class _Builder:
         b.ret_void()
 
     def _member(self) -> ir.Function:
-        """i64 vgpu_member(team, seen): a helper's life in native code: at each new serial,
-        join the open job (if it still has room) and work; return the last serial seen once
-        the team's SPIN slot's count of looks in a row found nothing new."""
+        """i64 vgpu_member(team, seen): a helper between sleeps: at each new serial, join
+        the open job (if it still has room) and work; return the last serial seen once the
+        team's SPIN slot's count of looks in a row found nothing new."""
         fn = ir.Function(self.module, ir.FunctionType(I64, [P64, I64]), "vgpu_member")
         team, seen0 = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -551,12 +552,14 @@ def run(job: Job, blocks: int, threads: int) -> None:
     # Helpers keep looking after a job only while launches come back to back: between a
     # server's launches (a client's round trip) they would take a core from the client.
     started = time.perf_counter()
-    spin = team.member_looks if started - team.last_end < BACK_TO_BACK_US * 1e-6 else 0
+    back_to_back = started - team.last_end < BACK_TO_BACK_US * 1e-6
+    spin = team.member_looks if back_to_back else 0
     if team.spin != spin:
         team.spin = team.record[SPIN] = spin
-    # Waking sleeping helpers costs this thread a system call (7 us on a virtual machine)
-    # and they come tens of microseconds later: worth it for a launch that takes longer.
-    ring = job.block_seconds * blocks >= RING_WORTH_US * 1e-6
+    # Waking sleeping helpers costs this thread a system call (7-9 us on a virtual machine,
+    # where they joined some 45 us later): worth it for a launch that takes longer, or for
+    # the first of launches back to back (the helpers then keep looking between them).
+    ring = back_to_back or job.block_seconds * blocks >= RING_WORTH_US * 1e-6
     native["post"](team.address, job.address, ring)
     if not native["lead"](team.address, job.address, team.finish_looks):
         while not native["finish"](team.address, job.address, team.finish_looks):
