@@ -42,17 +42,20 @@ class _Watcher:
     """One thread for every running launch that can be cancelled: every 10 ms it sets the
     stop flag of those whose `cancelled` Event is set (the compiled code reads the flag at
     each block and every 65,536 backward branches). It sleeps while no such launch runs.
-    Launches come and go without a lock (a dict's stores and pops are atomic): only one
-    that finds the thread asleep takes the condition, to wake it."""
+    A launch comes and goes under a plain lock (once `remove` returns, the thread no longer
+    writes to its record, which the next launch of its shape reuses); only one that finds
+    the thread asleep takes the condition, to wake it."""
 
     def __init__(self):
         self._running: dict[int, tuple] = {}
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()          # guards _running
+        self._changed = threading.Condition()  # where the thread sleeps
         self._asleep = True   # or not started
         self._thread: threading.Thread | None = None
 
     def add(self, launch: np.ndarray, cancelled) -> None:
-        self._running[id(launch)] = (launch, cancelled)
+        with self._lock:
+            self._running[id(launch)] = (launch, cancelled)
         # The thread sets _asleep, under the condition, before it looks at _running a last
         # time: if it is not set yet, that look finds this launch.
         if self._asleep:
@@ -65,7 +68,8 @@ class _Watcher:
                 self._changed.notify()
 
     def remove(self, launch: np.ndarray) -> None:
-        self._running.pop(id(launch), None)
+        with self._lock:
+            self._running.pop(id(launch), None)
 
     def _watch(self) -> None:
         while True:
@@ -75,9 +79,10 @@ class _Watcher:
                     while not self._running:
                         self._changed.wait()
                     self._asleep = False
-            for launch, cancelled in tuple(self._running.values()):
-                if cancelled.is_set():
-                    launch[10] = 1
+            with self._lock:
+                for launch, cancelled in self._running.values():
+                    if cancelled.is_set():
+                        launch[10] = 1
             time.sleep(0.01)
 
 
