@@ -956,6 +956,27 @@ def test_a_second_load_of_the_same_ptx_compiles_nothing(faults_ptx, monkeypatch)
     np.testing.assert_array_equal(device.download(out, 32, np.uint32), np.arange(9, 41))
 
 
+def test_the_disk_cache_key_follows_the_emulators_source(tmp_path, monkeypatch):
+    """Generated code follows from the emulator's source: a change to any of its files (a
+    name, a byte) makes new keys, so no stale object is loaded and there is no version
+    number to bump by hand."""
+    from vgpu.server.emu.native import engine
+    (tmp_path / "codegen.py").write_text("A = 1\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "lower.py").write_text("B = 2\n")
+    digests = {engine.source_digest.__wrapped__(tmp_path)}
+    (tmp_path / "sub" / "lower.py").write_text("B = 3\n")
+    digests.add(engine.source_digest.__wrapped__(tmp_path))
+    (tmp_path / "sub" / "lower.py").rename(tmp_path / "sub" / "lower2.py")
+    digests.add(engine.source_digest.__wrapped__(tmp_path))
+    (tmp_path / "notes.txt").write_text("not source")
+    digests.add(engine.source_digest.__wrapped__(tmp_path))
+    assert len(digests) == 3
+    key = engine.cache_key("ptx", "kernel")
+    monkeypatch.setattr(engine, "source_digest", lambda directory: "another source")
+    assert engine.cache_key("ptx", "kernel") != key
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_spinning_kernel_is_cancelled(faults_ptx, threads):
     native.configure(enabled=True, threads=threads)

@@ -20,7 +20,6 @@ import time
 
 __all__ = ["compiled_kernel", "configure", "enabled", "threads"]
 
-CODEGEN_VERSION = "24"   # part of the disk cache's key: bump when generated code changes
 # The largest kernel (PTX instructions) compiled: LLVM's optimizer takes minutes on the
 # biggest library kernels (CUB's sorts, some thousands of instructions); they run
 # interpreted, as anything else the compiler does not take.
@@ -85,7 +84,7 @@ def _build(module, name: str):
                           f"compiled)", kernel.function.line)
     key = None
     if module.source_hash is not None:
-        key = cache_key(module.source_hash, name, CODEGEN_VERSION)
+        key = cache_key(module.source_hash, name)
         cached = load_cached(key, ("function", "symbols", "sites", "spill"))
         if cached is not None:
             data, meta = cached

@@ -69,7 +69,6 @@ BACK_TO_BACK_US = 50   # the launches come this soon after the previous one's en
 FINISH_SPIN_US = 500   # how long the launching thread spins for helpers' last runs
 RING_WORTH_US = 100    # the least work (one worker's time) a launch wakes sleepers for
 _STOP_SLOT = 10        # the launch record's stop flag (codegen.py): 2 once a worker faulted
-_VERSION = "6"         # of _Builder's code, in the disk cache's key: bump when it changes
 
 _KERNEL = ir.FunctionType(I32, [P64, P8, P8, P64, P32, I64, I64, P64, P64])
 _WORK = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64)
@@ -435,7 +434,7 @@ def _functions() -> dict[str, object]:
 def _object() -> bytes:
     """The team's functions compiled, from the disk cache when there (a process's first
     compiled launch would otherwise spend some 25 ms compiling them)."""
-    key = cache_key("team", _VERSION)
+    key = cache_key("team")
     cached = load_cached(key, ())
     if cached is not None:
         return cached[0]
