@@ -194,11 +194,10 @@ def test_special_registers_compiled():
     assert prepare(module, "special", (2,), (4, 3), 96).native is not None
 
 
-CURRENT_GRAPH_PTX = """
-.version 7.8
-.target sm_80
-.address_size 64
-.visible .entry current_graph(.param .u64 out)
+# The head of the inline kernels' PTX
+PTX_HEADER = ".version 7.8\n.target sm_80\n.address_size 64\n"
+
+CURRENT_GRAPH_PTX = PTX_HEADER + """.visible .entry current_graph(.param .u64 out)
 {
     .reg .b32 %r<4>;
     .reg .b64 %rd<5>;
@@ -235,10 +234,7 @@ def test_current_graph_exec_compiled(graph):
     np.testing.assert_array_equal(device.download(out, 64, np.uint64), graph or 0)
 
 
-GRID_AND_VALUE_PTX = """
-.version 7.8
-.target sm_80
-.address_size 64
+GRID_AND_VALUE_PTX = PTX_HEADER + """
 .visible .entry grid_and_value(.param .u64 out, .param .u32 value)
 {
     .reg .b32 %r<6>;
@@ -436,6 +432,39 @@ def test_surface_access_forms_agree(differential, toolkit):
     differential.launch(module, "surface_forms", (1,), (32,), s1, s3, w1, w3,
                         differential.upload(x), out, len(x))
     assert differential.compiled == ["surface_forms"]
+
+
+SURFACE_AFTER_A_BARRIER = r"""
+extern "C" __global__ void surface_after_a_barrier(cudaSurfaceObject_t s, cudaSurfaceObject_t w,
+                                                  const int *at, float *out) {
+    __shared__ float tile[32];
+    int x = at[threadIdx.x] * 4;        // a byte offset: before the barrier, read after it
+    tile[threadIdx.x] = threadIdx.x;
+    __syncthreads();
+    float value = surf1Dread<float>(s, x, cudaBoundaryModeZero) + tile[31 - threadIdx.x];
+    out[threadIdx.x] = value;
+    surf1Dwrite(value, w, 4 * threadIdx.x);
+}
+"""
+
+
+def test_registers_surface_accesses_take_after_a_barrier_are_kept_across_it(differential,
+                                                                             toolkit):
+    """A thread's turn ends at a barrier and it keeps the registers read after it: a
+    surface access's handle and coordinates count as read (they sit in its address
+    operand, which for a store comes first, where other instructions write)."""
+    module = differential.load(toolkit.ptx(SURFACE_AFTER_A_BARRIER))
+    row = np.arange(8 * 4, dtype=np.float32).reshape(1, 8, 4)
+    surface = textures._object(differential, SURFACE_MAGIC, row, 1, 4, ChannelKind.FLOAT)
+    written = textures._object(differential, SURFACE_MAGIC, np.zeros_like(row), 1, 4,
+                               ChannelKind.FLOAT)
+    at = differential.upload(np.arange(32, dtype=np.int32) % 7)
+    out = differential.zeros(32, np.float32)
+    differential.launch(module, "surface_after_a_barrier", (1,), (32,), surface, written, at,
+                        out)
+    assert differential.compiled == ["surface_after_a_barrier"]
+    want = row.ravel()[np.arange(32) % 7] + (31 - np.arange(32))   # 4-byte elements
+    np.testing.assert_array_equal(differential.download(out, 32, np.float32), want)
 
 
 SURFACE_IN_A_FUNCTION = r"""
@@ -736,10 +765,7 @@ def test_blocks_join_in_a_row_only_where_threads_know_no_more_than_their_index(f
     tells a block's threads apart."""
     from vgpu.server.emu import PtxModule
     from vgpu.server.emu.native.speculative import joins_blocks
-    ptx = f""".version 7.8
-.target sm_80
-.address_size 64
-.visible .entry k(.param .u64 out)
+    ptx = PTX_HEADER + f""".visible .entry k(.param .u64 out)
 {{
     .reg .b32 %r<7>;
     .reg .b64 %rd<4>;

@@ -25,8 +25,8 @@ def destinations(instr) -> list[RegisterOperand]:
 def _registers_in(operand) -> set[int]:
     if isinstance(operand, RegisterOperand):
         return {operand.reg.id}
-    if isinstance(operand, Address):
-        return _registers_in(operand.base)
+    if isinstance(operand, Address):   # a texture's or surface's also holds coordinates
+        return _registers_in(operand.base) | _registers_in(operand.coordinates)
     if isinstance(operand, Vector):
         return set().union(*(_registers_in(e) for e in operand.elements))
     return set()
@@ -36,11 +36,11 @@ def uses_and_kills(instr) -> tuple[set[int], set[int]]:
     """The registers an instruction reads, and those it always overwrites (a guarded write
     may leave the old value, so it kills nothing)."""
     operands = list(instr.operands)
-    defined: set[int] = set()
-    if instr.opcode not in NO_DESTINATION and operands:
-        defined = _registers_in(operands.pop(0))
-        if instr.pair is not None:
-            defined |= _registers_in(instr.pair)
+    defined = {op.reg.id for op in destinations(instr)}
+    # the first operand is the destination, unless the instruction writes none or writes
+    # memory there (cp.async, mbarrier.init, prefetch: an address whose registers it reads)
+    if instr.opcode not in NO_DESTINATION and operands and not isinstance(operands[0], Address):
+        operands.pop(0)
     used = set().union(*(_registers_in(o) for o in operands)) if operands else set()
     if instr.guard is not None:
         used.add(instr.guard.reg.id)
