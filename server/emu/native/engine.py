@@ -6,10 +6,9 @@ One MCJIT engine per process holds every loaded object; compiling and loading ta
 $VGPU_CACHE_DIR/native (default ~/.cache/vgpu/native): `<key>.o` is the object and
 `<key>.json` what the runner needs besides it; the key (see `cache_key`) covers the PTX, the
 kernel, the emulator's source, LLVM's version and the host CPU, so a stale entry is never
-used. Every
-kernel a server runs is compiled, so the folder is kept under CACHE_LIMIT bytes: storing
-an entry that takes it over removes the least recently used entries (a read marks an entry
-used) down to three quarters of the limit.
+used. Every kernel a server runs is compiled, so the folder is kept under CACHE_LIMIT
+bytes: storing an entry that takes it over removes the least recently used entries (a read
+marks an entry used) down to three quarters of the limit.
 """
 
 from __future__ import annotations

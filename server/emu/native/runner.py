@@ -190,9 +190,9 @@ class NativeKernel:
         while len(frame.workers) < workers:
             frame.workers.append(_Worker(self, *shape))
             frame.nbytes += frame.workers[-1].nbytes
-        job = frame.jobs[workers] = team.Job(self.address, frame.launch_pointer,
-                                             frame.workers[:workers])
-        return job
+        frame.jobs[workers] = team.Job(self.address, frame.launch_pointer,
+                                       frame.workers[:workers])
+        return frame.jobs[workers]
 
     def _run(self, frame: _Frame, prepared, params, memory, checker, strays, threads,
              cancelled, sink) -> str:

@@ -48,7 +48,7 @@ import numpy as np
 from llvmlite import ir
 
 from . import calls
-from .codegen import FAULTED, I8, I32, I64, P8, P32, P64
+from .codegen import FAULTED, I1, I8, I32, I64, P8, P32, P64
 from .engine import (
     cache_key,
     compile_object,
@@ -224,15 +224,15 @@ class _Builder:
 
     def _futex(self, b, operation: int, word, value) -> None:
         """The futex system call on the int32 at `word`."""
-        syscall = self.module.globals.get("syscall") or ir.Function(
-            self.module, ir.FunctionType(I64, [I64], var_arg=True), "syscall")
+        syscall = self._libc("syscall", I64, [I64], var_arg=True)
         zero = ir.Constant(I64, 0)
         b.call(syscall, [ir.Constant(I64, _FUTEX_CALL), b.ptrtoint(word, I64),
                          ir.Constant(I64, operation), b.sext(value, I64), zero, zero, zero])
 
-    def _libc(self, name: str, returns, arguments) -> ir.Function:
+    def _libc(self, name: str, returns, arguments, var_arg: bool = False) -> ir.Function:
+        """The C library's function `name`, declared once in the module."""
         return self.module.globals.get(name) or ir.Function(
-            self.module, ir.FunctionType(returns, arguments), name)
+            self.module, ir.FunctionType(returns, arguments, var_arg=var_arg), name)
 
     def _cpu(self, b):
         """The CPU this thread runs on (glibc's sched_getcpu: no system call)."""
@@ -243,7 +243,7 @@ class _Builder:
         size = ir.Constant(I64, _MASK_BYTES)
         cpus = b.inttoptr(b.load(self._slot(b, team, CPUS)), P8)
         if leaving is not None:
-            b.call(calls.memcpy(self.module), [mask, cpus, size, ir.Constant(ir.IntType(1), 0)])
+            b.call(calls.memcpy(self.module), [mask, cpus, size, ir.Constant(I1, 0)])
             byte = b.gep(mask, [b.lshr(leaving, ir.Constant(I64, 3))])
             bit = b.trunc(b.shl(ir.Constant(I64, 1), b.and_(leaving, ir.Constant(I64, 7))), I8)
             b.store(b.and_(b.load(byte), b.not_(bit)), byte)
