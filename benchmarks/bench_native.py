@@ -146,12 +146,18 @@ def interleaved(variants: dict, rounds: int = 5, repeat: int = 9) -> dict:
 IN_A_ROW = 30
 
 
+def launcher(module, device, kernel, grid, block, params: bytes):
+    """A function that launches the compiled kernel, after a first launch (which touches
+    fresh pages)."""
+    prepared = prepare(module, kernel, grid, block)
+    prepared.run(params, device.memory)
+    return lambda: prepared.run(params, device.memory)
+
+
 def on_threads(module, device, kernel, grid, block, params: bytes) -> dict:
     """A compiled kernel on one and on two threads, interleaved: {threads: (best, median)}."""
-    prepared = prepare(module, kernel, grid, block)
-    prepared.run(params, device.memory)   # the first run touches fresh pages
-    return interleaved({threads: (lambda t=threads: native.configure(threads=t),
-                                  lambda: prepared.run(params, device.memory))
+    launch = launcher(module, device, kernel, grid, block, params)
+    return interleaved({threads: (lambda t=threads: native.configure(threads=t), launch)
                         for threads in (1, 2)}, repeat=IN_A_ROW)
 
 
@@ -164,8 +170,7 @@ def apart(module, device, kernel, grid, block, params: bytes, rounds: int = 10,
           launches: int = 10) -> dict:
     """Launches APART_SECONDS apart on one and on two threads, in alternating rounds:
     {threads: (best, median)}."""
-    prepared = prepare(module, kernel, grid, block)
-    prepared.run(params, device.memory)
+    launch = launcher(module, device, kernel, grid, block, params)
     times: dict = {1: [], 2: []}
     for _ in range(rounds):
         for threads, seconds in times.items():
@@ -173,16 +178,20 @@ def apart(module, device, kernel, grid, block, params: bytes, rounds: int = 10,
             for _ in range(launches):
                 time.sleep(APART_SECONDS)
                 start = time.perf_counter()
-                prepared.run(params, device.memory)
+                launch()
                 seconds.append(time.perf_counter() - start)
     return {threads: (min(t), statistics.median(t)) for threads, t in times.items()}
 
 
 def run(module, device, kernel, grid, block, params: bytes, threads: int = 1):
     native.configure(threads=threads)
-    prepared = prepare(module, kernel, grid, block)
-    prepared.run(params, device.memory)   # the first run touches fresh pages
-    return timed(lambda: prepared.run(params, device.memory), 9)
+    return timed(launcher(module, device, kernel, grid, block, params), 9)
+
+
+def parameters(module, kernel: str, *fields: bytes) -> bytes:
+    """A kernel's parameter buffer: `fields` in order, padded to its size."""
+    packed = b"".join(fields)
+    return packed + b"\0" * (module.kernels[kernel].param_size - len(packed))
 
 
 def row(name: str, seconds, baseline, unit: float = 1e3, suffix: str = "ms"):
@@ -239,9 +248,8 @@ def main() -> None:
         x, y = rng.random(n, np.float32), rng.random(n, np.float32)
         a = np.float32(2.5)
         dx, dy = device.upload(x), device.upload(y)
-        params = a.tobytes() + b"\0" * 4 + dx.to_bytes(8, "little") \
-            + dy.to_bytes(8, "little") + n.to_bytes(4, "little")
-        params += b"\0" * (module.kernels["saxpy"].param_size - len(params))
+        params = parameters(module, "saxpy", a.tobytes(), bytes(4), dx.to_bytes(8, "little"),
+                            dy.to_bytes(8, "little"), n.to_bytes(4, "little"))
         baseline = timed(lambda a=a, x=x, y=y: a * x + y, 21)
         rows.append(row(f"saxpy, {n >> 20}M threads of 256: numpy a * x + y", baseline, None))
         compiled = on_threads(module, device, "saxpy", (n // 256,), (256,), params)
@@ -288,8 +296,11 @@ def main() -> None:
     B = rng.standard_normal((size, size)).astype(np.float32)
     C = np.zeros((size, size), np.float32)
     dA, dB, dC = device.upload(A), device.upload(B), device.upload(C)
-    params = b"".join(v.to_bytes(8, "little") for v in (dA, dB, dC)) + size.to_bytes(4, "little")
-    params += b"\0" * (module.kernels["matmul"].param_size - len(params))
+
+    def matmul_params(n: int) -> bytes:   # A, B, C as n x n matrices
+        return parameters(module, "matmul", *(v.to_bytes(8, "little") for v in (dA, dB, dC)),
+                          n.to_bytes(4, "little"))
+    params = matmul_params(size)
     pointer = ctypes.POINTER(ctypes.c_float)
     host = timed(lambda: loops.matmul(A.ctypes.data_as(pointer), B.ctypes.data_as(pointer),
                                       C.ctypes.data_as(pointer), size), 5)
@@ -304,11 +315,10 @@ def main() -> None:
     got = np.frombuffer(device.memory.read(dC, C.nbytes), np.float32).reshape(size, size)
     np.testing.assert_allclose(got, A @ B, rtol=1e-3, atol=1e-3)
     small = size // 2   # 2 ms on one thread: what waking the helpers gains at that length
-    params = params[:24] + small.to_bytes(4, "little") + params[28:]
     rows.append(scaling(f"  two threads against one, {small}x{small}, launches "
                         f"{APART_SECONDS * 1e3:g} ms apart",
                         apart(module, device, "matmul", (small // 16, small // 16), (16, 16),
-                              params)))
+                              matmul_params(small))))
     cached, next_cached = cached_compile_seconds(ptx, directory)
     rows.append(("compile matmul: cold / from the disk cache (new process)",
                  f"{cold * 1e3:.0f} / {cached * 1e3:.1f} ms", f"{cached / cold:.3f}"))
@@ -337,7 +347,7 @@ def cached_compile_seconds(ptx: str, directory: str) -> tuple[float, float]:
     result = subprocess.run([sys.executable, "-c", script], input=ptx, text=True,
                             capture_output=True, check=True,
                             env={**os.environ, "VGPU_CACHE_DIR": directory})
-    first, following = (float(line) for line in result.stdout.split())
+    first, following = map(float, result.stdout.split())
     return first, following
 
 
