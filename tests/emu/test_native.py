@@ -1094,6 +1094,40 @@ def test_a_launch_shorter_than_a_wake_up_leaves_the_helpers_asleep(faults_ptx):
     assert team._teams[1].record[team.BELL] > bell
 
 
+def test_a_launch_that_wakes_the_helpers_keeps_them_off_its_cpu(faults_ptx):
+    """Linux may wake a thread on its waker's CPU, where a helper would wait behind the launch
+    it came to help. Waking them, a launch keeps the helpers off the CPU it is launched
+    from, also when the launching thread has moved since the last launch (helpers that kept
+    themselves off the CPU of the launch before they slept woke trapped behind a launching
+    thread that had moved there: for 1-2 ms its launches ran on one thread)."""
+    import os
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2:
+        pytest.skip("one CPU: no other for a helper to be kept on")
+    native.configure(enabled=True, threads=2)
+    device = Device()
+    module = device.load(faults_ptx)
+    data = device.upload(np.arange(256, dtype=np.uint32))
+    out = device.zeros(256, np.uint32)
+    params = device.pack(module, "read_global_at", [data, out, 0])
+    prepare(module, "read_global_at", (4,), (64,)).run(params, device.memory)   # the team
+    helper = next(t.native_id for t in threading.enumerate() if t.name == "vgpu-native-1")
+    first, second = sorted(cpus)[:2]
+    try:
+        for block, cpu in ((16, first), (8, second), (4, first)):
+            os.sched_setaffinity(0, {cpu})   # the launching thread (this one) moves
+            time.sleep(0.05)                 # the helper sleeps
+            device.memory.write(out, bytes(256 * 4))
+            # a shape not run before: its length unknown, it wakes the helper
+            prepare(module, "read_global_at", (256 // block,), (block,)).run(params,
+                                                                           device.memory)
+            np.testing.assert_array_equal(device.download(out, 256, np.uint32),
+                                          np.arange(256))
+            assert os.sched_getaffinity(helper) == cpus - {cpu}
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
 def test_launches_from_several_threads_share_the_helpers(faults_ptx):
     """Four host threads launching at once (as a server's sessions do) post jobs to the
     same helpers: every launch's blocks all run, and only once."""

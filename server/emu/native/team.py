@@ -27,10 +27,11 @@ status (0, FAULTED or STOPPED).
 The team (int64 slots): 0 the open job's address (0: none), 1 a serial bumped at each
 posting (what idle helpers watch), 2 how many looks an idle helper makes before it sleeps
 (set by the launching thread), 3 the helpers asleep or about to be, 4 the stop flag,
-5 the bell (an int32 futex word, rung for sleepers), 6 the CPU the last posting came from,
-7 the address of the CPUs the process may use (a cpu_set_t), 8 the helpers between
-reading slot 0 and counting themselves inside that job: the launching thread waits for
-none to be there before its job's memory may go.
+5 the bell (an int32 futex word, rung for sleepers), 6 the CPU helpers are kept off (that of
+the last launching thread that rang; -1 before any), 7 the address of the CPUs the process
+may use (a cpu_set_t), 8 the helpers between reading slot 0 and counting themselves inside
+that job: the launching thread waits for none to be there before its job's memory may go,
+9 the number of helpers, 10 the address of their thread ids (int64s).
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ __all__ = ["Job", "own_lines", "run"]
 
 NEXT, BLOCKS, PER_CLAIM, INSIDE, JOINED, WORKERS, KERNEL, LAUNCH = range(8)
 FIRST_WORKER, WORKER_SLOTS, STATUS = 8, 7, 6
-OPEN_JOB, SERIAL, SPIN, SLEEPERS, STOPPING, BELL, LAUNCHER_CPU, CPUS, READERS = range(9)
+(OPEN_JOB, SERIAL, SPIN, SLEEPERS, STOPPING, BELL, AVOIDED, CPUS, READERS, HELPERS,
+ THREAD_IDS) = range(11)
 _MASK_BYTES = 128   # a cpu_set_t: CPUs 0-1023
 MEMBER_SPIN_US = 100   # how long an idle helper keeps looking for the next launch, when
 BACK_TO_BACK_US = 50   # the launches come this soon after the previous one's end
@@ -238,18 +240,31 @@ class _Builder:
         """The CPU this thread runs on (glibc's sched_getcpu: no system call)."""
         return b.sext(b.call(self._libc("sched_getcpu", I32, []), []), I64)
 
-    def _affinity(self, b, team, mask, leaving=None) -> None:
-        """Let this thread run on the process's CPUs, but `leaving` (a CPU, or None)."""
+    def _keep_off(self, b, team, cpu) -> None:
+        """Let every helper run on the process's CPUs but `cpu` (where a process may use one
+        CPU only, the system call refuses the empty set and nothing changes)."""
         size = ir.Constant(I64, _MASK_BYTES)
+        mask = b.bitcast(b.alloca(ir.ArrayType(I8, _MASK_BYTES)), P8)
         cpus = b.inttoptr(b.load(self._slot(b, team, CPUS)), P8)
-        if leaving is not None:
-            b.call(calls.memcpy(self.module), [mask, cpus, size, ir.Constant(I1, 0)])
-            byte = b.gep(mask, [b.lshr(leaving, ir.Constant(I64, 3))])
-            bit = b.trunc(b.shl(ir.Constant(I64, 1), b.and_(leaving, ir.Constant(I64, 7))), I8)
-            b.store(b.and_(b.load(byte), b.not_(bit)), byte)
-            cpus = mask
-        b.call(self._libc("sched_setaffinity", I32, [I32, I64, P8]),
-               [ir.Constant(I32, 0), size, cpus])
+        b.call(calls.memcpy(self.module), [mask, cpus, size, ir.Constant(I1, 0)])
+        byte = b.gep(mask, [b.lshr(cpu, ir.Constant(I64, 3))])
+        bit = b.trunc(b.shl(ir.Constant(I64, 1), b.and_(cpu, ir.Constant(I64, 7))), I8)
+        b.store(b.and_(b.load(byte), b.not_(bit)), byte)
+        thread_ids = b.inttoptr(b.load(self._slot(b, team, THREAD_IDS)), P64)
+        helpers = b.load(self._slot(b, team, HELPERS))
+        set_affinity = self._libc("sched_setaffinity", I32, [I32, I64, P8])
+        start = b.block
+        each = b.append_basic_block("each_helper")
+        done = b.append_basic_block("helpers_kept_off")
+        b.cbranch(b.icmp_signed(">", helpers, ir.Constant(I64, 0)), each, done)
+        b.position_at_end(each)
+        k = b.phi(I64)
+        k.add_incoming(ir.Constant(I64, 0), start)
+        b.call(set_affinity, [b.trunc(b.load(b.gep(thread_ids, [k])), I32), size, mask])
+        following = b.add(k, ir.Constant(I64, 1))
+        k.add_incoming(following, b.block)
+        b.cbranch(b.icmp_signed("<", following, helpers), each, done)
+        b.position_at_end(done)
 
     def _bell(self, b, team):
         return b.bitcast(self._slot(b, team, BELL), P32)
@@ -274,7 +289,6 @@ class _Builder:
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [P64]), "vgpu_helper")
         team = fn.args[0]
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        mask = b.bitcast(b.alloca(ir.ArrayType(I8, _MASK_BYTES)), P8)
         start = b.block
         loop = fn.append_basic_block("loop")
         rest = fn.append_basic_block("rest")
@@ -303,14 +317,7 @@ class _Builder:
         b.cbranch(quiet, sleep, awake)
 
         b.position_at_end(sleep)
-        # Linux may wake a thread on its waker's CPU (on virtual machines, whose idle CPUs
-        # look busy, it does): queued behind the launch it came to help, a helper waited
-        # there until the launching thread was done, the other CPU idle. A sleeping
-        # helper may run anywhere but on the CPU the last launch came from.
-        self._affinity(b, team, mask, b.load_atomic(self._slot(b, team, LAUNCHER_CPU),
-                                                    "monotonic", 8))
         self._futex(b, _FUTEX_WAIT, bell, rung)
-        self._affinity(b, team, mask)
         b.branch(awake)
 
         b.position_at_end(awake)
@@ -400,12 +407,21 @@ class _Builder:
         team, job, ring = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         b.store_atomic(b.ptrtoint(job, I64), self._slot(b, team, OPEN_JOB), "seq_cst", 8)
-        b.store_atomic(self._cpu(b), self._slot(b, team, LAUNCHER_CPU), "monotonic", 8)
         b.atomic_rmw("add", self._slot(b, team, SERIAL), ir.Constant(I64, 1), "seq_cst")
         sleepers = b.load_atomic(self._slot(b, team, SLEEPERS), "seq_cst", 8)
         zero = ir.Constant(I64, 0)
         with b.if_then(b.and_(b.icmp_signed("!=", sleepers, zero),
                               b.icmp_signed("!=", ring, zero))):
+            # Linux may wake a thread on its waker's CPU (on virtual machines, whose idle
+            # CPUs look busy, it does): queued there behind the launch it came to help, a
+            # helper waited until the launching thread was done, the other CPU idle. So
+            # sleepers are woken kept off the launching thread's CPU (system calls only when
+            # that CPU is not the one they were kept off last).
+            cpu = self._cpu(b)
+            avoided = self._slot(b, team, AVOIDED)
+            with b.if_then(b.icmp_signed("!=", cpu, b.load(avoided))):
+                b.store(cpu, avoided)
+                self._keep_off(b, team, cpu)
             b.call(self.ring, [team])
         b.ret_void()
 
@@ -474,8 +490,13 @@ class _Team:
         self._threads = [threading.Thread(target=native["helper"], args=(self.address,),
                                           daemon=True, name=f"vgpu-native-{k + 1}")
                          for k in range(size)]
-        for thread in self._threads:
+        self._thread_ids = own_lines(size, np.int64)   # for the posting's sched_setaffinity
+        for k, thread in enumerate(self._threads):
             thread.start()
+            self._thread_ids[k] = thread.native_id   # known once start() returns
+        self.record[THREAD_IDS] = self._thread_ids.ctypes.data
+        self.record[HELPERS] = size
+        self.record[AVOIDED] = -1   # none yet: the first posting keeps them off its CPU
 
     def stop(self, timeout: float) -> None:
         """Sleeping helpers leave at once, the others once they stop looking
