@@ -28,7 +28,7 @@ The team (int64 slots): 0 the open job's address (0: none), 1 a serial bumped at
 posting (what idle helpers watch), 2 how many looks an idle helper makes before it sleeps
 (set by the launching thread), 3 the helpers asleep or about to be, 4 the stop flag,
 5 the bell (an int32 futex word, rung for sleepers), 6 the CPU helpers are kept off (that of
-the last launching thread that rang; -1 before any), 7 the address of the CPUs the process
+the last posting; -1 before any), 7 the address of the CPUs the process
 may use (a cpu_set_t), 8 the helpers between reading slot 0 and counting themselves inside
 that job: the launching thread waits for none to be there before its job's memory may go,
 9 the number of helpers, 10 the address of their thread ids (int64s).
@@ -406,22 +406,23 @@ class _Builder:
                          "vgpu_post")
         team, job, ring = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
+        # Linux may wake a thread on its waker's CPU (on virtual machines, whose idle CPUs
+        # look busy, it does): queued there behind the launch it came to help, a helper
+        # waited until the launching thread was done, the other CPU idle. And a helper
+        # kept off some other CPU has nowhere else to go when the launching thread moves
+        # onto its own. So helpers are kept off the CPU the launching thread posts from
+        # (system calls only when that is not the one they were kept off last).
+        cpu = self._cpu(b)
+        avoided = self._slot(b, team, AVOIDED)
+        with b.if_then(b.icmp_signed("!=", cpu, b.load_atomic(avoided, "monotonic", 8))):
+            b.store_atomic(cpu, avoided, "monotonic", 8)
+            self._keep_off(b, team, cpu)
         b.store_atomic(b.ptrtoint(job, I64), self._slot(b, team, OPEN_JOB), "seq_cst", 8)
         b.atomic_rmw("add", self._slot(b, team, SERIAL), ir.Constant(I64, 1), "seq_cst")
         sleepers = b.load_atomic(self._slot(b, team, SLEEPERS), "seq_cst", 8)
         zero = ir.Constant(I64, 0)
         with b.if_then(b.and_(b.icmp_signed("!=", sleepers, zero),
                               b.icmp_signed("!=", ring, zero))):
-            # Linux may wake a thread on its waker's CPU (on virtual machines, whose idle
-            # CPUs look busy, it does): queued there behind the launch it came to help, a
-            # helper waited until the launching thread was done, the other CPU idle. So
-            # sleepers are woken kept off the launching thread's CPU (system calls only when
-            # that CPU is not the one they were kept off last).
-            cpu = self._cpu(b)
-            avoided = self._slot(b, team, AVOIDED)
-            with b.if_then(b.icmp_signed("!=", cpu, b.load(avoided))):
-                b.store(cpu, avoided)
-                self._keep_off(b, team, cpu)
             b.call(self.ring, [team])
         b.ret_void()
 
