@@ -1061,6 +1061,21 @@ def test_blocks_run_at_once_on_two_threads_awake_or_woken(faults_ptx):
         assert device.download(seen, 1, np.uint32)[0] == 1
 
 
+def test_a_launch_expected_short_wakes_the_helpers_once_a_thread_runs_long(faults_ptx):
+    """A launch whose last run was short leaves sleeping helpers asleep; should one of its
+    threads run long after all (here block 0 waits for the flag block 1 sets), the kernel
+    wakes them, and block 1 runs meanwhile."""
+    native.configure(enabled=True, threads=2)
+    device = Device()
+    module = device.load(faults_ptx)
+    seen = device.zeros(1, np.uint32)
+    for flag in (1, 1, 0):   # set already: block 0 ends at once, the launch is short
+        time.sleep(0.05)     # the helper sleeps
+        flags = device.upload(np.array([flag], np.uint32))
+        device.launch(module, "meet", (2,), (1,), flags, seen)
+        assert device.download(seen, 1, np.uint32)[0] == 1
+
+
 def test_a_launch_shorter_than_a_wake_up_leaves_the_helpers_asleep(faults_ptx):
     """Waking a sleeping helper costs the launching thread a system call, and the helper
     comes tens of microseconds later: a launch whose last run took less runs on the

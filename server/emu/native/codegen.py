@@ -19,7 +19,9 @@ The ABI shared with `runner.py` (all slots are int64):
              reported flag, 13-19 the stray (address, size, need, line, space, block,
              thread), 20 shared size, 21 local size, 22 dynamic shared bytes,
              23 shared bytes per block (0: none), 24 local bytes per thread (0: none),
-             25 threads per block, 26 %current_graph_exec, 29 the device I/O callback
+             25 threads per block, 26 %current_graph_exec, 27 helpers to wake once a
+             thread runs long (team.py; 0: none), 28 the function that wakes them,
+             29 the device I/O callback
              (device_io.py), 30-31 the clocks' origins (special_registers.py),
              32+k the device address of the k-th module variable
              in `symbols`.
@@ -67,6 +69,7 @@ SPACES = ("global", "shared", "local", "kparam")          # fault[7]
 WHY = ("out of bounds", "misaligned", "denied")            # fault[8]
 SYMBOL_SLOT = 32
 _STOP_SLOT, _SHARED_SIZE, _LOCAL_SIZE, _DYN_SHARED = 10, 20, 21, 22
+WAKE_SLOT, WAKE_FUNCTION_SLOT = 27, 28
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
@@ -677,7 +680,10 @@ class _KernelCompiler:
         """What a backward branch goes through: every YIELD_EVERY of them the thread returns
         STOPPED if the stop flag is set (a spinning kernel can be cancelled), else yields,
         so that a thread spinning on what a later thread of its block does (a lock, a flag)
-        lets that thread run, as independent thread scheduling does."""
+        lets that thread run, as independent thread scheduling does. The first to get there
+        wakes the helpers its launch left asleep, expecting it short (team.py): a block
+        spinning on what a later block does finds that block running, and a launch longer
+        than its last has every worker."""
         check = self.fn.append_basic_block(f"loop{pc}")
         b = ir.IRBuilder(check)
         left = b.sub(b.load(self.budget), ir.Constant(I64, 1))
@@ -685,6 +691,12 @@ class _KernelCompiler:
         turn_over = self.fn.append_basic_block(f"turn_over{pc}")
         b.cbranch(b.icmp_unsigned("==", left, ir.Constant(I64, 0)), turn_over, target)
         b = ir.IRBuilder(turn_over)
+        helpers = b.atomic_rmw("xchg", b.gep(self.L, [ir.Constant(I64, WAKE_SLOT)]),
+                               ir.Constant(I64, 0), "acquire")
+        with b.if_then(b.icmp_unsigned("!=", helpers, ir.Constant(I64, 0))):
+            wake = b.load(b.gep(self.L, [ir.Constant(I64, WAKE_FUNCTION_SLOT)]))
+            b.call(b.inttoptr(wake, ir.FunctionType(ir.VoidType(), [P64]).as_pointer()),
+                   [b.inttoptr(helpers, P64)])
         flag = b.load_atomic(b.gep(self.L, [ir.Constant(I64, _STOP_SLOT)]), "monotonic", 8)
         stop = self.fn.append_basic_block(f"stop{pc}")
         suspend = self.fn.append_basic_block(f"yield{pc}")

@@ -49,7 +49,18 @@ import numpy as np
 from llvmlite import ir
 
 from . import calls
-from .codegen import FAULTED, I1, I8, I32, I64, P8, P32, P64
+from .codegen import (
+    FAULTED,
+    I1,
+    I8,
+    I32,
+    I64,
+    P8,
+    P32,
+    P64,
+    WAKE_FUNCTION_SLOT,
+    WAKE_SLOT,
+)
 from .engine import (
     cache_key,
     compile_object,
@@ -401,11 +412,13 @@ class _Builder:
 
     def _post(self) -> None:
         """void vgpu_post(team, job, ring): open the job to helpers, bump the serial, ring
-        the bell if a helper sleeps and `ring`."""
+        the bell if a helper sleeps and `ring` (else leave its launch record the means to
+        ring it)."""
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [P64, P64, I64]),
                          "vgpu_post")
         team, job, ring = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
+        zero = ir.Constant(I64, 0)
         # Linux may wake a thread on its waker's CPU (on virtual machines, whose idle CPUs
         # look busy, it does): queued there behind the launch it came to help, a helper
         # waited until the launching thread was done, the other CPU idle. And a helper
@@ -419,10 +432,16 @@ class _Builder:
             self._keep_off(b, team, cpu)
         b.store_atomic(b.ptrtoint(job, I64), self._slot(b, team, OPEN_JOB), "seq_cst", 8)
         b.atomic_rmw("add", self._slot(b, team, SERIAL), ir.Constant(I64, 1), "seq_cst")
-        sleepers = b.load_atomic(self._slot(b, team, SLEEPERS), "seq_cst", 8)
-        zero = ir.Constant(I64, 0)
-        with b.if_then(b.and_(b.icmp_signed("!=", sleepers, zero),
-                              b.icmp_signed("!=", ring, zero))):
+        sleepers = b.icmp_signed("!=", b.load_atomic(self._slot(b, team, SLEEPERS), "seq_cst",
+                                                     8), zero)
+        # A launch that leaves sleepers asleep (expected short) has its kernel wake them
+        # should a thread run long after all (codegen.py's loop_check).
+        launch = b.inttoptr(b.load(self._slot(b, job, LAUNCH)), P64)
+        b.store(b.ptrtoint(self.ring, I64), self._slot(b, launch, WAKE_FUNCTION_SLOT))
+        left_asleep = b.and_(sleepers, b.icmp_signed("==", ring, zero))
+        b.store_atomic(b.select(left_asleep, b.ptrtoint(team, I64), zero),
+                       self._slot(b, launch, WAKE_SLOT), "release", 8)
+        with b.if_then(b.and_(sleepers, b.icmp_signed("!=", ring, zero))):
             b.call(self.ring, [team])
         b.ret_void()
 
