@@ -213,6 +213,8 @@ class _Builder:
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         b.cmpxchg(self._slot(b, team, OPEN_JOB), b.ptrtoint(job, I64), ir.Constant(I64, 0),
                   "seq_cst", "seq_cst")
+        launch = b.inttoptr(b.load(self._slot(b, job, LAUNCH)), P64)   # nothing more to wake
+        b.store_atomic(ir.Constant(I64, 0), self._slot(b, launch, WAKE_SLOT), "monotonic", 8)
         start = b.block
         look = fn.append_basic_block("look")
         again = fn.append_basic_block("again")
