@@ -1111,11 +1111,13 @@ def test_a_launch_shorter_than_a_wake_up_leaves_the_helpers_asleep(faults_ptx):
 
 def test_a_launch_that_wakes_the_helpers_keeps_them_off_its_cpu(faults_ptx):
     """Linux may wake a thread on its waker's CPU, where a helper would wait behind the launch
-    it came to help. Waking them, a launch keeps the helpers off the CPU it is launched
-    from, also when the launching thread has moved since the last launch (helpers that kept
-    themselves off the CPU of the launch before they slept woke trapped behind a launching
-    thread that had moved there: for 1-2 ms its launches ran on one thread)."""
+    it came to help. A launch keeps the helpers off the CPU it is launched from, also when
+    the launching thread has moved since the last launch (helpers that kept themselves off
+    the CPU of the launch before they slept woke trapped behind a launching thread that had
+    moved there: for 1-2 ms its launches ran on one thread)."""
     import os
+
+    from vgpu.server.emu.native import team
     cpus = os.sched_getaffinity(0)
     if len(cpus) < 2:
         pytest.skip("one CPU: no other for a helper to be kept on")
@@ -1126,7 +1128,7 @@ def test_a_launch_that_wakes_the_helpers_keeps_them_off_its_cpu(faults_ptx):
     out = device.zeros(256, np.uint32)
     params = device.pack(module, "read_global_at", [data, out, 0])
     prepare(module, "read_global_at", (4,), (64,)).run(params, device.memory)   # the team
-    helper = next(t.native_id for t in threading.enumerate() if t.name == "vgpu-native-1")
+    helper = int(team._teams[1]._thread_ids[0])
     first, second = sorted(cpus)[:2]
     try:
         for block, cpu in ((16, first), (8, second), (4, first)):
