@@ -217,21 +217,29 @@ class NativeKernel:
         finally:
             if cancelled is not None:
                 _watcher.remove(launch)
-        # a worker that faults sets the stop flag (2), as a cancel does (1)
-        faults = [frame.workers[k].fault.copy() for k in range(job.joined())
-                  if job.statuses[k] == FAULTED] if launch[10] else []
-        if faults:
-            first = min(faults, key=lambda f: (int(f[5]), int(f[6])))
-            if sink is not None and sink.error is not None and control.is_runtime(first[8]):
-                raise LaunchError(sink.error.code, sink.error.message, output=sink.output(),
-                                  diagnostics=_stray_report(launch, prepared, memory, checker))
-            raise LaunchError(int(first[0]), _message(first, prepared, memory),
-                              output=sink.output() if sink is not None else "",
-                              diagnostics=_stray_report(launch, prepared, memory, checker))
-        if launch[10] == 1 or (cancelled is not None and cancelled.is_set()):
+        stopped = launch[10]   # 2 once a worker faulted, 1 once the launch was cancelled
+        if stopped:
+            self._raise_faults(frame, job, prepared, memory, checker, sink)
+        if stopped == 1 or (cancelled is not None and cancelled.is_set()):
             from ..executor import LaunchCancelled
             raise LaunchCancelled
-        return _stray_report(launch, prepared, memory, checker)
+        return _stray_report(launch, prepared, memory, checker) if launch[12] else ""
+
+    @staticmethod
+    def _raise_faults(frame: _Frame, job: team.Job, prepared, memory, checker, sink) -> None:
+        """Raise the fault of the first thread (by block, then thread) that faulted, if
+        any: the interpreter, running blocks in order, would have stopped there."""
+        faults = [frame.workers[k].fault.copy() for k in range(job.joined())
+                  if job.statuses[k] == FAULTED]
+        if not faults:
+            return
+        first = min(faults, key=lambda f: (int(f[5]), int(f[6])))
+        report = _stray_report(frame.launch, prepared, memory, checker)
+        if sink is not None and sink.error is not None and control.is_runtime(first[8]):
+            raise LaunchError(sink.error.code, sink.error.message, output=sink.output(),
+                              diagnostics=report)
+        raise LaunchError(int(first[0]), _message(first, prepared, memory),
+                          output=sink.output() if sink is not None else "", diagnostics=report)
 
 
 def _coordinates(linear: int, dims) -> tuple[int, int, int]:
@@ -268,6 +276,7 @@ def _message(fault: np.ndarray, prepared, memory) -> str:
 
 
 def _stray_report(launch: np.ndarray, prepared, memory, checker) -> str:
+    """The checker's report of the launch's first stray access, "" if none."""
     if not launch[12] or checker is None:
         return ""
     address, size, need, line, space, block, thread = (int(v) for v in launch[13:20])
