@@ -1114,13 +1114,12 @@ def test_a_launch_that_wakes_the_helpers_keeps_them_off_its_cpu(faults_ptx):
     it came to help. A launch keeps the helpers off the CPU it is launched from, also when
     the launching thread has moved since the last launch (helpers that kept themselves off
     the CPU of the launch before they slept woke trapped behind a launching thread that had
-    moved there: for 1-2 ms its launches ran on one thread)."""
+    moved there: for 1-2 ms its launches ran on one thread). A process that may use one
+    CPU only leaves the helper on it."""
     import os
 
     from vgpu.server.emu.native import team
     cpus = os.sched_getaffinity(0)
-    if len(cpus) < 2:
-        pytest.skip("one CPU: no other for a helper to be kept on")
     native.configure(enabled=True, threads=2)
     device = Device()
     module = device.load(faults_ptx)
@@ -1129,9 +1128,8 @@ def test_a_launch_that_wakes_the_helpers_keeps_them_off_its_cpu(faults_ptx):
     params = device.pack(module, "read_global_at", [data, out, 0])
     prepare(module, "read_global_at", (4,), (64,)).run(params, device.memory)   # the team
     helper = int(team._teams[1]._thread_ids[0])
-    first, second = sorted(cpus)[:2]
-    try:
-        for block, cpu in ((16, first), (8, second), (4, first)):
+    try:   # between two CPUs in turn (where there are two)
+        for block, cpu in zip((16, 8, 4), itertools.cycle(sorted(cpus)[:2])):
             os.sched_setaffinity(0, {cpu})   # the launching thread (this one) moves
             time.sleep(0.05)                 # the helper sleeps
             device.memory.write(out, bytes(256 * 4))
@@ -1140,7 +1138,7 @@ def test_a_launch_that_wakes_the_helpers_keeps_them_off_its_cpu(faults_ptx):
                                                                            device.memory)
             np.testing.assert_array_equal(device.download(out, 256, np.uint32),
                                           np.arange(256))
-            assert os.sched_getaffinity(helper) == cpus - {cpu}
+            assert os.sched_getaffinity(helper) == (cpus - {cpu} or cpus)
     finally:
         os.sched_setaffinity(0, cpus)
 

@@ -137,6 +137,11 @@ class _Builder:
             self._stop()
 
     @staticmethod
+    def _blocks(fn, *names: str) -> list:
+        """New basic blocks of `fn`, one per name, in order."""
+        return [fn.append_basic_block(name) for name in names]
+
+    @staticmethod
     def _slot(b, pointer, k):
         return b.gep(pointer, [k if isinstance(k, ir.Value) else ir.Constant(I64, k)])
 
@@ -162,10 +167,7 @@ class _Builder:
         launch = b.inttoptr(b.load(slot(LAUNCH)), P64)
         blocks, per_claim = b.load(slot(BLOCKS)), b.load(slot(PER_CLAIM))
         workers = b.load(slot(WORKERS))
-        claim = fn.append_basic_block("claim")
-        run = fn.append_basic_block("run")
-        failed = fn.append_basic_block("failed")
-        leave = fn.append_basic_block("leave")
+        claim, run, failed, leave = self._blocks(fn, "claim", "run", "failed", "leave")
         b.branch(claim)
 
         b.position_at_end(claim)
@@ -216,10 +218,7 @@ class _Builder:
         launch = b.inttoptr(b.load(self._slot(b, job, LAUNCH)), P64)   # nothing more to wake
         b.store_atomic(ir.Constant(I64, 0), self._slot(b, launch, WAKE_SLOT), "monotonic", 8)
         start = b.block
-        look = fn.append_basic_block("look")
-        again = fn.append_basic_block("again")
-        idle = fn.append_basic_block("idle")
-        busy = fn.append_basic_block("busy")
+        look, again, idle, busy = self._blocks(fn, "look", "again", "idle", "busy")
         b.branch(look)
         b.position_at_end(look)
         count = b.phi(I64)
@@ -253,11 +252,11 @@ class _Builder:
         """The CPU this thread runs on (glibc's sched_getcpu: no system call)."""
         return b.sext(b.call(self._libc("sched_getcpu", I32, []), []), I64)
 
-    def _keep_off(self, b, team, cpu) -> None:
+    def _keep_off(self, b, team, cpu, mask) -> None:
         """Let every helper run on the process's CPUs but `cpu` (where a process may use one
-        CPU only, the system call refuses the empty set and nothing changes)."""
+        CPU only, the system call refuses the empty set and nothing changes); `mask`: room
+        for a cpu_set_t."""
         size = ir.Constant(I64, _MASK_BYTES)
-        mask = b.bitcast(b.alloca(ir.ArrayType(I8, _MASK_BYTES)), P8)
         cpus = b.inttoptr(b.load(self._slot(b, team, CPUS)), P8)
         b.call(calls.memcpy(self.module), [mask, cpus, size, ir.Constant(I1, 0)])
         byte = b.gep(mask, [b.lshr(cpu, ir.Constant(I64, 3))])
@@ -267,8 +266,7 @@ class _Builder:
         helpers = b.load(self._slot(b, team, HELPERS))
         set_affinity = self._libc("sched_setaffinity", I32, [I32, I64, P8])
         start = b.block
-        each = b.append_basic_block("each_helper")
-        done = b.append_basic_block("helpers_kept_off")
+        each, done = self._blocks(b.function, "each_helper", "helpers_kept_off")
         b.cbranch(b.icmp_signed(">", helpers, ir.Constant(I64, 0)), each, done)
         b.position_at_end(each)
         k = b.phi(I64)
@@ -303,11 +301,8 @@ class _Builder:
         team = fn.args[0]
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         start = b.block
-        loop = fn.append_basic_block("loop")
-        rest = fn.append_basic_block("rest")
-        sleep = fn.append_basic_block("sleep")
-        awake = fn.append_basic_block("awake")
-        leave = fn.append_basic_block("leave")
+        loop, rest, sleep, awake, leave = self._blocks(fn, "loop", "rest", "sleep", "awake",
+                                                      "leave")
         b.branch(loop)
 
         b.position_at_end(loop)
@@ -356,13 +351,8 @@ class _Builder:
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
         start = b.block
-        look = fn.append_basic_block("look")
-        new = fn.append_basic_block("new")
-        secured = fn.append_basic_block("secured")
-        join = fn.append_basic_block("join")
-        full = fn.append_basic_block("full")
-        idle = fn.append_basic_block("idle")
-        tired = fn.append_basic_block("tired")
+        look, new, secured, join, full, idle, tired = self._blocks(
+            fn, "look", "new", "secured", "join", "full", "idle", "tired")
         b.branch(look)
 
         b.position_at_end(look)
@@ -421,6 +411,7 @@ class _Builder:
         team, job, ring = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         zero = ir.Constant(I64, 0)
+        mask = b.bitcast(b.alloca(ir.ArrayType(I8, _MASK_BYTES)), P8)
         # Linux may wake a thread on its waker's CPU (on virtual machines, whose idle CPUs
         # look busy, it does): queued there behind the launch it came to help, a helper
         # waited until the launching thread was done, the other CPU idle. And a helper
@@ -431,7 +422,7 @@ class _Builder:
         avoided = self._slot(b, team, AVOIDED)
         with b.if_then(b.icmp_signed("!=", cpu, b.load_atomic(avoided, "monotonic", 8))):
             b.store_atomic(cpu, avoided, "monotonic", 8)
-            self._keep_off(b, team, cpu)
+            self._keep_off(b, team, cpu, mask)
         b.store_atomic(b.ptrtoint(job, I64), self._slot(b, team, OPEN_JOB), "seq_cst", 8)
         b.atomic_rmw("add", self._slot(b, team, SERIAL), ir.Constant(I64, 1), "seq_cst")
         sleepers = b.icmp_signed("!=", b.load_atomic(self._slot(b, team, SLEEPERS), "seq_cst",
